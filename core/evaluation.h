@@ -1,0 +1,94 @@
+#pragma once
+#include "core/device.h"
+#include "core/problem.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kl {
+
+// Why a candidate was rejected, flagged or accepted. rule is a stable identifier ("static.timer-read",
+// "dynamic.held-out-shape", "physics.below-roofline", "correctness.rel-l2") so agents and tests can match it.
+struct VerdictReason {
+    std::string rule;
+    std::string message;
+    int line = 0; // source line for static rules, 0 otherwise
+    bool blocking = true; // false: flag for human review instead of rejecting
+};
+
+struct TimingStats {
+    double medianUs = 0;
+    double p10Us = 0;
+    double p90Us = 0;
+    double ciLowUs = 0; // 95% confidence interval of the median
+    double ciHighUs = 0;
+    int samples = 0;
+    bool graphMode = false; // many replays per event pair
+    int launchesPerSample = 1;
+};
+
+struct CorrectnessStats {
+    double relL2 = 0;
+    double maxAbs = 0;
+    bool nonFinite = false; // NaN/Inf where the reference has none
+    bool fullCoverage = true; // every output element written
+    bool canariesIntact = true;
+    bool inputsUnchanged = true;
+    std::uint64_t seed = 0; // recorded, never shown to agents
+    std::string distribution; // "normal", "large", ...
+    bool passed = false;
+};
+
+struct ShapeResult {
+    Shape shape;
+    bool heldOut = false; // drawn at random for this check; not shown to agents
+    std::vector<CorrectnessStats> checks; // one per value distribution / run order
+    bool correct = false;
+    std::optional<TimingStats> timing;
+    std::optional<TimingStats> baselineTiming; // measured interleaved with the candidate
+    double speedup = 0; // baseline median / candidate median
+    double speedupCiLow = 0;
+    double speedupCiHigh = 0;
+    std::optional<TimingStats> graphTiming; // whole launch plan under CUDA-graph replay
+};
+
+struct CompileReport {
+    bool ok = false;
+    std::string log;
+    double compileMs = 0;
+    bool cacheHit = false;
+    struct KernelResources {
+        std::string kernel;
+        int registers = 0;
+        int spillStores = 0;
+        int spillLoads = 0;
+        int staticSharedBytes = 0;
+        int localBytes = 0;
+        int maxThreadsPerBlock = 0;
+    };
+    std::vector<KernelResources> kernels;
+};
+
+enum class Verdict { Accepted, Rejected, PendingReview, CompileFailed, Crashed, TimedOut, Correct };
+const char* verdictName(Verdict v);
+Verdict verdictFromName(const std::string& s);
+
+struct Evaluation {
+    std::string candidateId;
+    Verdict verdict = Verdict::Rejected;
+    std::vector<VerdictReason> reasons;
+    CompileReport compile;
+    std::vector<ShapeResult> shapes;
+    double objective = 0; // e.g. weighted geometric mean speedup over the baseline
+    double objectiveCiLow = 0;
+    double objectiveCiHigh = 0;
+    DeviceSample deviceBefore;
+    DeviceSample deviceAfter;
+    std::int64_t startedMs = 0;
+    std::int64_t finishedMs = 0;
+    bool correctEverywhere() const;
+};
+
+} // namespace kl

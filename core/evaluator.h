@@ -1,0 +1,36 @@
+#pragma once
+// What the loop needs from the harness. kernels/ implements it with the GPU worker; tests use a
+// deterministic evaluator written for them. The loop calls compile() from its compile pool ahead of
+// evaluate(), which runs on the one thread that owns the device.
+#include "core/cancel.h"
+#include "core/candidate.h"
+#include "core/device.h"
+#include "core/evaluation.h"
+#include "core/problem.h"
+
+#include <optional>
+#include <string>
+
+namespace kl {
+
+struct EvaluateOptions {
+    bool timeBaseline = true; // interleave the baseline for speedups with confidence intervals
+    bool heldOutShapes = true; // draw held-out shapes from the validity range
+    int heldOutCount = 4;
+    double maxSecondsPerShape = 2.0;
+    std::uint64_t seed = 0; // 0: fresh from the OS
+};
+
+class Evaluator {
+public:
+    virtual ~Evaluator() = default;
+    virtual const DeviceInfo& device() const = 0;
+    virtual const Problem& problem() const = 0;
+    // Thread-safe; may run in parallel with itself and with evaluate().
+    virtual CompileReport compile(const Candidate& c) = 0;
+    // Verification, referee checks and timing. Never throws for a bad candidate: a crash, hang or
+    // compile error is a verdict.
+    virtual Evaluation evaluate(const Candidate& c, const EvaluateOptions& opt, const CancelToken& cancel) = 0;
+};
+
+} // namespace kl

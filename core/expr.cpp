@@ -1,0 +1,315 @@
+#include "core/expr.h"
+
+#include <cctype>
+#include <cmath>
+#include <set>
+
+namespace kl {
+
+struct Expr::Node {
+    enum class Kind { Number, Var, Unary, Binary, Ternary, Call };
+    Kind kind = Kind::Number;
+    double number = 0;
+    std::string name; // variable, operator or function name
+    std::vector<std::shared_ptr<const Node>> args;
+};
+
+namespace {
+
+using NodePtr = std::shared_ptr<const Expr::Node>;
+
+class Parser {
+public:
+    explicit Parser(const std::string& text) : m_s(text) {}
+
+    NodePtr parseAll()
+    {
+        NodePtr n = ternary();
+        skip();
+        if (m_pos != m_s.size())
+            fail("unexpected '" + std::string(1, m_s[m_pos]) + "'");
+        return n;
+    }
+
+private:
+    [[noreturn]] void fail(const std::string& what) const
+    {
+        throw ExprError("expression '" + m_s + "', column " + std::to_string(m_pos + 1) + ": " + what);
+    }
+    void skip()
+    {
+        while (m_pos < m_s.size() && std::isspace(static_cast<unsigned char>(m_s[m_pos])))
+            ++m_pos;
+    }
+    bool eat(const char* tok)
+    {
+        skip();
+        const std::string t(tok);
+        if (m_s.compare(m_pos, t.size(), t) != 0)
+            return false;
+        // Keep "<" from matching the start of "<=" and so on.
+        if (t.size() == 1 && m_pos + 1 < m_s.size()) {
+            const char c = t[0], n = m_s[m_pos + 1];
+            if ((c == '<' || c == '>' || c == '=' || c == '!') && n == '=')
+                return false;
+            if ((c == '&' && n == '&') || (c == '|' && n == '|'))
+                return false;
+        }
+        m_pos += t.size();
+        return true;
+    }
+    static NodePtr make(Expr::Node::Kind k, std::string name, std::vector<NodePtr> args, double num = 0)
+    {
+        auto n = std::make_shared<Expr::Node>();
+        n->kind = k;
+        n->name = std::move(name);
+        n->args = std::move(args);
+        n->number = num;
+        return n;
+    }
+    NodePtr ternary()
+    {
+        NodePtr c = logicalOr();
+        if (eat("?")) {
+            NodePtr a = ternary();
+            if (!eat(":"))
+                fail("expected ':'");
+            NodePtr b = ternary();
+            return make(Expr::Node::Kind::Ternary, "?", {c, a, b});
+        }
+        return c;
+    }
+    template <typename Next>
+    NodePtr binaryLevel(std::initializer_list<const char*> ops, Next next)
+    {
+        NodePtr lhs = (this->*next)();
+        for (;;) {
+            bool matched = false;
+            for (const char* op : ops) {
+                if (eat(op)) {
+                    NodePtr rhs = (this->*next)();
+                    lhs = make(Expr::Node::Kind::Binary, op, {lhs, rhs});
+                    matched = true;
+                    break;
+                }
+            }
+            if (!matched)
+                return lhs;
+        }
+    }
+    NodePtr logicalOr() { return binaryLevel({"||"}, &Parser::logicalAnd); }
+    NodePtr logicalAnd() { return binaryLevel({"&&"}, &Parser::equality); }
+    NodePtr equality() { return binaryLevel({"==", "!="}, &Parser::relational); }
+    NodePtr relational() { return binaryLevel({"<=", ">=", "<", ">"}, &Parser::additive); }
+    NodePtr additive() { return binaryLevel({"+", "-"}, &Parser::multiplicative); }
+    NodePtr multiplicative() { return binaryLevel({"*", "/", "%"}, &Parser::unary); }
+    NodePtr unary()
+    {
+        if (eat("-"))
+            return make(Expr::Node::Kind::Unary, "-", {unary()});
+        if (eat("+"))
+            return unary();
+        if (eat("!"))
+            return make(Expr::Node::Kind::Unary, "!", {unary()});
+        return primary();
+    }
+    NodePtr primary()
+    {
+        skip();
+        if (m_pos >= m_s.size())
+            fail("unexpected end");
+        const char c = m_s[m_pos];
+        if (c == '(') {
+            ++m_pos;
+            NodePtr n = ternary();
+            if (!eat(")"))
+                fail("expected ')'");
+            return n;
+        }
+        if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') {
+            const char* begin = m_s.c_str() + m_pos;
+            char* end = nullptr;
+            const double v = std::strtod(begin, &end);
+            if (end == begin)
+                fail("bad number");
+            m_pos += static_cast<std::size_t>(end - begin);
+            return make(Expr::Node::Kind::Number, {}, {}, v);
+        }
+        if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+            const std::size_t start = m_pos;
+            while (m_pos < m_s.size() && (std::isalnum(static_cast<unsigned char>(m_s[m_pos])) || m_s[m_pos] == '_'))
+                ++m_pos;
+            std::string id = m_s.substr(start, m_pos - start);
+            if (eat("(")) {
+                std::vector<NodePtr> args;
+                if (!eat(")")) {
+                    do {
+                        args.push_back(ternary());
+                    } while (eat(","));
+                    if (!eat(")"))
+                        fail("expected ')' after arguments of " + id);
+                }
+                static const std::map<std::string, std::size_t> arity = {
+                    {"min", 2}, {"max", 2}, {"ceil_div", 2}, {"div", 2}, {"pow", 2}, {"floor", 1}, {"ceil", 1},
+                    {"round", 1}, {"abs", 1}, {"log2", 1}, {"sqrt", 1}, {"next_pow2", 1}};
+                const auto it = arity.find(id);
+                if (it == arity.end())
+                    fail("unknown function '" + id + "'");
+                if (it->second != args.size())
+                    fail(id + " takes " + std::to_string(it->second) + " arguments");
+                return make(Expr::Node::Kind::Call, id, std::move(args));
+            }
+            if (id == "true")
+                return make(Expr::Node::Kind::Number, {}, {}, 1);
+            if (id == "false")
+                return make(Expr::Node::Kind::Number, {}, {}, 0);
+            return make(Expr::Node::Kind::Var, id, {});
+        }
+        fail("unexpected '" + std::string(1, c) + "'");
+    }
+
+    const std::string& m_s;
+    std::size_t m_pos = 0;
+};
+
+bool isInteger(double v) { return std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.0e15; }
+
+double eval(const Expr::Node& n, const Bindings& vars, const std::string& text)
+{
+    using K = Expr::Node::Kind;
+    auto err = [&](const std::string& what) { return ExprError("expression '" + text + "': " + what); };
+    switch (n.kind) {
+    case K::Number:
+        return n.number;
+    case K::Var: {
+        const auto it = vars.find(n.name);
+        if (it == vars.end())
+            throw err("unknown name '" + n.name + "'");
+        return it->second;
+    }
+    case K::Unary: {
+        const double a = eval(*n.args[0], vars, text);
+        return n.name == "-" ? -a : (a == 0.0 ? 1.0 : 0.0);
+    }
+    case K::Ternary:
+        return eval(*n.args[0], vars, text) != 0.0 ? eval(*n.args[1], vars, text) : eval(*n.args[2], vars, text);
+    case K::Binary: {
+        const std::string& op = n.name;
+        if (op == "&&")
+            return (eval(*n.args[0], vars, text) != 0.0 && eval(*n.args[1], vars, text) != 0.0) ? 1.0 : 0.0;
+        if (op == "||")
+            return (eval(*n.args[0], vars, text) != 0.0 || eval(*n.args[1], vars, text) != 0.0) ? 1.0 : 0.0;
+        const double a = eval(*n.args[0], vars, text);
+        const double b = eval(*n.args[1], vars, text);
+        if (op == "+")
+            return a + b;
+        if (op == "-")
+            return a - b;
+        if (op == "*")
+            return a * b;
+        if (op == "/" || op == "%") {
+            if (b == 0.0)
+                throw err("division by zero");
+            if (isInteger(a) && isInteger(b)) {
+                const auto ia = static_cast<std::int64_t>(a), ib = static_cast<std::int64_t>(b);
+                return static_cast<double>(op == "/" ? ia / ib : ia % ib);
+            }
+            return op == "/" ? a / b : std::fmod(a, b);
+        }
+        if (op == "==")
+            return a == b;
+        if (op == "!=")
+            return a != b;
+        if (op == "<")
+            return a < b;
+        if (op == "<=")
+            return a <= b;
+        if (op == ">")
+            return a > b;
+        if (op == ">=")
+            return a >= b;
+        throw err("bad operator " + op);
+    }
+    case K::Call: {
+        std::vector<double> v;
+        for (const auto& a : n.args)
+            v.push_back(eval(*a, vars, text));
+        const std::string& f = n.name;
+        if (f == "min")
+            return std::min(v[0], v[1]);
+        if (f == "max")
+            return std::max(v[0], v[1]);
+        if (f == "ceil_div" || f == "div") {
+            if (v[1] == 0.0)
+                throw err("division by zero in " + f);
+            return f == "div" ? std::floor(v[0] / v[1]) : std::ceil(v[0] / v[1]);
+        }
+        if (f == "pow")
+            return std::pow(v[0], v[1]);
+        if (f == "floor")
+            return std::floor(v[0]);
+        if (f == "ceil")
+            return std::ceil(v[0]);
+        if (f == "round")
+            return std::round(v[0]);
+        if (f == "abs")
+            return std::fabs(v[0]);
+        if (f == "log2")
+            return std::log2(v[0]);
+        if (f == "sqrt")
+            return std::sqrt(v[0]);
+        if (f == "next_pow2") {
+            double p = 1;
+            while (p < v[0])
+                p *= 2;
+            return p;
+        }
+        throw err("unknown function " + f);
+    }
+    }
+    throw err("corrupt expression");
+}
+
+void collect(const Expr::Node& n, std::set<std::string>& out)
+{
+    if (n.kind == Expr::Node::Kind::Var)
+        out.insert(n.name);
+    for (const auto& a : n.args)
+        collect(*a, out);
+}
+
+} // namespace
+
+Expr Expr::parse(const std::string& text)
+{
+    Expr e;
+    e.m_text = text;
+    Parser p(e.m_text);
+    e.m_root = p.parseAll();
+    return e;
+}
+
+double Expr::evaluate(const Bindings& vars) const
+{
+    if (!m_root)
+        throw ExprError("empty expression");
+    return eval(*m_root, vars, m_text);
+}
+
+std::int64_t Expr::evaluateInt(const Bindings& vars) const
+{
+    const double v = evaluate(vars);
+    if (!isInteger(v))
+        throw ExprError("expression '" + m_text + "' is not an integer here (" + std::to_string(v) + ")");
+    return static_cast<std::int64_t>(v);
+}
+
+std::vector<std::string> Expr::identifiers() const
+{
+    std::set<std::string> ids;
+    if (m_root)
+        collect(*m_root, ids);
+    return {ids.begin(), ids.end()};
+}
+
+} // namespace kl

@@ -1,0 +1,45 @@
+#pragma once
+// Integer expressions over named variables: shape dims and tunable parameters.
+// Used for launch geometry ("ceil_div(T, BLOCK)"), buffer sizes, constraints ("BLOCK % 32 == 0")
+// and problem formulas. Parsed once, evaluated many times during a sweep.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kl {
+
+using Bindings = std::map<std::string, double, std::less<>>;
+
+class ExprError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// An expression is evaluated in double precision; integer contexts round-check the result.
+// Grammar: ternary ?:, || && ! == != < <= > >= + - * / % (C semantics on integers),
+// unary -, parentheses, numbers, identifiers and the functions
+// min max ceil_div div floor ceil round abs log2 sqrt pow next_pow2.
+class Expr {
+public:
+    Expr() = default;
+    static Expr parse(const std::string& text); // throws ExprError with the column
+    double evaluate(const Bindings& vars) const; // throws ExprError on unknown names or division by zero
+    std::int64_t evaluateInt(const Bindings& vars) const; // throws if the value is not an integer
+    bool evaluateBool(const Bindings& vars) const { return evaluate(vars) != 0.0; }
+    const std::string& text() const { return m_text; }
+    std::vector<std::string> identifiers() const;
+    bool empty() const { return !m_root; }
+
+    struct Node;
+
+private:
+    std::string m_text;
+    std::shared_ptr<const Node> m_root;
+};
+
+} // namespace kl

@@ -1,0 +1,76 @@
+#pragma once
+// The candidate annotation format: device code plus comment lines that declare tunable parameters,
+// constraints, the launch plan and workspaces. Candidates contain no host code; the harness allocates
+// and launches. Example:
+//
+//   // @kl:param BLOCK = 256 in [64, 128, 256, 512, 1024]
+//   // @kl:param VEC = 8 in [1, 2, 4, 8]
+//   // @kl:constraint H % (VEC * 32) == 0
+//   // @kl:workspace partial bytes=T*4 init=zero
+//   // @kl:launch rmsnorm_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, w, T, H, eps)
+//
+// Parameters reach the code as compile-time defines (-DBLOCK=256). Kernel arguments are named: tensors
+// and workspaces pass as device pointers, dims as int, scalars by their declared type.
+#include "core/expr.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kl {
+
+using ParamValues = std::map<std::string, std::int64_t>;
+
+struct ParamSpec {
+    std::string name;
+    std::int64_t defaultValue = 0;
+    std::vector<std::int64_t> values;
+    int line = 0;
+};
+
+struct LaunchStep {
+    std::string kernel;
+    Expr grid[3];
+    Expr block[3];
+    Expr sharedBytes;
+    std::vector<std::string> args;
+    int line = 0;
+};
+
+struct WorkspaceSpec {
+    std::string name;
+    Expr bytes;
+    bool zeroInit = false; // otherwise poisoned before each launch
+    int line = 0;
+};
+
+struct ConstraintSpec {
+    Expr expr;
+    int line = 0;
+};
+
+struct KernelSpec {
+    std::vector<ParamSpec> params;
+    std::vector<ConstraintSpec> constraints;
+    std::vector<WorkspaceSpec> workspaces;
+    std::vector<LaunchStep> launches;
+
+    const ParamSpec* param(const std::string& name) const;
+    ParamValues defaults() const;
+    // Cartesian product of the declared values, filtered by the constraints that name only parameters.
+    std::vector<ParamValues> enumerateSpace(std::size_t limit = 1'000'000) const;
+    std::size_t spaceSize() const;
+    // Constraints evaluated with params and (when given) shape dims; names unbound so far are skipped.
+    bool satisfies(const ParamValues& p, const Bindings& dims, std::string* why = nullptr) const;
+};
+
+// Parses the annotations; throws InputError naming the line on malformed ones.
+KernelSpec parseKernelSpec(const std::string& source);
+
+// The same source with its parameters fixed: "#define NAME VALUE" lines after the annotations.
+std::string bakeParameters(const std::string& source, const ParamValues& params);
+
+Bindings bindingsFor(const ParamValues& params, const Bindings& dims);
+
+} // namespace kl

@@ -1,0 +1,84 @@
+#pragma once
+// A problem is data: a folder with problem.json, a trusted reference, a naive baseline and a tunable
+// template (kernels/problems/<name>/). This is its in-memory form; parsing lives in problem_json.cpp.
+#include "core/expr.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kl {
+
+enum class DType { F32, F16, BF16, F64, I32, I64, U8, FP8E4M3 };
+const char* dtypeName(DType t);
+std::optional<DType> dtypeFromName(const std::string& name);
+std::size_t dtypeBytes(DType t);
+
+enum class TensorRole { Input, Output };
+
+// How verification fills an input: several distributions run on every check.
+struct TensorSpec {
+    std::string name;
+    DType dtype = DType::F32;
+    std::vector<Expr> shape; // expressions over dims
+    TensorRole role = TensorRole::Input;
+    double scale = 1.0; // typical magnitude of values; the "large" distribution multiplies it
+};
+
+struct ScalarSpec {
+    std::string name;
+    DType dtype = DType::F32; // F32 or I32
+    double value = 0;
+};
+
+struct DimSpec {
+    std::string name;
+    std::int64_t min = 1;
+    std::int64_t max = 1;
+    std::int64_t multipleOf = 1;
+    bool logUniform = true; // draw held-out values log-uniformly (shapes span orders of magnitude)
+};
+
+// One concrete shape: dim name -> value, with a weight for the workload objective.
+struct Shape {
+    std::map<std::string, std::int64_t> dims;
+    double weight = 1.0;
+    std::string label() const; // "T=4096,H=8192"
+    Bindings bindings() const;
+    bool operator==(const Shape& o) const { return dims == o.dims; }
+    bool operator<(const Shape& o) const { return dims < o.dims; }
+};
+
+struct Tolerance {
+    double relL2 = 1e-2;
+    double maxAbs = 1e-1;
+};
+
+struct Problem {
+    std::string name;
+    std::string description;
+    std::vector<std::string> tags; // e.g. "normalization", "deepseek-mla": selects context/ files
+    std::vector<DimSpec> dims;
+    std::vector<Expr> dimConstraints; // e.g. "H % 8 == 0"
+    std::vector<ScalarSpec> scalars;
+    std::vector<TensorSpec> tensors; // in the order kernels name them
+    std::vector<Shape> tuningShapes; // shown to agents; timed
+    std::vector<Shape> verifyShapes; // fixed verification shapes, extremes included
+    std::map<DType, Tolerance> tolerances; // by output dtype
+    Expr flops; // floating-point operations for one call
+    Expr bytes; // fewest bytes moved: each input read once, each output written once
+    std::string referenceFile = "reference.cu";
+    std::string baselineFile = "baseline.cu";
+    std::string templateFile = "template.cu";
+    std::string libraryBaseline; // e.g. "cublas_gemm_bf16": the fallback an export dispatches to
+    std::string folder; // where it was loaded from (not serialized into sessions)
+
+    const TensorSpec* tensor(const std::string& n) const;
+    const DimSpec* dim(const std::string& n) const;
+    bool shapeIsValid(const Shape& s, std::string* why = nullptr) const;
+    Tolerance toleranceFor(DType t) const;
+};
+
+} // namespace kl

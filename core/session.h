@@ -1,0 +1,44 @@
+#pragma once
+#include "core/candidate.h"
+#include "core/candidate_tree.h"
+#include "core/device.h"
+#include "core/evaluation.h"
+#include "core/problem.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kl {
+
+struct Budget {
+    int maxEvaluations = 0; // 0: unlimited
+    double maxMinutes = 0; // 0: unlimited
+    int convergenceWindow = 0; // stop after this many evaluations without an accepted improvement; 0: never
+};
+
+struct SessionSettings {
+    std::string objective = "weighted-geomean-speedup";
+    std::string agent; // "tuner:anneal", "llm:openai", ...
+    Budget budget;
+    double reviewJumpFactor = 2.0; // a jump above this over the best goes to human review
+    bool autoApproveLlm = false;
+    std::map<std::string, std::string> extra; // provider settings by name (never secrets)
+};
+
+inline constexpr int kSessionSchemaVersion = 1;
+
+struct Session {
+    std::string id;
+    std::string problemName;
+    std::string problemFolder; // relative to the catalogue, or as given
+    DeviceInfo device;
+    SessionSettings settings;
+    std::int64_t createdMs = 0;
+    CandidateTree tree;
+    std::map<HypothesisId, Hypothesis> hypotheses;
+    std::map<CandidateId, Evaluation> evaluations;
+    std::vector<ReviewDecision> reviews;
+};
+
+} // namespace kl

@@ -1,0 +1,82 @@
+#pragma once
+// A session on disk: a directory that survives kill -9 at any instant.
+//
+//   session.json                 schema version, id, problem, device, settings (atomic rewrite)
+//   journal.jsonl                append-only events, one JSON object per line, fsynced per event
+//   candidates/<id>/source.cu    written atomically before the event that names it
+//   candidates/<id>/candidate.json
+//   candidates/<id>/evaluation.json
+//
+// The journal is the truth: loading replays it onto session.json's header. A torn last line
+// (the process died mid-write) is reported as a warning and ignored; anything else malformed is an
+// error naming the file, line and field.
+#include "core/events.h"
+#include "core/session.h"
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace kl {
+
+struct LoadReport {
+    std::vector<std::string> warnings; // e.g. "journal.jsonl line 812: torn last line ignored"
+    std::uint64_t eventsLoaded = 0;
+};
+
+bool isSafeId(const std::string& id); // [A-Za-z0-9_-]{1,64}, no dots: safe as a path component
+
+class SessionStore {
+public:
+    // Creates the directory (must not exist or be empty) and writes session.json + SessionCreated.
+    static std::unique_ptr<SessionStore> create(const std::filesystem::path& dir, const Session& header);
+    // Opens for appending; replays the journal into session(). Throws InputError on a bad session.
+    static std::unique_ptr<SessionStore> open(const std::filesystem::path& dir, LoadReport* report = nullptr);
+    // Read-only load (no file is touched).
+    static Session load(const std::filesystem::path& dir, LoadReport* report = nullptr,
+                        std::vector<Event>* events = nullptr);
+
+    ~SessionStore();
+
+    const std::filesystem::path& dir() const { return m_dir; }
+    const Session& session() const { return m_session; }
+    EventBus& bus() { return m_bus; }
+
+    // Each call writes its files atomically, appends one fsynced journal line, applies the event to
+    // session() and publishes it. Thread-safe.
+    Event addHypothesis(const Hypothesis& h);
+    Event proposeCandidate(Candidate c); // id assigned when empty
+    Event setStatus(const CandidateId& id, CandidateStatus s, const std::string& reason = {});
+    Event recordEvaluation(const Evaluation& e); // writes evaluation.json; Accepted/Rejected follow from verdict
+    Event recordReview(const ReviewDecision& r);
+    Event moveHead(const CandidateId& id, const std::string& why);
+    Event setState(const std::string& state, const std::string& reason);
+    Event note(const std::string& text, const nlohmann::json& data = {});
+    Event agentMessage(const nlohmann::json& data); // prompts, replies, usage: secrets are never passed in
+    Event append(Event e); // generic
+
+    std::vector<Event> events() const;
+
+private:
+    SessionStore(std::filesystem::path dir, Session s);
+    Event appendLocked(Event e);
+
+    std::filesystem::path m_dir;
+    Session m_session;
+    std::vector<Event> m_events;
+    EventBus m_bus;
+    mutable std::mutex m_mutex;
+    int m_journalFd = -1;
+};
+
+// Applies one event to a session in memory (used by load and by live replay in the GUI).
+void applyEvent(Session& s, const Event& e);
+
+// Atomic file write: temp file in the same directory, fsync, rename, fsync directory.
+void writeFileAtomic(const std::filesystem::path& path, const std::string& content);
+std::string readFile(const std::filesystem::path& path, std::size_t maxBytes = 256u << 20);
+std::string sha256Hex(const std::string& data);
+
+} // namespace kl
