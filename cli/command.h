@@ -1,0 +1,48 @@
+#pragma once
+// kloop's command table. Each cmd_*.cpp registers its commands with a static CommandRegistration,
+// so adding a command touches no shared file.
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kl::cli {
+
+// Parsed arguments: positionals in order, --flag value / --flag=value options, and bare --switches.
+class Args {
+public:
+    Args(std::vector<std::string> argv, std::vector<std::string> switches);
+    const std::vector<std::string>& positionals() const { return m_positionals; }
+    std::optional<std::string> option(const std::string& name) const;
+    std::string optionOr(const std::string& name, const std::string& fallback) const;
+    bool has(const std::string& name) const; // switch or option present
+    const std::vector<std::string>& rest() const { return m_rest; } // after a bare "--"
+
+private:
+    std::vector<std::string> m_positionals;
+    std::map<std::string, std::string> m_options;
+    std::vector<std::string> m_rest;
+};
+
+struct Command {
+    std::string path; // "session new", "run", "trace analyze"
+    std::string synopsis; // one line for --help
+    std::string help; // full text for kloop help <command>
+    std::vector<std::string> switches; // flags that take no value, e.g. "json", "resume"
+    std::function<int(const Args&)> run; // returns the exit code
+};
+
+void registerCommand(Command c);
+const std::vector<Command>& commands();
+
+struct CommandRegistration {
+    explicit CommandRegistration(Command c) { registerCommand(std::move(c)); }
+};
+
+// Exit codes shared by all commands.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1; // the work failed (bad input, no GPU, ...)
+inline constexpr int kExitUsage = 2; // the command line was wrong
+
+} // namespace kl::cli
