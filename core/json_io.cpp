@@ -1,0 +1,798 @@
+#include "core/json_io.h"
+
+#include "core/errors.h"
+#include "core/session_store.h"
+
+#include <cmath>
+#include <filesystem>
+
+namespace kl {
+
+namespace jsonfield {
+
+const Json& require(const Json& j, const char* key, const std::string& where)
+{
+    if (!j.is_object())
+        throw InputError(where + ": expected a JSON object");
+    const auto it = j.find(key);
+    if (it == j.end())
+        throw InputError(where + "." + key + ": missing");
+    return *it;
+}
+
+std::string string(const Json& j, const char* key, const std::string& where)
+{
+    const Json& v = require(j, key, where);
+    if (!v.is_string())
+        throw InputError(where + "." + key + ": expected a string, got " + v.type_name());
+    return v.get<std::string>();
+}
+
+std::string stringOr(const Json& j, const char* key, const std::string& fallback, const std::string& where)
+{
+    if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
+        return fallback;
+    return string(j, key, where);
+}
+
+static std::int64_t asInteger(const Json& v, const std::string& path, std::int64_t min, std::int64_t max)
+{
+    std::int64_t x = 0;
+    if (v.is_number_unsigned()) {
+        const auto u = v.get<std::uint64_t>();
+        if (u > static_cast<std::uint64_t>(INT64_MAX))
+            throw InputError(path + ": number too large");
+        x = static_cast<std::int64_t>(u);
+    } else if (v.is_number_integer()) {
+        x = v.get<std::int64_t>();
+    } else if (v.is_number_float()) {
+        const double d = v.get<double>();
+        if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15)
+            throw InputError(path + ": expected an integer, got " + v.dump());
+        x = static_cast<std::int64_t>(d);
+    } else {
+        throw InputError(path + ": expected an integer, got " + std::string(v.type_name()));
+    }
+    if (x < min || x > max)
+        throw InputError(path + ": " + std::to_string(x) + " is outside [" + std::to_string(min) + ", "
+                         + std::to_string(max) + "]");
+    return x;
+}
+
+std::int64_t integer(const Json& j, const char* key, const std::string& where, std::int64_t min, std::int64_t max)
+{
+    return asInteger(require(j, key, where), where + "." + key, min, max);
+}
+
+std::int64_t integerOr(const Json& j, const char* key, std::int64_t fallback, const std::string& where,
+                       std::int64_t min, std::int64_t max)
+{
+    if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
+        return fallback;
+    return integer(j, key, where, min, max);
+}
+
+double number(const Json& j, const char* key, const std::string& where)
+{
+    const Json& v = require(j, key, where);
+    if (!v.is_number())
+        throw InputError(where + "." + key + ": expected a number, got " + v.type_name());
+    const double d = v.get<double>();
+    if (!std::isfinite(d))
+        throw InputError(where + "." + key + ": not finite");
+    return d;
+}
+
+double numberOr(const Json& j, const char* key, double fallback, const std::string& where)
+{
+    if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
+        return fallback;
+    return number(j, key, where);
+}
+
+bool booleanOr(const Json& j, const char* key, bool fallback, const std::string& where)
+{
+    if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
+        return fallback;
+    const Json& v = j.at(key);
+    if (!v.is_boolean())
+        throw InputError(where + "." + key + ": expected true or false, got " + v.type_name());
+    return v.get<bool>();
+}
+
+} // namespace jsonfield
+
+using namespace jsonfield;
+
+namespace {
+
+const Json& arrayField(const Json& j, const char* key, const std::string& where)
+{
+    const Json& v = require(j, key, where);
+    if (!v.is_array())
+        throw InputError(where + "." + key + ": expected an array, got " + v.type_name());
+    return v;
+}
+
+const Json* optionalArray(const Json& j, const char* key, const std::string& where)
+{
+    if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
+        return nullptr;
+    return &arrayField(j, key, where);
+}
+
+const Json* optionalObject(const Json& j, const char* key, const std::string& where)
+{
+    if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
+        return nullptr;
+    const Json& v = j.at(key);
+    if (!v.is_object())
+        throw InputError(where + "." + key + ": expected an object, got " + v.type_name());
+    return &v;
+}
+
+Expr exprField(const Json& j, const char* key, const std::string& where, const char* fallback = nullptr)
+{
+    std::string text;
+    if (fallback && (!j.contains(key) || j.at(key).is_null()))
+        text = fallback;
+    else {
+        const Json& v = require(j, key, where);
+        if (v.is_number_integer())
+            text = std::to_string(v.get<std::int64_t>());
+        else if (v.is_string())
+            text = v.get<std::string>();
+        else
+            throw InputError(where + "." + key + ": expected an expression string");
+    }
+    try {
+        return Expr::parse(text);
+    } catch (const ExprError& e) {
+        throw InputError(where + "." + key + ": " + e.what());
+    }
+}
+
+Json paramsToJson(const ParamValues& p)
+{
+    Json j = Json::object();
+    for (const auto& [k, v] : p)
+        j[k] = v;
+    return j;
+}
+
+ParamValues paramsFromJson(const Json& j, const std::string& where)
+{
+    if (!j.is_object())
+        throw InputError(where + ": expected an object of parameter values");
+    ParamValues p;
+    for (const auto& [k, v] : j.items()) {
+        if (k.empty() || k.size() > 64)
+            throw InputError(where + ": bad parameter name");
+        p[k] = jsonfield::asInteger(v, where + "." + k, INT32_MIN, INT32_MAX);
+    }
+    return p;
+}
+
+} // namespace
+
+Json toJson(const Candidate& c, bool withSource)
+{
+    Json j = {{"id", c.id},
+              {"parent", c.parentId},
+              {"params", paramsToJson(c.params)},
+              {"author", authorName(c.author)},
+              {"agent", c.agent},
+              {"hypothesis", c.hypothesisId},
+              {"status", statusName(c.status)},
+              {"status_reason", c.statusReason},
+              {"created_ms", c.createdMs},
+              {"source_sha256", c.sourceHash}};
+    if (withSource)
+        j["source"] = c.source;
+    return j;
+}
+
+Candidate candidateFromJson(const Json& j, const std::string& where)
+{
+    Candidate c;
+    c.id = string(j, "id", where);
+    if (!isSafeId(c.id))
+        throw InputError(where + ".id: '" + c.id + "' is not a safe candidate id");
+    c.parentId = stringOr(j, "parent", "", where);
+    if (!c.parentId.empty() && !isSafeId(c.parentId))
+        throw InputError(where + ".parent: '" + c.parentId + "' is not a safe candidate id");
+    if (j.contains("params"))
+        c.params = paramsFromJson(j.at("params"), where + ".params");
+    c.author = authorFromName(stringOr(j, "author", "human", where));
+    c.agent = stringOr(j, "agent", "", where);
+    c.hypothesisId = stringOr(j, "hypothesis", "", where);
+    try {
+        c.status = statusFromName(stringOr(j, "status", "proposed", where));
+    } catch (const InputError& e) {
+        throw InputError(where + ".status: " + e.what());
+    }
+    c.statusReason = stringOr(j, "status_reason", "", where);
+    c.createdMs = integerOr(j, "created_ms", 0, where, 0);
+    c.sourceHash = stringOr(j, "source_sha256", "", where);
+    c.source = stringOr(j, "source", "", where);
+    return c;
+}
+
+Json toJson(const Hypothesis& h)
+{
+    return {{"id", h.id}, {"text", h.text}, {"author", authorName(h.author)}, {"created_ms", h.createdMs}};
+}
+
+Hypothesis hypothesisFromJson(const Json& j, const std::string& where)
+{
+    Hypothesis h;
+    h.id = string(j, "id", where);
+    if (!isSafeId(h.id))
+        throw InputError(where + ".id: '" + h.id + "' is not a safe id");
+    h.text = string(j, "text", where);
+    h.author = authorFromName(stringOr(j, "author", "human", where));
+    h.createdMs = integerOr(j, "created_ms", 0, where, 0);
+    return h;
+}
+
+Json toJson(const ReviewDecision& r)
+{
+    return {{"candidate", r.candidateId}, {"approved", r.approved}, {"reason", r.reason}, {"decided_ms", r.decidedMs}};
+}
+
+ReviewDecision reviewFromJson(const Json& j, const std::string& where)
+{
+    ReviewDecision r;
+    r.candidateId = string(j, "candidate", where);
+    r.approved = booleanOr(j, "approved", false, where);
+    r.reason = stringOr(j, "reason", "", where);
+    r.decidedMs = integerOr(j, "decided_ms", 0, where, 0);
+    return r;
+}
+
+Json toJson(const DeviceInfo& d)
+{
+    return {{"name", d.name},
+            {"cc_major", d.ccMajor},
+            {"cc_minor", d.ccMinor},
+            {"arch", d.arch},
+            {"sm_count", d.smCount},
+            {"l2_bytes", d.l2Bytes},
+            {"shared_per_block", d.sharedPerBlock},
+            {"shared_per_block_optin", d.sharedPerBlockOptin},
+            {"shared_per_sm", d.sharedPerSm},
+            {"regs_per_block", d.regsPerBlock},
+            {"regs_per_sm", d.regsPerSm},
+            {"max_threads_per_block", d.maxThreadsPerBlock},
+            {"max_threads_per_sm", d.maxThreadsPerSm},
+            {"warp_size", d.warpSize},
+            {"global_mem_bytes", d.globalMemBytes},
+            {"sm_clock_mhz", d.smClockMHz},
+            {"mem_clock_mhz", d.memClockMHz},
+            {"mem_bus_width_bits", d.memBusWidthBits},
+            {"driver_version", d.driverVersion},
+            {"cuda_driver_api", d.cudaDriverApi},
+            {"cuda_runtime", d.cudaRuntime},
+            {"nvrtc_version", d.nvrtcVersion},
+            {"uuid", d.uuid},
+            {"measured_copy_bandwidth", d.measuredCopyBandwidth}};
+}
+
+DeviceInfo deviceFromJson(const Json& j, const std::string& where)
+{
+    DeviceInfo d;
+    if (j.is_null())
+        return d;
+    const std::int64_t big = std::int64_t(1) << 50;
+    d.name = stringOr(j, "name", "", where);
+    d.ccMajor = static_cast<int>(integerOr(j, "cc_major", 0, where, 0, 100));
+    d.ccMinor = static_cast<int>(integerOr(j, "cc_minor", 0, where, 0, 100));
+    d.arch = stringOr(j, "arch", "", where);
+    d.smCount = static_cast<int>(integerOr(j, "sm_count", 0, where, 0, 100000));
+    d.l2Bytes = integerOr(j, "l2_bytes", 0, where, 0, big);
+    d.sharedPerBlock = integerOr(j, "shared_per_block", 0, where, 0, big);
+    d.sharedPerBlockOptin = integerOr(j, "shared_per_block_optin", 0, where, 0, big);
+    d.sharedPerSm = integerOr(j, "shared_per_sm", 0, where, 0, big);
+    d.regsPerBlock = static_cast<int>(integerOr(j, "regs_per_block", 0, where, 0, 1 << 24));
+    d.regsPerSm = static_cast<int>(integerOr(j, "regs_per_sm", 0, where, 0, 1 << 24));
+    d.maxThreadsPerBlock = static_cast<int>(integerOr(j, "max_threads_per_block", 0, where, 0, 1 << 20));
+    d.maxThreadsPerSm = static_cast<int>(integerOr(j, "max_threads_per_sm", 0, where, 0, 1 << 20));
+    d.warpSize = static_cast<int>(integerOr(j, "warp_size", 32, where, 1, 1024));
+    d.globalMemBytes = integerOr(j, "global_mem_bytes", 0, where, 0, big);
+    d.smClockMHz = static_cast<int>(integerOr(j, "sm_clock_mhz", 0, where, 0, 100000));
+    d.memClockMHz = static_cast<int>(integerOr(j, "mem_clock_mhz", 0, where, 0, 100000));
+    d.memBusWidthBits = static_cast<int>(integerOr(j, "mem_bus_width_bits", 0, where, 0, 1 << 20));
+    d.driverVersion = stringOr(j, "driver_version", "", where);
+    d.cudaDriverApi = stringOr(j, "cuda_driver_api", "", where);
+    d.cudaRuntime = stringOr(j, "cuda_runtime", "", where);
+    d.nvrtcVersion = stringOr(j, "nvrtc_version", "", where);
+    d.uuid = stringOr(j, "uuid", "", where);
+    d.measuredCopyBandwidth = numberOr(j, "measured_copy_bandwidth", 0, where);
+    return d;
+}
+
+Json toJson(const DeviceSample& d)
+{
+    return {{"sm_clock_mhz", d.smClockMHz},     {"mem_clock_mhz", d.memClockMHz}, {"temperature_c", d.temperatureC},
+            {"power_w", d.powerW},              {"throttle_reasons", d.throttleReasons},
+            {"throttle_text", d.throttleText}, {"available", d.available}};
+}
+
+DeviceSample deviceSampleFromJson(const Json& j, const std::string& where)
+{
+    DeviceSample d;
+    if (j.is_null())
+        return d;
+    d.smClockMHz = static_cast<int>(integerOr(j, "sm_clock_mhz", 0, where, 0, 100000));
+    d.memClockMHz = static_cast<int>(integerOr(j, "mem_clock_mhz", 0, where, 0, 100000));
+    d.temperatureC = static_cast<int>(integerOr(j, "temperature_c", 0, where, -100, 1000));
+    d.powerW = numberOr(j, "power_w", 0, where);
+    d.throttleReasons = static_cast<std::uint64_t>(integerOr(j, "throttle_reasons", 0, where, 0));
+    d.throttleText = stringOr(j, "throttle_text", "", where);
+    d.available = booleanOr(j, "available", false, where);
+    return d;
+}
+
+Json toJson(const Shape& s)
+{
+    Json dims = Json::object();
+    for (const auto& [k, v] : s.dims)
+        dims[k] = v;
+    return {{"dims", dims}, {"weight", s.weight}};
+}
+
+Shape shapeFromJson(const Json& j, const std::string& where)
+{
+    Shape s;
+    const Json& dims = require(j, "dims", where);
+    if (!dims.is_object() || dims.empty())
+        throw InputError(where + ".dims: expected a non-empty object of dim values");
+    for (const auto& [k, v] : dims.items())
+        s.dims[k] = jsonfield::asInteger(v, where + ".dims." + k, 0, std::int64_t(1) << 40);
+    s.weight = numberOr(j, "weight", 1.0, where);
+    if (s.weight < 0)
+        throw InputError(where + ".weight: must not be negative");
+    return s;
+}
+
+Json toJson(const SessionSettings& s)
+{
+    Json extra = Json::object();
+    for (const auto& [k, v] : s.extra)
+        extra[k] = v;
+    return {{"objective", s.objective},
+            {"agent", s.agent},
+            {"budget",
+             {{"max_evaluations", s.budget.maxEvaluations},
+              {"max_minutes", s.budget.maxMinutes},
+              {"convergence_window", s.budget.convergenceWindow}}},
+            {"review_jump_factor", s.reviewJumpFactor},
+            {"auto_approve_llm", s.autoApproveLlm},
+            {"extra", extra}};
+}
+
+SessionSettings settingsFromJson(const Json& j, const std::string& where)
+{
+    SessionSettings s;
+    if (j.is_null())
+        return s;
+    s.objective = stringOr(j, "objective", s.objective, where);
+    s.agent = stringOr(j, "agent", "", where);
+    if (const Json* b = optionalObject(j, "budget", where)) {
+        s.budget.maxEvaluations = static_cast<int>(integerOr(*b, "max_evaluations", 0, where + ".budget", 0, 100000000));
+        s.budget.maxMinutes = numberOr(*b, "max_minutes", 0, where + ".budget");
+        s.budget.convergenceWindow
+            = static_cast<int>(integerOr(*b, "convergence_window", 0, where + ".budget", 0, 100000000));
+    }
+    s.reviewJumpFactor = numberOr(j, "review_jump_factor", 2.0, where);
+    s.autoApproveLlm = booleanOr(j, "auto_approve_llm", false, where);
+    if (const Json* e = optionalObject(j, "extra", where))
+        for (const auto& [k, v] : e->items()) {
+            if (!v.is_string())
+                throw InputError(where + ".extra." + k + ": expected a string");
+            s.extra[k] = v.get<std::string>();
+        }
+    return s;
+}
+
+Json toJson(const TimingStats& t)
+{
+    return {{"median_us", t.medianUs}, {"p10_us", t.p10Us},     {"p90_us", t.p90Us},
+            {"ci_low_us", t.ciLowUs},  {"ci_high_us", t.ciHighUs}, {"samples", t.samples},
+            {"graph_mode", t.graphMode}, {"launches_per_sample", t.launchesPerSample}};
+}
+
+TimingStats timingFromJson(const Json& j, const std::string& where)
+{
+    TimingStats t;
+    t.medianUs = number(j, "median_us", where);
+    t.p10Us = numberOr(j, "p10_us", t.medianUs, where);
+    t.p90Us = numberOr(j, "p90_us", t.medianUs, where);
+    t.ciLowUs = numberOr(j, "ci_low_us", t.medianUs, where);
+    t.ciHighUs = numberOr(j, "ci_high_us", t.medianUs, where);
+    t.samples = static_cast<int>(integerOr(j, "samples", 0, where, 0, 100000000));
+    t.graphMode = booleanOr(j, "graph_mode", false, where);
+    t.launchesPerSample = static_cast<int>(integerOr(j, "launches_per_sample", 1, where, 1, 100000000));
+    return t;
+}
+
+Json toJson(const VerdictReason& r)
+{
+    Json j = {{"rule", r.rule}, {"message", r.message}, {"blocking", r.blocking}};
+    if (r.line > 0)
+        j["line"] = r.line;
+    return j;
+}
+
+VerdictReason reasonFromJson(const Json& j, const std::string& where)
+{
+    VerdictReason r;
+    r.rule = string(j, "rule", where);
+    r.message = stringOr(j, "message", "", where);
+    r.line = static_cast<int>(integerOr(j, "line", 0, where, 0, 100000000));
+    r.blocking = booleanOr(j, "blocking", true, where);
+    return r;
+}
+
+namespace {
+
+Json toJson(const CorrectnessStats& c)
+{
+    return {{"rel_l2", c.relL2},
+            {"max_abs", c.maxAbs},
+            {"non_finite", c.nonFinite},
+            {"full_coverage", c.fullCoverage},
+            {"canaries_intact", c.canariesIntact},
+            {"inputs_unchanged", c.inputsUnchanged},
+            {"seed", c.seed},
+            {"distribution", c.distribution},
+            {"passed", c.passed}};
+}
+
+CorrectnessStats correctnessFromJson(const Json& j, const std::string& where)
+{
+    CorrectnessStats c;
+    c.relL2 = numberOr(j, "rel_l2", 0, where);
+    c.maxAbs = numberOr(j, "max_abs", 0, where);
+    c.nonFinite = booleanOr(j, "non_finite", false, where);
+    c.fullCoverage = booleanOr(j, "full_coverage", true, where);
+    c.canariesIntact = booleanOr(j, "canaries_intact", true, where);
+    c.inputsUnchanged = booleanOr(j, "inputs_unchanged", true, where);
+    if (j.contains("seed")) {
+        if (!j.at("seed").is_number_unsigned() && !j.at("seed").is_number_integer())
+            throw InputError(where + ".seed: expected an integer");
+        c.seed = j.at("seed").get<std::uint64_t>();
+    }
+    c.distribution = stringOr(j, "distribution", "", where);
+    c.passed = booleanOr(j, "passed", false, where);
+    return c;
+}
+
+Json toJson(const CompileReport& r)
+{
+    Json kernels = Json::array();
+    for (const auto& k : r.kernels)
+        kernels.push_back({{"kernel", k.kernel},
+                           {"registers", k.registers},
+                           {"spill_stores", k.spillStores},
+                           {"spill_loads", k.spillLoads},
+                           {"static_shared_bytes", k.staticSharedBytes},
+                           {"local_bytes", k.localBytes},
+                           {"max_threads_per_block", k.maxThreadsPerBlock}});
+    return {{"ok", r.ok}, {"log", r.log}, {"compile_ms", r.compileMs}, {"cache_hit", r.cacheHit}, {"kernels", kernels}};
+}
+
+CompileReport compileFromJson(const Json& j, const std::string& where)
+{
+    CompileReport r;
+    if (j.is_null())
+        return r;
+    r.ok = booleanOr(j, "ok", false, where);
+    r.log = stringOr(j, "log", "", where);
+    r.compileMs = numberOr(j, "compile_ms", 0, where);
+    r.cacheHit = booleanOr(j, "cache_hit", false, where);
+    if (const Json* ks = optionalArray(j, "kernels", where)) {
+        int i = 0;
+        for (const auto& k : *ks) {
+            const std::string w = where + ".kernels[" + std::to_string(i++) + "]";
+            CompileReport::KernelResources kr;
+            kr.kernel = string(k, "kernel", w);
+            kr.registers = static_cast<int>(integerOr(k, "registers", 0, w, 0, 1 << 20));
+            kr.spillStores = static_cast<int>(integerOr(k, "spill_stores", 0, w, 0, 1 << 30));
+            kr.spillLoads = static_cast<int>(integerOr(k, "spill_loads", 0, w, 0, 1 << 30));
+            kr.staticSharedBytes = static_cast<int>(integerOr(k, "static_shared_bytes", 0, w, 0, 1 << 30));
+            kr.localBytes = static_cast<int>(integerOr(k, "local_bytes", 0, w, 0, 1 << 30));
+            kr.maxThreadsPerBlock = static_cast<int>(integerOr(k, "max_threads_per_block", 0, w, 0, 1 << 20));
+            r.kernels.push_back(kr);
+        }
+    }
+    return r;
+}
+
+} // namespace
+
+Json toJson(const Evaluation& e)
+{
+    Json reasons = Json::array();
+    for (const auto& r : e.reasons)
+        reasons.push_back(toJson(r));
+    Json shapes = Json::array();
+    for (const auto& s : e.shapes) {
+        Json checks = Json::array();
+        for (const auto& c : s.checks)
+            checks.push_back(toJson(c));
+        Json js = {{"shape", toJson(s.shape)}, {"held_out", s.heldOut},          {"checks", checks},
+                   {"correct", s.correct},    {"speedup", s.speedup},            {"speedup_ci_low", s.speedupCiLow},
+                   {"speedup_ci_high", s.speedupCiHigh}};
+        if (s.timing)
+            js["timing"] = toJson(*s.timing);
+        if (s.baselineTiming)
+            js["baseline_timing"] = toJson(*s.baselineTiming);
+        if (s.graphTiming)
+            js["graph_timing"] = toJson(*s.graphTiming);
+        shapes.push_back(js);
+    }
+    return {{"candidate", e.candidateId},
+            {"verdict", verdictName(e.verdict)},
+            {"reasons", reasons},
+            {"compile", toJson(e.compile)},
+            {"shapes", shapes},
+            {"objective", e.objective},
+            {"objective_ci_low", e.objectiveCiLow},
+            {"objective_ci_high", e.objectiveCiHigh},
+            {"device_before", toJson(e.deviceBefore)},
+            {"device_after", toJson(e.deviceAfter)},
+            {"started_ms", e.startedMs},
+            {"finished_ms", e.finishedMs}};
+}
+
+Evaluation evaluationFromJson(const Json& j, const std::string& where)
+{
+    Evaluation e;
+    e.candidateId = string(j, "candidate", where);
+    try {
+        e.verdict = verdictFromName(string(j, "verdict", where));
+    } catch (const InputError& err) {
+        throw InputError(where + ".verdict: " + err.what());
+    }
+    if (const Json* rs = optionalArray(j, "reasons", where)) {
+        int i = 0;
+        for (const auto& r : *rs)
+            e.reasons.push_back(reasonFromJson(r, where + ".reasons[" + std::to_string(i++) + "]"));
+    }
+    if (j.contains("compile"))
+        e.compile = compileFromJson(j.at("compile"), where + ".compile");
+    if (const Json* ss = optionalArray(j, "shapes", where)) {
+        int i = 0;
+        for (const auto& s : *ss) {
+            const std::string w = where + ".shapes[" + std::to_string(i++) + "]";
+            ShapeResult r;
+            r.shape = shapeFromJson(require(s, "shape", w), w + ".shape");
+            r.heldOut = booleanOr(s, "held_out", false, w);
+            if (const Json* cs = optionalArray(s, "checks", w)) {
+                int k = 0;
+                for (const auto& c : *cs)
+                    r.checks.push_back(correctnessFromJson(c, w + ".checks[" + std::to_string(k++) + "]"));
+            }
+            r.correct = booleanOr(s, "correct", false, w);
+            r.speedup = numberOr(s, "speedup", 0, w);
+            r.speedupCiLow = numberOr(s, "speedup_ci_low", 0, w);
+            r.speedupCiHigh = numberOr(s, "speedup_ci_high", 0, w);
+            if (const Json* t = optionalObject(s, "timing", w))
+                r.timing = timingFromJson(*t, w + ".timing");
+            if (const Json* t = optionalObject(s, "baseline_timing", w))
+                r.baselineTiming = timingFromJson(*t, w + ".baseline_timing");
+            if (const Json* t = optionalObject(s, "graph_timing", w))
+                r.graphTiming = timingFromJson(*t, w + ".graph_timing");
+            e.shapes.push_back(std::move(r));
+        }
+    }
+    e.objective = numberOr(j, "objective", 0, where);
+    e.objectiveCiLow = numberOr(j, "objective_ci_low", 0, where);
+    e.objectiveCiHigh = numberOr(j, "objective_ci_high", 0, where);
+    if (j.contains("device_before"))
+        e.deviceBefore = deviceSampleFromJson(j.at("device_before"), where + ".device_before");
+    if (j.contains("device_after"))
+        e.deviceAfter = deviceSampleFromJson(j.at("device_after"), where + ".device_after");
+    e.startedMs = integerOr(j, "started_ms", 0, where, 0);
+    e.finishedMs = integerOr(j, "finished_ms", 0, where, 0);
+    return e;
+}
+
+Problem problemFromJson(const Json& j, const std::string& where)
+{
+    Problem p;
+    p.name = string(j, "name", where);
+    if (!isSafeId(p.name))
+        throw InputError(where + ".name: '" + p.name + "' must be letters, digits, '_' or '-'");
+    p.description = stringOr(j, "description", "", where);
+    if (const Json* tags = optionalArray(j, "tags", where))
+        for (const auto& t : *tags) {
+            if (!t.is_string())
+                throw InputError(where + ".tags: expected strings");
+            p.tags.push_back(t.get<std::string>());
+        }
+    {
+        int i = 0;
+        for (const auto& d : arrayField(j, "dims", where)) {
+            const std::string w = where + ".dims[" + std::to_string(i++) + "]";
+            DimSpec ds;
+            ds.name = string(d, "name", w);
+            ds.min = integer(d, "min", w, 0, std::int64_t(1) << 40);
+            ds.max = integer(d, "max", w, ds.min, std::int64_t(1) << 40);
+            ds.multipleOf = integerOr(d, "multiple_of", 1, w, 1, std::int64_t(1) << 20);
+            ds.logUniform = booleanOr(d, "log_uniform", true, w);
+            p.dims.push_back(ds);
+        }
+    }
+    if (const Json* cs = optionalArray(j, "dim_constraints", where)) {
+        int i = 0;
+        for (const auto& c : *cs) {
+            const std::string w = where + ".dim_constraints[" + std::to_string(i++) + "]";
+            if (!c.is_string())
+                throw InputError(w + ": expected an expression string");
+            try {
+                p.dimConstraints.push_back(Expr::parse(c.get<std::string>()));
+            } catch (const ExprError& e) {
+                throw InputError(w + ": " + e.what());
+            }
+        }
+    }
+    if (const Json* ss = optionalArray(j, "scalars", where)) {
+        int i = 0;
+        for (const auto& s : *ss) {
+            const std::string w = where + ".scalars[" + std::to_string(i++) + "]";
+            ScalarSpec sc;
+            sc.name = string(s, "name", w);
+            const auto dt = dtypeFromName(stringOr(s, "dtype", "f32", w));
+            if (!dt || (*dt != DType::F32 && *dt != DType::I32))
+                throw InputError(w + ".dtype: scalars are f32 or i32");
+            sc.dtype = *dt;
+            sc.value = number(s, "value", w);
+            p.scalars.push_back(sc);
+        }
+    }
+    {
+        int i = 0;
+        for (const auto& t : arrayField(j, "tensors", where)) {
+            const std::string w = where + ".tensors[" + std::to_string(i++) + "]";
+            TensorSpec ts;
+            ts.name = string(t, "name", w);
+            const std::string dt = string(t, "dtype", w);
+            const auto d = dtypeFromName(dt);
+            if (!d)
+                throw InputError(w + ".dtype: unknown dtype '" + dt + "'");
+            ts.dtype = *d;
+            int k = 0;
+            for (const auto& e : arrayField(t, "shape", w)) {
+                const std::string wk = w + ".shape[" + std::to_string(k++) + "]";
+                try {
+                    ts.shape.push_back(Expr::parse(e.is_string() ? e.get<std::string>() : e.dump()));
+                } catch (const ExprError& err) {
+                    throw InputError(wk + ": " + err.what());
+                }
+            }
+            const std::string role = string(t, "role", w);
+            if (role != "input" && role != "output")
+                throw InputError(w + ".role: expected input or output");
+            ts.role = role == "input" ? TensorRole::Input : TensorRole::Output;
+            ts.scale = numberOr(t, "scale", 1.0, w);
+            p.tensors.push_back(std::move(ts));
+        }
+    }
+    bool hasOutput = false;
+    for (const auto& t : p.tensors)
+        hasOutput |= t.role == TensorRole::Output;
+    if (!hasOutput)
+        throw InputError(where + ".tensors: at least one output is required");
+    auto shapes = [&](const char* key, std::vector<Shape>& out) {
+        if (const Json* ss = optionalArray(j, key, where)) {
+            int i = 0;
+            for (const auto& s : *ss) {
+                const std::string w = where + "." + key + "[" + std::to_string(i++) + "]";
+                Shape sh = shapeFromJson(s, w);
+                std::string why;
+                if (!p.shapeIsValid(sh, &why))
+                    throw InputError(w + ": " + why);
+                out.push_back(std::move(sh));
+            }
+        }
+    };
+    shapes("tuning_shapes", p.tuningShapes);
+    shapes("verify_shapes", p.verifyShapes);
+    if (p.tuningShapes.empty())
+        throw InputError(where + ".tuning_shapes: at least one shape is required");
+    if (const Json* tol = optionalObject(j, "tolerances", where))
+        for (const auto& [k, v] : tol->items()) {
+            const auto d = dtypeFromName(k);
+            if (!d)
+                throw InputError(where + ".tolerances: unknown dtype '" + k + "'");
+            p.tolerances[*d] = {number(v, "rel_l2", where + ".tolerances." + k),
+                                number(v, "max_abs", where + ".tolerances." + k)};
+        }
+    p.flops = exprField(j, "flops", where, "0");
+    p.bytes = exprField(j, "bytes", where, "0");
+    p.referenceFile = stringOr(j, "reference", p.referenceFile, where);
+    p.baselineFile = stringOr(j, "baseline", p.baselineFile, where);
+    p.templateFile = stringOr(j, "template", p.templateFile, where);
+    for (const auto* f : {&p.referenceFile, &p.baselineFile, &p.templateFile})
+        if (f->find('/') != std::string::npos || f->find("..") != std::string::npos)
+            throw InputError(where + ": source file names must be plain names in the problem folder, got '" + *f + "'");
+    p.libraryBaseline = stringOr(j, "library_baseline", "", where);
+    return p;
+}
+
+Json toJson(const Problem& p)
+{
+    Json dims = Json::array();
+    for (const auto& d : p.dims)
+        dims.push_back({{"name", d.name},
+                        {"min", d.min},
+                        {"max", d.max},
+                        {"multiple_of", d.multipleOf},
+                        {"log_uniform", d.logUniform}});
+    Json cons = Json::array();
+    for (const auto& c : p.dimConstraints)
+        cons.push_back(c.text());
+    Json scalars = Json::array();
+    for (const auto& s : p.scalars)
+        scalars.push_back({{"name", s.name}, {"dtype", dtypeName(s.dtype)}, {"value", s.value}});
+    Json tensors = Json::array();
+    for (const auto& t : p.tensors) {
+        Json shape = Json::array();
+        for (const auto& e : t.shape)
+            shape.push_back(e.text());
+        tensors.push_back({{"name", t.name},
+                           {"dtype", dtypeName(t.dtype)},
+                           {"shape", shape},
+                           {"role", t.role == TensorRole::Input ? "input" : "output"},
+                           {"scale", t.scale}});
+    }
+    Json tuning = Json::array(), verify = Json::array();
+    for (const auto& s : p.tuningShapes)
+        tuning.push_back(toJson(s));
+    for (const auto& s : p.verifyShapes)
+        verify.push_back(toJson(s));
+    Json tol = Json::object();
+    for (const auto& [d, t] : p.tolerances)
+        tol[dtypeName(d)] = {{"rel_l2", t.relL2}, {"max_abs", t.maxAbs}};
+    Json tags = p.tags;
+    return {{"name", p.name},
+            {"description", p.description},
+            {"tags", tags},
+            {"dims", dims},
+            {"dim_constraints", cons},
+            {"scalars", scalars},
+            {"tensors", tensors},
+            {"tuning_shapes", tuning},
+            {"verify_shapes", verify},
+            {"tolerances", tol},
+            {"flops", p.flops.text()},
+            {"bytes", p.bytes.text()},
+            {"reference", p.referenceFile},
+            {"baseline", p.baselineFile},
+            {"template", p.templateFile},
+            {"library_baseline", p.libraryBaseline}};
+}
+
+Problem loadProblem(const std::string& folder)
+{
+    const std::filesystem::path file = std::filesystem::path(folder) / "problem.json";
+    std::string text;
+    try {
+        text = readFile(file, 4u << 20);
+    } catch (const std::exception& e) {
+        throw InputError(file.string() + ": " + e.what());
+    }
+    Json j;
+    try {
+        j = Json::parse(text);
+    } catch (const Json::parse_error& e) {
+        throw InputError(file.string() + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+    }
+    Problem p = problemFromJson(j, file.string());
+    p.folder = folder;
+    return p;
+}
+
+} // namespace kl

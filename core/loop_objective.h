@@ -1,0 +1,56 @@
+#pragma once
+// The session objective and the loop's accept/reject rule. Pure functions over evaluations so the
+// decision can be tested without a loop, a store or a GPU.
+#include "core/evaluation.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kl {
+
+// Names accepted in SessionSettings::objective. Every objective is "higher is better".
+//   weighted-geomean-speedup  exp(sum w_i log s_i / sum w_i) over the timed tuning shapes (default)
+//   geomean-speedup           the same with every weight 1
+//   min-speedup               the worst shape's speedup
+const std::vector<std::string>& objectiveNames();
+bool isKnownObjective(const std::string& name);
+
+// The objective of one evaluation with a 95% confidence interval, derived from the per-shape speedup
+// intervals in log space (shapes treated as independent).
+struct ObjectiveValue {
+    double value = 0;
+    double ciLow = 0;
+    double ciHigh = 0;
+    double logHalfWidth() const; // half width of the interval in log space
+};
+
+// Throws InputError for an unknown objective name. nullopt (with *why) when the evaluation has no usable
+// speedup on some timed shape.
+std::optional<ObjectiveValue> computeObjective(const Evaluation& e, const std::string& objective,
+                                               std::string* why = nullptr);
+
+struct DecideInput {
+    const Evaluation* evaluation = nullptr; // what the evaluator returned
+    std::string objective = "weighted-geomean-speedup";
+    std::optional<ObjectiveValue> best; // the session's best so far; nullopt: compare against the baseline
+    std::string bestId; // for messages
+    double reviewJumpFactor = 2.0; // an improvement above this factor goes to a human; <= 1: never
+};
+
+struct Decision {
+    Verdict verdict = Verdict::Rejected; // Accepted, Rejected, PendingReview, CompileFailed, Crashed, TimedOut
+    std::vector<VerdictReason> reasons; // the evaluator's reasons followed by the loop's own
+    std::optional<ObjectiveValue> objective;
+    bool improves = false; // faster than the best with the interval of the ratio above 1.0
+};
+
+// The rule: accepted only if correct on every verification shape, unflagged, and faster than the best on
+// the objective with the confidence interval of the ratio excluding 1.0. A flagged candidate (non-blocking
+// reason or PendingReview from the referee) that improves waits for a human; it is never auto-accepted.
+Decision decide(const DecideInput& in);
+
+// The evaluation as recorded: verdict, reasons and objective from the decision.
+Evaluation applyDecision(Evaluation e, const Decision& d);
+
+} // namespace kl

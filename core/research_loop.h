@@ -1,0 +1,138 @@
+#pragma once
+// The research loop: propose -> compile -> verify -> time -> decide -> record -> repeat.
+//
+// Threads: run() is the coordinator (it alone talks to the agent and writes the store), a compile pool
+// calls Evaluator::compile on the proposals queued ahead, and one device thread calls Evaluator::evaluate,
+// so the GPU never waits for NVRTC. Everything is recorded through the SessionStore; after a crash,
+// constructing a loop on the reopened store and calling run() continues where it stopped: recorded
+// evaluations are never repeated, unfinished candidates are evaluated first.
+#include "core/agent.h"
+#include "core/evaluator.h"
+#include "core/loop_measurement_cache.h"
+#include "core/loop_objective.h"
+#include "core/session_store.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kl {
+
+struct LoopOptions {
+    int compileThreads = 2;
+    int pipelineDepth = 4; // candidates proposed and compiled ahead of the device
+    EvaluateOptions evaluate;
+    MeasurementCache* cache = nullptr; // the tuning database; nullptr: only this session's records are reused
+};
+
+struct LoopResult {
+    std::string state; // "finished", "stopped" or "failed"
+    std::string reason; // why it stopped, in words
+    int evaluatedThisRun = 0; // Evaluator::evaluate calls
+    int recordedThisRun = 0; // evaluations recorded (including reuses and pruned configurations)
+    int reusedThisRun = 0; // taken from the tuning database or this session's records instead of measured
+    std::optional<CandidateId> best;
+    double bestObjective = 0;
+};
+
+class ResearchLoop {
+public:
+    ResearchLoop(SessionStore& store, Evaluator& evaluator, Agent& agent, LoopOptions options = {});
+    ~ResearchLoop();
+    ResearchLoop(const ResearchLoop&) = delete;
+    ResearchLoop& operator=(const ResearchLoop&) = delete;
+
+    // Blocks until a stop condition holds. Call it from one thread; the other members are thread-safe.
+    LoopResult run();
+
+    // The user's stop: no new evaluation starts; the one on the device finishes and is recorded unless
+    // cancelInFlight (then it is dropped unrecorded and evaluated again on resume).
+    void requestStop(const std::string& reason = "stopped by the user", bool cancelInFlight = false);
+    void pause();
+    void resume();
+    bool isPaused() const;
+    // Rollback / branch: the next proposals branch from this node. Nothing is deleted.
+    void branchFrom(const CandidateId& id, const std::string& why = "picked by the engineer");
+    // The engineer's decision on a PendingReview candidate: before evaluation, approval queues it; after,
+    // approval accepts it if it still beats the best.
+    void review(const CandidateId& id, bool approved, const std::string& reason);
+
+    std::optional<CandidateId> best() const;
+
+private:
+    struct Job {
+        Candidate candidate;
+        bool compiled = false;
+        bool compileStarted = false;
+        CompileReport report;
+        std::optional<VerdictReason> pruned; // after compilation: the device cannot run it
+    };
+    struct Message {
+        enum class Kind { Started, Finished, Failed } kind = Kind::Finished;
+        CandidateId id;
+        Candidate candidate;
+        Evaluation evaluation;
+        bool measured = false; // evaluate() ran (false: compile failure or pruning)
+        std::string error;
+    };
+
+    void compileWorker();
+    void deviceWorker();
+    void runCommand(std::function<void()> cmd);
+
+    // Coordinator-only (run()'s thread, or the caller while no run() is active).
+    void restoreFromStore();
+    void askAgent(int count);
+    void enqueue(const Candidate& c);
+    void handle(Message& m);
+    void recordDecided(const Candidate& c, const Evaluation& raw, bool measured);
+    void reviewNow(const CandidateId& id, bool approved, const std::string& reason);
+    std::optional<std::string> stopCondition();
+    int budgetLeft() const;
+    void setBest(const CandidateId& id, const ObjectiveValue& v);
+    const Session& session() const { return m_store.session(); }
+
+    SessionStore& m_store;
+    Evaluator& m_evaluator;
+    Agent& m_agent;
+    LoopOptions m_options;
+
+    // Shared with the workers, under m_mutex.
+    mutable std::mutex m_mutex;
+    std::condition_variable m_cv;
+    std::list<std::shared_ptr<Job>> m_jobs; // waiting for the device, in proposal order
+    std::deque<std::shared_ptr<Job>> m_compileQueue;
+    std::deque<Message> m_messages;
+    std::deque<std::function<void()>> m_commands;
+    std::string m_onDevice; // candidate being evaluated
+    bool m_running = false;
+    bool m_shutdown = false;
+    bool m_stopRequested = false;
+    bool m_dropInFlight = false;
+    std::string m_stopReason;
+    bool m_paused = false;
+    CancelToken m_deviceCancel;
+
+    // Coordinator state.
+    std::optional<CandidateId> m_best;
+    std::optional<ObjectiveValue> m_bestValue;
+    std::map<std::string, Evaluation> m_measured; // key digest -> the evaluator's output, this session
+    int m_sinceImprovement = 0;
+    bool m_agentExhausted = false;
+    bool m_agentWaiting = false; // the agent returned nothing while work was in flight
+    std::int64_t m_startMs = 0;
+    std::int64_t m_pausedMs = 0;
+    std::int64_t m_pauseStartedMs = 0;
+    LoopResult m_result;
+};
+
+} // namespace kl

@@ -1,0 +1,582 @@
+#include "core/session_store.h"
+
+#include "core/errors.h"
+#include "core/json_io.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace kl {
+
+namespace {
+
+constexpr const char* kHeaderFile = "session.json";
+constexpr const char* kJournalFile = "journal.jsonl";
+constexpr std::size_t kMaxJournalBytes = std::size_t(2) << 30;
+
+[[noreturn]] void throwErrno(const std::string& what)
+{
+    throw std::runtime_error(what + ": " + std::strerror(errno));
+}
+
+void fsyncDir(const fs::path& dir)
+{
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ::fsync(fd);
+    ::close(fd);
+}
+
+void writeAll(int fd, const char* data, std::size_t size, const std::string& what)
+{
+    while (size > 0) {
+        const ssize_t n = ::write(fd, data, size);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            throwErrno("writing " + what);
+        }
+        data += n;
+        size -= static_cast<std::size_t>(n);
+    }
+}
+
+bool isSecretKey(const std::string& key)
+{
+    std::string k;
+    for (char c : key)
+        k += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    k.erase(std::remove_if(k.begin(), k.end(), [](char c) { return c == '_' || c == '-'; }), k.end());
+    return k == "apikey" || k == "authorization" || k == "xapikey" || k == "secret" || k == "password"
+        || k == "bearer" || k == "accesstoken" || k == "apikeyvalue";
+}
+
+// Secrets never reach the disk, whatever a caller passes in.
+void redactSecrets(nlohmann::json& j)
+{
+    if (j.is_object()) {
+        for (auto it = j.begin(); it != j.end(); ++it) {
+            if (isSecretKey(it.key()))
+                it.value() = "[redacted]";
+            else
+                redactSecrets(it.value());
+        }
+    } else if (j.is_array()) {
+        for (auto& v : j)
+            redactSecrets(v);
+    }
+}
+
+Json headerToJson(const Session& s)
+{
+    Json settings = toJson(s.settings);
+    redactSecrets(settings);
+    return {{"schema_version", kSessionSchemaVersion},
+            {"id", s.id},
+            {"problem", s.problemName},
+            {"problem_folder", s.problemFolder},
+            {"device", toJson(s.device)},
+            {"settings", settings},
+            {"created_ms", s.createdMs}};
+}
+
+Session headerFromJson(const Json& j, const std::string& where)
+{
+    if (!j.is_object())
+        throw InputError(where + ": expected a JSON object");
+    const auto version = jsonfield::integer(j, "schema_version", where, 0, INT32_MAX);
+    if (version > kSessionSchemaVersion)
+        throw InputError(where + ".schema_version: " + std::to_string(version)
+                         + " is newer than this KernelLoop understands (" + std::to_string(kSessionSchemaVersion)
+                         + "); upgrade KernelLoop to open it");
+    if (version < 1)
+        throw InputError(where + ".schema_version: " + std::to_string(version) + " is not a valid version");
+    Session s;
+    s.id = jsonfield::string(j, "id", where);
+    if (!isSafeId(s.id))
+        throw InputError(where + ".id: '" + s.id + "' is not a safe session id");
+    s.problemName = jsonfield::string(j, "problem", where);
+    s.problemFolder = jsonfield::stringOr(j, "problem_folder", "", where);
+    if (j.contains("device"))
+        s.device = deviceFromJson(j.at("device"), where + ".device");
+    if (j.contains("settings"))
+        s.settings = settingsFromJson(j.at("settings"), where + ".settings");
+    s.createdMs = jsonfield::integerOr(j, "created_ms", 0, where, 0);
+    return s;
+}
+
+fs::path candidateDir(const fs::path& dir, const CandidateId& id)
+{
+    if (!isSafeId(id))
+        throw InputError("unsafe candidate id '" + id + "'");
+    return dir / "candidates" / id;
+}
+
+std::string randomSuffix()
+{
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::ostringstream os;
+    os << std::hex << rng();
+    return os.str();
+}
+
+} // namespace
+
+bool isSafeId(const std::string& id)
+{
+    if (id.empty() || id.size() > 64)
+        return false;
+    for (char c : id)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'))
+            return false;
+    return true;
+}
+
+void writeFileAtomic(const fs::path& path, const std::string& content)
+{
+    const fs::path tmp = path.parent_path() / ("." + path.filename().string() + ".tmp-" + randomSuffix());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        throwErrno("creating " + tmp.string());
+    try {
+        writeAll(fd, content.data(), content.size(), tmp.string());
+        if (::fsync(fd) != 0)
+            throwErrno("fsync " + tmp.string());
+    } catch (...) {
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw;
+    }
+    ::close(fd);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        errno = err;
+        throwErrno("renaming to " + path.string());
+    }
+    fsyncDir(path.parent_path());
+}
+
+std::string readFile(const fs::path& path, std::size_t maxBytes)
+{
+    std::error_code ec;
+    const auto status = fs::symlink_status(path, ec);
+    if (ec || !fs::exists(status))
+        throw std::runtime_error("cannot read " + path.string() + ": no such file");
+    if (!fs::is_regular_file(status))
+        throw std::runtime_error("cannot read " + path.string() + ": not a regular file");
+    const auto size = fs::file_size(path, ec);
+    if (ec)
+        throw std::runtime_error("cannot read " + path.string() + ": " + ec.message());
+    if (size > maxBytes)
+        throw std::runtime_error(path.string() + " is " + std::to_string(size) + " bytes, more than the limit of "
+                                 + std::to_string(maxBytes));
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw std::runtime_error("cannot open " + path.string());
+    std::string data(size, '\0');
+    in.read(data.data(), static_cast<std::streamsize>(size));
+    data.resize(static_cast<std::size_t>(in.gcount()));
+    return data;
+}
+
+void applyEvent(Session& s, const Event& e)
+{
+    const std::string where = "event " + std::to_string(e.seq) + " (" + eventKindName(e.kind) + ")";
+    auto requireCandidate = [&]() -> Candidate& {
+        if (!s.tree.contains(e.candidateId))
+            throw InputError(where + ": unknown candidate '" + e.candidateId + "'");
+        return s.tree.at(e.candidateId);
+    };
+    switch (e.kind) {
+    case EventKind::SessionCreated:
+    case EventKind::SessionState:
+    case EventKind::AgentMessage:
+    case EventKind::Note:
+    case EventKind::CandidateCompiled:
+    case EventKind::CandidateVerified:
+    case EventKind::CandidateTimed:
+        if (e.kind == EventKind::CandidateCompiled && s.tree.contains(e.candidateId) && e.data.is_object()
+            && e.data.contains("compile")) {
+            // Compile reports arrive ahead of the evaluation; keep them so a crash mid-verify keeps the report.
+            auto& ev = s.evaluations[e.candidateId];
+            ev.candidateId = e.candidateId;
+        }
+        break;
+    case EventKind::HypothesisAdded: {
+        Hypothesis h = hypothesisFromJson(e.data, where + ".data");
+        s.hypotheses[h.id] = h;
+        break;
+    }
+    case EventKind::CandidateProposed: {
+        Candidate c = candidateFromJson(e.data, where + ".data");
+        s.tree.add(std::move(c));
+        break;
+    }
+    case EventKind::CandidateStatus: {
+        Candidate& c = requireCandidate();
+        c.status = statusFromName(jsonfield::string(e.data, "status", where + ".data"));
+        c.statusReason = jsonfield::stringOr(e.data, "reason", "", where + ".data");
+        break;
+    }
+    case EventKind::CandidateAccepted:
+    case EventKind::CandidateRejected: {
+        Candidate& c = requireCandidate();
+        Evaluation ev = evaluationFromJson(jsonfield::require(e.data, "evaluation", where + ".data"),
+                                           where + ".data.evaluation");
+        c.status = statusFromName(jsonfield::string(e.data, "status", where + ".data"));
+        c.statusReason = jsonfield::stringOr(e.data, "reason", "", where + ".data");
+        s.evaluations[c.id] = std::move(ev);
+        break;
+    }
+    case EventKind::ReviewDecided: {
+        ReviewDecision r = reviewFromJson(e.data, where + ".data");
+        if (!s.tree.contains(r.candidateId))
+            throw InputError(where + ": review of unknown candidate '" + r.candidateId + "'");
+        s.reviews.push_back(r);
+        Candidate& c = s.tree.at(r.candidateId);
+        if (c.status == CandidateStatus::PendingReview) {
+            c.status = r.approved ? CandidateStatus::Approved : CandidateStatus::Rejected;
+            c.statusReason = r.approved ? "approved by the engineer" : "rejected by the engineer: " + r.reason;
+        }
+        break;
+    }
+    case EventKind::HeadMoved:
+        requireCandidate();
+        s.tree.setHead(e.candidateId);
+        break;
+    case EventKind::BestChanged:
+        break;
+    }
+}
+
+SessionStore::SessionStore(fs::path dir, Session s) : m_dir(std::move(dir)), m_session(std::move(s)) {}
+
+SessionStore::~SessionStore()
+{
+    if (m_journalFd >= 0)
+        ::close(m_journalFd);
+}
+
+std::unique_ptr<SessionStore> SessionStore::create(const fs::path& dir, const Session& header)
+{
+    if (!isSafeId(header.id))
+        throw InputError("session id '" + header.id + "' must be 1-64 letters, digits, '_' or '-'");
+    std::error_code ec;
+    if (fs::exists(dir, ec) && !fs::is_empty(dir, ec))
+        throw InputError(dir.string() + " already exists and is not empty; choose a new session directory");
+    fs::create_directories(dir / "candidates", ec);
+    if (ec)
+        throw InputError("cannot create " + dir.string() + ": " + ec.message());
+    Session s = header;
+    s.tree = CandidateTree{};
+    s.hypotheses.clear();
+    s.evaluations.clear();
+    s.reviews.clear();
+    if (s.createdMs == 0)
+        s.createdMs = nowMs();
+    writeFileAtomic(dir / kHeaderFile, headerToJson(s).dump(2) + "\n");
+    std::unique_ptr<SessionStore> store(new SessionStore(dir, s));
+    store->m_journalFd = ::open((dir / kJournalFile).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (store->m_journalFd < 0)
+        throwErrno("creating " + (dir / kJournalFile).string());
+    fsyncDir(dir);
+    Event e;
+    e.kind = EventKind::SessionCreated;
+    e.data = headerToJson(s);
+    store->append(e);
+    return store;
+}
+
+Session SessionStore::load(const fs::path& dir, LoadReport* report, std::vector<Event>* events)
+{
+    const fs::path headerPath = dir / kHeaderFile;
+    std::string headerText;
+    try {
+        headerText = readFile(headerPath, 16u << 20);
+    } catch (const std::exception& e) {
+        throw InputError(std::string("not a KernelLoop session: ") + e.what());
+    }
+    Json hj;
+    try {
+        hj = Json::parse(headerText);
+    } catch (const Json::parse_error& e) {
+        throw InputError(headerPath.string() + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+    }
+    Session s = headerFromJson(hj, headerPath.string());
+
+    const fs::path journalPath = dir / kJournalFile;
+    std::string journal;
+    try {
+        journal = readFile(journalPath, kMaxJournalBytes);
+    } catch (const std::exception& e) {
+        throw InputError(std::string("session journal: ") + e.what());
+    }
+    LoadReport local;
+    LoadReport& rep = report ? *report : local;
+    std::size_t pos = 0;
+    std::uint64_t lineNo = 0;
+    std::uint64_t expectSeq = 1;
+    while (pos < journal.size()) {
+        const std::size_t nl = journal.find('\n', pos);
+        const bool lastLine = nl == std::string::npos;
+        const std::string line = journal.substr(pos, lastLine ? std::string::npos : nl - pos);
+        ++lineNo;
+        pos = lastLine ? journal.size() : nl + 1;
+        if (line.empty())
+            continue;
+        const std::string where = journalPath.string() + " line " + std::to_string(lineNo);
+        Event e;
+        try {
+            e = eventFromJson(Json::parse(line));
+        } catch (const std::exception& err) {
+            if (lastLine) {
+                // The process died mid-write: the event never completed, so nothing recorded is lost.
+                rep.warnings.push_back(where + ": torn last line ignored (" + std::to_string(line.size())
+                                       + " bytes; the writer was interrupted)");
+                break;
+            }
+            throw InputError(where + ": " + err.what());
+        }
+        if (e.seq != expectSeq)
+            throw InputError(where + ": event sequence " + std::to_string(e.seq) + " where "
+                             + std::to_string(expectSeq) + " was expected (journal edited or corrupted)");
+        ++expectSeq;
+        try {
+            applyEvent(s, e);
+        } catch (const InputError& err) {
+            throw InputError(where + ": " + err.what());
+        } catch (const std::exception& err) {
+            throw InputError(where + ": " + err.what());
+        }
+        ++rep.eventsLoaded;
+        if (events)
+            events->push_back(std::move(e));
+    }
+    if (rep.eventsLoaded == 0)
+        throw InputError(journalPath.string() + ": empty journal (no session-created event)");
+    return s;
+}
+
+std::unique_ptr<SessionStore> SessionStore::open(const fs::path& dir, LoadReport* report)
+{
+    LoadReport local;
+    LoadReport& rep = report ? *report : local;
+    std::vector<Event> events;
+    Session s = load(dir, &rep, &events);
+    std::unique_ptr<SessionStore> store(new SessionStore(dir, std::move(s)));
+    store->m_events = std::move(events);
+    const fs::path journalPath = dir / kJournalFile;
+    // Cut a torn tail before appending, or the next event would be glued to it.
+    const std::string journal = readFile(journalPath, kMaxJournalBytes);
+    std::size_t keep = journal.size();
+    if (!journal.empty() && journal.back() != '\n') {
+        const std::size_t lastNl = journal.rfind('\n');
+        keep = lastNl == std::string::npos ? 0 : lastNl + 1;
+    }
+    if (keep != journal.size()) {
+        if (::truncate(journalPath.c_str(), static_cast<off_t>(keep)) != 0)
+            throwErrno("truncating the torn tail of " + journalPath.string());
+    }
+    store->m_journalFd = ::open(journalPath.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (store->m_journalFd < 0)
+        throwErrno("opening " + journalPath.string());
+    std::error_code ec;
+    fs::create_directories(dir / "candidates", ec);
+    return store;
+}
+
+Event SessionStore::appendLocked(Event e)
+{
+    e.seq = m_events.empty() ? 1 : m_events.back().seq + 1;
+    if (e.timeMs == 0)
+        e.timeMs = nowMs();
+    redactSecrets(e.data);
+    // Apply first on a copy so an invalid event never reaches the journal.
+    Session next = m_session;
+    applyEvent(next, e);
+    const std::string line = eventToJson(e).dump() + "\n";
+    writeAll(m_journalFd, line.data(), line.size(), kJournalFile);
+    if (::fdatasync(m_journalFd) != 0)
+        throwErrno("fsync journal");
+    m_session = std::move(next);
+    m_events.push_back(e);
+    return e;
+}
+
+Event SessionStore::append(Event e)
+{
+    Event done;
+    {
+        std::lock_guard lock(m_mutex);
+        done = appendLocked(std::move(e));
+    }
+    m_bus.publish(done);
+    return done;
+}
+
+Event SessionStore::addHypothesis(const Hypothesis& h)
+{
+    Hypothesis copy = h;
+    if (copy.id.empty()) {
+        std::lock_guard lock(m_mutex);
+        copy.id = "h" + std::to_string(m_session.hypotheses.size() + 1);
+        while (m_session.hypotheses.count(copy.id))
+            copy.id += "x";
+    }
+    if (copy.createdMs == 0)
+        copy.createdMs = nowMs();
+    Event e;
+    e.kind = EventKind::HypothesisAdded;
+    e.data = toJson(copy);
+    return append(e);
+}
+
+Event SessionStore::proposeCandidate(Candidate c)
+{
+    Event done;
+    {
+        std::lock_guard lock(m_mutex);
+        if (c.id.empty())
+            c.id = m_session.tree.nextId();
+        if (c.createdMs == 0)
+            c.createdMs = nowMs();
+        c.sourceHash = sha256Hex(c.source);
+        const fs::path cdir = candidateDir(m_dir, c.id);
+        std::error_code ec;
+        fs::create_directories(cdir, ec);
+        if (ec)
+            throw std::runtime_error("cannot create " + cdir.string() + ": " + ec.message());
+        // The folder is a readable view; the journal event below is what makes the candidate exist.
+        writeFileAtomic(cdir / "source.cu", c.source);
+        writeFileAtomic(cdir / "candidate.json", toJson(c, false).dump(2) + "\n");
+        Event e;
+        e.kind = EventKind::CandidateProposed;
+        e.candidateId = c.id;
+        e.data = toJson(c, true);
+        done = appendLocked(std::move(e));
+    }
+    m_bus.publish(done);
+    return done;
+}
+
+Event SessionStore::setStatus(const CandidateId& id, CandidateStatus s, const std::string& reason)
+{
+    Event e;
+    e.kind = EventKind::CandidateStatus;
+    e.candidateId = id;
+    e.data = {{"status", statusName(s)}, {"reason", reason}};
+    return append(e);
+}
+
+Event SessionStore::recordEvaluation(const Evaluation& ev)
+{
+    CandidateStatus status = CandidateStatus::Rejected;
+    switch (ev.verdict) {
+    case Verdict::Accepted:
+        status = CandidateStatus::Accepted;
+        break;
+    case Verdict::PendingReview:
+        status = CandidateStatus::PendingReview;
+        break;
+    case Verdict::CompileFailed:
+        status = CandidateStatus::CompileFailed;
+        break;
+    case Verdict::Crashed:
+        status = CandidateStatus::Crashed;
+        break;
+    case Verdict::TimedOut:
+        status = CandidateStatus::TimedOut;
+        break;
+    case Verdict::Rejected:
+    case Verdict::Correct:
+        status = CandidateStatus::Rejected;
+        break;
+    }
+    std::string reason;
+    for (const auto& r : ev.reasons) {
+        if (!reason.empty())
+            reason += "; ";
+        reason += r.rule + ": " + r.message;
+    }
+    Event done;
+    {
+        std::lock_guard lock(m_mutex);
+        const fs::path cdir = candidateDir(m_dir, ev.candidateId);
+        if (!m_session.tree.contains(ev.candidateId))
+            throw InputError("evaluation of unknown candidate '" + ev.candidateId + "'");
+        writeFileAtomic(cdir / "evaluation.json", toJson(ev).dump(2) + "\n");
+        Event e;
+        e.kind = status == CandidateStatus::Accepted ? EventKind::CandidateAccepted : EventKind::CandidateRejected;
+        e.candidateId = ev.candidateId;
+        e.data = {{"status", statusName(status)}, {"reason", reason}, {"evaluation", toJson(ev)}};
+        done = appendLocked(std::move(e));
+    }
+    m_bus.publish(done);
+    return done;
+}
+
+Event SessionStore::recordReview(const ReviewDecision& r)
+{
+    ReviewDecision copy = r;
+    if (copy.decidedMs == 0)
+        copy.decidedMs = nowMs();
+    Event e;
+    e.kind = EventKind::ReviewDecided;
+    e.candidateId = r.candidateId;
+    e.data = toJson(copy);
+    return append(e);
+}
+
+Event SessionStore::moveHead(const CandidateId& id, const std::string& why)
+{
+    Event e;
+    e.kind = EventKind::HeadMoved;
+    e.candidateId = id;
+    e.data = {{"reason", why}};
+    return append(e);
+}
+
+Event SessionStore::setState(const std::string& state, const std::string& reason)
+{
+    Event e;
+    e.kind = EventKind::SessionState;
+    e.data = {{"state", state}, {"reason", reason}};
+    return append(e);
+}
+
+Event SessionStore::note(const std::string& text, const nlohmann::json& data)
+{
+    Event e;
+    e.kind = EventKind::Note;
+    e.data = {{"text", text}};
+    if (!data.is_null())
+        e.data["data"] = data;
+    return append(e);
+}
+
+Event SessionStore::agentMessage(const nlohmann::json& data)
+{
+    Event e;
+    e.kind = EventKind::AgentMessage;
+    e.data = data;
+    return append(e);
+}
+
+std::vector<Event> SessionStore::events() const
+{
+    std::lock_guard lock(m_mutex);
+    return m_events;
+}
+
+} // namespace kl
