@@ -98,6 +98,7 @@ private:
     void reviewNow(const CandidateId& id, bool approved, const std::string& reason);
     std::optional<std::string> stopCondition();
     int budgetLeft() const;
+    void emitStep(EventKind kind, const CandidateId& id, nlohmann::json data);
     void setBest(const CandidateId& id, const ObjectiveValue& v);
     const Session& session() const { return m_store.session(); }
 

@@ -1,0 +1,89 @@
+#include "core/catalogue.h"
+
+#include "core/errors.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace kl {
+
+namespace {
+fs::path executableDir()
+{
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    return ec ? fs::path() : exe.parent_path();
+}
+} // namespace
+
+fs::path dataRoot()
+{
+    if (const char* env = std::getenv("KL_DATA_DIR"); env && *env)
+        return env;
+    const fs::path installed = executableDir() / ".." / "share" / "kernelloop";
+    std::error_code ec;
+    if (fs::exists(installed / "context", ec))
+        return fs::weakly_canonical(installed, ec);
+    return KL_SOURCE_ROOT;
+}
+
+std::vector<fs::path> problemSearchPath()
+{
+    std::vector<fs::path> path;
+    if (const char* env = std::getenv("KL_PROBLEMS_DIR"); env && *env) {
+        std::string s = env;
+        std::size_t start = 0;
+        while (start <= s.size()) {
+            const std::size_t colon = s.find(':', start);
+            const std::string part = s.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+            if (!part.empty())
+                path.emplace_back(part);
+            if (colon == std::string::npos)
+                break;
+            start = colon + 1;
+        }
+    }
+    path.push_back(dataRoot() / "kernels" / "problems");
+    path.push_back(fs::path(KL_SOURCE_ROOT) / "kernels" / "problems");
+    std::vector<fs::path> unique;
+    std::set<std::string> seen;
+    for (const auto& p : path)
+        if (seen.insert(p.lexically_normal().string()).second)
+            unique.push_back(p);
+    return unique;
+}
+
+std::vector<std::string> listProblems()
+{
+    std::set<std::string> names;
+    for (const auto& dir : problemSearchPath()) {
+        std::error_code ec;
+        for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+            if (it->is_directory() && fs::exists(it->path() / "problem.json"))
+                names.insert(it->path().filename().string());
+    }
+    return {names.begin(), names.end()};
+}
+
+fs::path findProblemFolder(const std::string& nameOrPath)
+{
+    std::error_code ec;
+    if (nameOrPath.find('/') != std::string::npos) {
+        if (fs::exists(fs::path(nameOrPath) / "problem.json", ec))
+            return fs::absolute(nameOrPath, ec);
+        throw InputError("no problem.json in " + nameOrPath);
+    }
+    for (const auto& dir : problemSearchPath())
+        if (fs::exists(dir / nameOrPath / "problem.json", ec))
+            return dir / nameOrPath;
+    std::string known;
+    for (const auto& n : listProblems())
+        known += (known.empty() ? "" : ", ") + n;
+    throw InputError("unknown problem '" + nameOrPath + "' (known: " + (known.empty() ? "none" : known) + ")");
+}
+
+} // namespace kl

@@ -1,0 +1,792 @@
+#include "core/research_loop.h"
+
+#include "core/errors.h"
+#include "core/loop_device_limits.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+namespace kl {
+
+namespace {
+
+CandidateStatus statusForVerdict(Verdict v)
+{
+    switch (v) {
+    case Verdict::Accepted:
+        return CandidateStatus::Accepted;
+    case Verdict::PendingReview:
+        return CandidateStatus::PendingReview;
+    case Verdict::CompileFailed:
+        return CandidateStatus::CompileFailed;
+    case Verdict::Crashed:
+        return CandidateStatus::Crashed;
+    case Verdict::TimedOut:
+        return CandidateStatus::TimedOut;
+    default:
+        return CandidateStatus::Rejected;
+    }
+}
+
+bool awaitsEvaluation(CandidateStatus s)
+{
+    return s == CandidateStatus::Proposed || s == CandidateStatus::Approved || s == CandidateStatus::Compiling ||
+           s == CandidateStatus::Verifying || s == CandidateStatus::Timing;
+}
+
+// The store may hold a partial evaluation (a compile report) for a candidate that was never decided;
+// only a candidate past evaluation counts as recorded.
+bool isRecorded(const Session& s, const CandidateId& id)
+{
+    if (!s.evaluations.count(id))
+        return false;
+    const CandidateStatus st = s.tree.at(id).status;
+    if (awaitsEvaluation(st))
+        return false;
+    if (st == CandidateStatus::PendingReview)
+        return s.evaluations.at(id).verdict == Verdict::PendingReview;
+    return true;
+}
+
+int recordedCount(const Session& s)
+{
+    int n = 0;
+    for (const auto& [id, e] : s.evaluations)
+        if (s.tree.contains(id) && isRecorded(s, id))
+            ++n;
+    return n;
+}
+
+nlohmann::json compileSummary(const CompileReport& r)
+{
+    nlohmann::json kernels = nlohmann::json::array();
+    for (const auto& k : r.kernels)
+        kernels.push_back({{"kernel", k.kernel}, {"registers", k.registers}, {"spillStores", k.spillStores},
+                           {"staticSharedBytes", k.staticSharedBytes}});
+    return {{"ok", r.ok}, {"compileMs", r.compileMs}, {"cacheHit", r.cacheHit}, {"kernels", kernels},
+            {"log", r.log.substr(0, 2000)}};
+}
+
+// A recorded evaluation carries the loop's decision; this recovers what the evaluator said, so a repeat of
+// the same configuration is decided afresh against the current best without measuring it again.
+Evaluation rawFromRecorded(Evaluation e)
+{
+    std::vector<VerdictReason> kept;
+    for (const VerdictReason& r : e.reasons)
+        if (r.rule.rfind("decide.", 0) != 0)
+            kept.push_back(r);
+    e.reasons = kept;
+    if (e.verdict != Verdict::CompileFailed && e.verdict != Verdict::Crashed && e.verdict != Verdict::TimedOut) {
+        bool blocking = false;
+        bool flag = false;
+        for (const VerdictReason& r : kept)
+            (r.blocking ? blocking : flag) = true;
+        e.verdict = blocking ? Verdict::Rejected : flag ? Verdict::PendingReview : Verdict::Correct;
+    }
+    e.objective = e.objectiveCiLow = e.objectiveCiHigh = 0;
+    return e;
+}
+
+std::string firstLines(const std::string& text, std::size_t maxChars)
+{
+    std::string s = text.substr(0, maxChars);
+    if (text.size() > maxChars)
+        s += " ...";
+    return s;
+}
+
+std::string fmtMinutes(double m)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", m);
+    return buf;
+}
+
+} // namespace
+
+ResearchLoop::ResearchLoop(SessionStore& store, Evaluator& evaluator, Agent& agent, LoopOptions options)
+    : m_store(store), m_evaluator(evaluator), m_agent(agent), m_options(std::move(options))
+{
+    m_options.compileThreads = std::max(1, m_options.compileThreads);
+    m_options.pipelineDepth = std::max(1, m_options.pipelineDepth);
+    restoreFromStore();
+}
+
+ResearchLoop::~ResearchLoop() = default;
+
+void ResearchLoop::restoreFromStore()
+{
+    const Session& s = session();
+    m_measured.clear();
+    std::optional<CandidateId> best;
+    std::optional<ObjectiveValue> bestValue;
+    int since = 0;
+    for (const CandidateId& id : s.tree.order()) {
+        if (!isRecorded(s, id))
+            continue;
+        const auto it = s.evaluations.find(id);
+        const Candidate& c = s.tree.at(id);
+        m_measured[measurementKeyFor(c, m_evaluator.problem(), m_evaluator.device()).digest()] =
+            rawFromRecorded(it->second);
+        ++since;
+        if (c.status == CandidateStatus::Accepted && it->second.objective > 0) {
+            since = 0;
+            if (!bestValue || it->second.objective > bestValue->value) {
+                best = id;
+                bestValue = ObjectiveValue{it->second.objective, it->second.objectiveCiLow, it->second.objectiveCiHigh};
+            }
+        }
+    }
+    std::lock_guard lock(m_mutex);
+    m_best = best;
+    m_bestValue = bestValue;
+    m_sinceImprovement = since;
+}
+
+std::optional<CandidateId> ResearchLoop::best() const
+{
+    std::lock_guard lock(m_mutex);
+    return m_best;
+}
+
+void ResearchLoop::requestStop(const std::string& reason, bool cancelInFlight)
+{
+    std::lock_guard lock(m_mutex);
+    if (!m_stopRequested) {
+        m_stopRequested = true;
+        m_stopReason = reason;
+    }
+    if (cancelInFlight) {
+        m_dropInFlight = true;
+        m_deviceCancel.cancel();
+    }
+    m_cv.notify_all();
+}
+
+void ResearchLoop::pause()
+{
+    {
+        std::lock_guard lock(m_mutex);
+        if (m_paused)
+            return;
+        m_paused = true;
+        m_pauseStartedMs = nowMs();
+    }
+    runCommand([this] { m_store.setState("paused", "paused by the user"); });
+}
+
+void ResearchLoop::resume()
+{
+    {
+        std::lock_guard lock(m_mutex);
+        if (!m_paused)
+            return;
+        m_paused = false;
+        m_pausedMs += nowMs() - m_pauseStartedMs;
+        m_cv.notify_all();
+    }
+    runCommand([this] { m_store.setState("running", "resumed by the user"); });
+}
+
+bool ResearchLoop::isPaused() const
+{
+    std::lock_guard lock(m_mutex);
+    return m_paused;
+}
+
+void ResearchLoop::branchFrom(const CandidateId& id, const std::string& why)
+{
+    runCommand([this, id, why] {
+        if (!session().tree.contains(id))
+            throw InputError("cannot branch from unknown candidate '" + id + "'");
+        m_store.moveHead(id, why);
+    });
+}
+
+void ResearchLoop::review(const CandidateId& id, bool approved, const std::string& reason)
+{
+    runCommand([this, id, approved, reason] { reviewNow(id, approved, reason); });
+}
+
+void ResearchLoop::runCommand(std::function<void()> cmd)
+{
+    {
+        std::lock_guard lock(m_mutex);
+        if (m_running) {
+            m_commands.push_back(std::move(cmd));
+            m_cv.notify_all();
+            return;
+        }
+    }
+    cmd(); // no run() active: the caller is the only writer
+}
+
+void ResearchLoop::reviewNow(const CandidateId& id, bool approved, const std::string& reason)
+{
+    const Session& s = session();
+    if (!s.tree.contains(id))
+        throw InputError("review: unknown candidate '" + id + "'");
+    if (s.tree.at(id).status != CandidateStatus::PendingReview)
+        throw InputError("review: candidate '" + id + "' is " + statusName(s.tree.at(id).status) +
+                         ", not pending review");
+    m_store.recordReview(ReviewDecision{id, approved, reason, nowMs()});
+    const auto evalIt = isRecorded(s, id) ? s.evaluations.find(id) : s.evaluations.end();
+    if (!approved) {
+        m_store.setStatus(id, CandidateStatus::Rejected, "rejected by the engineer: " + reason);
+        return;
+    }
+    if (evalIt == s.evaluations.end()) {
+        m_store.setStatus(id, CandidateStatus::Approved, "approved by the engineer: " + reason);
+        bool running;
+        {
+            std::lock_guard lock(m_mutex);
+            running = m_running;
+        }
+        if (running)
+            enqueue(s.tree.at(id)); // otherwise the next run() picks it up
+        return;
+    }
+    // Evaluated and flagged: the engineer vouches for it; it still has to beat the best.
+    const Evaluation& e = evalIt->second;
+    const ObjectiveValue value{e.objective, e.objectiveCiLow, e.objectiveCiHigh};
+    const ObjectiveValue base = m_bestValue.value_or(ObjectiveValue{1.0, 1.0, 1.0});
+    const double logRatio = std::log(value.value) - std::log(base.value);
+    const bool improves = e.objective > 0 && logRatio - std::hypot(value.logHalfWidth(), base.logHalfWidth()) > 0;
+    if (!improves) {
+        m_store.setStatus(id, CandidateStatus::Rejected,
+                          "approved by the engineer but no longer faster than the best" +
+                              (m_best ? " (" + *m_best + ")" : std::string()));
+        return;
+    }
+    m_store.setStatus(id, CandidateStatus::Accepted, "approved by the engineer: " + reason);
+    setBest(id, value);
+}
+
+void ResearchLoop::setBest(const CandidateId& id, const ObjectiveValue& v)
+{
+    std::optional<CandidateId> previous;
+    {
+        std::lock_guard lock(m_mutex);
+        previous = m_best;
+        m_best = id;
+        m_bestValue = v;
+    }
+    m_sinceImprovement = 0;
+    Event e;
+    e.kind = EventKind::BestChanged;
+    e.candidateId = id;
+    e.timeMs = nowMs();
+    e.data = {{"objective", v.value}, {"ciLow", v.ciLow}, {"ciHigh", v.ciHigh}, {"previous", previous.value_or("")}};
+    m_store.append(e);
+    if (session().tree.head() != id)
+        m_store.moveHead(id, "new best: proposals branch from it");
+}
+
+void ResearchLoop::emitStep(EventKind kind, const CandidateId& id, nlohmann::json data)
+{
+    Event e;
+    e.kind = kind;
+    e.candidateId = id;
+    e.timeMs = nowMs();
+    e.data = std::move(data);
+    m_store.append(e);
+}
+
+int ResearchLoop::budgetLeft() const
+{
+    const int max = session().settings.budget.maxEvaluations;
+    if (max <= 0)
+        return 1 << 30;
+    std::size_t inFlight;
+    {
+        std::lock_guard lock(m_mutex);
+        inFlight = m_jobs.size() + (m_onDevice.empty() ? 0 : 1) + m_messages.size();
+    }
+    return max - recordedCount(session()) - static_cast<int>(inFlight);
+}
+
+void ResearchLoop::recordDecided(const Candidate& c, const Evaluation& raw, bool measured)
+{
+    (void)measured;
+    DecideInput in;
+    in.evaluation = &raw;
+    in.objective = session().settings.objective;
+    {
+        std::lock_guard lock(m_mutex);
+        in.best = m_bestValue;
+        in.bestId = m_best.value_or("");
+    }
+    in.reviewJumpFactor = session().settings.reviewJumpFactor;
+    const Decision d = decide(in);
+    Evaluation rec = applyDecision(raw, d);
+    rec.candidateId = c.id;
+    m_store.recordEvaluation(rec);
+    const CandidateStatus want = statusForVerdict(d.verdict);
+    if (session().tree.at(c.id).status != want)
+        m_store.setStatus(c.id, want, d.reasons.empty() ? std::string() : d.reasons.back().message);
+    ++m_result.recordedThisRun;
+    if (d.verdict == Verdict::Accepted && d.objective)
+        setBest(c.id, *d.objective);
+    else
+        ++m_sinceImprovement;
+    try {
+        m_agent.observe(session().tree.at(c.id), rec);
+    } catch (const std::exception& ex) {
+        m_store.note(std::string("agent failed to observe ") + c.id + ": " + ex.what());
+    }
+}
+
+void ResearchLoop::enqueue(const Candidate& c)
+{
+    const Problem& problem = m_evaluator.problem();
+    const MeasurementKey key = measurementKeyFor(c, problem, m_evaluator.device());
+    const std::string digest = key.digest();
+    if (auto it = m_measured.find(digest); it != m_measured.end()) {
+        ++m_result.reusedThisRun;
+        const Evaluation raw = it->second;
+        recordDecided(c, raw, false);
+        return;
+    }
+    if (m_options.cache) {
+        std::optional<Evaluation> hit;
+        try {
+            hit = m_options.cache->find(key);
+        } catch (const std::exception& ex) {
+            m_store.note(std::string("tuning database lookup failed: ") + ex.what());
+        }
+        if (hit) {
+            ++m_result.reusedThisRun;
+            m_measured[digest] = *hit;
+            m_store.note("measurement of " + c.id + " reused from the tuning database", {{"candidate", c.id}});
+            recordDecided(c, *hit, false);
+            return;
+        }
+    }
+    Evaluation early;
+    early.candidateId = c.id;
+    early.startedMs = early.finishedMs = nowMs();
+    try {
+        const KernelSpec spec = parseKernelSpec(c.source);
+        if (auto why = checkDeviceLimits(spec, c.params, shapesOf(problem), m_evaluator.device())) {
+            early.verdict = Verdict::Rejected;
+            early.reasons.push_back(*why);
+            recordDecided(c, early, false);
+            return;
+        }
+    } catch (const std::exception& ex) {
+        early.verdict = Verdict::CompileFailed;
+        early.reasons.push_back({"spec.invalid", ex.what(), 0, true});
+        early.compile.log = ex.what();
+        recordDecided(c, early, false);
+        return;
+    }
+    m_store.setStatus(c.id, CandidateStatus::Compiling);
+    auto job = std::make_shared<Job>();
+    job->candidate = c;
+    std::lock_guard lock(m_mutex);
+    m_jobs.push_back(job);
+    m_compileQueue.push_back(job);
+    m_cv.notify_all();
+}
+
+void ResearchLoop::askAgent(int count)
+{
+    const Session& s = session();
+    AgentContext ctx;
+    ctx.problem = &m_evaluator.problem();
+    ctx.session = &s;
+    ctx.maxProposals = count;
+    ctx.branchFrom = s.tree.head();
+    if (ctx.branchFrom.empty() && m_best)
+        ctx.branchFrom = *m_best;
+    const Hypothesis* latest = nullptr;
+    for (const auto& [id, h] : s.hypotheses)
+        if (!latest || h.createdMs >= latest->createdMs)
+            latest = &h;
+    if (latest)
+        ctx.hypothesis = *latest;
+
+    CancelToken cancel;
+    std::vector<Proposal> proposals = m_agent.propose(ctx, cancel);
+    bool inFlight;
+    {
+        std::lock_guard lock(m_mutex);
+        inFlight = !m_jobs.empty() || !m_onDevice.empty() || !m_messages.empty();
+    }
+    if (proposals.empty()) {
+        (inFlight ? m_agentWaiting : m_agentExhausted) = true;
+        return;
+    }
+    if (static_cast<int>(proposals.size()) > count)
+        proposals.resize(static_cast<std::size_t>(count));
+    for (Proposal& p : proposals) {
+        Candidate c = std::move(p.candidate);
+        c.id.clear();
+        if (!c.parentId.empty() && !s.tree.contains(c.parentId))
+            c.parentId = ctx.branchFrom;
+        if (c.agent.empty())
+            c.agent = m_agent.name();
+        c.status = CandidateStatus::Proposed;
+        c.statusReason = p.note;
+        c.createdMs = nowMs();
+        const Event ev = m_store.proposeCandidate(std::move(c));
+        const CandidateId id = ev.candidateId;
+        if (p.needsReview && !s.settings.autoApproveLlm) {
+            m_store.setStatus(id, CandidateStatus::PendingReview, "waits for the engineer's approval");
+            continue;
+        }
+        enqueue(s.tree.at(id));
+    }
+}
+
+void ResearchLoop::handle(Message& m)
+{
+    switch (m.kind) {
+    case Message::Kind::Started:
+        emitStep(EventKind::CandidateCompiled, m.id, {{"report", compileSummary(m.evaluation.compile)}});
+        m_store.setStatus(m.id, CandidateStatus::Verifying);
+        return;
+    case Message::Kind::Failed:
+        m_store.note("evaluator failed on " + m.id + ": " + m.error, {{"candidate", m.id}});
+        {
+            std::lock_guard lock(m_mutex);
+            if (!m_stopRequested) {
+                m_stopRequested = true;
+                m_stopReason = "evaluator failed: " + m.error;
+            }
+        }
+        m_result.state = "failed";
+        return;
+    case Message::Kind::Finished:
+        break;
+    }
+    m_agentWaiting = false;
+    if (m.measured) {
+        ++m_result.evaluatedThisRun;
+        nlohmann::json shapes = nlohmann::json::array();
+        nlohmann::json timed = nlohmann::json::array();
+        for (const ShapeResult& r : m.evaluation.shapes) {
+            shapes.push_back({{"shape", r.shape.label()}, {"heldOut", r.heldOut}, {"correct", r.correct}});
+            if (r.timing)
+                timed.push_back({{"shape", r.shape.label()}, {"medianUs", r.timing->medianUs},
+                                 {"speedup", r.speedup}, {"speedupCiLow", r.speedupCiLow},
+                                 {"speedupCiHigh", r.speedupCiHigh}});
+        }
+        emitStep(EventKind::CandidateVerified, m.id,
+                 {{"correct", m.evaluation.correctEverywhere()}, {"shapes", shapes}});
+        emitStep(EventKind::CandidateTimed, m.id, {{"shapes", timed}});
+    } else {
+        emitStep(EventKind::CandidateCompiled, m.id, {{"report", compileSummary(m.evaluation.compile)}});
+    }
+    const MeasurementKey key = measurementKeyFor(m.candidate, m_evaluator.problem(), m_evaluator.device());
+    m_measured[key.digest()] = m.evaluation;
+    if (m_options.cache) {
+        try {
+            m_options.cache->record(key, m.evaluation);
+        } catch (const std::exception& ex) {
+            m_store.note(std::string("tuning database write failed: ") + ex.what());
+        }
+    }
+    recordDecided(m.candidate, m.evaluation, m.measured);
+}
+
+std::optional<std::string> ResearchLoop::stopCondition()
+{
+    const Session& s = session();
+    {
+        std::lock_guard lock(m_mutex);
+        if (m_stopRequested)
+            return m_stopReason;
+    }
+    const Budget& b = s.settings.budget;
+    if (b.maxEvaluations > 0 && recordedCount(s) >= b.maxEvaluations)
+        return "budget: " + std::to_string(b.maxEvaluations) + " evaluations";
+    if (b.maxMinutes > 0) {
+        std::int64_t paused;
+        {
+            std::lock_guard lock(m_mutex);
+            paused = m_pausedMs + (m_paused ? nowMs() - m_pauseStartedMs : 0);
+        }
+        if (static_cast<double>(nowMs() - m_startMs - paused) >= b.maxMinutes * 60000.0)
+            return "budget: " + fmtMinutes(b.maxMinutes) + " minutes";
+    }
+    if (b.convergenceWindow > 0 && m_sinceImprovement >= b.convergenceWindow)
+        return "converged: no accepted improvement in " + std::to_string(b.convergenceWindow) + " evaluations";
+    if (m_agentExhausted) {
+        std::lock_guard lock(m_mutex);
+        if (m_jobs.empty() && m_onDevice.empty() && m_messages.empty()) {
+            for (const CandidateId& id : s.tree.order())
+                if (s.tree.at(id).status == CandidateStatus::PendingReview && !isRecorded(s, id))
+                    return std::nullopt; // waits for the engineer
+            return "the agent has nothing left to propose";
+        }
+    }
+    return std::nullopt;
+}
+
+LoopResult ResearchLoop::run()
+{
+    {
+        std::lock_guard lock(m_mutex);
+        if (m_running)
+            throw std::logic_error("ResearchLoop::run called twice");
+        m_running = true;
+        m_shutdown = false;
+        m_dropInFlight = false;
+        m_deviceCancel = CancelToken();
+    }
+    m_result = LoopResult{};
+    m_agentExhausted = m_agentWaiting = false;
+    m_startMs = nowMs();
+    restoreFromStore();
+    m_store.setState("running", "agent " + m_agent.name());
+
+    std::vector<std::thread> workers;
+    for (int i = 0; i < m_options.compileThreads; ++i)
+        workers.emplace_back([this] { compileWorker(); });
+    workers.emplace_back([this] { deviceWorker(); });
+
+    std::string reason;
+    try {
+        // Unfinished candidates of an interrupted run go first; nothing recorded is measured again.
+        const Session& s = session();
+        std::vector<CandidateId> unfinished;
+        for (const CandidateId& id : s.tree.order())
+            if (awaitsEvaluation(s.tree.at(id).status))
+                unfinished.push_back(id);
+        if (!unfinished.empty())
+            m_store.note("resuming: " + std::to_string(unfinished.size()) + " unfinished candidates evaluated first");
+        for (const CandidateId& id : unfinished)
+            if (budgetLeft() > 0)
+                enqueue(s.tree.at(id));
+
+        for (;;) {
+            std::deque<std::function<void()>> commands;
+            std::deque<Message> messages;
+            {
+                std::lock_guard lock(m_mutex);
+                commands.swap(m_commands);
+                messages.swap(m_messages);
+            }
+            for (auto& cmd : commands) {
+                try {
+                    cmd();
+                } catch (const std::exception& ex) {
+                    m_store.note(ex.what());
+                }
+            }
+            for (Message& m : messages)
+                handle(m);
+            if (auto why = stopCondition()) {
+                reason = *why;
+                break;
+            }
+            bool paused;
+            std::size_t ahead;
+            {
+                std::lock_guard lock(m_mutex);
+                paused = m_paused;
+                ahead = m_jobs.size();
+            }
+            const int room = std::min(m_options.pipelineDepth - static_cast<int>(ahead), budgetLeft());
+            if (!paused && room > 0 && !m_agentExhausted && !m_agentWaiting) {
+                try {
+                    askAgent(room);
+                } catch (const std::exception& ex) {
+                    m_store.note(std::string("agent failed: ") + ex.what());
+                    reason = std::string("agent failed: ") + ex.what();
+                    m_result.state = "failed";
+                    break;
+                }
+                continue;
+            }
+            std::unique_lock lock(m_mutex);
+            m_cv.wait_for(lock, std::chrono::milliseconds(100),
+                          [this] { return !m_messages.empty() || !m_commands.empty() || m_stopRequested; });
+        }
+    } catch (const std::exception& ex) {
+        reason = std::string("loop failed: ") + ex.what();
+        m_result.state = "failed";
+    }
+
+    // Drain: nothing new starts; what is on the device finishes and is recorded.
+    {
+        std::lock_guard lock(m_mutex);
+        m_stopRequested = true;
+        if (m_stopReason.empty())
+            m_stopReason = reason;
+        m_cv.notify_all();
+    }
+    for (;;) {
+        std::deque<Message> messages;
+        bool busy;
+        {
+            std::unique_lock lock(m_mutex);
+            m_cv.wait_for(lock, std::chrono::milliseconds(50), [this] { return !m_messages.empty() || m_onDevice.empty(); });
+            messages.swap(m_messages);
+            busy = !m_onDevice.empty();
+        }
+        for (Message& m : messages) {
+            try {
+                handle(m);
+            } catch (const std::exception& ex) {
+                if (m_result.state.empty()) {
+                    m_result.state = "failed";
+                    reason = std::string("loop failed: ") + ex.what();
+                }
+            }
+        }
+        if (!busy && messages.empty())
+            break;
+    }
+    std::list<std::shared_ptr<Job>> leftover;
+    {
+        std::lock_guard lock(m_mutex);
+        m_shutdown = true;
+        m_cv.notify_all();
+    }
+    for (std::thread& t : workers)
+        t.join();
+    {
+        std::lock_guard lock(m_mutex);
+        leftover.swap(m_jobs);
+        m_compileQueue.clear();
+        std::deque<std::function<void()>> commands;
+        commands.swap(m_commands);
+        m_running = false;
+        m_stopRequested = false;
+        m_stopReason.clear();
+        // Commands that arrived during the drain still run, on this thread.
+        m_commands.clear();
+        for (auto& cmd : commands)
+            m_commands.push_back(std::move(cmd));
+    }
+    try {
+        for (auto& cmd : m_commands)
+            cmd();
+        m_commands.clear();
+        for (const auto& job : leftover)
+            m_store.setStatus(job->candidate.id, CandidateStatus::Proposed, "not evaluated: the loop stopped");
+        if (m_result.state.empty()) {
+            const bool byUser = reason.rfind("budget", 0) != 0 && reason.rfind("converged", 0) != 0 &&
+                                reason != "the agent has nothing left to propose";
+            m_result.state = byUser ? "stopped" : "finished";
+        }
+        m_store.setState(m_result.state, reason);
+    } catch (const std::exception& ex) {
+        m_result.state = "failed";
+        reason += std::string("; ") + ex.what();
+    }
+    m_result.reason = reason;
+    {
+        std::lock_guard lock(m_mutex);
+        m_result.best = m_best;
+        m_result.bestObjective = m_bestValue ? m_bestValue->value : 0;
+    }
+    return m_result;
+}
+
+void ResearchLoop::compileWorker()
+{
+    const Problem& problem = m_evaluator.problem();
+    const std::vector<Shape> shapes = shapesOf(problem);
+    for (;;) {
+        std::shared_ptr<Job> job;
+        {
+            std::unique_lock lock(m_mutex);
+            m_cv.wait(lock, [this] { return m_shutdown || !m_compileQueue.empty(); });
+            if (m_shutdown)
+                return;
+            job = m_compileQueue.front();
+            m_compileQueue.pop_front();
+            job->compileStarted = true;
+        }
+        CompileReport report;
+        std::optional<VerdictReason> pruned;
+        try {
+            report = m_evaluator.compile(job->candidate);
+            if (report.ok)
+                pruned = checkDeviceLimits(parseKernelSpec(job->candidate.source), job->candidate.params, shapes,
+                                           m_evaluator.device(), &report);
+        } catch (const std::exception& ex) {
+            report.ok = false;
+            report.log = std::string("compile threw: ") + ex.what();
+        }
+        std::lock_guard lock(m_mutex);
+        job->report = std::move(report);
+        job->pruned = std::move(pruned);
+        job->compiled = true;
+        m_cv.notify_all();
+    }
+}
+
+void ResearchLoop::deviceWorker()
+{
+    for (;;) {
+        std::shared_ptr<Job> job;
+        CancelToken cancel;
+        {
+            std::unique_lock lock(m_mutex);
+            auto ready = m_jobs.end();
+            m_cv.wait(lock, [&] {
+                if (m_shutdown)
+                    return true;
+                if (m_paused || m_stopRequested)
+                    return false;
+                ready = std::find_if(m_jobs.begin(), m_jobs.end(), [](const auto& j) { return j->compiled; });
+                return ready != m_jobs.end();
+            });
+            if (m_shutdown)
+                return;
+            job = *ready;
+            m_jobs.erase(ready);
+            Message m;
+            m.id = job->candidate.id;
+            m.candidate = job->candidate;
+            if (!job->report.ok || job->pruned) {
+                m.kind = Message::Kind::Finished;
+                m.evaluation.candidateId = m.id;
+                m.evaluation.compile = job->report;
+                m.evaluation.startedMs = m.evaluation.finishedMs = nowMs();
+                if (!job->report.ok) {
+                    m.evaluation.verdict = Verdict::CompileFailed;
+                    m.evaluation.reasons.push_back({"compile.error", firstLines(job->report.log, 600), 0, true});
+                } else {
+                    m.evaluation.verdict = Verdict::Rejected;
+                    m.evaluation.reasons.push_back(*job->pruned);
+                }
+                m_messages.push_back(std::move(m));
+                m_cv.notify_all();
+                continue;
+            }
+            m_onDevice = m.id;
+            m.kind = Message::Kind::Started;
+            m.evaluation.compile = job->report;
+            m_messages.push_back(std::move(m));
+            cancel = m_deviceCancel;
+            m_cv.notify_all();
+        }
+        Message done;
+        done.id = job->candidate.id;
+        done.candidate = job->candidate;
+        try {
+            done.evaluation = m_evaluator.evaluate(job->candidate, m_options.evaluate, cancel);
+            done.evaluation.candidateId = done.id;
+            if (done.evaluation.compile.kernels.empty() && !job->report.kernels.empty())
+                done.evaluation.compile = job->report;
+            done.kind = Message::Kind::Finished;
+            done.measured = true;
+        } catch (const std::exception& ex) {
+            done.kind = Message::Kind::Failed;
+            done.error = ex.what();
+        }
+        std::lock_guard lock(m_mutex);
+        m_onDevice.clear();
+        if (!(m_dropInFlight && done.kind == Message::Kind::Finished))
+            m_messages.push_back(std::move(done));
+        m_cv.notify_all();
+    }
+}
+
+} // namespace kl
