@@ -1,0 +1,126 @@
+#pragma once
+// The referee: rules that decide whether a candidate's number can be trusted. Pure functions over
+// source text and measured data; the harness (kernels/) calls them, the referee never touches the GPU.
+// Every reason carries a stable rule id (see ruleCatalogue()) so agents, the GUI and tests can match it.
+// The design note is kernels/REFEREE.md.
+#include "core/device.h"
+#include "core/evaluation.h"
+#include "core/problem.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kl::referee {
+
+// ---- rule ids -------------------------------------------------------------------------------------------
+namespace rule {
+inline constexpr const char* MutableGlobal = "static.mutable-global";
+inline constexpr const char* TimerRead = "static.timer-read";
+inline constexpr const char* EarlyExit = "static.early-exit";
+inline constexpr const char* Include = "static.include";
+inline constexpr const char* HostCode = "static.host-code";
+inline constexpr const char* Printf = "static.printf";
+inline constexpr const char* TokenPaste = "static.token-paste";
+inline constexpr const char* ShapeSpecialCase = "static.shape-special-case";
+inline constexpr const char* LowerPrecision = "static.lower-precision";
+inline constexpr const char* BelowRoofline = "physics.below-roofline";
+inline constexpr const char* SuspiciousJump = "physics.suspicious-jump";
+inline constexpr const char* SingleShapeSpeedup = "physics.single-shape-speedup";
+inline constexpr const char* HeldOutShape = "dynamic.held-out-shape";
+inline constexpr const char* StateBetweenLaunches = "dynamic.state-between-launches";
+inline constexpr const char* TimedOutputWrong = "dynamic.timed-output-wrong";
+inline constexpr const char* KernelMismatch = "dynamic.kernel-mismatch";
+inline constexpr const char* Canary = "dynamic.canary";
+inline constexpr const char* InputModified = "dynamic.input-modified";
+inline constexpr const char* Coverage = "dynamic.coverage";
+inline constexpr const char* RelL2 = "correctness.rel-l2";
+inline constexpr const char* NonFinite = "correctness.non-finite";
+inline constexpr const char* GraphCaptureFailed = "graph.capture-failed";
+} // namespace rule
+
+enum class RuleStage { Static, Dynamic, Physics };
+
+struct RuleInfo {
+    std::string id;
+    RuleStage stage = RuleStage::Static;
+    bool blocking = true; // false: the candidate goes to human review instead of being rejected
+    std::string summary; // one line, shown to agents and in the GUI
+};
+
+// Every rule the referee or the harness may report, in a stable order.
+const std::vector<RuleInfo>& ruleCatalogue();
+const RuleInfo* findRule(const std::string& id);
+
+// ---- static checks: on the candidate source, before compiling ------------------------------------------
+// Comments and string literals never trigger identifier rules; string literals are only read as inline PTX
+// (timer registers, trap/exit). Shape names are the problem's dims plus the integer parameters of every
+// __global__ function (and plain aliases of them). Reasons are sorted by line.
+std::vector<VerdictReason> checkSource(const std::string& source, const Problem& problem);
+
+// Headers a candidate may include (CUDA's own device headers). Exact names, or prefixes ending in '/'.
+const std::vector<std::string>& includeAllowList();
+bool includeAllowed(const std::string& header);
+
+// ---- physics: on measured data -------------------------------------------------------------------------
+struct PhysicsSettings {
+    double jumpFactor = 2.0; // SessionSettings::reviewJumpFactor
+    std::optional<double> bestObjective; // the current best's objective; none before the first acceptance
+    std::map<std::string, double> bestShapeSpeedups; // the current best's speedup by Shape::label(), if known
+    // The measured copy bandwidth is itself a measurement: a time is impossible only below floor * slack.
+    double floorSlack = 0.9;
+    // A working set that fits in L2 can be served faster than HBM copy bandwidth (the harness rotates
+    // inputs to keep caches cold, but graph replays of tiny shapes may still hit L2).
+    double l2BandwidthFactor = 4.0;
+    double peakFlops = 0; // FLOP/s for the problem's math; 0: no compute floor
+    // physics.single-shape-speedup: one shape's speedup is at least this many times the median of the
+    // others and carries more than singleShapeShare of the total log-speedup gain.
+    double singleShapeRatio = 2.0;
+    double singleShapeShare = 0.5;
+    double minGainForShapeCheck = 1.05; // objective gains below this are not "carried" by anything
+};
+
+// Fewest seconds a call of this shape can take on this device (memory and compute floors); 0 when the
+// problem has no byte/flop formula or the device has no measured bandwidth.
+double rooflineFloorSeconds(const Problem& problem, const Shape& shape, const DeviceInfo& device,
+                            const PhysicsSettings& settings);
+
+std::vector<VerdictReason> checkPhysics(const Evaluation& evaluation, const Problem& problem,
+                                        const DeviceInfo& device, const PhysicsSettings& settings);
+
+// ---- dynamic: turns what the harness observed on the GPU into reasons ----------------------------------
+// CorrectnessStats::distribution labels the harness writes so the referee can tell checks apart:
+namespace check {
+inline constexpr const char* OrderA = "order:A"; // first run on fresh buffers
+inline constexpr const char* OrderB = "order:B"; // a different input set in between
+inline constexpr const char* OrderARepeat = "order:A'"; // A's values again, at fresh addresses
+inline constexpr const char* TimedPrefix = "timed"; // re-check of the outputs of a timed run ("timed:3")
+} // namespace check
+
+struct DynamicObservations {
+    std::vector<std::string> plannedKernels; // the launch plan's kernel names for one call, in order
+    // Kernels CUPTI recorded during one verification call, in order (demangled or mangled names). Empty with
+    // observedKernelsValid=false when CUPTI was not available.
+    std::vector<std::string> observedKernels;
+    bool observedKernelsValid = false;
+    bool graphAttempted = false;
+    bool graphCaptured = true;
+    bool graphReplayCorrect = true;
+    std::string graphError;
+};
+
+// Reasons from the per-shape checks in the evaluation (failed checks, canaries, coverage, inputs, run order,
+// timed re-checks, held-out shapes) and from the observations (kernel records, graph capture).
+std::vector<VerdictReason> checkDynamic(const Evaluation& evaluation, const Problem& problem,
+                                        const DynamicObservations& observations);
+
+// True when a CUPTI kernel name (mangled or demangled) is the planned kernel function.
+bool kernelNameMatches(const std::string& planned, const std::string& observed);
+
+// ---- verdicts -------------------------------------------------------------------------------------------
+// Any blocking reason rejects; otherwise any non-blocking one sends the candidate to review.
+Verdict verdictFor(const std::vector<VerdictReason>& reasons, Verdict whenClean = Verdict::Accepted);
+bool hasBlocking(const std::vector<VerdictReason>& reasons);
+
+} // namespace kl::referee
