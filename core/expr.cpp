@@ -132,8 +132,11 @@ private:
             const double v = std::strtod(begin, &end);
             if (end == begin)
                 fail("bad number");
-            m_pos += static_cast<std::size_t>(end - begin);
-            return make(Expr::Node::Kind::Number, {}, {}, v);
+            const std::string literal(begin, static_cast<std::size_t>(end - begin));
+            m_pos += literal.size();
+            // "7.0 / 2" is real division; "7 / 2" is C integer division.
+            const bool real = literal.find_first_of(".eE") != std::string::npos;
+            return make(Expr::Node::Kind::Number, real ? "real" : "", {}, v);
         }
         if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
             const std::size_t start = m_pos;
@@ -174,95 +177,107 @@ private:
 
 bool isInteger(double v) { return std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.0e15; }
 
-double eval(const Expr::Node& n, const Bindings& vars, const std::string& text)
+struct Value {
+    double v = 0;
+    bool real = false; // produced by a real literal or real-valued function
+};
+
+Value eval(const Expr::Node& n, const Bindings& vars, const std::string& text)
 {
     using K = Expr::Node::Kind;
     auto err = [&](const std::string& what) { return ExprError("expression '" + text + "': " + what); };
     switch (n.kind) {
     case K::Number:
-        return n.number;
+        return {n.number, n.name == "real"};
     case K::Var: {
         const auto it = vars.find(n.name);
         if (it == vars.end())
             throw err("unknown name '" + n.name + "'");
-        return it->second;
+        return {it->second, !isInteger(it->second)};
     }
     case K::Unary: {
-        const double a = eval(*n.args[0], vars, text);
-        return n.name == "-" ? -a : (a == 0.0 ? 1.0 : 0.0);
+        const Value a = eval(*n.args[0], vars, text);
+        if (n.name == "-")
+            return {-a.v, a.real};
+        return {a.v == 0.0 ? 1.0 : 0.0, false};
     }
     case K::Ternary:
-        return eval(*n.args[0], vars, text) != 0.0 ? eval(*n.args[1], vars, text) : eval(*n.args[2], vars, text);
+        return eval(*n.args[0], vars, text).v != 0.0 ? eval(*n.args[1], vars, text) : eval(*n.args[2], vars, text);
     case K::Binary: {
         const std::string& op = n.name;
         if (op == "&&")
-            return (eval(*n.args[0], vars, text) != 0.0 && eval(*n.args[1], vars, text) != 0.0) ? 1.0 : 0.0;
+            return {(eval(*n.args[0], vars, text).v != 0.0 && eval(*n.args[1], vars, text).v != 0.0) ? 1.0 : 0.0};
         if (op == "||")
-            return (eval(*n.args[0], vars, text) != 0.0 || eval(*n.args[1], vars, text) != 0.0) ? 1.0 : 0.0;
-        const double a = eval(*n.args[0], vars, text);
-        const double b = eval(*n.args[1], vars, text);
+            return {(eval(*n.args[0], vars, text).v != 0.0 || eval(*n.args[1], vars, text).v != 0.0) ? 1.0 : 0.0};
+        const Value a = eval(*n.args[0], vars, text);
+        const Value b = eval(*n.args[1], vars, text);
+        const bool real = a.real || b.real;
         if (op == "+")
-            return a + b;
+            return {a.v + b.v, real};
         if (op == "-")
-            return a - b;
+            return {a.v - b.v, real};
         if (op == "*")
-            return a * b;
+            return {a.v * b.v, real};
         if (op == "/" || op == "%") {
-            if (b == 0.0)
+            if (b.v == 0.0)
                 throw err("division by zero");
-            if (isInteger(a) && isInteger(b)) {
-                const auto ia = static_cast<std::int64_t>(a), ib = static_cast<std::int64_t>(b);
-                return static_cast<double>(op == "/" ? ia / ib : ia % ib);
+            if (!real && isInteger(a.v) && isInteger(b.v)) {
+                const auto ia = static_cast<std::int64_t>(a.v), ib = static_cast<std::int64_t>(b.v);
+                return {static_cast<double>(op == "/" ? ia / ib : ia % ib)};
             }
-            return op == "/" ? a / b : std::fmod(a, b);
+            return {op == "/" ? a.v / b.v : std::fmod(a.v, b.v), true};
         }
         if (op == "==")
-            return a == b;
+            return {a.v == b.v ? 1.0 : 0.0};
         if (op == "!=")
-            return a != b;
+            return {a.v != b.v ? 1.0 : 0.0};
         if (op == "<")
-            return a < b;
+            return {a.v < b.v ? 1.0 : 0.0};
         if (op == "<=")
-            return a <= b;
+            return {a.v <= b.v ? 1.0 : 0.0};
         if (op == ">")
-            return a > b;
+            return {a.v > b.v ? 1.0 : 0.0};
         if (op == ">=")
-            return a >= b;
+            return {a.v >= b.v ? 1.0 : 0.0};
         throw err("bad operator " + op);
     }
     case K::Call: {
         std::vector<double> v;
-        for (const auto& a : n.args)
-            v.push_back(eval(*a, vars, text));
+        bool real = false;
+        for (const auto& a : n.args) {
+            const Value x = eval(*a, vars, text);
+            v.push_back(x.v);
+            real = real || x.real;
+        }
         const std::string& f = n.name;
         if (f == "min")
-            return std::min(v[0], v[1]);
+            return {std::min(v[0], v[1]), real};
         if (f == "max")
-            return std::max(v[0], v[1]);
+            return {std::max(v[0], v[1]), real};
         if (f == "ceil_div" || f == "div") {
             if (v[1] == 0.0)
                 throw err("division by zero in " + f);
-            return f == "div" ? std::floor(v[0] / v[1]) : std::ceil(v[0] / v[1]);
+            return {f == "div" ? std::floor(v[0] / v[1]) : std::ceil(v[0] / v[1])};
         }
         if (f == "pow")
-            return std::pow(v[0], v[1]);
+            return {std::pow(v[0], v[1]), real || v[1] < 0};
         if (f == "floor")
-            return std::floor(v[0]);
+            return {std::floor(v[0])};
         if (f == "ceil")
-            return std::ceil(v[0]);
+            return {std::ceil(v[0])};
         if (f == "round")
-            return std::round(v[0]);
+            return {std::round(v[0])};
         if (f == "abs")
-            return std::fabs(v[0]);
+            return {std::fabs(v[0]), real};
         if (f == "log2")
-            return std::log2(v[0]);
+            return {std::log2(v[0]), true};
         if (f == "sqrt")
-            return std::sqrt(v[0]);
+            return {std::sqrt(v[0]), true};
         if (f == "next_pow2") {
             double p = 1;
             while (p < v[0])
                 p *= 2;
-            return p;
+            return {p};
         }
         throw err("unknown function " + f);
     }
@@ -293,7 +308,7 @@ double Expr::evaluate(const Bindings& vars) const
 {
     if (!m_root)
         throw ExprError("empty expression");
-    return eval(*m_root, vars, m_text);
+    return eval(*m_root, vars, m_text).v;
 }
 
 std::int64_t Expr::evaluateInt(const Bindings& vars) const

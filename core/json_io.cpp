@@ -789,6 +789,8 @@ Problem loadProblem(const std::string& folder)
         j = Json::parse(text);
     } catch (const Json::parse_error& e) {
         throw InputError(file.string() + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+    } catch (const Json::exception& e) {
+        throw InputError(file.string() + ": " + e.what());
     }
     Problem p = problemFromJson(j, file.string());
     p.folder = folder;

@@ -122,11 +122,12 @@ fs::path candidateDir(const fs::path& dir, const CandidateId& id)
     return dir / "candidates" / id;
 }
 
-std::string randomSuffix()
+// Unique across threads and forked processes (a forked child inherits the parent's generator state).
+std::string tempSuffix()
 {
     static thread_local std::mt19937_64 rng{std::random_device{}()};
     std::ostringstream os;
-    os << std::hex << rng();
+    os << std::hex << ::getpid() << '-' << rng();
     return os.str();
 }
 
@@ -144,8 +145,14 @@ bool isSafeId(const std::string& id)
 
 void writeFileAtomic(const fs::path& path, const std::string& content)
 {
-    const fs::path tmp = path.parent_path() / ("." + path.filename().string() + ".tmp-" + randomSuffix());
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fs::path tmp;
+    int fd = -1;
+    for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
+        tmp = path.parent_path() / ("." + path.filename().string() + ".tmp-" + tempSuffix());
+        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
     if (fd < 0)
         throwErrno("creating " + tmp.string());
     try {
@@ -312,6 +319,8 @@ Session SessionStore::load(const fs::path& dir, LoadReport* report, std::vector<
         hj = Json::parse(headerText);
     } catch (const Json::parse_error& e) {
         throw InputError(headerPath.string() + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+    } catch (const Json::exception& e) {
+        throw InputError(headerPath.string() + ": " + e.what());
     }
     Session s = headerFromJson(hj, headerPath.string());
 

@@ -1,0 +1,68 @@
+#pragma once
+#include "core/session_store.h"
+
+#include <filesystem>
+#include <random>
+#include <string>
+
+namespace kl::test {
+
+// A fresh directory under the system temp dir, removed when the object dies.
+class TempDir {
+public:
+    TempDir()
+    {
+        std::random_device rd;
+        m_path = std::filesystem::temp_directory_path() / ("kl-test-" + std::to_string(rd()) + std::to_string(rd()));
+        std::filesystem::create_directories(m_path);
+    }
+    ~TempDir()
+    {
+        std::error_code ec;
+        std::filesystem::remove_all(m_path, ec);
+    }
+    const std::filesystem::path& path() const { return m_path; }
+
+private:
+    std::filesystem::path m_path;
+};
+
+inline Session sampleHeader(const std::string& id = "s1")
+{
+    Session s;
+    s.id = id;
+    s.problemName = "rmsnorm";
+    s.device.name = "Test GPU";
+    s.device.ccMajor = 9;
+    s.settings.agent = "tuner:random";
+    return s;
+}
+
+inline Candidate sampleCandidate(const std::string& parent, int block)
+{
+    Candidate c;
+    c.parentId = parent;
+    c.source = "// @kl:param BLOCK = 256 in [128, 256]\n// @kl:launch k grid=(T) block=(BLOCK) args=(y, x)\n"
+               "extern \"C\" __global__ void k(float* y, const float* x) { y[0] = x[0]; }\n";
+    c.params = {{"BLOCK", block}};
+    c.author = Author::Tuner;
+    c.agent = "tuner:random";
+    return c;
+}
+
+inline Evaluation sampleEvaluation(const std::string& id, double speedup)
+{
+    Evaluation e;
+    e.candidateId = id;
+    e.verdict = Verdict::Accepted;
+    ShapeResult r;
+    r.shape.dims = {{"T", 4096}};
+    r.correct = true;
+    r.timing = TimingStats{10, 9, 11, 9.9, 10.1, 30, false, 1};
+    r.speedup = speedup;
+    e.shapes.push_back(r);
+    e.objective = speedup;
+    return e;
+}
+
+} // namespace kl::test
