@@ -1,0 +1,812 @@
+#include "kernels/export/bundle_gen.h"
+
+#include "core/errors.h"
+#include "kernels/export/c_expr.h"
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+namespace kl::exporter::detail {
+
+namespace {
+
+std::string fmtDouble(double v)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+    return buf;
+}
+
+std::string cString(const std::string& s)
+{
+    std::string out = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\')
+            out += '\\';
+        if (c == '\n') {
+            out += "\\n";
+            continue;
+        }
+        out += c;
+    }
+    return out + "\"";
+}
+
+const std::set<std::string>& reservedNames()
+{
+    static const std::set<std::string> names = {
+        "dims", "workspace", "workspace_bytes", "stream", "auto", "break", "case", "char", "const", "continue",
+        "default", "do", "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long",
+        "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
+        "union", "unsigned", "void", "volatile", "while", "class", "new", "delete", "this", "template", "namespace",
+        "operator", "private", "public", "bool", "true", "false", "out", "self", "torch"};
+    return names;
+}
+
+std::string dimVar(const std::string& d) { return "kl_d_" + cIdent(d); }
+
+// Expression identifiers inside generated host code: dims as locals, parameters as their baked value.
+IdentifierMap identMap(const Problem& p, const ParamValues* params, const std::string& what)
+{
+    return [&p, params, what](const std::string& name) -> std::string {
+        if (p.dim(name))
+            return dimVar(name);
+        if (params) {
+            const auto it = params->find(name);
+            if (it != params->end())
+                return std::to_string(it->second) + ".0";
+        }
+        throw InputError(what + ": '" + name + "' is neither a dim of problem '" + p.name + "' nor a parameter");
+    };
+}
+
+bool boundBy(const std::string& expr, const Problem& p, const ParamValues* params)
+{
+    for (const auto& id : expressionIdentifiers(expr))
+        if (!p.dim(id) && !(params && params->count(id)))
+            return false;
+    return true;
+}
+
+std::string dimLocals(const Problem& p, const std::string& dimsPtr, const std::string& indent)
+{
+    std::string s;
+    for (const auto& d : p.dims)
+        s += indent + "const double " + dimVar(d.name) + " = (double)" + dimsPtr + "->" + cIdent(d.name) + ";\n";
+    for (const auto& d : p.dims)
+        s += indent + "(void)" + dimVar(d.name) + ";\n";
+    return s;
+}
+
+
+
+std::string paramList(const BundleModel& m)
+{
+    std::string s = "const " + m.prefix + "_dims* dims";
+    for (const auto& a : apiParams(*m.problem))
+        s += ", " + a.cType + " " + a.name;
+    return s + ", void* workspace, size_t workspace_bytes, cudaStream_t stream";
+}
+
+std::string argList(const BundleModel& m)
+{
+    std::string s = "dims";
+    for (const auto& a : apiParams(*m.problem))
+        s += ", " + a.name;
+    return s + ", workspace, workspace_bytes, stream";
+}
+
+std::string workspaceSizeBody(const BundleModel& m, const KernelImpl& k)
+{
+    std::string s = dimLocals(*m.problem, "dims", "    ");
+    s += "    size_t kl_total = 0;\n    long long kl_bytes = 0;\n";
+    for (const auto& w : k.spec.workspaces) {
+        const std::string e = toCExpression(w.bytes.text(), identMap(*m.problem, &k.params, "workspace " + w.name),
+                                            "workspace " + w.name);
+        s += "    /* " + w.name + ": " + commentSafe(w.bytes.text()) + " bytes */\n";
+        s += "    if (!klx_to_int(" + e + ", 0, LLONG_MAX, &kl_bytes)) return (size_t)-1;\n";
+        s += "    kl_total += ((size_t)kl_bytes + 255u) & ~(size_t)255u;\n";
+    }
+    if (k.spec.workspaces.empty())
+        s += "    (void)kl_bytes;\n";
+    return s + "    return kl_total;\n";
+}
+
+std::string supportsBody(const BundleModel& m, const KernelImpl& k)
+{
+    std::string s = dimLocals(*m.problem, "dims", "    ");
+    for (const auto& c : k.spec.constraints) {
+        if (!boundBy(c.expr.text(), *m.problem, &k.params)) {
+            s += "    /* not checked here (names no dim or parameter): " + commentSafe(c.expr.text()) + " */\n";
+            continue;
+        }
+        const std::string e = toCExpression(c.expr.text(), identMap(*m.problem, &k.params, "constraint"), "constraint");
+        s += "    if (!((" + e + ") != 0.0)) {\n        if (why) *why = " +
+             cString("the " + k.role + "'s constraint '" + c.expr.text() + "' does not hold") +
+             ";\n        return 0;\n    }\n";
+    }
+    // Kernel arguments are ints: a dim the kernel receives must fit.
+    for (const auto& d : m.problem->dims)
+        s += "    if (dims->" + cIdent(d.name) + " > INT_MAX) {\n        if (why) *why = " +
+             cString(d.name + " does not fit the kernel's int argument") + ";\n        return 0;\n    }\n";
+    return s + "    return 1;\n";
+}
+
+bool validProblemShape(const Problem& p, const Shape& s)
+{
+    std::string why;
+    for (const auto& d : p.dims) {
+        const auto it = s.dims.find(d.name);
+        if (it == s.dims.end() || it->second < d.min || it->second > d.max)
+            return false;
+        if (d.multipleOf > 1 && it->second % d.multipleOf != 0)
+            return false;
+    }
+    const Bindings b = s.bindings();
+    for (const auto& c : p.dimConstraints) {
+        try {
+            if (!c.evaluateBool(b))
+                return false;
+        } catch (const ExprError&) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool implSupports(const BundleModel& m, const KernelImpl& k, const Shape& s)
+{
+    for (const auto& d : m.problem->dims) {
+        const auto it = s.dims.find(d.name);
+        if (it == s.dims.end() || it->second > INT_MAX)
+            return false;
+    }
+    return k.spec.satisfies(k.params, s.bindings());
+}
+
+} // namespace
+
+std::string cIdent(const std::string& s)
+{
+    std::string out;
+    for (char c : s)
+        out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+    if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0])))
+        out = "_" + out;
+    if (reservedNames().count(out))
+        out += "_";
+    return out;
+}
+
+std::string commentSafe(const std::string& s)
+{
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        const char c = s[i];
+        if (c == '\n' || c == '\r' || c == '\t')
+            out += ' ';
+        else if (c == '*' && i + 1 < s.size() && s[i + 1] == '/')
+            out += "* ";
+        else if (c == '/' && i + 1 < s.size() && s[i + 1] == '*')
+            out += "/ ";
+        else if (static_cast<unsigned char>(c) >= 0x20 || c < 0)
+            out += c;
+    }
+    return out;
+}
+
+std::vector<ApiParam> apiParams(const Problem& p)
+{
+    std::vector<ApiParam> out;
+    for (const auto& t : p.tensors) {
+        ApiParam a;
+        a.tensor = true;
+        a.output = t.role == TensorRole::Output;
+        a.cType = a.output ? "void*" : "const void*";
+        a.name = cIdent(t.name);
+        a.spec = &t;
+        out.push_back(a);
+    }
+    for (const auto& s : p.scalars) {
+        ApiParam a;
+        a.cType = s.dtype == DType::I32 ? "int" : (s.dtype == DType::F64 ? "double" : "float");
+        a.name = cIdent(s.name);
+        a.scalar = &s;
+        out.push_back(a);
+    }
+    return out;
+}
+
+int addDeviceQualifiers(std::string& src)
+{
+    // A light scanner: comments, strings and preprocessor lines are skipped; braces of namespace and
+    // extern "C" blocks do not count as nesting; a ')' followed (after qualifiers) by '{' at namespace
+    // depth ends a function head, and the head starts after the previous ';', '}' or preprocessor line.
+    std::vector<std::size_t> inserts;
+    std::vector<bool> transparent; // brace stack: true for namespace / extern "C" blocks
+    int depth = 0; // non-transparent braces open
+    std::size_t stmtStart = 0;
+    std::size_t i = 0;
+    const std::size_t n = src.size();
+    auto headText = [&](std::size_t from, std::size_t to) { return src.substr(from, to - from); };
+    while (i < n) {
+        const char c = src[i];
+        if (c == '/' && i + 1 < n && src[i + 1] == '/') {
+            i = src.find('\n', i);
+            if (i == std::string::npos)
+                break;
+            if (depth == 0 && headText(stmtStart, i).find_first_not_of(" \t\r\n") == std::string::npos)
+                stmtStart = i;
+            continue;
+        }
+        if (c == '/' && i + 1 < n && src[i + 1] == '*') {
+            const auto e = src.find("*/", i + 2);
+            i = e == std::string::npos ? n : e + 2;
+            continue;
+        }
+        if (c == '"' || c == '\'') {
+            ++i;
+            while (i < n && src[i] != c) {
+                if (src[i] == '\\')
+                    ++i;
+                ++i;
+            }
+            ++i;
+            continue;
+        }
+        if (c == '#') {
+            std::size_t b = i;
+            while (b > 0 && (src[b - 1] == ' ' || src[b - 1] == '\t'))
+                --b;
+            if (b == 0 || src[b - 1] == '\n') {
+                while (i < n && src[i] != '\n') {
+                    if (src[i] == '\\' && i + 1 < n)
+                        ++i;
+                    ++i;
+                }
+                if (depth == 0)
+                    stmtStart = i;
+                continue;
+            }
+        }
+        if (c == '{') {
+            const std::string head = headText(stmtStart, i);
+            const bool isNamespace = head.find("namespace") != std::string::npos ||
+                                     (head.find("extern") != std::string::npos && head.find("\"C\"") != std::string::npos &&
+                                      head.find(')') == std::string::npos);
+            if (depth == 0 && !isNamespace) {
+                // A function definition when the head ends with ')' plus qualifiers.
+                std::string h = head;
+                while (!h.empty() && std::isspace(static_cast<unsigned char>(h.back())))
+                    h.pop_back();
+                for (const char* q : {"const", "noexcept", "override"}) {
+                    const std::string qs(q);
+                    if (h.size() >= qs.size() && h.compare(h.size() - qs.size(), qs.size(), qs) == 0) {
+                        h.resize(h.size() - qs.size());
+                        while (!h.empty() && std::isspace(static_cast<unsigned char>(h.back())))
+                            h.pop_back();
+                    }
+                }
+                const bool isFunction = !h.empty() && h.back() == ')' && h.find('=') == std::string::npos &&
+                                        h.find("struct ") == std::string::npos && h.find("class ") == std::string::npos;
+                const bool annotated = head.find("__device__") != std::string::npos ||
+                                       head.find("__global__") != std::string::npos ||
+                                       head.find("__host__") != std::string::npos;
+                if (isFunction && !annotated) {
+                    std::size_t at = stmtStart;
+                    while (at < i && std::isspace(static_cast<unsigned char>(src[at])))
+                        ++at;
+                    // After a template header: template <...>
+                    if (src.compare(at, 8, "template") == 0) {
+                        std::size_t k = src.find('<', at);
+                        int angle = 0;
+                        for (; k < i; ++k) {
+                            if (src[k] == '<')
+                                ++angle;
+                            else if (src[k] == '>' && --angle == 0)
+                                break;
+                        }
+                        at = k + 1;
+                        while (at < i && std::isspace(static_cast<unsigned char>(src[at])))
+                            ++at;
+                    }
+                    inserts.push_back(at);
+                }
+            }
+            transparent.push_back(depth == 0 && isNamespace);
+            if (!transparent.back())
+                ++depth;
+            ++i;
+            if (depth == 0)
+                stmtStart = i;
+            continue;
+        }
+        if (c == '}') {
+            if (!transparent.empty()) {
+                if (!transparent.back())
+                    --depth;
+                transparent.pop_back();
+            }
+            ++i;
+            if (depth == 0)
+                stmtStart = i;
+            continue;
+        }
+        if (c == ';' && depth == 0) {
+            ++i;
+            stmtStart = i;
+            continue;
+        }
+        ++i;
+    }
+    for (auto it = inserts.rbegin(); it != inserts.rend(); ++it)
+        src.insert(*it, "__device__ ");
+    return static_cast<int>(inserts.size());
+}
+
+int expectedSelection(const BundleModel& m, const Shape& s)
+{
+    const bool fallbackOk = m.libraryFallback ? true : implSupports(m, m.fallback, s);
+    if (validProblemShape(*m.problem, s) && implSupports(m, m.cand, s) && m.plan->dispatch.inCandidateRegion(s))
+        return 1;
+    return fallbackOk ? 0 : -1;
+}
+
+std::string genDispatchHeader(const BundleModel& m)
+{
+    const std::string& P = m.prefix;
+    const std::string& U = m.upper;
+    std::ostringstream o;
+    o << "/* " << P << "_dispatch.h: which implementation serves a shape. Plain C, no CUDA.\n" << m.banner << " */\n";
+    o << "#ifndef " << U << "_DISPATCH_H\n#define " << U << "_DISPATCH_H\n\n#include <stddef.h>\n\n";
+    o << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
+    o << "typedef struct " << P << "_dims {\n";
+    for (const auto& d : m.problem->dims)
+        o << "    long long " << cIdent(d.name) << ";\n";
+    o << "} " << P << "_dims;\n\n";
+    o << "enum {\n    " << U << "_IMPL_NONE = -1, /* nothing supports the shape */\n    " << U
+      << "_IMPL_FALLBACK = 0,\n    " << U << "_IMPL_CANDIDATE = 1\n};\n\n";
+    o << "/* The implementation kl_" << m.problem->name << " dispatches to; why (may be NULL) gets the reason. */\n";
+    o << "int " << P << "_select(const " << P << "_dims* dims);\n";
+    o << "int " << P << "_select_why(const " << P << "_dims* dims, const char** why);\n";
+    o << "/* 1 when the shape is inside the problem's declared validity range. */\n";
+    o << "int " << P << "_valid(const " << P << "_dims* dims, const char** why);\n";
+    o << "int " << P << "_candidate_supports(const " << P << "_dims* dims, const char** why);\n";
+    o << "int " << P << "_fallback_supports(const " << P << "_dims* dims, const char** why);\n";
+    o << "/* Workspace bytes the caller must pass to run (the larger of both implementations); (size_t)-1 when the\n"
+         "   shape has no valid size. Query once per shape bucket, allocate outside the hot path. */\n";
+    o << "size_t " << P << "_workspace_bytes(const " << P << "_dims* dims);\n";
+    o << "size_t " << P << "_candidate_workspace_bytes(const " << P << "_dims* dims);\n";
+    o << "size_t " << P << "_fallback_workspace_bytes(const " << P << "_dims* dims);\n";
+    o << "/* The dispatch table: boxes (per dim [lo, hi], in the order of " << P << "_dims) that go to the candidate. */\n";
+    o << "int " << P << "_region_count(void);\n";
+    o << "int " << P << "_region(int index, long long* lo, long long* hi);\n";
+    o << "int " << P << "_dim_count(void);\n";
+    o << "const char* " << P << "_dim_name(int index);\n\n";
+    o << "#ifdef __cplusplus\n}\n#endif\n\n#endif\n";
+    return o.str();
+}
+
+std::string genApiHeader(const BundleModel& m)
+{
+    const std::string& P = m.prefix;
+    const std::string& U = m.upper;
+    const auto& plan = *m.plan;
+    std::ostringstream o;
+    o << "/* " << P << ".h: C API of the exported " << m.problem->name << " kernel.\n" << m.banner;
+    o << " *\n * Dispatch table (generated from the session's measurements):\n";
+    for (const auto& r : plan.dispatch.candidateRegions)
+        o << " *   " << r.label(plan.dispatch.dims) << "  ->  candidate " << m.candidate->id << " (" << r.wins
+          << " shapes measured faster, " << fmtDouble(r.minSpeedup) << "x .. " << fmtDouble(r.maxSpeedup) << "x)\n";
+    for (const auto& r : plan.dispatch.lossRegions)
+        o << " *   " << r.label(plan.dispatch.dims) << "  ->  fallback (" << r.losses
+          << " shapes where the candidate was not surely faster or not correct)\n";
+    o << " *   everywhere else  ->  fallback: " << commentSafe(plan.fallbackDescription) << "\n";
+    o << " *   The candidate is also used only where its own constraints hold and the shape is in the problem's\n"
+         " *   validity range; " << P << "_select_why() says why a shape went where it did.\n *\n";
+    o << " * Usage: size the workspace with " << P << "_workspace_bytes() and allocate it once, outside the hot path;\n"
+         " * then call " << P << "_run() on your stream. It allocates nothing and never synchronizes, so it can be\n"
+         " * captured into a CUDA graph (the workspace's address is then fixed, as graphs require).\n";
+    if (m.libraryFallback)
+        o << " * The cuBLAS fallback needs " << P << "_init() once per thread before the first run or capture.\n";
+    o << " */\n";
+    o << "#ifndef " << U << "_H\n#define " << U << "_H\n\n#include <stddef.h>\n#include <cuda_runtime_api.h>\n\n";
+    o << "#include \"" << P << "_dispatch.h\"\n\n";
+    o << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
+    o << "enum {\n    " << U << "_OK = 0,\n    " << U << "_ERR_UNSUPPORTED_SHAPE = 1,\n    " << U
+      << "_ERR_WORKSPACE_TOO_SMALL = 2,\n    " << U << "_ERR_LAUNCH = 3,\n    " << U << "_ERR_BAD_ARGUMENT = 4,\n    "
+      << U << "_ERR_LIBRARY = 5\n};\n\n";
+    o << "/* Tensors (device pointers, contiguous, row-major):\n";
+    for (const auto& a : apiParams(*m.problem)) {
+        if (a.tensor) {
+            o << " *   " << a.name << ": " << dtypeName(a.spec->dtype) << " [";
+            for (std::size_t i = 0; i < a.spec->shape.size(); ++i)
+                o << (i ? ", " : "") << commentSafe(a.spec->shape[i].text());
+            o << "] " << (a.output ? "output" : "input") << "\n";
+        } else {
+            o << " *   " << a.name << ": scalar " << dtypeName(a.scalar->dtype) << " (problem value "
+              << fmtDouble(a.scalar->value) << ")\n";
+        }
+    }
+    o << " */\n";
+    o << "int " << P << "_run(" << paramList(m) << ");\n";
+    o << "/* The two implementations, for tests and benchmarks; run() picks between them. */\n";
+    o << "int " << P << "_run_candidate(" << paramList(m) << ");\n";
+    o << "int " << P << "_run_fallback(" << paramList(m) << ");\n";
+    o << "/* Creates per-thread library state (cuBLAS handle); a no-op without a library fallback. */\n";
+    o << "int " << P << "_init(void);\n";
+    o << "const char* " << P << "_error_string(int code);\n\n";
+    o << "#ifdef __cplusplus\n}\n#endif\n\n#endif\n";
+    return o.str();
+}
+
+std::string genDispatchC(const BundleModel& m)
+{
+    const std::string& P = m.prefix;
+    const std::string& U = m.upper;
+    const auto& plan = m.plan->dispatch;
+    const std::size_t nd = plan.dims.size();
+    std::ostringstream o;
+    o << "/* " << P << "_dispatch.c: the dispatch table and shape checks. Plain C (also valid C++), no CUDA.\n"
+      << m.banner << " */\n";
+    o << "#include \"" << P << "_dispatch.h\"\n#include \"kl_expr.h\"\n\n#include <limits.h>\n#include <stddef.h>\n\n";
+    o << "typedef struct " << P << "_region_row {\n    long long lo[" << std::max<std::size_t>(nd, 1) << "];\n    long long hi["
+      << std::max<std::size_t>(nd, 1) << "];\n} " << P << "_region_row;\n\n";
+    o << "/* Where candidate " << m.candidate->id << " was verified and measured faster than the baseline. */\n";
+    o << "static const " << P << "_region_row " << P << "_regions[] = {\n";
+    if (plan.candidateRegions.empty())
+        o << "    {{0}, {-1}} /* no region: the candidate was never measured faster; unused (count 0) */\n";
+    for (const auto& r : plan.candidateRegions) {
+        o << "    {{";
+        for (std::size_t d = 0; d < nd; ++d)
+            o << (d ? ", " : "") << r.ranges[d].lo << "LL";
+        o << "}, {";
+        for (std::size_t d = 0; d < nd; ++d)
+            o << (d ? ", " : "") << r.ranges[d].hi << "LL";
+        o << "}}, /* " << r.label(plan.dims) << ": " << r.wins << " wins, " << fmtDouble(r.minSpeedup) << "x .. "
+          << fmtDouble(r.maxSpeedup) << "x */\n";
+    }
+    o << "};\nstatic const int " << P << "_n_regions = " << plan.candidateRegions.size() << ";\n\n";
+    o << "static const char* const " << P << "_dim_names[] = {";
+    for (std::size_t d = 0; d < nd; ++d)
+        o << (d ? ", " : "") << cString(plan.dims[d]);
+    if (nd == 0)
+        o << "\"\"";
+    o << "};\n\n";
+    o << "int " << P << "_dim_count(void) { return " << nd << "; }\n";
+    o << "const char* " << P << "_dim_name(int index) { return index >= 0 && index < " << nd << " ? " << P
+      << "_dim_names[index] : NULL; }\n";
+    o << "int " << P << "_region_count(void) { return " << P << "_n_regions; }\n\n";
+    o << "int " << P << "_region(int index, long long* lo, long long* hi)\n{\n    int d;\n    if (index < 0 || index >= " << P
+      << "_n_regions) return 0;\n    for (d = 0; d < " << nd << "; ++d) {\n        if (lo) lo[d] = " << P
+      << "_regions[index].lo[d];\n        if (hi) hi[d] = " << P << "_regions[index].hi[d];\n    }\n    return 1;\n}\n\n";
+
+    // Problem validity.
+    o << "int " << P << "_valid(const " << P << "_dims* dims, const char** why)\n{\n";
+    o << dimLocals(*m.problem, "dims", "    ");
+    for (const auto& d : m.problem->dims) {
+        o << "    if (dims->" << cIdent(d.name) << " < " << d.min << "LL || dims->" << cIdent(d.name) << " > " << d.max
+          << "LL) {\n        if (why) *why = "
+          << cString(d.name + " is outside the problem's range [" + std::to_string(d.min) + ", " + std::to_string(d.max) + "]")
+          << ";\n        return 0;\n    }\n";
+        if (d.multipleOf > 1)
+            o << "    if (dims->" << cIdent(d.name) << " % " << d.multipleOf << "LL != 0) {\n        if (why) *why = "
+              << cString(d.name + " is not a multiple of " + std::to_string(d.multipleOf)) << ";\n        return 0;\n    }\n";
+    }
+    for (const auto& c : m.problem->dimConstraints) {
+        const std::string e = toCExpression(c.text(), identMap(*m.problem, nullptr, "problem constraint"), "problem constraint");
+        o << "    if (!((" << e << ") != 0.0)) {\n        if (why) *why = "
+          << cString("the problem's constraint '" + c.text() + "' does not hold") << ";\n        return 0;\n    }\n";
+    }
+    o << "    return 1;\n}\n\n";
+
+    o << "int " << P << "_candidate_supports(const " << P << "_dims* dims, const char** why)\n{\n" << supportsBody(m, m.cand)
+      << "}\n\n";
+    o << "int " << P << "_fallback_supports(const " << P << "_dims* dims, const char** why)\n{\n";
+    if (m.libraryFallback) {
+        o << dimLocals(*m.problem, "dims", "    ");
+        for (const auto& d : m.problem->dims)
+            o << "    if (dims->" << cIdent(d.name) << " < 0 || dims->" << cIdent(d.name)
+              << " > INT_MAX) {\n        if (why) *why = " << cString(d.name + " does not fit the library's int argument")
+              << ";\n        return 0;\n    }\n";
+        o << "    return 1;\n";
+    } else {
+        o << supportsBody(m, m.fallback);
+    }
+    o << "}\n\n";
+
+    o << "int " << P << "_select_why(const " << P << "_dims* dims, const char** why)\n{\n";
+    o << "    const char* kl_unused = NULL;\n    long long kl_v[" << std::max<std::size_t>(nd, 1) << "];\n    int kl_i, kl_d;\n";
+    o << "    if (!why) why = &kl_unused;\n";
+    o << "    if (!dims) {\n        *why = \"no dims\";\n        return " << U << "_IMPL_NONE;\n    }\n";
+    for (std::size_t d = 0; d < nd; ++d)
+        o << "    kl_v[" << d << "] = dims->" << cIdent(plan.dims[d]) << ";\n";
+    if (nd == 0)
+        o << "    kl_v[0] = 0;\n";
+    o << "    if (" << P << "_valid(dims, why) && " << P << "_candidate_supports(dims, why)) {\n";
+    o << "        for (kl_i = 0; kl_i < " << P << "_n_regions; ++kl_i) {\n            int kl_inside = 1;\n";
+    o << "            for (kl_d = 0; kl_d < " << nd << "; ++kl_d)\n                if (kl_v[kl_d] < " << P
+      << "_regions[kl_i].lo[kl_d] || kl_v[kl_d] > " << P << "_regions[kl_i].hi[kl_d]) kl_inside = 0;\n";
+    o << "            if (kl_inside) {\n                *why = \"inside a region where the candidate was verified and measured faster\";\n"
+         "                return " << U << "_IMPL_CANDIDATE;\n            }\n        }\n";
+    o << "        *why = \"outside the regions where the candidate was verified and measured faster\";\n    }\n";
+    o << "    {\n        const char* kl_fallback_why = NULL;\n        if (" << P
+      << "_fallback_supports(dims, &kl_fallback_why)) return " << U << "_IMPL_FALLBACK;\n        *why = kl_fallback_why;\n    }\n";
+    o << "    return " << U << "_IMPL_NONE;\n}\n\n";
+    o << "int " << P << "_select(const " << P << "_dims* dims) { return " << P << "_select_why(dims, NULL); }\n\n";
+
+    o << "size_t " << P << "_candidate_workspace_bytes(const " << P << "_dims* dims)\n{\n" << workspaceSizeBody(m, m.cand)
+      << "}\n\n";
+    o << "size_t " << P << "_fallback_workspace_bytes(const " << P << "_dims* dims)\n{\n";
+    if (m.libraryFallback)
+        o << "    (void)dims;\n    return (size_t)32 << 20; /* cuBLAS workspace on Hopper (NVIDIA recommends 32 MiB) */\n";
+    else
+        o << workspaceSizeBody(m, m.fallback);
+    o << "}\n\n";
+    o << "size_t " << P << "_workspace_bytes(const " << P << "_dims* dims)\n{\n    const size_t a = " << P
+      << "_candidate_workspace_bytes(dims);\n    const size_t b = " << P << "_fallback_workspace_bytes(dims);\n"
+      << "    if (a == (size_t)-1 || b == (size_t)-1) return (size_t)-1;\n    return a > b ? a : b;\n}\n";
+    return o.str();
+}
+
+std::string genKernelHeader(const BundleModel& m, const KernelImpl& k, const std::string& title)
+{
+    std::ostringstream o;
+    o << "/* " << title << "\n" << m.banner;
+    o << " * Parameters baked in:";
+    if (k.params.empty())
+        o << " (none)";
+    for (const auto& [n, v] : k.params)
+        o << " " << n << "=" << v;
+    o << "\n";
+    if (k.devicePatched > 0)
+        o << " * nvcc: __device__ was added to " << k.devicePatched
+          << " helper function(s) that NVRTC compiled as device code (-default-device).\n";
+    o << " * Launch plan (the host launcher in the matching .cu runs it):\n";
+    for (const auto& l : k.spec.launches) {
+        o << " *   " << l.kernel << " grid=(" << commentSafe(l.grid[0].text()) << ", " << commentSafe(l.grid[1].text()) << ", "
+          << commentSafe(l.grid[2].text()) << ") block=(" << commentSafe(l.block[0].text()) << ", "
+          << commentSafe(l.block[1].text()) << ", " << commentSafe(l.block[2].text())
+          << ") smem=" << commentSafe(l.sharedBytes.text()) << " args=(";
+        for (std::size_t i = 0; i < l.args.size(); ++i)
+            o << (i ? ", " : "") << l.args[i];
+        o << ")\n";
+    }
+    o << " */\n" << k.source;
+    if (!k.source.empty() && k.source.back() != '\n')
+        o << "\n";
+    return o.str();
+}
+
+std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
+{
+    const std::string& P = m.prefix;
+    const std::string& U = m.upper;
+    const Problem& p = *m.problem;
+    std::ostringstream o;
+    o << "/* " << P << "_" << k.role << ".cu: host launcher of the " << k.role << " kernel (CUDA runtime API).\n"
+      << " * No allocation, no synchronization, launches only on the caller's stream: CUDA-graph capturable.\n"
+      << " * Kernels are launched through cudaLaunchKernel with the launch plan's named arguments, exactly as the\n"
+      << " * KernelLoop harness launched them when it measured this kernel.\n */\n";
+    o << "#include \"" << P << ".h\"\n#include \"kl_expr.h\"\n\n#include <cuda_runtime.h>\n#include <limits.h>\n#include <stdint.h>\n#include <atomic>\n\n";
+    std::set<std::string> kernels;
+    for (const auto& l : k.spec.launches)
+        kernels.insert(l.kernel);
+    o << "/* Each implementation lives in its own translation unit; renaming its kernels keeps the symbols of the\n"
+         "   candidate and the fallback apart when both define a kernel of the same name. */\n";
+    for (const auto& kn : kernels)
+        o << "#define " << kn << " " << P << "_" << k.role << "__" << kn << "\n";
+    o << "#include \"" << P << "_" << k.role << ".cuh\"\n\n";
+    o << "extern \"C\" int " << P << "_run_" << k.role << "(" << paramList(m) << ")\n{\n";
+    o << "    const char* kl_why = NULL;\n    if (!dims) return " << U << "_ERR_BAD_ARGUMENT;\n";
+    o << "    if (!" << P << "_" << k.role << "_supports(dims, &kl_why)) return " << U << "_ERR_UNSUPPORTED_SHAPE;\n";
+    o << "    (void)kl_why;\n";
+    o << dimLocals(p, "dims", "    ");
+    for (const auto& a : apiParams(p))
+        o << "    (void)" << a.name << ";\n";
+    o << "    char* kl_ws = (char*)workspace;\n    size_t kl_ws_used = 0;\n    (void)kl_ws;\n";
+    std::map<std::string, std::string> wsPtr;
+    for (const auto& w : k.spec.workspaces) {
+        const std::string id = cIdent(w.name);
+        const std::string e = toCExpression(w.bytes.text(), identMap(p, &k.params, "workspace " + w.name), "workspace " + w.name);
+        o << "    /* workspace " << w.name << ": " << commentSafe(w.bytes.text()) << " bytes" << (w.zeroInit ? ", zeroed" : "")
+          << " */\n";
+        o << "    long long kl_wsb_" << id << " = 0;\n";
+        o << "    if (!klx_to_int(" << e << ", 0, LLONG_MAX, &kl_wsb_" << id << ")) return " << U << "_ERR_UNSUPPORTED_SHAPE;\n";
+        o << "    void* kl_ws_" << id << " = kl_ws + kl_ws_used;\n";
+        o << "    kl_ws_used += ((size_t)kl_wsb_" << id << " + 255u) & ~(size_t)255u;\n";
+        wsPtr[w.name] = "kl_ws_" + id;
+    }
+    if (!k.spec.workspaces.empty()) {
+        o << "    if (kl_ws_used > 0 && (workspace == NULL || kl_ws_used > workspace_bytes)) return " << U
+          << "_ERR_WORKSPACE_TOO_SMALL;\n";
+        for (const auto& w : k.spec.workspaces)
+            if (w.zeroInit)
+                o << "    if (kl_wsb_" << cIdent(w.name) << " > 0 && cudaMemsetAsync(kl_ws_" << cIdent(w.name) << ", 0, (size_t)kl_wsb_"
+                  << cIdent(w.name) << ", stream) != cudaSuccess) return " << U << "_ERR_LAUNCH;\n";
+    }
+    int step = 0;
+    for (const auto& l : k.spec.launches) {
+        ++step;
+        auto ex = [&](const Expr& e, const std::string& what) {
+            return toCExpression(e.text(), identMap(p, &k.params, what), what);
+        };
+        o << "    /* launch " << step << " of " << k.spec.launches.size() << ": " << l.kernel << " */\n    {\n";
+        o << "        long long kl_g[3], kl_b[3], kl_smem;\n";
+        for (int d = 0; d < 3; ++d) {
+            o << "        if (!klx_to_int(" << ex(l.grid[d], "grid") << ", 1, " << (d == 0 ? "2147483647LL" : "65535LL")
+              << ", &kl_g[" << d << "])) return " << U << "_ERR_UNSUPPORTED_SHAPE;\n";
+            o << "        if (!klx_to_int(" << ex(l.block[d], "block") << ", 1, 1024, &kl_b[" << d << "])) return " << U
+              << "_ERR_UNSUPPORTED_SHAPE;\n";
+        }
+        o << "        if (kl_b[0] * kl_b[1] * kl_b[2] > 1024) return " << U << "_ERR_UNSUPPORTED_SHAPE;\n";
+        o << "        if (!klx_to_int(" << ex(l.sharedBytes, "smem") << ", 0, INT_MAX, &kl_smem)) return " << U
+          << "_ERR_UNSUPPORTED_SHAPE;\n";
+        const std::string kname = P + "_" + k.role + "__" + l.kernel;
+        o << "        if (kl_smem > 48 * 1024) {\n"
+             "            /* Opting into more than 48 KiB is a function attribute, not a stream operation: done once per\n"
+             "               size, before or during capture. */\n"
+             "            static std::atomic<long long> kl_smem_opted{0};\n"
+             "            if (kl_smem > kl_smem_opted.load()) {\n"
+             "                if (cudaFuncSetAttribute((const void*)"
+          << kname << ", cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kl_smem) != cudaSuccess) return " << U
+          << "_ERR_LAUNCH;\n                kl_smem_opted.store(kl_smem);\n            }\n        }\n";
+        std::vector<std::string> argNames;
+        int ai = 0;
+        for (const auto& a : l.args) {
+            const std::string v = "kl_a" + std::to_string(ai++);
+            if (p.tensor(a)) {
+                o << "        void* " << v << " = (void*)" << cIdent(a) << ";\n";
+            } else if (wsPtr.count(a)) {
+                o << "        void* " << v << " = " << wsPtr[a] << ";\n";
+            } else if (p.dim(a)) {
+                o << "        int " << v << " = (int)dims->" << cIdent(a) << ";\n";
+            } else if (k.params.count(a)) {
+                o << "        int " << v << " = " << k.params.at(a) << ";\n";
+            } else {
+                const ScalarSpec* s = nullptr;
+                for (const auto& sc : p.scalars)
+                    if (sc.name == a)
+                        s = &sc;
+                if (!s)
+                    throw InputError("launch plan of the " + k.role + ", line " + std::to_string(l.line) + ": argument '" + a +
+                                     "' is not a tensor, workspace, dim, parameter or scalar of problem '" + p.name + "'");
+                const std::string st = s->dtype == DType::I32 ? "int" : (s->dtype == DType::F64 ? "double" : "float");
+                o << "        " << st << " " << v << " = " << cIdent(a) << ";\n";
+            }
+            argNames.push_back(v);
+        }
+        o << "        void* kl_args[] = {";
+        for (std::size_t i = 0; i < argNames.size(); ++i)
+            o << (i ? ", " : "") << "(void*)&" << argNames[i];
+        if (argNames.empty())
+            o << "NULL";
+        o << "};\n";
+        o << "        if (cudaLaunchKernel((const void*)" << kname
+          << ", dim3((unsigned)kl_g[0], (unsigned)kl_g[1], (unsigned)kl_g[2]), dim3((unsigned)kl_b[0], (unsigned)kl_b[1], "
+             "(unsigned)kl_b[2]), kl_args, (size_t)kl_smem, stream) != cudaSuccess)\n            return "
+          << U << "_ERR_LAUNCH;\n    }\n";
+    }
+    o << "    return " << U << "_OK;\n}\n";
+    return o.str();
+}
+
+std::string genCublasLauncher(const BundleModel& m)
+{
+    // Row-major C[M,N] = A[M,K] * B with B stored [K,N] or [N,K]: cuBLAS is column-major, so it computes
+    // C^T = B^T A^T, reading the row-major buffers as their transposes.
+    const std::string& P = m.prefix;
+    const std::string& U = m.upper;
+    const Problem& p = *m.problem;
+    const TensorSpec* c = nullptr;
+    std::vector<const TensorSpec*> ins;
+    for (const auto& t : p.tensors) {
+        if (t.role == TensorRole::Output && !c)
+            c = &t;
+        else if (t.role == TensorRole::Input)
+            ins.push_back(&t);
+    }
+    if (!c || ins.size() < 2 || c->shape.size() != 2 || ins[0]->shape.size() != 2 || ins[1]->shape.size() != 2)
+        throw InputError("library baseline '" + p.libraryBaseline + "' of problem '" + p.name +
+                         "' needs inputs A[M,K], B[K,N] or B[N,K] and an output C[M,N]");
+    const std::string mDim = c->shape[0].text(), nDim = c->shape[1].text();
+    const TensorSpec* a = ins[0];
+    const TensorSpec* b = ins[1];
+    if (a->shape[0].text() != mDim)
+        throw InputError("library baseline: the first input of '" + p.name + "' must be A[M,K]");
+    const std::string kDim = a->shape[1].text();
+    bool bTransposed = false; // B stored [N,K]
+    if (b->shape[0].text() == kDim && b->shape[1].text() == nDim)
+        bTransposed = false;
+    else if (b->shape[0].text() == nDim && b->shape[1].text() == kDim)
+        bTransposed = true;
+    else
+        throw InputError("library baseline: the second input of '" + p.name + "' must be B[K,N] or B[N,K]");
+    auto cudaType = [&](DType t) -> std::string {
+        switch (t) {
+        case DType::BF16:
+            return "CUDA_R_16BF";
+        case DType::F16:
+            return "CUDA_R_16F";
+        case DType::F32:
+            return "CUDA_R_32F";
+        default:
+            throw InputError("library baseline: dtype " + std::string(dtypeName(t)) + " is not supported by the cuBLAS fallback");
+        }
+    };
+    auto dimExpr = [&](const std::string& e) {
+        return toCExpression(e, identMap(p, nullptr, "gemm dim"), "gemm dim");
+    };
+    std::ostringstream o;
+    o << "/* " << P << "_fallback.cu: the library fallback, cuBLAS (cublasGemmEx, fp32 accumulation).\n"
+      << " * Row-major C[M,N] = A[M,K] * B" << (bTransposed ? "[N,K]^T" : "[K,N]")
+      << "; cuBLAS is column-major, so it computes C^T = B^T A^T on the same buffers.\n"
+      << " * The handle is per thread and created by " << P << "_init() (or lazily on first use outside capture);\n"
+      << " * its workspace is the caller's, so nothing is allocated on the hot path and graph capture works.\n */\n";
+    o << "#include \"" << P << ".h\"\n#include \"kl_expr.h\"\n\n#include <cublas_v2.h>\n#include <cuda_runtime.h>\n#include <limits.h>\n\n";
+    o << "static thread_local cublasHandle_t kl_handle = nullptr;\n\n";
+    o << "extern \"C\" int " << P << "_init(void)\n{\n    if (kl_handle) return " << U << "_OK;\n"
+      << "    return cublasCreate(&kl_handle) == CUBLAS_STATUS_SUCCESS ? " << U << "_OK : " << U << "_ERR_LIBRARY;\n}\n\n";
+    o << "extern \"C\" int " << P << "_run_fallback(" << paramList(m) << ")\n{\n";
+    o << "    if (!dims) return " << U << "_ERR_BAD_ARGUMENT;\n";
+    o << "    if (!" << P << "_fallback_supports(dims, NULL)) return " << U << "_ERR_UNSUPPORTED_SHAPE;\n";
+    o << "    if (!kl_handle && " << P << "_init() != " << U << "_OK) return " << U << "_ERR_LIBRARY;\n";
+    o << dimLocals(p, "dims", "    ");
+    o << "    long long kl_m, kl_n, kl_k;\n";
+    o << "    if (!klx_to_int(" << dimExpr(mDim) << ", 0, INT_MAX, &kl_m) || !klx_to_int(" << dimExpr(nDim)
+      << ", 0, INT_MAX, &kl_n) || !klx_to_int(" << dimExpr(kDim) << ", 0, INT_MAX, &kl_k)) return " << U
+      << "_ERR_UNSUPPORTED_SHAPE;\n";
+    o << "    const size_t kl_ws_need = " << P << "_fallback_workspace_bytes(dims);\n";
+    o << "    if (workspace == NULL || workspace_bytes < kl_ws_need) return " << U << "_ERR_WORKSPACE_TOO_SMALL;\n";
+    std::string alpha = "1.0f", beta = "0.0f";
+    for (const auto& s : p.scalars) {
+        if (s.name == "alpha")
+            alpha = "(float)" + cIdent(s.name);
+        if (s.name == "beta")
+            beta = "(float)" + cIdent(s.name);
+    }
+    for (const auto& a2 : apiParams(p))
+        if (a2.scalar)
+            o << "    (void)" << a2.name << ";\n";
+    o << "    const float kl_alpha = " << alpha << ", kl_beta = " << beta << ";\n";
+    o << "    if (cublasSetStream(kl_handle, stream) != CUBLAS_STATUS_SUCCESS) return " << U << "_ERR_LIBRARY;\n";
+    o << "    if (cublasSetWorkspace(kl_handle, workspace, kl_ws_need) != CUBLAS_STATUS_SUCCESS) return " << U
+      << "_ERR_LIBRARY;\n";
+    o << "    const cublasStatus_t kl_st = cublasGemmEx(kl_handle, " << (bTransposed ? "CUBLAS_OP_T" : "CUBLAS_OP_N")
+      << ", CUBLAS_OP_N, (int)kl_n, (int)kl_m, (int)kl_k, &kl_alpha, " << cIdent(b->name) << ", " << cudaType(b->dtype)
+      << ", " << (bTransposed ? "(int)kl_k" : "(int)kl_n") << ", " << cIdent(a->name) << ", " << cudaType(a->dtype)
+      << ", (int)kl_k, &kl_beta, " << cIdent(c->name) << ", " << cudaType(c->dtype)
+      << ", (int)kl_n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);\n";
+    o << "    return kl_st == CUBLAS_STATUS_SUCCESS ? " << U << "_OK : " << U << "_ERR_LIBRARY;\n}\n";
+    return o.str();
+}
+
+std::string genRunCu(const BundleModel& m)
+{
+    const std::string& P = m.prefix;
+    const std::string& U = m.upper;
+    std::ostringstream o;
+    o << "/* " << P << "_run.cu: the dispatcher's entry point. */\n#include \"" << P << ".h\"\n\n";
+    if (!m.libraryFallback)
+        o << "extern \"C\" int " << P << "_init(void) { return " << U << "_OK; }\n\n";
+    o << "extern \"C\" int " << P << "_run(" << paramList(m) << ")\n{\n";
+    o << "    switch (" << P << "_select(dims)) {\n    case " << U << "_IMPL_CANDIDATE:\n        return " << P
+      << "_run_candidate(" << argList(m) << ");\n    case " << U << "_IMPL_FALLBACK:\n        return " << P << "_run_fallback("
+      << argList(m) << ");\n    default:\n        return " << U << "_ERR_UNSUPPORTED_SHAPE;\n    }\n}\n\n";
+    o << "extern \"C\" const char* " << P << "_error_string(int code)\n{\n    switch (code) {\n";
+    o << "    case " << U << "_OK: return \"ok\";\n";
+    o << "    case " << U << "_ERR_UNSUPPORTED_SHAPE: return \"shape not supported by the selected implementation\";\n";
+    o << "    case " << U << "_ERR_WORKSPACE_TOO_SMALL: return \"workspace missing or smaller than " << P << "_workspace_bytes()\";\n";
+    o << "    case " << U << "_ERR_LAUNCH: return \"kernel launch failed (see cudaGetLastError)\";\n";
+    o << "    case " << U << "_ERR_BAD_ARGUMENT: return \"bad argument\";\n";
+    o << "    case " << U << "_ERR_LIBRARY: return \"library call failed\";\n";
+    o << "    default: return \"unknown error\";\n    }\n}\n";
+    return o.str();
+}
+
+} // namespace kl::exporter::detail

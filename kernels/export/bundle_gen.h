@@ -1,0 +1,77 @@
+#pragma once
+// Internal: the generators of the bundle's source files. One BundleModel is built from the session and the
+// problem, then each generator renders one file from it.
+#include "core/kernel_spec.h"
+#include "core/problem.h"
+#include "core/session.h"
+#include "kernels/export/exporter.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kl::exporter::detail {
+
+// One implementation the dispatcher can call: the exported candidate, or the fallback kernel.
+struct KernelImpl {
+    std::string role; // "candidate" or "fallback"
+    std::string source; // baked, ready for nvcc
+    KernelSpec spec;
+    ParamValues params;
+    int devicePatched = 0; // helper functions that needed __device__ for nvcc
+};
+
+struct BundleModel {
+    std::string prefix; // "kl_rmsnorm"
+    std::string upper; // "KL_RMSNORM"
+    std::string cudaArch; // "90a"
+    const Session* session = nullptr;
+    const Problem* problem = nullptr;
+    const Candidate* candidate = nullptr;
+    const Evaluation* evaluation = nullptr;
+    const ExportPlan* plan = nullptr;
+    bool forced = false;
+    KernelImpl cand;
+    bool libraryFallback = false; // cuBLAS
+    KernelImpl fallback; // when !libraryFallback
+    std::string banner; // the provenance comment shared by headers (already comment-safe)
+};
+
+// Adds __device__ to namespace-scope functions that have no execution-space annotation: NVRTC compiles
+// candidates with -default-device, nvcc has no such switch. Returns how many it changed.
+int addDeviceQualifiers(std::string& source);
+
+// Text made safe inside a /* */ comment, on one line.
+std::string commentSafe(const std::string& s);
+
+std::string genDispatchHeader(const BundleModel& m);
+std::string genApiHeader(const BundleModel& m);
+std::string genDispatchC(const BundleModel& m);
+std::string genKernelHeader(const BundleModel& m, const KernelImpl& k, const std::string& title);
+std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k);
+std::string genCublasLauncher(const BundleModel& m);
+std::string genRunCu(const BundleModel& m);
+std::string genSelfTest(const BundleModel& m);
+std::string genDispatchTest(const BundleModel& m);
+std::string genTorchOp(const BundleModel& m);
+std::string genTorchLoader(const BundleModel& m);
+std::string genCMake(const BundleModel& m);
+std::string genReadme(const BundleModel& m);
+
+// What the generated dispatcher must answer for a shape, computed independently with core's expression
+// evaluator: 1 candidate, 0 fallback, -1 neither supports it.
+int expectedSelection(const BundleModel& m, const Shape& s);
+
+// The C API's parameter list after the dims: tensors in problem order, then scalars.
+struct ApiParam {
+    std::string cType; // "const void*", "void*", "float", "int"
+    std::string name;
+    bool tensor = false;
+    bool output = false;
+    const TensorSpec* spec = nullptr;
+    const ScalarSpec* scalar = nullptr;
+};
+std::vector<ApiParam> apiParams(const Problem& p);
+std::string cIdent(const std::string& s); // safe C identifier
+
+} // namespace kl::exporter::detail

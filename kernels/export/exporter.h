@@ -1,0 +1,91 @@
+#pragma once
+// Exports a session's winning kernel as a self-contained bundle: the kernel with its parameters baked in,
+// a plain CUDA C++ launcher with a C API, a dispatcher that uses the kernel only in the shape ranges where it
+// was verified and measured faster (the fallback elsewhere), a PyTorch wrapper, a CMake project with a
+// self-test, and manifest.json with provenance and the sha256 of every file. Generating needs no GPU and no
+// CUDA runtime; the bundle is text.
+#include "core/problem.h"
+#include "core/session.h"
+#include "kernels/export/dispatch_plan.h"
+
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kl::exporter {
+
+struct ExportOptions {
+    std::string candidateId; // empty: the accepted candidate with the best objective
+    std::filesystem::path outDir;
+    bool force = false; // export despite refusals; the reasons go loudly into manifest and headers
+    bool overwrite = false; // replace an existing non-empty outDir
+    double minSpeedup = 1.0; // lower CI end a shape must clear to dispatch to the candidate
+    // Values that must never reach a bundle (API keys, ...), in addition to the environment's
+    // KEY/TOKEN/SECRET/PASSWORD variables, which are always scrubbed.
+    std::vector<std::string> secrets;
+};
+
+// Why a candidate may not be exported: each refusal says what and why.
+struct ExportRefusal {
+    std::string code; // "pending-review", "flagged", "not-accepted", "incorrect-shape", "range-not-covered", ...
+    std::string message;
+};
+
+// Everything decided before a file is written; the GUI shows it before asking to export.
+struct ExportPlan {
+    std::string candidateId;
+    std::vector<ExportRefusal> refusals; // empty: safe to export
+    std::vector<std::string> warnings; // exported anyway, written into the manifest
+    DispatchPlan dispatch;
+    bool usesLibraryFallback = false; // e.g. cuBLAS for gemm_bf16
+    std::string fallbackDescription;
+};
+
+class ExportRefused : public std::runtime_error {
+public:
+    ExportRefused(const std::string& what, std::vector<ExportRefusal> refusals)
+        : std::runtime_error(what), m_refusals(std::move(refusals))
+    {
+    }
+    const std::vector<ExportRefusal>& refusals() const { return m_refusals; }
+
+private:
+    std::vector<ExportRefusal> m_refusals;
+};
+
+struct ExportResult {
+    ExportPlan plan;
+    std::filesystem::path outDir;
+    std::map<std::string, std::string> fileSha256; // bundle-relative path -> sha256 (manifest.json excluded)
+    std::vector<std::string> files; // bundle-relative paths, manifest.json included
+    bool forced = false;
+};
+
+// The default candidate: the Accepted one with an evaluation and the highest objective. Throws InputError
+// when there is none.
+std::string defaultCandidate(const Session& session);
+
+// Checks and the dispatch table; throws InputError for an unknown candidate or an unreadable source.
+ExportPlan planExport(const Session& session, const Problem& problem, const std::string& candidateId,
+                      double minSpeedup = 1.0);
+
+// Plans and writes the bundle. Throws ExportRefused when the plan has refusals and !force, InputError when
+// outDir exists and is not empty without overwrite, or when a file would carry a secret or an absolute path.
+ExportResult exportBundle(const Session& session, const Problem& problem, const ExportOptions& options);
+
+// Generates the bundle in memory: bundle-relative path -> content (manifest.json included). Used by
+// exportBundle and by tests.
+std::map<std::string, std::string> generateBundle(const Session& session, const Problem& problem,
+                                                  const ExportPlan& plan, bool forced);
+
+// Finds the problem folder of a session: its recorded folder when that exists, else <root>/<problemName>
+// for each root; throws InputError listing where it looked.
+std::string resolveProblemFolder(const Session& session, const std::vector<std::filesystem::path>& roots);
+
+// What in `content` looks like a secret or a path of the user's machine; empty when clean.
+std::vector<std::string> findLeaks(const std::string& content, const std::vector<std::string>& secrets,
+                                   const std::vector<std::string>& privatePaths);
+
+} // namespace kl::exporter
