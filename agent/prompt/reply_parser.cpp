@@ -2,6 +2,8 @@
 
 #include "core/diff.h"
 
+#include <cctype>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -13,11 +15,30 @@ constexpr std::size_t kMaxBlockBytes = 256 * 1024;
 
 std::string trim(const std::string& s)
 {
-    const auto b = s.find_first_not_of(" \t\r");
+    const auto b = s.find_first_not_of(" \t\r\n");
     if (b == std::string::npos)
         return {};
-    const auto e = s.find_last_not_of(" \t\r");
+    const auto e = s.find_last_not_of(" \t\r\n");
     return s.substr(b, e - b + 1);
+}
+
+// Whether code outside the // comment lines mentions name as a whole identifier.
+bool codeMentions(const std::string& source, const std::string& name)
+{
+    std::istringstream in(source);
+    std::string line;
+    auto isIdent = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    while (std::getline(in, line)) {
+        if (trim(line).rfind("//", 0) == 0)
+            continue;
+        for (auto pos = line.find(name); pos != std::string::npos; pos = line.find(name, pos + 1)) {
+            const bool startOk = pos == 0 || !isIdent(line[pos - 1]);
+            const bool endOk = pos + name.size() >= line.size() || !isIdent(line[pos + name.size()]);
+            if (startOk && endOk)
+                return true;
+        }
+    }
+    return false;
 }
 
 struct Block {
@@ -129,7 +150,7 @@ ParsedReply parseReply(const std::string& reply, const std::string* baseSource)
     if (out.source.find("__global__") == std::string::npos)
         throw ReplyError("bad-annotations", "the candidate has no __global__ kernel");
     for (const auto& step : out.spec.launches)
-        if (out.source.find(step.kernel) == std::string::npos)
+        if (!codeMentions(out.source, step.kernel))
             throw ReplyError("bad-annotations", "@kl:launch on line " + std::to_string(step.line) + " names kernel '" +
                                                     step.kernel + "', which the source does not define");
     return out;

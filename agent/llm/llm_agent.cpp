@@ -1,0 +1,320 @@
+#include "agent/llm/llm_agent.h"
+
+#include "agent/prompt/reply_parser.h"
+#include "core/errors.h"
+#include "core/events.h"
+#include "core/session_store.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace kl {
+
+using nlohmann::json;
+
+namespace {
+
+bool isOpen(CandidateStatus s)
+{
+    return s == CandidateStatus::Proposed || s == CandidateStatus::PendingReview || s == CandidateStatus::Approved ||
+           s == CandidateStatus::Compiling || s == CandidateStatus::Verifying || s == CandidateStatus::Timing;
+}
+
+std::string readOptional(const fs::path& p)
+{
+    std::error_code ec;
+    if (p.empty() || !fs::is_regular_file(p, ec))
+        return {};
+    try {
+        return readFile(p, 1u << 20);
+    } catch (const std::exception&) {
+        return {};
+    }
+}
+
+} // namespace
+
+prompt::PromptInputs promptInputsFor(const Problem& problem, const DeviceInfo& device,
+                                     const std::vector<fs::path>& contextRoots)
+{
+    prompt::PromptInputs in;
+    in.problem = &problem;
+    in.device = device;
+    const auto docs = prompt::loadContextDocs(contextRoots);
+    in.context = prompt::selectContext(docs, prompt::archNumber(device), problem.tags);
+    if (!problem.folder.empty() && !problem.referenceFile.empty())
+        in.referenceSource = readOptional(fs::path(problem.folder) / problem.referenceFile);
+    return in;
+}
+
+LlmAgent::LlmAgent(LlmAgentSettings settings, LlmAgentHooks hooks)
+    : m_settings(std::move(settings)), m_hooks(std::move(hooks)), m_client(m_settings.provider)
+{
+}
+
+std::string LlmAgent::name() const { return "llm:" + m_settings.provider.name; }
+
+llm::Usage LlmAgent::sessionUsage() const
+{
+    std::lock_guard lock(m_mutex);
+    return m_usage;
+}
+
+int LlmAgent::calls() const
+{
+    std::lock_guard lock(m_mutex);
+    return m_calls;
+}
+
+void LlmAgent::record(json j) const
+{
+    j["agent"] = name();
+    j["time_ms"] = nowMs();
+    if (m_hooks.record)
+        m_hooks.record(j);
+}
+
+prompt::Prompt LlmAgent::buildPrompt(const AgentContext& ctx) const
+{
+    DeviceInfo device;
+    if (ctx.session && !ctx.session->device.empty())
+        device = ctx.session->device;
+    else
+        device.arch = m_settings.arch;
+    std::vector<fs::path> roots = m_settings.defaultContextRoots ? prompt::contextRoots(m_settings.contextDirs)
+                                                                 : m_settings.contextDirs;
+    static const Problem kNoProblem;
+    prompt::PromptInputs in = promptInputsFor(ctx.problem ? *ctx.problem : kNoProblem, device, roots);
+    if (!ctx.problem)
+        in.problem = nullptr;
+    in.maxFailures = m_settings.maxFailuresInPrompt;
+    prompt::fillFromSession(in, ctx);
+    if (ctx.session)
+        in.failures = prompt::failuresFromSession(*ctx.session, std::size_t(m_settings.maxFailuresInPrompt));
+    {
+        std::lock_guard lock(m_mutex);
+        in.failures.insert(in.failures.end(), m_replyFailures.begin(), m_replyFailures.end());
+    }
+    std::stable_sort(in.failures.begin(), in.failures.end(),
+                     [](const prompt::FailedAttempt& a, const prompt::FailedAttempt& b) { return a.timeMs < b.timeMs; });
+    return prompt::buildPrompt(in);
+}
+
+std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelToken& cancel)
+{
+    if (ctx.session) {
+        int open = 0;
+        for (const auto& id : ctx.session->tree.order()) {
+            const Candidate& c = ctx.session->tree.at(id);
+            if (c.author == Author::Llm && c.agent.rfind(name(), 0) == 0 && isOpen(c.status))
+                ++open;
+        }
+        // One call per decided candidate: the model learns from each verdict, and nothing is spent on
+        // proposals that queue behind an unreviewed one.
+        if (open >= m_settings.maxOutstanding)
+            return {};
+    }
+
+    const prompt::Prompt prompt = buildPrompt(ctx);
+    std::optional<Candidate> base;
+    if (ctx.session) {
+        CandidateId baseId = ctx.branchFrom.empty() ? ctx.session->tree.head() : ctx.branchFrom;
+        if (!baseId.empty() && ctx.session->tree.contains(baseId))
+            base = ctx.session->tree.at(baseId);
+    }
+
+    int call;
+    {
+        std::lock_guard lock(m_mutex);
+        call = ++m_calls;
+    }
+    llm::ChatRequest req;
+    req.system = prompt.system();
+    req.messages.push_back({"user", prompt.user()});
+    llm::StreamObserver obs;
+    obs.onDelta = m_hooks.onDelta;
+    obs.onRetry = [&](int next, int delayMs, const std::string& why) {
+        record({{"type", "llm.retry"}, {"call", call}, {"next_attempt", next}, {"delay_ms", delayMs}, {"why", why}});
+        if (m_hooks.onRetry)
+            m_hooks.onRetry(next, delayMs, why);
+    };
+
+    const int attempts = std::max(1, m_settings.maxReplyAttempts);
+    for (int attempt = 1; attempt <= attempts; ++attempt) {
+        json request = {{"type", "llm.request"},
+                        {"call", call},
+                        {"reply_attempt", attempt},
+                        {"provider", m_settings.provider.name},
+                        {"api", llm::apiKindName(m_settings.provider.api)},
+                        {"base_url", m_settings.provider.baseUrl},
+                        {"model", m_settings.provider.model},
+                        {"base_candidate", base ? base->id : ""},
+                        {"hypothesis", ctx.hypothesis ? ctx.hypothesis->id : ""}};
+        const std::string systemHash = sha256Hex(req.system);
+        request["system_sha256"] = systemHash;
+        if (systemHash != m_lastSystemHash) {
+            request["system"] = req.system; // the stable part is journaled once per change
+            m_lastSystemHash = systemHash;
+        }
+        json msgs = json::array();
+        for (const auto& m : req.messages)
+            msgs.push_back({{"role", m.role}, {"content", m.content}});
+        request["messages"] = msgs;
+        record(request);
+
+        llm::ChatReply reply;
+        try {
+            reply = m_client.complete(req, obs, cancel);
+        } catch (const llm::LlmError& e) {
+            record({{"type", "llm.error"},
+                    {"call", call},
+                    {"kind", llm::llmErrorKindName(e.kind())},
+                    {"http_status", e.httpStatus()},
+                    {"message", e.what()}});
+            throw;
+        }
+        llm::Usage total;
+        {
+            std::lock_guard lock(m_mutex);
+            m_usage += reply.usage;
+            total = m_usage;
+        }
+        record({{"type", "llm.reply"},
+                {"call", call},
+                {"reply_attempt", attempt},
+                {"model", reply.model},
+                {"text", reply.text},
+                {"stop_reason", reply.stopReason},
+                {"http_attempts", reply.attempts},
+                {"elapsed_ms", reply.elapsedMs},
+                {"usage", llm::toJson(reply.usage)},
+                {"session_usage", llm::toJson(total)},
+                {"session_calls", call}});
+
+        try {
+            prompt::ParsedReply parsed = prompt::parseReply(reply.text, base ? &base->source : nullptr);
+            Proposal p;
+            p.candidate.source = parsed.source;
+            p.candidate.params = parsed.spec.defaults();
+            p.candidate.parentId = base ? base->id : CandidateId();
+            p.candidate.author = Author::Llm;
+            p.candidate.agent = name() + "/" + m_settings.provider.model;
+            p.candidate.hypothesisId = ctx.hypothesis ? ctx.hypothesis->id : HypothesisId();
+            p.candidate.createdMs = nowMs();
+            p.needsReview = !m_settings.autoApprove;
+            p.note = parsed.note.empty() ? std::string("(the model gave no NOTE)") : parsed.note;
+            record({{"type", "llm.proposal"},
+                    {"call", call},
+                    {"form", parsed.kind == prompt::ParsedReply::Kind::Diff ? "diff" : "candidate"},
+                    {"base_candidate", p.candidate.parentId},
+                    {"source_sha256", sha256Hex(p.candidate.source)},
+                    {"params", p.candidate.params},
+                    {"needs_review", p.needsReview},
+                    {"note", p.note}});
+            return {p};
+        } catch (const prompt::ReplyError& e) {
+            record({{"type", "llm.reply-rejected"},
+                    {"call", call},
+                    {"reply_attempt", attempt},
+                    {"kind", e.kind()},
+                    {"message", e.what()}});
+            prompt::FailedAttempt f;
+            f.label = "reply " + std::to_string(attempt) + " of call " + std::to_string(call);
+            f.kind = e.kind();
+            f.hypothesis = ctx.hypothesis ? ctx.hypothesis->text : "";
+            f.detail = e.what();
+            f.timeMs = nowMs();
+            {
+                std::lock_guard lock(m_mutex);
+                m_replyFailures.push_back(f);
+                if (m_replyFailures.size() > 20)
+                    m_replyFailures.erase(m_replyFailures.begin());
+            }
+            req.messages.push_back({"assistant", reply.text});
+            req.messages.push_back({"user", std::string("Your reply could not be used: ") + e.what() +
+                                                "\nReply again, following the reply protocol: exactly one "
+                                                "```kl-candidate or ```kl-diff block."});
+        }
+    }
+    return {};
+}
+
+void LlmAgent::observe(const Candidate& c, const Evaluation& e)
+{
+    if (c.author != Author::Llm || c.agent.rfind(name(), 0) != 0)
+        return;
+    json reasons = json::array();
+    for (const auto& r : e.reasons)
+        reasons.push_back({{"rule", r.rule}, {"message", r.message}, {"line", r.line}, {"blocking", r.blocking}});
+    record({{"type", "llm.verdict"},
+            {"candidate", c.id},
+            {"source_sha256", c.sourceHash.empty() ? sha256Hex(c.source) : c.sourceHash},
+            {"verdict", verdictName(e.verdict)},
+            {"objective", e.objective},
+            {"reasons", reasons}});
+}
+
+std::unique_ptr<Agent> makeLlmAgent(const LlmAgentSettings& settings, LlmAgentHooks hooks)
+{
+    return std::make_unique<LlmAgent>(settings, std::move(hooks));
+}
+
+LlmAgentSettings llmAgentSettingsFor(const std::string& agentSpec, const std::map<std::string, std::string>& extra)
+{
+    std::string provider = agentSpec;
+    if (provider.rfind("llm:", 0) == 0)
+        provider = provider.substr(4);
+    else if (provider == "llm")
+        provider = "openai";
+    LlmAgentSettings s;
+    s.provider = llm::providerPreset(provider);
+    auto get = [&](const char* k) -> const std::string* {
+        auto it = extra.find(k);
+        return it == extra.end() ? nullptr : &it->second;
+    };
+    if (const auto* f = get("llm.settings_file")) {
+        json j;
+        try {
+            j = json::parse(readFile(*f, 1u << 20));
+        } catch (const json::exception& e) {
+            throw InputError(*f + ": not valid JSON: " + e.what());
+        }
+        s.provider = llm::providerSettingsFromJson(j, *f, s.provider);
+    }
+    if (const auto* v = get("llm.settings")) {
+        json j;
+        try {
+            j = json::parse(*v);
+        } catch (const json::exception& e) {
+            throw InputError(std::string("settings llm.settings: not valid JSON: ") + e.what());
+        }
+        s.provider = llm::providerSettingsFromJson(j, "llm.settings", s.provider);
+    }
+    if (const auto* v = get("llm.model"))
+        s.provider.model = *v;
+    if (const auto* v = get("llm.base_url"))
+        s.provider.baseUrl = *v;
+    if (const auto* v = get("llm.api_key_env"))
+        s.provider.apiKeyEnv = *v;
+    if (const auto* v = get("llm.api"))
+        s.provider.api = llm::apiKindFromName(*v);
+    if (const auto* v = get("llm.arch"))
+        s.arch = *v;
+    if (const auto* v = get("llm.auto_approve")) {
+        if (*v != "true" && *v != "false")
+            throw InputError("settings llm.auto_approve: expected true or false, got '" + *v + "'");
+        s.autoApprove = *v == "true";
+    }
+    if (const auto* v = get("llm.context_dirs")) {
+        std::stringstream ss(*v);
+        std::string item;
+        while (std::getline(ss, item, ':'))
+            if (!item.empty())
+                s.contextDirs.emplace_back(item);
+    }
+    return s;
+}
+
+} // namespace kl
