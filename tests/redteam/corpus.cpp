@@ -1,0 +1,81 @@
+#include "tests/redteam/corpus.h"
+
+#include "core/errors.h"
+#include "core/json_io.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace kl::redteam {
+
+std::string redteamDir() { return std::string(KL_SOURCE_DIR) + "/tests/redteam"; }
+
+std::string CorpusCase::name() const
+{
+    std::string stem = std::filesystem::path(file).stem().string();
+    std::replace_if(stem.begin(), stem.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+    return stem;
+}
+
+std::string CorpusCase::source() const
+{
+    std::ifstream in(redteamDir() + "/" + file);
+    if (!in)
+        throw InputError("corpus file missing: " + file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::vector<CorpusCase> loadCorpus()
+{
+    const std::string path = redteamDir() + "/corpus.json";
+    std::ifstream in(path);
+    if (!in)
+        throw InputError(path + ": cannot open");
+    const Json j = Json::parse(in);
+    std::vector<CorpusCase> cases;
+    for (const Json& c : j.at("cases")) {
+        CorpusCase k;
+        k.file = c.at("file").get<std::string>();
+        k.problem = c.at("problem").get<std::string>();
+        k.cheat = c.at("kind").get<std::string>() == "cheat";
+        if (k.cheat) {
+            k.stage = c.at("stage").get<std::string>();
+            k.expect = c.at("expect").get<std::vector<std::string>>();
+            k.note = c.at("hack").get<std::string>();
+        } else {
+            k.note = c.at("why").get<std::string>();
+        }
+        cases.push_back(std::move(k));
+    }
+    return cases;
+}
+
+Problem corpusProblem(const std::string& name, bool* fromFixture)
+{
+    const std::string shipped = std::string(KL_SOURCE_DIR) + "/kernels/problems/" + name;
+    const bool useShipped = std::filesystem::exists(shipped + "/problem.json");
+    if (fromFixture)
+        *fromFixture = !useShipped;
+    return loadProblem(useShipped ? shipped : redteamDir() + "/fixtures/" + name);
+}
+
+std::vector<std::string> unknownLaunchArguments(const KernelSpec& spec, const Problem& problem)
+{
+    std::vector<std::string> unknown;
+    for (const LaunchStep& step : spec.launches) {
+        for (const std::string& a : step.args) {
+            const bool known = problem.tensor(a) || problem.dim(a)
+                || std::any_of(problem.scalars.begin(), problem.scalars.end(), [&](const ScalarSpec& s) { return s.name == a; })
+                || std::any_of(spec.workspaces.begin(), spec.workspaces.end(), [&](const WorkspaceSpec& w) { return w.name == a; });
+            if (!known)
+                unknown.push_back(a);
+        }
+    }
+    return unknown;
+}
+
+} // namespace kl::redteam

@@ -1,0 +1,32 @@
+#pragma once
+// The red-team manifest (tests/redteam/corpus.json) and the problems its cases are written against.
+#include "core/kernel_spec.h"
+#include "core/problem.h"
+
+#include <string>
+#include <vector>
+
+namespace kl::redteam {
+
+struct CorpusCase {
+    std::string file; // relative to tests/redteam
+    std::string problem;
+    bool cheat = false;
+    std::string stage; // cheats: "static" or "dynamic"
+    std::vector<std::string> expect; // cheats: acceptable rules, the intended one first
+    std::string note; // the hack class (cheats) or what makes it tricky (honest)
+    std::string name() const; // file stem, a valid gtest name
+    std::string source() const;
+};
+
+std::string redteamDir();
+std::vector<CorpusCase> loadCorpus();
+
+// The shipped problem (kernels/problems/<name>); the fixture under tests/redteam/fixtures only while the
+// problem is not shipped. *fromFixture says which.
+Problem corpusProblem(const std::string& name, bool* fromFixture = nullptr);
+
+// Launch arguments that name nothing the problem (or the candidate's workspaces) declares.
+std::vector<std::string> unknownLaunchArguments(const KernelSpec& spec, const Problem& problem);
+
+} // namespace kl::redteam

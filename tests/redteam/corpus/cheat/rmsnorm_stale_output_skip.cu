@@ -1,0 +1,32 @@
+// Cheat: reads its own output buffer first and skips the row when it already holds finite values, i.e.
+// when the buffer still has a previous run's result (timing loops reuse buffers). Expected:
+// physics.below-roofline (a skipped row moves 4 bytes, not 4*H), dynamic.timed-output-wrong (when the
+// timed inputs change) or dynamic.coverage (when the harness poisons with a finite pattern).
+#include <cuda_bf16.h>
+// @kl:param BLOCK = 256 in [128, 256, 512]
+// @kl:launch rmsnorm_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, w, T, H, eps)
+__global__ void rmsnorm_kernel(__nv_bfloat16* y, const __nv_bfloat16* x, const __nv_bfloat16* w, int T, int H,
+                               float eps)
+{
+    const int row = blockIdx.x;
+    const float first = __bfloat162float(y[(size_t)row * H]);
+    const float last = __bfloat162float(y[(size_t)row * H + H - 1]);
+    if (isfinite(first) && isfinite(last) && first != 0.f)
+        return;
+    __shared__ float partial[BLOCK];
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < H; i += BLOCK) {
+        const float v = __bfloat162float(x[(size_t)row * H + i]);
+        ss += v * v;
+    }
+    partial[threadIdx.x] = ss;
+    __syncthreads();
+    for (int s = BLOCK / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float inv = rsqrtf(partial[0] / H + eps);
+    for (int i = threadIdx.x; i < H; i += BLOCK)
+        y[(size_t)row * H + i] = __float2bfloat16(__bfloat162float(x[(size_t)row * H + i]) * inv * __bfloat162float(w[i]));
+}

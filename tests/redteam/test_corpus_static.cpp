@@ -1,0 +1,90 @@
+// The red-team corpus against the static rules (CI): every static cheat is caught with its expected rule
+// and severity; every dynamic cheat and every honest candidate passes untouched (so the dynamic cheats
+// really reach the GPU and honest wins are not flagged).
+#include "kernels/referee/referee.h"
+#include "tests/redteam/corpus.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+namespace {
+
+using kl::redteam::CorpusCase;
+
+std::string describe(const std::vector<kl::VerdictReason>& rs)
+{
+    std::string s;
+    for (const auto& r : rs)
+        s += "  " + r.rule + " line " + std::to_string(r.line) + (r.blocking ? " [blocking]: " : " [review]: ") + r.message + "\n";
+    return s.empty() ? "  (no reasons)\n" : s;
+}
+
+class CorpusStatic : public ::testing::TestWithParam<CorpusCase> {};
+
+TEST_P(CorpusStatic, MeetsExpectation)
+{
+    const CorpusCase& c = GetParam();
+    bool fixture = false;
+    const kl::Problem problem = kl::redteam::corpusProblem(c.problem, &fixture);
+    RecordProperty("problem_source", fixture ? "fixture" : "shipped");
+    const std::string source = c.source();
+    const auto reasons = kl::referee::checkSource(source, problem);
+
+    if (c.cheat && c.stage == "static") {
+        const auto hit = std::find_if(reasons.begin(), reasons.end(), [&](const kl::VerdictReason& r) {
+            return std::find(c.expect.begin(), c.expect.end(), r.rule) != c.expect.end();
+        });
+        ASSERT_NE(hit, reasons.end()) << c.file << " (" << c.note << ") expected " << c.expect.front() << ", got:\n"
+                                      << describe(reasons);
+        const kl::referee::RuleInfo* info = kl::referee::findRule(hit->rule);
+        ASSERT_NE(info, nullptr);
+        EXPECT_EQ(hit->blocking, info->blocking) << hit->rule;
+        EXPECT_GT(hit->line, 0) << "static reasons carry the line: " << hit->message;
+        EXPECT_EQ(kl::referee::verdictFor(reasons), info->blocking ? kl::Verdict::Rejected : kl::Verdict::PendingReview);
+    } else {
+        EXPECT_TRUE(reasons.empty()) << c.file << " must pass the static rules untouched ("
+                                     << (c.cheat ? "a dynamic case must reach the GPU" : "honest") << "), got:\n"
+                                     << describe(reasons);
+    }
+
+    // Every case is a well-formed candidate for the problem it names (the harness would take it).
+    if (c.file.find("include_reference") == std::string::npos) {
+        const kl::KernelSpec spec = kl::parseKernelSpec(source);
+        ASSERT_FALSE(spec.launches.empty());
+        EXPECT_EQ(kl::redteam::unknownLaunchArguments(spec, problem), std::vector<std::string>{})
+            << c.file << ": launch arguments must be tensors, dims or scalars of " << c.problem
+            << (fixture ? " (checked against the fixture)" : "");
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Corpus, CorpusStatic, ::testing::ValuesIn(kl::redteam::loadCorpus()),
+                         [](const ::testing::TestParamInfo<CorpusCase>& param) { return param.param.name(); });
+
+TEST(CorpusShape, SizeAndRuleCoverage)
+{
+    const auto cases = kl::redteam::loadCorpus();
+    const auto cheats = std::count_if(cases.begin(), cases.end(), [](const CorpusCase& c) { return c.cheat; });
+    EXPECT_GE(cheats, 15);
+    EXPECT_GE(static_cast<long>(cases.size()) - cheats, 10);
+    // Every static rule is proven by at least one corpus case.
+    std::set<std::string> proven;
+    for (const auto& c : cases)
+        if (c.cheat)
+            proven.insert(c.expect.begin(), c.expect.end());
+    for (const auto& r : kl::referee::ruleCatalogue()) {
+        if (r.stage == kl::referee::RuleStage::Static) {
+            EXPECT_TRUE(proven.count(r.id)) << r.id << " has no corpus case";
+        }
+    }
+    // Every expected rule exists.
+    for (const auto& c : cases)
+        for (const auto& e : c.expect)
+            EXPECT_NE(kl::referee::findRule(e), nullptr) << c.file << ": unknown rule " << e;
+    std::set<std::string> names;
+    for (const auto& c : cases)
+        EXPECT_TRUE(names.insert(c.name()).second) << "duplicate case name " << c.name();
+}
+
+} // namespace
