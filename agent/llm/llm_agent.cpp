@@ -124,6 +124,9 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
         if (!baseId.empty() && ctx.session->tree.contains(baseId))
             base = ctx.session->tree.at(baseId);
     }
+    const bool baseIsTemplate = !base && ctx.problem && (!ctx.session || ctx.session->tree.empty());
+    if (baseIsTemplate)
+        base = prompt::templateCandidate(*ctx.problem);
 
     int call;
     {
@@ -198,7 +201,7 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
             Proposal p;
             p.candidate.source = parsed.source;
             p.candidate.params = parsed.spec.defaults();
-            p.candidate.parentId = base ? base->id : CandidateId();
+            p.candidate.parentId = base && !baseIsTemplate ? base->id : CandidateId();
             p.candidate.author = Author::Llm;
             p.candidate.agent = name() + "/" + m_settings.provider.model;
             p.candidate.hypothesisId = ctx.hypothesis ? ctx.hypothesis->id : HypothesisId();

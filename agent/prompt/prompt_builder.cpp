@@ -1,12 +1,18 @@
 #include "agent/prompt/prompt_builder.h"
 
 #include "agent/prompt/reply_parser.h"
+#include "core/errors.h"
 #include "core/session.h"
+#include "core/session_store.h"
+
+#include <filesystem>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+
+namespace fs = std::filesystem;
 
 namespace kl::prompt {
 
@@ -317,8 +323,13 @@ Prompt buildPrompt(const PromptInputs& in)
     if (in.problem) {
         add("Problem", problemSection(*in.problem), false);
         if (!in.referenceSource.empty())
+        {
+            std::string ref = head(in.referenceSource, 16000);
+            while (!ref.empty() && ref.back() == '\n')
+                ref.pop_back();
             add("Reference implementation (trusted; it defines the semantics, it is not the baseline)",
-                "```cuda\n" + head(in.referenceSource, 16000) + "\n```", false);
+                "```cuda\n" + ref + "\n```", false);
+        }
     }
     if (in.base) {
         const Candidate& c = *in.base;
@@ -399,13 +410,38 @@ std::vector<FailedAttempt> failuresFromSession(const Session& s, std::size_t max
     return out;
 }
 
+std::optional<Candidate> templateCandidate(const Problem& p)
+{
+    if (p.folder.empty() || p.templateFile.empty())
+        return std::nullopt;
+    const fs::path file = fs::path(p.folder) / p.templateFile;
+    std::error_code ec;
+    if (!fs::is_regular_file(file, ec))
+        return std::nullopt;
+    Candidate c;
+    c.id = "template";
+    c.source = readFile(file, 4u << 20);
+    c.author = Author::Human;
+    c.agent = "problem:template";
+    try {
+        c.params = parseKernelSpec(c.source).defaults();
+    } catch (const InputError&) {
+        // Shown as it is; the model's reply is checked on its own.
+    }
+    return c;
+}
+
 void fillFromSession(PromptInputs& in, const AgentContext& ctx)
 {
     if (ctx.hypothesis)
         in.hypothesis = ctx.hypothesis;
     in.bottleneckSummary = ctx.bottleneckSummary;
-    if (!ctx.session)
-        return;
+    if (!ctx.session || ctx.session->tree.empty()) {
+        if (!in.base && in.problem)
+            in.base = templateCandidate(*in.problem);
+        if (!ctx.session)
+            return;
+    }
     const Session& s = *ctx.session;
     in.objectiveName = s.settings.objective;
     if (in.device.empty() && !s.device.empty())

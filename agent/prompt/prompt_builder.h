@@ -66,7 +66,11 @@ Prompt buildPrompt(const PromptInputs& in);
 // from LLM and human candidates (the tuner's parameter misses are not the model's business).
 std::vector<FailedAttempt> failuresFromSession(const Session& s, std::size_t max);
 
-// Fills base, its evaluation and the best from the session and the loop's context.
+// Fills base, its evaluation and the best from the session and the loop's context. Without a session
+// candidate the problem's tunable template is the base (id "template").
 void fillFromSession(PromptInputs& in, const AgentContext& ctx);
+
+// The problem's template.cu as a candidate with its default parameters; nullopt when it is missing.
+std::optional<Candidate> templateCandidate(const Problem& p);
 
 } // namespace kl::prompt
