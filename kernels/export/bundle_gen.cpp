@@ -236,17 +236,19 @@ int addDeviceQualifiers(std::string& src)
     auto headText = [&](std::size_t from, std::size_t to) { return src.substr(from, to - from); };
     while (i < n) {
         const char c = src[i];
-        if (c == '/' && i + 1 < n && src[i + 1] == '/') {
-            i = src.find('\n', i);
-            if (i == std::string::npos)
-                break;
-            if (depth == 0 && headText(stmtStart, i).find_first_not_of(" \t\r\n") == std::string::npos)
+        if (c == '/' && i + 1 < n && (src[i + 1] == '/' || src[i + 1] == '*')) {
+            // A comment before any declaration text is not part of the next function head.
+            const bool leading = headText(stmtStart, i).find_first_not_of(" \t\r\n") == std::string::npos;
+            if (src[i + 1] == '/') {
+                i = src.find('\n', i);
+                if (i == std::string::npos)
+                    break;
+            } else {
+                const auto e = src.find("*/", i + 2);
+                i = e == std::string::npos ? n : e + 2;
+            }
+            if (depth == 0 && leading)
                 stmtStart = i;
-            continue;
-        }
-        if (c == '/' && i + 1 < n && src[i + 1] == '*') {
-            const auto e = src.find("*/", i + 2);
-            i = e == std::string::npos ? n : e + 2;
             continue;
         }
         if (c == '"' || c == '\'') {

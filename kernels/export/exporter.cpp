@@ -252,6 +252,11 @@ ExportPlan planExport(const Session& s, const Problem& problem, const std::strin
     switch (c.status) {
     case CandidateStatus::Accepted:
         break;
+    case CandidateStatus::Approved:
+        // A flagged candidate a human approved: exportable once it has been measured.
+        if (!approved)
+            refuse("not-accepted", "candidate " + candidateId + " is approved but has no approving review on record");
+        break;
     case CandidateStatus::PendingReview:
         refuse("pending-review", "candidate " + candidateId + " is pending human review" +
                                      (c.statusReason.empty() ? "" : " (" + c.statusReason + ")"));
@@ -266,7 +271,7 @@ ExportPlan planExport(const Session& s, const Problem& problem, const std::strin
         plan.dispatch = buildDispatchPlan(problem, {}, minSpeedup);
     } else {
         const Evaluation& ev = evIt->second;
-        if (ev.verdict != Verdict::Accepted)
+        if (ev.verdict != Verdict::Accepted && !(ev.verdict == Verdict::PendingReview && approved))
             refuse("verdict", std::string("the harness's verdict is ") + verdictName(ev.verdict) + ", not accepted");
         for (const auto& r : ev.reasons) {
             const std::string at = r.line > 0 ? " (line " + std::to_string(r.line) + ")" : "";

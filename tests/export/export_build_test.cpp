@@ -1,0 +1,97 @@
+// The generated bundles compile: the rmsnorm bundle through its own CMake project (library, CPU dispatch
+// test and GPU self-test, then ctest: the dispatch test runs, the self-test skips without a GPU), the
+// cuBLAS-fallback gemm bundle through nvcc -c of each .cu.
+#include "export_fixture.h"
+
+#include "kernels/export/exporter.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace kl {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace kl::exporter;
+using namespace kl::test;
+
+int runCommand(const std::string& cmd, std::string* output)
+{
+    const fs::path log = freshTempDir("log");
+    const int rc = std::system((cmd + " > " + log.string() + " 2>&1").c_str());
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    *output = ss.str();
+    fs::remove(log);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+fs::path exportFixture(const std::string& fixture, const std::vector<ShapeOutcome>& outcomes, BuiltSession& b)
+{
+    b = buildSession(fixture, outcomes);
+    const fs::path out = freshTempDir("build-" + fixture);
+    ExportOptions o;
+    o.outDir = out;
+    exportBundle(SessionStore::load(b.dir), b.problem, o);
+    return out;
+}
+
+TEST(ExportBuild, RmsnormBundleBuildsWithItsOwnCMakeProjectAndPassesCtestOnTheCpu)
+{
+    if (!fs::exists(KL_NVCC))
+        GTEST_SKIP() << "nvcc not found";
+    BuiltSession b;
+    const fs::path out = exportFixture("rmsnorm_fx", rmsnormOutcomes(), b);
+    const fs::path build = out / "build";
+    std::string log;
+    const std::string gen = std::system("command -v ninja > /dev/null 2>&1") == 0 ? " -G Ninja" : "";
+    ASSERT_EQ(runCommand(std::string(KL_CMAKE) + " -S " + out.string() + " -B " + build.string() + gen +
+                             " -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER=" + KL_NVCC,
+                         &log),
+              0)
+        << log;
+    ASSERT_EQ(runCommand(std::string(KL_CMAKE) + " --build " + build.string() + " -j2", &log), 0) << log;
+    ASSERT_EQ(runCommand("cd " + build.string() + " && ctest --output-on-failure", &log), 0) << log;
+    EXPECT_NE(log.find("dispatch"), std::string::npos);
+    EXPECT_TRUE(fs::exists(build / "libkl_rmsnorm_fx.a"));
+    fs::remove_all(out);
+    fs::remove_all(b.dir);
+}
+
+TEST(ExportBuild, GemmBundleWithCublasFallbackCompilesWithNvcc)
+{
+    if (!fs::exists(KL_NVCC))
+        GTEST_SKIP() << "nvcc not found";
+    std::vector<ShapeOutcome> outcomes;
+    for (std::int64_t m : {1, 16, 128, 1024, 16384})
+        outcomes.push_back({{{"M", m}, {"N", 4096}, {"K", 4096}}, true, m <= 16 ? 1.3 : 0.6});
+    outcomes.push_back({{{"M", 8}, {"N", 256}, {"K", 256}}, true, 1.2, 0.02, true});
+    outcomes.push_back({{{"M", 4}, {"N", 16384}, {"K", 16384}}, true, 1.1, 0.02, true});
+    BuiltSession b;
+    const fs::path out = exportFixture("gemm_fx", outcomes, b);
+    const std::string inc = " -I" + (out / "include").string() + " -I" + (out / "src").string();
+    std::string log;
+    EXPECT_TRUE(fs::exists(out / "src/kl_gemm_fx_fallback.cu"));
+    EXPECT_FALSE(fs::exists(out / "src/kl_gemm_fx_fallback.cuh"));
+    for (const char* f : {"src/kl_gemm_fx_candidate.cu", "src/kl_gemm_fx_fallback.cu", "src/kl_gemm_fx_run.cu", "test/selftest.cu"})
+        EXPECT_EQ(runCommand(std::string(KL_NVCC) + " -std=c++17 -arch=sm_90 -Werror all-warnings -c" + inc + " -o " +
+                                 (out / "obj.o").string() + " " + (out / f).string(),
+                             &log),
+                  0)
+            << f << "\n"
+            << log;
+    EXPECT_EQ(runCommand("cc -std=c99 -Wall -Werror -c" + inc + " -o " + (out / "d.o").string() + " " +
+                             (out / "src/kl_gemm_fx_dispatch.c").string(),
+                         &log),
+              0)
+        << log;
+    fs::remove_all(out);
+    fs::remove_all(b.dir);
+}
+
+} // namespace
+} // namespace kl

@@ -1,0 +1,168 @@
+#pragma once
+// Builds real sessions on disk (kl::SessionStore) with realistic per-shape results for the export tests.
+#include "core/json_io.h"
+#include "core/session_store.h"
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace kl::test {
+
+inline std::filesystem::path fixtureDir(const std::string& name)
+{
+    return std::filesystem::path(KL_SOURCE_DIR) / "tests/export/fixtures" / name;
+}
+
+inline std::filesystem::path freshTempDir(const std::string& tag)
+{
+    std::random_device rd;
+    auto dir = std::filesystem::temp_directory_path() / ("kl-export-" + tag + "-" + std::to_string(rd()));
+    std::filesystem::remove_all(dir);
+    return dir;
+}
+
+struct ShapeOutcome {
+    std::map<std::string, std::int64_t> dims;
+    bool correct = true;
+    double speedup = 0; // 0: verified, not timed
+    double ciHalfWidth = 0.02;
+    bool heldOut = false;
+};
+
+inline ShapeResult shapeResult(const ShapeOutcome& o)
+{
+    ShapeResult r;
+    r.shape.dims = o.dims;
+    r.heldOut = o.heldOut;
+    r.correct = o.correct;
+    for (const char* dist : {"normal", "large", "order:A", "order:B", "order:A'"}) {
+        CorrectnessStats c;
+        c.distribution = dist;
+        c.relL2 = o.correct ? 2.1e-3 : 0.4;
+        c.maxAbs = o.correct ? 0.0156 : 3.0;
+        c.passed = o.correct;
+        c.seed = 12345;
+        r.checks.push_back(c);
+    }
+    if (o.speedup > 0) {
+        TimingStats base;
+        base.medianUs = 40.0;
+        base.p10Us = 39.5;
+        base.p90Us = 41.0;
+        base.ciLowUs = 39.8;
+        base.ciHighUs = 40.3;
+        base.samples = 200;
+        TimingStats t = base;
+        t.medianUs = base.medianUs / o.speedup;
+        t.p10Us = t.medianUs * 0.99;
+        t.p90Us = t.medianUs * 1.02;
+        t.ciLowUs = t.medianUs * 0.995;
+        t.ciHighUs = t.medianUs * 1.005;
+        r.timing = t;
+        r.baselineTiming = base;
+        r.speedup = o.speedup;
+        r.speedupCiLow = o.speedup - o.ciHalfWidth;
+        r.speedupCiHigh = o.speedup + o.ciHalfWidth;
+    }
+    return r;
+}
+
+// The rmsnorm fixture's realistic outcome: slower at one token, faster from 128 tokens on, a held-out
+// shape timed and one only verified.
+inline std::vector<ShapeOutcome> rmsnormOutcomes()
+{
+    return {
+        {{{"T", 1}, {"H", 1024}}, true, 0.90},
+        {{{"T", 1}, {"H", 16384}}, true, 0.97, 0.04},
+        {{{"T", 128}, {"H", 4096}}, true, 1.30},
+        {{{"T", 4096}, {"H", 4096}}, true, 1.52},
+        {{{"T", 4096}, {"H", 16384}}, true, 1.61},
+        {{{"T", 65536}, {"H", 1024}}, true, 1.21},
+        {{{"T", 65536}, {"H", 16384}}, true, 1.40},
+        {{{"T", 777}, {"H", 6144}}, true, 1.35, 0.02, true},
+        {{{"T", 20000}, {"H", 2048}}, true, 0, 0.02, true},
+    };
+}
+
+struct BuiltSession {
+    std::filesystem::path dir;
+    Problem problem;
+    std::string candidateId;
+    std::string rootId;
+};
+
+inline Evaluation evaluationFor(const std::string& id, const std::vector<ShapeOutcome>& outcomes,
+                                Verdict verdict = Verdict::Accepted, std::vector<VerdictReason> reasons = {})
+{
+    Evaluation e;
+    e.candidateId = id;
+    e.verdict = verdict;
+    e.reasons = std::move(reasons);
+    e.compile.ok = true;
+    for (const auto& o : outcomes)
+        e.shapes.push_back(shapeResult(o));
+    e.objective = 1.38;
+    e.objectiveCiLow = 1.35;
+    e.objectiveCiHigh = 1.41;
+    e.deviceBefore.available = true;
+    e.deviceBefore.smClockMHz = 1980;
+    e.deviceAfter = e.deviceBefore;
+    e.startedMs = 1764470000000;
+    e.finishedMs = 1764470004000;
+    return e;
+}
+
+// A session with a reference root and one tuned candidate evaluated with `outcomes`.
+inline BuiltSession buildSession(const std::string& fixture, const std::vector<ShapeOutcome>& outcomes,
+                                 Verdict verdict = Verdict::Accepted, std::vector<VerdictReason> reasons = {},
+                                 const std::string& hypothesisText = "Split the row reduction across blocks",
+                                 const std::string& sourceSuffix = "")
+{
+    BuiltSession b;
+    b.problem = loadProblem(fixtureDir(fixture).string());
+    b.dir = freshTempDir(fixture);
+    Session header;
+    header.id = "s-" + fixture;
+    header.problemName = b.problem.name;
+    header.problemFolder = fixtureDir(fixture).string();
+    header.device.name = "NVIDIA H200";
+    header.device.ccMajor = 9;
+    header.device.ccMinor = 0;
+    header.device.arch = "sm_90a";
+    header.device.smCount = 132;
+    header.device.driverVersion = "580.95.05";
+    header.device.cudaDriverApi = "13.0";
+    header.device.cudaRuntime = "13.0";
+    header.device.uuid = "GPU-fbeadc78-f729-8895-3e97-a8c124775bbe";
+    header.settings.agent = "tuner:anneal";
+    header.createdMs = 1764469000000;
+    auto store = SessionStore::create(b.dir, header);
+    Hypothesis h;
+    h.id = "h0001";
+    h.text = hypothesisText;
+    h.createdMs = 1764469100000;
+    store->addHypothesis(h);
+    const std::string source = readFile(fixtureDir(fixture) / "candidate.cu") + sourceSuffix;
+    Candidate root;
+    root.source = source;
+    root.params = parseKernelSpec(source).defaults();
+    root.author = Author::Human;
+    root.hypothesisId = "h0001";
+    store->proposeCandidate(root);
+    b.rootId = store->session().tree.order().back();
+    Candidate tuned = root;
+    tuned.id.clear();
+    tuned.parentId = b.rootId;
+    tuned.author = Author::Tuner;
+    tuned.agent = "tuner:anneal";
+    if (tuned.params.count("BLOCK"))
+        tuned.params["BLOCK"] = 128;
+    store->proposeCandidate(tuned);
+    b.candidateId = store->session().tree.order().back();
+    store->recordEvaluation(evaluationFor(b.candidateId, outcomes, verdict, std::move(reasons)));
+    return b;
+}
+
+} // namespace kl::test
