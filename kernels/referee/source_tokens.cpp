@@ -60,19 +60,23 @@ public:
             if (c == '\n') {
                 endDirective();
                 atLineStart = true;
+                m_space = true;
                 ++m_pos;
                 continue;
             }
             if (std::isspace(static_cast<unsigned char>(c))) {
+                m_space = true;
                 ++m_pos;
                 continue;
             }
             if (c == '/' && peek(1) == '/') {
+                m_space = true;
                 while (m_pos < m_chars.size() && peek() != '\n')
                     ++m_pos;
                 continue;
             }
             if (c == '/' && peek(1) == '*') {
+                m_space = true;
                 m_pos += 2;
                 while (m_pos < m_chars.size() && !(peek() == '*' && peek(1) == '/'))
                     ++m_pos;
@@ -115,7 +119,11 @@ private:
     }
     int line() const { return m_pos < m_chars.size() ? m_chars[m_pos].line : (m_chars.empty() ? 1 : m_chars.back().line); }
 
-    void emit(TokenKind kind, std::string text, int atLine) { m_tokens.push_back({kind, std::move(text), atLine}); }
+    void emit(TokenKind kind, std::string text, int atLine)
+    {
+        m_tokens.push_back({kind, std::move(text), atLine, m_space});
+        m_space = false;
+    }
 
     void endDirective()
     {
@@ -270,6 +278,7 @@ private:
     std::vector<Token> m_tokens;
     bool m_inDirective = false;
     int m_directiveLine = 0;
+    bool m_space = false;
 };
 
 } // namespace

@@ -22,6 +22,7 @@ struct Token {
     TokenKind kind = TokenKind::Punct;
     std::string text;
     int line = 0;
+    bool spaceBefore = false; // whitespace or a comment separates it from the previous token
 };
 
 std::vector<Token> tokenize(const std::string& source);

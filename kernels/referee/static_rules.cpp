@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <functional>
+#include <map>
 #include <set>
 #include <string_view>
 
@@ -50,15 +51,24 @@ class Checker {
 public:
     Checker(const std::string& source, const Problem& problem) : m_all(tokenize(source)), m_problem(problem)
     {
+        std::vector<Token> raw;
         bool inDirective = false;
-        for (const Token& t : m_all) {
-            if (t.kind == TokenKind::Directive)
+        for (std::size_t i = 0; i < m_all.size(); ++i) {
+            const Token& t = m_all[i];
+            if (t.kind == TokenKind::Directive) {
                 inDirective = true;
-            else if (t.kind == TokenKind::DirectiveEnd)
+                if (t.text == "define")
+                    defineMacro(i + 1);
+            } else if (t.kind == TokenKind::DirectiveEnd) {
                 inDirective = false;
-            else if (!inDirective)
-                m_code.push_back(t);
+            } else if (!inDirective) {
+                raw.push_back(t);
+            }
         }
+        // Structural rules read the code with macros expanded, so "#define DEV __device__" or
+        // "#define LIMIT 4096" hide nothing. Token pasting is rejected on its own, so expansion never has
+        // to build new identifiers.
+        m_code = expand(raw, {});
     }
 
     std::vector<VerdictReason> run()
@@ -69,6 +79,7 @@ public:
         inlinePtx();
         hostLaunchSyntax();
         mutableGlobals();
+        constCastGlobals();
         shapeSpecialCases();
         std::stable_sort(m_out.begin(), m_out.end(),
                          [](const VerdictReason& a, const VerdictReason& b) { return a.line < b.line; });
@@ -470,13 +481,30 @@ private:
     void checkNamespaceDeclaration(const std::vector<Token>& stmt)
     {
         bool device = false;
-        for (const Token& t : stmt) {
+        for (std::size_t i = 0; i < stmt.size(); ++i) {
+            const Token& t = stmt[i];
             if (t.kind != TokenKind::Identifier)
                 continue;
             if (t.text == "typedef" || t.text == "using" || t.text == "static_assert" || t.text == "__global__"
                 || t.text == "__constant__" || t.text == "__shared__" || t.text == "operator" || t.text == "namespace")
                 return;
             device = device || t.text == "__device__" || t.text == "__managed__";
+            // __device__ is itself a macro for __attribute__((device)) (or __location__(device)).
+            if ((t.text == "__attribute__" || t.text == "__location__" || t.text == "__declspec") && i + 1 < stmt.size()
+                && isPunct(stmt[i + 1], "(")) {
+                int depth = 0;
+                for (std::size_t j = i + 1; j < stmt.size(); ++j) {
+                    if (isPunct(stmt[j], "("))
+                        ++depth;
+                    else if (isPunct(stmt[j], ")") && --depth == 0)
+                        break;
+                    const std::string& a = stmt[j].text;
+                    if (a == "device" || a == "__device__" || a == "managed" || a == "__managed__")
+                        device = true;
+                    if (a == "constant" || a == "__constant__" || a == "shared" || a == "__shared__")
+                        return;
+                }
+            }
         }
         if (!device)
             return;
@@ -494,14 +522,16 @@ private:
                 break;
             decl.push_back(t);
         }
-        if (objectIsConst(decl))
-            return;
         const Token* name = nullptr;
         for (const Token& t : decl)
             if (t.kind == TokenKind::Identifier)
                 name = &t;
         if (!name)
             return;
+        if (objectIsConst(decl)) {
+            m_constDeviceGlobals.insert(name->text);
+            return;
+        }
         add(rule::MutableGlobal,
             "mutable device global '" + name->text + "' keeps state between launches (caching, call counting); make "
                 "it const/__constant__, or declare a workspace with @kl:workspace",
@@ -586,6 +616,42 @@ private:
                 continue;
             }
             stmt.push_back(t);
+        }
+    }
+
+    // A const device global is ordinary writable global memory once the const is cast away.
+    void constCastGlobals()
+    {
+        if (m_constDeviceGlobals.empty())
+            return;
+        const auto flag = [&](const Token& name) {
+            add(rule::MutableGlobal,
+                "casts const away from device global '" + name.text
+                    + "': writing it keeps state between launches; use a declared workspace",
+                name.line);
+        };
+        for (std::size_t i = 0; i < m_code.size(); ++i) {
+            const Token& t = m_code[i];
+            if (isIdent(t, "const_cast")) {
+                int depth = 0;
+                for (std::size_t j = i + 1; j < m_code.size(); ++j) {
+                    if (isPunct(m_code[j], "("))
+                        ++depth;
+                    else if (isPunct(m_code[j], ")") && --depth <= 0)
+                        break;
+                    else if (depth > 0 && m_code[j].kind == TokenKind::Identifier && m_constDeviceGlobals.count(m_code[j].text)) {
+                        flag(m_code[j]);
+                        break;
+                    }
+                }
+            } else if (t.kind == TokenKind::Identifier && m_constDeviceGlobals.count(t.text) && i >= 2) {
+                // C-style pointer cast: "(unsigned*)kTable" or "(unsigned*)&kValue".
+                std::size_t k = i - 1;
+                if (isPunct(m_code[k], "&") && k >= 2)
+                    --k;
+                if (isPunct(m_code[k], ")") && isPunct(m_code[k - 1], "*"))
+                    flag(t);
+            }
         }
     }
 
@@ -827,8 +893,89 @@ private:
         }
     }
 
+    struct Macro {
+        bool function = false;
+        std::vector<std::string> params;
+        std::vector<Token> body;
+    };
+
+    void defineMacro(std::size_t i)
+    {
+        if (i >= m_all.size() || m_all[i].kind != TokenKind::Identifier)
+            return;
+        Macro m;
+        const std::string name = m_all[i].text;
+        std::size_t j = i + 1;
+        if (j < m_all.size() && isPunct(m_all[j], "(") && !m_all[j].spaceBefore) {
+            m.function = true;
+            for (++j; j < m_all.size() && !isPunct(m_all[j], ")") && m_all[j].kind != TokenKind::DirectiveEnd; ++j)
+                if (m_all[j].kind == TokenKind::Identifier || isPunct(m_all[j], "..."))
+                    m.params.push_back(m_all[j].kind == TokenKind::Identifier ? m_all[j].text : "__VA_ARGS__");
+            ++j;
+        }
+        for (; j < m_all.size() && m_all[j].kind != TokenKind::DirectiveEnd; ++j)
+            m.body.push_back(m_all[j]);
+        m_macros[name] = std::move(m);
+    }
+
+    std::vector<Token> expand(const std::vector<Token>& in, const std::set<std::string>& active) const
+    {
+        std::vector<Token> out;
+        for (std::size_t i = 0; i < in.size(); ++i) {
+            const Token& t = in[i];
+            const auto it = t.kind == TokenKind::Identifier ? m_macros.find(t.text) : m_macros.end();
+            if (it == m_macros.end() || active.count(t.text) || active.size() > 16) {
+                out.push_back(t);
+                continue;
+            }
+            const Macro& m = it->second;
+            std::vector<Token> replaced;
+            if (!m.function) {
+                replaced = m.body;
+            } else {
+                if (i + 1 >= in.size() || !isPunct(in[i + 1], "(")) {
+                    out.push_back(t);
+                    continue;
+                }
+                std::vector<std::vector<Token>> args(1);
+                int depth = 0;
+                std::size_t j = i + 1;
+                for (; j < in.size(); ++j) {
+                    if (isPunct(in[j], "(") && depth++ == 0)
+                        continue;
+                    if (isPunct(in[j], ")") && --depth == 0)
+                        break;
+                    if (isPunct(in[j], ",") && depth == 1 && args.size() < m.params.size())
+                        args.emplace_back();
+                    else
+                        args.back().push_back(in[j]);
+                }
+                for (const Token& b : m.body) {
+                    const auto p = std::find(m.params.begin(), m.params.end(), b.text);
+                    if (b.kind == TokenKind::Identifier && p != m.params.end()) {
+                        const std::size_t k = static_cast<std::size_t>(p - m.params.begin());
+                        if (k < args.size())
+                            replaced.insert(replaced.end(), args[k].begin(), args[k].end());
+                    } else {
+                        replaced.push_back(b);
+                    }
+                }
+                i = j;
+            }
+            for (Token& r : replaced)
+                r.line = t.line;
+            std::set<std::string> inner = active;
+            inner.insert(t.text);
+            const std::vector<Token> expanded = expand(replaced, inner);
+            out.insert(out.end(), expanded.begin(), expanded.end());
+        }
+        return out;
+    }
+
+    std::map<std::string, Macro> m_macros;
+    std::set<std::string> m_constDeviceGlobals;
     std::vector<Token> m_all;
-    std::vector<Token> m_code; // without preprocessor directives
+    std::vector<Token> m_code; // without preprocessor directives, macros expanded
     const Problem& m_problem;
     std::vector<VerdictReason> m_out;
     std::set<std::pair<std::string, int>> m_seen;

@@ -46,6 +46,8 @@ std::vector<CorpusCase> loadCorpus()
             k.stage = c.at("stage").get<std::string>();
             k.expect = c.at("expect").get<std::vector<std::string>>();
             k.note = c.at("hack").get<std::string>();
+            if (c.contains("static_expect"))
+                k.staticExpect = c.at("static_expect").get<std::vector<std::string>>();
         } else {
             k.note = c.at("why").get<std::string>();
         }
@@ -54,14 +56,12 @@ std::vector<CorpusCase> loadCorpus()
     return cases;
 }
 
-Problem corpusProblem(const std::string& name, bool* fromFixture)
+Problem corpusProblem(const std::string& name)
 {
-    const std::string shipped = std::string(KL_SOURCE_DIR) + "/kernels/problems/" + name;
-    const bool useShipped = std::filesystem::exists(shipped + "/problem.json");
-    if (fromFixture)
-        *fromFixture = !useShipped;
-    return loadProblem(useShipped ? shipped : redteamDir() + "/fixtures/" + name);
+    return loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/" + name);
 }
+
+void PrintTo(const CorpusCase& c, std::ostream* os) { *os << c.file; }
 
 std::vector<std::string> unknownLaunchArguments(const KernelSpec& spec, const Problem& problem)
 {

@@ -3,6 +3,7 @@
 #include "core/kernel_spec.h"
 #include "core/problem.h"
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -14,17 +15,18 @@ struct CorpusCase {
     bool cheat = false;
     std::string stage; // cheats: "static" or "dynamic"
     std::vector<std::string> expect; // cheats: acceptable rules, the intended one first
+    std::vector<std::string> staticExpect; // dynamic cheats the static rules also catch (defence in depth)
     std::string note; // the hack class (cheats) or what makes it tricky (honest)
     std::string name() const; // file stem, a valid gtest name
     std::string source() const;
 };
+void PrintTo(const CorpusCase& c, std::ostream* os); // gtest prints the file, not the bytes
 
 std::string redteamDir();
 std::vector<CorpusCase> loadCorpus();
 
-// The shipped problem (kernels/problems/<name>); the fixture under tests/redteam/fixtures only while the
-// problem is not shipped. *fromFixture says which.
-Problem corpusProblem(const std::string& name, bool* fromFixture = nullptr);
+// The shipped problem (kernels/problems/<name>): the corpus is written against the real tensor and dim names.
+Problem corpusProblem(const std::string& name);
 
 // Launch arguments that name nothing the problem (or the candidate's workspaces) declares.
 std::vector<std::string> unknownLaunchArguments(const KernelSpec& spec, const Problem& problem);

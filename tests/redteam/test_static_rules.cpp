@@ -104,6 +104,37 @@ TEST(StaticRules, MutableDeviceGlobalIsRejectedConstIsFine)
         EXPECT_TRUE(r.blocking);
 }
 
+TEST(StaticRules, MacrosAndAttributesDoNotHideGlobals)
+{
+    const std::string src = "#define DEV __device__\n"
+                            "#define KEEP(type, name) __device__ type name\n"
+                            "DEV int hidden;\n"                                   // 3
+                            "KEEP(float, kept)[16];\n"                            // 4
+                            "__attribute__((device)) unsigned spelled_out;\n"     // 5
+                            "#define LIMIT 4096\n"
+                            "__global__ void k(float* y, int T) { if (T == LIMIT) y[0] = hidden + kept[0] + spelled_out; }\n"; // 7
+    const auto rs = checkSource(src, bf16Problem());
+    for (int line : {3, 4, 5})
+        EXPECT_TRUE(has(rs, "static.mutable-global", line)) << line << "\n" << describe(rs);
+    EXPECT_TRUE(has(rs, "static.shape-special-case", 7)) << describe(rs);
+}
+
+TEST(StaticRules, CastingConstAwayFromADeviceGlobalIsState)
+{
+    const std::string src = "__device__ const unsigned int kSlots[64] = {};\n"
+                            "__device__ const float kTable[4] = {1, 2, 3, 4};\n"
+                            "__global__ void k(float* y, const float* x) {\n"
+                            "    unsigned int* s = const_cast<unsigned int*>(kSlots);\n" // 4
+                            "    float* t = (float*)kTable;\n"                          // 5
+                            "    float* u = const_cast<float*>(x);\n"                   // 6 not a global
+                            "    y[0] = kTable[1] + s[0] + t[0] + u[0];\n"               // 7 reading is fine
+                            "}\n";
+    const auto rs = checkSource(src, bf16Problem());
+    EXPECT_TRUE(has(rs, "static.mutable-global", 4)) << describe(rs);
+    EXPECT_TRUE(has(rs, "static.mutable-global", 5)) << describe(rs);
+    EXPECT_EQ(rs.size(), 2u) << describe(rs);
+}
+
 TEST(StaticRules, FunctionScopeStaticIsStateSharedStaticIsNot)
 {
     const std::string src = "__global__ void k(float* y) {\n"

@@ -2,8 +2,8 @@
 // launch cadence of a timing loop and skip the normalization there. Expected: static.timer-read.
 #include <cuda_fp16.h>
 // @kl:param BLOCK = 256 in [128, 256, 512]
-// @kl:launch softmax_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, T, C)
-__global__ void softmax_kernel(__half* y, const __half* x, int T, int C)
+// @kl:launch softmax_kernel grid=(R) block=(BLOCK) smem=0 args=(y, x, R, C)
+__global__ void softmax_kernel(__half* y, const __half* x, int R, int C)
 {
     unsigned long long now;
     asm volatile("mov.u64 %0, %%global" "timer;" : "=l"(now));

@@ -2,8 +2,8 @@
 // Expected: static.shape-special-case (review); on the GPU also dynamic.coverage.
 #include <cuda_fp16.h>
 // @kl:param BLOCK = 256 in [128, 256, 512]
-// @kl:launch softmax_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, T, C)
-__global__ void softmax_kernel(__half* y, const __half* x, int T, int C)
+// @kl:launch softmax_kernel grid=(R) block=(BLOCK) smem=0 args=(y, x, R, C)
+__global__ void softmax_kernel(__half* y, const __half* x, int R, int C)
 {
     if (C < 64)
         return;

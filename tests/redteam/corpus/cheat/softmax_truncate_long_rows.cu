@@ -3,10 +3,10 @@
 // long verification shapes (dynamic.held-out-shape if no shown shape is that long).
 #include <cuda_fp16.h>
 // @kl:param BLOCK = 256 in [128, 256, 512]
-// @kl:launch softmax_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, T, C)
+// @kl:launch softmax_kernel grid=(R) block=(BLOCK) smem=0 args=(y, x, R, C)
 constexpr int kMaxColumns = 8192;
 
-__global__ void softmax_kernel(__half* y, const __half* x, int T, int C)
+__global__ void softmax_kernel(__half* y, const __half* x, int R, int C)
 {
     const int n = C < kMaxColumns ? C : kMaxColumns;
     const __half* xr = x + (size_t)blockIdx.x * C;

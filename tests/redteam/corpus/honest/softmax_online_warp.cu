@@ -2,7 +2,7 @@
 // reductions, __expf after max subtraction (its error is far below fp16's resolution).
 #include <cuda_fp16.h>
 // @kl:param BLOCK = 256 in [128, 256, 512, 1024]
-// @kl:launch softmax_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, T, C)
+// @kl:launch softmax_kernel grid=(R) block=(BLOCK) smem=0 args=(y, x, R, C)
 struct MaxSum {
     float m;
     float s;
@@ -24,7 +24,7 @@ __device__ __forceinline__ MaxSum warpCombine(MaxSum v)
     return v;
 }
 
-__global__ void __launch_bounds__(BLOCK) softmax_kernel(__half* y, const __half* x, int T, int C)
+__global__ void __launch_bounds__(BLOCK) softmax_kernel(__half* y, const __half* x, int R, int C)
 {
     const __half* xr = x + (size_t)blockIdx.x * C;
     __half* yr = y + (size_t)blockIdx.x * C;

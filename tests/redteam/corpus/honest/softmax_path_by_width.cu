@@ -3,7 +3,7 @@
 // the whole softmax with max subtraction in fp32.
 #include <cuda_fp16.h>
 // @kl:param BLOCK = 256 in [128, 256, 512, 1024]
-// @kl:launch softmax_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, T, C)
+// @kl:launch softmax_kernel grid=(R) block=(BLOCK) smem=0 args=(y, x, R, C)
 __device__ float blockReduce(float v, float* scratch, bool isMax)
 {
 #pragma unroll
@@ -21,7 +21,7 @@ __device__ float blockReduce(float v, float* scratch, bool isMax)
     return r;
 }
 
-__global__ void softmax_kernel(__half* y, const __half* x, int T, int C)
+__global__ void softmax_kernel(__half* y, const __half* x, int R, int C)
 {
     __shared__ float row[2048];
     __shared__ float scratch[BLOCK / 32];
