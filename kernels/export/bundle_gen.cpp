@@ -611,7 +611,10 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
     o << dimLocals(p, "dims", "    ");
     for (const auto& a : apiParams(p))
         o << "    (void)" << a.name << ";\n";
-    o << "    char* kl_ws = (char*)workspace;\n    size_t kl_ws_used = 0;\n    (void)kl_ws;\n";
+    if (k.spec.workspaces.empty())
+        o << "    (void)workspace;\n    (void)workspace_bytes;\n";
+    else
+        o << "    char* kl_ws = (char*)workspace;\n    size_t kl_ws_used = 0;\n";
     std::map<std::string, std::string> wsPtr;
     for (const auto& w : k.spec.workspaces) {
         const std::string id = cIdent(w.name);
