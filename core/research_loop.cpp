@@ -230,13 +230,16 @@ void ResearchLoop::reviewNow(const CandidateId& id, bool approved, const std::st
     if (s.tree.at(id).status != CandidateStatus::PendingReview)
         throw InputError("review: candidate '" + id + "' is " + statusName(s.tree.at(id).status) +
                          ", not pending review");
+    const bool evaluated = isRecorded(s, id); // before the review changes the status
+    std::optional<Evaluation> recordedEval;
+    if (evaluated)
+        recordedEval = s.evaluations.at(id);
     m_store.recordReview(ReviewDecision{id, approved, reason, nowMs()});
-    const auto evalIt = isRecorded(s, id) ? s.evaluations.find(id) : s.evaluations.end();
     if (!approved) {
         m_store.setStatus(id, CandidateStatus::Rejected, "rejected by the engineer: " + reason);
         return;
     }
-    if (evalIt == s.evaluations.end()) {
+    if (!recordedEval) {
         m_store.setStatus(id, CandidateStatus::Approved, "approved by the engineer: " + reason);
         bool running;
         {
@@ -248,7 +251,7 @@ void ResearchLoop::reviewNow(const CandidateId& id, bool approved, const std::st
         return;
     }
     // Evaluated and flagged: the engineer vouches for it; it still has to beat the best.
-    const Evaluation& e = evalIt->second;
+    const Evaluation& e = *recordedEval;
     const ObjectiveValue value{e.objective, e.objectiveCiLow, e.objectiveCiHigh};
     const ObjectiveValue base = m_bestValue.value_or(ObjectiveValue{1.0, 1.0, 1.0});
     const double logRatio = std::log(value.value) - std::log(base.value);
@@ -293,9 +296,14 @@ void ResearchLoop::emitStep(EventKind kind, const CandidateId& id, nlohmann::jso
     m_store.append(e);
 }
 
+const Budget& ResearchLoop::budget() const
+{
+    return m_options.budgetOverride ? *m_options.budgetOverride : session().settings.budget;
+}
+
 int ResearchLoop::budgetLeft() const
 {
-    const int max = session().settings.budget.maxEvaluations;
+    const int max = budget().maxEvaluations;
     if (max <= 0)
         return 1 << 30;
     std::size_t inFlight;
@@ -306,7 +314,7 @@ int ResearchLoop::budgetLeft() const
     return max - recordedCount(session()) - static_cast<int>(inFlight);
 }
 
-void ResearchLoop::recordDecided(const Candidate& c, const Evaluation& raw, bool measured)
+void ResearchLoop::recordDecided(Candidate c, Evaluation raw, bool measured)
 {
     (void)measured;
     DecideInput in;
@@ -331,13 +339,14 @@ void ResearchLoop::recordDecided(const Candidate& c, const Evaluation& raw, bool
     else
         ++m_sinceImprovement;
     try {
-        m_agent.observe(session().tree.at(c.id), rec);
+        const Candidate observed = session().tree.at(c.id);
+        m_agent.observe(observed, rec);
     } catch (const std::exception& ex) {
         m_store.note(std::string("agent failed to observe ") + c.id + ": " + ex.what());
     }
 }
 
-void ResearchLoop::enqueue(const Candidate& c)
+void ResearchLoop::enqueue(Candidate c)
 {
     const Problem& problem = m_evaluator.problem();
     const MeasurementKey key = measurementKeyFor(c, problem, m_evaluator.device());
@@ -499,7 +508,7 @@ std::optional<std::string> ResearchLoop::stopCondition()
         if (m_stopRequested)
             return m_stopReason;
     }
-    const Budget& b = s.settings.budget;
+    const Budget& b = budget();
     if (b.maxEvaluations > 0 && recordedCount(s) >= b.maxEvaluations)
         return "budget: " + std::to_string(b.maxEvaluations) + " evaluations";
     if (b.maxMinutes > 0) {

@@ -32,6 +32,7 @@ struct LoopOptions {
     int pipelineDepth = 4; // candidates proposed and compiled ahead of the device
     EvaluateOptions evaluate;
     MeasurementCache* cache = nullptr; // the tuning database; nullptr: only this session's records are reused
+    std::optional<Budget> budgetOverride; // e.g. a larger budget given when resuming; else the session's
 };
 
 struct LoopResult {
@@ -92,12 +93,13 @@ private:
     // Coordinator-only (run()'s thread, or the caller while no run() is active).
     void restoreFromStore();
     void askAgent(int count);
-    void enqueue(const Candidate& c);
+    void enqueue(Candidate c); // by value: store writes invalidate references into the session
     void handle(Message& m);
-    void recordDecided(const Candidate& c, const Evaluation& raw, bool measured);
+    void recordDecided(Candidate c, Evaluation raw, bool measured); // copies, as enqueue
     void reviewNow(const CandidateId& id, bool approved, const std::string& reason);
     std::optional<std::string> stopCondition();
     int budgetLeft() const;
+    const Budget& budget() const;
     void emitStep(EventKind kind, const CandidateId& id, nlohmann::json data);
     void setBest(const CandidateId& id, const ObjectiveValue& v);
     const Session& session() const { return m_store.session(); }
