@@ -27,6 +27,9 @@ struct TimingStats {
     int samples = 0;
     bool graphMode = false; // many replays per event pair
     int launchesPerSample = 1;
+    int inputSets = 0; // rotating input sets (cold L2 when their total exceeds 2x L2)
+    bool throttled = false; // NVML reported power/thermal throttling before or after the measurement
+    DeviceSample device; // NVML clocks, temperature, power, throttle reasons at the end of the measurement
 };
 
 struct CorrectnessStats {

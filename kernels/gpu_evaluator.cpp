@@ -1,0 +1,374 @@
+#include "kernels/gpu_evaluator.h"
+
+#include "core/errors.h"
+#include "core/json_io.h"
+#include "core/loop_objective.h"
+#include "kernels/shape_sampler.h"
+#include "kernels/worker_protocol.h"
+
+#ifdef KL_HAVE_REFEREE
+#include "kernels/referee/referee.h"
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace kl {
+
+namespace {
+
+std::int64_t nowMs()
+{
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+std::string readSource(const Problem& p, const std::string& file)
+{
+    const auto path = std::filesystem::path(p.folder) / file;
+    std::ifstream in(path);
+    if (!in)
+        throw InputError(path.string() + ": cannot read");
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+VerdictReason makeReason(const std::string& rule, const std::string& message, bool blocking = true)
+{
+    VerdictReason r;
+    r.rule = rule;
+    r.message = message;
+    r.blocking = blocking;
+    return r;
+}
+
+void mergeReasons(std::vector<VerdictReason>& into, const std::vector<VerdictReason>& more)
+{
+    for (const auto& r : more) {
+        const bool seen = std::any_of(into.begin(), into.end(), [&](const VerdictReason& x) { return x.rule == r.rule; });
+        if (!seen)
+            into.push_back(r);
+    }
+}
+
+bool anyBlocking(const std::vector<VerdictReason>& rs)
+{
+    return std::any_of(rs.begin(), rs.end(), [](const VerdictReason& r) { return r.blocking; });
+}
+
+Verdict verdictOf(const std::vector<VerdictReason>& rs)
+{
+#ifdef KL_HAVE_REFEREE
+    return referee::verdictFor(rs, Verdict::Correct);
+#else
+    if (anyBlocking(rs))
+        return Verdict::Rejected;
+    return rs.empty() ? Verdict::Correct : Verdict::PendingReview;
+#endif
+}
+
+} // namespace
+
+GpuEvaluator::GpuEvaluator(Problem problem, GpuEvaluatorOptions options)
+    : m_problem(std::move(problem)), m_options(std::move(options))
+{
+    m_referenceSource = readSource(m_problem, m_problem.referenceFile);
+    m_baselineSource = readSource(m_problem, m_problem.baselineFile);
+    m_templateSource = readSource(m_problem, m_problem.templateFile);
+    m_compiler = std::make_unique<NvrtcCompiler>(m_options.compileCacheDir, m_options.compileThreads);
+    m_client = std::make_unique<WorkerClient>(m_options.worker);
+}
+
+GpuEvaluator::~GpuEvaluator() = default;
+
+const DeviceInfo& GpuEvaluator::device() const
+{
+    std::lock_guard lock(m_clientMutex);
+    if (m_device.empty())
+        m_device = m_client->device();
+    return m_device;
+}
+
+std::string GpuEvaluator::arch() const
+{
+    if (!m_options.arch.empty())
+        return m_options.arch;
+    return device().arch;
+}
+
+Candidate GpuEvaluator::templateCandidate(const ParamValues& params, const std::string& id) const
+{
+    Candidate c;
+    c.id = id;
+    c.source = m_templateSource;
+    c.params = params.empty() ? parseKernelSpec(m_templateSource).defaults() : params;
+    c.author = Author::Tuner;
+    return c;
+}
+
+Candidate GpuEvaluator::baselineCandidate(const std::string& id) const
+{
+    Candidate c;
+    c.id = id;
+    c.source = m_baselineSource;
+    c.params = parseKernelSpec(m_baselineSource).defaults();
+    c.author = Author::Reference;
+    return c;
+}
+
+std::shared_ptr<const CompiledModule> GpuEvaluator::compileModule(const Candidate& c)
+{
+    CompileJob job;
+    job.source = c.source;
+    job.params = c.params;
+    job.arch = arch();
+    job.name = (c.id.empty() ? std::string("candidate") : c.id) + ".cu";
+    try {
+        const KernelSpec spec = parseKernelSpec(c.source);
+        for (const auto& l : spec.launches)
+            if (std::find(job.kernels.begin(), job.kernels.end(), l.kernel) == job.kernels.end())
+                job.kernels.push_back(l.kernel);
+        // Fill unspecified parameters with their defaults so the source always sees every define.
+        for (const auto& p : spec.params)
+            if (!job.params.count(p.name))
+                job.params[p.name] = p.defaultValue;
+    } catch (const InputError& e) {
+        auto m = std::make_shared<CompiledModule>();
+        m->report.ok = false;
+        m->report.log = std::string("annotations: ") + e.what();
+        return m;
+    }
+    job.name = "candidate.cu"; // the name appears in the log only; keep cache keys independent of ids
+    return m_compiler->compile(job);
+}
+
+CompileReport GpuEvaluator::compile(const Candidate& c)
+{
+    return compileModule(c)->report;
+}
+
+nlohmann::json GpuEvaluator::candidateRequest(const Candidate& c, const CompiledModule& m) const
+{
+    ParamValues params = c.params;
+    for (const auto& p : parseKernelSpec(c.source).params)
+        if (!params.count(p.name))
+            params[p.name] = p.defaultValue;
+    return {{"key", m.key},
+            {"source", c.source},
+            {"params", wire::toJson(params)},
+            {"cubin_b64", wire::base64Encode(m.cubin)},
+            {"lowered", m.loweredNames}};
+}
+
+void GpuEvaluator::ensureProblemLoaded()
+{
+    if (m_problemLoaded)
+        return;
+    const nlohmann::json req = {{"op", "load_problem"},
+                                {"problem_json", toJson(m_problem)},
+                                {"reference_source", m_referenceSource},
+                                {"baseline_source", m_baselineSource}};
+    auto r = m_client->addSetup(req);
+    if (!r.ok())
+        throw std::runtime_error("load_problem failed: " + r.error);
+    m_problemLoaded = true;
+}
+
+Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt, const CancelToken& cancel)
+{
+    Evaluation e;
+    e.candidateId = c.id;
+    e.startedMs = nowMs();
+    auto finish = [&](Verdict v) {
+        e.verdict = v;
+        e.finishedMs = nowMs();
+        return e;
+    };
+
+#ifdef KL_HAVE_REFEREE
+    if (m_options.staticChecks) {
+        mergeReasons(e.reasons, referee::checkSource(c.source, m_problem));
+        if (anyBlocking(e.reasons))
+            return finish(Verdict::Rejected); // never compiled, never run
+    }
+#endif
+    std::shared_ptr<const CompiledModule> mod;
+    try {
+        mod = compileModule(c);
+    } catch (const std::exception& ex) {
+        e.compile.log = ex.what();
+        e.reasons.push_back(makeReason("compile.error", ex.what()));
+        return finish(Verdict::CompileFailed);
+    }
+    e.compile = mod->report;
+    if (!mod->report.ok) {
+        e.reasons.push_back(makeReason("compile.error", "the candidate does not compile (see the compile log)"));
+        return finish(Verdict::CompileFailed);
+    }
+    if (cancel.cancelled())
+        return finish(Verdict::Rejected);
+
+    std::uint64_t seed = opt.seed;
+    if (seed == 0)
+        seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+
+    std::lock_guard lock(m_clientMutex);
+    try {
+        ensureProblemLoaded();
+        m_client->ensureStarted();
+    } catch (const std::exception& ex) {
+        e.reasons.push_back(makeReason("harness.worker-unavailable", ex.what()));
+        return finish(Verdict::Rejected);
+    }
+    if (m_device.empty())
+        m_device = m_client->device();
+
+    // Visible shapes (verify + tuning), then held-out shapes drawn fresh for this check.
+    std::vector<Shape> visible = m_problem.verifyShapes;
+    if (m_options.verifyTuningShapes)
+        for (const auto& s : m_problem.tuningShapes)
+            if (std::find(visible.begin(), visible.end(), s) == visible.end())
+                visible.push_back(s);
+    std::vector<Shape> heldOut;
+    if (opt.heldOutShapes)
+        for (const auto& s : heldOutShapes(m_problem, opt.heldOutCount, seed ^ 0x4E1D07ull))
+            if (std::find(visible.begin(), visible.end(), s) == visible.end())
+                heldOut.push_back(s);
+    nlohmann::json shapes = nlohmann::json::array();
+    for (const auto& s : visible)
+        shapes.push_back({{"dims", s.dims}, {"weight", s.weight}, {"held_out", false}});
+    for (const auto& s : heldOut)
+        shapes.push_back({{"dims", s.dims}, {"weight", s.weight}, {"held_out", true}});
+
+    const auto candidateJson = candidateRequest(c, *mod);
+    e.deviceBefore = wire::deviceSample(m_client->request({{"op", "sample"}}, 10).body.value("sample", nlohmann::json::object()));
+    auto failFromReply = [&](const WorkerClient::Reply& r, const std::string& phase) {
+        if (r.status == WorkerClient::Status::Crashed) {
+            e.reasons.push_back(makeReason("worker.crashed", phase + ": the worker died (" + r.error +
+                                                                 "); it was restarted"));
+            return finish(Verdict::Crashed);
+        }
+        if (r.status == WorkerClient::Status::TimedOut) {
+            e.reasons.push_back(makeReason("worker.timeout", phase + ": " + r.error + "; it was restarted"));
+            return finish(Verdict::TimedOut);
+        }
+        e.reasons.push_back(makeReason("harness.error", phase + ": " + r.error));
+        return finish(Verdict::Rejected);
+    };
+
+    const auto verify = m_client->request({{"op", "verify"},
+                                           {"problem", m_problem.name},
+                                           {"candidate", candidateJson},
+                                           {"shapes", shapes},
+                                           {"seed", seed},
+                                           {"cupti", m_options.cupti},
+                                           {"graph_check", m_options.graphCheck}},
+                                          m_options.verifyTimeoutSeconds);
+    if (!verify.ok())
+        return failFromReply(verify, "verification");
+    for (const auto& s : verify.body.value("shapes", nlohmann::json::array()))
+        e.shapes.push_back(wire::shapeResult(s));
+    std::vector<VerdictReason> harnessReasons;
+    for (const auto& r : verify.body.value("reasons", nlohmann::json::array()))
+        harnessReasons.push_back(wire::verdictReason(r));
+#ifdef KL_HAVE_REFEREE
+    {
+        referee::DynamicObservations obs; // kernel records and graph capture are judged in the worker
+        mergeReasons(e.reasons, referee::checkDynamic(e, m_problem, obs));
+    }
+#endif
+    mergeReasons(e.reasons, harnessReasons);
+    if (anyBlocking(e.reasons) || !e.correctEverywhere())
+        return finish(anyBlocking(e.reasons) ? Verdict::Rejected : verdictOf(e.reasons));
+    if (cancel.cancelled())
+        return finish(Verdict::Rejected);
+
+    nlohmann::json timed = nlohmann::json::array();
+    for (const auto& s : m_problem.tuningShapes)
+        timed.push_back({{"dims", s.dims}, {"weight", s.weight}});
+    const double timeout = opt.maxSecondsPerShape * 3.0 * static_cast<double>(m_problem.tuningShapes.size()) +
+                           m_options.timeTimeoutSlackSeconds;
+    const auto time = m_client->request({{"op", "time"},
+                                         {"problem", m_problem.name},
+                                         {"candidate", candidateJson},
+                                         {"shapes", timed},
+                                         {"baseline", opt.timeBaseline},
+                                         {"max_seconds_per_shape", opt.maxSecondsPerShape},
+                                         {"target_rel_ci", m_options.targetRelCi},
+                                         {"min_samples", m_options.minSamples},
+                                         {"graph_mode", m_options.graphMode},
+                                         {"recheck", m_options.recheckTimedOutputs},
+                                         {"seed", seed ^ 0x7131EDull}},
+                                        timeout);
+    if (!time.ok())
+        return failFromReply(time, "timing");
+    for (const auto& ts : time.body.value("shapes", nlohmann::json::array())) {
+        ShapeResult r = wire::shapeResult(ts);
+        const DeviceSample before = wire::deviceSample(ts.value("before", nlohmann::json::object()));
+        const DeviceSample after = wire::deviceSample(ts.value("after", nlohmann::json::object()));
+        const bool throttled = ts.value("throttled", false);
+        const int sets = ts.value("input_sets", 0);
+        for (auto* t : {&r.timing, &r.baselineTiming, &r.graphTiming})
+            if (*t) {
+                (*t)->throttled = throttled;
+                (*t)->device = after;
+                (*t)->inputSets = sets;
+            }
+        if (e.deviceAfter.smClockMHz == 0)
+            e.deviceBefore = before.available ? before : e.deviceBefore;
+        e.deviceAfter = after;
+        auto it = std::find_if(e.shapes.begin(), e.shapes.end(),
+                               [&](const ShapeResult& x) { return !x.heldOut && x.shape == r.shape; });
+        if (it == e.shapes.end()) {
+            e.shapes.push_back(r);
+            continue;
+        }
+        it->shape.weight = r.shape.weight;
+        it->timing = r.timing;
+        it->baselineTiming = r.baselineTiming;
+        it->graphTiming = r.graphTiming;
+        it->speedup = r.speedup;
+        it->speedupCiLow = r.speedupCiLow;
+        it->speedupCiHigh = r.speedupCiHigh;
+        for (const auto& ch : r.checks)
+            it->checks.push_back(ch);
+        it->correct = it->correct && r.correct;
+        if (throttled)
+            mergeReasons(e.reasons, {makeReason("measurement.throttled",
+                                                "the GPU reported throttling (" + after.throttleText + before.throttleText +
+                                                    ") while timing shape " + r.shape.label(),
+                                                false)});
+    }
+    harnessReasons.clear();
+    for (const auto& r : time.body.value("reasons", nlohmann::json::array()))
+        harnessReasons.push_back(wire::verdictReason(r));
+#ifdef KL_HAVE_REFEREE
+    {
+        referee::DynamicObservations obs;
+        mergeReasons(e.reasons, referee::checkDynamic(e, m_problem, obs));
+    }
+#endif
+    mergeReasons(e.reasons, harnessReasons);
+
+    if (opt.timeBaseline) {
+        std::string why;
+        if (auto obj = computeObjective(e, "weighted-geomean-speedup", &why)) {
+            e.objective = obj->value;
+            e.objectiveCiLow = obj->ciLow;
+            e.objectiveCiHigh = obj->ciHigh;
+        }
+    }
+#ifdef KL_HAVE_REFEREE
+    if (m_options.physicsChecks) {
+        referee::PhysicsSettings ps;
+        mergeReasons(e.reasons, referee::checkPhysics(e, m_problem, m_device, ps));
+    }
+#endif
+    return finish(verdictOf(e.reasons));
+}
+
+} // namespace kl

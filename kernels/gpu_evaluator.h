@@ -1,0 +1,67 @@
+#pragma once
+// kl::Evaluator on top of kloop-worker: compile locally (NVRTC pool + content-addressed cache), then verify
+// (with held-out shapes and the referee's dynamic mechanics) and time (interleaved with the baseline) in the
+// worker, which owns the GPU. Crashes and hangs become verdicts; the worker is restarted behind the scenes.
+#include "core/evaluator.h"
+#include "kernels/nvrtc_compiler.h"
+#include "kernels/worker_client.h"
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+namespace kl {
+
+struct GpuEvaluatorOptions {
+    WorkerOptions worker;
+    std::filesystem::path compileCacheDir = defaultCompileCacheDir();
+    unsigned compileThreads = 0; // 0: hardware concurrency
+    std::string arch; // empty: the worker's device; set it to compile without a GPU
+    double verifyTimeoutSeconds = 120; // per verify request: a hung kernel costs at most this
+    double timeTimeoutSlackSeconds = 60;
+    bool cupti = true; // compare kernel records with the launch plan during verification
+    bool graphCheck = true;
+    double targetRelCi = 0.01; // stop timing when the median's 95% CI half width is within this fraction
+    int minSamples = 10;
+    std::string graphMode = "auto"; // auto | always | never
+    bool verifyTuningShapes = true; // tuning shapes are verified too, not only the problem's verify_shapes
+    bool recheckTimedOutputs = true;
+    bool staticChecks = true; // referee::checkSource before compiling, when the referee is built in
+    bool physicsChecks = true;
+};
+
+class GpuEvaluator final : public Evaluator {
+public:
+    GpuEvaluator(Problem problem, GpuEvaluatorOptions options = {});
+    ~GpuEvaluator() override;
+
+    const DeviceInfo& device() const override;
+    const Problem& problem() const override { return m_problem; }
+    CompileReport compile(const Candidate& c) override;
+    Evaluation evaluate(const Candidate& c, const EvaluateOptions& opt, const CancelToken& cancel) override;
+
+    // The candidate built from the problem's template (or baseline) with given parameters.
+    Candidate templateCandidate(const ParamValues& params, const std::string& id = "template") const;
+    Candidate baselineCandidate(const std::string& id = "baseline") const;
+    std::shared_ptr<const CompiledModule> compileModule(const Candidate& c);
+    nlohmann::json candidateRequest(const Candidate& c, const CompiledModule& m) const;
+    WorkerClient& client() { return *m_client; }
+    NvrtcCompiler& compiler() { return *m_compiler; }
+    std::string arch() const;
+    const std::string& templateSource() const { return m_templateSource; }
+
+private:
+    void ensureProblemLoaded();
+
+    Problem m_problem;
+    GpuEvaluatorOptions m_options;
+    std::string m_referenceSource, m_baselineSource, m_templateSource;
+    std::unique_ptr<NvrtcCompiler> m_compiler;
+    std::unique_ptr<WorkerClient> m_client;
+    mutable std::mutex m_clientMutex; // one owner of the GPU at a time
+    mutable DeviceInfo m_device;
+    bool m_problemLoaded = false;
+};
+
+} // namespace kl

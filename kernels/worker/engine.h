@@ -1,0 +1,182 @@
+#pragma once
+// The worker's GPU engine: owns the context, the stream, device memory, loaded modules and the launch
+// plans, and runs verification, timing and traces exactly as kernels/HARNESS.md describes.
+#include "core/device.h"
+#include "core/evaluation.h"
+#include "core/kernel_spec.h"
+#include "core/problem.h"
+#include "kernels/nvrtc_compiler.h"
+#include "kernels/worker/cupti_kernel_log.h"
+#include "kernels/worker/harness_kernels.h"
+#include "kernels/worker/nvml_monitor.h"
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace kl::worker {
+
+using BufferMap = std::map<std::string, CUdeviceptr>;
+
+struct ExpectedKernel {
+    std::string symbol;
+    int grid[3];
+    int block[3];
+};
+
+// Collects what the harness launched while CUPTI watches, to compare with what actually ran.
+struct LaunchLedger {
+    bool active = false;
+    std::vector<ExpectedKernel> launched;
+    void note(const std::string& symbol, const unsigned g[3], const unsigned b[3]);
+};
+LaunchLedger& launchLedger();
+
+struct WorkspaceNeed {
+    std::string name;
+    std::uint64_t bytes = 0;
+    bool zeroInit = false;
+};
+
+// A plan bound to one shape: geometry and argument kinds resolved once, pointers filled per run.
+class BoundPlan {
+public:
+    virtual ~BoundPlan() = default;
+    virtual void run(CUstream s, const BufferMap& buffers) const = 0;
+    virtual const std::vector<WorkspaceNeed>& workspaces() const = 0;
+    virtual std::vector<std::string> symbols() const = 0;
+};
+
+class Plan {
+public:
+    virtual ~Plan() = default;
+    virtual std::string label() const = 0;
+    // Throws LaunchConfigError when the plan cannot run this shape on this device.
+    virtual std::unique_ptr<BoundPlan> bind(const Problem& p, const Shape& s) const = 0;
+};
+
+struct CandidateModuleSpec {
+    std::string key; // content address of the CUBIN
+    std::string source;
+    ParamValues params;
+    std::string cubin; // may be empty when key is loaded or the worker compiles
+    std::map<std::string, std::string> lowered;
+};
+
+struct LoadedProblem {
+    Problem problem;
+    std::shared_ptr<Plan> reference;
+    std::shared_ptr<Plan> baseline;
+    std::string baselineKind; // "library:cublas_gemm_bf16" or "baseline.cu"
+    CompileReport referenceCompile;
+    CompileReport baselineCompile;
+};
+
+struct VerifyOptions {
+    std::vector<Shape> shapes;
+    std::vector<bool> heldOut;
+    std::uint64_t seed = 1;
+    bool cupti = true;
+    bool graphCheck = true;
+};
+
+struct VerifyOutcome {
+    std::vector<ShapeResult> shapes;
+    std::vector<VerdictReason> reasons;
+    std::size_t kernelRecords = 0;
+    bool cuptiChecked = false;
+};
+
+struct TimeOptions {
+    std::vector<Shape> shapes;
+    bool withBaseline = true;
+    double maxSecondsPerShape = 2.0;
+    double targetRelHalfWidth = 0.01;
+    int minSamples = 10;
+    int maxSamples = 4000;
+    std::string graphMode = "auto"; // auto | always | never
+    double graphThresholdUs = 20.0;
+    bool recheck = true;
+    bool graphTiming = true;
+    std::uint64_t seed = 1;
+};
+
+struct ShapeTiming {
+    ShapeResult result;
+    DeviceSample before;
+    DeviceSample after;
+    bool throttled = false;
+    int inputSets = 0;
+    std::uint64_t rotationBytes = 0; // total bytes the rotation cycles through
+    std::vector<double> candidateSamplesUs;
+    std::vector<double> baselineSamplesUs;
+};
+
+struct TimeOutcome {
+    std::vector<ShapeTiming> shapes;
+    std::vector<VerdictReason> reasons;
+};
+
+struct TraceOutcome {
+    std::vector<KernelRecord> records;
+    std::vector<double> eventUs;
+    bool cuptiAvailable = false;
+};
+
+class Engine {
+public:
+    Engine(); // creates the context on device KL_DEVICE (default 0); throws CudaError
+    ~Engine();
+
+    const DeviceInfo& device() const { return m_device; }
+    NvrtcCompiler& compiler() { return *m_compiler; }
+    DeviceSample sample() const { return m_nvml.sample(); }
+
+    const LoadedProblem& loadProblem(const Problem& p, const std::string& referenceSource,
+                                     const std::string& baselineSource);
+    const LoadedProblem* problem(const std::string& name) const;
+
+    // Loads (or finds) a candidate's module. Returns its compile report (cacheHit when already loaded).
+    std::shared_ptr<Plan> candidatePlan(const CandidateModuleSpec& spec, CompileReport* report);
+
+    VerifyOutcome verify(const LoadedProblem& lp, const Plan& candidate, const VerifyOptions& o);
+    TimeOutcome time(const LoadedProblem& lp, const Plan& candidate, const TimeOptions& o);
+    TraceOutcome trace(const LoadedProblem& lp, const Plan& candidate, const Shape& s, int launches);
+
+private:
+    void measureCopyBandwidth();
+    std::shared_ptr<Plan> compilePlan(const std::string& source, const ParamValues& params, const std::string& name,
+                                      CompileReport* report);
+
+    CUdevice m_dev = 0;
+    CUcontext m_ctx = nullptr;
+    CUstream m_stream = nullptr;
+    DeviceInfo m_device;
+    std::unique_ptr<NvrtcCompiler> m_compiler;
+    HarnessKernels m_harness;
+    NvmlMonitor m_nvml;
+    std::map<std::string, LoadedProblem> m_problems;
+    std::map<std::string, std::shared_ptr<Plan>> m_modules; // by CUBIN key
+    std::vector<std::string> m_moduleOrder;
+    void* m_cublas = nullptr;
+    CUdeviceptr m_cublasWorkspace = 0;
+
+    // Device memory: one arena, re-carved with random gaps for every shape so addresses change per call.
+    CUdeviceptr m_arena = 0;
+    std::uint64_t m_arenaBytes = 0;
+    std::uint64_t m_arenaTop = 0;
+    std::mt19937_64 m_rng;
+    void arenaReserve(std::uint64_t bytes);
+    void arenaReset();
+    CUdeviceptr arenaAlloc(std::uint64_t bytes);
+
+    friend class EngineAccess;
+};
+
+} // namespace kl::worker

@@ -1,0 +1,60 @@
+#pragma once
+// The harness's own device kernels (fill, poison, compare, hash, canaries, copy), compiled with NVRTC at
+// worker start. Their names start with kl_h_ so kernel records can tell them from candidates.
+#include "core/problem.h"
+#include "kernels/nvrtc_compiler.h"
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+
+namespace kl::worker {
+
+// Slots one check writes on the device (one 64-bit word each), read back once per shape.
+enum CheckSlot : int {
+    kSumSqDiff = 0, // double
+    kSumSqRef, // double
+    kMaxErr, // float bits: max |c - r| / max(1, |r|)
+    kNonFinite, // candidate NaN/Inf where the reference is finite (or class mismatch)
+    kPoisonLeft, // output elements still holding the poison pattern
+    kCanaryBad, // guard words changed
+    kHashBefore, // inputs before the candidate ran
+    kHashAfter, // and after
+    kSlotCount
+};
+
+enum class Distribution { Normal = 0, Large = 1, Outliers = 2 };
+const char* distributionName(Distribution d);
+
+const std::string& harnessKernelSource();
+
+class HarnessKernels {
+public:
+    void load(NvrtcCompiler& compiler, const std::string& arch); // throws std::runtime_error
+    ~HarnessKernels();
+
+    void fill(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, Distribution dist, std::uint64_t seed,
+              double scale) const;
+    void poison(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, std::uint64_t pattern) const;
+    void compare(CUstream s, CUdeviceptr cand, CUdeviceptr ref, std::uint64_t n, DType dt, std::uint64_t poison,
+                 CUdeviceptr slots) const;
+    void hash(CUstream s, CUdeviceptr p, std::uint64_t bytes, std::uint64_t salt, CUdeviceptr slot) const;
+    void canaryFill(CUstream s, CUdeviceptr p, std::uint64_t words) const;
+    void canaryCheck(CUstream s, CUdeviceptr p, std::uint64_t words, CUdeviceptr slot) const;
+    void copy(CUstream s, CUdeviceptr src, CUdeviceptr dst, std::uint64_t bytes16) const;
+    void spin(CUstream s, std::uint64_t cycles) const;
+
+    static std::uint64_t poisonPattern(DType dt, int variant);
+    static constexpr std::uint32_t kCanaryWord = 0xC0FFEE5Au;
+    static constexpr double kLargeFactor = 1000.0;
+
+private:
+    void launch(CUfunction f, CUstream s, std::uint64_t n, void** args) const;
+    CUmodule m_module = nullptr;
+    CUfunction m_fill = nullptr, m_poison = nullptr, m_compare = nullptr, m_hash = nullptr, m_canaryFill = nullptr,
+               m_canaryCheck = nullptr, m_copy = nullptr, m_spin = nullptr;
+    int m_smCount = 132;
+};
+
+} // namespace kl::worker

@@ -1,0 +1,125 @@
+#include "kernels/worker/nvml_monitor.h"
+
+#include <dlfcn.h>
+
+namespace kl::worker {
+
+namespace {
+// The few NVML entry points we need, declared here so no NVML header or stub library is required.
+using NvmlInit = int (*)();
+using NvmlShutdown = int (*)();
+using NvmlByPci = int (*)(const char*, void**);
+using NvmlClock = int (*)(void*, int, unsigned*);
+using NvmlTemp = int (*)(void*, int, unsigned*);
+using NvmlPower = int (*)(void*, unsigned*);
+using NvmlReasons = int (*)(void*, unsigned long long*);
+using NvmlDriver = int (*)(char*, unsigned);
+enum { kInit, kShutdown, kByPci, kClock, kMaxClock, kTemp, kPower, kReasons };
+constexpr int kClockSm = 1;
+constexpr int kClockMem = 2;
+} // namespace
+
+NvmlMonitor::~NvmlMonitor()
+{
+    if (m_lib) {
+        if (m_fns[kShutdown])
+            reinterpret_cast<NvmlShutdown>(m_fns[kShutdown])();
+        dlclose(m_lib);
+    }
+}
+
+bool NvmlMonitor::open(const std::string& pciBusId)
+{
+    m_lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!m_lib)
+        return false;
+    const char* names[] = {"nvmlInit_v2",
+                           "nvmlShutdown",
+                           "nvmlDeviceGetHandleByPciBusId_v2",
+                           "nvmlDeviceGetClockInfo",
+                           "nvmlDeviceGetMaxClockInfo",
+                           "nvmlDeviceGetTemperature",
+                           "nvmlDeviceGetPowerUsage",
+                           "nvmlDeviceGetCurrentClocksEventReasons"};
+    for (int i = 0; i < 8; ++i)
+        m_fns[i] = dlsym(m_lib, names[i]);
+    if (!m_fns[kReasons])
+        m_fns[kReasons] = dlsym(m_lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    if (!m_fns[kInit] || !m_fns[kByPci] || reinterpret_cast<NvmlInit>(m_fns[kInit])() != 0)
+        return false;
+    void* dev = nullptr;
+    if (reinterpret_cast<NvmlByPci>(m_fns[kByPci])(pciBusId.c_str(), &dev) != 0)
+        return false;
+    m_device = dev;
+    return true;
+}
+
+std::string NvmlMonitor::throttleText(unsigned long long r)
+{
+    struct Bit {
+        unsigned long long bit;
+        const char* name;
+    };
+    static const Bit bits[] = {{0x4, "sw-power-cap"},
+                               {0x8, "hw-slowdown"},
+                               {0x20, "sw-thermal"},
+                               {0x40, "hw-thermal"},
+                               {0x80, "hw-power-brake"}};
+    std::string out;
+    for (const auto& b : bits)
+        if (r & b.bit)
+            out += (out.empty() ? "" : ",") + std::string(b.name);
+    return out;
+}
+
+DeviceSample NvmlMonitor::sample() const
+{
+    DeviceSample s;
+    if (!m_device)
+        return s;
+    s.available = true;
+    unsigned v = 0;
+    if (m_fns[kClock] && reinterpret_cast<NvmlClock>(m_fns[kClock])(m_device, kClockSm, &v) == 0)
+        s.smClockMHz = static_cast<int>(v);
+    if (m_fns[kClock] && reinterpret_cast<NvmlClock>(m_fns[kClock])(m_device, kClockMem, &v) == 0)
+        s.memClockMHz = static_cast<int>(v);
+    if (m_fns[kTemp] && reinterpret_cast<NvmlTemp>(m_fns[kTemp])(m_device, 0, &v) == 0)
+        s.temperatureC = static_cast<int>(v);
+    if (m_fns[kPower] && reinterpret_cast<NvmlPower>(m_fns[kPower])(m_device, &v) == 0)
+        s.powerW = v / 1000.0;
+    unsigned long long reasons = 0;
+    if (m_fns[kReasons] && reinterpret_cast<NvmlReasons>(m_fns[kReasons])(m_device, &reasons) == 0) {
+        s.throttleReasons = reasons;
+        s.throttleText = throttleText(reasons);
+    }
+    return s;
+}
+
+std::string NvmlMonitor::driverVersion() const
+{
+    if (!m_lib)
+        return {};
+    auto fn = reinterpret_cast<NvmlDriver>(dlsym(m_lib, "nvmlSystemGetDriverVersion"));
+    char buf[96] = {};
+    if (fn && fn(buf, sizeof(buf)) == 0)
+        return buf;
+    return {};
+}
+
+int NvmlMonitor::maxSmClockMHz() const
+{
+    unsigned v = 0;
+    if (m_device && m_fns[kMaxClock] && reinterpret_cast<NvmlClock>(m_fns[kMaxClock])(m_device, kClockSm, &v) == 0)
+        return static_cast<int>(v);
+    return 0;
+}
+
+int NvmlMonitor::maxMemClockMHz() const
+{
+    unsigned v = 0;
+    if (m_device && m_fns[kMaxClock] && reinterpret_cast<NvmlClock>(m_fns[kMaxClock])(m_device, kClockMem, &v) == 0)
+        return static_cast<int>(v);
+    return 0;
+}
+
+} // namespace kl::worker
