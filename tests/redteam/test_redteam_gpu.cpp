@@ -1,0 +1,138 @@
+// The red-team corpus through the real harness on a GPU (label gpu; skipped without a device). Dynamic cheats
+// run with the static rules switched off, so each dynamic defence is shown on its own; each must be rejected
+// with one of its expected rules. Honest candidates must be correct everywhere with no blocking reason.
+// KL_REDTEAM_OUT=<dir> writes redteam-gpu.json with every verdict; KL_REDTEAM_SEED fixes the seed.
+#include "core/json_io.h"
+#include "kernels/gpu_evaluator.h"
+#include "kernels/referee/referee.h"
+#include "tests/redteam/corpus.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+
+bool redteamCudaDeviceAvailable();
+
+namespace {
+
+using kl::redteam::CorpusCase;
+
+bool runsOnGpu(const CorpusCase& c) { return !c.cheat || c.stage == "dynamic"; }
+
+std::vector<CorpusCase> gpuCases()
+{
+    std::vector<CorpusCase> out;
+    for (auto& c : kl::redteam::loadCorpus())
+        if (runsOnGpu(c))
+            out.push_back(c);
+    return out;
+}
+
+kl::GpuEvaluator& evaluatorFor(const std::string& problem)
+{
+    static std::map<std::string, std::unique_ptr<kl::GpuEvaluator>> evaluators;
+    auto& e = evaluators[problem];
+    if (!e) {
+        kl::GpuEvaluatorOptions o;
+        o.compileCacheDir = std::filesystem::temp_directory_path() / "kl-redteam-cache";
+        o.staticChecks = false; // the static rules are proven in CI; here the GPU defences stand alone
+        if (const char* w = std::getenv("KL_WORKER"))
+            o.worker.command = {w};
+        e = std::make_unique<kl::GpuEvaluator>(kl::redteam::corpusProblem(problem), o);
+    }
+    return *e;
+}
+
+struct Outcome {
+    std::string file;
+    bool cheat = false;
+    std::string verdict;
+    std::vector<kl::VerdictReason> reasons;
+    bool ok = false;
+};
+
+std::vector<Outcome>& outcomes()
+{
+    static std::vector<Outcome> all;
+    return all;
+}
+
+std::string describe(const kl::Evaluation& e)
+{
+    std::string s = std::string("verdict ") + kl::verdictName(e.verdict);
+    for (const auto& r : e.reasons)
+        s += "\n  " + r.rule + (r.blocking ? " [blocking]: " : " [review]: ") + r.message;
+    if (!e.compile.ok)
+        s += "\n" + e.compile.log;
+    return s;
+}
+
+class RedteamGpu : public ::testing::TestWithParam<CorpusCase> {};
+
+TEST_P(RedteamGpu, Verdict)
+{
+    if (!redteamCudaDeviceAvailable())
+        GTEST_SKIP() << "no CUDA device";
+    const CorpusCase& c = GetParam();
+    kl::Candidate cand;
+    cand.id = c.name();
+    cand.source = c.source();
+    cand.params = kl::parseKernelSpec(cand.source).defaults();
+    kl::EvaluateOptions opt;
+    opt.heldOutShapes = true;
+    opt.heldOutCount = 4;
+    opt.maxSecondsPerShape = 0.3;
+    opt.seed = std::getenv("KL_REDTEAM_SEED") ? std::strtoull(std::getenv("KL_REDTEAM_SEED"), nullptr, 10) : 20261130;
+    const kl::Evaluation e = evaluatorFor(c.problem).evaluate(cand, opt, kl::CancelToken{});
+
+    Outcome o{c.file, c.cheat, kl::verdictName(e.verdict), e.reasons, false};
+    if (c.cheat) {
+        const bool named = std::any_of(e.reasons.begin(), e.reasons.end(), [&](const kl::VerdictReason& r) {
+            return r.blocking && std::find(c.expect.begin(), c.expect.end(), r.rule) != c.expect.end();
+        });
+        o.ok = named && e.verdict == kl::Verdict::Rejected;
+        EXPECT_TRUE(o.ok) << c.file << " (" << c.note << ") must be rejected with " << c.expect.front() << "; "
+                          << describe(e);
+    } else {
+        EXPECT_TRUE(kl::referee::checkSource(cand.source, evaluatorFor(c.problem).problem()).empty());
+        const bool blocked = kl::referee::hasBlocking(e.reasons);
+        o.ok = !blocked && e.correctEverywhere() && e.verdict != kl::Verdict::Rejected;
+        EXPECT_TRUE(o.ok) << c.file << " (" << c.note << ") is honest and must pass; " << describe(e);
+        // Review flags on an honest kernel can only be physics judging the shape of its win; show them.
+        for (const auto& r : e.reasons)
+            if (!r.blocking)
+                std::cout << "[ note ] " << c.file << ": " << r.rule << ": " << r.message << "\n";
+    }
+    outcomes().push_back(std::move(o));
+}
+
+INSTANTIATE_TEST_SUITE_P(Corpus, RedteamGpu, ::testing::ValuesIn(gpuCases()),
+                         [](const ::testing::TestParamInfo<CorpusCase>& param) { return param.param.name(); });
+
+class WriteSummary : public ::testing::Environment {
+public:
+    void TearDown() override
+    {
+        const char* dir = std::getenv("KL_REDTEAM_OUT");
+        if (!dir || outcomes().empty())
+            return;
+        kl::Json all = kl::Json::array();
+        for (const auto& o : outcomes()) {
+            kl::Json reasons = kl::Json::array();
+            for (const auto& r : o.reasons)
+                reasons.push_back(kl::toJson(r));
+            all.push_back({{"file", o.file}, {"kind", o.cheat ? "cheat" : "honest"}, {"verdict", o.verdict},
+                           {"as_expected", o.ok}, {"reasons", reasons}});
+        }
+        std::filesystem::create_directories(dir);
+        std::ofstream(std::filesystem::path(dir) / "redteam-gpu.json") << all.dump(1) << "\n";
+    }
+};
+const auto* const kSummary = ::testing::AddGlobalTestEnvironment(new WriteSummary);
+
+} // namespace
