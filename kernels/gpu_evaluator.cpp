@@ -120,30 +120,53 @@ Candidate GpuEvaluator::baselineCandidate(const std::string& id) const
     return c;
 }
 
-std::shared_ptr<const CompiledModule> GpuEvaluator::compileModule(const Candidate& c)
+std::optional<CompileJob> GpuEvaluator::jobFor(const Candidate& c, std::string* error) const
 {
     CompileJob job;
     job.source = c.source;
     job.params = c.params;
     job.arch = arch();
-    job.name = (c.id.empty() ? std::string("candidate") : c.id) + ".cu";
+    job.name = "candidate.cu"; // appears in the log only; cache keys stay independent of candidate ids
     try {
         const KernelSpec spec = parseKernelSpec(c.source);
         for (const auto& l : spec.launches)
             if (std::find(job.kernels.begin(), job.kernels.end(), l.kernel) == job.kernels.end())
                 job.kernels.push_back(l.kernel);
-        // Fill unspecified parameters with their defaults so the source always sees every define.
+        // Unspecified parameters take their defaults so the source always sees every define.
         for (const auto& p : spec.params)
             if (!job.params.count(p.name))
                 job.params[p.name] = p.defaultValue;
     } catch (const InputError& e) {
+        *error = std::string("annotations: ") + e.what();
+        return std::nullopt;
+    }
+    return job;
+}
+
+std::shared_ptr<const CompiledModule> GpuEvaluator::compileModule(const Candidate& c)
+{
+    std::string error;
+    auto job = jobFor(c, &error);
+    if (!job) {
         auto m = std::make_shared<CompiledModule>();
-        m->report.ok = false;
-        m->report.log = std::string("annotations: ") + e.what();
+        m->report.log = error;
         return m;
     }
-    job.name = "candidate.cu"; // the name appears in the log only; keep cache keys independent of ids
-    return m_compiler->compile(job);
+    return m_compiler->compile(*job);
+}
+
+std::future<std::shared_ptr<const CompiledModule>> GpuEvaluator::compileAsync(const Candidate& c)
+{
+    std::string error;
+    auto job = jobFor(c, &error);
+    if (!job) {
+        std::promise<std::shared_ptr<const CompiledModule>> p;
+        auto m = std::make_shared<CompiledModule>();
+        m->report.log = error;
+        p.set_value(m);
+        return p.get_future();
+    }
+    return m_compiler->submit(*job);
 }
 
 CompileReport GpuEvaluator::compile(const Candidate& c)
@@ -245,7 +268,8 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         shapes.push_back({{"dims", s.dims}, {"weight", s.weight}, {"held_out", true}});
 
     const auto candidateJson = candidateRequest(c, *mod);
-    e.deviceBefore = wire::deviceSample(m_client->request({{"op", "sample"}}, 10).body.value("sample", nlohmann::json::object()));
+    if (const auto sample = m_client->request({{"op", "sample"}}, 10); sample.ok())
+        e.deviceBefore = wire::deviceSample(sample.body.value("sample", nlohmann::json::object()));
     auto failFromReply = [&](const WorkerClient::Reply& r, const std::string& phase) {
         if (r.status == WorkerClient::Status::Crashed) {
             e.reasons.push_back(makeReason("worker.crashed", phase + ": the worker died (" + r.error +

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 namespace kl {
@@ -45,6 +46,8 @@ public:
     Candidate templateCandidate(const ParamValues& params, const std::string& id = "template") const;
     Candidate baselineCandidate(const std::string& id = "baseline") const;
     std::shared_ptr<const CompiledModule> compileModule(const Candidate& c);
+    // Queues the compile on the pool (for sweeps that compile ahead of the GPU); evaluate() then hits the cache.
+    std::future<std::shared_ptr<const CompiledModule>> compileAsync(const Candidate& c);
     nlohmann::json candidateRequest(const Candidate& c, const CompiledModule& m) const;
     WorkerClient& client() { return *m_client; }
     NvrtcCompiler& compiler() { return *m_compiler; }
@@ -53,6 +56,7 @@ public:
 
 private:
     void ensureProblemLoaded();
+    std::optional<CompileJob> jobFor(const Candidate& c, std::string* error) const;
 
     Problem m_problem;
     GpuEvaluatorOptions m_options;

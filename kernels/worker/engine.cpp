@@ -113,6 +113,8 @@ public:
         : m_module(mod), m_spec(std::move(spec)), m_params(std::move(params)), m_dev(dev), m_label(std::move(label))
     {
         for (const auto& step : m_spec.launches) {
+            if (step.kernel.rfind("kl_h_", 0) == 0)
+                throw LaunchConfigError("kernel names starting with kl_h_ are reserved for the harness");
             if (m_fns.count(step.kernel))
                 continue;
             Fn f;
@@ -980,11 +982,16 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             k << s << "|" << g[0] << "," << g[1] << "," << g[2] << "|" << b[0] << "," << b[1] << "," << b[2];
             return k.str();
         };
+        // The harness's own helpers (kl_h_*) are not part of any plan; candidates may not use that prefix.
+        auto harnessKernel = [](const std::string& s) { return s.rfind("kl_h_", 0) == 0; };
         std::multiset<std::string> expected, actual;
         for (const auto& e : ledger.launched)
-            expected.insert(keyOf(e.symbol, e.grid, e.block));
+            if (!harnessKernel(e.symbol))
+                expected.insert(keyOf(e.symbol, e.grid, e.block));
         bool deviceLaunched = false;
         for (const auto& r : records) {
+            if (harnessKernel(r.name))
+                continue;
             actual.insert(keyOf(r.name, r.grid, r.block));
             deviceLaunched = deviceLaunched || r.deviceLaunched;
         }

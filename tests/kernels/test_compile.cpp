@@ -201,3 +201,22 @@ TEST(NvrtcCompile, ParallelCompilesOfTheSameKeyCompileOnce)
     EXPECT_EQ(compiler.compiles(), 1u);
     EXPECT_EQ(compiler.cacheHits(), 7u);
 }
+
+#ifdef KL_HAVE_REFEREE
+#include "kernels/referee/referee.h"
+
+TEST(ShippedSources, PassTheRefereesStaticRules)
+{
+    // The templates are what agents start from: they must not trip a blocking static rule themselves.
+    for (const auto& entry : std::filesystem::directory_iterator(problemsDir())) {
+        if (!std::filesystem::exists(entry.path() / "problem.json"))
+            continue;
+        const kl::Problem p = kl::loadProblem(entry.path().string());
+        for (const auto& file : {p.baselineFile, p.templateFile}) {
+            for (const auto& r : kl::referee::checkSource(readText(entry.path() / file), p))
+                EXPECT_FALSE(r.blocking) << p.name << "/" << file << ": " << r.rule << " line " << r.line << ": "
+                                         << r.message;
+        }
+    }
+}
+#endif
