@@ -509,3 +509,39 @@ int main(void) {
 
 } // namespace
 } // namespace kl
+
+namespace kl {
+namespace {
+
+TEST(ExportCli, KloopExportWritesRefusesAndNeedsOverwrite)
+{
+    const fs::path kloop = fs::path(KL_BINARY_DIR) / "cli" / "kloop";
+    if (!fs::exists(kloop))
+        GTEST_SKIP() << "kloop not built";
+    const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes());
+    const fs::path out = freshTempDir("cli");
+    std::string log;
+    ASSERT_EQ(runCommand(kloop.string() + " export " + b.dir.string() + " --out " + out.string() + " --json", &log), 0) << log;
+    const auto brace = log.find('{');
+    ASSERT_NE(brace, std::string::npos) << log;
+    const Json j = Json::parse(log.substr(brace));
+    EXPECT_EQ(j.at("candidate"), b.candidateId);
+    EXPECT_EQ(j.at("candidate_regions").size(), 1u);
+    EXPECT_TRUE(fs::exists(out / "manifest.json"));
+    EXPECT_EQ(runCommand(kloop.string() + " export " + b.dir.string() + " --out " + out.string(), &log), 1);
+    EXPECT_NE(log.find("--overwrite"), std::string::npos) << log;
+    EXPECT_EQ(runCommand(kloop.string() + " export " + b.dir.string() + " --out " + out.string() + " --overwrite", &log), 0) << log;
+    EXPECT_NE(log.find("candidate  T in [128, 65536], H in [1024, 16384]"), std::string::npos) << log;
+    EXPECT_EQ(runCommand(kloop.string() + " export " + b.dir.string(), &log), 2);
+    // The root candidate was never evaluated: refused with the reason.
+    EXPECT_EQ(runCommand(kloop.string() + " export " + b.dir.string() + " --candidate " + b.rootId + " --out " +
+                             freshTempDir("cli2").string(),
+                         &log),
+              1);
+    EXPECT_NE(log.find("not-evaluated"), std::string::npos) << log;
+    fs::remove_all(out);
+    fs::remove_all(b.dir);
+}
+
+} // namespace
+} // namespace kl
