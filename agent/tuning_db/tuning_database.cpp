@@ -170,13 +170,13 @@ std::unique_ptr<TuningDatabase> TuningDatabase::open(const fs::path& file, std::
                 throw InputError(where + ": not JSON: " + ex.what());
             }
         }
-        // A torn last line would glue onto the next append; end the file with a newline first.
+        // A torn last line would glue onto the next append: cut it off (its record is lost either way).
         if (!text.empty() && text.back() != '\n') {
-            const int fd = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-            if (fd >= 0) {
-                (void)!::write(fd, "\n", 1);
-                ::close(fd);
-            }
+            const std::size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+            std::error_code rec;
+            fs::resize_file(file, keep, rec);
+            if (rec)
+                throw InputError("cannot cut the torn last line of " + file.string() + ": " + rec.message());
         }
     }
     db->m_fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

@@ -5,17 +5,21 @@
 #include "tests/loop/synthetic_evaluator.h"
 
 #include <filesystem>
+#include <unistd.h>
 #include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
-namespace kl::testing {
+namespace kl::testonly {
 
 inline std::filesystem::path freshDir(const std::string& name)
 {
     static std::mt19937_64 rng(std::random_device{}());
-    const auto dir = std::filesystem::temp_directory_path() /
+    // Sessions fsync every event; tmpfs keeps the suite fast on CI disks.
+    const std::filesystem::path base =
+        std::filesystem::is_directory("/dev/shm") ? std::filesystem::path("/dev/shm") : std::filesystem::temp_directory_path();
+    const auto dir = base /
                      ("kl-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(rng() % 1000000));
     std::filesystem::remove_all(dir);
     return dir;
@@ -74,4 +78,4 @@ inline ParamValues cfg(std::int64_t block, std::int64_t vec, std::int64_t unroll
     return {{"BLOCK", block}, {"VEC", vec}, {"UNROLL", unroll}, {"ROWS", rows}};
 }
 
-} // namespace kl::testing
+} // namespace kl::testonly

@@ -7,7 +7,7 @@
 #include <thread>
 
 using namespace kl;
-using namespace kl::testing;
+using namespace kl::testonly;
 
 namespace {
 

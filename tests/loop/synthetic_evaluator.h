@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace kl::testing {
+namespace kl::testonly {
 
 inline const char* kSyntheticTemplate = R"(// @kl:param BLOCK = 128 in [32, 64, 128, 256, 512, 1024]
 // @kl:param VEC = 1 in [1, 2, 4, 8]
@@ -239,4 +239,4 @@ private:
     std::atomic<int> m_inEvaluate{0};
 };
 
-} // namespace kl::testing
+} // namespace kl::testonly
