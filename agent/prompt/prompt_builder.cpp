@@ -317,7 +317,7 @@ Prompt buildPrompt(const PromptInputs& in)
         device += "\nNo architecture notes in context/hardware apply to this target.";
     add("Device facts", device, true);
     add("Model-architecture facts", docsText(in.context, ContextSection::Models), true);
-    add("Other notes", docsText(in.context, ContextSection::Notes), true);
+    add("Kernel technique and user notes", docsText(in.context, ContextSection::Notes), true);
     add("Reply protocol", replyProtocolText(in.base.has_value()), true);
 
     if (in.problem) {
@@ -337,7 +337,7 @@ Prompt buildPrompt(const PromptInputs& in)
         o << "Candidate " << c.id << " (by " << authorName(c.author) << (c.agent.empty() ? "" : ", " + c.agent)
           << ", status " << statusName(c.status) << "). Diffs apply to this source.\n";
         if (!c.params.empty()) {
-            o << "Parameter values it was measured with:";
+            o << (in.baseEvaluation ? "Parameter values it was measured with:" : "Parameter values (defaults):");
             for (const auto& [k, v] : c.params)
                 o << " " << k << "=" << v;
             o << "\n";

@@ -205,7 +205,7 @@ TEST(PromptBuilder, StableStructureAndNoHiddenShapes)
                                                "Rules from context/rules",
                                                "Device facts",
                                                "Model-architecture facts",
-                                               "Other notes",
+                                               "Kernel technique and user notes",
                                                "Reply protocol",
                                                "Problem",
                                                "Reference implementation (trusted; it defines the semantics, it is not the baseline)",
@@ -260,4 +260,56 @@ TEST(PromptBuilder, ArchitectureOnlyAndNoBase)
     EXPECT_EQ(p.system().find("```kl-diff"), std::string::npos);
     EXPECT_NE(p.user().find("No hypothesis from the engineer"), std::string::npos);
     EXPECT_EQ(p.user().find("# Current candidate"), std::string::npos);
+}
+
+TEST(PromptBuilder, EveryShippedProblemGivesACompletePromptWithoutVerifyShapes)
+{
+    const fs::path problems = fs::path(KL_SOURCE_DIR) / "kernels" / "problems";
+    if (!fs::is_directory(problems))
+        GTEST_SKIP() << "no shipped problems";
+    int checked = 0;
+    for (const auto& entry : fs::directory_iterator(problems)) {
+        if (!fs::exists(entry.path() / "problem.json"))
+            continue;
+        const Problem problem = loadProblem(entry.path().string());
+        for (const char* arch : {"sm_80", "sm_89", "sm_90", "sm_100", "sm_120"}) {
+            DeviceInfo d;
+            d.arch = arch;
+            PromptInputs in = promptInputsFor(problem, d, {fs::path(KL_SOURCE_DIR) / "context"});
+            AgentContext ctx;
+            ctx.problem = &problem;
+            fillFromSession(in, ctx);
+            const Prompt p = buildPrompt(in);
+            const std::string all = p.system() + p.user();
+            SCOPED_TRACE(problem.name + " " + arch);
+            EXPECT_NE(all.find("Problem: " + problem.name), std::string::npos);
+            for (const auto& t : problem.tensors)
+                EXPECT_NE(all.find("- " + t.name + ": "), std::string::npos) << t.name;
+            for (const auto& dim : problem.dims)
+                EXPECT_NE(all.find("- " + dim.name + " in ["), std::string::npos) << dim.name;
+            // Shapes are listed as "- LABEL (weight)"; a verify label may be a prefix of a tuning one.
+            for (const auto& s : problem.tuningShapes)
+                EXPECT_NE(all.find("- " + s.label() + " ("), std::string::npos) << s.label();
+            for (const auto& s : problem.verifyShapes) {
+                bool alsoTuning = std::find(problem.tuningShapes.begin(), problem.tuningShapes.end(), s) !=
+                                  problem.tuningShapes.end();
+                if (!alsoTuning) {
+                    EXPECT_EQ(all.find(s.label() + " "), std::string::npos) << s.label();
+                    EXPECT_EQ(all.find(s.label() + ","), std::string::npos) << s.label();
+                    EXPECT_EQ(all.find(s.label() + "\n"), std::string::npos) << s.label();
+                }
+            }
+            EXPECT_NE(all.find("# Current candidate"), std::string::npos) << "the template is the base";
+            EXPECT_NE(all.find("```kl-diff"), std::string::npos);
+            EXPECT_NE(all.find("(from context/hardware/"), std::string::npos) << "no hardware notes";
+            EXPECT_NE(all.find("(from context/rules/"), std::string::npos) << "no rules";
+            // Each architecture gets its own hardware file and not another's.
+            const bool hopper = all.find("hardware/hopper-sm90.md") != std::string::npos;
+            EXPECT_EQ(hopper, std::string(arch) == "sm_90");
+            const bool consumerBlackwell = all.find("hardware/blackwell-consumer-sm120.md") != std::string::npos;
+            EXPECT_EQ(consumerBlackwell, std::string(arch) == "sm_120");
+        }
+        ++checked;
+    }
+    EXPECT_GE(checked, 1);
 }
