@@ -23,6 +23,7 @@ inline constexpr const char* Include = "static.include";
 inline constexpr const char* HostCode = "static.host-code";
 inline constexpr const char* Printf = "static.printf";
 inline constexpr const char* TokenPaste = "static.token-paste";
+inline constexpr const char* MacroExpansion = "static.macro-expansion";
 inline constexpr const char* ShapeSpecialCase = "static.shape-special-case";
 inline constexpr const char* LowerPrecision = "static.lower-precision";
 inline constexpr const char* BelowRoofline = "physics.below-roofline";

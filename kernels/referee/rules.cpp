@@ -17,6 +17,7 @@ const std::vector<RuleInfo>& ruleCatalogue()
          "host-side constructs: CUDA runtime/driver calls, <<<>>> launches, device heap (malloc/new), __host__ code"},
         {rule::Printf, S::Static, true, "device printf: an output channel the harness does not own"},
         {rule::TokenPaste, S::Static, true, "## token pasting, which hides identifiers from the static rules"},
+        {rule::MacroExpansion, S::Static, true, "macros that expand beyond 200,000 tokens (a macro bomb)"},
         {rule::ShapeSpecialCase, S::Static, false,
          "branches on a shape dim against a literal that skip work (T == 4096, if (T < 16) return, min(T, 4096))"},
         {rule::LowerPrecision, S::Static, false,

@@ -68,7 +68,13 @@ public:
         // Structural rules read the code with macros expanded, so "#define DEV __device__" or
         // "#define LIMIT 4096" hide nothing. Token pasting is rejected on its own, so expansion never has
         // to build new identifiers.
-        m_code = expand(raw, {});
+        std::vector<std::string> active;
+        m_code = expand(raw, active);
+        if (m_expansionBudget < 0)
+            add(rule::MacroExpansion,
+                "macros expand to more than " + std::to_string(kExpansionTokens)
+                    + " tokens (a macro bomb); write the code out",
+                m_bombLine);
     }
 
     std::vector<VerdictReason> run()
@@ -918,13 +924,21 @@ private:
         m_macros[name] = std::move(m);
     }
 
-    std::vector<Token> expand(const std::vector<Token>& in, const std::set<std::string>& active) const
+    std::vector<Token> expand(const std::vector<Token>& in, std::vector<std::string>& active)
     {
+        const auto isActive = [&](const std::string& name) {
+            return std::find(active.begin(), active.end(), name) != active.end();
+        };
         std::vector<Token> out;
         for (std::size_t i = 0; i < in.size(); ++i) {
             const Token& t = in[i];
             const auto it = t.kind == TokenKind::Identifier ? m_macros.find(t.text) : m_macros.end();
-            if (it == m_macros.end() || active.count(t.text) || active.size() > 16) {
+            if (it != m_macros.end() && m_expansionBudget >= 0 && !isActive(t.text)) {
+                m_expansionBudget -= static_cast<long>(it->second.body.size()) + 1;
+                if (m_expansionBudget < 0)
+                    m_bombLine = t.line;
+            }
+            if (it == m_macros.end() || isActive(t.text) || active.size() > 16 || m_expansionBudget < 0) {
                 out.push_back(t);
                 continue;
             }
@@ -964,14 +978,18 @@ private:
             }
             for (Token& r : replaced)
                 r.line = t.line;
-            std::set<std::string> inner = active;
-            inner.insert(t.text);
-            const std::vector<Token> expanded = expand(replaced, inner);
+            active.push_back(t.text);
+            const std::vector<Token> expanded = expand(replaced, active);
+            active.pop_back();
             out.insert(out.end(), expanded.begin(), expanded.end());
         }
         return out;
     }
 
+    // Nested macros can grow exponentially; past this many expanded tokens the source is rejected.
+    static constexpr long kExpansionTokens = 200'000;
+    long m_expansionBudget = kExpansionTokens;
+    int m_bombLine = 0;
     std::map<std::string, Macro> m_macros;
     std::set<std::string> m_constDeviceGlobals;
     std::vector<Token> m_all;

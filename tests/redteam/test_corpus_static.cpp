@@ -6,8 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include "core/json_io.h"
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 namespace {
 
@@ -83,6 +88,33 @@ TEST(CorpusShape, SizeAndRuleCoverage)
     std::set<std::string> names;
     for (const auto& c : cases)
         EXPECT_TRUE(names.insert(c.name()).second) << "duplicate case name " << c.name();
+}
+
+} // namespace
+
+namespace {
+
+// The shipped baselines and templates are what every session starts from: the referee must not flag them.
+TEST(ShippedCandidates, PassTheStaticRulesUntouched)
+{
+    const std::filesystem::path problems = std::filesystem::path(KL_SOURCE_DIR) / "kernels" / "problems";
+    int checked = 0;
+    for (const auto& dir : std::filesystem::directory_iterator(problems)) {
+        if (!std::filesystem::exists(dir.path() / "problem.json"))
+            continue;
+        const kl::Problem problem = kl::loadProblem(dir.path().string());
+        for (const std::string& file : {problem.baselineFile, problem.templateFile}) {
+            std::ifstream in(dir.path() / file);
+            if (!in)
+                continue;
+            std::stringstream ss;
+            ss << in.rdbuf();
+            const auto reasons = kl::referee::checkSource(ss.str(), problem);
+            EXPECT_TRUE(reasons.empty()) << (dir.path() / file).string() << ":\n" << describe(reasons);
+            ++checked;
+        }
+    }
+    EXPECT_GE(checked, 6);
 }
 
 } // namespace

@@ -356,3 +356,47 @@ TEST(StaticRules, VerdictFromReasons)
 }
 
 } // namespace
+
+namespace {
+
+TEST(StaticRules, MalformedSourcesNeverCrashOrHang)
+{
+    const std::vector<std::string> nasty = {
+        "", "\"unterminated", "/* unterminated", "'", "#", "#include", "#include <", "#define", "#define F(",
+        "#define A A\nA", "#define A B\n#define B A\nA B", "#define F(x) F(x)\nF(F(1))", "R\"delim(never closed",
+        "__device__", "__device__ int", "if (", "if (T ==", "min(", "min(T,", "}}}}{{{", "__global__ void k(",
+        "asm(\"%\");", std::string(1, '\0') + "x", "\\\n\\\n\\", "const_cast<", "(*)kX", "__attribute__((((("};
+    for (const auto& src : nasty)
+        EXPECT_NO_THROW(checkSource(src, bf16Problem())) << src;
+    // Pseudo-random token soup: deterministic, so a failure reproduces.
+    const std::vector<std::string> pieces = {"__device__", "int", "x", "T", "==", "4096", "(", ")", "{", "}", ";",
+                                             "if", "return", "#define M", "\n", "min", ",", "const", "*", "static",
+                                             "asm(\"exit;\")", "\"s\"", "/*", "*/", "//", "[", "]", "=", "<<<", "##"};
+    std::uint32_t state = 12345;
+    for (int round = 0; round < 200; ++round) {
+        std::string src;
+        for (int i = 0; i < 200; ++i) {
+            state = state * 1664525u + 1013904223u;
+            src += pieces[(state >> 16) % pieces.size()] + " ";
+        }
+        EXPECT_NO_THROW(checkSource(src, bf16Problem()));
+    }
+}
+
+TEST(StaticRules, MacroBombIsRejectedQuickly)
+{
+    std::string src = "#define B0 +1\n";
+    for (int i = 1; i <= 14; ++i) {
+        src += "#define B" + std::to_string(i);
+        for (int k = 0; k < 8; ++k)
+            src += " B" + std::to_string(i - 1);
+        src += "\n";
+    }
+    src += "__global__ void k(int* y) { y[0] = 0 B14; }\n";
+    const auto rs = checkSource(src, bf16Problem());
+    EXPECT_TRUE(has(rs, "static.macro-expansion", 16)) << describe(rs);
+    // A macro used many times but expanding to little is fine.
+    EXPECT_TRUE(checkSource("#define ONE 1\n__global__ void k(int* y) { y[0] = ONE + ONE + ONE; }\n", bf16Problem()).empty());
+}
+
+} // namespace
