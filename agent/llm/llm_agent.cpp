@@ -259,6 +259,31 @@ void LlmAgent::observe(const Candidate& c, const Evaluation& e)
             {"reasons", reasons}});
 }
 
+llm::Usage llmUsageFromEvents(const std::vector<Event>& events, int* calls)
+{
+    llm::Usage total;
+    int n = 0;
+    for (const auto& e : events) {
+        if (e.kind != EventKind::AgentMessage || !e.data.is_object() || e.data.value("type", "") != "llm.reply")
+            continue;
+        const auto it = e.data.find("usage");
+        if (it == e.data.end() || !it->is_object())
+            continue;
+        llm::Usage u;
+        u.inputTokens = it->value("input_tokens", std::int64_t(0));
+        u.cachedInputTokens = it->value("cached_input_tokens", std::int64_t(0));
+        u.outputTokens = it->value("output_tokens", std::int64_t(0));
+        u.costUsd = it->value("cost_usd", 0.0);
+        u.reported = it->value("reported", false);
+        u.priced = it->value("priced", false);
+        total += u;
+        ++n;
+    }
+    if (calls)
+        *calls = n;
+    return total;
+}
+
 std::unique_ptr<Agent> makeLlmAgent(const LlmAgentSettings& settings, LlmAgentHooks hooks)
 {
     return std::make_unique<LlmAgent>(settings, std::move(hooks));

@@ -7,6 +7,7 @@
 #include "agent/llm/provider.h"
 #include "agent/prompt/prompt_builder.h"
 #include "core/agent.h"
+#include "core/events.h"
 
 #include <filesystem>
 #include <functional>
@@ -69,6 +70,10 @@ std::unique_ptr<Agent> makeLlmAgent(const LlmAgentSettings& settings, LlmAgentHo
 //   llm.settings (a JSON object of provider fields, prices included), llm.settings_file (a JSON file of the same).
 // Throws InputError for an unknown provider or a bad value.
 LlmAgentSettings llmAgentSettingsFor(const std::string& agentSpec, const std::map<std::string, std::string>& extra);
+
+// Token usage and cost of all LLM calls recorded in a session's events (llm.reply records), for
+// summaries that survive restarts (the agent's own counter covers only its lifetime).
+llm::Usage llmUsageFromEvents(const std::vector<Event>& events, int* calls = nullptr);
 
 // The prompt inputs for a problem outside a session (kloop prompt): context roots, reference source.
 prompt::PromptInputs promptInputsFor(const Problem& problem, const DeviceInfo& device,

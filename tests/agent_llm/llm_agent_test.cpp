@@ -193,6 +193,14 @@ TEST_F(AgentFixture, UnusableReplyIsAnsweredWithTheErrorThenADiffIsAccepted)
     EXPECT_TRUE(records[0].contains("system"));
     EXPECT_FALSE(records[3].contains("system"));
     EXPECT_EQ(records[0]["system_sha256"], records[3]["system_sha256"]);
+    // Usage can be summed from the journal after a restart.
+    int calls = 0;
+    std::vector<Event> journal;
+    SessionStore::load(dir, nullptr, &journal);
+    const llm::Usage fromJournal = llmUsageFromEvents(journal, &calls);
+    EXPECT_EQ(calls, 2);
+    EXPECT_EQ(fromJournal.inputTokens, 3300);
+    EXPECT_EQ(fromJournal.outputTokens, 500);
 }
 
 TEST_F(AgentFixture, RetriesAreBoundedAndFailuresReachTheNextPrompt)
