@@ -257,7 +257,8 @@ private:
             const std::string& s = t.text;
             if (s == "clock" || s == "clock64" || s == "__clock" || s == "__clock64" || contains(s, "globaltimer")
                 || startsWith(s, "get_sreg_clock") || s == "system_clock" || s == "steady_clock"
-                || s == "high_resolution_clock") {
+                || s == "high_resolution_clock" || s == "__builtin_readcyclecounter"
+                || s == "__builtin_readsteadycounter") {
                 add(rule::TimerRead,
                     "reads a clock (" + s + "); the harness owns the clock and a kernel that reads time can behave "
                                             "differently while timed",
@@ -860,6 +861,20 @@ private:
                         + " (returns early for some shapes). Flagged for review; held-out shapes will check it",
                     op.line);
             }
+        }
+        // switch (T) { case 4096: ... } is an exact-shape branch too.
+        for (std::size_t i = 0; i + 3 < m_code.size(); ++i) {
+            if (!isIdent(m_code[i], "switch") || !isPunct(m_code[i + 1], "("))
+                continue;
+            std::size_t close = i + 2;
+            while (close < m_code.size() && !isPunct(m_code[close], ")"))
+                ++close;
+            std::string dim;
+            if (close < m_code.size() && isBareShape(i + 2, close, names, &dim))
+                add(rule::ShapeSpecialCase,
+                    "switches on " + dim + ": case labels pick exact shapes. Flagged for review; express a "
+                                           "specialization as a @kl:param instead",
+                    m_code[i].line);
         }
         for (std::size_t i = 0; i + 1 < m_code.size(); ++i) {
             const Token& t = m_code[i];

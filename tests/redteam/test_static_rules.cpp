@@ -267,11 +267,13 @@ TEST(StaticRules, ShapeSpecialCasesAreFlaggedNotRejected)
                             "    if (BLOCK == 256) y[4] = 0;\n"                   // 12 fine: a parameter
                             "    int n = hidden % 8 == 0 ? hidden / 8 : hidden;\n" // 13 fine
                             "    y[5] = n;\n"
+                            "    switch (hidden) { case 4096: y[6] = 1; break; default: break; }\n" // 15 exact shapes
+                            "    switch (threadIdx.x % 4) { case 2: y[7] = 1; break; default: break; }\n" // 16 fine
                             "}\n";
     const auto rs = checkSource(src, bf16Problem());
-    for (int line : {2, 3, 4, 6, 7})
+    for (int line : {2, 3, 4, 6, 7, 15})
         EXPECT_TRUE(has(rs, "static.shape-special-case", line)) << line << "\n" << describe(rs);
-    for (int line : {8, 9, 10, 11, 12, 13})
+    for (int line : {8, 9, 10, 11, 12, 13, 16})
         EXPECT_FALSE(has(rs, "static.shape-special-case", line)) << line << "\n" << describe(rs);
     for (const auto& r : rs)
         EXPECT_FALSE(r.blocking) << describe(rs);
