@@ -95,3 +95,49 @@ TEST(ExportBuild, GemmBundleWithCublasFallbackCompilesWithNvcc)
 
 } // namespace
 } // namespace kl
+
+namespace kl {
+namespace {
+
+// The shipped problems' tunable templates, exported as candidates with their reference or cuBLAS fallback:
+// every launcher compiles with nvcc, warnings as errors.
+TEST(ExportBuild, ShippedProblemTemplatesExportAndCompile)
+{
+    if (!fs::exists(KL_NVCC))
+        GTEST_SKIP() << "nvcc not found";
+    const fs::path problems = fs::path(KL_SOURCE_DIR) / "kernels/problems";
+    int exported = 0;
+    for (const char* name : {"rmsnorm", "softmax", "silu_and_mul", "gemm_bf16"}) {
+        if (!fs::exists(problems / name / "problem.json"))
+            continue;
+        const Problem p = loadProblem((problems / name).string());
+        BuiltSession b = buildSessionFrom(problems / name, problems / name / p.templateFile, syntheticOutcomes(p));
+        const fs::path out = freshTempDir(std::string("real-") + name);
+        ExportOptions o;
+        o.outDir = out;
+        ASSERT_NO_THROW(exportBundle(SessionStore::load(b.dir), b.problem, o)) << name;
+        const std::string P = std::string("kl_") + name;
+        const std::string inc = " -I" + (out / "include").string() + " -I" + (out / "src").string();
+        std::string log;
+        EXPECT_EQ(runCommand("cd " + out.string() + " && " + KL_NVCC + " -std=c++17 -arch=sm_90a -Werror all-warnings -c" + inc +
+                                 " src/" + P + "_candidate.cu src/" + P + "_fallback.cu",
+                             &log),
+                  0)
+            << name << "\n"
+            << log;
+        EXPECT_EQ(runCommand("cd " + out.string() + " && cc -std=c99 -Wall -Wextra -Werror" + inc + " -o dt test/dispatch_test.c src/" +
+                                 P + "_dispatch.c -lm && ./dt",
+                             &log),
+                  0)
+            << name << "\n"
+            << log;
+        ++exported;
+        fs::remove_all(out);
+        fs::remove_all(b.dir);
+    }
+    if (exported == 0)
+        GTEST_SKIP() << "no shipped problems in this checkout";
+}
+
+} // namespace
+} // namespace kl

@@ -4,7 +4,9 @@
 #include "core/session_store.h"
 
 #include <filesystem>
+#include <algorithm>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -115,18 +117,21 @@ inline Evaluation evaluationFor(const std::string& id, const std::vector<ShapeOu
 }
 
 // A session with a reference root and one tuned candidate evaluated with `outcomes`.
-inline BuiltSession buildSession(const std::string& fixture, const std::vector<ShapeOutcome>& outcomes,
-                                 Verdict verdict = Verdict::Accepted, std::vector<VerdictReason> reasons = {},
-                                 const std::string& hypothesisText = "Split the row reduction across blocks",
-                                 const std::string& sourceSuffix = "")
+inline BuiltSession buildSessionFrom(const std::filesystem::path& problemFolder, const std::filesystem::path& candidateFile,
+                                     const std::vector<ShapeOutcome>& outcomes, Verdict verdict = Verdict::Accepted,
+                                     std::vector<VerdictReason> reasons = {},
+                                     const std::string& hypothesisText = "Split the row reduction across blocks",
+                                     const std::string& sourceSuffix = "",
+                                     const std::filesystem::path& sessionDir = {})
 {
     BuiltSession b;
-    b.problem = loadProblem(fixtureDir(fixture).string());
-    b.dir = freshTempDir(fixture);
+    b.problem = loadProblem(problemFolder.string());
+    const std::string fixture = b.problem.name;
+    b.dir = sessionDir.empty() ? freshTempDir(fixture) : sessionDir;
     Session header;
     header.id = "s-" + fixture;
     header.problemName = b.problem.name;
-    header.problemFolder = fixtureDir(fixture).string();
+    header.problemFolder = problemFolder.string();
     header.device.name = "NVIDIA H200";
     header.device.ccMajor = 9;
     header.device.ccMinor = 0;
@@ -144,7 +149,7 @@ inline BuiltSession buildSession(const std::string& fixture, const std::vector<S
     h.text = hypothesisText;
     h.createdMs = 1764469100000;
     store->addHypothesis(h);
-    const std::string source = readFile(fixtureDir(fixture) / "candidate.cu") + sourceSuffix;
+    const std::string source = readFile(candidateFile) + sourceSuffix;
     Candidate root;
     root.source = source;
     root.params = parseKernelSpec(source).defaults();
@@ -163,6 +168,59 @@ inline BuiltSession buildSession(const std::string& fixture, const std::vector<S
     b.candidateId = store->session().tree.order().back();
     store->recordEvaluation(evaluationFor(b.candidateId, outcomes, verdict, std::move(reasons)));
     return b;
+}
+
+inline BuiltSession buildSession(const std::string& fixture, const std::vector<ShapeOutcome>& outcomes,
+                                 Verdict verdict = Verdict::Accepted, std::vector<VerdictReason> reasons = {},
+                                 const std::string& hypothesisText = "Split the row reduction across blocks",
+                                 const std::string& sourceSuffix = "")
+{
+    return buildSessionFrom(fixtureDir(fixture), fixtureDir(fixture) / "candidate.cu", outcomes, verdict, std::move(reasons),
+                            hypothesisText, sourceSuffix);
+}
+
+// Outcomes for any problem: its verify and tuning shapes, the corners of its validity range and two
+// held-out shapes, all correct; shapes whose first dim is below 64 measured slower, the rest faster.
+inline std::vector<ShapeOutcome> syntheticOutcomes(const Problem& p)
+{
+    std::set<Shape> shapes(p.verifyShapes.begin(), p.verifyShapes.end());
+    shapes.insert(p.tuningShapes.begin(), p.tuningShapes.end());
+    for (std::size_t mask = 0; mask < (std::size_t(1) << p.dims.size()); ++mask) {
+        Shape s;
+        for (std::size_t d = 0; d < p.dims.size(); ++d) {
+            const auto m = std::max<std::int64_t>(1, p.dims[d].multipleOf);
+            s.dims[p.dims[d].name] = (mask >> d) & 1 ? p.dims[d].max / m * m : (p.dims[d].min + m - 1) / m * m;
+        }
+        if (p.shapeIsValid(s))
+            shapes.insert(s);
+    }
+    // Corners a joint constraint excludes (R*C <= ...): each dim's extreme with the others at their minimum.
+    for (std::size_t d = 0; d < p.dims.size(); ++d) {
+        Shape s;
+        for (std::size_t e = 0; e < p.dims.size(); ++e) {
+            const auto m = std::max<std::int64_t>(1, p.dims[e].multipleOf);
+            s.dims[p.dims[e].name] = e == d ? p.dims[e].max / m * m : (p.dims[e].min + m - 1) / m * m;
+        }
+        shapes.insert(s);
+    }
+    std::vector<ShapeOutcome> out;
+    const std::string first = p.dims.front().name;
+    for (const auto& s : shapes)
+        out.push_back({s.dims, true, s.dims.at(first) < 64 ? 0.92 : 1.35});
+    std::size_t held = 0;
+    for (const auto& s : p.verifyShapes)
+        if (held < 2 && s.dims.at(first) >= 64 && !std::count_if(out.begin(), out.end(), [&](const ShapeOutcome& o) {
+                return o.heldOut && o.dims == s.dims;
+            })) {
+            for (auto& o : out)
+                if (o.dims == s.dims) {
+                    o.heldOut = true;
+                    ++held;
+                }
+        }
+    if (held == 0 && !out.empty())
+        out.back().heldOut = true;
+    return out;
 }
 
 } // namespace kl::test
