@@ -187,7 +187,7 @@ nlohmann::json GpuEvaluator::candidateRequest(const Candidate& c, const Compiled
             {"lowered", m.loweredNames}};
 }
 
-void GpuEvaluator::ensureProblemLoaded()
+void GpuEvaluator::prepareWorker()
 {
     if (m_problemLoaded)
         return;
@@ -241,7 +241,7 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
 
     std::lock_guard lock(m_clientMutex);
     try {
-        ensureProblemLoaded();
+        prepareWorker();
         m_client->ensureStarted();
     } catch (const std::exception& ex) {
         e.reasons.push_back(makeReason("harness.worker-unavailable", ex.what()));
@@ -268,8 +268,6 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         shapes.push_back({{"dims", s.dims}, {"weight", s.weight}, {"held_out", true}});
 
     const auto candidateJson = candidateRequest(c, *mod);
-    if (const auto sample = m_client->request({{"op", "sample"}}, 10); sample.ok())
-        e.deviceBefore = wire::deviceSample(sample.body.value("sample", nlohmann::json::object()));
     auto failFromReply = [&](const WorkerClient::Reply& r, const std::string& phase) {
         if (r.status == WorkerClient::Status::Crashed) {
             e.reasons.push_back(makeReason("worker.crashed", phase + ": the worker died (" + r.error +

@@ -54,8 +54,10 @@ public:
     std::string arch() const;
     const std::string& templateSource() const { return m_templateSource; }
 
+    // Registers the problem with the worker (replayed after every restart). evaluate() calls it.
+    void prepareWorker();
+
 private:
-    void ensureProblemLoaded();
     std::optional<CompileJob> jobFor(const Candidate& c, std::string* error) const;
 
     Problem m_problem;

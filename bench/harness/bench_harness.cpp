@@ -258,13 +258,21 @@ int main(int argc, char** argv)
                 if (rec.at("name").get<std::string>() == "rmsnorm_template")
                     cu.push_back((rec.at("end_ns").get<double>() - rec.at("start_ns").get<double>()) / 1000.0);
             const double e = kl::percentile(ev, 0.5), c = kl::percentile(cu, 0.5);
-            const double diff = (e - c) / c;
-            results["cupti_agreement"] = {{"event_median_us", e}, {"cupti_median_us", c}, {"records", cu.size()},
-                                          {"relative_difference", diff}};
-            std::printf("cupti: events %.2f us vs CUPTI %.2f us (%zu records): %+.2f%%\n", e, c, cu.size(), diff * 100);
-            md << "## Event timing vs CUPTI kernel records\n\n" << cu.size() << " launches at " << big.label()
-               << ": median by CUDA events " << fmt(e, 2) << " us, by CUPTI records " << fmt(c, 2)
-               << " us: difference **" << fmt(diff * 100, 2) << "%** (target within 2%)\n\n";
+            // The harness's own number for this kernel (the time op's protocol) against CUPTI's durations.
+            const double h = kl::percentile(medians, 0.5);
+            const double diff = (h - c) / c;
+            const double perLaunchDiff = (e - c) / c;
+            results["cupti_agreement"] = {{"harness_median_us", h}, {"cupti_median_us", c}, {"records", cu.size()},
+                                          {"relative_difference", diff}, {"event_per_launch_median_us", e},
+                                          {"event_per_launch_difference", perLaunchDiff}};
+            std::printf("cupti: harness %.2f us vs CUPTI %.2f us (%zu records): %+.2f%% (an event pair around every launch: %+.2f%%)\n",
+                        h, c, cu.size(), diff * 100, perLaunchDiff * 100);
+            md << "## Harness timing vs CUPTI kernel records\n\n" << cu.size() << " launches at " << big.label()
+               << ": harness median " << fmt(h, 2) << " us, CUPTI kernel duration median " << fmt(c, 2)
+               << " us: difference **" << fmt(diff * 100, 2) << "%** (target within 2%). An event pair around every "
+               << "single launch reads " << fmt(e, 2) << " us (" << fmt(perLaunchDiff * 100, 2)
+               << "%): the launch bubble an event adds, which is why the harness times a few back-to-back launches per "
+               << "event pair.\n\n";
         } else {
             results["cupti_agreement"] = {{"error", r.ok() ? "CUPTI unavailable" : r.error}};
             md << "## Event timing vs CUPTI kernel records\n\nnot measured: " << (r.ok() ? "CUPTI unavailable" : r.error) << "\n\n";

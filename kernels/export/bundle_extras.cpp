@@ -365,7 +365,8 @@ static Compare compare(const TensorInfo& t, const std::vector<double>& got, cons
         const double e = got[i] - ref[i];
         num += e * e;
         den += ref[i] * ref[i];
-        c.maxAbs = std::max(c.maxAbs, std::fabs(e));
+        /* The harness's error measure: absolute below magnitude 1, relative above. */
+        c.maxAbs = std::max(c.maxAbs, std::fabs(e) / std::max(1.0, std::fabs(ref[i])));
     }
     c.relL2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
     c.ok = !c.nonFinite && c.relL2 <= t.relL2 && c.maxAbs <= t.maxAbs;
@@ -465,7 +466,7 @@ int main()
                 if (!kTensors[t].output)
                     continue;
                 const Compare c = compare(kTensors[t], fromDevice(kTensors[t].kind, buf[t], (size_t)numel(t, &d)), ref[t]);
-                std::printf("      %-9s %-6s rel_l2 %.3e  max_abs %.3e%s  %s\n", what, kTensors[t].name, c.relL2, c.maxAbs,
+                std::printf("      %-9s %-6s rel_l2 %.3e  max_err %.3e%s  %s\n", what, kTensors[t].name, c.relL2, c.maxAbs,
                             c.nonFinite ? "  non-finite" : "", c.ok ? "ok" : "FAIL");
                 ok = ok && c.ok;
             }
@@ -628,10 +629,6 @@ std::string genTorchOp(const BundleModel& m)
     const std::string ret = outputs.size() == 1 ? "at::Tensor" : "std::vector<at::Tensor>";
     const std::string schemaRet = outputs.size() == 1 ? "Tensor" : "Tensor[]";
     o << ret << " call(int which" << (sig.empty() ? "" : ", ") << sig << ")\n{\n";
-    o << "    " << P << "_dims dims;\n";
-    for (const auto& d : p.dims)
-        o << "    dims." << cIdent(d.name) << " = " << (inferred.count(d.name) ? inferred[d.name] : cIdent(d.name) + "_")
-          << ";\n";
     std::string firstInput;
     for (const auto& a : params) {
         if (!a.tensor || a.output)
@@ -645,6 +642,11 @@ std::string genTorchOp(const BundleModel& m)
         o << "    TORCH_CHECK(" << a.name << ".dim() == " << a.spec->shape.size() << ", \"" << P << ": " << a.name << " must have "
           << a.spec->shape.size() << " dims\");\n";
     }
+    // Dims are read only after the ranks are checked, so a wrong tensor gets a clear message.
+    o << "    " << P << "_dims dims;\n";
+    for (const auto& d : p.dims)
+        o << "    dims." << cIdent(d.name) << " = " << (inferred.count(d.name) ? inferred[d.name] : cIdent(d.name) + "_")
+          << ";\n";
     o << dimLocals(p, "(&dims)", "    ");
     for (const auto& a : params) {
         if (!a.tensor || a.output)
@@ -745,7 +747,15 @@ std::string genTorchLoader(const BundleModel& m)
     o << "        sources += sorted(glob.glob(os.path.join(_ROOT, \"src\", \"*.cu\")))\n";
     o << "        _load(\n            name=\"" << P << "_torch\",\n            sources=sources,\n"
       << "            extra_include_paths=[os.path.join(_ROOT, \"include\"), os.path.join(_ROOT, \"src\")],\n"
-      << "            extra_cuda_cflags=[\"-gencode=arch=compute_\" + CUDA_ARCH + \",code=sm_\" + CUDA_ARCH],\n"
+      << "            # torch's extension flags forbid implicit half/bfloat16 conversions; the kernel was verified\n"
+      << "            # with them allowed (NVRTC defaults), so undo them.\n"
+      << "            extra_cuda_cflags=[\n"
+      << "                \"-gencode=arch=compute_\" + CUDA_ARCH + \",code=sm_\" + CUDA_ARCH,\n"
+      << "                \"-U__CUDA_NO_HALF_OPERATORS__\",\n"
+      << "                \"-U__CUDA_NO_HALF_CONVERSIONS__\",\n"
+      << "                \"-U__CUDA_NO_BFLOAT16_CONVERSIONS__\",\n"
+      << "                \"-U__CUDA_NO_HALF2_OPERATORS__\",\n"
+      << "            ],\n"
       << "            extra_ldflags=" << (m.libraryFallback ? "[\"-lcublas\"]" : "[]") << ",\n"
       << "            is_python_module=False,\n            verbose=verbose,\n            build_directory=build_directory,\n        )\n";
     o << "    _ops = torch.ops." << P << "\n    return _ops\n\n\n";

@@ -38,26 +38,26 @@ double median(std::vector<double> v)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-void checkFloor(const char* what, const TimingStats& t, double floorSeconds, const ShapeResult& s,
-                std::vector<VerdictReason>& out)
+void checkFloor(
+    const char* what, const TimingStats& t, double floorSeconds, const ShapeResult& s, std::vector<VerdictReason>& out)
 {
     if (floorSeconds <= 0 || t.medianUs <= 0)
         return;
     const double floorUs = floorSeconds * 1e6;
     if (t.medianUs < floorUs) {
         out.push_back({rule::BelowRoofline,
-                       s.shape.label() + ": " + what
-                           + format(" median %.3f us is below the roofline floor %.3f us (%.2fx faster than the "
-                                    "hardware allows): the measurement missed work or the output was not computed",
-                                    t.medianUs, floorUs, floorUs / t.medianUs),
-                       0, true});
+            s.shape.label() + ": " + what
+                + format(" median %.3f us is below the roofline floor %.3f us (%.2fx faster than the "
+                         "hardware allows): the measurement missed work or the output was not computed",
+                    t.medianUs, floorUs, floorUs / t.medianUs),
+            0, true});
     }
 }
 
 } // namespace
 
-double rooflineFloorSeconds(const Problem& problem, const Shape& shape, const DeviceInfo& device,
-                            const PhysicsSettings& settings)
+double rooflineFloorSeconds(
+    const Problem& problem, const Shape& shape, const DeviceInfo& device, const PhysicsSettings& settings)
 {
     double floor = 0;
     if (const auto bytes = evaluateFormula(problem.bytes, shape); bytes && device.measuredCopyBandwidth > 0) {
@@ -71,8 +71,8 @@ double rooflineFloorSeconds(const Problem& problem, const Shape& shape, const De
     return floor * settings.floorSlack;
 }
 
-std::vector<VerdictReason> checkPhysics(const Evaluation& evaluation, const Problem& problem, const DeviceInfo& device,
-                                        const PhysicsSettings& settings)
+std::vector<VerdictReason> checkPhysics(
+    const Evaluation& evaluation, const Problem& problem, const DeviceInfo& device, const PhysicsSettings& settings)
 {
     std::vector<VerdictReason> out;
     for (const ShapeResult& s : evaluation.shapes) {
@@ -83,14 +83,15 @@ std::vector<VerdictReason> checkPhysics(const Evaluation& evaluation, const Prob
             checkFloor("graph replay", *s.graphTiming, floor, s, out);
     }
 
-    if (settings.bestObjective && *settings.bestObjective > 0 && evaluation.objective > 0 && settings.jumpFactor > 1.0) {
+    if (settings.bestObjective && *settings.bestObjective > 0 && evaluation.objective > 0
+        && settings.jumpFactor > 1.0) {
         const double jump = evaluation.objective / *settings.bestObjective;
         if (jump > settings.jumpFactor) {
             out.push_back({rule::SuspiciousJump,
-                           format("objective %.3f is %.2fx the current best (review threshold %.2fx): a human "
-                                  "confirms large wins before they are accepted",
-                                  evaluation.objective, jump, settings.jumpFactor),
-                           0, false});
+                format("objective %.3f is %.2fx the current best (review threshold %.2fx): a human "
+                       "confirms large wins before they are accepted",
+                    evaluation.objective, jump, settings.jumpFactor),
+                0, false});
         }
     }
 
@@ -106,8 +107,8 @@ std::vector<VerdictReason> checkPhysics(const Evaluation& evaluation, const Prob
         if (!s.timing || s.speedup <= 0 || s.heldOut)
             continue;
         double reference = 1.0;
-        if (const auto it = settings.bestShapeSpeedups.find(s.shape.label()); it != settings.bestShapeSpeedups.end()
-            && it->second > 0)
+        if (const auto it = settings.bestShapeSpeedups.find(s.shape.label());
+            it != settings.bestShapeSpeedups.end() && it->second > 0)
             reference = it->second;
         gains.push_back({&s, s.speedup / reference, s.shape.weight > 0 ? s.shape.weight : 1.0});
     }
@@ -119,8 +120,8 @@ std::vector<VerdictReason> checkPhysics(const Evaluation& evaluation, const Prob
             totalWeight += g.weight;
         }
         const double overall = std::exp(totalLog / totalWeight);
-        const auto top = std::max_element(gains.begin(), gains.end(),
-                                          [](const Gain& a, const Gain& b) { return a.gain < b.gain; });
+        const auto top = std::max_element(
+            gains.begin(), gains.end(), [](const Gain& a, const Gain& b) { return a.gain < b.gain; });
         std::vector<double> others;
         for (const Gain& g : gains)
             if (&g != &*top)
@@ -130,11 +131,11 @@ std::vector<VerdictReason> checkPhysics(const Evaluation& evaluation, const Prob
         if (overall >= settings.minGainForShapeCheck && othersMedian > 0
             && top->gain / othersMedian >= settings.singleShapeRatio && share > settings.singleShapeShare) {
             out.push_back({rule::SingleShapeSpeedup,
-                           top->shape->shape.label()
-                               + format(" gains %.2fx while the other shapes' median gain is %.2fx; that one shape "
-                                        "carries %.0f%% of the improvement (special-casing a tuned shape?)",
-                                        top->gain, othersMedian, 100.0 * share),
-                           0, false});
+                top->shape->shape.label()
+                    + format(" gains %.2fx while the other shapes' median gain is %.2fx; that one shape "
+                             "carries %.0f%% of the improvement (special-casing a tuned shape?)",
+                        top->gain, othersMedian, 100.0 * share),
+                0, false});
         }
     }
     return out;

@@ -84,11 +84,11 @@ struct PhysicsSettings {
 
 // Fewest seconds a call of this shape can take on this device (memory and compute floors); 0 when the
 // problem has no byte/flop formula or the device has no measured bandwidth.
-double rooflineFloorSeconds(const Problem& problem, const Shape& shape, const DeviceInfo& device,
-                            const PhysicsSettings& settings);
+double rooflineFloorSeconds(
+    const Problem& problem, const Shape& shape, const DeviceInfo& device, const PhysicsSettings& settings);
 
-std::vector<VerdictReason> checkPhysics(const Evaluation& evaluation, const Problem& problem,
-                                        const DeviceInfo& device, const PhysicsSettings& settings);
+std::vector<VerdictReason> checkPhysics(
+    const Evaluation& evaluation, const Problem& problem, const DeviceInfo& device, const PhysicsSettings& settings);
 
 // ---- dynamic: turns what the harness observed on the GPU into reasons ----------------------------------
 // CorrectnessStats::distribution labels the harness writes so the referee can tell checks apart:
@@ -113,8 +113,8 @@ struct DynamicObservations {
 
 // Reasons from the per-shape checks in the evaluation (failed checks, canaries, coverage, inputs, run order,
 // timed re-checks, held-out shapes) and from the observations (kernel records, graph capture).
-std::vector<VerdictReason> checkDynamic(const Evaluation& evaluation, const Problem& problem,
-                                        const DynamicObservations& observations);
+std::vector<VerdictReason> checkDynamic(
+    const Evaluation& evaluation, const Problem& problem, const DynamicObservations& observations);
 
 // True when a CUPTI kernel name (mangled or demangled) is the planned kernel function.
 bool kernelNameMatches(const std::string& planned, const std::string& observed);

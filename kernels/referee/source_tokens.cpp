@@ -39,18 +39,68 @@ std::vector<SourceChar> spliceLines(const std::string& source)
     return out;
 }
 
-bool isIdentStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == '$'; }
-bool isIdentChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; }
+bool isIdentStart(char c)
+{
+    return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == '$';
+}
+bool isIdentChar(char c)
+{
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$';
+}
 
 constexpr std::array<std::string_view, 44> kPuncts = {
-    "<<<", ">>>", "...", "<<=", ">>=", "->*", "<=>", "::", "->", "++", "--", "<<", ">>", "<=", ">=",
-    "==",  "!=",  "&&",  "||",  "+=",  "-=",  "*=",  "/=", "%=", "&=", "|=", "^=", "##", ".*", "{",
-    "}",   "(",   ")",   "[",   "]",   ";",   ",",   "<",  ">",  "=",  "+",  "-",  "*",  "/",
+    "<<<",
+    ">>>",
+    "...",
+    "<<=",
+    ">>=",
+    "->*",
+    "<=>",
+    "::",
+    "->",
+    "++",
+    "--",
+    "<<",
+    ">>",
+    "<=",
+    ">=",
+    "==",
+    "!=",
+    "&&",
+    "||",
+    "+=",
+    "-=",
+    "*=",
+    "/=",
+    "%=",
+    "&=",
+    "|=",
+    "^=",
+    "##",
+    ".*",
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    "]",
+    ";",
+    ",",
+    "<",
+    ">",
+    "=",
+    "+",
+    "-",
+    "*",
+    "/",
 };
 
 class Tokenizer {
 public:
-    explicit Tokenizer(const std::string& source) : m_chars(spliceLines(source)) {}
+    explicit Tokenizer(const std::string& source)
+        : m_chars(spliceLines(source))
+    {
+    }
 
     std::vector<Token> run()
     {
@@ -113,11 +163,11 @@ public:
     }
 
 private:
-    char peek(std::size_t ahead = 0) const
+    char peek(std::size_t ahead = 0) const { return m_pos + ahead < m_chars.size() ? m_chars[m_pos + ahead].c : '\0'; }
+    int line() const
     {
-        return m_pos + ahead < m_chars.size() ? m_chars[m_pos + ahead].c : '\0';
+        return m_pos < m_chars.size() ? m_chars[m_pos].line : (m_chars.empty() ? 1 : m_chars.back().line);
     }
-    int line() const { return m_pos < m_chars.size() ? m_chars[m_pos].line : (m_chars.empty() ? 1 : m_chars.back().line); }
 
     void emit(TokenKind kind, std::string text, int atLine)
     {
@@ -197,7 +247,8 @@ private:
             const char c = peek();
             if ((c == '+' || c == '-') && !text.empty()
                 && (text.back() == 'e' || text.back() == 'E' || text.back() == 'p' || text.back() == 'P')
-                && !(text.size() > 1 && (text[1] == 'x' || text[1] == 'X') && (text.back() == 'e' || text.back() == 'E'))) {
+                && !(text.size() > 1 && (text[1] == 'x' || text[1] == 'X')
+                    && (text.back() == 'e' || text.back() == 'E'))) {
                 text += c;
                 ++m_pos;
                 continue;
@@ -283,6 +334,9 @@ private:
 
 } // namespace
 
-std::vector<Token> tokenize(const std::string& source) { return Tokenizer(source).run(); }
+std::vector<Token> tokenize(const std::string& source)
+{
+    return Tokenizer(source).run();
+}
 
 } // namespace kl::referee

@@ -14,17 +14,30 @@
 namespace kl::referee {
 namespace {
 
-bool isIdent(const Token& t, std::string_view s) { return t.kind == TokenKind::Identifier && t.text == s; }
-bool isPunct(const Token& t, std::string_view s) { return t.kind == TokenKind::Punct && t.text == s; }
-bool startsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-bool contains(std::string_view s, std::string_view p) { return s.find(p) != std::string_view::npos; }
+bool isIdent(const Token& t, std::string_view s)
+{
+    return t.kind == TokenKind::Identifier && t.text == s;
+}
+bool isPunct(const Token& t, std::string_view s)
+{
+    return t.kind == TokenKind::Punct && t.text == s;
+}
+bool startsWith(std::string_view s, std::string_view p)
+{
+    return s.substr(0, p.size()) == p;
+}
+bool contains(std::string_view s, std::string_view p)
+{
+    return s.find(p) != std::string_view::npos;
+}
 
 std::optional<std::int64_t> integerLiteral(const Token& t)
 {
     if (t.kind != TokenKind::Number)
         return std::nullopt;
     std::string digits = t.text;
-    while (!digits.empty() && (digits.back() == 'u' || digits.back() == 'U' || digits.back() == 'l' || digits.back() == 'L'))
+    while (!digits.empty()
+        && (digits.back() == 'u' || digits.back() == 'U' || digits.back() == 'l' || digits.back() == 'L'))
         digits.pop_back();
     int base = 10;
     std::size_t start = 0;
@@ -49,7 +62,9 @@ std::optional<std::int64_t> integerLiteral(const Token& t)
 
 class Checker {
 public:
-    Checker(const std::string& source, const Problem& problem) : m_all(tokenize(source)), m_problem(problem)
+    Checker(const std::string& source, const Problem& problem)
+        : m_all(tokenize(source))
+        , m_problem(problem)
     {
         std::vector<Token> raw;
         bool inDirective = false;
@@ -87,8 +102,8 @@ public:
         mutableGlobals();
         constCastGlobals();
         shapeSpecialCases();
-        std::stable_sort(m_out.begin(), m_out.end(),
-                         [](const VerdictReason& a, const VerdictReason& b) { return a.line < b.line; });
+        std::stable_sort(
+            m_out.begin(), m_out.end(), [](const VerdictReason& a, const VerdictReason& b) { return a.line < b.line; });
         return std::move(m_out);
     }
 
@@ -111,12 +126,14 @@ private:
             if (t.text == "include" || t.text == "include_next" || t.text == "import") {
                 const bool named = i + 1 < m_all.size() && m_all[i + 1].kind == TokenKind::HeaderName;
                 if (!named) {
-                    add(rule::Include, "#" + t.text + " without a literal header name; only CUDA's device headers may be included",
+                    add(rule::Include,
+                        "#" + t.text + " without a literal header name; only CUDA's device headers may be included",
                         t.line);
                 } else if (!includeAllowed(m_all[i + 1].text)) {
                     add(rule::Include,
                         "#include <" + m_all[i + 1].text
-                            + "> is not on the allow-list (CUDA fp16/bf16/fp8 headers, cooperative_groups, cub/, cuda/, "
+                            + "> is not on the allow-list (CUDA fp16/bf16/fp8 headers, cooperative_groups, cub/, "
+                              "cuda/, "
                               "mma.h, cuda_pipeline.h); candidates are self-contained device code",
                         t.line);
                 }
@@ -133,7 +150,8 @@ private:
             else if (t.kind == TokenKind::DirectiveEnd)
                 inDirective = false;
             else if (inDirective && isPunct(t, "##"))
-                add(rule::TokenPaste, "token pasting (##) builds identifiers the referee cannot read; write names out", t.line);
+                add(rule::TokenPaste, "token pasting (##) builds identifiers the referee cannot read; write names out",
+                    t.line);
         }
     }
 
@@ -156,7 +174,8 @@ private:
     {
         if (contains(s, "tf32"))
             return Family::TF32;
-        if (contains(s, "fp4") || contains(s, "fp6") || contains(s, "e2m1") || contains(s, "e2m3") || contains(s, "e3m2"))
+        if (contains(s, "fp4") || contains(s, "fp6") || contains(s, "e2m1") || contains(s, "e2m3")
+            || contains(s, "e3m2"))
             return Family::FP4_6;
         if (contains(s, "fp8") || contains(s, "e4m3") || contains(s, "e5m2"))
             return Family::FP8;
@@ -233,13 +252,59 @@ private:
     static bool isHalfArithmetic(std::string_view s)
     {
         static const std::set<std::string, std::less<>> names = {
-            "__hadd",   "__hsub",   "__hmul",   "__hfma",   "__hdiv",    "__hadd2",   "__hsub2",   "__hmul2",
-            "__hfma2",  "__h2div",  "__hadd_sat", "__hsub_sat", "__hmul_sat", "__hfma_sat", "__hadd2_sat",
-            "__hsub2_sat", "__hmul2_sat", "__hfma2_sat", "__hadd_rn", "__hsub_rn", "__hmul_rn", "__hadd2_rn",
-            "__hsub2_rn", "__hmul2_rn", "__hfma_relu", "__hfma2_relu", "__hcmadd", "hexp", "hexp2", "hexp10",
-            "hlog",     "hlog2",    "hlog10",   "hsqrt",    "hrsqrt",    "hrcp",      "hsin",      "hcos",
-            "htanh",    "htanh_approx", "h2exp", "h2exp2",  "h2exp10",   "h2log",     "h2log2",    "h2log10",
-            "h2sqrt",   "h2rsqrt",  "h2rcp",    "h2sin",    "h2cos",     "h2tanh",    "h2tanh_approx",
+            "__hadd",
+            "__hsub",
+            "__hmul",
+            "__hfma",
+            "__hdiv",
+            "__hadd2",
+            "__hsub2",
+            "__hmul2",
+            "__hfma2",
+            "__h2div",
+            "__hadd_sat",
+            "__hsub_sat",
+            "__hmul_sat",
+            "__hfma_sat",
+            "__hadd2_sat",
+            "__hsub2_sat",
+            "__hmul2_sat",
+            "__hfma2_sat",
+            "__hadd_rn",
+            "__hsub_rn",
+            "__hmul_rn",
+            "__hadd2_rn",
+            "__hsub2_rn",
+            "__hmul2_rn",
+            "__hfma_relu",
+            "__hfma2_relu",
+            "__hcmadd",
+            "hexp",
+            "hexp2",
+            "hexp10",
+            "hlog",
+            "hlog2",
+            "hlog10",
+            "hsqrt",
+            "hrsqrt",
+            "hrcp",
+            "hsin",
+            "hcos",
+            "htanh",
+            "htanh_approx",
+            "h2exp",
+            "h2exp2",
+            "h2exp10",
+            "h2log",
+            "h2log2",
+            "h2log10",
+            "h2sqrt",
+            "h2rsqrt",
+            "h2rcp",
+            "h2sin",
+            "h2cos",
+            "h2tanh",
+            "h2tanh_approx",
         };
         return names.count(s) > 0;
     }
@@ -260,8 +325,9 @@ private:
                 || s == "high_resolution_clock" || s == "__builtin_readcyclecounter"
                 || s == "__builtin_readsteadycounter") {
                 add(rule::TimerRead,
-                    "reads a clock (" + s + "); the harness owns the clock and a kernel that reads time can behave "
-                                            "differently while timed",
+                    "reads a clock (" + s
+                        + "); the harness owns the clock and a kernel that reads time can behave "
+                          "differently while timed",
                     t.line);
             } else if (s == "__trap" || s == "__brkpt" || s == "__assertfail" || s == "__assert_fail") {
                 add(rule::EarlyExit, s + "() aborts the grid; a kernel must finish every launch", t.line);
@@ -271,21 +337,26 @@ private:
                     "held-out shapes and input values) and it distorts timing; remove it",
                     t.line);
             } else if ((startsWith(s, "cuda") && s.size() > 4 && std::isupper(static_cast<unsigned char>(s[4])))
-                       || (startsWith(s, "cu") && s.size() > 3 && std::isupper(static_cast<unsigned char>(s[2]))
-                           && std::islower(static_cast<unsigned char>(s[3])))) {
+                || (startsWith(s, "cu") && s.size() > 3 && std::isupper(static_cast<unsigned char>(s[2]))
+                    && std::islower(static_cast<unsigned char>(s[3])))) {
                 add(rule::HostCode,
-                    s + " is a CUDA runtime/driver API call; the harness owns memory, streams, events and launches "
-                        "(candidates contain device code only)",
+                    s
+                        + " is a CUDA runtime/driver API call; the harness owns memory, streams, events and launches "
+                          "(candidates contain device code only)",
                     t.line);
-            } else if (s == "malloc" || s == "free" || s == "calloc" || s == "realloc" || s == "__nv_aligned_device_malloc") {
+            } else if (s == "malloc" || s == "free" || s == "calloc" || s == "realloc"
+                || s == "__nv_aligned_device_malloc") {
                 add(rule::HostCode,
-                    s + " allocates from the device heap, memory the harness does not own and that outlives the launch; "
-                        "declare a workspace with @kl:workspace",
+                    s
+                        + " allocates from the device heap, memory the harness does not own and that outlives the "
+                          "launch; "
+                          "declare a workspace with @kl:workspace",
                     t.line);
             } else if (isHalfArithmetic(s) && !halfMathOk) {
                 add(rule::LowerPrecision,
-                    s + " computes in 16-bit floating point; the problem's math is fp32 (convert, compute in float, "
-                        "convert back). Flagged for review.",
+                    s
+                        + " computes in 16-bit floating point; the problem's math is fp32 (convert, compute in float, "
+                          "convert back). Flagged for review.",
                     t.line);
             }
         }
@@ -294,16 +365,16 @@ private:
             if (t.kind != TokenKind::Identifier)
                 continue;
             if (t.text == "new" || (t.text == "delete" && !(i > 0 && isPunct(m_code[i - 1], "=")))) {
-                add(rule::HostCode, "operator " + t.text + " uses the device heap; declare a workspace with @kl:workspace",
-                    t.line);
+                add(rule::HostCode,
+                    "operator " + t.text + " uses the device heap; declare a workspace with @kl:workspace", t.line);
             } else if (t.text == "__host__") {
                 bool device = false;
                 for (std::size_t j = i >= 4 ? i - 4 : 0; j < std::min(m_code.size(), i + 5); ++j)
                     device = device || isIdent(m_code[j], "__device__");
                 if (!device)
                     add(rule::HostCode, "__host__ function: candidates contain device code only", t.line);
-            } else if (i + 2 < m_code.size() && isPunct(m_code[i + 1], "::")
-                       && (t.text == "ptx" || t.text == "cuda") && (isIdent(m_code[i + 2], "trap") || isIdent(m_code[i + 2], "exit"))) {
+            } else if (i + 2 < m_code.size() && isPunct(m_code[i + 1], "::") && (t.text == "ptx" || t.text == "cuda")
+                && (isIdent(m_code[i + 2], "trap") || isIdent(m_code[i + 2], "exit"))) {
                 add(rule::EarlyExit, t.text + "::" + m_code[i + 2].text + " ends the grid early", t.line);
             }
             Family f = familyOfIdentifier(t.text);
@@ -322,8 +393,9 @@ private:
     {
         for (const Token& t : m_all)
             if (isPunct(t, "<<<"))
-                add(rule::HostCode, "<<<...>>> launches a kernel from the candidate; the harness owns launches (declare "
-                                    "each kernel with @kl:launch)",
+                add(rule::HostCode,
+                    "<<<...>>> launches a kernel from the candidate; the harness owns launches (declare "
+                    "each kernel with @kl:launch)",
                     t.line);
     }
 
@@ -368,20 +440,23 @@ private:
         }
         const bool halfMathOk = hasTag("allow-half-math");
         for (const auto& [text, line] : strings) {
-            for (std::string_view reg : {"%clock", "%globaltimer", "%pm0", "%pm1", "%pm2", "%pm3", "%pm4", "%pm5",
-                                         "%pm6", "%pm7"}) {
+            for (std::string_view reg :
+                {"%clock", "%globaltimer", "%pm0", "%pm1", "%pm2", "%pm3", "%pm4", "%pm5", "%pm6", "%pm7"}) {
                 if (contains(text, reg)) {
                     add(rule::TimerRead,
                         "inline PTX reads " + std::string(reg)
-                            + "; the harness owns the clock and a kernel that reads time can behave differently while timed",
+                            + "; the harness owns the clock and a kernel that reads time can behave differently while "
+                              "timed",
                         line);
                     break;
                 }
             }
             for (std::string_view word : {"trap", "exit", "brkpt"}) {
                 if (ptxHasInstruction(text, word)) {
-                    add(rule::EarlyExit, "inline PTX '" + std::string(word) + "' ends threads or the grid outside the "
-                                         "kernel's control flow; use return",
+                    add(rule::EarlyExit,
+                        "inline PTX '" + std::string(word)
+                            + "' ends threads or the grid outside the "
+                              "kernel's control flow; use return",
                         line);
                     break;
                 }
@@ -397,14 +472,22 @@ private:
             Family family;
         };
         static constexpr Suffix suffixes[] = {
-            {".f16", Family::F16}, {".bf16", Family::BF16}, {".tf32", Family::TF32}, {".e4m3", Family::FP8},
-            {".e5m2", Family::FP8}, {".e2m1", Family::FP4_6}, {".e3m2", Family::FP4_6}, {".e2m3", Family::FP4_6},
+            {".f16", Family::F16},
+            {".bf16", Family::BF16},
+            {".tf32", Family::TF32},
+            {".e4m3", Family::FP8},
+            {".e5m2", Family::FP8},
+            {".e2m1", Family::FP4_6},
+            {".e3m2", Family::FP4_6},
+            {".e2m3", Family::FP4_6},
         };
         for (const Suffix& s : suffixes) {
             if (contains(text, s.text) && !familyAllowed(s.family)) {
                 add(rule::LowerPrecision,
-                    "inline PTX uses " + std::string(s.text.substr(1)) + ", a precision the problem does not declare "
-                        "(its tensors: " + problemDtypeList() + "). Flagged for review.",
+                    "inline PTX uses " + std::string(s.text.substr(1))
+                        + ", a precision the problem does not declare "
+                          "(its tensors: "
+                        + problemDtypeList() + "). Flagged for review.",
                     line);
                 return;
             }
@@ -413,14 +496,15 @@ private:
             return;
         // 16-bit arithmetic instructions (add.f16, fma.rn.bf16x2, ex2.approx.f16) and 16-bit accumulators
         // (mma ... .f16.f16.f16.f16, whose first type is the accumulator).
-        static constexpr std::string_view arithmetic[] = {"add", "sub", "mul", "fma", "ex2", "tanh", "rcp",
-                                                          "sqrt", "rsqrt", "lg2", "sin", "cos", "div"};
+        static constexpr std::string_view arithmetic[]
+            = {"add", "sub", "mul", "fma", "ex2", "tanh", "rcp", "sqrt", "rsqrt", "lg2", "sin", "cos", "div"};
         std::size_t start = 0;
         while (start < text.size()) {
             while (start < text.size() && !std::isalpha(static_cast<unsigned char>(text[start])))
                 ++start;
             std::size_t end = start;
-            while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '.' || text[end] == '_'))
+            while (end < text.size()
+                && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '.' || text[end] == '_'))
                 ++end;
             const std::string_view word(text.data() + start, end - start);
             const std::size_t dot = word.find('.');
@@ -428,16 +512,20 @@ private:
             if (dot != std::string_view::npos) {
                 const std::string_view mods = word.substr(dot);
                 const bool half = contains(mods, ".f16") || contains(mods, ".bf16");
-                const bool isArith = std::find(std::begin(arithmetic), std::end(arithmetic), op) != std::end(arithmetic);
+                const bool isArith
+                    = std::find(std::begin(arithmetic), std::end(arithmetic), op) != std::end(arithmetic);
                 bool accum16 = false;
                 if (op == "mma" || op == "wgmma") {
-                    const std::size_t first = std::min({mods.find(".f16"), mods.find(".bf16"), mods.find(".f32"), mods.find(".s32")});
-                    accum16 = first != std::string_view::npos && (mods.compare(first, 4, ".f16") == 0 || mods.compare(first, 5, ".bf16") == 0);
+                    const std::size_t first
+                        = std::min({mods.find(".f16"), mods.find(".bf16"), mods.find(".f32"), mods.find(".s32")});
+                    accum16 = first != std::string_view::npos
+                        && (mods.compare(first, 4, ".f16") == 0 || mods.compare(first, 5, ".bf16") == 0);
                 }
                 if ((isArith && half) || accum16) {
                     add(rule::LowerPrecision,
-                        "inline PTX '" + std::string(word) + "' computes or accumulates in 16-bit; the problem's math is "
-                                                             "fp32. Flagged for review.",
+                        "inline PTX '" + std::string(word)
+                            + "' computes or accumulates in 16-bit; the problem's math is "
+                              "fp32. Flagged for review.",
                         line);
                     return;
                 }
@@ -451,9 +539,10 @@ private:
 
     static std::size_t skipAttributeGroup(const std::vector<Token>& toks, std::size_t i, std::size_t end)
     {
-        static const std::set<std::string, std::less<>> attrs = {"__align__", "__attribute__", "alignas", "__launch_bounds__",
-                                                                 "__declspec", "__maxnreg__", "__cluster_dims__", "decltype"};
-        if (toks[i].kind != TokenKind::Identifier || !attrs.count(toks[i].text) || i + 1 >= end || !isPunct(toks[i + 1], "("))
+        static const std::set<std::string, std::less<>> attrs = {"__align__", "__attribute__", "alignas",
+            "__launch_bounds__", "__declspec", "__maxnreg__", "__cluster_dims__", "decltype"};
+        if (toks[i].kind != TokenKind::Identifier || !attrs.count(toks[i].text) || i + 1 >= end
+            || !isPunct(toks[i + 1], "("))
             return i;
         int depth = 0;
         for (std::size_t j = i + 1; j < end; ++j) {
@@ -540,8 +629,9 @@ private:
             return;
         }
         add(rule::MutableGlobal,
-            "mutable device global '" + name->text + "' keeps state between launches (caching, call counting); make "
-                "it const/__constant__, or declare a workspace with @kl:workspace",
+            "mutable device global '" + name->text
+                + "' keeps state between launches (caching, call counting); make "
+                  "it const/__constant__, or declare a workspace with @kl:workspace",
             name->line);
     }
 
@@ -561,8 +651,9 @@ private:
             return;
         std::string name = decl.empty() ? std::string("?") : decl.back().text;
         add(rule::MutableGlobal,
-            "function-scope static '" + name + "' lives in global memory and keeps state between launches; use a "
-                "local, __shared__, or a declared workspace",
+            "function-scope static '" + name
+                + "' lives in global memory and keeps state between launches; use a "
+                  "local, __shared__, or a declared workspace",
             m_code[i].line);
     }
 
@@ -571,12 +662,10 @@ private:
         std::vector<Scope> scopes;
         std::vector<Token> stmt;
         bool stmtChecked = false;
-        const auto atNamespace = [&] {
-            return std::all_of(scopes.begin(), scopes.end(), [](Scope s) { return s == Scope::Namespace; });
-        };
-        const auto inFunction = [&] {
-            return std::any_of(scopes.begin(), scopes.end(), [](Scope s) { return s == Scope::Function; });
-        };
+        const auto atNamespace
+            = [&] { return std::all_of(scopes.begin(), scopes.end(), [](Scope s) { return s == Scope::Namespace; }); };
+        const auto inFunction
+            = [&] { return std::any_of(scopes.begin(), scopes.end(), [](Scope s) { return s == Scope::Function; }); };
         for (std::size_t i = 0; i < m_code.size(); ++i) {
             const Token& t = m_code[i];
             if (isIdent(t, "static") && inFunction()) {
@@ -646,7 +735,8 @@ private:
                         ++depth;
                     else if (isPunct(m_code[j], ")") && --depth <= 0)
                         break;
-                    else if (depth > 0 && m_code[j].kind == TokenKind::Identifier && m_constDeviceGlobals.count(m_code[j].text)) {
+                    else if (depth > 0 && m_code[j].kind == TokenKind::Identifier
+                        && m_constDeviceGlobals.count(m_code[j].text)) {
                         flag(m_code[j]);
                         break;
                     }
@@ -689,9 +779,9 @@ private:
     // ---- static.shape-special-case ---------------------------------------------------------------------
     static bool isIntegerType(const Token& t)
     {
-        static const std::set<std::string, std::less<>> names = {
-            "int", "long", "short", "unsigned", "signed", "size_t", "int32_t", "int64_t", "uint32_t", "uint64_t",
-            "int16_t", "uint16_t", "ptrdiff_t", "index_t", "uint", "auto"};
+        static const std::set<std::string, std::less<>> names
+            = {"int", "long", "short", "unsigned", "signed", "size_t", "int32_t", "int64_t", "uint32_t", "uint64_t",
+                "int16_t", "uint16_t", "ptrdiff_t", "index_t", "uint", "auto"};
         return t.kind == TokenKind::Identifier && names.count(t.text) > 0;
     }
 
@@ -727,9 +817,8 @@ private:
                     continue;
                 }
                 if ((isPunct(t, ",") && depth == 0) || (isPunct(t, ")") && depth == 0)) {
-                    const bool indirect = std::any_of(param.begin(), param.end(), [](const Token& p) {
-                        return isPunct(p, "*") || isPunct(p, "&") || isPunct(p, "[");
-                    });
+                    const bool indirect = std::any_of(param.begin(), param.end(),
+                        [](const Token& p) { return isPunct(p, "*") || isPunct(p, "&") || isPunct(p, "["); });
                     const bool integral = std::any_of(param.begin(), param.end(), isIntegerType);
                     if (!indirect && integral && param.back().kind == TokenKind::Identifier)
                         names.insert(param.back().text);
@@ -768,8 +857,8 @@ private:
 
     static bool isOperandBoundary(const Token& t)
     {
-        static const std::set<std::string, std::less<>> puncts = {"(", ")", "&&", "||", "!", "?", ":", ",", ";", "{",
-                                                                   "}", "=", "+=", "-=", "*=", "/=", "[", "]"};
+        static const std::set<std::string, std::less<>> puncts
+            = {"(", ")", "&&", "||", "!", "?", ":", ",", ";", "{", "}", "=", "+=", "-=", "*=", "/=", "[", "]"};
         return (t.kind == TokenKind::Punct && puncts.count(t.text)) || isIdent(t, "return");
     }
 
@@ -816,7 +905,8 @@ private:
         if (body >= m_code.size())
             return false;
         const Token& first = m_code[body];
-        if (!(isIdent(first, "return") || isIdent(first, "break") || isIdent(first, "continue") || isIdent(first, "goto")))
+        if (!(isIdent(first, "return") || isIdent(first, "break") || isIdent(first, "continue")
+                || isIdent(first, "goto")))
             return false;
         std::size_t semi = body;
         while (semi < m_code.size() && !isPunct(m_code[semi], ";"))
@@ -872,8 +962,9 @@ private:
             std::string dim;
             if (close < m_code.size() && isBareShape(i + 2, close, names, &dim))
                 add(rule::ShapeSpecialCase,
-                    "switches on " + dim + ": case labels pick exact shapes. Flagged for review; express a "
-                                           "specialization as a @kl:param instead",
+                    "switches on " + dim
+                        + ": case labels pick exact shapes. Flagged for review; express a "
+                          "specialization as a @kl:param instead",
                     m_code[i].line);
         }
         for (std::size_t i = 0; i + 1 < m_code.size(); ++i) {
@@ -941,9 +1032,8 @@ private:
 
     std::vector<Token> expand(const std::vector<Token>& in, std::vector<std::string>& active)
     {
-        const auto isActive = [&](const std::string& name) {
-            return std::find(active.begin(), active.end(), name) != active.end();
-        };
+        const auto isActive
+            = [&](const std::string& name) { return std::find(active.begin(), active.end(), name) != active.end(); };
         std::vector<Token> out;
         for (std::size_t i = 0; i < in.size(); ++i) {
             const Token& t = in[i];
@@ -1019,10 +1109,22 @@ private:
 const std::vector<std::string>& includeAllowList()
 {
     static const std::vector<std::string> list = {
-        "cuda_fp16.h",        "cuda_bf16.h",     "cuda_fp8.h",        "cuda_fp4.h",
-        "cuda_fp6.h",         "cooperative_groups.h", "cooperative_groups/", "cub/",
-        "cuda/",              "mma.h",           "cuda_pipeline.h",   "cuda_pipeline_primitives.h",
-        "cuda_awbarrier.h",   "cuda_awbarrier_primitives.h", "math_constants.h", "vector_types.h",
+        "cuda_fp16.h",
+        "cuda_bf16.h",
+        "cuda_fp8.h",
+        "cuda_fp4.h",
+        "cuda_fp6.h",
+        "cooperative_groups.h",
+        "cooperative_groups/",
+        "cub/",
+        "cuda/",
+        "mma.h",
+        "cuda_pipeline.h",
+        "cuda_pipeline_primitives.h",
+        "cuda_awbarrier.h",
+        "cuda_awbarrier_primitives.h",
+        "math_constants.h",
+        "vector_types.h",
         "vector_functions.h",
     };
     return list;

@@ -417,6 +417,7 @@ Engine::Engine() : m_rng(std::random_device{}())
     if (m_device.driverVersion.empty())
         m_device.driverVersion = std::to_string(drv);
 
+    m_nvml.startSampler(50);
     m_compiler = std::make_unique<NvrtcCompiler>(defaultCompileCacheDir(), 0);
     m_harness.load(*m_compiler, m_device.arch);
     measureCopyBandwidth();
@@ -667,6 +668,7 @@ std::string fmt(double v)
 VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, const VerifyOptions& o)
 {
     VerifyOutcome out;
+    const double verifyStart = nowSeconds();
     const Problem& p = lp.problem;
     auto& ledger = launchLedger();
     const bool cupti = o.cupti && CuptiKernelLog::instance().available();
@@ -970,6 +972,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                                           : "correct on the visible shapes but wrong on a held-out shape drawn from the "
                                             "validity range (shape withheld): special-casing shapes does not pass"));
 
+    const double cuptiStart = nowSeconds();
     if (cupti) {
         KL_CU(cuCtxSynchronize());
         ledger.active = false;
@@ -1013,6 +1016,8 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
         }
         ledger.launched.clear();
     }
+    std::fprintf(stderr, "[worker] verify %zu shapes: %.1f ms (CUPTI stop %.1f ms)\n", o.shapes.size(),
+                 (nowSeconds() - verifyStart) * 1e3, (nowSeconds() - cuptiStart) * 1e3);
     return out;
 }
 
@@ -1070,32 +1075,43 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         st.rotationBytes = static_cast<std::uint64_t>(sets) * ioBytes;
         arenaReserve(static_cast<std::uint64_t>(sets) * setBytes + refBytes + 16 * kSlotCount * 8 + 4096 * kAlign);
         arenaReset();
+        // One slab per tensor holding every set, so filling or poisoning all sets is one launch each.
         std::vector<BufferMap> candSets(sets), baseSets(sets);
-        for (int k = 0; k < sets; ++k) {
-            for (std::size_t ti = 0; ti < sizes.size(); ++ti) {
-                const auto& t = sizes[ti];
-                const CUdeviceptr ptr = arenaAlloc(std::max<std::uint64_t>(t.bytes, 4));
-                candSets[k][t.spec->name] = ptr;
-                if (t.spec->role == TensorRole::Input) {
-                    baseSets[k][t.spec->name] = ptr;
-                    if (t.elements)
-                        m_harness.fill(m_stream, ptr, t.elements, t.spec->dtype, Distribution::Normal,
-                                       o.seed ^ (0xA24BAED4963EE407ull * (k + 1)) ^ (0x9E3779B97F4A7C15ull * (ti + 1)),
-                                       t.spec->scale);
-                } else {
-                    if (t.elements)
-                        m_harness.poison(m_stream, ptr, t.elements, t.spec->dtype,
-                                         HarnessKernels::poisonPattern(t.spec->dtype, 0));
-                    if (bb)
-                        baseSets[k][t.spec->name] = arenaAlloc(std::max<std::uint64_t>(t.bytes, 4));
+        const double setupStart = nowSeconds();
+        for (std::size_t ti = 0; ti < sizes.size(); ++ti) {
+            const auto& t = sizes[ti];
+            const std::uint64_t stride = alignUp(std::max<std::uint64_t>(t.bytes, 4), kAlign);
+            const CUdeviceptr slab = arenaAlloc(stride * sets);
+            const std::uint64_t slabElems = stride * sets / dtypeBytes(t.spec->dtype);
+            for (int k = 0; k < sets; ++k)
+                candSets[k][t.spec->name] = slab + k * stride;
+            if (t.spec->role == TensorRole::Input) {
+                for (int k = 0; k < sets; ++k)
+                    baseSets[k][t.spec->name] = slab + k * stride;
+                m_harness.fill(m_stream, slab, slabElems, t.spec->dtype, Distribution::Normal,
+                               o.seed ^ (0x9E3779B97F4A7C15ull * (ti + 1)), t.spec->scale);
+            } else {
+                m_harness.poison(m_stream, slab, slabElems, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, 0));
+                if (bb) {
+                    const CUdeviceptr bslab = arenaAlloc(stride * sets);
+                    for (int k = 0; k < sets; ++k)
+                        baseSets[k][t.spec->name] = bslab + k * stride;
                 }
             }
-            for (const auto& w : cb->workspaces())
-                candSets[k][w.name] = arenaAlloc(std::max<std::uint64_t>(w.bytes, 4));
-            if (bb)
-                for (const auto& w : bb->workspaces())
-                    baseSets[k][w.name] = arenaAlloc(std::max<std::uint64_t>(w.bytes, 4));
         }
+        for (const auto& w : cb->workspaces()) {
+            const std::uint64_t stride = alignUp(std::max<std::uint64_t>(w.bytes, 4), kAlign);
+            const CUdeviceptr slab = arenaAlloc(stride * sets);
+            for (int k = 0; k < sets; ++k)
+                candSets[k][w.name] = slab + k * stride;
+        }
+        if (bb)
+            for (const auto& w : bb->workspaces()) {
+                const std::uint64_t stride = alignUp(std::max<std::uint64_t>(w.bytes, 4), kAlign);
+                const CUdeviceptr slab = arenaAlloc(stride * sets);
+                for (int k = 0; k < sets; ++k)
+                    baseSets[k][w.name] = slab + k * stride;
+            }
         BufferMap refOut;
         for (const auto& t : sizes)
             if (t.spec->role == TensorRole::Output)
@@ -1184,17 +1200,26 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 buildGraphs(cand, per);
                 if (bb)
                     buildGraphs(base, per);
+            } else {
+                // A few back-to-back launches per event pair: an event between every launch adds a launch bubble
+                // (~2-3 us) that is not the kernel's time.
+                const int per = std::clamp(static_cast<int>(std::ceil(300.0 / std::max(std::min(tC, tB), 1.0))), 1, 16);
+                cand.perSample = per;
+                base.perSample = per;
             }
+            const double setupMs = (nowSeconds() - setupStart) * 1e3;
             int sampleIndex = 0;
             auto enqueue = [&](Timed& t, std::size_t e0) {
                 KL_CU(cuEventRecord(eventAt(e0), m_stream));
                 if (graphMode) {
                     KL_CU(cuGraphLaunch(t.graphs[sampleIndex % t.graphs.size()], m_stream));
                 } else {
-                    const int k = sampleIndex % sets;
-                    t.plan->run(m_stream, (*t.bufs)[k]);
-                    if (t.bufs == &candSets)
-                        used[k] = 1;
+                    for (int r = 0; r < t.perSample; ++r) {
+                        const int k = (sampleIndex * t.perSample + r) % sets;
+                        t.plan->run(m_stream, (*t.bufs)[k]);
+                        if (t.bufs == &candSets)
+                            used[k] = 1;
+                    }
                 }
                 KL_CU(cuEventRecord(eventAt(e0 + 1), m_stream));
             };
@@ -1206,9 +1231,10 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 ++sampleIndex;
             }
             KL_CU(cuStreamSynchronize(m_stream));
-            st.before = m_nvml.sample();
+            st.before = m_nvml.latest();
+            m_nvml.beginWindow();
             const double start = nowSeconds();
-            const double pairUs = (graphMode ? cand.perSample : 1) * (tC + (bb ? tB : 0));
+            const double pairUs = cand.perSample * (tC + (bb ? tB : 0));
             const int batch = std::clamp(static_cast<int>(std::ceil(5000.0 / std::max(pairUs, 1.0))), 4, 64);
             for (;;) {
                 for (int b = 0; b < batch; ++b) {
@@ -1242,8 +1268,10 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                         break;
                 }
             }
-            st.after = m_nvml.sample();
+            st.after = m_nvml.window();
             st.throttled = st.before.throttled() || st.after.throttled();
+            const double measureMs = (nowSeconds() - start) * 1e3;
+            const double tailStart = nowSeconds();
             st.result.timing = summarize(cand.samples, graphMode, cand.perSample);
             st.candidateSamplesUs = cand.samples;
             if (bb) {
@@ -1345,6 +1373,9 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             } else {
                 st.result.correct = true;
             }
+            std::fprintf(stderr, "[worker] time %s: sets %d %s x%d samples %d setup %.1f ms measure %.1f ms tail %.1f ms\n",
+                         shape.label().c_str(), sets, graphMode ? "graph" : "events", cand.perSample,
+                         static_cast<int>(cand.samples.size()), setupMs, measureMs, (nowSeconds() - tailStart) * 1e3);
         } catch (const CudaError& e) {
             for (auto ev : events)
                 cuEventDestroy(ev);

@@ -136,7 +136,7 @@ public:
 
     const DeviceInfo& device() const { return m_device; }
     NvrtcCompiler& compiler() { return *m_compiler; }
-    DeviceSample sample() const { return m_nvml.sample(); }
+    DeviceSample sample() const { return m_nvml.latest(); }
 
     const LoadedProblem& loadProblem(const Problem& p, const std::string& referenceSource,
                                      const std::string& baselineSource);

@@ -15,7 +15,7 @@ namespace kl::worker {
 enum CheckSlot : int {
     kSumSqDiff = 0, // double
     kSumSqRef, // double
-    kMaxErr, // float bits: max |c - r| / max(1, |r|)
+    kMaxErr, // float bits: max |c - r| / max(|r|, rms(ref), 1)
     kNonFinite, // candidate NaN/Inf where the reference is finite (or class mismatch)
     kPoisonLeft, // output elements still holding the poison pattern
     kCanaryBad, // guard words changed
@@ -53,7 +53,7 @@ private:
     void launch(CUfunction f, CUstream s, std::uint64_t n, void** args) const;
     CUmodule m_module = nullptr;
     CUfunction m_fill = nullptr, m_poison = nullptr, m_compare = nullptr, m_hash = nullptr, m_canaryFill = nullptr,
-               m_canaryCheck = nullptr, m_copy = nullptr, m_spin = nullptr;
+               m_canaryCheck = nullptr, m_copy = nullptr, m_spin = nullptr, m_maxError = nullptr;
     int m_smCount = 132;
 };
 

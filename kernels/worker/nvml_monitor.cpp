@@ -1,5 +1,7 @@
 #include "kernels/worker/nvml_monitor.h"
 
+#include <algorithm>
+#include <chrono>
 #include <dlfcn.h>
 
 namespace kl::worker {
@@ -21,6 +23,13 @@ constexpr int kClockMem = 2;
 
 NvmlMonitor::~NvmlMonitor()
 {
+    {
+        std::lock_guard lock(m_mutex);
+        m_stop = true;
+    }
+    m_cv.notify_all();
+    if (m_sampler.joinable())
+        m_sampler.join();
     if (m_lib) {
         if (m_fns[kShutdown])
             reinterpret_cast<NvmlShutdown>(m_fns[kShutdown])();
@@ -93,6 +102,58 @@ DeviceSample NvmlMonitor::sample() const
         s.throttleText = throttleText(reasons);
     }
     return s;
+}
+
+void NvmlMonitor::startSampler(int periodMs)
+{
+    if (!m_device || m_sampler.joinable())
+        return;
+    m_latest = sample();
+    m_window = m_latest;
+    m_sampler = std::thread([this, periodMs] { samplerLoop(periodMs); });
+}
+
+void NvmlMonitor::samplerLoop(int periodMs)
+{
+    std::unique_lock lock(m_mutex);
+    while (!m_stop) {
+        lock.unlock();
+        const DeviceSample s = sample();
+        lock.lock();
+        m_latest = s;
+        m_window.smClockMHz = m_window.smClockMHz ? std::min(m_window.smClockMHz, s.smClockMHz) : s.smClockMHz;
+        m_window.memClockMHz = m_window.memClockMHz ? std::min(m_window.memClockMHz, s.memClockMHz) : s.memClockMHz;
+        m_window.temperatureC = std::max(m_window.temperatureC, s.temperatureC);
+        m_window.powerW = std::max(m_window.powerW, s.powerW);
+        m_window.throttleReasons |= s.throttleReasons;
+        m_cv.wait_for(lock, std::chrono::milliseconds(periodMs), [&] { return m_stop; });
+    }
+}
+
+DeviceSample NvmlMonitor::latest() const
+{
+    if (!m_sampler.joinable())
+        return sample();
+    std::lock_guard lock(m_mutex);
+    return m_latest;
+}
+
+void NvmlMonitor::beginWindow()
+{
+    std::lock_guard lock(m_mutex);
+    m_window = m_latest;
+}
+
+DeviceSample NvmlMonitor::window() const
+{
+    if (!m_sampler.joinable())
+        return sample();
+    std::lock_guard lock(m_mutex);
+    DeviceSample w = m_window;
+    w.available = m_latest.available;
+    w.throttleReasons |= m_latest.throttleReasons;
+    w.throttleText = throttleText(w.throttleReasons);
+    return w;
 }
 
 std::string NvmlMonitor::driverVersion() const

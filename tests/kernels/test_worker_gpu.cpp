@@ -242,9 +242,12 @@ TEST_F(HarnessGpu, HangIsKilledAtTheDeadline)
     REQUIRE_GPU();
     auto o = options();
     o.verifyTimeoutSeconds = 8;
+    o.staticChecks = false;
     kl::GpuEvaluator ev(problem("rmsnorm"), o);
+    ev.prepareWorker();
     ev.client().ensureStarted(); // so the deadline measures the kernel, not the worker's start
-    auto c = rmsnormCandidate("  volatile int spin = 1; while (spin) { }\n" + std::string(kHonestWrite), "hang");
+    // y[0] holds the poison pattern (a NaN), which never equals 12345: the loop never ends.
+    auto c = rmsnormCandidate("  while (((volatile float*)y)[0] != 12345.f) { }\n" + std::string(kHonestWrite), "hang");
     const auto t0 = std::chrono::steady_clock::now();
     const auto e = ev.evaluate(c, quick(), kl::CancelToken{});
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -269,6 +272,7 @@ TEST_F(HarnessGpu, TraceReturnsCuptiRecordsMatchingTheLaunches)
 {
     REQUIRE_GPU();
     auto& ev = *s_rms;
+    ev.prepareWorker();
     const auto c = ev.templateCandidate({}, "trace");
     const auto m = ev.compileModule(c);
     ASSERT_TRUE(m->report.ok);
