@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 
 namespace kl {
 
@@ -38,17 +39,23 @@ public:
         if (!ctx.problem || !ctx.session)
             throw InputError("tuner: the agent context has no problem or session");
         const Session& s = *ctx.session;
+        // Tune the head's source; a head without parameters (the naive baseline) falls back to the first
+        // candidate that declares some, then to the problem's template.
         std::string source;
-        CandidateId parent = ctx.branchFrom;
-        if (!parent.empty() && s.tree.contains(parent)) {
-            source = s.tree.at(parent).source;
-        } else if (!s.tree.empty()) {
-            parent = s.tree.order().front();
-            source = s.tree.at(parent).source;
+        CandidateId parent;
+        if (!ctx.branchFrom.empty() && s.tree.contains(ctx.branchFrom) && declaresParams(s.tree.at(ctx.branchFrom).source)) {
+            parent = ctx.branchFrom;
         } else {
-            parent.clear();
-            source = readTemplate(*ctx.problem);
+            for (const CandidateId& id : s.tree.order())
+                if (declaresParams(s.tree.at(id).source)) {
+                    parent = id;
+                    break;
+                }
         }
+        if (!parent.empty())
+            source = s.tree.at(parent).source;
+        else
+            source = readTemplate(*ctx.problem);
         const std::string hash = sha256Hex(source);
         if (hash != m_sourceHash)
             rebuild(source, hash, *ctx.problem, s);
@@ -84,6 +91,20 @@ public:
     }
 
 private:
+    bool declaresParams(const std::string& source)
+    {
+        const std::string h = sha256Hex(source);
+        if (auto it = m_declares.find(h); it != m_declares.end())
+            return it->second;
+        bool yes = false;
+        try {
+            yes = !parseKernelSpec(source).params.empty();
+        } catch (const std::exception&) {
+        }
+        m_declares[h] = yes;
+        return yes;
+    }
+
     static std::string readTemplate(const Problem& p)
     {
         if (p.folder.empty())
@@ -133,6 +154,7 @@ private:
     std::string m_sourceHash;
     tuner::SearchSpace m_space;
     std::unique_ptr<tuner::SearchStrategy> m_strategy;
+    std::map<std::string, bool> m_declares; // source hash -> declares parameters
 };
 
 } // namespace
