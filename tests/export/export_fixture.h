@@ -129,7 +129,7 @@ inline BuiltSession buildSessionFrom(const std::filesystem::path& problemFolder,
     const std::string fixture = b.problem.name;
     b.dir = sessionDir.empty() ? freshTempDir(fixture) : sessionDir;
     Session header;
-    header.id = "s-" + fixture;
+    header.id = sessionDir.empty() ? "s-" + fixture : "synthetic-" + fixture; // the export bench labels its own
     header.problemName = b.problem.name;
     header.problemFolder = problemFolder.string();
     header.device.name = "NVIDIA H200";
