@@ -10,12 +10,16 @@
 
 namespace kl::redteam {
 
-std::string redteamDir() { return std::string(KL_SOURCE_DIR) + "/tests/redteam"; }
+std::string redteamDir()
+{
+    return std::string(KL_SOURCE_DIR) + "/tests/redteam";
+}
 
 std::string CorpusCase::name() const
 {
     std::string stem = std::filesystem::path(file).stem().string();
-    std::replace_if(stem.begin(), stem.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+    std::replace_if(
+        stem.begin(), stem.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
     return stem;
 }
 
@@ -61,7 +65,10 @@ Problem corpusProblem(const std::string& name)
     return loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/" + name);
 }
 
-void PrintTo(const CorpusCase& c, std::ostream* os) { *os << c.file; }
+void PrintTo(const CorpusCase& c, std::ostream* os)
+{
+    *os << c.file;
+}
 
 std::vector<std::string> unknownLaunchArguments(const KernelSpec& spec, const Problem& problem)
 {
@@ -69,8 +76,10 @@ std::vector<std::string> unknownLaunchArguments(const KernelSpec& spec, const Pr
     for (const LaunchStep& step : spec.launches) {
         for (const std::string& a : step.args) {
             const bool known = problem.tensor(a) || problem.dim(a)
-                || std::any_of(problem.scalars.begin(), problem.scalars.end(), [&](const ScalarSpec& s) { return s.name == a; })
-                || std::any_of(spec.workspaces.begin(), spec.workspaces.end(), [&](const WorkspaceSpec& w) { return w.name == a; });
+                || std::any_of(
+                    problem.scalars.begin(), problem.scalars.end(), [&](const ScalarSpec& s) { return s.name == a; })
+                || std::any_of(spec.workspaces.begin(), spec.workspaces.end(),
+                    [&](const WorkspaceSpec& w) { return w.name == a; });
             if (!known)
                 unknown.push_back(a);
         }

@@ -25,7 +25,7 @@ kl::NvrtcCompiler& compiler()
     return instance;
 }
 
-class CorpusCompile : public ::testing::TestWithParam<CorpusCase> {};
+class CorpusCompile : public ::testing::TestWithParam<CorpusCase> { };
 
 TEST_P(CorpusCompile, CompilesForSm90a)
 {
@@ -45,6 +45,6 @@ TEST_P(CorpusCompile, CompilesForSm90a)
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, CorpusCompile, ::testing::ValuesIn(compiledCases()),
-                         [](const ::testing::TestParamInfo<CorpusCase>& param) { return param.param.name(); });
+    [](const ::testing::TestParamInfo<CorpusCase>& param) { return param.param.name(); });
 
 } // namespace

@@ -1,16 +1,14 @@
 // The red-team corpus against the static rules (CI): every static cheat is caught with its expected rule
 // and severity; every dynamic cheat and every honest candidate passes untouched (so the dynamic cheats
 // really reach the GPU and honest wins are not flagged).
+#include "core/json_io.h"
 #include "kernels/referee/referee.h"
 #include "tests/redteam/corpus.h"
-
-#include <gtest/gtest.h>
-
-#include "core/json_io.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <gtest/gtest.h>
 #include <set>
 #include <sstream>
 
@@ -22,11 +20,12 @@ std::string describe(const std::vector<kl::VerdictReason>& rs)
 {
     std::string s;
     for (const auto& r : rs)
-        s += "  " + r.rule + " line " + std::to_string(r.line) + (r.blocking ? " [blocking]: " : " [review]: ") + r.message + "\n";
+        s += "  " + r.rule + " line " + std::to_string(r.line) + (r.blocking ? " [blocking]: " : " [review]: ")
+            + r.message + "\n";
     return s.empty() ? "  (no reasons)\n" : s;
 }
 
-class CorpusStatic : public ::testing::TestWithParam<CorpusCase> {};
+class CorpusStatic : public ::testing::TestWithParam<CorpusCase> { };
 
 TEST_P(CorpusStatic, MeetsExpectation)
 {
@@ -46,7 +45,8 @@ TEST_P(CorpusStatic, MeetsExpectation)
         ASSERT_NE(info, nullptr);
         EXPECT_EQ(hit->blocking, info->blocking) << hit->rule;
         EXPECT_GT(hit->line, 0) << "static reasons carry the line: " << hit->message;
-        EXPECT_EQ(kl::referee::verdictFor(reasons), info->blocking ? kl::Verdict::Rejected : kl::Verdict::PendingReview);
+        EXPECT_EQ(
+            kl::referee::verdictFor(reasons), info->blocking ? kl::Verdict::Rejected : kl::Verdict::PendingReview);
     } else {
         EXPECT_TRUE(reasons.empty()) << c.file << " must pass the static rules untouched ("
                                      << (c.cheat ? "a dynamic case must reach the GPU" : "honest") << "), got:\n"
@@ -57,13 +57,13 @@ TEST_P(CorpusStatic, MeetsExpectation)
     if (c.file.find("include_reference") == std::string::npos) {
         const kl::KernelSpec spec = kl::parseKernelSpec(source);
         ASSERT_FALSE(spec.launches.empty());
-        EXPECT_EQ(kl::redteam::unknownLaunchArguments(spec, problem), std::vector<std::string>{})
+        EXPECT_EQ(kl::redteam::unknownLaunchArguments(spec, problem), std::vector<std::string> {})
             << c.file << ": launch arguments must be tensors, dims or scalars of " << c.problem;
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, CorpusStatic, ::testing::ValuesIn(kl::redteam::loadCorpus()),
-                         [](const ::testing::TestParamInfo<CorpusCase>& param) { return param.param.name(); });
+    [](const ::testing::TestParamInfo<CorpusCase>& param) { return param.param.name(); });
 
 TEST(CorpusShape, SizeAndRuleCoverage)
 {

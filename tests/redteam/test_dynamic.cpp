@@ -1,9 +1,8 @@
 // The mapping from the harness's GPU observations to rule ids.
 #include "kernels/referee/referee.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
+#include <gtest/gtest.h>
 
 namespace {
 
@@ -47,8 +46,8 @@ TEST(Dynamic, IntegrityFactsNameTheirRules)
     kl::Evaluation e;
     e.shapes = {shape(64, false, {c})};
     EXPECT_EQ(rules(checkDynamic(e, {}, {})),
-              (std::vector<std::string>{"dynamic.canary", "dynamic.input-modified", "dynamic.coverage",
-                                        "correctness.non-finite"}));
+        (std::vector<std::string> {
+            "dynamic.canary", "dynamic.input-modified", "dynamic.coverage", "correctness.non-finite"}));
     for (const auto& r : checkDynamic(e, {}, {}))
         EXPECT_TRUE(r.blocking);
 }
@@ -57,7 +56,7 @@ TEST(Dynamic, PlainErrorIsRelL2AndPassingIsClean)
 {
     kl::Evaluation e;
     e.shapes = {shape(64, false, {check("normal", true), check("large", false)})};
-    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string>{"correctness.rel-l2"});
+    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string> {"correctness.rel-l2"});
     e.shapes = {shape(64, false, {check("normal", true), check("large", true)})};
     EXPECT_TRUE(checkDynamic(e, {}, {}).empty());
 }
@@ -66,20 +65,20 @@ TEST(Dynamic, RunOrderExposesState)
 {
     kl::Evaluation e;
     e.shapes = {shape(64, false, {check("order:A", true), check("order:B", true), check("order:A'", false)})};
-    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string>{"dynamic.state-between-launches"});
+    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string> {"dynamic.state-between-launches"});
     e.shapes = {shape(64, false, {check("order:A", true), check("order:B", false), check("order:A'", true)})};
-    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string>{"dynamic.state-between-launches"});
+    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string> {"dynamic.state-between-launches"});
     // A wrong A is a plain error, not state.
     e.shapes = {shape(64, false, {check("order:A", false), check("order:B", false), check("order:A'", false)})};
     EXPECT_EQ(rules(checkDynamic(e, {}, {})),
-              (std::vector<std::string>{"correctness.rel-l2", "correctness.rel-l2", "correctness.rel-l2"}));
+        (std::vector<std::string> {"correctness.rel-l2", "correctness.rel-l2", "correctness.rel-l2"}));
 }
 
 TEST(Dynamic, TimedOutputsWrongWhileChecksPassed)
 {
     kl::Evaluation e;
     e.shapes = {shape(64, false, {check("normal", true), check("timed:7", false)})};
-    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string>{"dynamic.timed-output-wrong"});
+    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string> {"dynamic.timed-output-wrong"});
 }
 
 TEST(Dynamic, HeldOutShapeOnlyWhenEveryShownShapePasses)
@@ -87,10 +86,10 @@ TEST(Dynamic, HeldOutShapeOnlyWhenEveryShownShapePasses)
     kl::Evaluation e;
     e.shapes = {shape(64, false, {check("normal", true)}), shape(3001, true, {check("normal", false)})};
     const auto rs = checkDynamic(e, {}, {});
-    ASSERT_EQ(rules(rs), std::vector<std::string>{"dynamic.held-out-shape"});
+    ASSERT_EQ(rules(rs), std::vector<std::string> {"dynamic.held-out-shape"});
     EXPECT_NE(rs[0].message.find("T=3001"), std::string::npos);
     e.shapes[0] = shape(64, false, {check("normal", false)});
-    EXPECT_EQ(rules(checkDynamic(e, {}, {})), (std::vector<std::string>{"correctness.rel-l2", "correctness.rel-l2"}));
+    EXPECT_EQ(rules(checkDynamic(e, {}, {})), (std::vector<std::string> {"correctness.rel-l2", "correctness.rel-l2"}));
 }
 
 TEST(Dynamic, KernelRecordsMustMatchThePlan)
@@ -100,14 +99,15 @@ TEST(Dynamic, KernelRecordsMustMatchThePlan)
     obs.observedKernels = {"_Z14rmsnorm_kernelP13__nv_bfloat16PKS_S2_iif"};
     obs.observedKernelsValid = true;
     EXPECT_TRUE(checkDynamic({}, {}, obs).empty());
-    obs.observedKernels = {"rmsnorm_kernel(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, int, int, float)",
-                           "rmsnorm_rows(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, int, float)"};
+    obs.observedKernels
+        = {"rmsnorm_kernel(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, int, int, float)",
+            "rmsnorm_rows(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, int, float)"};
     auto rs = checkDynamic({}, {}, obs);
-    ASSERT_EQ(rules(rs), std::vector<std::string>{"dynamic.kernel-mismatch"});
+    ASSERT_EQ(rules(rs), std::vector<std::string> {"dynamic.kernel-mismatch"});
     EXPECT_NE(rs[0].message.find("rmsnorm_rows"), std::string::npos);
     obs.observedKernels = {};
     rs = checkDynamic({}, {}, obs);
-    ASSERT_EQ(rules(rs), std::vector<std::string>{"dynamic.kernel-mismatch"});
+    ASSERT_EQ(rules(rs), std::vector<std::string> {"dynamic.kernel-mismatch"});
     EXPECT_NE(rs[0].message.find("planned but not run: rmsnorm_kernel"), std::string::npos);
     obs.observedKernelsValid = false; // without CUPTI there is nothing to compare
     EXPECT_TRUE(checkDynamic({}, {}, obs).empty());
@@ -131,11 +131,11 @@ TEST(Dynamic, GraphCapture)
     obs.graphCaptured = false;
     obs.graphError = "operation not permitted when stream is capturing";
     auto rs = checkDynamic({}, {}, obs);
-    ASSERT_EQ(rules(rs), std::vector<std::string>{"graph.capture-failed"});
+    ASSERT_EQ(rules(rs), std::vector<std::string> {"graph.capture-failed"});
     EXPECT_NE(rs[0].message.find("not permitted"), std::string::npos);
     obs.graphCaptured = true;
     obs.graphReplayCorrect = false;
-    EXPECT_EQ(rules(checkDynamic({}, {}, obs)), std::vector<std::string>{"graph.capture-failed"});
+    EXPECT_EQ(rules(checkDynamic({}, {}, obs)), std::vector<std::string> {"graph.capture-failed"});
     obs.graphReplayCorrect = true;
     EXPECT_TRUE(checkDynamic({}, {}, obs).empty());
 }

@@ -7,12 +7,11 @@
 #include "kernels/referee/referee.h"
 #include "tests/redteam/corpus.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <gtest/gtest.h>
 #include <map>
 #include <memory>
 
@@ -22,7 +21,10 @@ namespace {
 
 using kl::redteam::CorpusCase;
 
-bool runsOnGpu(const CorpusCase& c) { return !c.cheat || c.stage == "dynamic"; }
+bool runsOnGpu(const CorpusCase& c)
+{
+    return !c.cheat || c.stage == "dynamic";
+}
 
 std::vector<CorpusCase> gpuCases()
 {
@@ -72,7 +74,7 @@ std::string describe(const kl::Evaluation& e)
     return s;
 }
 
-class RedteamGpu : public ::testing::TestWithParam<CorpusCase> {};
+class RedteamGpu : public ::testing::TestWithParam<CorpusCase> { };
 
 TEST_P(RedteamGpu, Verdict)
 {
@@ -88,9 +90,9 @@ TEST_P(RedteamGpu, Verdict)
     opt.heldOutCount = 4;
     opt.maxSecondsPerShape = 0.3;
     opt.seed = std::getenv("KL_REDTEAM_SEED") ? std::strtoull(std::getenv("KL_REDTEAM_SEED"), nullptr, 10) : 20261130;
-    const kl::Evaluation e = evaluatorFor(c.problem).evaluate(cand, opt, kl::CancelToken{});
+    const kl::Evaluation e = evaluatorFor(c.problem).evaluate(cand, opt, kl::CancelToken {});
 
-    Outcome o{c.file, c.cheat, kl::verdictName(e.verdict), e.reasons, false};
+    Outcome o {c.file, c.cheat, kl::verdictName(e.verdict), e.reasons, false};
     if (c.cheat) {
         const bool named = std::any_of(e.reasons.begin(), e.reasons.end(), [&](const kl::VerdictReason& r) {
             return r.blocking && std::find(c.expect.begin(), c.expect.end(), r.rule) != c.expect.end();
@@ -112,7 +114,7 @@ TEST_P(RedteamGpu, Verdict)
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, RedteamGpu, ::testing::ValuesIn(gpuCases()),
-                         [](const ::testing::TestParamInfo<CorpusCase>& param) { return param.param.name(); });
+    [](const ::testing::TestParamInfo<CorpusCase>& param) { return param.param.name(); });
 
 class WriteSummary : public ::testing::Environment {
 public:
@@ -127,7 +129,7 @@ public:
             for (const auto& r : o.reasons)
                 reasons.push_back(kl::toJson(r));
             all.push_back({{"file", o.file}, {"kind", o.cheat ? "cheat" : "honest"}, {"verdict", o.verdict},
-                           {"as_expected", o.ok}, {"reasons", reasons}});
+                {"as_expected", o.ok}, {"reasons", reasons}});
         }
         std::filesystem::create_directories(dir);
         std::ofstream(std::filesystem::path(dir) / "redteam-gpu.json") << all.dump(1) << "\n";

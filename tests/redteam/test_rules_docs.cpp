@@ -2,10 +2,9 @@
 #include "kernels/referee/referee.h"
 #include "tests/redteam/corpus.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
+#include <gtest/gtest.h>
 #include <regex>
 #include <sstream>
 

@@ -2,9 +2,8 @@
 #include "kernels/referee/referee.h"
 #include "kernels/referee/source_tokens.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
+#include <gtest/gtest.h>
 
 namespace {
 
@@ -17,8 +16,8 @@ kl::Problem bf16Problem()
     p.name = "rmsnorm";
     p.dims = {{"T", 1, 65536, 1, true}, {"H", 1024, 16384, 8, true}};
     p.tensors = {{"x", kl::DType::BF16, {kl::Expr::parse("T"), kl::Expr::parse("H")}, kl::TensorRole::Input, 1.0},
-                 {"w", kl::DType::BF16, {kl::Expr::parse("H")}, kl::TensorRole::Input, 1.0},
-                 {"y", kl::DType::BF16, {kl::Expr::parse("T"), kl::Expr::parse("H")}, kl::TensorRole::Output, 1.0}};
+        {"w", kl::DType::BF16, {kl::Expr::parse("H")}, kl::TensorRole::Input, 1.0},
+        {"y", kl::DType::BF16, {kl::Expr::parse("T"), kl::Expr::parse("H")}, kl::TensorRole::Output, 1.0}};
     return p;
 }
 
@@ -40,9 +39,8 @@ std::vector<std::string> rulesOf(const std::vector<kl::VerdictReason>& rs)
 
 bool has(const std::vector<kl::VerdictReason>& rs, const std::string& rule, int line = 0)
 {
-    return std::any_of(rs.begin(), rs.end(), [&](const kl::VerdictReason& r) {
-        return r.rule == rule && (line == 0 || r.line == line);
-    });
+    return std::any_of(rs.begin(), rs.end(),
+        [&](const kl::VerdictReason& r) { return r.rule == rule && (line == 0 || r.line == line); });
 }
 
 std::string describe(const std::vector<kl::VerdictReason>& rs)
@@ -55,17 +53,19 @@ std::string describe(const std::vector<kl::VerdictReason>& rs)
 
 TEST(Tokenizer, DropsCommentsKeepsStringsAndLines)
 {
-    const auto toks = kl::referee::tokenize("int a; // clock64()\n/* __trap()\n */ \"clock64\" x\n#include <cuda_fp16.h>\nb");
+    const auto toks
+        = kl::referee::tokenize("int a; // clock64()\n/* __trap()\n */ \"clock64\" x\n#include <cuda_fp16.h>\nb");
     std::vector<std::string> idents;
     for (const auto& t : toks)
         if (t.kind == TokenKind::Identifier)
             idents.push_back(t.text + "@" + std::to_string(t.line));
-    EXPECT_EQ(idents, (std::vector<std::string>{"int@1", "a@1", "x@3", "b@5"}));
+    EXPECT_EQ(idents, (std::vector<std::string> {"int@1", "a@1", "x@3", "b@5"}));
     const auto str = std::find_if(toks.begin(), toks.end(), [](const auto& t) { return t.kind == TokenKind::String; });
     ASSERT_NE(str, toks.end());
     EXPECT_EQ(str->text, "clock64");
     EXPECT_EQ(str->line, 3);
-    const auto header = std::find_if(toks.begin(), toks.end(), [](const auto& t) { return t.kind == TokenKind::HeaderName; });
+    const auto header
+        = std::find_if(toks.begin(), toks.end(), [](const auto& t) { return t.kind == TokenKind::HeaderName; });
     ASSERT_NE(header, toks.end());
     EXPECT_EQ(header->text, "cuda_fp16.h");
     EXPECT_EQ(header->line, 4);
@@ -84,17 +84,17 @@ TEST(Tokenizer, LineSplicesKeepPhysicalLineNumbers)
 TEST(StaticRules, MutableDeviceGlobalIsRejectedConstIsFine)
 {
     const std::string src = "#include <cuda_bf16.h>\n"
-                            "__device__ int calls;\n"                                  // 2 mutable
-                            "__device__ const float kTable[4] = {1, 2, 3, 4};\n"      // 3 fine
-                            "__constant__ float kScale[2];\n"                           // 4 fine
-                            "__device__ __managed__ float cache[1024];\n"              // 5 mutable
-                            "static __device__ unsigned long long seen = 0;\n"         // 6 mutable
-                            "__device__ const float* table_ptr;\n"                     // 7 mutable pointer
-                            "__device__ float* const fixed_ptr = nullptr;\n"           // 8 const pointer: fine
-                            "__device__ constexpr int kWarp = 32;\n"                   // 9 fine
+                            "__device__ int calls;\n" // 2 mutable
+                            "__device__ const float kTable[4] = {1, 2, 3, 4};\n" // 3 fine
+                            "__constant__ float kScale[2];\n" // 4 fine
+                            "__device__ __managed__ float cache[1024];\n" // 5 mutable
+                            "static __device__ unsigned long long seen = 0;\n" // 6 mutable
+                            "__device__ const float* table_ptr;\n" // 7 mutable pointer
+                            "__device__ float* const fixed_ptr = nullptr;\n" // 8 const pointer: fine
+                            "__device__ constexpr int kWarp = 32;\n" // 9 fine
                             "__device__ __forceinline__ float sq(float v) { return v * v; }\n" // 10 a function
-                            "__device__ __align__(16) float staging[8];\n"             // 11 mutable
-                            "__device__ int brace{3};\n";                               // 12 mutable
+                            "__device__ __align__(16) float staging[8];\n" // 11 mutable
+                            "__device__ int brace{3};\n"; // 12 mutable
     const auto rs = checkSource(src, bf16Problem());
     for (int line : {2, 5, 6, 7, 11, 12})
         EXPECT_TRUE(has(rs, "static.mutable-global", line)) << line << "\n" << describe(rs);
@@ -106,13 +106,14 @@ TEST(StaticRules, MutableDeviceGlobalIsRejectedConstIsFine)
 
 TEST(StaticRules, MacrosAndAttributesDoNotHideGlobals)
 {
-    const std::string src = "#define DEV __device__\n"
-                            "#define KEEP(type, name) __device__ type name\n"
-                            "DEV int hidden;\n"                                   // 3
-                            "KEEP(float, kept)[16];\n"                            // 4
-                            "__attribute__((device)) unsigned spelled_out;\n"     // 5
-                            "#define LIMIT 4096\n"
-                            "__global__ void k(float* y, int T) { if (T == LIMIT) y[0] = hidden + kept[0] + spelled_out; }\n"; // 7
+    const std::string src
+        = "#define DEV __device__\n"
+          "#define KEEP(type, name) __device__ type name\n"
+          "DEV int hidden;\n" // 3
+          "KEEP(float, kept)[16];\n" // 4
+          "__attribute__((device)) unsigned spelled_out;\n" // 5
+          "#define LIMIT 4096\n"
+          "__global__ void k(float* y, int T) { if (T == LIMIT) y[0] = hidden + kept[0] + spelled_out; }\n"; // 7
     const auto rs = checkSource(src, bf16Problem());
     for (int line : {3, 4, 5})
         EXPECT_TRUE(has(rs, "static.mutable-global", line)) << line << "\n" << describe(rs);
@@ -125,9 +126,9 @@ TEST(StaticRules, CastingConstAwayFromADeviceGlobalIsState)
                             "__device__ const float kTable[4] = {1, 2, 3, 4};\n"
                             "__global__ void k(float* y, const float* x) {\n"
                             "    unsigned int* s = const_cast<unsigned int*>(kSlots);\n" // 4
-                            "    float* t = (float*)kTable;\n"                          // 5
-                            "    float* u = const_cast<float*>(x);\n"                   // 6 not a global
-                            "    y[0] = kTable[1] + s[0] + t[0] + u[0];\n"               // 7 reading is fine
+                            "    float* t = (float*)kTable;\n" // 5
+                            "    float* u = const_cast<float*>(x);\n" // 6 not a global
+                            "    y[0] = kTable[1] + s[0] + t[0] + u[0];\n" // 7 reading is fine
                             "}\n";
     const auto rs = checkSource(src, bf16Problem());
     EXPECT_TRUE(has(rs, "static.mutable-global", 4)) << describe(rs);
@@ -138,10 +139,10 @@ TEST(StaticRules, CastingConstAwayFromADeviceGlobalIsState)
 TEST(StaticRules, FunctionScopeStaticIsStateSharedStaticIsNot)
 {
     const std::string src = "__global__ void k(float* y) {\n"
-                            "    static int count;\n"               // 2
+                            "    static int count;\n" // 2
                             "    __shared__ float buf[32];\n"
                             "    static __shared__ float red[32];\n" // 4 fine
-                            "    static const int kN = 4;\n"         // 5 fine
+                            "    static const int kN = 4;\n" // 5 fine
                             "    y[0] = static_cast<float>(count);\n"
                             "}\n";
     const auto rs = checkSource(src, bf16Problem());
@@ -151,11 +152,12 @@ TEST(StaticRules, FunctionScopeStaticIsStateSharedStaticIsNot)
 
 TEST(StaticRules, NamespacesAndStructsDoNotHideGlobals)
 {
-    const std::string src = "namespace detail {\n"
-                            "struct Acc { float s; __device__ void add(float v) { s += v; } };\n"
-                            "__device__ Acc leftover;\n" // 3
-                            "}\n"
-                            "extern \"C\" __global__ void k(float* y) { detail::Acc a{0.f}; a.add(1.f); y[0] = a.s; }\n";
+    const std::string src
+        = "namespace detail {\n"
+          "struct Acc { float s; __device__ void add(float v) { s += v; } };\n"
+          "__device__ Acc leftover;\n" // 3
+          "}\n"
+          "extern \"C\" __global__ void k(float* y) { detail::Acc a{0.f}; a.add(1.f); y[0] = a.s; }\n";
     const auto rs = checkSource(src, bf16Problem());
     EXPECT_TRUE(has(rs, "static.mutable-global", 3)) << describe(rs);
     EXPECT_EQ(rs.size(), 1u) << describe(rs);
@@ -165,10 +167,10 @@ TEST(StaticRules, TimerReadsInCodeAndPtxButNotInComments)
 {
     const std::string src = "// we never call clock64() here\n"
                             "__global__ void k(long long* y) {\n"
-                            "    long long t0 = clock64();\n"                                        // 3
+                            "    long long t0 = clock64();\n" // 3
                             "    unsigned long long g; asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(g));\n" // 4
-                            "    unsigned c; asm volatile(\"mov.u32 %0, %%clo\" \"ck;\" : \"=r\"(c));\n"  // 5 split
-                            "    const char* s = \"clock64\";\n"                                     // 6 a string
+                            "    unsigned c; asm volatile(\"mov.u32 %0, %%clo\" \"ck;\" : \"=r\"(c));\n" // 5 split
+                            "    const char* s = \"clock64\";\n" // 6 a string
                             "    y[0] = t0 + g + c + (s != nullptr);\n"
                             "}\n";
     const auto rs = checkSource(src, bf16Problem());
@@ -183,11 +185,11 @@ TEST(StaticRules, EarlyExitInPtxAndIntrinsics)
 {
     const std::string src = "__global__ void k(float* y, int T) {\n"
                             "    if (blockIdx.x > 3) asm volatile(\"exit;\");\n" // 2
-                            "    if (blockIdx.x == 2) __trap();\n"               // 3
+                            "    if (blockIdx.x == 2) __trap();\n" // 3
                             "    asm volatile(\"{\\n\\t.reg .pred p;\\n\\t@p trap;\\n}\");\n" // 4
                             "    asm volatile(\"ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];\" :: \"l\"(y));\n" // 5 fine
-                            "    const char* exit_code = \"exit\";\n"   // 6 fine: not an instruction
-                            "    if (threadIdx.x >= T) return;\n"       // 7 fine
+                            "    const char* exit_code = \"exit\";\n" // 6 fine: not an instruction
+                            "    if (threadIdx.x >= T) return;\n" // 7 fine
                             "    y[threadIdx.x] = exit_code[0];\n"
                             "}\n";
     const auto rs = checkSource(src, bf16Problem());
@@ -211,12 +213,13 @@ TEST(StaticRules, IncludeAllowList)
     EXPECT_FALSE(kl::referee::includeAllowed("/usr/include/stdio.h"));
     const std::string src = "#include <cuda_fp16.h>\n"
                             "#include \"reference.cu\"\n" // 2
-                            "#include <stdio.h>\n"        // 3
+                            "#include <stdio.h>\n" // 3
                             "#  include <cub/cub.cuh>\n"
                             "#define HDR <thread>\n"
-                            "#include HDR\n";             // 6
+                            "#include HDR\n"; // 6
     const auto rs = checkSource(src, bf16Problem());
-    EXPECT_EQ(rulesOf(rs), (std::vector<std::string>{"static.include", "static.include", "static.include"})) << describe(rs);
+    EXPECT_EQ(rulesOf(rs), (std::vector<std::string> {"static.include", "static.include", "static.include"}))
+        << describe(rs);
     EXPECT_TRUE(has(rs, "static.include", 2));
     EXPECT_TRUE(has(rs, "static.include", 3));
     EXPECT_TRUE(has(rs, "static.include", 6));
@@ -226,15 +229,15 @@ TEST(StaticRules, HostCodeAndPrintf)
 {
     const std::string src = "__global__ void child(float* y) { y[0] = 1; }\n"
                             "__global__ void k(float* y) {\n"
-                            "    child<<<1, 1>>>(y);\n"                     // 3
+                            "    child<<<1, 1>>>(y);\n" // 3
                             "    cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);\n" // 4
-                            "    float* tmp = (float*)malloc(16);\n"        // 5
-                            "    printf(\"%f\\n\", tmp[0]);\n"               // 6
-                            "    int* p = new int[4];\n"                   // 7
+                            "    float* tmp = (float*)malloc(16);\n" // 5
+                            "    printf(\"%f\\n\", tmp[0]);\n" // 6
+                            "    int* p = new int[4];\n" // 7
                             "}\n"
-                            "__host__ void setup() {}\n"                   // 9
+                            "__host__ void setup() {}\n" // 9
                             "__host__ __device__ float twice(float v) { return 2 * v; }\n" // 10 fine
-                            "struct NoCopy { NoCopy(const NoCopy&) = delete; };\n";        // 11 fine
+                            "struct NoCopy { NoCopy(const NoCopy&) = delete; };\n"; // 11 fine
     const auto rs = checkSource(src, bf16Problem());
     for (int line : {3, 4, 5, 7, 9})
         EXPECT_TRUE(has(rs, "static.host-code", line)) << line << "\n" << describe(rs);
@@ -254,17 +257,17 @@ TEST(StaticRules, TokenPastingIsRejected)
 TEST(StaticRules, ShapeSpecialCasesAreFlaggedNotRejected)
 {
     const std::string src = "__global__ void k(float* y, const float* x, int T, int hidden, float eps) {\n"
-                            "    if (T == 4096) { y[0] = 0; }\n"                  // 2 exact shape
-                            "    if (T < 16) return;\n"                           // 3 skip small
-                            "    if (hidden > 8192) { return; }\n"                // 4 skip large (kernel param)
+                            "    if (T == 4096) { y[0] = 0; }\n" // 2 exact shape
+                            "    if (T < 16) return;\n" // 3 skip small
+                            "    if (hidden > 8192) { return; }\n" // 4 skip large (kernel param)
                             "    const int rows = T;\n"
                             "    for (int i = 0; i < min(rows, 2048); ++i) y[i] = x[i];\n" // 6 clamp via alias
-                            "    if (gridDim.x != 128) y[1] = 1;\n"               // 7 grid is a shape
-                            "    if (T == 0) return;\n"                           // 8 fine: empty guard
-                            "    if (threadIdx.x >= T) return;\n"                 // 9 fine: bounds
+                            "    if (gridDim.x != 128) y[1] = 1;\n" // 7 grid is a shape
+                            "    if (T == 0) return;\n" // 8 fine: empty guard
+                            "    if (threadIdx.x >= T) return;\n" // 9 fine: bounds
                             "    if (hidden <= 2048) { y[2] = x[2]; } else { y[2] = x[3]; }\n" // 10 fine: path choice
-                            "    if (T < 16) { y[3] = x[3] * eps; return; }\n"    // 11 fine: does work first
-                            "    if (BLOCK == 256) y[4] = 0;\n"                   // 12 fine: a parameter
+                            "    if (T < 16) { y[3] = x[3] * eps; return; }\n" // 11 fine: does work first
+                            "    if (BLOCK == 256) y[4] = 0;\n" // 12 fine: a parameter
                             "    int n = hidden % 8 == 0 ? hidden / 8 : hidden;\n" // 13 fine
                             "    y[5] = n;\n"
                             "    switch (hidden) { case 4096: y[6] = 1; break; default: break; }\n" // 15 exact shapes
@@ -284,7 +287,7 @@ TEST(StaticRules, LowerPrecisionDependsOnTheProblemsDtypes)
     const std::string halfMath = "#include <cuda_fp16.h>\n"
                                  "__global__ void k(__nv_bfloat16* y, const __nv_bfloat16* x) {\n"
                                  "    __half h = __float2half(__bfloat162float(x[0]));\n" // 3 fp16 in a bf16 problem
-                                 "    y[0] = __float2bfloat16(__half2float(h));\n"         // 4 same
+                                 "    y[0] = __float2bfloat16(__half2float(h));\n" // 4 same
                                  "}\n";
     const auto rs = checkSource(halfMath, bf16Problem());
     EXPECT_TRUE(has(rs, "static.lower-precision", 3)) << describe(rs);
@@ -300,11 +303,12 @@ TEST(StaticRules, LowerPrecisionDependsOnTheProblemsDtypes)
                               "}\n";
     EXPECT_TRUE(checkSource(f16Io, f16Problem()).empty()) << describe(checkSource(f16Io, f16Problem()));
     // 16-bit arithmetic is flagged even in an fp16 problem: the math contract is fp32.
-    const std::string f16Math = "#include <cuda_fp16.h>\n"
-                                "__global__ void k(__half* y, const __half* x) {\n"
-                                "    y[0] = __hmul(x[0], x[1]);\n" // 3
-                                "    asm(\"fma.rn.f16x2 %0, %1, %2, %3;\" : \"=r\"(*(unsigned*)y) : \"r\"(0), \"r\"(0), \"r\"(0));\n" // 4
-                                "}\n";
+    const std::string f16Math
+        = "#include <cuda_fp16.h>\n"
+          "__global__ void k(__half* y, const __half* x) {\n"
+          "    y[0] = __hmul(x[0], x[1]);\n" // 3
+          "    asm(\"fma.rn.f16x2 %0, %1, %2, %3;\" : \"=r\"(*(unsigned*)y) : \"r\"(0), \"r\"(0), \"r\"(0));\n" // 4
+          "}\n";
     const auto rs16 = checkSource(f16Math, f16Problem());
     EXPECT_TRUE(has(rs16, "static.lower-precision", 3)) << describe(rs16);
     EXPECT_TRUE(has(rs16, "static.lower-precision", 4)) << describe(rs16);
@@ -329,7 +333,8 @@ TEST(StaticRules, Fp8AndTf32AreLowerPrecision)
                             "#include <mma.h>\n"
                             "__global__ void k(float* y) {\n"
                             "    __nv_fp8_e4m3 q(y[0]);\n" // 4
-                            "    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 8, nvcuda::wmma::precision::tf32, nvcuda::wmma::row_major> a;\n" // 5
+                            "    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 8, "
+                            "nvcuda::wmma::precision::tf32, nvcuda::wmma::row_major> a;\n" // 5
                             "    y[0] = float(q);\n"
                             "}\n";
     const auto rs = checkSource(src, bf16Problem());
@@ -354,7 +359,7 @@ TEST(StaticRules, VerdictFromReasons)
     EXPECT_EQ(verdictFor({}), kl::Verdict::Accepted);
     EXPECT_EQ(verdictFor({{"static.shape-special-case", "m", 3, false}}), kl::Verdict::PendingReview);
     EXPECT_EQ(verdictFor({{"static.shape-special-case", "m", 3, false}, {"static.timer-read", "m", 4, true}}),
-              kl::Verdict::Rejected);
+        kl::Verdict::Rejected);
 }
 
 } // namespace
@@ -363,17 +368,17 @@ namespace {
 
 TEST(StaticRules, MalformedSourcesNeverCrashOrHang)
 {
-    const std::vector<std::string> nasty = {
-        "", "\"unterminated", "/* unterminated", "'", "#", "#include", "#include <", "#define", "#define F(",
-        "#define A A\nA", "#define A B\n#define B A\nA B", "#define F(x) F(x)\nF(F(1))", "R\"delim(never closed",
-        "__device__", "__device__ int", "if (", "if (T ==", "min(", "min(T,", "}}}}{{{", "__global__ void k(",
-        "asm(\"%\");", std::string(1, '\0') + "x", "\\\n\\\n\\", "const_cast<", "(*)kX", "__attribute__((((("};
+    const std::vector<std::string> nasty
+        = {"", "\"unterminated", "/* unterminated", "'", "#", "#include", "#include <", "#define", "#define F(",
+            "#define A A\nA", "#define A B\n#define B A\nA B", "#define F(x) F(x)\nF(F(1))", "R\"delim(never closed",
+            "__device__", "__device__ int", "if (", "if (T ==", "min(", "min(T,", "}}}}{{{", "__global__ void k(",
+            "asm(\"%\");", std::string(1, '\0') + "x", "\\\n\\\n\\", "const_cast<", "(*)kX", "__attribute__((((("};
     for (const auto& src : nasty)
         EXPECT_NO_THROW(checkSource(src, bf16Problem())) << src;
     // Pseudo-random token soup: deterministic, so a failure reproduces.
-    const std::vector<std::string> pieces = {"__device__", "int", "x", "T", "==", "4096", "(", ")", "{", "}", ";",
-                                             "if", "return", "#define M", "\n", "min", ",", "const", "*", "static",
-                                             "asm(\"exit;\")", "\"s\"", "/*", "*/", "//", "[", "]", "=", "<<<", "##"};
+    const std::vector<std::string> pieces = {"__device__", "int", "x", "T", "==", "4096", "(", ")", "{", "}", ";", "if",
+        "return", "#define M", "\n", "min", ",", "const", "*", "static", "asm(\"exit;\")", "\"s\"", "/*", "*/", "//",
+        "[", "]", "=", "<<<", "##"};
     std::uint32_t state = 12345;
     for (int round = 0; round < 200; ++round) {
         std::string src;
@@ -398,7 +403,8 @@ TEST(StaticRules, MacroBombIsRejectedQuickly)
     const auto rs = checkSource(src, bf16Problem());
     EXPECT_TRUE(has(rs, "static.macro-expansion", 16)) << describe(rs);
     // A macro used many times but expanding to little is fine.
-    EXPECT_TRUE(checkSource("#define ONE 1\n__global__ void k(int* y) { y[0] = ONE + ONE + ONE; }\n", bf16Problem()).empty());
+    EXPECT_TRUE(
+        checkSource("#define ONE 1\n__global__ void k(int* y) { y[0] = ONE + ONE + ONE; }\n", bf16Problem()).empty());
 }
 
 } // namespace
