@@ -45,8 +45,9 @@ def errors(got, ref):
     d = got - ref
     den = ref.pow(2).sum().item()
     rel = math.sqrt(d.pow(2).sum().item() / den) if den > 0 else math.sqrt(d.pow(2).sum().item())
-    # The harness's error measure: absolute below magnitude 1, relative above.
-    mx = (d.abs() / ref.abs().clamp(min=1.0)).max().item() if d.numel() else 0.0
+    # The harness's error measure: |c - r| / max(|r|, rms(r), 1).
+    floor = max(1.0, math.sqrt(den / max(1, ref.numel())))
+    mx = (d.abs() / ref.abs().clamp(min=floor)).max().item() if d.numel() else 0.0
     finite = bool(torch.isfinite(got).all().item() or not torch.isfinite(ref).all().item())
     return rel, mx, finite
 

@@ -641,7 +641,11 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
         auto ex = [&](const Expr& e, const std::string& what) {
             return toCExpression(e.text(), identMap(p, &k.params, what), what);
         };
-        o << "    /* launch " << step << " of " << k.spec.launches.size() << ": " << l.kernel << " */\n    {\n";
+        o << "    /* launch " << step << " of " << k.spec.launches.size() << ": " << l.kernel << " grid=("
+          << commentSafe(l.grid[0].text()) << ", " << commentSafe(l.grid[1].text()) << ", " << commentSafe(l.grid[2].text())
+          << ") block=(" << commentSafe(l.block[0].text()) << ", " << commentSafe(l.block[1].text()) << ", "
+          << commentSafe(l.block[2].text()) << ") smem=" << commentSafe(l.sharedBytes.text())
+          << "\n       (parameters are baked into the expressions below) */\n    {\n";
         o << "        long long kl_g[3], kl_b[3], kl_smem;\n";
         for (int d = 0; d < 3; ++d) {
             o << "        if (!klx_to_int(" << ex(l.grid[d], "grid") << ", 1, " << (d == 0 ? "2147483647LL" : "65535LL")
