@@ -299,7 +299,17 @@ protected:
         for (const auto& [i, c] : m_results)
             if (std::isfinite(c))
                 worst = std::max(worst, std::log(c));
-        for (const auto& [i, c] : m_results) {
+        // Exact GP inference is cubic in the observations: past 160, keep the 100 best and the 60 latest.
+        std::vector<std::pair<std::size_t, double>> train = m_results;
+        if (train.size() > 160) {
+            std::vector<std::pair<std::size_t, double>> latest(train.end() - 60, train.end());
+            train.resize(train.size() - 60);
+            std::partial_sort(train.begin(), train.begin() + 100, train.end(),
+                              [](const auto& a, const auto& b) { return a.second < b.second; });
+            train.resize(100);
+            train.insert(train.end(), latest.begin(), latest.end());
+        }
+        for (const auto& [i, c] : train) {
             X.push_back(m_space.features(i));
             y.push_back(std::isfinite(c) ? std::log(c) : worst + 1.0);
         }
