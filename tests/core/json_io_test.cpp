@@ -71,7 +71,14 @@ TEST(EvaluationJson, RoundTrips)
     kl::ShapeResult r;
     r.shape.dims = {{"T", 4096}, {"H", 8192}};
     r.correct = true;
-    r.timing = kl::TimingStats{101.5, 100.0, 104.0, 101.0, 102.0, 57, false, 1};
+    kl::TimingStats t;
+    t.medianUs = 101.5;
+    t.p10Us = 100.0;
+    t.p90Us = 104.0;
+    t.ciLowUs = 101.0;
+    t.ciHighUs = 102.0;
+    t.samples = 57;
+    r.timing = t;
     r.speedup = 1.31;
     kl::CorrectnessStats c;
     c.relL2 = 3e-3;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <gtest/gtest.h>
 #include <random>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,12 +60,20 @@ TEST(SessionCrash, KillNineDuringWritesLosesNothingCompleted)
             writerMain(dir, fds[1]);
         }
         ::close(fds[1]);
+        std::uint64_t firstSeq = 0;
+        if (it % 2 == 1) {
+            // Every other round waits for the writer's first completed event, so the loop makes progress
+            // on a loaded machine; the other rounds kill at any instant, during start-up included.
+            pollfd pfd{fds[0], POLLIN, 0};
+            if (::poll(&pfd, 1, 5000) == 1 && ::read(fds[0], &firstSeq, sizeof firstSeq) != sizeof firstSeq)
+                firstSeq = 0;
+        }
         ::usleep(static_cast<useconds_t>(rng() % 25000));
         ::kill(pid, SIGKILL);
         int status = 0;
         ::waitpid(pid, &status, 0);
         ASSERT_TRUE(WIFSIGNALED(status)) << "writer exited on its own with " << WEXITSTATUS(status);
-        std::uint64_t seq = 0, last = 0;
+        std::uint64_t seq = 0, last = firstSeq;
         while (::read(fds[0], &seq, sizeof seq) == sizeof seq)
             last = seq;
         ::close(fds[0]);

@@ -58,7 +58,14 @@ inline Evaluation sampleEvaluation(const std::string& id, double speedup)
     ShapeResult r;
     r.shape.dims = {{"T", 4096}};
     r.correct = true;
-    r.timing = TimingStats{10, 9, 11, 9.9, 10.1, 30, false, 1};
+    TimingStats t;
+    t.medianUs = 10;
+    t.p10Us = 9;
+    t.p90Us = 11;
+    t.ciLowUs = 9.9;
+    t.ciHighUs = 10.1;
+    t.samples = 30;
+    r.timing = t;
     r.speedup = speedup;
     e.shapes.push_back(r);
     e.objective = speedup;
