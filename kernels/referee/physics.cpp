@@ -66,8 +66,11 @@ double rooflineFloorSeconds(
             bandwidth *= std::max(1.0, settings.l2BandwidthFactor);
         floor = std::max(floor, *bytes / bandwidth);
     }
-    if (const auto flops = evaluateFormula(problem.flops, shape); flops && settings.peakFlops > 0)
-        floor = std::max(floor, *flops / settings.peakFlops);
+    double peak = settings.peakFlops;
+    if (peak <= 0 && device.smCount > 0 && device.smClockMHz > 0)
+        peak = device.smCount * (device.smClockMHz * 1e6) * settings.flopsPerClockPerSm;
+    if (const auto flops = evaluateFormula(problem.flops, shape); flops && peak > 0)
+        floor = std::max(floor, *flops / peak);
     return floor * settings.floorSlack;
 }
 

@@ -74,7 +74,10 @@ struct PhysicsSettings {
     // A working set that fits in L2 can be served faster than HBM copy bandwidth (the harness rotates
     // inputs to keep caches cold, but graph replays of tiny shapes may still hit L2).
     double l2BandwidthFactor = 4.0;
-    double peakFlops = 0; // FLOP/s for the problem's math; 0: no compute floor
+    double peakFlops = 0; // FLOP/s for the problem's math; 0: derived from the device as below
+    // Without a measured peak: SMs x max SM clock x this. 32768 is above every dense tensor rate up to fp4 on
+    // Blackwell, so the derived floor is loose but never wrong; it only catches absurd compute numbers.
+    double flopsPerClockPerSm = 32768;
     // physics.single-shape-speedup: one shape's speedup is at least this many times the median of the
     // others and carries more than singleShapeShare of the total log-speedup gain.
     double singleShapeRatio = 2.0;

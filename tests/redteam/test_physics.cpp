@@ -60,6 +60,16 @@ TEST(Physics, RooflineFloorUsesMeasuredBandwidthAndL2)
     compute.peakFlops = 1.0e12; // a compute floor above the memory floor wins
     EXPECT_DOUBLE_EQ(
         kl::referee::rooflineFloorSeconds(rmsnorm(), big, h200(), compute), 4.0 * 4096 * 8192 / 1.0e12 * 0.9);
+    // Without a measured peak the compute floor comes from SMs x clock x a rate above any tensor core.
+    kl::Problem gemm = rmsnorm();
+    gemm.bytes = kl::Expr::parse("2*(T*H + H*H + T*H)");
+    gemm.flops = kl::Expr::parse("2*T*H*H");
+    kl::DeviceInfo clocked = h200();
+    clocked.smCount = 132;
+    clocked.smClockMHz = 1980;
+    clocked.measuredCopyBandwidth = 0; // the compute floor alone
+    const double peak = 132 * 1980e6 * PhysicsSettings{}.flopsPerClockPerSm;
+    EXPECT_DOUBLE_EQ(kl::referee::rooflineFloorSeconds(gemm, big, clocked, settings), 2.0 * 4096 * 8192 * 8192 / peak * 0.9);
     kl::DeviceInfo unmeasured = h200();
     unmeasured.measuredCopyBandwidth = 0;
     EXPECT_EQ(kl::referee::rooflineFloorSeconds(rmsnorm(), big, unmeasured, settings), 0.0);
