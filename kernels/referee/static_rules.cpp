@@ -1126,6 +1126,13 @@ const std::vector<std::string>& includeAllowList()
         "math_constants.h",
         "vector_types.h",
         "vector_functions.h",
+        // Standard headers for types and limits: harmless (device code cannot call the host), and LLMs add them.
+        "cstdint",
+        "stdint.h",
+        "climits",
+        "cfloat",
+        "limits",
+        "type_traits",
     };
     return list;
 }

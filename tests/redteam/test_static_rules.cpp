@@ -210,6 +210,8 @@ TEST(StaticRules, IncludeAllowList)
     EXPECT_FALSE(kl::referee::includeAllowed("cuda/../../etc/passwd"));
     EXPECT_FALSE(kl::referee::includeAllowed("cub/"));
     EXPECT_FALSE(kl::referee::includeAllowed("cuda_runtime.h"));
+    EXPECT_TRUE(kl::referee::includeAllowed("cstdint"));
+    EXPECT_FALSE(kl::referee::includeAllowed("cstdio"));
     EXPECT_FALSE(kl::referee::includeAllowed("/usr/include/stdio.h"));
     const std::string src = "#include <cuda_fp16.h>\n"
                             "#include \"reference.cu\"\n" // 2
