@@ -1,0 +1,15 @@
+#pragma once
+#include <QString>
+
+namespace kl::app {
+
+// Where the bundled recorded session is: $KL_DEMO_SESSION, installed next to the binary
+// (../share/kernelloop/demo-session), the source tree's resources/demo-session, or the copy embedded in
+// the binary (:/demo-session, extracted once to the cache folder because the store reads real files).
+// Empty when this build has none.
+QString demoSessionDir();
+
+// Copies a Qt resource folder to a real directory; returns false naming the file that failed.
+bool extractResourceDir(const QString& resourceDir, const QString& targetDir, QString* error = nullptr);
+
+} // namespace kl::app

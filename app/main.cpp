@@ -1,0 +1,142 @@
+// kernelloop: the KernelLoop workbench.
+#include "app/demo_session.h"
+#include "app/main_window.h"
+#include "app/screenshot.h"
+#include "app/start_page.h"
+#include "app/theme.h"
+#include "app/timeline_panel.h"
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QDir>
+#include <QFileInfo>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+bool hasArg(int argc, char** argv, const char* name)
+{
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], name) == 0 || std::strncmp(argv[i], name, std::strlen(name)) == 0)
+            return true;
+    }
+    return false;
+}
+
+// Qt aborts with a terse plugin error when it has no display; say what to do instead.
+bool displayAvailable(int argc, char** argv)
+{
+#ifdef Q_OS_LINUX
+    if (hasArg(argc, argv, "-platform") || hasArg(argc, argv, "--platform"))
+        return true;
+    const QByteArray platform = qgetenv("QT_QPA_PLATFORM");
+    const bool x11 = !qgetenv("DISPLAY").isEmpty();
+    const bool wayland = !qgetenv("WAYLAND_DISPLAY").isEmpty();
+    if (platform.isEmpty())
+        return x11 || wayland;
+    if (platform.startsWith("xcb"))
+        return x11;
+    if (platform.startsWith("wayland"))
+        return wayland;
+    return true; // offscreen, minimal, vnc, eglfs, linuxfb: no display server needed
+#else
+    (void)argc;
+    (void)argv;
+    return true;
+#endif
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    const bool screenshot = hasArg(argc, argv, "--screenshot");
+    const bool wantsHelp = hasArg(argc, argv, "--help") || hasArg(argc, argv, "-h") || hasArg(argc, argv, "--version");
+    if (screenshot && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+        qputenv("QT_QPA_PLATFORM", "offscreen");
+    if (wantsHelp && !displayAvailable(argc, argv))
+        qputenv("QT_QPA_PLATFORM", "offscreen");
+    if (!displayAvailable(argc, argv)) {
+        std::fprintf(stderr,
+                     "kernelloop: no display found (DISPLAY and WAYLAND_DISPLAY are unset), so the workbench cannot "
+                     "open a window.\n"
+                     "  On this machine use the command-line tool instead:\n"
+                     "      kloop --help                 all commands\n"
+                     "      kloop session show DIR       a session's candidates and results\n"
+                     "      kloop session diff DIR A B   the diff between two candidates\n"
+                     "  Or render the workbench's views to PNG files:  kernelloop --screenshot OUT_DIR [SESSION]\n"
+                     "  Or run it on a virtual display:                xvfb-run -a kernelloop\n");
+        return 2;
+    }
+
+    QApplication::setHighDpiScaleFactorRoundingPolicy(Qt::HighDpiScaleFactorRoundingPolicy::PassThrough);
+    QApplication app(argc, argv);
+    QApplication::setOrganizationName(QStringLiteral("KernelLoop"));
+    QApplication::setApplicationName(QStringLiteral("kernelloop"));
+    QApplication::setApplicationVersion(QStringLiteral(KL_APP_VERSION));
+
+    QCommandLineParser parser;
+    parser.setApplicationDescription(
+        QStringLiteral("KernelLoop workbench: candidate tree, diffs, live charts, review queue, timeline."));
+    parser.addHelpOption();
+    parser.addVersionOption();
+    parser.addPositionalArgument(QStringLiteral("session"), QStringLiteral("A session directory to open."));
+    QCommandLineOption replay(QStringLiteral("replay"), QStringLiteral("Replay the session with its recorded timing."));
+    QCommandLineOption speed(QStringLiteral("speed"), QStringLiteral("Replay speed factor (0: as fast as possible)."),
+                             QStringLiteral("factor"), QStringLiteral("2"));
+    QCommandLineOption readOnly(QStringLiteral("read-only"), QStringLiteral("Open the session without writing to it."));
+    QCommandLineOption trace(QStringLiteral("trace"), QStringLiteral("Open a trace in the timeline."),
+                             QStringLiteral("file"));
+    QCommandLineOption shots(QStringLiteral("screenshot"),
+                             QStringLiteral("Render each main view to PNG files in DIR (offscreen) and exit."),
+                             QStringLiteral("dir"));
+    QCommandLineOption themeOpt(QStringLiteral("theme"), QStringLiteral("system, light or dark."),
+                                QStringLiteral("name"), QStringLiteral("system"));
+    QCommandLineOption startPage(QStringLiteral("start-page"),
+                                 QStringLiteral("Show the start page instead of the bundled session."));
+    parser.addOptions({replay, speed, readOnly, trace, shots, themeOpt, startPage});
+    parser.process(app);
+
+    kl::app::applyTheme(app, kl::app::themeChoiceFromString(parser.value(themeOpt)));
+    kl::app::MainWindow window;
+    const QStringList positional = parser.positionalArguments();
+    const QString session = positional.isEmpty() ? QString() : QFileInfo(positional.front()).absoluteFilePath();
+
+    if (parser.isSet(shots)) {
+        kl::app::ScreenshotOptions options;
+        options.outputDir = parser.value(shots);
+        options.sessionDir = session;
+        options.tracePath = parser.value(trace);
+        const auto result = kl::app::renderScreenshots(window, options);
+        for (const QString& f : result.files)
+            std::printf("%s\n", qPrintable(f));
+        if (!result.error.isEmpty()) {
+            std::fprintf(stderr, "kernelloop --screenshot: %s\n", qPrintable(result.error));
+            return 1;
+        }
+        return 0;
+    }
+
+    window.restoreLayout();
+    window.show();
+    if (!session.isEmpty()) {
+        kl::app::OpenMode mode = kl::app::OpenMode::Writable;
+        if (parser.isSet(replay))
+            mode = kl::app::OpenMode::Replay;
+        else if (parser.isSet(readOnly) || !QFileInfo(session).isWritable())
+            mode = kl::app::OpenMode::Load;
+        window.openSession(session, mode, parser.value(speed).toDouble());
+    } else if (!parser.isSet(startPage) && !kl::app::StartPage::localGpuPresent()
+               && !kl::app::demoSessionDir().isEmpty()) {
+        // No GPU here: land in the recorded H200 session, replayed, so every view is alive.
+        window.openSession(kl::app::demoSessionDir(), kl::app::OpenMode::Replay, parser.value(speed).toDouble());
+    } else {
+        window.showStartPage();
+    }
+    if (parser.isSet(trace))
+        window.timelinePanel()->loadTrace(parser.value(trace));
+    return app.exec();
+}

@@ -1,0 +1,614 @@
+#include "app/main_window.h"
+
+#include "app/bottleneck_panel.h"
+#include "app/candidate_panel.h"
+#include "app/charts_panel.h"
+#include "app/demo_session.h"
+#include "app/diff_view.h"
+#include "app/export_winner.h"
+#include "app/hypothesis_console.h"
+#include "app/models/candidate_tree_model.h"
+#include "app/models/session_metrics.h"
+#include "app/review_panel.h"
+#include "app/session_controller.h"
+#include "app/start_page.h"
+#include "app/status_field.h"
+#include "app/theme.h"
+#include "app/timeline_panel.h"
+
+#include <QAction>
+#include <QActionGroup>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDir>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QProgressBar>
+#include <QSettings>
+#include <QStackedWidget>
+#include <QStatusBar>
+#include <QTimer>
+#include <QTreeView>
+#include <QtConcurrent/QtConcurrentRun>
+
+namespace kl::app {
+
+namespace {
+
+constexpr int kLayoutVersion = 1;
+
+QString traceSummary(const SelectionStats& s, bool wholeTrace)
+{
+    const double span = static_cast<double>(s.t1 - s.t0);
+    QString text;
+    const QString where = wholeTrace ? QStringLiteral("Over the whole trace") : QStringLiteral("In the selected range");
+    if (span <= 0)
+        return {};
+    text += QStringLiteral("%1 (%2), the GPU is busy %3 of the time")
+                .arg(where, formatDurationNs(span))
+                .arg(QStringLiteral("%1%").arg(100.0 * static_cast<double>(s.gpuBusyNs) / span, 0, 'f', 0));
+    if (!s.topKernels.empty() && s.gpuBusyNs > 0) {
+        const auto& [name, ns] = s.topKernels.front();
+        text += QStringLiteral("; %1 takes %2% of GPU time (%3)")
+                    .arg(QString::fromStdString(name).left(80))
+                    .arg(100.0 * static_cast<double>(ns) / static_cast<double>(s.gpuBusyNs), 0, 'f', 0)
+                    .arg(formatDurationNs(static_cast<double>(ns)));
+    }
+    const auto api = s.byKind.find(kl::prof::EventKind::RuntimeApi);
+    const auto kernels = s.byKind.find(kl::prof::EventKind::Kernel);
+    if (api != s.byKind.end() && kernels != s.byKind.end() && s.gpuBusyNs < span / 2)
+        text += QStringLiteral(". The GPU idles more than half the time: launch overhead or host work between %1 "
+                               "kernels dominates; fuse kernels or capture them in a CUDA graph")
+                    .arg(kernels->second);
+    return text + QLatin1Char('.');
+}
+
+} // namespace
+
+MainWindow::MainWindow(QWidget* parent)
+    : QMainWindow(parent)
+    , m_controller(new SessionController(this))
+    , m_stack(new QStackedWidget(this))
+    , m_start(new StartPage(this))
+    , m_diff(new DiffView(this))
+    , m_candidates(new CandidatePanel(this))
+    , m_charts(new ChartsPanel(this))
+    , m_review(new ReviewPanel(this))
+    , m_console(new HypothesisConsole(this))
+    , m_timeline(new TimelinePanel(this))
+    , m_bottleneck(new BottleneckPanel(this))
+    , m_workerLabel(new StatusField(60, this))
+    , m_gpuLabel(new StatusField(48, this))
+    , m_bestLabel(new StatusField(24, this))
+    , m_statusTimer(new QTimer(this))
+    , m_budget(new QProgressBar(this))
+{
+    setObjectName(QStringLiteral("mainWindow"));
+    setWindowTitle(tr("KernelLoop"));
+    setDockNestingEnabled(true);
+    m_stack->addWidget(m_start);
+    m_stack->addWidget(m_diff);
+    setCentralWidget(m_stack);
+
+    addDock(tr("Candidates"), QStringLiteral("candidatesDock"), m_candidates, Qt::LeftDockWidgetArea);
+    auto* review = addDock(tr("Review queue"), QStringLiteral("reviewDock"), m_review, Qt::RightDockWidgetArea);
+    auto* console =
+        addDock(tr("Hypothesis"), QStringLiteral("hypothesisDock"), m_console, Qt::RightDockWidgetArea);
+    auto* bottleneck =
+        addDock(tr("Bottleneck"), QStringLiteral("bottleneckDock"), m_bottleneck, Qt::RightDockWidgetArea);
+    auto* charts = addDock(tr("Charts"), QStringLiteral("chartsDock"), m_charts, Qt::BottomDockWidgetArea);
+    auto* timeline = addDock(tr("Timeline"), QStringLiteral("timelineDock"), m_timeline, Qt::BottomDockWidgetArea);
+    splitDockWidget(review, console, Qt::Vertical);
+    tabifyDockWidget(console, bottleneck);
+    tabifyDockWidget(charts, timeline);
+    console->raise();
+    charts->raise();
+    resizeDocks({findChild<QDockWidget*>(QStringLiteral("candidatesDock")), review}, {520, 420}, Qt::Horizontal);
+    resizeDocks({charts}, {300}, Qt::Vertical);
+
+    m_budget->setMaximumWidth(180);
+    m_budget->setTextVisible(true);
+    m_budget->hide();
+    statusBar()->addWidget(m_workerLabel, 1);
+    statusBar()->addPermanentWidget(m_bestLabel);
+    statusBar()->addPermanentWidget(m_gpuLabel);
+    statusBar()->addPermanentWidget(m_budget);
+    m_workerLabel->setText(tr("No session open"));
+    // The status bar is text for a human: a few updates a second are plenty, however fast events arrive.
+    m_statusTimer->setSingleShot(true);
+    m_statusTimer->setInterval(250);
+    connect(m_statusTimer, &QTimer::timeout, this, &MainWindow::updateStatusBar);
+
+    createActions();
+
+    connect(m_controller, &SessionController::opened, this, &MainWindow::onOpened);
+    connect(m_controller, &SessionController::sessionUpdated, this, &MainWindow::onSessionUpdated);
+    connect(m_controller, &SessionController::eventsArrived, m_console, &HypothesisConsole::appendEvents);
+    connect(m_controller, &SessionController::replayProgress, this, [this]() {
+        if (!m_statusTimer->isActive())
+            m_statusTimer->start();
+    });
+    connect(m_controller, &SessionController::replayFinished, this, [this]() {
+        updateStatusBar();
+        showMessage(tr("Replay finished"));
+    });
+    connect(m_controller, &SessionController::failed, this, [this](const QString& message) {
+        showMessage(message, 10000);
+        if (!m_controller->isOpen())
+            m_workerLabel->setText(message);
+    });
+
+    connect(m_candidates, &CandidatePanel::currentCandidateChanged, this, &MainWindow::onCurrentCandidate);
+    connect(m_candidates, &CandidatePanel::compareRequested, this, &MainWindow::compare);
+    connect(m_candidates, &CandidatePanel::branchRequested, this, [this](const QString& id) {
+        if (!m_controller->isWritable()) {
+            showMessage(tr("Read-only session: open the session directory to branch from %1").arg(id));
+            return;
+        }
+        m_controller->branchFrom(id);
+        showMessage(tr("The next proposals branch from %1").arg(id));
+    });
+    connect(m_candidates, &CandidatePanel::exportRequested, this, &MainWindow::exportDialog);
+    connect(m_review, &ReviewPanel::candidateActivated, m_candidates, &CandidatePanel::selectCandidate);
+    connect(m_review, &ReviewPanel::decided, this, [this](const QString& id, bool approved, const QString& reason) {
+        m_controller->recordReview(id, approved, reason);
+        showMessage(approved ? tr("Approved %1").arg(id) : tr("Rejected %1: %2").arg(id, reason));
+    });
+    connect(m_console, &HypothesisConsole::hypothesisSubmitted, this,
+            [this](const QString& text, const QString& agent) {
+                m_controller->addHypothesis(text);
+                showMessage(tr("Hypothesis recorded for %1").arg(agent));
+            });
+    auto* bottleneckPanel = static_cast<BottleneckPanel*>(m_bottleneck);
+    connect(bottleneckPanel, &BottleneckPanel::useAsHypothesis, this, [this](const QString& summary) {
+        m_console->setHypothesisText(summary);
+        if (auto* dock = findChild<QDockWidget*>(QStringLiteral("hypothesisDock"))) {
+            dock->show();
+            dock->raise();
+        }
+    });
+    connect(m_timeline, &TimelinePanel::openTraceRequested, this, [this](bool append) {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Open trace"), QString(),
+                                                          tr("Traces (*.json *.json.gz *.sqlite *.kltrace);;All files (*)"));
+        if (!path.isEmpty())
+            m_timeline->loadTrace(path, append);
+    });
+    connect(m_timeline, &TimelinePanel::loadFailed, this, [this](const QString& m) { showMessage(m, 10000); });
+    connect(m_timeline, &TimelinePanel::traceLoaded, this, [this](const QString& label) {
+        showMessage(tr("Loaded trace %1").arg(label));
+        if (auto* dock = findChild<QDockWidget*>(QStringLiteral("timelineDock"))) {
+            dock->show();
+            dock->raise();
+        }
+    });
+    connect(m_timeline, &TimelinePanel::tracesChanged, this, [this, bottleneckPanel]() {
+        const auto traces = m_timeline->rowModel()->traces();
+        const auto rows = m_timeline->rowModel()->rows();
+        std::int64_t end = 0;
+        for (const auto& t : traces)
+            end = std::max(end, t.trace->endNs());
+        auto* watcher = new QFutureWatcher<SelectionStats>(this);
+        connect(watcher, &QFutureWatcher<SelectionStats>::finished, this, [watcher, bottleneckPanel]() {
+            const SelectionStats s = watcher->result();
+            bottleneckPanel->setAnalysis(selectionStatsHtml(s) + QStringLiteral("<p>%1</p>").arg(traceSummary(s, true)),
+                                         traceSummary(s, true));
+            watcher->deleteLater();
+        });
+        watcher->setFuture(QtConcurrent::run([traces, rows, end]() { return computeSelectionStats(traces, rows, 0, end); }));
+    });
+    connect(m_timeline, &TimelinePanel::selectionChanged, this, [bottleneckPanel](const SelectionStats& s) {
+        bottleneckPanel->setAnalysis(selectionStatsHtml(s) + QStringLiteral("<p>%1</p>").arg(traceSummary(s, false)),
+                                     traceSummary(s, false));
+    });
+
+    connect(m_start, &StartPage::openSessionRequested, this, [this]() { openSessionDialog(OpenMode::Writable); });
+    connect(m_start, &StartPage::replaySessionRequested, this, [this]() { openSessionDialog(OpenMode::Replay); });
+    connect(m_start, &StartPage::openTraceRequested, this, &MainWindow::openTraceDialog);
+    connect(m_start, &StartPage::openDemoRequested, this, [this]() {
+        const QString demo = demoSessionDir();
+        if (demo.isEmpty())
+            showMessage(tr("This build has no bundled session"));
+        else
+            openSession(demo, OpenMode::Replay, 4.0);
+    });
+    connect(m_start, &StartPage::recentSessionActivated, this,
+            [this](const QString& dir) { openSession(dir, OpenMode::Writable); });
+    connect(m_start, &StartPage::newSessionRequested, this, [this](const QString& problem) {
+        QMessageBox::information(
+            this, tr("New session"),
+            tr("New sessions run where the GPU is. On the GPU host run:\n\n  kloop run %1 --session DIR\n\n"
+               "then open DIR here to follow it live, review diffs and send hypotheses.")
+                .arg(problem));
+    });
+    m_start->setRecentSessions(QSettings().value(QStringLiteral("recentSessions")).toStringList());
+    m_start->setDemoAvailable(!demoSessionDir().isEmpty());
+
+    m_defaultState = saveState(kLayoutVersion);
+    resize(1440, 900);
+}
+
+MainWindow::~MainWindow() = default;
+
+QDockWidget* MainWindow::addDock(const QString& title, const QString& objectName, QWidget* widget,
+                                 Qt::DockWidgetArea area)
+{
+    auto* dock = new QDockWidget(title, this);
+    dock->setObjectName(objectName);
+    dock->setWidget(widget);
+    dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetClosable
+                      | QDockWidget::DockWidgetFloatable);
+    addDockWidget(area, dock);
+    return dock;
+}
+
+QList<QDockWidget*> MainWindow::docks() const
+{
+    return findChildren<QDockWidget*>();
+}
+
+void MainWindow::createActions()
+{
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("&Open Session…"), QKeySequence::Open, this, [this]() { openSessionDialog(OpenMode::Writable); });
+    file->addAction(tr("&Replay Session…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O), this,
+                    [this]() { openSessionDialog(OpenMode::Replay); });
+    file->addAction(tr("Replay &Bundled H200 Session"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_D), this, [this]() {
+        const QString demo = demoSessionDir();
+        if (!demo.isEmpty())
+            openSession(demo, OpenMode::Replay, 4.0);
+        else
+            showMessage(tr("This build has no bundled session"));
+    });
+    file->addAction(tr("Open &Trace…"), QKeySequence(Qt::CTRL | Qt::Key_T), this, &MainWindow::openTraceDialog);
+    file->addSeparator();
+    file->addAction(tr("&Export Selected Candidate…"), QKeySequence(Qt::CTRL | Qt::Key_E), this, [this]() {
+        QString id = m_candidates->currentCandidate();
+        if (id.isEmpty() && m_controller->session()) {
+            const auto best = bestCandidate(*m_controller->session());
+            if (best)
+                id = QString::fromStdString(*best);
+        }
+        exportDialog(id);
+    });
+    file->addSeparator();
+    file->addAction(tr("&Start Page"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_S), this, &MainWindow::showStartPage);
+    file->addAction(tr("&Close Session"), QKeySequence::Close, this, [this]() {
+        m_controller->close();
+        showStartPage();
+    });
+    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+
+    QMenu* candidate = menuBar()->addMenu(tr("&Candidate"));
+    candidate->addAction(tr("Diff Against &Parent"), QKeySequence(Qt::CTRL | Qt::Key_P), this,
+                         [this]() { onCurrentCandidate(m_candidates->currentCandidate()); });
+    candidate->addAction(tr("&Compare Two Selected"), QKeySequence(Qt::CTRL | Qt::Key_D), this, [this]() {
+        const QStringList ids = m_candidates->selectedCandidates();
+        if (ids.size() == 2)
+            compare(ids[0], ids[1]);
+        else
+            showMessage(tr("Select exactly two candidates (Ctrl+click) to compare them"));
+    });
+    candidate->addAction(tr("&Branch From Selected"), QKeySequence(Qt::CTRL | Qt::Key_B), this, [this]() {
+        const QString id = m_candidates->currentCandidate();
+        if (!id.isEmpty())
+            emit m_candidates->branchRequested(id);
+    });
+    candidate->addAction(tr("Go to &Best"), QKeySequence(Qt::CTRL | Qt::Key_G), this, [this]() {
+        if (!m_controller->session())
+            return;
+        const auto best = bestCandidate(*m_controller->session());
+        if (best)
+            m_candidates->selectCandidate(QString::fromStdString(*best));
+    });
+    candidate->addSeparator();
+    candidate->addAction(tr("&Next Change"), QKeySequence(Qt::Key_F7), m_diff, &DiffView::nextChange);
+    candidate->addAction(tr("P&revious Change"), QKeySequence(Qt::SHIFT | Qt::Key_F7), m_diff, &DiffView::previousChange);
+    candidate->addSeparator();
+    candidate->addAction(tr("&Approve Review Item"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A), m_review,
+                         &ReviewPanel::approveCurrent);
+    candidate->addAction(tr("Re&ject Review Item"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R), m_review,
+                         &ReviewPanel::rejectCurrent);
+    candidate->addAction(tr("Write &Hypothesis"), QKeySequence(Qt::CTRL | Qt::Key_H), this, [this]() {
+        if (auto* dock = findChild<QDockWidget*>(QStringLiteral("hypothesisDock"))) {
+            dock->show();
+            dock->raise();
+        }
+        m_console->editor()->setFocus();
+    });
+    candidate->addAction(tr("Bottleneck Summary → Hypothesis"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_H), this,
+                         [this]() {
+                             auto* panel = static_cast<BottleneckPanel*>(m_bottleneck);
+                             if (!panel->summary().isEmpty())
+                                 emit panel->useAsHypothesis(panel->summary());
+                         });
+
+    QMenu* replay = menuBar()->addMenu(tr("&Replay"));
+    auto* pause = replay->addAction(tr("&Pause"), QKeySequence(Qt::Key_F8), this, [this]() {
+        m_controller->setPaused(!m_controller->isPaused());
+        updateStatusBar();
+    });
+    pause->setCheckable(false);
+    auto* speeds = new QActionGroup(this);
+    for (const auto& [label, speed, key] : {std::tuple{tr("Real Time (1×)"), 1.0, Qt::Key_1},
+                                            std::tuple{tr("4×"), 4.0, Qt::Key_2}, std::tuple{tr("16×"), 16.0, Qt::Key_3},
+                                            std::tuple{tr("As Fast as Possible"), 0.0, Qt::Key_4}}) {
+        auto* a = replay->addAction(label, QKeySequence(Qt::CTRL | Qt::ALT | key), this, [this, s = speed]() {
+            m_speed = s;
+            m_controller->setSpeed(s);
+            updateStatusBar();
+        });
+        a->setCheckable(true);
+        speeds->addAction(a);
+    }
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    for (QDockWidget* dock : docks())
+        view->addAction(dock->toggleViewAction());
+    view->addSeparator();
+    view->addAction(tr("&Reset Layout"), this, [this]() { restoreState(m_defaultState, kLayoutVersion); });
+
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&Keyboard Shortcuts"), QKeySequence::HelpContents, this, [this]() {
+        QMessageBox::information(
+            this, tr("Keyboard shortcuts"),
+            tr("Ctrl+O open session · Ctrl+Shift+O replay · Ctrl+T open trace · Ctrl+E export\n"
+               "Ctrl+P diff vs parent · Ctrl+D compare two · Ctrl+B branch · Ctrl+G best\n"
+               "F7 / Shift+F7 next / previous change · Ctrl+Shift+A approve · Ctrl+Shift+R reject\n"
+               "Ctrl+H hypothesis · Ctrl+Return send · Ctrl+Shift+H bottleneck → hypothesis\n"
+               "F8 pause replay · Ctrl+Alt+1..4 replay speed\n"
+               "Timeline: wheel zoom · drag pan · Shift+drag select · double-click fit · +/- · arrows"));
+    });
+}
+
+void MainWindow::openSession(const QString& directory, OpenMode mode, double speed)
+{
+    m_sessionReadyEmitted = false;
+    m_diffShownFor.clear();
+    m_speed = speed;
+    m_console->clearTranscript();
+    m_diff->clear(tr("Loading %1…").arg(QDir::toNativeSeparators(directory)));
+    m_workerLabel->setText(tr("Opening %1…").arg(QDir::toNativeSeparators(directory)));
+    // An empty snapshot first, so the previous session's rows never mix with this one's.
+    m_candidates->setSession(nullptr);
+    m_review->setSession(nullptr);
+    m_charts->setSession(nullptr);
+    m_controller->open(directory, mode, speed);
+}
+
+void MainWindow::showStartPage()
+{
+    m_start->setRecentSessions(QSettings().value(QStringLiteral("recentSessions")).toStringList());
+    m_stack->setCurrentWidget(m_start);
+}
+
+void MainWindow::showWorkbench()
+{
+    m_stack->setCurrentWidget(m_diff);
+}
+
+void MainWindow::onOpened(const OpenedSession& info)
+{
+    showWorkbench();
+    setWindowTitle(tr("%1 — KernelLoop").arg(info.displayName));
+    m_review->setWritable(info.writable);
+    m_console->setWritable(info.writable);
+    m_charts->setProblem(info.problem);
+    if (!info.replaying)
+        addRecent(info.directory);
+    if (!info.warnings.isEmpty())
+        showMessage(info.warnings.join(QStringLiteral("; ")), 10000);
+    updateStatusBar();
+}
+
+void MainWindow::onSessionUpdated(const SessionSnapshot& s)
+{
+    m_candidates->setSession(s);
+    m_review->setSession(s);
+    m_charts->setSession(s);
+    if (!s)
+        return;
+    QString current = m_candidates->currentCandidate();
+    if (current.isEmpty() && !s->tree.empty()) {
+        const auto best = bestCandidate(*s);
+        m_candidates->selectCandidate(QString::fromStdString(best ? *best : s->tree.order().front()));
+    } else if (current == m_diffShownFor && s->tree.contains(current.toStdString())) {
+        // Same candidate, but a parent may have arrived or the candidate may be re-shown after a load.
+        const auto& c = s->tree.at(current.toStdString());
+        if (c.sourceHash != m_diffSourceHash)
+            onCurrentCandidate(current);
+    }
+    if (!m_sessionReadyEmitted || !m_controller->isReplaying())
+        updateStatusBar();
+    else if (!m_statusTimer->isActive())
+        m_statusTimer->start();
+    if (!m_sessionReadyEmitted) {
+        m_sessionReadyEmitted = true;
+        emit sessionReady();
+    }
+}
+
+void MainWindow::onCurrentCandidate(const QString& id)
+{
+    const SessionSnapshot& s = m_controller->session();
+    m_charts->setSelectedCandidate(id);
+    if (!s || id.isEmpty() || !s->tree.contains(id.toStdString()))
+        return;
+    const kl::Candidate& c = s->tree.at(id.toStdString());
+    m_diffShownFor = id;
+    m_diffSourceHash = c.sourceHash;
+    if (c.parentId.empty() || !s->tree.contains(c.parentId)) {
+        m_diff->setTexts(tr("(no parent: %1 is a root)").arg(id), std::string(), id, c.source);
+        return;
+    }
+    const kl::Candidate& parent = s->tree.at(c.parentId);
+    m_diff->setTexts(tr("%1 (parent)").arg(QString::fromStdString(parent.id)), parent.source,
+                     QStringLiteral("%1 — %2").arg(id, kl::app::statusText(c.status)), c.source);
+}
+
+void MainWindow::compare(const QString& oldId, const QString& newId)
+{
+    const SessionSnapshot& s = m_controller->session();
+    if (!s || !s->tree.contains(oldId.toStdString()) || !s->tree.contains(newId.toStdString()))
+        return;
+    m_diffShownFor.clear();
+    m_diff->setTexts(oldId, s->tree.at(oldId.toStdString()).source, newId, s->tree.at(newId.toStdString()).source);
+    showWorkbench();
+}
+
+bool MainWindow::exportTo(const QString& candidateId, const QString& directory, QString* error)
+{
+    const SessionSnapshot& s = m_controller->session();
+    if (!s) {
+        if (error)
+            *error = tr("No session open");
+        return false;
+    }
+    const ExportResult r = exportCandidate(*s, candidateId.toStdString(), directory);
+    if (error)
+        *error = r.error;
+    return r.error.isEmpty();
+}
+
+void MainWindow::exportDialog(const QString& id)
+{
+    if (id.isEmpty()) {
+        showMessage(tr("Select a candidate to export"));
+        return;
+    }
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Export %1 to").arg(id));
+    if (dir.isEmpty())
+        return;
+    QString error;
+    if (exportTo(id, QDir(dir).filePath(id), &error))
+        showMessage(tr("Exported %1 to %2").arg(id, QDir::toNativeSeparators(QDir(dir).filePath(id))));
+    else
+        QMessageBox::warning(this, tr("Export failed"), error);
+}
+
+void MainWindow::updateStatusBar()
+{
+    const SessionSnapshot& s = m_controller->session();
+    const OpenedSession& info = m_controller->info();
+    QString worker;
+    if (!m_controller->isOpen()) {
+        worker = tr("No session open");
+    } else if (m_controller->isReplaying()) {
+        const QString speed = m_speed <= 0 ? tr("max speed") : QStringLiteral("%1×").arg(m_speed);
+        worker = tr("Replaying %1: event %2 of %3 · %4%5")
+                     .arg(info.displayName)
+                     .arg(m_controller->eventsApplied())
+                     .arg(info.eventCount)
+                     .arg(speed, m_controller->isPaused() ? tr(" · paused (F8)") : QString());
+    } else if (info.writable) {
+        worker = tr("%1 · live (writable): decisions and hypotheses are recorded").arg(info.displayName);
+    } else {
+        worker = tr("%1 · read-only").arg(info.displayName);
+    }
+    if (s)
+        worker += tr(" · %1 candidates").arg(s->tree.size());
+    m_workerLabel->setText(worker);
+
+    if (s && !s->device.empty()) {
+        QString gpu = QStringLiteral("%1 (%2)").arg(QString::fromStdString(s->device.name),
+                                                    QString::fromStdString(s->device.arch));
+        const auto ordered = evaluationsInOrder(*s);
+        if (!ordered.empty() && ordered.back()->deviceAfter.available) {
+            const auto& d = ordered.back()->deviceAfter;
+            gpu += tr(" · SM %1 MHz · mem %2 MHz · %3 °C").arg(d.smClockMHz).arg(d.memClockMHz).arg(d.temperatureC);
+            if (d.throttled())
+                gpu += tr(" · throttled: %1").arg(QString::fromStdString(d.throttleText));
+        } else if (s->device.smClockMHz > 0) {
+            gpu += tr(" · SM ≤ %1 MHz").arg(s->device.smClockMHz);
+        }
+        m_gpuLabel->setText(gpu);
+    } else {
+        m_gpuLabel->clear();
+    }
+    if (s) {
+        const auto best = bestCandidate(*s);
+        if (best) {
+            const auto& e = s->evaluations.at(*best);
+            m_bestLabel->setText(tr("best %1: %2").arg(QString::fromStdString(*best), formatSpeedup(e.objective)));
+        } else {
+            m_bestLabel->setText(tr("no accepted candidate yet"));
+        }
+        const int maxEvals = s->settings.budget.maxEvaluations;
+        if (maxEvals > 0) {
+            m_budget->setRange(0, maxEvals);
+            m_budget->setValue(std::min<int>(maxEvals, static_cast<int>(s->evaluations.size())));
+            m_budget->setFormat(tr("budget %v / %m evaluations"));
+            m_budget->show();
+        } else {
+            m_budget->hide();
+        }
+    }
+}
+
+QString MainWindow::statusText() const
+{
+    return m_workerLabel->text() + QStringLiteral(" | ") + m_bestLabel->text() + QStringLiteral(" | ")
+           + m_gpuLabel->text();
+}
+
+void MainWindow::showMessage(const QString& text, int timeoutMs)
+{
+    statusBar()->showMessage(text, timeoutMs);
+}
+
+void MainWindow::openSessionDialog(OpenMode mode)
+{
+    const QString dir = QFileDialog::getExistingDirectory(
+        this, mode == OpenMode::Replay ? tr("Replay session directory") : tr("Open session directory"));
+    if (dir.isEmpty())
+        return;
+    if (mode == OpenMode::Writable && !QFileInfo(dir).isWritable())
+        mode = OpenMode::Load;
+    openSession(dir, mode, mode == OpenMode::Replay ? 4.0 : 1.0);
+}
+
+void MainWindow::openTraceDialog()
+{
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open trace"), QString(),
+                                                      tr("Traces (*.json *.json.gz *.sqlite *.kltrace);;All files (*)"));
+    if (path.isEmpty())
+        return;
+    showWorkbench();
+    m_timeline->loadTrace(path, false);
+}
+
+void MainWindow::addRecent(const QString& directory)
+{
+    QSettings settings;
+    QStringList recent = settings.value(QStringLiteral("recentSessions")).toStringList();
+    recent.removeAll(directory);
+    recent.prepend(directory);
+    while (recent.size() > 10)
+        recent.removeLast();
+    settings.setValue(QStringLiteral("recentSessions"), recent);
+}
+
+void MainWindow::restoreLayout()
+{
+    QSettings settings;
+    restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
+    restoreState(settings.value(QStringLiteral("window/state")).toByteArray(), kLayoutVersion);
+}
+
+void MainWindow::saveLayout() const
+{
+    QSettings settings;
+    settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+    settings.setValue(QStringLiteral("window/state"), saveState(kLayoutVersion));
+}
+
+void MainWindow::closeEvent(QCloseEvent* event)
+{
+    saveLayout();
+    QMainWindow::closeEvent(event);
+}
+
+} // namespace kl::app

@@ -1,0 +1,96 @@
+#pragma once
+// The workbench window: the diff in the centre, docks for candidates, charts, review, hypotheses,
+// timeline and bottlenecks; a start page before a session is open. It only wires signals: data comes
+// from SessionController snapshots, views are the panels.
+#include "app/app_types.h"
+#include "app/session_worker.h"
+
+#include <QMainWindow>
+
+class QDockWidget;
+class QLabel;
+class QProgressBar;
+class QStackedWidget;
+class QTimer;
+
+namespace kl::app {
+
+class CandidatePanel;
+class ChartsPanel;
+class DiffView;
+class HypothesisConsole;
+class ReviewPanel;
+class SessionController;
+class StatusField;
+class StartPage;
+class TimelinePanel;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    void openSession(const QString& directory, OpenMode mode, double speed = 1.0);
+    void showStartPage();
+    void showWorkbench();
+    void compare(const QString& oldId, const QString& newId);
+    bool exportTo(const QString& candidateId, const QString& directory, QString* error = nullptr);
+
+    SessionController* controller() const { return m_controller; }
+    CandidatePanel* candidatePanel() const { return m_candidates; }
+    DiffView* diffView() const { return m_diff; }
+    ChartsPanel* chartsPanel() const { return m_charts; }
+    ReviewPanel* reviewPanel() const { return m_review; }
+    HypothesisConsole* hypothesisConsole() const { return m_console; }
+    StartPage* startPage() const { return m_start; }
+    TimelinePanel* timelinePanel() const { return m_timeline; }
+    QWidget* bottleneckPanel() const { return m_bottleneck; }
+    QList<QDockWidget*> docks() const;
+    QString statusText() const;
+
+    void restoreLayout();
+    void saveLayout() const;
+
+signals:
+    void sessionReady(); // opened and the first snapshot shown
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+
+private:
+    void createActions();
+    QDockWidget* addDock(const QString& title, const QString& objectName, QWidget* widget, Qt::DockWidgetArea area);
+    void onOpened(const OpenedSession& info);
+    void onSessionUpdated(const SessionSnapshot& s);
+    void onCurrentCandidate(const QString& id);
+    void updateStatusBar();
+    void showMessage(const QString& text, int timeoutMs = 6000);
+    void openSessionDialog(OpenMode mode);
+    void openTraceDialog();
+    void exportDialog(const QString& id);
+    void addRecent(const QString& directory);
+
+    SessionController* m_controller;
+    QStackedWidget* m_stack;
+    StartPage* m_start;
+    DiffView* m_diff;
+    CandidatePanel* m_candidates;
+    ChartsPanel* m_charts;
+    ReviewPanel* m_review;
+    HypothesisConsole* m_console;
+    TimelinePanel* m_timeline;
+    QWidget* m_bottleneck;
+    StatusField* m_workerLabel;
+    StatusField* m_gpuLabel;
+    StatusField* m_bestLabel;
+    QTimer* m_statusTimer;
+    QProgressBar* m_budget;
+    QByteArray m_defaultState;
+    QString m_diffShownFor; // candidate whose diff is shown, to skip redundant rebuilds
+    std::string m_diffSourceHash;
+    bool m_sessionReadyEmitted = false;
+    double m_speed = 1.0;
+};
+
+} // namespace kl::app

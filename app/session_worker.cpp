@@ -1,0 +1,337 @@
+#include "app/session_worker.h"
+
+#include "core/errors.h"
+#include "core/json_io.h"
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QFileInfo>
+#include <QPointer>
+
+#include <algorithm>
+
+namespace kl::app {
+
+namespace {
+
+kl::Session headerOnly(const kl::Session& full)
+{
+    kl::Session s;
+    s.id = full.id;
+    s.problemName = full.problemName;
+    s.problemFolder = full.problemFolder;
+    s.device = full.device;
+    s.settings = full.settings;
+    s.createdMs = full.createdMs;
+    return s;
+}
+
+QString describe(const std::exception& e)
+{
+    return QString::fromStdString(e.what());
+}
+
+} // namespace
+
+QStringList problemCatalogueDirs()
+{
+    QStringList dirs;
+    const QString appDir = QCoreApplication::applicationDirPath();
+    dirs << QDir(appDir).absoluteFilePath(QStringLiteral("../share/kernelloop/problems"));
+    dirs << QDir(appDir).absoluteFilePath(QStringLiteral("problems"));
+#ifdef KL_APP_SOURCE_DIR
+    dirs << QStringLiteral(KL_APP_SOURCE_DIR "/kernels/problems");
+#endif
+    const QByteArray extra = qgetenv("KL_PROBLEMS_DIR");
+    if (!extra.isEmpty())
+        dirs.prepend(QString::fromLocal8Bit(extra));
+    dirs.removeDuplicates();
+    return dirs;
+}
+
+std::optional<kl::Problem> findProblem(const kl::Session& s, const QString& sessionDir)
+{
+    QStringList candidates;
+    const QString folder = QString::fromStdString(s.problemFolder);
+    if (!folder.isEmpty()) {
+        if (QFileInfo(folder).isAbsolute())
+            candidates << folder;
+        candidates << QDir(sessionDir).absoluteFilePath(folder);
+        candidates << QDir(sessionDir).absoluteFilePath(QStringLiteral("problem"));
+    }
+    for (const QString& dir : problemCatalogueDirs()) {
+        if (!folder.isEmpty())
+            candidates << QDir(dir).absoluteFilePath(QFileInfo(folder).fileName());
+        candidates << QDir(dir).absoluteFilePath(QString::fromStdString(s.problemName));
+    }
+    for (const QString& dir : candidates) {
+        if (!QFileInfo::exists(QDir(dir).absoluteFilePath(QStringLiteral("problem.json"))))
+            continue;
+        try {
+            return kl::loadProblem(dir.toStdString());
+        } catch (const std::exception&) {
+            continue; // a broken catalogue entry only costs the tolerance line
+        }
+    }
+    return std::nullopt;
+}
+
+SessionWorker::SessionWorker(QObject* parent)
+    : QObject(parent)
+    , m_timer(new QTimer(this))
+{
+    m_timer->setSingleShot(true);
+    connect(m_timer, &QTimer::timeout, this, &SessionWorker::step);
+}
+
+SessionWorker::~SessionWorker()
+{
+    close();
+}
+
+void SessionWorker::close()
+{
+    ++m_generation;
+    m_timer->stop();
+    if (m_store && m_busToken)
+        m_store->bus().unsubscribe(m_busToken);
+    m_busToken = 0;
+    m_store.reset();
+    m_session = kl::Session();
+    m_events.clear();
+    m_dueMs.clear();
+    m_unpublished.clear();
+    m_next = 0;
+    m_replaying = false;
+    m_dirty = false;
+}
+
+void SessionWorker::open(const QString& directory, OpenMode mode, double speed, qint64 maxGapMs)
+{
+    close();
+    OpenedSession info;
+    info.directory = directory;
+    info.displayName = QDir(directory).dirName();
+    const std::filesystem::path dir = directory.toStdString();
+    kl::LoadReport report;
+    std::vector<kl::Event> events;
+    kl::Session full;
+    try {
+        if (mode == OpenMode::Writable) {
+            m_store = kl::SessionStore::open(dir, &report);
+            full = m_store->session();
+            events = m_store->events();
+        } else {
+            full = kl::SessionStore::load(dir, &report, &events);
+        }
+    } catch (const std::exception& e) {
+        m_store.reset();
+        emit failed(tr("Could not open session %1: %2").arg(directory, describe(e)));
+        return;
+    }
+    for (const auto& w : report.warnings)
+        info.warnings << QString::fromStdString(w);
+    info.writable = m_store != nullptr;
+    info.replaying = mode == OpenMode::Replay;
+    info.problem = findProblem(full, directory);
+    info.eventCount = events.size();
+    emit opened(info);
+
+    const std::uint64_t generation = m_generation;
+    if (m_store) {
+        QPointer<SessionWorker> self(this);
+        m_busToken = m_store->bus().subscribe([self, generation](const kl::Event& e) {
+            // Store writes may happen on any thread; the worker applies events on its own.
+            QMetaObject::invokeMethod(
+                self.data(),
+                [self, generation, e]() {
+                    if (self && self->m_generation == generation)
+                        self->onLiveEvent(e);
+                },
+                Qt::QueuedConnection);
+        });
+    }
+
+    if (mode != OpenMode::Replay) {
+        m_session = std::move(full);
+        m_events = std::move(events);
+        m_next = m_events.size();
+        m_unpublished = m_events;
+        publish(true);
+        m_events.clear();
+        return;
+    }
+
+    m_session = headerOnly(full);
+    m_events = std::move(events);
+    m_speed = speed;
+    m_maxGapMs = std::max<qint64>(1, maxGapMs);
+    m_dueMs.resize(m_events.size());
+    qint64 due = 0;
+    for (std::size_t i = 0; i < m_events.size(); ++i) {
+        if (i > 0)
+            due += std::clamp<qint64>(m_events[i].timeMs - m_events[i - 1].timeMs, 0, m_maxGapMs);
+        m_dueMs[i] = due;
+    }
+    m_replaying = true;
+    m_paused = false;
+    m_replayOffsetMs = 0;
+    m_clock.start();
+    m_sincePublish.start();
+    publish(false);
+    step();
+}
+
+void SessionWorker::setPaused(bool paused)
+{
+    if (!m_replaying || paused == m_paused)
+        return;
+    if (paused) {
+        m_replayOffsetMs += static_cast<qint64>(m_clock.elapsed() * std::max(m_speed, 0.0));
+        m_timer->stop();
+    } else {
+        m_clock.restart();
+    }
+    m_paused = paused;
+    if (!paused)
+        step();
+}
+
+void SessionWorker::setSpeed(double speed)
+{
+    if (m_replaying && !m_paused) {
+        m_replayOffsetMs += static_cast<qint64>(m_clock.elapsed() * std::max(m_speed, 0.0));
+        m_clock.restart();
+    }
+    m_speed = speed;
+    if (m_replaying && !m_paused)
+        step();
+}
+
+void SessionWorker::step()
+{
+    if (!m_replaying || m_paused)
+        return;
+    const bool asFastAsPossible = m_speed <= 0;
+    const qint64 now = m_replayOffsetMs + static_cast<qint64>(m_clock.elapsed() * std::max(m_speed, 0.0));
+    // In fast mode, apply a bounded batch per turn so close() and pause requests are still served.
+    std::size_t budget = asFastAsPossible ? 256 : m_events.size();
+    while (m_next < m_events.size() && budget > 0 && (asFastAsPossible || m_dueMs[m_next] <= now)) {
+        try {
+            kl::applyEvent(m_session, m_events[m_next]);
+        } catch (const std::exception& e) {
+            emit failed(tr("Replay stopped at event %1: %2").arg(m_events[m_next].seq).arg(describe(e)));
+            m_replaying = false;
+            publish(true);
+            return;
+        }
+        m_unpublished.push_back(m_events[m_next]);
+        m_dirty = true;
+        ++m_next;
+        --budget;
+    }
+    const bool done = m_next >= m_events.size();
+    if (done) {
+        m_replaying = false;
+        publish(true);
+        return;
+    }
+    if (m_dirty && m_sincePublish.elapsed() >= kSnapshotIntervalMs)
+        publish(false);
+    scheduleNext();
+}
+
+void SessionWorker::scheduleNext()
+{
+    if (m_speed <= 0) {
+        m_timer->start(m_dirty ? 1 : 0);
+        return;
+    }
+    const qint64 now = m_replayOffsetMs + static_cast<qint64>(m_clock.elapsed() * m_speed);
+    qint64 waitMs = static_cast<qint64>((m_dueMs[m_next] - now) / m_speed);
+    if (m_dirty)
+        waitMs = std::min<qint64>(waitMs, kSnapshotIntervalMs - m_sincePublish.elapsed());
+    m_timer->start(static_cast<int>(std::clamp<qint64>(waitMs, 0, 60'000)));
+}
+
+void SessionWorker::onLiveEvent(const kl::Event& e)
+{
+    try {
+        kl::applyEvent(m_session, e);
+    } catch (const std::exception& ex) {
+        emit writeFailed(tr("Could not apply event %1: %2").arg(e.seq).arg(describe(ex)));
+        return;
+    }
+    m_unpublished.push_back(e);
+    m_dirty = true;
+    if (m_sincePublish.isValid() && m_sincePublish.elapsed() < kSnapshotIntervalMs) {
+        if (!m_timer->isActive())
+            m_timer->start(static_cast<int>(kSnapshotIntervalMs - m_sincePublish.elapsed()));
+        return;
+    }
+    publish(false);
+}
+
+void SessionWorker::publish(bool finished)
+{
+    FeedUpdate u;
+    u.session = std::make_shared<const kl::Session>(m_session);
+    u.events = std::move(m_unpublished);
+    m_unpublished.clear();
+    u.total = m_events.empty() ? m_next : m_events.size();
+    u.applied = m_events.empty() ? m_next : m_next;
+    u.finished = finished;
+    m_dirty = false;
+    m_sincePublish.start();
+    emit updated(u);
+}
+
+void SessionWorker::recordReview(const QString& candidateId, bool approved, const QString& reason)
+{
+    if (!m_store) {
+        emit writeFailed(tr("This session is open read-only; the decision on %1 was not recorded.").arg(candidateId));
+        return;
+    }
+    try {
+        kl::ReviewDecision r;
+        r.candidateId = candidateId.toStdString();
+        r.approved = approved;
+        r.reason = reason.toStdString();
+        r.decidedMs = kl::nowMs();
+        m_store->recordReview(r);
+    } catch (const std::exception& e) {
+        emit writeFailed(tr("Could not record the decision on %1: %2").arg(candidateId, describe(e)));
+    }
+}
+
+void SessionWorker::addHypothesis(const QString& text)
+{
+    if (!m_store) {
+        emit writeFailed(tr("This session is open read-only; the hypothesis was not recorded."));
+        return;
+    }
+    try {
+        kl::Hypothesis h;
+        h.text = text.toStdString();
+        h.author = kl::Author::Human;
+        h.createdMs = kl::nowMs();
+        m_store->addHypothesis(h);
+    } catch (const std::exception& e) {
+        emit writeFailed(tr("Could not record the hypothesis: %1").arg(describe(e)));
+    }
+}
+
+void SessionWorker::moveHead(const QString& candidateId, const QString& why)
+{
+    if (!m_store) {
+        emit writeFailed(tr("This session is open read-only; cannot branch from %1.").arg(candidateId));
+        return;
+    }
+    try {
+        m_store->moveHead(candidateId.toStdString(), why.toStdString());
+    } catch (const std::exception& e) {
+        emit writeFailed(tr("Could not branch from %1: %2").arg(candidateId, describe(e)));
+    }
+}
+
+} // namespace kl::app

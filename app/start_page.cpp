@@ -1,0 +1,258 @@
+#include "app/start_page.h"
+
+#include "app/session_worker.h"
+#include "app/theme.h"
+#include "core/catalogue.h"
+#include "core/json_io.h"
+
+#include <QComboBox>
+#include <QDir>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QPushButton>
+#include <QSettings>
+#include <QTextBrowser>
+#include <QTreeWidget>
+#include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
+
+namespace kl::app {
+
+std::vector<CatalogueEntry> loadCatalogue()
+{
+    std::vector<CatalogueEntry> out;
+    std::vector<std::string> names;
+    try {
+        names = kl::listProblems();
+    } catch (const std::exception&) {
+        return out;
+    }
+    for (const auto& name : names) {
+        CatalogueEntry entry;
+        entry.name = QString::fromStdString(name);
+        try {
+            const auto folder = kl::findProblemFolder(name);
+            entry.folder = QString::fromStdString(folder.string());
+            const kl::Problem p = kl::loadProblem(folder.string());
+            entry.description = QString::fromStdString(p.description);
+            for (const auto& t : p.tags)
+                entry.tags << QString::fromStdString(t);
+            QStringList dims;
+            for (const auto& d : p.dims)
+                dims << QStringLiteral("%1 ∈ [%2, %3]").arg(QString::fromStdString(d.name)).arg(d.min).arg(d.max);
+            entry.dims = dims.join(QStringLiteral(", "));
+            entry.tuningShapes = static_cast<int>(p.tuningShapes.size());
+        } catch (const std::exception& e) {
+            entry.error = QString::fromStdString(e.what());
+        }
+        out.push_back(std::move(entry));
+    }
+    return out;
+}
+
+bool StartPage::localGpuPresent()
+{
+    // The NVIDIA driver lists its GPUs here; asking CUDA would load the driver on the GUI thread.
+    return QDir(QStringLiteral("/proc/driver/nvidia/gpus")).exists()
+           && !QDir(QStringLiteral("/proc/driver/nvidia/gpus")).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty();
+}
+
+StartPage::StartPage(QWidget* parent)
+    : QWidget(parent)
+    , m_catalogue(new QTreeWidget(this))
+    , m_details(new QTextBrowser(this))
+    , m_recent(new QListWidget(this))
+    , m_where(new QComboBox(this))
+    , m_remote(new QLineEdit(this))
+    , m_gpuNote(new QLabel(this))
+{
+    setObjectName(QStringLiteral("startPage"));
+    auto* title = new QLabel(tr("KernelLoop"), this);
+    QFont tf = title->font();
+    tf.setPointSizeF(tf.pointSizeF() * 1.8);
+    tf.setWeight(QFont::DemiBold);
+    title->setFont(tf);
+    auto* subtitle = new QLabel(
+        tr("Human-in-the-loop auto-research on GPU kernels: the agent proposes, the harness verifies and times, "
+           "you steer."),
+        this);
+    subtitle->setForegroundRole(QPalette::PlaceholderText);
+    subtitle->setWordWrap(true);
+
+    // Catalogue
+    auto* catalogueBox = new QGroupBox(tr("Problem catalogue"), this);
+    m_catalogue->setObjectName(QStringLiteral("problemCatalogue"));
+    m_catalogue->setHeaderLabels({tr("Problem"), tr("Tags"), tr("Shapes")});
+    m_catalogue->setRootIsDecorated(false);
+    m_catalogue->setAlternatingRowColors(true);
+    m_catalogue->header()->setSectionResizeMode(0, QHeaderView::ResizeToContents);
+    m_catalogue->header()->setSectionResizeMode(1, QHeaderView::Stretch);
+    m_details->setMinimumHeight(90);
+    m_details->setMaximumHeight(140);
+    auto* newSession = new QPushButton(tr("New session on this problem…"), this);
+    newSession->setObjectName(QStringLiteral("newSessionButton"));
+    connect(m_catalogue, &QTreeWidget::currentItemChanged, this, &StartPage::showProblem);
+    connect(newSession, &QPushButton::clicked, this, [this]() {
+        if (!selectedProblem().isEmpty())
+            emit newSessionRequested(selectedProblem());
+    });
+    auto* catalogueLayout = new QVBoxLayout(catalogueBox);
+    catalogueLayout->addWidget(m_catalogue, 1);
+    catalogueLayout->addWidget(m_details);
+    catalogueLayout->addWidget(newSession, 0, Qt::AlignRight);
+
+    // Sessions and traces
+    auto* openBox = new QGroupBox(tr("Sessions and traces"), this);
+    auto* openSession = new QPushButton(tr("Open or resume session…"), this);
+    openSession->setToolTip(tr("Open a session directory for review and new hypotheses (Ctrl+O)"));
+    auto* replaySession = new QPushButton(tr("Replay recorded session…"), this);
+    replaySession->setToolTip(tr("Re-run a recorded session's journal with its original timing (Ctrl+Shift+O)"));
+    auto* openTrace = new QPushButton(tr("Open trace…"), this);
+    openTrace->setToolTip(tr("Chrome/Kineto JSON, Nsight Systems SQLite or .kltrace (Ctrl+T)"));
+    auto* demo = new QPushButton(tr("Replay the bundled H200 session"), this);
+    demo->setObjectName(QStringLiteral("openDemoButton"));
+    m_demoButton = demo;
+    connect(openSession, &QPushButton::clicked, this, &StartPage::openSessionRequested);
+    connect(replaySession, &QPushButton::clicked, this, &StartPage::replaySessionRequested);
+    connect(openTrace, &QPushButton::clicked, this, &StartPage::openTraceRequested);
+    connect(demo, &QPushButton::clicked, this, &StartPage::openDemoRequested);
+    m_recent->setObjectName(QStringLiteral("recentSessions"));
+    connect(m_recent, &QListWidget::itemActivated, this, [this](QListWidgetItem* item) {
+        emit recentSessionActivated(item->data(Qt::UserRole).toString());
+    });
+    auto* openLayout = new QVBoxLayout(openBox);
+    openLayout->addWidget(demo);
+    openLayout->addWidget(openSession);
+    openLayout->addWidget(replaySession);
+    openLayout->addWidget(openTrace);
+    openLayout->addSpacing(8);
+    openLayout->addWidget(new QLabel(tr("Recent sessions"), this));
+    openLayout->addWidget(m_recent, 1);
+
+    // Where kernels run
+    auto* whereBox = new QGroupBox(tr("Where kernels run"), this);
+    const bool gpu = localGpuPresent();
+    m_where->addItem(gpu ? tr("This machine's GPU") : tr("This machine (no NVIDIA GPU detected)"),
+                     QStringLiteral("local"));
+    m_where->addItem(tr("Remote worker"), QStringLiteral("remote"));
+    m_remote->setPlaceholderText(tr("host:port of a kloop-worker"));
+    QSettings settings;
+    m_where->setCurrentIndex(settings.value(QStringLiteral("worker/where"), gpu ? 0 : 1).toInt());
+    m_remote->setText(settings.value(QStringLiteral("worker/remote")).toString());
+    m_remote->setEnabled(m_where->currentIndex() == 1);
+    connect(m_where, &QComboBox::currentIndexChanged, this, [this](int i) {
+        m_remote->setEnabled(i == 1);
+        QSettings().setValue(QStringLiteral("worker/where"), i);
+    });
+    connect(m_remote, &QLineEdit::editingFinished, this,
+            [this]() { QSettings().setValue(QStringLiteral("worker/remote"), m_remote->text()); });
+    m_gpuNote->setWordWrap(true);
+    m_gpuNote->setForegroundRole(QPalette::PlaceholderText);
+    m_gpuNote->setText(gpu ? tr("Sessions started here evaluate on the local GPU through kloop-worker.")
+                           : tr("Without a GPU you can replay recorded sessions, review diffs and read traces. "
+                                "Run new sessions on a GPU host with `kloop run`, or point to a remote worker."));
+    auto* whereLayout = new QFormLayout(whereBox);
+    whereLayout->addRow(tr("Evaluate on:"), m_where);
+    whereLayout->addRow(tr("Remote:"), m_remote);
+    whereLayout->addRow(m_gpuNote);
+
+    auto* right = new QVBoxLayout;
+    right->addWidget(openBox, 1);
+    right->addWidget(whereBox);
+    auto* columns = new QHBoxLayout;
+    columns->addWidget(catalogueBox, 3);
+    columns->addLayout(right, 2);
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(24, 18, 24, 18);
+    layout->addWidget(title);
+    layout->addWidget(subtitle);
+    layout->addSpacing(10);
+    layout->addLayout(columns, 1);
+
+    connect(&m_watcher, &QFutureWatcher<std::vector<CatalogueEntry>>::finished, this, [this]() {
+        m_entries = m_watcher.result();
+        m_catalogue->clear();
+        for (const auto& e : m_entries) {
+            auto* item = new QTreeWidgetItem(m_catalogue);
+            item->setText(0, e.name);
+            item->setText(1, e.error.isEmpty() ? e.tags.join(QStringLiteral(", ")) : tr("failed to load"));
+            item->setText(2, e.error.isEmpty() ? QString::number(e.tuningShapes) : QString());
+            item->setData(0, Qt::UserRole, e.name);
+            if (!e.error.isEmpty())
+                item->setForeground(1, theme().bad);
+        }
+        if (m_catalogue->topLevelItemCount() > 0)
+            m_catalogue->setCurrentItem(m_catalogue->topLevelItem(0));
+        else
+            m_details->setHtml(tr("<i>No problems found. Set KL_PROBLEMS_DIR to a folder of problem folders.</i>"));
+        m_catalogueLoaded = true;
+        emit catalogueLoadedSignal();
+    });
+    reloadCatalogue();
+}
+
+void StartPage::reloadCatalogue()
+{
+    m_catalogueLoaded = false;
+    m_watcher.setFuture(QtConcurrent::run(&loadCatalogue));
+}
+
+void StartPage::setRecentSessions(const QStringList& dirs)
+{
+    m_recent->clear();
+    for (const QString& dir : dirs) {
+        auto* item = new QListWidgetItem(QDir(dir).dirName() + QStringLiteral("   ") + QDir::toNativeSeparators(dir),
+                                         m_recent);
+        item->setData(Qt::UserRole, dir);
+        item->setToolTip(dir);
+    }
+    if (dirs.isEmpty()) {
+        auto* item = new QListWidgetItem(tr("No recent sessions"), m_recent);
+        item->setFlags(Qt::NoItemFlags);
+    }
+}
+
+void StartPage::setDemoAvailable(bool available)
+{
+    m_demoButton->setEnabled(available);
+    m_demoButton->setToolTip(available ? tr("The session recorded on an NVIDIA H200 that ships with KernelLoop")
+                                       : tr("No bundled session in this build"));
+}
+
+QString StartPage::selectedProblem() const
+{
+    const auto* item = m_catalogue->currentItem();
+    return item ? item->data(0, Qt::UserRole).toString() : QString();
+}
+
+QString StartPage::workerLocation() const
+{
+    return m_where->currentIndex() == 0 ? QStringLiteral("local") : m_remote->text();
+}
+
+void StartPage::showProblem()
+{
+    const QString name = selectedProblem();
+    for (const auto& e : m_entries) {
+        if (e.name != name)
+            continue;
+        if (!e.error.isEmpty()) {
+            m_details->setHtml(QStringLiteral("<b>%1</b><br><span style='color:%2'>%3</span>")
+                                   .arg(e.name.toHtmlEscaped(), theme().bad.name(), e.error.toHtmlEscaped()));
+            return;
+        }
+        m_details->setHtml(QStringLiteral("<b>%1</b> <span style='color:%2'>%3</span><br>%4<br><tt>%5</tt>")
+                               .arg(e.name.toHtmlEscaped(), theme().mutedText.name(),
+                                    QDir::toNativeSeparators(e.folder).toHtmlEscaped(), e.description.toHtmlEscaped(),
+                                    e.dims.toHtmlEscaped()));
+        return;
+    }
+}
+
+} // namespace kl::app

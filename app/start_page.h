@@ -1,0 +1,73 @@
+#pragma once
+// What a user sees before a session is open: the problem catalogue, open / resume / replay a session,
+// open a trace, where kernels run, and recent sessions.
+#include "core/problem.h"
+
+#include <QFutureWatcher>
+#include <QWidget>
+
+#include <vector>
+
+class QComboBox;
+class QLabel;
+class QLineEdit;
+class QListWidget;
+class QListWidgetItem;
+class QTextBrowser;
+class QTreeWidget;
+
+namespace kl::app {
+
+struct CatalogueEntry {
+    QString name;
+    QString folder;
+    QString description;
+    QStringList tags;
+    QString dims; // "T in [1, 65536], H in [256, 16384]"
+    int tuningShapes = 0;
+    QString error; // problem.json did not load
+};
+
+// Reads every problem.json of the catalogue (runs on a worker thread).
+std::vector<CatalogueEntry> loadCatalogue();
+
+class StartPage : public QWidget {
+    Q_OBJECT
+public:
+    explicit StartPage(QWidget* parent = nullptr);
+
+    void reloadCatalogue();
+    void setRecentSessions(const QStringList& dirs);
+    void setDemoAvailable(bool available);
+    QString selectedProblem() const;
+    QString workerLocation() const; // "local" or "host:port"
+    QTreeWidget* catalogueView() const { return m_catalogue; }
+    bool catalogueLoaded() const { return m_catalogueLoaded; }
+
+    static bool localGpuPresent();
+
+signals:
+    void newSessionRequested(const QString& problemName);
+    void openSessionRequested();
+    void replaySessionRequested();
+    void openTraceRequested();
+    void openDemoRequested();
+    void recentSessionActivated(const QString& directory);
+    void catalogueLoadedSignal();
+
+private:
+    void showProblem();
+
+    QTreeWidget* m_catalogue;
+    QTextBrowser* m_details;
+    QListWidget* m_recent;
+    QComboBox* m_where;
+    QLineEdit* m_remote;
+    QLabel* m_gpuNote;
+    QWidget* m_demoButton;
+    QFutureWatcher<std::vector<CatalogueEntry>> m_watcher;
+    std::vector<CatalogueEntry> m_entries;
+    bool m_catalogueLoaded = false;
+};
+
+} // namespace kl::app

@@ -1,0 +1,50 @@
+// GUI tests run headless: offscreen unless the caller chose a platform (e.g. xcb under xvfb-run).
+#include "app/theme.h"
+
+#include <QApplication>
+#include <QStandardPaths>
+#include <QElapsedTimer>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+namespace {
+
+// With KL_GUI_STALLS set, names every event that keeps the GUI thread busy for more than 15 ms.
+class TimingApplication : public QApplication {
+public:
+    using QApplication::QApplication;
+    bool notify(QObject* receiver, QEvent* event) override
+    {
+        if (!m_report)
+            return QApplication::notify(receiver, event);
+        QElapsedTimer t;
+        t.start();
+        const int type = event->type();
+        const bool r = QApplication::notify(receiver, event);
+        if (t.elapsed() > 15)
+            std::printf("[ slow event ] %lld ms type %d to %s %s\n", static_cast<long long>(t.elapsed()), type,
+                        receiver->metaObject()->className(), qPrintable(receiver->objectName()));
+        return r;
+    }
+
+private:
+    bool m_report = qEnvironmentVariableIsSet("KL_GUI_STALLS");
+};
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    if (!qEnvironmentVariableIsSet("QT_QPA_PLATFORM"))
+        qputenv("QT_QPA_PLATFORM", "offscreen");
+    QApplication::setAttribute(Qt::AA_Use96Dpi, true);
+    TimingApplication app(argc, argv);
+    QApplication::setOrganizationName(QStringLiteral("KernelLoopTests"));
+    QApplication::setApplicationName(QStringLiteral("kl_gui_tests"));
+    // Settings and caches go to a throw-away location, never the user's.
+    QStandardPaths::setTestModeEnabled(true);
+    kl::app::applyTheme(app, kl::app::ThemeChoice::Light);
+    ::testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+}
