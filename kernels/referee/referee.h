@@ -38,6 +38,9 @@ inline constexpr const char* InputModified = "dynamic.input-modified";
 inline constexpr const char* Coverage = "dynamic.coverage";
 inline constexpr const char* RelL2 = "correctness.rel-l2";
 inline constexpr const char* NonFinite = "correctness.non-finite";
+inline constexpr const char* MaxAbs = "correctness.max-abs";
+inline constexpr const char* LaunchFailed = "launch.failed";
+inline constexpr const char* LaunchInvalidConfig = "launch.invalid-config";
 inline constexpr const char* GraphCaptureFailed = "graph.capture-failed";
 } // namespace rule
 

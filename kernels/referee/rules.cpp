@@ -38,6 +38,10 @@ const std::vector<RuleInfo>& ruleCatalogue()
         {rule::Coverage, S::Dynamic, true, "left output elements unwritten (poison survived)"},
         {rule::RelL2, S::Dynamic, true, "output differs from the reference beyond the dtype's tolerance"},
         {rule::NonFinite, S::Dynamic, true, "NaN or Inf where the reference has none"},
+        {rule::MaxAbs, S::Dynamic, true, "an output element differs from the reference beyond the dtype's max abs error"},
+        {rule::LaunchFailed, S::Dynamic, true, "a launch of the plan failed (fault, resources) during verification"},
+        {rule::LaunchInvalidConfig, S::Dynamic, true,
+         "the launch plan's geometry or shared memory exceeds the device's limits for a shape"},
         {rule::GraphCaptureFailed, S::Dynamic, true,
             "the launch plan does not capture into a CUDA graph or replays wrongly under it"},
     };
