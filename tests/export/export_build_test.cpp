@@ -141,3 +141,33 @@ TEST(ExportBuild, ShippedProblemTemplatesExportAndCompile)
 
 } // namespace
 } // namespace kl
+
+namespace kl {
+namespace {
+
+// The PyTorch op compiles against torch's headers (torch importable, or KL_TORCH_INCLUDE=<torch/include>).
+TEST(ExportBuild, TorchOpCompilesAgainstTorchHeaders)
+{
+    std::string inc;
+    if (const char* e = std::getenv("KL_TORCH_INCLUDE"))
+        inc = e;
+    std::string log;
+    if (inc.empty() && runCommand("python3 -c \"import torch.utils.cpp_extension as c; print(c.include_paths()[0])\"", &log) == 0)
+        inc = log.substr(0, log.find_last_not_of(" \n\r") + 1);
+    if (inc.empty() || !fs::exists(fs::path(inc) / "ATen/ATen.h"))
+        GTEST_SKIP() << "no torch headers (install torch or set KL_TORCH_INCLUDE)";
+    BuiltSession b;
+    const fs::path out = exportFixture("rmsnorm_fx", rmsnormOutcomes(), b);
+    const std::string flags = " -std=c++17 -fsyntax-only -I" + inc + " -I" + inc + "/torch/csrc/api/include -I" +
+                              std::string(KL_CUDA_ROOT) + "/include -I" + (out / "include").string() + " -I" +
+                              (out / "src").string() + " ";
+    EXPECT_EQ(runCommand("c++" + flags + (out / "torch/kl_rmsnorm_fx_op.cpp").string(), &log), 0) << log;
+    // torch.utils.cpp_extension compiles the dispatcher's .c as C++.
+    EXPECT_EQ(runCommand("c++ -x c++ -Wall -Wextra -Werror" + flags + (out / "src/kl_rmsnorm_fx_dispatch.c").string(), &log), 0)
+        << log;
+    fs::remove_all(out);
+    fs::remove_all(b.dir);
+}
+
+} // namespace
+} // namespace kl
