@@ -2,6 +2,7 @@
 // The harness's own device kernels (fill, poison, compare, hash, canaries, copy), compiled with NVRTC at
 // worker start. Their names start with kl_h_ so kernel records can tell them from candidates.
 #include "core/problem.h"
+#include "kernels/harness_kernel_source.h"
 #include "kernels/nvrtc_compiler.h"
 
 #include <cuda.h>
@@ -27,7 +28,7 @@ enum CheckSlot : int {
 enum class Distribution { Normal = 0, Large = 1, Outliers = 2 };
 const char* distributionName(Distribution d);
 
-const std::string& harnessKernelSource();
+using kl::harnessKernelSource;
 
 class HarnessKernels {
 public:

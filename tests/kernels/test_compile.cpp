@@ -220,3 +220,18 @@ TEST(ShippedSources, PassTheRefereesStaticRules)
     }
 }
 #endif
+
+#include "kernels/harness_kernel_source.h"
+
+TEST(NvrtcCompile, HarnessHelperKernelsCompile)
+{
+    kl::NvrtcCompiler compiler(freshCacheDir("harness"), 1);
+    kl::CompileJob job;
+    job.source = kl::harnessKernelSource();
+    job.arch = "sm_90a";
+    job.kernels = {"kl_h_fill", "kl_h_poison", "kl_h_compare", "kl_h_max_error", "kl_h_hash",
+                   "kl_h_canary_fill", "kl_h_canary_check", "kl_h_copy", "kl_h_spin"};
+    const auto m = compiler.compile(job);
+    EXPECT_TRUE(m->report.ok) << m->report.log;
+    EXPECT_EQ(m->loweredNames.size(), job.kernels.size());
+}
