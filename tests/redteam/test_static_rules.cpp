@@ -319,6 +319,29 @@ TEST(StaticRules, LowerPrecisionDependsOnTheProblemsDtypes)
     EXPECT_TRUE(checkSource(f16Math, allowed).empty()) << describe(checkSource(f16Math, allowed));
 }
 
+TEST(StaticRules, SixteenBitOperatorArithmeticIsLowerPrecision)
+{
+    const std::string src
+        = "#include <cuda_bf16.h>\n"
+          "__global__ void k(__nv_bfloat16* y, const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* w, int H) {\n"
+          "    const int i = threadIdx.x;\n"
+          "    y[i] = x[i] * w[i];\n" // 4 bf16 * bf16
+          "    __nv_bfloat16 acc = x[0];\n"
+          "    acc += x[i];\n" // 6
+          "    const __nv_bfloat16* row = x + (size_t)i * H;\n" // 7 pointer arithmetic: fine
+          "    y[i + 1] = row[1];\n" // 8 copy: fine
+          "    const float f = __bfloat162float(x[i]) * __bfloat162float(w[i]);\n" // 9 fp32: fine
+          "    y[2] = __float2bfloat16(f + __bfloat162float(acc));\n"
+          "}\n";
+    const auto rs = checkSource(src, bf16Problem());
+    EXPECT_TRUE(has(rs, "static.lower-precision", 4)) << describe(rs);
+    EXPECT_TRUE(has(rs, "static.lower-precision", 6)) << describe(rs);
+    EXPECT_EQ(rs.size(), 2u) << describe(rs);
+    kl::Problem allowed = bf16Problem();
+    allowed.tags.push_back("allow-half-math");
+    EXPECT_TRUE(checkSource(src, allowed).empty());
+}
+
 TEST(StaticRules, HalfAsAVariableNameIsNotAType)
 {
     const std::string src = "__global__ void k(float* y, int H) {\n"
