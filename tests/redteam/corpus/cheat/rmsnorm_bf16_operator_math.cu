@@ -1,0 +1,27 @@
+// Cheat: normalizes with bf16 operators (x[i] * w[i] * inv rounds to 8 mantissa bits at every step),
+// inside the loose bf16 tolerance, so no GPU check fails. The problem's contract is fp32 math.
+// Expected: static.lower-precision (review).
+#include <cuda_bf16.h>
+// @kl:param BLOCK = 256 in [128, 256, 512]
+// @kl:launch rmsnorm_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, w, T, H, eps)
+__global__ void rmsnorm_kernel(__nv_bfloat16* y, const __nv_bfloat16* x, const __nv_bfloat16* w, int T, int H,
+                               float eps)
+{
+    const int row = blockIdx.x;
+    __shared__ float partial[BLOCK];
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < H; i += BLOCK) {
+        const float v = __bfloat162float(x[(size_t)row * H + i]);
+        ss += v * v;
+    }
+    partial[threadIdx.x] = ss;
+    __syncthreads();
+    for (int s = BLOCK / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
+    const __nv_bfloat16 inv = __float2bfloat16(rsqrtf(partial[0] / H + eps));
+    for (int i = threadIdx.x; i < H; i += BLOCK)
+        y[(size_t)row * H + i] = x[(size_t)row * H + i] * w[i] * inv;
+}
