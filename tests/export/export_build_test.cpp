@@ -159,7 +159,7 @@ TEST(ExportBuild, TorchOpCompilesAgainstTorchHeaders)
     BuiltSession b;
     const fs::path out = exportFixture("rmsnorm_fx", rmsnormOutcomes(), b);
     const std::string flags = " -std=c++17 -fsyntax-only -I" + inc + " -I" + inc + "/torch/csrc/api/include -I" +
-                              std::string(KL_CUDA_ROOT) + "/include -I" + (out / "include").string() + " -I" +
+                              std::string(KL_CUDA_INCLUDE) + " -I" + (out / "include").string() + " -I" +
                               (out / "src").string() + " ";
     EXPECT_EQ(runCommand("c++" + flags + (out / "torch/kl_rmsnorm_fx_op.cpp").string(), &log), 0) << log;
     // torch.utils.cpp_extension compiles the dispatcher's .c as C++.
