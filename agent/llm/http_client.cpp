@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 
@@ -121,6 +122,15 @@ HttpResult httpPost(const HttpRequest& req, const BodyChunkFn& onChunk, const Ca
     curl_easy_setopt(easy, CURLOPT_USERAGENT, "KernelLoop");
     curl_easy_setopt(easy, CURLOPT_ACCEPT_ENCODING, ""); // whatever curl can decode
     curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+    // Local servers (vLLM, llama.cpp, Ollama, the tests' loopback server) must not go through a proxy set in
+    // the environment; the user's own no_proxy list still applies.
+    std::string noProxy = "localhost,127.0.0.1,::1";
+    for (const char* var : {"no_proxy", "NO_PROXY"})
+        if (const char* v = std::getenv(var); v && *v) {
+            noProxy += std::string(",") + v;
+            break;
+        }
+    curl_easy_setopt(easy, CURLOPT_NOPROXY, noProxy.c_str());
     curl_multi_add_handle(multi, easy);
 
     const auto idleLimit = std::chrono::milliseconds(std::max(1, req.readTimeoutMs));

@@ -126,7 +126,7 @@ json toJson(const Usage& u)
 namespace {
 
 ProviderSettings preset(const char* name, ApiKind api, const char* url, const char* keyEnv, bool keyRequired,
-                        const char* model)
+                        const char* model, const char* maxTokensField = "max_tokens")
 {
     ProviderSettings s;
     s.name = name;
@@ -135,6 +135,7 @@ ProviderSettings preset(const char* name, ApiKind api, const char* url, const ch
     s.apiKeyEnv = keyEnv;
     s.apiKeyRequired = keyRequired;
     s.model = model;
+    s.maxTokensField = maxTokensField;
     return s;
 }
 
@@ -142,7 +143,8 @@ std::vector<ProviderSettings> presets()
 {
     // Cloud models change too often to hard-code; the user names one (--model or settings).
     return {
-        preset("openai", ApiKind::OpenAiChat, "https://api.openai.com/v1", "OPENAI_API_KEY", true, ""),
+        preset("openai", ApiKind::OpenAiChat, "https://api.openai.com/v1", "OPENAI_API_KEY", true, "",
+               "max_completion_tokens"),
         preset("anthropic", ApiKind::AnthropicMessages, "https://api.anthropic.com/v1", "ANTHROPIC_API_KEY", true, ""),
         preset("deepseek", ApiKind::OpenAiChat, "https://api.deepseek.com/v1", "DEEPSEEK_API_KEY", true,
                "deepseek-chat"),
@@ -185,6 +187,7 @@ json toJson(const ProviderSettings& s)
               {"stream", s.stream},
               {"stream_usage", s.streamUsage},
               {"max_output_tokens", s.maxOutputTokens},
+              {"max_tokens_field", s.maxTokensField},
               {"connect_timeout_ms", s.connectTimeoutMs},
               {"read_timeout_ms", s.readTimeoutMs},
               {"max_attempts", s.maxAttempts},
@@ -236,7 +239,11 @@ ProviderSettings providerSettingsFromJson(const json& j, const std::string& wher
             s.streamUsage = boolean(k, v);
         else if (k == "max_output_tokens")
             s.maxOutputTokens = integer(k, v, 1, 10'000'000);
-        else if (k == "temperature") {
+        else if (k == "max_tokens_field") {
+            s.maxTokensField = str(k, v);
+            if (s.maxTokensField != "max_tokens" && s.maxTokensField != "max_completion_tokens")
+                throw InputError(where + ".max_tokens_field: expected \"max_tokens\" or \"max_completion_tokens\"");
+        } else if (k == "temperature") {
             if (!v.is_number())
                 throw InputError(where + ".temperature: expected a number");
             s.temperature = v.get<double>();
@@ -583,7 +590,7 @@ json LlmClient::requestBody(const ChatRequest& req) const
         messages.push_back({{"role", m.role}, {"content", m.content}});
     json body = {{"model", s.model}, {"messages", messages}};
     if (s.api == ApiKind::OpenAiChat) {
-        body["max_tokens"] = s.maxOutputTokens;
+        body[s.maxTokensField.empty() ? std::string("max_tokens") : s.maxTokensField] = s.maxOutputTokens;
         if (s.stream) {
             body["stream"] = true;
             if (s.streamUsage)

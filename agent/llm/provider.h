@@ -45,6 +45,9 @@ struct ProviderSettings {
     bool stream = true;
     bool streamUsage = true; // OpenAI-compatible: ask for usage in the last chunk (stream_options)
     int maxOutputTokens = 8192;
+    // OpenAI's newer models refuse "max_tokens" and want "max_completion_tokens"; most compatible servers
+    // still read "max_tokens". Anthropic always uses "max_tokens".
+    std::string maxTokensField = "max_tokens";
     std::optional<double> temperature;
     int connectTimeoutMs = 10'000;
     int readTimeoutMs = 180'000; // silence allowed between two received bytes

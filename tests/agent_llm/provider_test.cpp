@@ -86,6 +86,8 @@ TEST(Provider, OpenAiStreamingDeliversDeltasUsageAndHeaders)
     EXPECT_EQ(body["stream"], true);
     EXPECT_EQ(body["messages"][0]["role"], "system");
     EXPECT_EQ(body["messages"][1]["content"], "Make rmsnorm faster.");
+    EXPECT_EQ(body["max_completion_tokens"], s.maxOutputTokens); // the openai preset's field
+    EXPECT_FALSE(body.contains("max_tokens"));
 }
 
 TEST(Provider, AnthropicStreamingUsesMessagesApi)
@@ -134,6 +136,8 @@ TEST(Provider, NonStreamingRepliesOfBothApis)
     EXPECT_EQ(r2.text, "whole anthropic");
     EXPECT_EQ(r2.usage.inputTokens, 12);
     EXPECT_FALSE(json::parse(server.requests()[0].body).contains("stream"));
+    EXPECT_TRUE(json::parse(server.requests()[1].body).contains("max_tokens")); // anthropic always
+
 }
 
 TEST(Provider, RateLimitHonoursRetryAfter)
@@ -390,6 +394,18 @@ TEST(Provider, UnknownModelIsAClearError)
         EXPECT_EQ(e.kind(), LlmError::Kind::BadRequest) << e.what();
     }
     EXPECT_EQ(server.requests().size(), 3u);
+}
+
+TEST(Provider, LoopbackBypassesAnEnvironmentProxy)
+{
+    LoopbackServer server;
+    server.enqueue(kl::test::openAiStream({"direct"}));
+    auto s = settingsFor(server, ApiKind::OpenAiChat);
+    s.maxAttempts = 1;
+    ::setenv("http_proxy", "http://127.0.0.1:9", 1); // nothing listens on the discard port
+    auto reply = LlmClient(s).complete(hello(), {}, {});
+    ::unsetenv("http_proxy");
+    EXPECT_EQ(reply.text, "direct");
 }
 
 TEST(Provider, ConnectionRefusedIsANetworkError)
