@@ -1,0 +1,235 @@
+#include "profiler/analysis.h"
+#include "profiler/importers.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+using namespace kl::prof;
+
+namespace {
+
+constexpr int64_t us = 1000;
+
+struct Builder {
+    Trace t;
+    uint32_t cpu = t.cpuRow(100, 100);
+    uint32_t gpu = t.gpuRow(0, 7);
+    uint32_t corr = 1;
+
+    uint32_t api(const char* name, int64_t s, int64_t e, uint32_t c = 0)
+    {
+        Event x;
+        x.start = s;
+        x.end = e;
+        x.row = cpu;
+        x.kind = EventKind::RuntimeApi;
+        x.name = t.strings().intern(name);
+        return t.addEvent(x, c);
+    }
+    // A launch call [s, s+launchNs] and its kernel [ks, ks+dur].
+    uint32_t launch(const char* kernel, int64_t s, int64_t launchNs, int64_t ks, int64_t dur)
+    {
+        uint32_t c = corr++;
+        api("cudaLaunchKernel", s, s + launchNs, c);
+        Event k;
+        k.start = ks;
+        k.end = ks + dur;
+        k.row = gpu;
+        k.name = t.strings().intern(kernel);
+        KernelInfo ki;
+        ki.correlation = c;
+        ki.device = 0;
+        ki.stream = 7;
+        return t.addKernel(k, ki);
+    }
+    void range(const char* name, int64_t s, int64_t e)
+    {
+        Event r;
+        r.start = s;
+        r.end = e;
+        r.row = cpu;
+        r.kind = EventKind::NvtxRange;
+        r.name = t.strings().intern(name);
+        t.addEvent(r);
+    }
+};
+
+} // namespace
+
+TEST(Analysis, ManyShortKernelsWithGapsAreLaunchOverhead)
+{
+    Builder b;
+    b.t.addDevice({0, "NVIDIA H200", 132, 9, 0, 0});
+    b.range("decode", 0, 100 * 6 * us);
+    // Each iteration: a 4 us launch call, then the 1 us kernel starts 1 us after the call returns.
+    for (int i = 0; i < 100; ++i)
+        b.launch("tiny", i * 6 * us, 4 * us, i * 6 * us + 5 * us, 1 * us);
+    b.t.finalize();
+    Analysis a = analyze(b.t);
+    EXPECT_EQ(a.bottleneck, "launch-overhead");
+    ASSERT_EQ(a.devices.size(), 1u);
+    const DeviceBusy& d = a.devices[0];
+    EXPECT_EQ(d.busyNs, 100 * us);
+    EXPECT_EQ(d.windowNs, 99 * 6 * us + 1 * us);
+    EXPECT_EQ(d.gaps, 99u);
+    // Each 5 us gap: the next launch call runs for 4 us of it, then 1 us in the queue.
+    EXPECT_EQ(d.idle.launchNs, 99 * 4 * us);
+    EXPECT_EQ(d.idle.queuedNs, 99 * 1 * us);
+    EXPECT_EQ(d.idle.hostNs, 0);
+    EXPECT_EQ(d.idle.syncNs, 0);
+    EXPECT_DOUBLE_EQ(d.medianLaunchApiNs, 4 * us);
+    EXPECT_DOUBLE_EQ(d.medianLaunchLatencyNs, 1 * us);
+    ASSERT_EQ(a.launchPhases.size(), 1u);
+    const LaunchPhase& p = a.launchPhases[0];
+    EXPECT_EQ(p.kernels, 100u);
+    EXPECT_EQ(p.label, "decode");
+    EXPECT_DOUBLE_EQ(p.medianKernelNs, 1 * us);
+    EXPECT_DOUBLE_EQ(p.medianGapNs, 5 * us);
+    // CUDA graphs: busy 100 us + 100 nodes x 0.5 us.
+    EXPECT_EQ(p.estimatedWithGraphsNs, 150 * us);
+    EXPECT_NEAR(p.estimatedSpeedup, 595.0 / 150.0, 1e-9);
+    ASSERT_EQ(a.ranges.size(), 1u);
+    EXPECT_EQ(a.ranges[0].kernels, 100u);
+    EXPECT_EQ(a.ranges[0].gpuNs, 100 * us);
+    std::string text = toText(a);
+    EXPECT_NE(text.find("Bottleneck: launch-overhead"), std::string::npos) << text;
+    EXPECT_NE(text.find("Launch-bound phase 'decode'"), std::string::npos) << text;
+}
+
+TEST(Analysis, IdleAttributedToSyncAndHostWork)
+{
+    Builder b;
+    // Kernel 100 us; host syncs until 40 us after it ends, does 10 us of Python, launches again (4 us).
+    int64_t t0 = 0;
+    for (int i = 0; i < 10; ++i) {
+        b.launch("big", t0, 4 * us, t0 + 5 * us, 100 * us);
+        int64_t kEnd = t0 + 105 * us;
+        b.api("cudaDeviceSynchronize", t0 + 6 * us, kEnd + 40 * us);
+        t0 = kEnd + 50 * us;
+    }
+    b.t.finalize();
+    Analysis a = analyze(b.t);
+    const DeviceBusy& d = a.devices[0];
+    // Gaps: [kEnd, next kernel start] = 40 sync + 10 host + 4 launch + 1 queued = 55 us, 9 of them.
+    EXPECT_EQ(d.gaps, 9u);
+    EXPECT_EQ(d.idle.syncNs, 9 * 40 * us);
+    EXPECT_EQ(d.idle.hostNs, 9 * 10 * us);
+    EXPECT_EQ(d.idle.launchNs, 9 * 4 * us);
+    EXPECT_EQ(d.idle.queuedNs, 9 * 1 * us);
+    EXPECT_EQ(a.bottleneck, "synchronization");
+    EXPECT_TRUE(a.launchPhases.empty()); // 100 us kernels are not launch-bound
+}
+
+TEST(Analysis, KernelStatisticsAndRooflineClasses)
+{
+    Builder b;
+    // copy: 1 ms moving 4.27 GB -> 100% of the H200 copy ceiling; fma: 1 ms doing 28 GFLOP -> 50% of 56 TFLOP/s;
+    // small: 20 us touching 1 MB -> latency-bound.
+    int64_t at = 0;
+    auto run = [&](const char* n, int64_t dur) {
+        b.launch(n, at, 2 * us, at + 3 * us, dur);
+        at += dur + 10 * us;
+    };
+    run("k_copy", 1000 * us);
+    run("k_copy", 1000 * us);
+    run("k_fma", 1000 * us);
+    run("k_small", 20 * us);
+    run("k_small", 30 * us);
+    run("k_sol", 500 * us);
+    b.t.finalize();
+    SolMetrics sol;
+    for (uint32_t i = 0; i < b.t.eventCount(); ++i)
+        if (b.t.name(b.t.event(i)) == "k_sol")
+            sol.event = i;
+    sol.durationNs = 500 * us;
+    sol.dramThroughputPct = 12;
+    sol.smThroughputPct = 91;
+    sol.achievedOccupancyPct = 48;
+    b.t.addSol(sol);
+    AnalysisOptions o;
+    o.ceilings = Ceilings::h200();
+    o.work = {{"k_copy", 0, 4.27e9, false}, {"k_fma", 28e9, 1e3, false}, {"k_small", 1e3, 1e6, false}};
+    Analysis a = analyze(b.t, o);
+    ASSERT_EQ(a.kernels.size(), 4u);
+    EXPECT_EQ(a.kernelCount, 6u);
+    EXPECT_EQ(a.kernelNs, (3000 + 50 + 500) * us);
+    const KernelStat& copy = a.kernels[0];
+    EXPECT_EQ(copy.name, "k_copy");
+    EXPECT_EQ(copy.count, 2u);
+    EXPECT_NEAR(copy.share, 2000.0 / 3550.0, 1e-12);
+    EXPECT_EQ(copy.roofline.bound, "memory-bound");
+    EXPECT_NEAR(copy.roofline.dramPct, 100.0, 1e-9);
+    const KernelStat& fma = a.kernels[1];
+    EXPECT_EQ(fma.roofline.bound, "compute-bound");
+    EXPECT_NEAR(fma.roofline.computePct, 50.0, 1e-9);
+    const KernelStat& solK = a.kernels[2];
+    EXPECT_EQ(solK.name, "k_sol");
+    EXPECT_EQ(solK.roofline.basis, "sol-counters");
+    EXPECT_EQ(solK.roofline.bound, "compute-bound");
+    EXPECT_DOUBLE_EQ(solK.achievedOccupancyPct, 48);
+    const KernelStat& small = a.kernels[3];
+    EXPECT_DOUBLE_EQ(small.medianNs, 25 * us); // even count: mean of the middle two
+    EXPECT_EQ(small.minNs, 20 * us);
+    EXPECT_EQ(small.maxNs, 30 * us);
+    EXPECT_EQ(small.roofline.bound, "latency-bound");
+    double shares = 0;
+    for (const auto& k : a.kernels)
+        shares += k.share;
+    EXPECT_NEAR(shares, 1.0, 1e-12);
+    EXPECT_EQ(a.bottleneck, "memory-bound"); // GPU busy; the top kernel decides
+    nlohmann::json j = toJson(a);
+    EXPECT_EQ(j["kernels"][0]["roofline"]["bound"], "memory-bound");
+    EXPECT_EQ(j["devices"][0]["gaps"], 5);
+}
+
+TEST(Analysis, EmptyTraceHasNoGpuWork)
+{
+    Trace t;
+    t.finalize();
+    Analysis a = analyze(t);
+    EXPECT_EQ(a.bottleneck, "no-gpu-work");
+    EXPECT_FALSE(toText(a).empty());
+}
+
+// Golden analyses of the committed fixtures: regenerate with KL_UPDATE_GOLDEN=1 after an intended change and
+// review the diff (the fixture notes explain why each verdict is right).
+class GoldenAnalysis : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GoldenAnalysis, MatchesCommittedSummary)
+{
+    std::string base = std::string(KL_SOURCE_DIR) + "/tests/profiler/data/" + GetParam();
+    std::ifstream probe(base);
+    if (!probe)
+        GTEST_SKIP() << base << " not present";
+    Trace t = importTraceFile(base);
+    nlohmann::json got = toJson(analyze(t));
+    std::string goldenPath = base + ".analysis.json";
+    if (const char* u = std::getenv("KL_UPDATE_GOLDEN"); u && std::string(u) == "1") {
+        std::ofstream(goldenPath) << got.dump(2) << "\n";
+        GTEST_SKIP() << "golden updated";
+    }
+    std::ifstream in(goldenPath);
+    ASSERT_TRUE(in) << "missing " << goldenPath;
+    nlohmann::json want = nlohmann::json::parse(in);
+    EXPECT_EQ(got["bottleneck"], want["bottleneck"]);
+    EXPECT_EQ(got["kernel_count"], want["kernel_count"]);
+    EXPECT_EQ(got["kernel_ns"], want["kernel_ns"]);
+    EXPECT_EQ(got["devices"], want["devices"]);
+    EXPECT_EQ(got["kernels"], want["kernels"]);
+    EXPECT_EQ(got["ranges"], want["ranges"]);
+    EXPECT_EQ(got["launch_phases"], want["launch_phases"]);
+    EXPECT_EQ(got["findings"], want["findings"]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenAnalysis,
+    ::testing::Values("nsys_synthetic.sqlite", "h200_transformer_prefill_decode.pt.trace.json.gz",
+        "h200_kloop_profile_testprog.kltrace.gz"),
+    [](const ::testing::TestParamInfo<const char*>& p) {
+        std::string n = p.param;
+        for (char& c : n)
+            if (!std::isalnum(static_cast<unsigned char>(c)))
+                c = '_';
+        return n;
+    });
