@@ -56,6 +56,13 @@ void finish() {
     std::rename((g_path + ".partial").c_str(), g_path.c_str());
 }
 
+// Flush while the context still exists: at process exit the CUDA runtime may tear contexts down before our
+// atexit handler runs (it registers its own handler after ours when NVTX initialised us first).
+void CUPTIAPI onResource(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void*) {
+    if (domain == CUPTI_CB_DOMAIN_RESOURCE && cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING)
+        kl::prof::cupti::flushCollection();
+}
+
 void start() {
     std::call_once(g_once, [] {
         const char* out = std::getenv("KL_TRACE_OUT");
@@ -79,6 +86,9 @@ void start() {
             std::rename((g_path + ".partial").c_str(), g_path.c_str());
             return;
         }
+        CUpti_SubscriberHandle subscriber = nullptr;
+        if (cuptiSubscribe(&subscriber, onResource, nullptr) == CUPTI_SUCCESS)
+            cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
         std::atexit(finish);
     });
 }
