@@ -410,7 +410,7 @@ int main()
     for (int drawn = 0, tries = 0; drawn < 4 && tries < 1000 && kNumDims > 0; ++tries) {
         std::vector<long long> v(kNumDims);
         for (int d = 0; d < kNumDims; ++d) {
-            std::uniform_real_distribution<double> u(std::log((double)kDimMin[d]), std::log((double)kDimMax[d] + 1.0));
+            std::uniform_real_distribution<double> u(std::log((double)std::max(1LL, kDimMin[d])), std::log((double)kDimMax[d] + 1.0));
             long long x = kDimMin[d] > 0 ? (long long)std::exp(u(rng)) : kDimMin[d];
             x = x / kDimMultiple[d] * kDimMultiple[d];
             v[d] = std::min(std::max(x, kDimMin[d]), kDimMax[d]);

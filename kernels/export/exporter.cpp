@@ -198,18 +198,22 @@ KernelImpl makeImpl(const std::string& role, const std::string& source, const Pa
 
 } // namespace
 
-std::string defaultCandidate(const Session& s)
+std::string defaultCandidate(const Session& s, bool anyStatus)
 {
     std::string best;
     double bestObjective = 0;
-    for (const auto& id : s.tree.order()) {
-        const Candidate& c = s.tree.at(id);
-        const auto ev = s.evaluations.find(id);
-        if (c.status != CandidateStatus::Accepted || ev == s.evaluations.end())
-            continue;
-        if (best.empty() || ev->second.objective > bestObjective) {
-            best = id;
-            bestObjective = ev->second.objective;
+    for (const bool accepted : {true, false}) {
+        if (!accepted && (!anyStatus || !best.empty()))
+            break;
+        for (const auto& id : s.tree.order()) {
+            const Candidate& c = s.tree.at(id);
+            const auto ev = s.evaluations.find(id);
+            if ((accepted && c.status != CandidateStatus::Accepted) || ev == s.evaluations.end())
+                continue;
+            if (best.empty() || ev->second.objective > bestObjective) {
+                best = id;
+                bestObjective = ev->second.objective;
+            }
         }
     }
     if (best.empty())
@@ -316,6 +320,7 @@ ExportPlan planExport(const Session& s, const Problem& problem, const std::strin
     }
     if (plan.dispatch.candidateRegions.empty())
         plan.warnings.push_back("no shape was measured surely faster: the dispatcher always uses the fallback");
+    plan.minSpeedup = minSpeedup;
     plan.usesLibraryFallback = isCublasGemm(problem.libraryBaseline);
     plan.fallbackDescription = plan.usesLibraryFallback
                                    ? "cuBLAS (" + problem.libraryBaseline + ")"
@@ -460,7 +465,7 @@ std::map<std::string, std::string> generateWith(const Session& s, const Problem&
     man["exported"] = {{"forced", forced},
                        {"refusals", Json::array()},
                        {"warnings", Json::array()},
-                       {"min_speedup_ci_low", plan.dispatch.points.empty() ? 1.0 : 1.0}};
+                       {"min_speedup_ci_low", plan.minSpeedup}};
     for (const auto& r : plan.refusals)
         man["exported"]["refusals"].push_back({{"code", r.code}, {"message", scrub(r.message)}});
     for (const auto& w : warnings)
@@ -593,7 +598,7 @@ ExportResult exportBundle(const Session& s, const Problem& problem, const Export
     if (options.outDir.empty())
         throw InputError("export: no output directory (--out DIR)");
     ExportResult result;
-    const std::string id = options.candidateId.empty() ? defaultCandidate(s) : options.candidateId;
+    const std::string id = options.candidateId.empty() ? defaultCandidate(s, options.force) : options.candidateId;
     result.plan = planExport(s, problem, id, options.minSpeedup);
     if (!result.plan.refusals.empty() && !options.force) {
         std::string msg = "refusing to export candidate " + id + ":";

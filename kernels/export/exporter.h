@@ -39,6 +39,7 @@ struct ExportPlan {
     std::vector<ExportRefusal> refusals; // empty: safe to export
     std::vector<std::string> warnings; // exported anyway, written into the manifest
     DispatchPlan dispatch;
+    double minSpeedup = 1.0; // lower CI end a shape had to clear to count as faster
     bool usesLibraryFallback = false; // e.g. cuBLAS for gemm_bf16
     std::string fallbackDescription;
 };
@@ -63,9 +64,10 @@ struct ExportResult {
     bool forced = false;
 };
 
-// The default candidate: the Accepted one with an evaluation and the highest objective. Throws InputError
+// The default candidate: the Accepted one with an evaluation and the highest objective (with anyStatus, when
+// none is accepted, the evaluated one with the highest objective, for a forced export). Throws InputError
 // when there is none.
-std::string defaultCandidate(const Session& session);
+std::string defaultCandidate(const Session& session, bool anyStatus = false);
 
 // Checks and the dispatch table; throws InputError for an unknown candidate or an unreadable source.
 ExportPlan planExport(const Session& session, const Problem& problem, const std::string& candidateId,

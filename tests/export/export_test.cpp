@@ -378,6 +378,25 @@ TEST(Export, ForceWritesTheRefusalsLoudly)
     fs::remove_all(b.dir);
 }
 
+TEST(Export, ForcedExportWithoutAnAcceptedCandidateTakesTheBestEvaluated)
+{
+    const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes(), Verdict::PendingReview,
+                                        {{"physics.suspicious-jump", "2.4x over the current best", 0, false}});
+    const Session s = loadSession(b);
+    EXPECT_THROW(defaultCandidate(s), InputError);
+    EXPECT_EQ(defaultCandidate(s, true), b.candidateId);
+    ExportOptions o;
+    o.outDir = freshTempDir("forced-default");
+    EXPECT_THROW(exportBundle(s, b.problem, o), InputError);
+    o.force = true;
+    const ExportResult r = exportBundle(s, b.problem, o);
+    EXPECT_TRUE(r.forced);
+    EXPECT_EQ(r.plan.candidateId, b.candidateId);
+    EXPECT_NE(slurp(o.outDir / "include/kl_rmsnorm_fx.h").find("!!! pending-review"), std::string::npos);
+    fs::remove_all(o.outDir);
+    fs::remove_all(b.dir);
+}
+
 TEST(Export, OverwriteIsExplicitAndOnlyReplacesABundle)
 {
     const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes());
