@@ -77,7 +77,8 @@ std::vector<std::string> envSecrets()
         bool secret = false;
         for (const char* mk : markers)
             secret |= name.find(mk) != std::string::npos;
-        if (secret && value.size() >= 8)
+        // Paths (SSH_AUTH_SOCK) and short flags (TOKENIZERS_PARALLELISM=false) are not credentials.
+        if (secret && value.size() >= 12 && value.front() != '/')
             out.push_back(value);
     }
     return out;
@@ -430,6 +431,15 @@ std::map<std::string, std::string> generateWith(const Session& s, const Problem&
             held += p.heldOut ? 1 : 0;
         line("Verified on " + std::to_string(plan.dispatch.points.size()) + " shapes (" + std::to_string(held) +
              " held out) spanning " + DispatchRegion{plan.dispatch.verifiedRange, false, 0, 0, 0, 0}.label(plan.dispatch.dims));
+    }
+    {
+        std::string claim;
+        for (const auto& d : problem.dims)
+            claim += (claim.empty() ? "" : ", ") + d.name + " in [" + std::to_string(d.min) + ", " + std::to_string(d.max) + "]" +
+                     (d.multipleOf > 1 ? " (multiple of " + std::to_string(d.multipleOf) + ")" : "");
+        for (const auto& c : problem.dimConstraints)
+            claim += ", " + c.text();
+        line("Claimed validity range (the problem's): " + claim);
     }
     line("Source sha256: " + sha256Hex(cand.source));
     m.banner = b;
