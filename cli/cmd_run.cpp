@@ -1,4 +1,5 @@
 // kloop run: the research loop on the local GPU with the built-in tuner.
+#include "agent/agent_factory.h"
 #include "agent/tuner/strategy.h"
 #include "agent/tuner/tuner_agent.h"
 #include "agent/tuning_db/tuning_database.h"
@@ -220,25 +221,30 @@ int runRun(const Args& a)
     } else {
         problemArg = *a.option("problem");
     }
-    if (agentSpec.rfind("tuner:", 0) != 0) {
-        std::cerr << "kloop run: agent '" << agentSpec << "' is not available here; use tuner:<strategy> with "
-                  << "strategy one of exhaustive, random, anneal, genetic, bayes\n";
-        return kExitUsage;
-    }
-    TunerOptions tunerOptions;
+    AgentFactoryOptions agentOptions;
     try {
-        tunerOptions.seed = std::stoull(a.optionOr("seed", "1"));
+        agentOptions.seed = std::stoull(a.optionOr("seed", "1"));
     } catch (const std::exception&) {
         std::cerr << "kloop run: --seed takes a number\n";
         return kExitUsage;
     }
+    if (store)
+        agentOptions.extra = store->session().settings.extra;
+    for (const auto& [flag, key] : {std::pair{"llm-settings", "llm.settings_file"}, std::pair{"llm-model", "llm.model"},
+                                    std::pair{"llm-base-url", "llm.base_url"}})
+        if (auto v = a.option(flag))
+            agentOptions.extra[key] = *v;
     std::unique_ptr<Agent> agent;
     try {
-        agent = makeTunerAgent(agentSpec.substr(6), tunerOptions);
+        agent = makeAgent(agentSpec, agentOptions);
     } catch (const InputError& e) {
         std::cerr << "kloop run: " << e.what() << "\n";
         return kExitUsage;
     }
+    const bool llm = agentSpec.find("llm:") != std::string::npos;
+    if (llm && !a.has("auto-approve") && !(store && store->session().settings.autoApproveLlm))
+        std::cerr << "kloop run: LLM proposals wait for the engineer's review (kernelloop workbench); pass "
+                     "--auto-approve to evaluate them unattended (the referee still gates every candidate)\n";
     const std::string objective = a.optionOr("objective", "weighted-geomean-speedup");
     if (!isKnownObjective(objective)) {
         std::cerr << "kloop run: unknown objective '" << objective
@@ -288,6 +294,8 @@ int runRun(const Args& a)
         header.settings.agent = agentSpec;
         header.settings.objective = objective;
         header.settings.budget = budget;
+        header.settings.autoApproveLlm = a.has("auto-approve");
+        header.settings.extra = agentOptions.extra;
         if (!shapesText.empty())
             header.settings.extra["tuning_shapes"] = shapesText;
         header.createdMs = nowMs();
@@ -408,10 +416,11 @@ int runGuarded(const Args& a)
 
 const CommandRegistration reg{
     {"run", "tune a problem on the local GPU with the research loop",
-     "kloop run --problem NAME|DIR --agent tuner:<strategy> --session DIR [--budget N] [--minutes M]\n"
+     "kloop run --problem NAME|DIR --agent SPEC --session DIR [--budget N] [--minutes M]\n"
      "          [--converge N] [--objective NAME] [--shapes \"T=16,H=8192;T=4096,H=8192@3\"] [--seed N]\n"
      "          [--tuning-db FILE | --no-tuning-db] [--no-held-out] [--compile-threads N] [--pipeline N]\n"
-     "          [--arch sm_90a] [--json]\n"
+     "          [--arch sm_90a] [--auto-approve] [--llm-settings FILE] [--llm-model M] [--llm-base-url URL] [--json]\n"
+     "SPEC: tuner:<strategy>, llm:<provider> or llm:<provider>+tuner:<strategy> (default tuner:bayes).\n"
      "kloop run --resume DIR [--budget N] [--minutes M] [--json]\n\n"
      "Runs propose -> compile -> verify -> time -> decide -> record until the budget (evaluations, minutes), "
      "convergence\n(no accepted improvement in N evaluations), Ctrl-C, or the search space is exhausted. Strategies: "
@@ -421,7 +430,7 @@ const CommandRegistration reg{
      "continues a\nsession after a crash or kill -9; nothing recorded is measured twice. --json prints one JSON "
      "object per event\nand a final {\"summary\": ...}. Exit codes: 0 finished or stopped, 1 failure (no GPU, "
      "evaluator failure),\n2 usage.",
-     {"json", "no-tuning-db", "no-held-out"},
+     {"json", "no-tuning-db", "no-held-out", "auto-approve"},
      &runGuarded}};
 
 } // namespace

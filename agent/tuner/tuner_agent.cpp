@@ -39,12 +39,15 @@ public:
         if (!ctx.problem || !ctx.session)
             throw InputError("tuner: the agent context has no problem or session");
         const Session& s = *ctx.session;
-        // Tune the head's source; a head without parameters (the naive baseline) falls back to the first
-        // candidate that declares some, then to the problem's template.
+        // Tune the head's source. When the head is the root without parameters (the naive baseline), tune the
+        // first candidate that declares some, else the problem's template.
         std::string source;
         CandidateId parent;
-        if (!ctx.branchFrom.empty() && s.tree.contains(ctx.branchFrom) && declaresParams(s.tree.at(ctx.branchFrom).source)) {
+        const bool headKnown = !ctx.branchFrom.empty() && s.tree.contains(ctx.branchFrom);
+        if (headKnown && declaresParams(s.tree.at(ctx.branchFrom).source)) {
             parent = ctx.branchFrom;
+        } else if (headKnown && ctx.branchFrom != s.tree.order().front()) {
+            return {}; // a head without parameters (e.g. LLM code): nothing for the tuner to search there
         } else {
             for (const CandidateId& id : s.tree.order())
                 if (declaresParams(s.tree.at(id).source)) {

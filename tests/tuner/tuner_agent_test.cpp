@@ -169,3 +169,42 @@ TEST(TunerAgent, UnknownStrategyIsAnInputError)
 {
     EXPECT_THROW(makeTunerAgent("hill-climb-please"), InputError);
 }
+
+TEST(TunerAgent, HeadWithoutParametersGivesTheTurnBack)
+{
+    // The combined llm+tuner agent relies on this: a head written without parameters has nothing to tune.
+    const auto dir = freshDir("tuner-noparams");
+    SyntheticEvaluatorForTests ev;
+    Session header = sessionHeader(ev, "tuner:random", {});
+    auto store = SessionStore::create(dir, header);
+    Candidate baseline;
+    baseline.source = "// @kl:launch synthetic_kernel grid=(T) block=(128) smem=0 args=(y, x, T, H)\n";
+    const CandidateId root = store->proposeCandidate(baseline).candidateId;
+    Candidate tmpl;
+    tmpl.source = kSyntheticTemplate;
+    tmpl.parentId = root;
+    tmpl.params = parseKernelSpec(kSyntheticTemplate).defaults();
+    const CandidateId t = store->proposeCandidate(tmpl).candidateId;
+    Candidate handWritten = baseline;
+    handWritten.source += "// rewritten by hand\n";
+    handWritten.parentId = t;
+    const CandidateId h = store->proposeCandidate(handWritten).candidateId;
+
+    auto agent = makeTunerAgent("random");
+    const Problem problem = ev.problem();
+    AgentContext ctx;
+    ctx.problem = &problem;
+    ctx.session = &store->session();
+    ctx.maxProposals = 3;
+    ctx.branchFrom = h;
+    EXPECT_TRUE(agent->propose(ctx, CancelToken()).empty());
+    ctx.branchFrom = root; // the parameterless root: tune the first candidate that declares parameters
+    const auto fromRoot = agent->propose(ctx, CancelToken());
+    ASSERT_EQ(fromRoot.size(), 3u);
+    for (const Proposal& p : fromRoot) {
+        EXPECT_EQ(p.candidate.parentId, t);
+        EXPECT_EQ(p.candidate.source, kSyntheticTemplate);
+        EXPECT_NE(p.candidate.params, tmpl.params); // the template's own configuration is already in the tree
+    }
+    std::filesystem::remove_all(dir);
+}
