@@ -88,11 +88,13 @@ CandidatePanel::CandidatePanel(QWidget* parent)
     m_view->setSortingEnabled(false);
     m_view->header()->setStretchLastSection(false);
     m_view->header()->setSectionResizeMode(CandidateTreeModel::HypothesisColumn, QHeaderView::Stretch);
-    m_view->setColumnWidth(CandidateTreeModel::IdColumn, 150);
-    m_view->setColumnWidth(CandidateTreeModel::StatusColumn, 150);
-    m_view->setColumnWidth(CandidateTreeModel::AuthorColumn, 120);
-    m_view->setColumnWidth(CandidateTreeModel::LatencyColumn, 80);
-    m_view->setColumnWidth(CandidateTreeModel::SpeedupColumn, 70);
+    m_view->setColumnWidth(CandidateTreeModel::IdColumn, 170);
+    m_view->setColumnWidth(CandidateTreeModel::StatusColumn, 120);
+    m_view->setColumnWidth(CandidateTreeModel::AuthorColumn, 90);
+    m_view->setColumnWidth(CandidateTreeModel::LatencyColumn, 74);
+    m_view->setColumnWidth(CandidateTreeModel::SpeedupColumn, 60);
+    m_view->header()->moveSection(CandidateTreeModel::LatencyColumn, CandidateTreeModel::AuthorColumn);
+    m_view->header()->moveSection(CandidateTreeModel::SpeedupColumn, CandidateTreeModel::AuthorColumn + 1);
     connect(m_view, &QTreeView::customContextMenuRequested, this, &CandidatePanel::showContextMenu);
     connect(m_view->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
             [this](const QModelIndex& current) {

@@ -31,6 +31,17 @@ ChartsPanel::ChartsPanel(QWidget* parent)
         plot->axisRect()->setRangeDrag(Qt::Horizontal);
         plot->setNoAntialiasingOnDrag(true);
         plot->plotLayout()->insertRow(0);
+        // The legend sits in its own row under the axes so it never covers data.
+        plot->legend->setVisible(true);
+        plot->plotLayout()->addElement(2, 0, plot->legend);
+        plot->plotLayout()->setRowStretchFactor(2, 0.001);
+        plot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+        plot->legend->setWrap(4);
+        plot->legend->setIconSize(14, 10);
+        plot->legend->setRowSpacing(0);
+        plot->legend->setColumnSpacing(10);
+        plot->legend->setMargins(QMargins(4, 0, 4, 0));
+        plot->legend->setBorderPen(Qt::NoPen);
         splitter->addWidget(plot);
     }
     auto title = [](QCustomPlot* plot, const QString& text) {
@@ -86,8 +97,7 @@ void ChartsPanel::styleAxes(QCustomPlot* plot)
         if (auto* title = qobject_cast<QCPTextElement*>(plot->plotLayout()->element(0, 0)))
             title->setTextColor(t.text);
     }
-    plot->legend->setBrush(t.base);
-    plot->legend->setBorderPen(QPen(t.grid));
+    plot->legend->setBrush(Qt::NoBrush);
     plot->legend->setTextColor(t.text);
 }
 
@@ -204,8 +214,7 @@ void ChartsPanel::rebuildLatency()
     const int count = static_cast<int>(accX.size() + otherX.size());
     plot->xAxis->setRange(0, std::max(10, count + 1));
     plot->yAxis->setRange(0, maxY * 1.15);
-    plot->legend->setVisible(count > 0);
-    plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignLeft);
+
 }
 
 void ChartsPanel::rebuildError()
@@ -266,7 +275,6 @@ void ChartsPanel::rebuildError()
     const int count = static_cast<int>(passX.size() + failX.size());
     plot->xAxis->setRange(0, std::max(10, count + 1));
     plot->yAxis->setRange(lo / 10, hi * 10);
-    plot->legend->setVisible(count > 0);
 }
 
 void ChartsPanel::rebuildSpeedup()
@@ -346,8 +354,7 @@ void ChartsPanel::rebuildSpeedup()
     one->point2->setCoords(1, 1.0);
     one->setPen(QPen(t.mutedText, 1, Qt::DashLine));
     plot->yAxis->setRange(0, maxY * 1.15);
-    plot->legend->setVisible(eval != nullptr);
-    plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+
 }
 
 } // namespace kl::app

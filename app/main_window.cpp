@@ -15,6 +15,7 @@
 #include "app/status_field.h"
 #include "app/theme.h"
 #include "app/timeline_panel.h"
+#include "profiler/analysis.h"
 
 #include <QAction>
 #include <QActionGroup>
@@ -41,30 +42,52 @@ namespace {
 
 constexpr int kLayoutVersion = 1;
 
-QString traceSummary(const SelectionStats& s, bool wholeTrace)
+QString traceSummary(const SelectionStats& s)
 {
     const double span = static_cast<double>(s.t1 - s.t0);
-    QString text;
-    const QString where = wholeTrace ? QStringLiteral("Over the whole trace") : QStringLiteral("In the selected range");
     if (span <= 0)
         return {};
-    text += QStringLiteral("%1 (%2), the GPU is busy %3 of the time")
-                .arg(where, formatDurationNs(span))
-                .arg(QStringLiteral("%1%").arg(100.0 * static_cast<double>(s.gpuBusyNs) / span, 0, 'f', 0));
+    QString text = QStringLiteral("In the selected range (%1 from %2), the GPU is busy %3% of the time")
+                       .arg(formatDurationNs(span), formatDurationNs(static_cast<double>(s.t0)))
+                       .arg(100.0 * static_cast<double>(s.gpuBusyNs) / span, 0, 'f', 0);
     if (!s.topKernels.empty() && s.gpuBusyNs > 0) {
         const auto& [name, ns] = s.topKernels.front();
-        text += QStringLiteral("; %1 takes %2% of GPU time (%3)")
+        text += QStringLiteral("; %1 takes %2% of that GPU time (%3)")
                     .arg(QString::fromStdString(name).left(80))
                     .arg(100.0 * static_cast<double>(ns) / static_cast<double>(s.gpuBusyNs), 0, 'f', 0)
                     .arg(formatDurationNs(static_cast<double>(ns)));
     }
-    const auto api = s.byKind.find(kl::prof::EventKind::RuntimeApi);
-    const auto kernels = s.byKind.find(kl::prof::EventKind::Kernel);
-    if (api != s.byKind.end() && kernels != s.byKind.end() && s.gpuBusyNs < span / 2)
-        text += QStringLiteral(". The GPU idles more than half the time: launch overhead or host work between %1 "
-                               "kernels dominates; fuse kernels or capture them in a CUDA graph")
-                    .arg(kernels->second);
     return text + QLatin1Char('.');
+}
+
+QString analysisHtml(const kl::prof::Analysis& a, const QString& label)
+{
+    const Theme& t = theme();
+    QString html = QStringLiteral("<p><span style='color:%1'>%2</span><br><b style='font-size:large'>%3</b></p>")
+                       .arg(t.mutedText.name(), label.toHtmlEscaped(), QString::fromStdString(a.bottleneck).toHtmlEscaped());
+    if (!a.findings.empty()) {
+        html += QStringLiteral("<ul style='margin-left:-20px'>");
+        for (const auto& f : a.findings)
+            html += QStringLiteral("<li>%1</li>").arg(QString::fromStdString(f).toHtmlEscaped());
+        html += QStringLiteral("</ul>");
+    }
+    if (!a.kernels.empty()) {
+        html += QStringLiteral("<table cellspacing=0 cellpadding=2><tr><th align=left>kernel</th><th align=right>share</th>"
+                               "<th align=right>median</th><th align=right>count</th><th align=left>bound</th></tr>");
+        for (const auto& k : a.kernels) {
+            html += QStringLiteral("<tr><td><tt>%1</tt></td><td align=right>%2%</td><td align=right>%3</td>"
+                                   "<td align=right>%4</td><td>%5</td></tr>")
+                        .arg(QString::fromStdString(k.name).left(48).toHtmlEscaped())
+                        .arg(100.0 * k.share, 0, 'f', 1)
+                        .arg(QString::fromStdString(kl::prof::formatNs(k.medianNs)))
+                        .arg(k.count)
+                        .arg(QString::fromStdString(k.roofline.bound));
+        }
+        html += QStringLiteral("</table>");
+    }
+    for (const auto& w : a.warnings)
+        html += QStringLiteral("<p style='color:%1'>%2</p>").arg(t.warn.name(), QString::fromStdString(w).toHtmlEscaped());
+    return html;
 }
 
 } // namespace
@@ -107,7 +130,7 @@ MainWindow::MainWindow(QWidget* parent)
     tabifyDockWidget(charts, timeline);
     console->raise();
     charts->raise();
-    resizeDocks({findChild<QDockWidget*>(QStringLiteral("candidatesDock")), review}, {520, 420}, Qt::Horizontal);
+    resizeDocks({findChild<QDockWidget*>(QStringLiteral("candidatesDock")), review}, {560, 400}, Qt::Horizontal);
     resizeDocks({charts}, {300}, Qt::Vertical);
 
     m_budget->setMaximumWidth(180);
@@ -187,22 +210,21 @@ MainWindow::MainWindow(QWidget* parent)
     });
     connect(m_timeline, &TimelinePanel::tracesChanged, this, [this, bottleneckPanel]() {
         const auto traces = m_timeline->rowModel()->traces();
-        const auto rows = m_timeline->rowModel()->rows();
-        std::int64_t end = 0;
-        for (const auto& t : traces)
-            end = std::max(end, t.trace->endNs());
-        auto* watcher = new QFutureWatcher<SelectionStats>(this);
-        connect(watcher, &QFutureWatcher<SelectionStats>::finished, this, [watcher, bottleneckPanel]() {
-            const SelectionStats s = watcher->result();
-            bottleneckPanel->setAnalysis(selectionStatsHtml(s) + QStringLiteral("<p>%1</p>").arg(traceSummary(s, true)),
-                                         traceSummary(s, true));
+        if (traces.empty())
+            return;
+        // The last trace loaded is the one being studied (the candidate under a baseline).
+        const TimelineTrace subject = traces.back();
+        auto* watcher = new QFutureWatcher<kl::prof::Analysis>(this);
+        connect(watcher, &QFutureWatcher<kl::prof::Analysis>::finished, this, [watcher, bottleneckPanel, subject]() {
+            const kl::prof::Analysis a = watcher->result();
+            bottleneckPanel->setAnalysis(analysisHtml(a, subject.label), QString::fromStdString(kl::prof::toText(a)));
             watcher->deleteLater();
         });
-        watcher->setFuture(QtConcurrent::run([traces, rows, end]() { return computeSelectionStats(traces, rows, 0, end); }));
+        watcher->setFuture(QtConcurrent::run([subject]() { return kl::prof::analyze(*subject.trace); }));
     });
     connect(m_timeline, &TimelinePanel::selectionChanged, this, [bottleneckPanel](const SelectionStats& s) {
-        bottleneckPanel->setAnalysis(selectionStatsHtml(s) + QStringLiteral("<p>%1</p>").arg(traceSummary(s, false)),
-                                     traceSummary(s, false));
+        bottleneckPanel->setAnalysis(selectionStatsHtml(s) + QStringLiteral("<p>%1</p>").arg(traceSummary(s)),
+                                     traceSummary(s));
     });
 
     connect(m_start, &StartPage::openSessionRequested, this, [this]() { openSessionDialog(OpenMode::Writable); });
@@ -228,6 +250,9 @@ MainWindow::MainWindow(QWidget* parent)
     m_start->setDemoAvailable(!demoSessionDir().isEmpty());
 
     m_defaultState = saveState(kLayoutVersion);
+    m_workbenchState = m_defaultState;
+    for (QDockWidget* dock : docks())
+        dock->hide();
     resize(1440, 900);
 }
 
@@ -349,7 +374,10 @@ void MainWindow::createActions()
     for (QDockWidget* dock : docks())
         view->addAction(dock->toggleViewAction());
     view->addSeparator();
-    view->addAction(tr("&Reset Layout"), this, [this]() { restoreState(m_defaultState, kLayoutVersion); });
+    view->addAction(tr("&Reset Layout"), this, [this]() {
+        showWorkbench();
+        restoreState(m_defaultState, kLayoutVersion);
+    });
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&Keyboard Shortcuts"), QKeySequence::HelpContents, this, [this]() {
@@ -382,11 +410,19 @@ void MainWindow::openSession(const QString& directory, OpenMode mode, double spe
 void MainWindow::showStartPage()
 {
     m_start->setRecentSessions(QSettings().value(QStringLiteral("recentSessions")).toStringList());
+    if (m_stack->currentWidget() != m_start) {
+        // The start page gets the whole window; the docks come back as they were.
+        m_workbenchState = saveState(kLayoutVersion);
+        for (QDockWidget* dock : docks())
+            dock->hide();
+    }
     m_stack->setCurrentWidget(m_start);
 }
 
 void MainWindow::showWorkbench()
 {
+    if (m_stack->currentWidget() == m_start)
+        restoreState(m_workbenchState.isEmpty() ? m_defaultState : m_workbenchState, kLayoutVersion);
     m_stack->setCurrentWidget(m_diff);
 }
 
@@ -595,14 +631,20 @@ void MainWindow::restoreLayout()
 {
     QSettings settings;
     restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
-    restoreState(settings.value(QStringLiteral("window/state")).toByteArray(), kLayoutVersion);
+    const QByteArray state = settings.value(QStringLiteral("window/state")).toByteArray();
+    if (m_stack->currentWidget() == m_start)
+        m_workbenchState = state;
+    else
+        restoreState(state, kLayoutVersion);
 }
 
 void MainWindow::saveLayout() const
 {
     QSettings settings;
     settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
-    settings.setValue(QStringLiteral("window/state"), saveState(kLayoutVersion));
+    const bool onStartPage = m_stack->currentWidget() == m_start;
+    settings.setValue(QStringLiteral("window/state"),
+                      onStartPage && !m_workbenchState.isEmpty() ? m_workbenchState : saveState(kLayoutVersion));
 }
 
 void MainWindow::closeEvent(QCloseEvent* event)

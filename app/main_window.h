@@ -87,6 +87,7 @@ private:
     QTimer* m_statusTimer;
     QProgressBar* m_budget;
     QByteArray m_defaultState;
+    QByteArray m_workbenchState; // dock layout while the start page hides the docks
     QString m_diffShownFor; // candidate whose diff is shown, to skip redundant rebuilds
     std::string m_diffSourceHash;
     bool m_sessionReadyEmitted = false;

@@ -79,9 +79,15 @@ std::optional<kl::Problem> findProblem(const kl::Session& s, const QString& sess
 SessionWorker::SessionWorker(QObject* parent)
     : QObject(parent)
     , m_timer(new QTimer(this))
+    , m_publishTimer(new QTimer(this))
 {
     m_timer->setSingleShot(true);
     connect(m_timer, &QTimer::timeout, this, &SessionWorker::step);
+    m_publishTimer->setSingleShot(true);
+    connect(m_publishTimer, &QTimer::timeout, this, [this]() {
+        if (m_dirty)
+            publish(false);
+    });
 }
 
 SessionWorker::~SessionWorker()
@@ -93,6 +99,7 @@ void SessionWorker::close()
 {
     ++m_generation;
     m_timer->stop();
+    m_publishTimer->stop();
     if (m_store && m_busToken)
         m_store->bus().unsubscribe(m_busToken);
     m_busToken = 0;
@@ -265,8 +272,8 @@ void SessionWorker::onLiveEvent(const kl::Event& e)
     m_unpublished.push_back(e);
     m_dirty = true;
     if (m_sincePublish.isValid() && m_sincePublish.elapsed() < kSnapshotIntervalMs) {
-        if (!m_timer->isActive())
-            m_timer->start(static_cast<int>(kSnapshotIntervalMs - m_sincePublish.elapsed()));
+        if (!m_publishTimer->isActive())
+            m_publishTimer->start(static_cast<int>(kSnapshotIntervalMs - m_sincePublish.elapsed()));
         return;
     }
     publish(false);

@@ -66,7 +66,8 @@ private:
     qint64 m_replayOffsetMs = 0; // replay time already elapsed before the current clock start
     QElapsedTimer m_clock;
     QElapsedTimer m_sincePublish;
-    QTimer* m_timer = nullptr;
+    QTimer* m_timer = nullptr; // replay: when the next event is due
+    QTimer* m_publishTimer = nullptr; // live: a deferred snapshot after a burst of events
     std::uint64_t m_generation = 0; // bumps on open/close so stale queued live events are dropped
 };
 

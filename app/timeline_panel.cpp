@@ -77,6 +77,8 @@ TimelinePanel::TimelinePanel(QWidget* parent)
     split->addWidget(side);
     split->setStretchFactor(0, 4);
     split->setStretchFactor(1, 1);
+    side->setMinimumWidth(260);
+    split->setSizes({1000, 300});
 
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);

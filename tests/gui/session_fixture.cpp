@@ -1,6 +1,7 @@
 #include "session_fixture.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 namespace kl::test {
 
@@ -215,6 +216,49 @@ void copyWithTiming(const std::filesystem::path& from, const std::filesystem::pa
         e.timeMs = base + stepMs * i++;
         store->append(e);
     }
+}
+
+void writeChromeTrace(const std::filesystem::path& file, int steps)
+{
+    nlohmann::json events = nlohmann::json::array();
+    const char* kernels[] = {"rmsnorm_kernel<256, 8>", "gemm_bf16_tn_128x128x64", "silu_and_mul_kernel", "softmax_rows"};
+    const double durations[] = {9.5, 48.0, 6.0, 11.0};
+    double t = 1000;
+    int correlation = 1;
+    for (int step = 0; step < steps; ++step) {
+        const double stepStart = t;
+        for (int k = 0; k < 4; ++k) {
+            events.push_back({{"ph", "X"}, {"cat", "cuda_runtime"}, {"name", "cudaLaunchKernel"}, {"pid", 4242},
+                              {"tid", 4242}, {"ts", t}, {"dur", 4.0}, {"args", {{"correlation", correlation}}}});
+            const double gpuStart = t + 6.0 + (k == 1 ? 2.0 : 0.0);
+            events.push_back({{"ph", "X"},
+                              {"cat", "kernel"},
+                              {"name", kernels[k]},
+                              {"pid", 0},
+                              {"tid", 7},
+                              {"ts", gpuStart},
+                              {"dur", durations[k] * (1.0 + 0.03 * ((step * 3 + k) % 4))},
+                              {"args",
+                               {{"device", 0},
+                                {"stream", 7},
+                                {"correlation", correlation},
+                                {"grid", {k == 1 ? 132 : 4096, 1, 1}},
+                                {"block", {k == 1 ? 384 : 256, 1, 1}},
+                                {"registers per thread", k == 1 ? 168 : 32},
+                                {"shared memory", k == 1 ? 98304 : 128},
+                                {"est. achieved occupancy %", k == 1 ? 19 : 75}}}});
+            ++correlation;
+            t += 5.0 + durations[k] * 0.8;
+        }
+        events.push_back({{"ph", "X"}, {"cat", "gpu_memcpy"}, {"name", "Memcpy DtoD (Device -> Device)"}, {"pid", 0},
+                          {"tid", 13}, {"ts", stepStart + 20}, {"dur", 14.0},
+                          {"args", {{"device", 0}, {"stream", 13}, {"bytes", 33554432}}}});
+        events.push_back({{"ph", "X"}, {"cat", "user_annotation"}, {"name", "decode_step_" + std::to_string(step)},
+                          {"pid", 4242}, {"tid", 4242}, {"ts", stepStart - 2}, {"dur", t - stepStart + 30}});
+        t += 40;
+    }
+    nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ns"}};
+    kl::writeFileAtomic(file, doc.dump());
 }
 
 } // namespace kl::test

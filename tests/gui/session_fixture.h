@@ -22,4 +22,8 @@ void copyWithTiming(const std::filesystem::path& from, const std::filesystem::pa
 
 std::string kernelSource(int block, int vec, bool fastMath);
 
+// A PyTorch-profiler (Kineto) style Chrome trace: NVTX steps and launches on a CPU thread, kernels and copies
+// on two GPU streams.
+void writeChromeTrace(const std::filesystem::path& file, int steps);
+
 } // namespace kl::test

@@ -229,6 +229,8 @@ TEST(MainWindow, ApproveAndRejectThroughTheUiAreRecordedInTheSession)
     // Approve the referee flag.
     review->view()->selectRow(0);
     ASSERT_EQ(review->currentCandidate(), QStringLiteral("c0008"));
+    ASSERT_TRUE(review->approveButton()->isEnabled());
+    ASSERT_TRUE(review->approveButton()->isVisible());
     QTest::mouseClick(review->approveButton(), Qt::LeftButton);
     ASSERT_TRUE(waitUntil([&]() { return review->model()->rowCount() == 0; }));
 
@@ -285,6 +287,7 @@ TEST(MainWindow, DockLayoutPersistsInSettings)
     {
         MainWindow w;
         w.show();
+        w.showWorkbench();
         auto* charts = w.findChild<QDockWidget*>(QStringLiteral("chartsDock"));
         ASSERT_NE(charts, nullptr);
         charts->hide();
@@ -293,6 +296,9 @@ TEST(MainWindow, DockLayoutPersistsInSettings)
     MainWindow again;
     again.restoreLayout();
     again.show();
+    // The start page hides the docks; the workbench brings back the saved layout.
+    EXPECT_FALSE(again.findChild<QDockWidget*>(QStringLiteral("candidatesDock"))->isVisible());
+    again.showWorkbench();
     EXPECT_FALSE(again.findChild<QDockWidget*>(QStringLiteral("chartsDock"))->isVisible());
     EXPECT_TRUE(again.findChild<QDockWidget*>(QStringLiteral("candidatesDock"))->isVisible());
     QSettings().clear();
@@ -325,15 +331,20 @@ TEST(MainWindow, ScreenshotsRenderEveryMainView)
 {
     QTemporaryDir tmp;
     const auto dir = freshSession(tmp);
+    std::filesystem::create_directories(dir / "traces");
+    kl::test::writeChromeTrace(dir / "traces" / "decode.json", 40);
     MainWindow w;
     ScreenshotOptions options;
-    options.outputDir = tmp.filePath(QStringLiteral("shots"));
+    // KL_SCREENSHOT_DIR keeps the images for a look (docs, review).
+    options.outputDir = qEnvironmentVariableIsSet("KL_SCREENSHOT_DIR") ? qEnvironmentVariable("KL_SCREENSHOT_DIR")
+                                                                       : tmp.filePath(QStringLiteral("shots"));
     options.sessionDir = QString::fromStdString(dir.string());
     options.width = 1280;
     options.height = 800;
     const ScreenshotResult r = renderScreenshots(w, options);
     ASSERT_TRUE(r.error.isEmpty()) << r.error.toStdString();
-    EXPECT_GE(r.files.size(), 8);
+    EXPECT_GE(r.files.size(), 10); // with the trace: the timeline views too
+    EXPECT_GT(w.timelinePanel()->rowModel()->rowCount(), 1);
     for (const QString& file : r.files) {
         QImage img(file);
         ASSERT_FALSE(img.isNull()) << file.toStdString();
