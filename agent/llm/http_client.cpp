@@ -16,72 +16,75 @@ namespace kl::llm {
 #ifdef KL_HAVE_CURL
 namespace {
 
-using Clock = std::chrono::steady_clock;
+    using Clock = std::chrono::steady_clock;
 
-struct Transfer {
-    HttpResponse response;
-    const BodyChunkFn* onChunk = nullptr;
-    Clock::time_point lastByte = Clock::now();
-    bool stoppedByCallback = false;
-};
+    struct Transfer {
+        HttpResponse response;
+        const BodyChunkFn* onChunk = nullptr;
+        Clock::time_point lastByte = Clock::now();
+        bool stoppedByCallback = false;
+    };
 
-std::string lower(std::string s)
-{
-    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-    return s;
-}
+    std::string lower(std::string s)
+    {
+        std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+        return s;
+    }
 
-std::string trim(const std::string& s)
-{
-    const auto b = s.find_first_not_of(" \t\r\n");
-    if (b == std::string::npos)
-        return {};
-    const auto e = s.find_last_not_of(" \t\r\n");
-    return s.substr(b, e - b + 1);
-}
+    std::string trim(const std::string& s)
+    {
+        const auto b = s.find_first_not_of(" \t\r\n");
+        if (b == std::string::npos)
+            return {};
+        const auto e = s.find_last_not_of(" \t\r\n");
+        return s.substr(b, e - b + 1);
+    }
 
-size_t onHeader(char* data, size_t size, size_t count, void* user)
-{
-    auto* t = static_cast<Transfer*>(user);
-    t->lastByte = Clock::now();
-    const std::string line(data, size * count);
-    if (line.rfind("HTTP/", 0) == 0) {
-        // A new status line (after 100 Continue or a redirect) starts a new header set.
-        t->response.headers.clear();
-        const auto sp = line.find(' ');
-        t->response.status = sp == std::string::npos ? 0 : std::atoi(line.c_str() + sp + 1);
+    size_t onHeader(char* data, size_t size, size_t count, void* user)
+    {
+        auto* t = static_cast<Transfer*>(user);
+        t->lastByte = Clock::now();
+        const std::string line(data, size * count);
+        if (line.rfind("HTTP/", 0) == 0) {
+            // A new status line (after 100 Continue or a redirect) starts a new header set.
+            t->response.headers.clear();
+            const auto sp = line.find(' ');
+            t->response.status = sp == std::string::npos ? 0 : std::atoi(line.c_str() + sp + 1);
+            return size * count;
+        }
+        const auto colon = line.find(':');
+        if (colon != std::string::npos)
+            t->response.headers[lower(trim(line.substr(0, colon)))] = trim(line.substr(colon + 1));
         return size * count;
     }
-    const auto colon = line.find(':');
-    if (colon != std::string::npos)
-        t->response.headers[lower(trim(line.substr(0, colon)))] = trim(line.substr(colon + 1));
-    return size * count;
-}
 
-size_t onBody(char* data, size_t size, size_t count, void* user)
-{
-    auto* t = static_cast<Transfer*>(user);
-    const size_t n = size * count;
-    t->lastByte = Clock::now();
-    t->response.body.append(data, n);
-    if (t->onChunk && *t->onChunk && t->response.status >= 200 && t->response.status < 300) {
-        if (!(*t->onChunk)(data, n)) {
-            t->stoppedByCallback = true;
-            return 0;
+    size_t onBody(char* data, size_t size, size_t count, void* user)
+    {
+        auto* t = static_cast<Transfer*>(user);
+        const size_t n = size * count;
+        t->lastByte = Clock::now();
+        t->response.body.append(data, n);
+        if (t->onChunk && *t->onChunk && t->response.status >= 200 && t->response.status < 300) {
+            if (!(*t->onChunk)(data, n)) {
+                t->stoppedByCallback = true;
+                return 0;
+            }
         }
+        return n;
     }
-    return n;
-}
 
-void globalInit()
-{
-    static std::once_flag once;
-    std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
+    void globalInit()
+    {
+        static std::once_flag once;
+        std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+    }
 
 } // namespace
 
-bool httpAvailable() { return true; }
+bool httpAvailable()
+{
+    return true;
+}
 
 HttpResult httpPost(const HttpRequest& req, const BodyChunkFn& onChunk, const CancelToken& cancel)
 {
@@ -106,7 +109,7 @@ HttpResult httpPost(const HttpRequest& req, const BodyChunkFn& onChunk, const Ca
     // Without this curl waits for "100 Continue" before sending bodies over 1 KiB.
     headers = curl_slist_append(headers, "Expect:");
 
-    char errbuf[CURL_ERROR_SIZE] = {0};
+    char errbuf[CURL_ERROR_SIZE] = { 0 };
     curl_easy_setopt(easy, CURLOPT_URL, req.url.c_str());
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L); // required off the main thread
     curl_easy_setopt(easy, CURLOPT_POST, 1L);
@@ -125,7 +128,7 @@ HttpResult httpPost(const HttpRequest& req, const BodyChunkFn& onChunk, const Ca
     // Local servers (vLLM, llama.cpp, Ollama, the tests' loopback server) must not go through a proxy set in
     // the environment; the user's own no_proxy list still applies.
     std::string noProxy = "localhost,127.0.0.1,::1";
-    for (const char* var : {"no_proxy", "NO_PROXY"})
+    for (const char* var : { "no_proxy", "NO_PROXY" })
         if (const char* v = std::getenv(var); v && *v) {
             noProxy += std::string(",") + v;
             break;
@@ -200,7 +203,10 @@ HttpResult httpPost(const HttpRequest& req, const BodyChunkFn& onChunk, const Ca
 
 #else
 
-bool httpAvailable() { return false; }
+bool httpAvailable()
+{
+    return false;
+}
 
 HttpResult httpPost(const HttpRequest&, const BodyChunkFn&, const CancelToken&)
 {

@@ -16,28 +16,28 @@ using nlohmann::json;
 
 namespace {
 
-bool isOpen(CandidateStatus s)
-{
-    return s == CandidateStatus::Proposed || s == CandidateStatus::PendingReview || s == CandidateStatus::Approved ||
-           s == CandidateStatus::Compiling || s == CandidateStatus::Verifying || s == CandidateStatus::Timing;
-}
-
-std::string readOptional(const fs::path& p)
-{
-    std::error_code ec;
-    if (p.empty() || !fs::is_regular_file(p, ec))
-        return {};
-    try {
-        return readFile(p, 1u << 20);
-    } catch (const std::exception&) {
-        return {};
+    bool isOpen(CandidateStatus s)
+    {
+        return s == CandidateStatus::Proposed || s == CandidateStatus::PendingReview || s == CandidateStatus::Approved
+            || s == CandidateStatus::Compiling || s == CandidateStatus::Verifying || s == CandidateStatus::Timing;
     }
-}
+
+    std::string readOptional(const fs::path& p)
+    {
+        std::error_code ec;
+        if (p.empty() || !fs::is_regular_file(p, ec))
+            return {};
+        try {
+            return readFile(p, 1u << 20);
+        } catch (const std::exception&) {
+            return {};
+        }
+    }
 
 } // namespace
 
-prompt::PromptInputs promptInputsFor(const Problem& problem, const DeviceInfo& device,
-                                     const std::vector<fs::path>& contextRoots)
+prompt::PromptInputs promptInputsFor(
+    const Problem& problem, const DeviceInfo& device, const std::vector<fs::path>& contextRoots)
 {
     prompt::PromptInputs in;
     in.problem = &problem;
@@ -50,11 +50,16 @@ prompt::PromptInputs promptInputsFor(const Problem& problem, const DeviceInfo& d
 }
 
 LlmAgent::LlmAgent(LlmAgentSettings settings, LlmAgentHooks hooks)
-    : m_settings(std::move(settings)), m_hooks(std::move(hooks)), m_client(m_settings.provider)
+    : m_settings(std::move(settings))
+    , m_hooks(std::move(hooks))
+    , m_client(m_settings.provider)
 {
 }
 
-std::string LlmAgent::name() const { return "llm:" + m_settings.provider.name; }
+std::string LlmAgent::name() const
+{
+    return "llm:" + m_settings.provider.name;
+}
 
 llm::Usage LlmAgent::sessionUsage() const
 {
@@ -83,8 +88,8 @@ prompt::Prompt LlmAgent::buildPrompt(const AgentContext& ctx) const
         device = ctx.session->device;
     else
         device.arch = m_settings.arch;
-    std::vector<fs::path> roots = m_settings.defaultContextRoots ? prompt::contextRoots(m_settings.contextDirs)
-                                                                 : m_settings.contextDirs;
+    std::vector<fs::path> roots
+        = m_settings.defaultContextRoots ? prompt::contextRoots(m_settings.contextDirs) : m_settings.contextDirs;
     static const Problem kNoProblem;
     prompt::PromptInputs in = promptInputsFor(ctx.problem ? *ctx.problem : kNoProblem, device, roots);
     if (!ctx.problem)
@@ -98,7 +103,7 @@ prompt::Prompt LlmAgent::buildPrompt(const AgentContext& ctx) const
         in.failures.insert(in.failures.end(), m_replyFailures.begin(), m_replyFailures.end());
     }
     std::stable_sort(in.failures.begin(), in.failures.end(),
-                     [](const prompt::FailedAttempt& a, const prompt::FailedAttempt& b) { return a.timeMs < b.timeMs; });
+        [](const prompt::FailedAttempt& a, const prompt::FailedAttempt& b) { return a.timeMs < b.timeMs; });
     return prompt::buildPrompt(in);
 }
 
@@ -135,26 +140,23 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
     }
     llm::ChatRequest req;
     req.system = prompt.system();
-    req.messages.push_back({"user", prompt.user()});
+    req.messages.push_back({ "user", prompt.user() });
     llm::StreamObserver obs;
     obs.onDelta = m_hooks.onDelta;
     obs.onRetry = [&](int next, int delayMs, const std::string& why) {
-        record({{"type", "llm.retry"}, {"call", call}, {"next_attempt", next}, {"delay_ms", delayMs}, {"why", why}});
+        record({ { "type", "llm.retry" }, { "call", call }, { "next_attempt", next }, { "delay_ms", delayMs },
+            { "why", why } });
         if (m_hooks.onRetry)
             m_hooks.onRetry(next, delayMs, why);
     };
 
     const int attempts = std::max(1, m_settings.maxReplyAttempts);
     for (int attempt = 1; attempt <= attempts; ++attempt) {
-        json request = {{"type", "llm.request"},
-                        {"call", call},
-                        {"reply_attempt", attempt},
-                        {"provider", m_settings.provider.name},
-                        {"api", llm::apiKindName(m_settings.provider.api)},
-                        {"base_url", m_settings.provider.baseUrl},
-                        {"model", m_settings.provider.model},
-                        {"base_candidate", base ? base->id : ""},
-                        {"hypothesis", ctx.hypothesis ? ctx.hypothesis->id : ""}};
+        json request = { { "type", "llm.request" }, { "call", call }, { "reply_attempt", attempt },
+            { "provider", m_settings.provider.name }, { "api", llm::apiKindName(m_settings.provider.api) },
+            { "base_url", m_settings.provider.baseUrl.substr(0, m_settings.provider.baseUrl.find('?')) },
+            { "model", m_settings.provider.model }, { "base_candidate", base ? base->id : "" },
+            { "hypothesis", ctx.hypothesis ? ctx.hypothesis->id : "" } };
         const std::string systemHash = sha256Hex(req.system);
         request["system_sha256"] = systemHash;
         if (systemHash != m_lastSystemHash) {
@@ -163,7 +165,7 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
         }
         json msgs = json::array();
         for (const auto& m : req.messages)
-            msgs.push_back({{"role", m.role}, {"content", m.content}});
+            msgs.push_back({ { "role", m.role }, { "content", m.content } });
         request["messages"] = msgs;
         record(request);
 
@@ -171,11 +173,8 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
         try {
             reply = m_client.complete(req, obs, cancel);
         } catch (const llm::LlmError& e) {
-            record({{"type", "llm.error"},
-                    {"call", call},
-                    {"kind", llm::llmErrorKindName(e.kind())},
-                    {"http_status", e.httpStatus()},
-                    {"message", e.what()}});
+            record({ { "type", "llm.error" }, { "call", call }, { "kind", llm::llmErrorKindName(e.kind()) },
+                { "http_status", e.httpStatus() }, { "message", e.what() } });
             throw;
         }
         llm::Usage total;
@@ -184,17 +183,10 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
             m_usage += reply.usage;
             total = m_usage;
         }
-        record({{"type", "llm.reply"},
-                {"call", call},
-                {"reply_attempt", attempt},
-                {"model", reply.model},
-                {"text", reply.text},
-                {"stop_reason", reply.stopReason},
-                {"http_attempts", reply.attempts},
-                {"elapsed_ms", reply.elapsedMs},
-                {"usage", llm::toJson(reply.usage)},
-                {"session_usage", llm::toJson(total)},
-                {"session_calls", call}});
+        record({ { "type", "llm.reply" }, { "call", call }, { "reply_attempt", attempt }, { "model", reply.model },
+            { "text", reply.text }, { "stop_reason", reply.stopReason }, { "http_attempts", reply.attempts },
+            { "elapsed_ms", reply.elapsedMs }, { "usage", llm::toJson(reply.usage) },
+            { "session_usage", llm::toJson(total) }, { "session_calls", call } });
 
         try {
             prompt::ParsedReply parsed = prompt::parseReply(reply.text, base ? &base->source : nullptr);
@@ -208,21 +200,14 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
             p.candidate.createdMs = nowMs();
             p.needsReview = !m_settings.autoApprove;
             p.note = parsed.note.empty() ? std::string("(the model gave no NOTE)") : parsed.note;
-            record({{"type", "llm.proposal"},
-                    {"call", call},
-                    {"form", parsed.kind == prompt::ParsedReply::Kind::Diff ? "diff" : "candidate"},
-                    {"base_candidate", p.candidate.parentId},
-                    {"source_sha256", sha256Hex(p.candidate.source)},
-                    {"params", p.candidate.params},
-                    {"needs_review", p.needsReview},
-                    {"note", p.note}});
-            return {p};
+            record({ { "type", "llm.proposal" }, { "call", call },
+                { "form", parsed.kind == prompt::ParsedReply::Kind::Diff ? "diff" : "candidate" },
+                { "base_candidate", p.candidate.parentId }, { "source_sha256", sha256Hex(p.candidate.source) },
+                { "params", p.candidate.params }, { "needs_review", p.needsReview }, { "note", p.note } });
+            return { p };
         } catch (const prompt::ReplyError& e) {
-            record({{"type", "llm.reply-rejected"},
-                    {"call", call},
-                    {"reply_attempt", attempt},
-                    {"kind", e.kind()},
-                    {"message", e.what()}});
+            record({ { "type", "llm.reply-rejected" }, { "call", call }, { "reply_attempt", attempt },
+                { "kind", e.kind() }, { "message", e.what() } });
             prompt::FailedAttempt f;
             f.label = "reply " + std::to_string(attempt) + " of call " + std::to_string(call);
             f.kind = e.kind();
@@ -235,10 +220,11 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
                 if (m_replyFailures.size() > 20)
                     m_replyFailures.erase(m_replyFailures.begin());
             }
-            req.messages.push_back({"assistant", reply.text});
-            req.messages.push_back({"user", std::string("Your reply could not be used: ") + e.what() +
-                                                "\nReply again, following the reply protocol: exactly one "
-                                                "```kl-candidate or ```kl-diff block."});
+            req.messages.push_back({ "assistant", reply.text });
+            req.messages.push_back({ "user",
+                std::string("Your reply could not be used: ") + e.what()
+                    + "\nReply again, following the reply protocol: exactly one "
+                      "```kl-candidate or ```kl-diff block." });
         }
     }
     return {};
@@ -250,13 +236,11 @@ void LlmAgent::observe(const Candidate& c, const Evaluation& e)
         return;
     json reasons = json::array();
     for (const auto& r : e.reasons)
-        reasons.push_back({{"rule", r.rule}, {"message", r.message}, {"line", r.line}, {"blocking", r.blocking}});
-    record({{"type", "llm.verdict"},
-            {"candidate", c.id},
-            {"source_sha256", c.sourceHash.empty() ? sha256Hex(c.source) : c.sourceHash},
-            {"verdict", verdictName(e.verdict)},
-            {"objective", e.objective},
-            {"reasons", reasons}});
+        reasons.push_back(
+            { { "rule", r.rule }, { "message", r.message }, { "line", r.line }, { "blocking", r.blocking } });
+    record({ { "type", "llm.verdict" }, { "candidate", c.id },
+        { "source_sha256", c.sourceHash.empty() ? sha256Hex(c.source) : c.sourceHash },
+        { "verdict", verdictName(e.verdict) }, { "objective", e.objective }, { "reasons", reasons } });
 }
 
 llm::Usage llmUsageFromEvents(const std::vector<Event>& events, int* calls)

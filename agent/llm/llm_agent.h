@@ -76,7 +76,7 @@ LlmAgentSettings llmAgentSettingsFor(const std::string& agentSpec, const std::ma
 llm::Usage llmUsageFromEvents(const std::vector<Event>& events, int* calls = nullptr);
 
 // The prompt inputs for a problem outside a session (kloop prompt): context roots, reference source.
-prompt::PromptInputs promptInputsFor(const Problem& problem, const DeviceInfo& device,
-                                     const std::vector<std::filesystem::path>& contextRoots);
+prompt::PromptInputs promptInputsFor(
+    const Problem& problem, const DeviceInfo& device, const std::vector<std::filesystem::path>& contextRoots);
 
 } // namespace kl

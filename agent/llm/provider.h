@@ -65,8 +65,7 @@ std::vector<std::string> providerPresetNames();
 // Settings as JSON (no secrets exist in them: only the name of the key's variable).
 nlohmann::json toJson(const ProviderSettings& s);
 // Overlays the fields present in j onto base; strict about types and unknown fields.
-ProviderSettings providerSettingsFromJson(const nlohmann::json& j, const std::string& where,
-                                          ProviderSettings base);
+ProviderSettings providerSettingsFromJson(const nlohmann::json& j, const std::string& where, ProviderSettings base);
 
 struct ChatMessage {
     std::string role; // "user" or "assistant"
@@ -100,9 +99,22 @@ struct ChatReply {
 
 class LlmError : public std::runtime_error {
 public:
-    enum class Kind { Config, Auth, ModelNotFound, RateLimited, Server, Network, Timeout, Cancelled, BadResponse, BadRequest };
+    enum class Kind {
+        Config,
+        Auth,
+        ModelNotFound,
+        RateLimited,
+        Server,
+        Network,
+        Timeout,
+        Cancelled,
+        BadResponse,
+        BadRequest
+    };
     LlmError(Kind kind, const std::string& message, int httpStatus = 0)
-        : std::runtime_error(message), m_kind(kind), m_status(httpStatus)
+        : std::runtime_error(message)
+        , m_kind(kind)
+        , m_status(httpStatus)
     {
     }
     Kind kind() const { return m_kind; }

@@ -26,7 +26,7 @@ void SseParser::line(const std::string& l, std::vector<SseEvent>& out)
 {
     if (l.empty()) {
         if (m_hasData)
-            out.push_back({m_event, m_data});
+            out.push_back({ m_event, m_data });
         m_event.clear();
         m_data.clear();
         m_hasData = false;

@@ -14,68 +14,72 @@ namespace kl::prompt {
 
 namespace {
 
-std::string trim(const std::string& s)
-{
-    const auto b = s.find_first_not_of(" \t\r");
-    if (b == std::string::npos)
+    std::string trim(const std::string& s)
+    {
+        const auto b = s.find_first_not_of(" \t\r");
+        if (b == std::string::npos)
+            return {};
+        const auto e = s.find_last_not_of(" \t\r");
+        return s.substr(b, e - b + 1);
+    }
+
+    std::vector<std::string> parseList(const std::string& value, const std::string& where)
+    {
+        std::string v = trim(value);
+        if (!v.empty() && v.front() == '[') {
+            if (v.back() != ']')
+                throw InputError(where + ": list starts with '[' but does not end with ']'");
+            v = v.substr(1, v.size() - 2);
+        }
+        std::vector<std::string> out;
+        std::stringstream ss(v);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            item = trim(item);
+            if (item.size() >= 2 && (item.front() == '"' || item.front() == '\'') && item.back() == item.front())
+                item = item.substr(1, item.size() - 2);
+            if (!item.empty())
+                out.push_back(item);
+        }
+        return out;
+    }
+
+    ContextSection sectionOf(const std::string& relativePath)
+    {
+        const auto slash = relativePath.find('/');
+        const std::string top = slash == std::string::npos ? "" : relativePath.substr(0, slash);
+        if (top == "rules")
+            return ContextSection::Rules;
+        if (top == "hardware")
+            return ContextSection::Hardware;
+        if (top == "models")
+            return ContextSection::Models;
+        return ContextSection::Notes;
+    }
+
+    std::string firstHeading(const std::string& body)
+    {
+        std::istringstream in(body);
+        std::string line;
+        while (std::getline(in, line))
+            if (line.rfind("# ", 0) == 0)
+                return trim(line.substr(2));
         return {};
-    const auto e = s.find_last_not_of(" \t\r");
-    return s.substr(b, e - b + 1);
-}
-
-std::vector<std::string> parseList(const std::string& value, const std::string& where)
-{
-    std::string v = trim(value);
-    if (!v.empty() && v.front() == '[') {
-        if (v.back() != ']')
-            throw InputError(where + ": list starts with '[' but does not end with ']'");
-        v = v.substr(1, v.size() - 2);
     }
-    std::vector<std::string> out;
-    std::stringstream ss(v);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        item = trim(item);
-        if (item.size() >= 2 && (item.front() == '"' || item.front() == '\'') && item.back() == item.front())
-            item = item.substr(1, item.size() - 2);
-        if (!item.empty())
-            out.push_back(item);
-    }
-    return out;
-}
-
-ContextSection sectionOf(const std::string& relativePath)
-{
-    const auto slash = relativePath.find('/');
-    const std::string top = slash == std::string::npos ? "" : relativePath.substr(0, slash);
-    if (top == "rules")
-        return ContextSection::Rules;
-    if (top == "hardware")
-        return ContextSection::Hardware;
-    if (top == "models")
-        return ContextSection::Models;
-    return ContextSection::Notes;
-}
-
-std::string firstHeading(const std::string& body)
-{
-    std::istringstream in(body);
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("# ", 0) == 0)
-            return trim(line.substr(2));
-    return {};
-}
 
 } // namespace
 
 const char* contextSectionName(ContextSection s)
 {
     switch (s) {
-    case ContextSection::Rules: return "rules";
-    case ContextSection::Hardware: return "hardware";
-    case ContextSection::Models: return "models";
-    case ContextSection::Notes: return "notes";
+    case ContextSection::Rules:
+        return "rules";
+    case ContextSection::Hardware:
+        return "hardware";
+    case ContextSection::Models:
+        return "models";
+    case ContextSection::Notes:
+        return "notes";
     }
     return "notes";
 }
@@ -146,8 +150,8 @@ ContextDoc parseContextDoc(const std::string& text, const std::string& relativeP
             } else if (!indented && (key == "source" || key == "sources" || key == "verified" || key == "updated")) {
                 // Provenance for human readers; not sent to the model.
             } else {
-                throw InputError(where + ": unknown front-matter key '" + key +
-                                 "' (known: title, applies-to {archs, tags}, order, sources, updated)");
+                throw InputError(where + ": unknown front-matter key '" + key
+                    + "' (known: title, applies-to {archs, tags}, order, sources, updated)");
             }
         }
         if (!closed)
@@ -178,15 +182,16 @@ std::vector<ContextDoc> loadContextDocs(const std::vector<fs::path>& roots)
         std::vector<fs::path> files;
         for (fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec), end;
              it != end && !ec; it.increment(ec)) {
-            if (it->is_regular_file() && it->path().extension() == ".md" &&
-                it->path().filename().string().rfind("README", 0) != 0)
+            if (it->is_regular_file() && it->path().extension() == ".md"
+                && it->path().filename().string().rfind("README", 0) != 0)
                 files.push_back(it->path());
         }
         std::sort(files.begin(), files.end());
         for (const auto& f : files) {
             const std::string rel = fs::relative(f, root).generic_string();
             ContextDoc d = parseContextDoc(readFile(f, 1u << 20), rel, f.string());
-            auto same = std::find_if(docs.begin(), docs.end(), [&](const ContextDoc& o) { return o.relativePath == rel; });
+            auto same
+                = std::find_if(docs.begin(), docs.end(), [&](const ContextDoc& o) { return o.relativePath == rel; });
             if (same != docs.end())
                 *same = std::move(d);
             else
@@ -259,8 +264,8 @@ bool docApplies(const ContextDoc& d, int arch, const std::vector<std::string>& p
     return true;
 }
 
-std::vector<ContextDoc> selectContext(const std::vector<ContextDoc>& docs, int arch,
-                                      const std::vector<std::string>& problemTags)
+std::vector<ContextDoc> selectContext(
+    const std::vector<ContextDoc>& docs, int arch, const std::vector<std::string>& problemTags)
 {
     std::vector<ContextDoc> out;
     for (const auto& d : docs)

@@ -54,7 +54,7 @@ int archNumber(const DeviceInfo& d);
 
 bool docApplies(const ContextDoc& d, int arch, const std::vector<std::string>& problemTags);
 // The documents that apply, ordered rules, hardware, models, notes; then by order, then by path.
-std::vector<ContextDoc> selectContext(const std::vector<ContextDoc>& docs, int arch,
-                                      const std::vector<std::string>& problemTags);
+std::vector<ContextDoc> selectContext(
+    const std::vector<ContextDoc>& docs, int arch, const std::vector<std::string>& problemTags);
 
 } // namespace kl::prompt

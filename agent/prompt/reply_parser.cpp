@@ -11,41 +11,41 @@ namespace kl::prompt {
 
 namespace {
 
-constexpr std::size_t kMaxBlockBytes = 256 * 1024;
+    constexpr std::size_t kMaxBlockBytes = 256 * 1024;
 
-std::string trim(const std::string& s)
-{
-    const auto b = s.find_first_not_of(" \t\r\n");
-    if (b == std::string::npos)
-        return {};
-    const auto e = s.find_last_not_of(" \t\r\n");
-    return s.substr(b, e - b + 1);
-}
-
-// Whether code outside the // comment lines mentions name as a whole identifier.
-bool codeMentions(const std::string& source, const std::string& name)
-{
-    std::istringstream in(source);
-    std::string line;
-    auto isIdent = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-    while (std::getline(in, line)) {
-        if (trim(line).rfind("//", 0) == 0)
-            continue;
-        for (auto pos = line.find(name); pos != std::string::npos; pos = line.find(name, pos + 1)) {
-            const bool startOk = pos == 0 || !isIdent(line[pos - 1]);
-            const bool endOk = pos + name.size() >= line.size() || !isIdent(line[pos + name.size()]);
-            if (startOk && endOk)
-                return true;
-        }
+    std::string trim(const std::string& s)
+    {
+        const auto b = s.find_first_not_of(" \t\r\n");
+        if (b == std::string::npos)
+            return {};
+        const auto e = s.find_last_not_of(" \t\r\n");
+        return s.substr(b, e - b + 1);
     }
-    return false;
-}
 
-struct Block {
-    std::string info;
-    std::vector<std::string> lines;
-    int openLine = 0;
-};
+    // Whether code outside the // comment lines mentions name as a whole identifier.
+    bool codeMentions(const std::string& source, const std::string& name)
+    {
+        std::istringstream in(source);
+        std::string line;
+        auto isIdent = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+        while (std::getline(in, line)) {
+            if (trim(line).rfind("//", 0) == 0)
+                continue;
+            for (auto pos = line.find(name); pos != std::string::npos; pos = line.find(name, pos + 1)) {
+                const bool startOk = pos == 0 || !isIdent(line[pos - 1]);
+                const bool endOk = pos + name.size() >= line.size() || !isIdent(line[pos + name.size()]);
+                if (startOk && endOk)
+                    return true;
+            }
+        }
+        return false;
+    }
+
+    struct Block {
+        std::string info;
+        std::vector<std::string> lines;
+        int openLine = 0;
+    };
 
 } // namespace
 
@@ -80,8 +80,9 @@ ParsedReply parseReply(const std::string& reply, const std::string* baseSource)
             b.openLine = lineNo;
             openIsKl = b.info == "kl-candidate" || b.info == "kl-diff";
             if (!openIsKl && b.info.rfind("kl-", 0) == 0)
-                throw ReplyError("malformed-reply", "line " + std::to_string(lineNo) + ": unknown block type '```" +
-                                                        b.info + "' (use ```kl-candidate or ```kl-diff)");
+                throw ReplyError("malformed-reply",
+                    "line " + std::to_string(lineNo) + ": unknown block type '```" + b.info
+                        + "' (use ```kl-candidate or ```kl-diff)");
             if (!openIsKl)
                 otherFences.push_back(b.info.empty() ? "```" : "```" + b.info);
             open = std::move(b);
@@ -91,10 +92,10 @@ ParsedReply parseReply(const std::string& reply, const std::string* baseSource)
             notes.push_back(trim(t.substr(5)));
     }
     if (open && openIsKl)
-        throw ReplyError("malformed-reply", "the ```" + open->info + " block opened at line " +
-                                                std::to_string(open->openLine) +
-                                                " is never closed (a line with only ``` must end it; the reply may "
-                                                "have been cut off by the output token limit)");
+        throw ReplyError("malformed-reply",
+            "the ```" + open->info + " block opened at line " + std::to_string(open->openLine)
+                + " is never closed (a line with only ``` must end it; the reply may "
+                  "have been cut off by the output token limit)");
     if (klBlocks.empty()) {
         std::string msg = "the reply contains no ```kl-candidate or ```kl-diff block";
         if (!otherFences.empty())
@@ -102,8 +103,9 @@ ParsedReply parseReply(const std::string& reply, const std::string* baseSource)
         throw ReplyError("malformed-reply", msg);
     }
     if (klBlocks.size() > 1)
-        throw ReplyError("malformed-reply", "the reply contains " + std::to_string(klBlocks.size()) +
-                                                " kl blocks; send exactly one ```kl-candidate or ```kl-diff block");
+        throw ReplyError("malformed-reply",
+            "the reply contains " + std::to_string(klBlocks.size())
+                + " kl blocks; send exactly one ```kl-candidate or ```kl-diff block");
 
     const Block& b = klBlocks.front();
     ParsedReply out;
@@ -114,21 +116,23 @@ ParsedReply parseReply(const std::string& reply, const std::string* baseSource)
     if (trim(out.block).empty())
         throw ReplyError("malformed-reply", "the ```" + b.info + " block is empty");
     if (out.block.size() > kMaxBlockBytes)
-        throw ReplyError("malformed-reply", "the block is " + std::to_string(out.block.size()) + " bytes; the limit is " +
-                                                std::to_string(kMaxBlockBytes));
+        throw ReplyError("malformed-reply",
+            "the block is " + std::to_string(out.block.size()) + " bytes; the limit is "
+                + std::to_string(kMaxBlockBytes));
 
     if (b.info == "kl-diff") {
         out.kind = ParsedReply::Kind::Diff;
         if (!baseSource)
-            throw ReplyError("malformed-reply", "a ```kl-diff needs a current candidate, and there is none: send a "
-                                                "complete ```kl-candidate");
+            throw ReplyError("malformed-reply",
+                "a ```kl-diff needs a current candidate, and there is none: send a "
+                "complete ```kl-candidate");
         try {
             out.source = applyUnifiedDiff(*baseSource, out.block);
         } catch (const InputError& e) {
             throw ReplyError("diff-does-not-apply",
-                             std::string("the diff does not apply to the current candidate: ") + e.what() +
-                                 ". Copy context and removed lines exactly from the current source, or send a "
-                                 "complete ```kl-candidate");
+                std::string("the diff does not apply to the current candidate: ") + e.what()
+                    + ". Copy context and removed lines exactly from the current source, or send a "
+                      "complete ```kl-candidate");
         }
         if (out.source == *baseSource)
             throw ReplyError("no-change", "the diff changes nothing");
@@ -146,31 +150,32 @@ ParsedReply parseReply(const std::string& reply, const std::string* baseSource)
         throw ReplyError("bad-annotations", std::string("the candidate's @kl annotations are invalid: ") + e.what());
     }
     if (out.spec.launches.empty())
-        throw ReplyError("bad-annotations", "the candidate declares no '// @kl:launch' line, so the harness cannot run it");
+        throw ReplyError(
+            "bad-annotations", "the candidate declares no '// @kl:launch' line, so the harness cannot run it");
     if (out.source.find("__global__") == std::string::npos)
         throw ReplyError("bad-annotations", "the candidate has no __global__ kernel");
     for (const auto& step : out.spec.launches)
         if (!codeMentions(out.source, step.kernel))
-            throw ReplyError("bad-annotations", "@kl:launch on line " + std::to_string(step.line) + " names kernel '" +
-                                                    step.kernel + "', which the source does not define");
+            throw ReplyError("bad-annotations",
+                "@kl:launch on line " + std::to_string(step.line) + " names kernel '" + step.kernel
+                    + "', which the source does not define");
     return out;
 }
 
 std::string replyProtocolText(bool haveBase)
 {
-    std::string t =
-        "Reply with a short explanation if you like, then exactly ONE fenced block, in one of two forms.\n"
-        "\n"
-        "Form 1, a complete candidate: the whole .cu file, device code only (no host code, no main, no\n"
-        "cudaMalloc, no streams, no timing), with its @kl annotations:\n"
-        "\n"
-        "```kl-candidate\n"
-        "// @kl:param BLOCK = 256 in [128, 256, 512]\n"
-        "// @kl:constraint H % 4 == 0\n"
-        "// @kl:launch my_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, w, T, H, eps)\n"
-        "extern \"C\" __global__ void my_kernel(...) { ... }\n"
-        "```\n"
-        "\n";
+    std::string t = "Reply with a short explanation if you like, then exactly ONE fenced block, in one of two forms.\n"
+                    "\n"
+                    "Form 1, a complete candidate: the whole .cu file, device code only (no host code, no main, no\n"
+                    "cudaMalloc, no streams, no timing), with its @kl annotations:\n"
+                    "\n"
+                    "```kl-candidate\n"
+                    "// @kl:param BLOCK = 256 in [128, 256, 512]\n"
+                    "// @kl:constraint H % 4 == 0\n"
+                    "// @kl:launch my_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, w, T, H, eps)\n"
+                    "extern \"C\" __global__ void my_kernel(...) { ... }\n"
+                    "```\n"
+                    "\n";
     if (haveBase)
         t += "Form 2, a unified diff against the CURRENT CANDIDATE source shown above (context and removed\n"
              "lines copied exactly; hunk headers '@@ -a,b +c,d @@'):\n"
@@ -191,7 +196,8 @@ std::string replyProtocolText(bool haveBase)
          "Annotations (each on its own '// @kl:' comment line):\n"
          "- `// @kl:param NAME = DEFAULT in [v1, v2, ...]`: a tunable integer, reaching the code as a\n"
          "  compile-time define (-DNAME=value). The tuner searches these values after your change is accepted.\n"
-         "- `// @kl:constraint EXPR`: must hold for a parameter choice (and shape) to be valid, e.g. `BLOCK % 32 == 0`.\n"
+         "- `// @kl:constraint EXPR`: must hold for a parameter choice (and shape) to be valid, e.g. `BLOCK % 32 == "
+         "0`.\n"
          "- `// @kl:workspace NAME bytes=EXPR init=zero|poison`: scratch memory the harness allocates.\n"
          "- `// @kl:launch KERNEL grid=(X[,Y[,Z]]) block=(X[,Y[,Z]]) smem=EXPR args=(...)`: one line per launch,\n"
          "  in order. Expressions may use shape dims, parameters and min max ceil_div div floor ceil round\n"

@@ -27,7 +27,11 @@ namespace kl::prompt {
 class ReplyError : public InputError {
 public:
     // kind: "malformed-reply", "diff-does-not-apply", "bad-annotations", "no-change"
-    ReplyError(std::string kind, const std::string& message) : InputError(message), m_kind(std::move(kind)) {}
+    ReplyError(std::string kind, const std::string& message)
+        : InputError(message)
+        , m_kind(std::move(kind))
+    {
+    }
     const std::string& kind() const { return m_kind; }
 
 private:

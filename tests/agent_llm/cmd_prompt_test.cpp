@@ -2,11 +2,10 @@
 #include "core/json_io.h"
 #include "core/session_store.h"
 
-#include <gtest/gtest.h>
-
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <gtest/gtest.h>
 #include <memory>
 
 namespace fs = std::filesystem;
@@ -22,7 +21,7 @@ int run(const std::string& args, std::string& out)
     FILE* p = ::popen(cmd.c_str(), "r");
     if (!p)
         return -1;
-    std::array<char, 4096> buf{};
+    std::array<char, 4096> buf {};
     out.clear();
     while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p))
         out.append(buf.data(), n);
@@ -35,10 +34,10 @@ int run(const std::string& args, std::string& out)
 TEST(KloopPrompt, PrintsTheExactPromptForAnArchitecture)
 {
     std::string out;
-    ASSERT_EQ(run("prompt --problem " + (kFixtures / "rmsnorm_mini").string() +
-                      " --arch sm_120 --no-user-context --hypothesis 'Try two rows per warp' --json",
+    ASSERT_EQ(run("prompt --problem " + (kFixtures / "rmsnorm_mini").string()
+                      + " --arch sm_120 --no-user-context --hypothesis 'Try two rows per warp' --json",
                   out),
-              0)
+        0)
         << out;
     const json j = json::parse(out);
     EXPECT_EQ(j["problem"], "rmsnorm_mini");
@@ -55,8 +54,8 @@ TEST(KloopPrompt, PrintsTheExactPromptForAnArchitecture)
     EXPECT_TRUE(sawRules);
 
     std::string text;
-    ASSERT_EQ(run("prompt --problem " + (kFixtures / "rmsnorm_mini").string() + " --arch sm_90 --no-user-context", text),
-              0);
+    ASSERT_EQ(
+        run("prompt --problem " + (kFixtures / "rmsnorm_mini").string() + " --arch sm_90 --no-user-context", text), 0);
     EXPECT_EQ(text.rfind("======== system message ========", 0), 0u);
     EXPECT_NE(text.find("======== user message ========"), std::string::npos);
 }
@@ -75,7 +74,7 @@ TEST(KloopPrompt, UsesASessionsStateAndRejectsBadArguments)
         auto store = kl::SessionStore::create(dir, header);
         kl::Candidate c;
         c.source = kl::readFile(kFixtures / "rmsnorm_mini" / "template.cu");
-        c.params = {{"BLOCK", 256}};
+        c.params = { { "BLOCK", 256 } };
         store->proposeCandidate(c);
         kl::Hypothesis h;
         h.id = "h0001";

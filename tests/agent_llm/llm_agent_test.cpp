@@ -6,9 +6,8 @@
 #include "core/session_store.h"
 #include "loopback_server.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
+#include <gtest/gtest.h>
 
 namespace fs = std::filesystem;
 using namespace kl;
@@ -30,9 +29,9 @@ struct AgentFixture : ::testing::Test {
     void SetUp() override
     {
         ::setenv("KL_TEST_AGENT_KEY", kKey, 1);
-        dir = fs::temp_directory_path() /
-              ("kl_llm_agent_" + std::to_string(::getpid()) + "_" +
-               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        dir = fs::temp_directory_path()
+            / ("kl_llm_agent_" + std::to_string(::getpid()) + "_"
+                + ::testing::UnitTest::GetInstance()->current_test_info()->name());
         fs::remove_all(dir);
         problem = loadProblem((kFixtures / "rmsnorm_mini").string());
         Session header;
@@ -46,7 +45,7 @@ struct AgentFixture : ::testing::Test {
         templateSource = readFile(kFixtures / "rmsnorm_mini" / "template.cu");
         Candidate c;
         c.source = templateSource;
-        c.params = {{"BLOCK", 256}};
+        c.params = { { "BLOCK", 256 } };
         c.author = Author::Human;
         const auto id = store->proposeCandidate(c).candidateId;
         store->setStatus(id, CandidateStatus::Accepted, "seed");
@@ -72,9 +71,9 @@ struct AgentFixture : ::testing::Test {
         s.provider.model = "loop-model";
         s.provider.apiKeyEnv = "KL_TEST_AGENT_KEY";
         s.provider.backoffBaseMs = 5;
-        s.provider.prices.models["loop-model"] = {1.0, 4.0, 0.5};
+        s.provider.prices.models["loop-model"] = { 1.0, 4.0, 0.5 };
         s.defaultContextRoots = false;
-        s.contextDirs = {kFixtures / "context"};
+        s.contextDirs = { kFixtures / "context" };
         return s;
     }
 
@@ -119,7 +118,8 @@ struct AgentFixture : ::testing::Test {
 
 TEST_F(AgentFixture, GoodCandidateBecomesAProposalWaitingForReview)
 {
-    const std::string reply = "NOTE: 512 threads cover H=4096 in 8 iterations\n```kl-candidate\n" + goodCandidate() + "```\n";
+    const std::string reply
+        = "NOTE: 512 threads cover H=4096 in 8 iterations\n```kl-candidate\n" + goodCandidate() + "```\n";
     server.enqueue(test::openAiStream(test::piecesOf(reply, 40), 2000, 300));
     std::string live;
     auto h = hooks();
@@ -150,7 +150,7 @@ TEST_F(AgentFixture, GoodCandidateBecomesAProposalWaitingForReview)
     EXPECT_NE(user.find("// @kl:param BLOCK = 256"), std::string::npos);
     EXPECT_NE(user.find("memory bound: 58% of DRAM peak"), std::string::npos);
 
-    EXPECT_EQ(recordTypes(), (std::vector<std::string>{"llm.request", "llm.reply", "llm.proposal"}));
+    EXPECT_EQ(recordTypes(), (std::vector<std::string> { "llm.request", "llm.reply", "llm.proposal" }));
     EXPECT_EQ(records[1]["usage"]["input_tokens"], 2000);
     EXPECT_NEAR(records[1]["usage"]["cost_usd"].get<double>(), (1000 * 1.0 + 1000 * 0.5 + 300 * 4.0) / 1e6, 1e-12);
     EXPECT_EQ(records[2]["form"], "candidate");
@@ -183,8 +183,9 @@ TEST_F(AgentFixture, UnusableReplyIsAnsweredWithTheErrorThenADiffIsAccepted)
     EXPECT_NE(correction.find("annotations are invalid"), std::string::npos) << correction;
     EXPECT_NE(correction.find("line 1"), std::string::npos) << correction;
 
-    EXPECT_EQ(recordTypes(), (std::vector<std::string>{"llm.request", "llm.reply", "llm.reply-rejected", "llm.request",
-                                                       "llm.reply", "llm.proposal"}));
+    EXPECT_EQ(recordTypes(),
+        (std::vector<std::string> {
+            "llm.request", "llm.reply", "llm.reply-rejected", "llm.request", "llm.reply", "llm.proposal" }));
     EXPECT_EQ(records[2]["kind"], "bad-annotations");
     EXPECT_EQ(records[5]["form"], "diff");
     EXPECT_EQ(agent.sessionUsage().inputTokens, 3300);
@@ -206,14 +207,14 @@ TEST_F(AgentFixture, UnusableReplyIsAnsweredWithTheErrorThenADiffIsAccepted)
 TEST_F(AgentFixture, RetriesAreBoundedAndFailuresReachTheNextPrompt)
 {
     for (int i = 0; i < 3; ++i)
-        server.enqueue(test::openAiStream({"I think we should vectorize, but here is no code."}));
+        server.enqueue(test::openAiStream({ "I think we should vectorize, but here is no code." }));
     auto s = settings();
     s.maxReplyAttempts = 3;
     LlmAgent agent(s, hooks());
     EXPECT_TRUE(agent.propose(context(), {}).empty());
     EXPECT_EQ(server.requests().size(), 3u);
 
-    server.enqueue(test::openAiStream({"NOTE: x\n```kl-candidate\n" + goodCandidate() + "```\n"}));
+    server.enqueue(test::openAiStream({ "NOTE: x\n```kl-candidate\n" + goodCandidate() + "```\n" }));
     ASSERT_EQ(agent.propose(context(), {}).size(), 1u);
     const json fourth = json::parse(server.requests().at(3).body);
     ASSERT_EQ(fourth["messages"].size(), 2u); // a fresh conversation
@@ -237,7 +238,7 @@ TEST_F(AgentFixture, NoCallWhileItsProposalWaitsForReview)
     EXPECT_TRUE(server.requests().empty());
     EXPECT_TRUE(records.empty());
     store->setStatus(id, CandidateStatus::Rejected, "engineer said no");
-    server.enqueue(test::openAiStream({"NOTE: y\n```kl-candidate\n" + goodCandidate() + "```\n"}));
+    server.enqueue(test::openAiStream({ "NOTE: y\n```kl-candidate\n" + goodCandidate() + "```\n" }));
     auto s2 = settings();
     s2.autoApprove = true;
     LlmAgent agent2(s2, hooks());
@@ -245,7 +246,8 @@ TEST_F(AgentFixture, NoCallWhileItsProposalWaitsForReview)
     ASSERT_EQ(props.size(), 1u);
     EXPECT_FALSE(props[0].needsReview);
     const json body = json::parse(server.requests().at(0).body);
-    EXPECT_NE(body["messages"][1]["content"].get<std::string>().find(id + " (from c0001): rejected"), std::string::npos);
+    EXPECT_NE(
+        body["messages"][1]["content"].get<std::string>().find(id + " (from c0001): rejected"), std::string::npos);
 }
 
 TEST_F(AgentFixture, ProviderErrorsAreRecordedAndThrown)
@@ -253,7 +255,7 @@ TEST_F(AgentFixture, ProviderErrorsAreRecordedAndThrown)
     server.enqueue(test::jsonResponse(401, R"({"error":{"message":"invalid x-api-key"}})"));
     LlmAgent agent(settings(), hooks());
     EXPECT_THROW(agent.propose(context(), {}), llm::LlmError);
-    ASSERT_EQ(recordTypes(), (std::vector<std::string>{"llm.request", "llm.error"}));
+    ASSERT_EQ(recordTypes(), (std::vector<std::string> { "llm.request", "llm.error" }));
     EXPECT_EQ(records[1]["kind"], "auth");
     EXPECT_EQ(records[1]["message"].get<std::string>().find(kKey), std::string::npos);
 }
@@ -268,7 +270,7 @@ TEST_F(AgentFixture, ObserveRecordsTheVerdictOfItsOwnCandidates)
     c.source = goodCandidate();
     Evaluation e;
     e.verdict = Verdict::Rejected;
-    e.reasons.push_back({"static.side-stream", "creates a stream", 12, true});
+    e.reasons.push_back({ "static.side-stream", "creates a stream", 12, true });
     agent.observe(c, e);
     c.author = Author::Tuner;
     agent.observe(c, e);
@@ -280,17 +282,18 @@ TEST_F(AgentFixture, ObserveRecordsTheVerdictOfItsOwnCandidates)
 
 TEST(LlmAgentSettings, FromAgentSpecAndSessionExtras)
 {
-    auto s = llmAgentSettingsFor("llm:deepseek", {{"llm.model", "deepseek-reasoner"},
-                                                  {"llm.auto_approve", "true"},
-                                                  {"llm.settings", R"({"read_timeout_ms": 5000, "prices": {"deepseek-*": {"input": 0.5, "output": 2}}})"}});
+    auto s = llmAgentSettingsFor("llm:deepseek",
+        { { "llm.model", "deepseek-reasoner" }, { "llm.auto_approve", "true" },
+            { "llm.settings",
+                R"({"read_timeout_ms": 5000, "prices": {"deepseek-*": {"input": 0.5, "output": 2}}})" } });
     EXPECT_EQ(s.provider.name, "deepseek");
     EXPECT_EQ(s.provider.model, "deepseek-reasoner");
     EXPECT_EQ(s.provider.readTimeoutMs, 5000);
     EXPECT_TRUE(s.autoApprove);
     ASSERT_TRUE(s.provider.prices.find("deepseek-reasoner"));
     EXPECT_THROW(llmAgentSettingsFor("llm:nonexistent", {}), InputError);
-    EXPECT_THROW(llmAgentSettingsFor("llm:openai", {{"llm.auto_approve", "yes"}}), InputError);
-    EXPECT_THROW(llmAgentSettingsFor("llm:openai", {{"llm.settings", R"({"api_key": "sk-123"})"}}), InputError);
-    auto agent = makeLlmAgent(llmAgentSettingsFor("llm:ollama", {{"llm.model", "qwen"}}));
+    EXPECT_THROW(llmAgentSettingsFor("llm:openai", { { "llm.auto_approve", "yes" } }), InputError);
+    EXPECT_THROW(llmAgentSettingsFor("llm:openai", { { "llm.settings", R"({"api_key": "sk-123"})" } }), InputError);
+    auto agent = makeLlmAgent(llmAgentSettingsFor("llm:ollama", { { "llm.model", "qwen" } }));
     EXPECT_EQ(agent->name(), "llm:ollama");
 }

@@ -10,10 +10,9 @@
 #include "kernels/gpu_evaluator.h"
 #include "loopback_server.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <filesystem>
+#include <gtest/gtest.h>
 
 bool klCudaDeviceAvailable();
 
@@ -36,29 +35,31 @@ TEST(LlmAgentOnGpu, ScriptedRepliesWithRealKernelsAreCompiledVerifiedAndTimed)
     };
     // 1: an honest change of defaults, sent as a diff. 2: a cheat (reads the clock). 3: another honest one.
     const std::string wide = replace(tmpl, "// @kl:param THREADS = 256 in", "// @kl:param THREADS = 512 in");
-    const std::string cheat =
-        replace(tmpl, "    const int sub = threadIdx.x / TPR;", "    const long long started = clock64();\n"
-                                                                  "    const int sub = threadIdx.x / TPR + (started < 0);");
+    const std::string cheat = replace(tmpl, "    const int sub = threadIdx.x / TPR;",
+        "    const long long started = clock64();\n"
+        "    const int sub = threadIdx.x / TPR + (started < 0);");
     const std::string rows = replace(tmpl, "// @kl:param ROWS = 1 in", "// @kl:param ROWS = 2 in");
 
     test::LoopbackServer server;
-    server.enqueue(test::openAiStream(test::piecesOf(
-        "NOTE: 512 threads per row\n```kl-diff\n" + unifiedDiff(tmpl, wide, "a/candidate.cu", "b/candidate.cu") + "```\n", 80)));
+    server.enqueue(test::openAiStream(test::piecesOf("NOTE: 512 threads per row\n```kl-diff\n"
+            + unifiedDiff(tmpl, wide, "a/candidate.cu", "b/candidate.cu") + "```\n",
+        80)));
     server.enqueue(test::openAiStream(test::piecesOf("NOTE: timing-aware\n```kl-candidate\n" + cheat + "```\n", 80)));
-    server.enqueue(test::openAiStream(test::piecesOf("NOTE: two rows per block\n```kl-candidate\n" + rows + "```\n", 80)));
+    server.enqueue(
+        test::openAiStream(test::piecesOf("NOTE: two rows per block\n```kl-candidate\n" + rows + "```\n", 80)));
     // If the budget has room for a fourth proposal, the model has nothing more: three unusable replies make
     // propose() return none, so the loop finishes instead of waiting on a server with no script left.
     for (int i = 0; i < 3; ++i)
-        server.enqueue(test::openAiStream({"I have no further idea."}));
+        server.enqueue(test::openAiStream({ "I have no further idea." }));
 
     const char* out = std::getenv("OUT");
-    const fs::path dir = (out && *out ? fs::path(out) : fs::temp_directory_path()) /
-                         ("llm-gpu-session-" + std::to_string(::getpid()));
+    const fs::path dir
+        = (out && *out ? fs::path(out) : fs::temp_directory_path()) / ("llm-gpu-session-" + std::to_string(::getpid()));
     fs::remove_all(dir);
     GpuEvaluatorOptions eo;
     eo.compileCacheDir = fs::temp_directory_path() / "kl-llm-gpu-cache";
     if (const char* w = std::getenv("KL_WORKER"))
-        eo.worker.command = {w};
+        eo.worker.command = { w };
     GpuEvaluator evaluator(problem, eo);
 
     Session header;
@@ -81,11 +82,11 @@ TEST(LlmAgentOnGpu, ScriptedRepliesWithRealKernelsAreCompiledVerifiedAndTimed)
     h.createdMs = nowMs();
     store->addHypothesis(h);
 
-    LlmAgentSettings s = llmAgentSettingsFor("llm:vllm", {{"llm.model", "scripted"}});
+    LlmAgentSettings s = llmAgentSettingsFor("llm:vllm", { { "llm.model", "scripted" } });
     s.provider.baseUrl = server.baseUrl();
     s.autoApprove = true;
     s.defaultContextRoots = false;
-    s.contextDirs = {fs::path(KL_SOURCE_DIR) / "context"};
+    s.contextDirs = { fs::path(KL_SOURCE_DIR) / "context" };
     LlmAgentHooks hooks;
     hooks.record = [&](const json& j) { store->agentMessage(j); };
     LlmAgent agent(s, hooks);
@@ -106,14 +107,14 @@ TEST(LlmAgentOnGpu, ScriptedRepliesWithRealKernelsAreCompiledVerifiedAndTimed)
         const Candidate& c = session.tree.at(id);
         ASSERT_TRUE(session.evaluations.count(id)) << id;
         const Evaluation& e = session.evaluations.at(id);
-        std::printf("%s %-13s %-10s objective %.3f", id.c_str(), statusName(c.status), verdictName(e.verdict),
-                    e.objective);
+        std::printf(
+            "%s %-13s %-10s objective %.3f", id.c_str(), statusName(c.status), verdictName(e.verdict), e.objective);
         for (const auto& r : e.reasons)
             std::printf("  [%s: %s]", r.rule.c_str(), r.message.c_str());
         for (const auto& sr : e.shapes)
             if (sr.timing && !sr.heldOut)
                 std::printf("\n    %s %.2f us (baseline %.2f us)", sr.shape.label().c_str(), sr.timing->medianUs,
-                            sr.baselineTiming ? sr.baselineTiming->medianUs : 0.0);
+                    sr.baselineTiming ? sr.baselineTiming->medianUs : 0.0);
         std::printf("\n");
     }
     const Evaluation& first = session.evaluations.at(llm[0]);
@@ -122,7 +123,7 @@ TEST(LlmAgentOnGpu, ScriptedRepliesWithRealKernelsAreCompiledVerifiedAndTimed)
     const Evaluation& cheated = session.evaluations.at(llm[1]);
     EXPECT_EQ(session.tree.at(llm[1]).status, CandidateStatus::Rejected);
     const bool timerRule = std::any_of(cheated.reasons.begin(), cheated.reasons.end(),
-                                       [](const VerdictReason& r) { return r.rule == "static.timer-read"; });
+        [](const VerdictReason& r) { return r.rule == "static.timer-read"; });
     EXPECT_TRUE(timerRule);
     EXPECT_TRUE(session.evaluations.at(llm[2]).correctEverywhere()) << llm[2];
     // The third request told the model why the second was rejected.

@@ -12,10 +12,9 @@
 #include "kernels/nvrtc_compiler.h"
 #endif
 
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <filesystem>
+#include <gtest/gtest.h>
 #include <thread>
 
 namespace fs = std::filesystem;
@@ -29,7 +28,8 @@ const fs::path kFixtures = fs::path(KL_SOURCE_DIR) / "tests" / "agent_llm" / "fi
 // FOR TESTS ONLY: compiles for real, times by formula (BLOCK=512 is the fast configuration).
 class CompilingStandInEvaluator final : public Evaluator {
 public:
-    explicit CompilingStandInEvaluator(Problem p) : m_problem(std::move(p))
+    explicit CompilingStandInEvaluator(Problem p)
+        : m_problem(std::move(p))
     {
         m_device.name = "Stand-in H200";
         m_device.ccMajor = 9;
@@ -75,7 +75,7 @@ public:
         e.compile = compile(c);
         if (!e.compile.ok) {
             e.verdict = Verdict::CompileFailed;
-            e.reasons.push_back({"compile.error", e.compile.log, 0, true});
+            e.reasons.push_back({ "compile.error", e.compile.log, 0, true });
             return e;
         }
         e.verdict = Verdict::Correct;
@@ -99,7 +99,7 @@ public:
         ++evaluated;
         return e;
     }
-    std::atomic<int> evaluated{0};
+    std::atomic<int> evaluated { 0 };
 
 private:
     static TimingStats stats(double us)
@@ -116,7 +116,7 @@ private:
     Problem m_problem;
     DeviceInfo m_device;
 #ifdef KL_TEST_HAVE_NVRTC
-    NvrtcCompiler m_compiler{fs::path(), 1};
+    NvrtcCompiler m_compiler { fs::path(), 1 };
 #endif
 };
 
@@ -128,8 +128,9 @@ struct LoopFixture : ::testing::Test {
 
     void SetUp() override
     {
-        dir = fs::temp_directory_path() / ("kl_llm_loop_" + std::to_string(::getpid()) + "_" +
-                                           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        dir = fs::temp_directory_path()
+            / ("kl_llm_loop_" + std::to_string(::getpid()) + "_"
+                + ::testing::UnitTest::GetInstance()->current_test_info()->name());
         fs::remove_all(dir);
         problem = loadProblem((kFixtures / "rmsnorm_mini").string());
         templateSource = readFile(kFixtures / "rmsnorm_mini" / "template.cu");
@@ -162,11 +163,11 @@ struct LoopFixture : ::testing::Test {
 
     LlmAgentSettings settings()
     {
-        LlmAgentSettings s = llmAgentSettingsFor("llm:vllm", {{"llm.model", "loop-model"}});
+        LlmAgentSettings s = llmAgentSettingsFor("llm:vllm", { { "llm.model", "loop-model" } });
         s.provider.baseUrl = server.baseUrl();
         s.provider.backoffBaseMs = 5;
         s.defaultContextRoots = false;
-        s.contextDirs = {kFixtures / "context"};
+        s.contextDirs = { kFixtures / "context" };
         return s;
     }
 
@@ -187,8 +188,9 @@ TEST_F(LoopFixture, CompileErrorOfAnLlmCandidateReachesTheNextPromptThenItsFixIs
     broken.replace(broken.find("sum += v * v;"), 13, "sum += v * undeclared_identifier;");
     server.enqueue(test::openAiStream(test::piecesOf("NOTE: bigger block\n```kl-candidate\n" + broken + "```\n", 64)));
     const std::string diff = unifiedDiff(templateSource, withBlock512(), "a/candidate.cu", "b/candidate.cu");
-    server.enqueue(test::openAiStream(test::piecesOf("NOTE: bigger block, compiles\n```kl-diff\n" + diff + "```\n", 64)));
-    server.enqueue(test::openAiStream({"nothing more"}));
+    server.enqueue(
+        test::openAiStream(test::piecesOf("NOTE: bigger block, compiles\n```kl-diff\n" + diff + "```\n", 64)));
+    server.enqueue(test::openAiStream({ "nothing more" }));
 
     auto store = newSession(3, true);
     CompilingStandInEvaluator evaluator(problem);
@@ -244,7 +246,7 @@ TEST_F(LoopFixture, CompileErrorOfAnLlmCandidateReachesTheNextPromptThenItsFixIs
 
 TEST_F(LoopFixture, LlmProposalWaitsForTheEngineerBeforeItCostsGpuTime)
 {
-    server.enqueue(test::openAiStream({"NOTE: bigger block\n```kl-candidate\n" + withBlock512() + "```\n"}));
+    server.enqueue(test::openAiStream({ "NOTE: bigger block\n```kl-candidate\n" + withBlock512() + "```\n" }));
     auto store = newSession(2, false);
     CompilingStandInEvaluator evaluator(problem);
     LlmAgentHooks hooks;

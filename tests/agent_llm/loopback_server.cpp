@@ -1,11 +1,10 @@
 #include "loopback_server.h"
 
-#include <nlohmann/json.hpp>
-
 #include <arpa/inet.h>
 #include <cerrno>
 #include <chrono>
 #include <netinet/in.h>
+#include <nlohmann/json.hpp>
 #include <poll.h>
 #include <stdexcept>
 #include <sys/socket.h>
@@ -15,44 +14,55 @@ namespace kl::test {
 
 namespace {
 
-bool sendAll(int fd, const std::string& s)
-{
-    std::size_t off = 0;
-    while (off < s.size()) {
-        const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-        if (n <= 0) {
-            if (n < 0 && errno == EINTR)
-                continue;
-            return false;
+    bool sendAll(int fd, const std::string& s)
+    {
+        std::size_t off = 0;
+        while (off < s.size()) {
+            const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+            if (n <= 0) {
+                if (n < 0 && errno == EINTR)
+                    continue;
+                return false;
+            }
+            off += std::size_t(n);
         }
-        off += std::size_t(n);
+        return true;
     }
-    return true;
-}
 
-std::string lower(std::string s)
-{
-    for (auto& c : s)
-        c = char(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-}
-
-std::string reasonPhrase(int status)
-{
-    switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 529: return "Overloaded";
-    default: return "Status";
+    std::string lower(std::string s)
+    {
+        for (auto& c : s)
+            c = char(std::tolower(static_cast<unsigned char>(c)));
+        return s;
     }
-}
+
+    std::string reasonPhrase(int status)
+    {
+        switch (status) {
+        case 200:
+            return "OK";
+        case 400:
+            return "Bad Request";
+        case 401:
+            return "Unauthorized";
+        case 403:
+            return "Forbidden";
+        case 404:
+            return "Not Found";
+        case 429:
+            return "Too Many Requests";
+        case 500:
+            return "Internal Server Error";
+        case 502:
+            return "Bad Gateway";
+        case 503:
+            return "Service Unavailable";
+        case 529:
+            return "Overloaded";
+        default:
+            return "Status";
+        }
+    }
 
 } // namespace
 
@@ -63,7 +73,7 @@ LoopbackServer::LoopbackServer()
         throw std::runtime_error("socket() failed");
     int one = 1;
     ::setsockopt(m_listenFd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in addr{};
+    sockaddr_in addr {};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     addr.sin_port = 0;
@@ -118,7 +128,7 @@ bool LoopbackServer::sleepUnlessStopping(int ms) const
 void LoopbackServer::acceptLoop()
 {
     while (!m_stop) {
-        pollfd p{m_listenFd, POLLIN, 0};
+        pollfd p { m_listenFd, POLLIN, 0 };
         if (::poll(&p, 1, 20) <= 0)
             continue;
         const int fd = ::accept(m_listenFd, nullptr, nullptr);
@@ -141,7 +151,7 @@ void LoopbackServer::serve(int fd)
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     auto readMore = [&]() {
         while (!m_stop && std::chrono::steady_clock::now() < deadline) {
-            pollfd p{fd, POLLIN, 0};
+            pollfd p { fd, POLLIN, 0 };
             if (::poll(&p, 1, 20) <= 0)
                 continue;
             const ssize_t n = ::recv(fd, tmp, sizeof tmp, 0);
@@ -238,17 +248,18 @@ void LoopbackServer::serve(int fd)
         sendAll(fd, "0\r\n\r\n");
     ::shutdown(fd, SHUT_WR);
     // Let the client read everything and close first.
-    pollfd p{fd, POLLIN, 0};
+    pollfd p { fd, POLLIN, 0 };
     ::poll(&p, 1, 200);
 }
 
-ScriptedResponse jsonResponse(int status, const std::string& body, std::vector<std::pair<std::string, std::string>> headers)
+ScriptedResponse jsonResponse(
+    int status, const std::string& body, std::vector<std::pair<std::string, std::string>> headers)
 {
     ScriptedResponse r;
     r.status = status;
     r.headers = std::move(headers);
     r.headers.emplace_back("Content-Type", "application/json");
-    r.chunks.push_back({body, 0});
+    r.chunks.push_back({ body, 0 });
     return r;
 }
 
@@ -260,80 +271,85 @@ std::vector<std::string> piecesOf(const std::string& text, std::size_t n)
     return out;
 }
 
-ScriptedResponse openAiStream(const std::vector<std::string>& pieces, int promptTokens, int completionTokens,
-                              int delayMsPerPiece)
+ScriptedResponse openAiStream(
+    const std::vector<std::string>& pieces, int promptTokens, int completionTokens, int delayMsPerPiece)
 {
     using nlohmann::json;
     ScriptedResponse r;
     r.chunked = true;
     r.headers.emplace_back("Content-Type", "text/event-stream");
     auto chunk = [](const json& j) { return "data: " + j.dump() + "\n\n"; };
-    r.chunks.push_back({chunk({{"id", "x"}, {"model", "loop-model"}, {"choices", {{{"index", 0}, {"delta", {{"role", "assistant"}}}}}}}), 0});
+    r.chunks.push_back({ chunk({ { "id", "x" }, { "model", "loop-model" },
+                             { "choices", { { { "index", 0 }, { "delta", { { "role", "assistant" } } } } } } }),
+        0 });
     for (const auto& p : pieces)
-        r.chunks.push_back(
-            {chunk({{"model", "loop-model"}, {"choices", {{{"index", 0}, {"delta", {{"content", p}}}}}}}), delayMsPerPiece});
-    r.chunks.push_back({chunk({{"model", "loop-model"},
-                               {"choices", {{{"index", 0}, {"delta", json::object()}, {"finish_reason", "stop"}}}}}),
-                        0});
-    r.chunks.push_back({chunk({{"model", "loop-model"},
-                               {"choices", json::array()},
-                               {"usage",
-                                {{"prompt_tokens", promptTokens},
-                                 {"completion_tokens", completionTokens},
-                                 {"prompt_tokens_details", {{"cached_tokens", promptTokens / 2}}}}}}),
-                        0});
-    r.chunks.push_back({"data: [DONE]\n\n", 0});
+        r.chunks.push_back({ chunk({ { "model", "loop-model" },
+                                 { "choices", { { { "index", 0 }, { "delta", { { "content", p } } } } } } }),
+            delayMsPerPiece });
+    r.chunks.push_back(
+        { chunk({ { "model", "loop-model" },
+              { "choices", { { { "index", 0 }, { "delta", json::object() }, { "finish_reason", "stop" } } } } }),
+            0 });
+    r.chunks.push_back({ chunk({ { "model", "loop-model" }, { "choices", json::array() },
+                             { "usage",
+                                 { { "prompt_tokens", promptTokens }, { "completion_tokens", completionTokens },
+                                     { "prompt_tokens_details", { { "cached_tokens", promptTokens / 2 } } } } } }),
+        0 });
+    r.chunks.push_back({ "data: [DONE]\n\n", 0 });
     return r;
 }
 
 ScriptedResponse openAiWhole(const std::string& text, int promptTokens, int completionTokens)
 {
-    nlohmann::json j = {{"id", "x"},
-                        {"model", "loop-model"},
-                        {"choices", {{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}}, {"finish_reason", "stop"}}}},
-                        {"usage", {{"prompt_tokens", promptTokens}, {"completion_tokens", completionTokens}}}};
+    nlohmann::json j = { { "id", "x" }, { "model", "loop-model" },
+        { "choices",
+            { { { "index", 0 }, { "message", { { "role", "assistant" }, { "content", text } } },
+                { "finish_reason", "stop" } } } },
+        { "usage", { { "prompt_tokens", promptTokens }, { "completion_tokens", completionTokens } } } };
     return jsonResponse(200, j.dump());
 }
 
-ScriptedResponse anthropicStream(const std::vector<std::string>& pieces, int inputTokens, int outputTokens,
-                                 int delayMsPerPiece)
+ScriptedResponse anthropicStream(
+    const std::vector<std::string>& pieces, int inputTokens, int outputTokens, int delayMsPerPiece)
 {
     using nlohmann::json;
     ScriptedResponse r;
     r.chunked = true;
     r.headers.emplace_back("Content-Type", "text/event-stream");
-    auto ev = [](const std::string& name, const json& j) { return "event: " + name + "\r\ndata: " + j.dump() + "\r\n\r\n"; };
-    r.chunks.push_back({ev("message_start", {{"type", "message_start"},
-                                             {"message",
-                                              {{"id", "m"},
-                                               {"model", "loop-claude"},
-                                               {"usage", {{"input_tokens", inputTokens}, {"output_tokens", 1}}}}}}),
-                        0});
-    r.chunks.push_back({ev("content_block_start", {{"type", "content_block_start"}, {"index", 0},
-                                                   {"content_block", {{"type", "text"}, {"text", ""}}}}),
-                        0});
-    r.chunks.push_back({"event: ping\r\ndata: {\"type\": \"ping\"}\r\n\r\n", 0});
+    auto ev = [](const std::string& name, const json& j) {
+        return "event: " + name + "\r\ndata: " + j.dump() + "\r\n\r\n";
+    };
+    r.chunks.push_back(
+        { ev("message_start",
+              { { "type", "message_start" },
+                  { "message",
+                      { { "id", "m" }, { "model", "loop-claude" },
+                          { "usage", { { "input_tokens", inputTokens }, { "output_tokens", 1 } } } } } }),
+            0 });
+    r.chunks.push_back({ ev("content_block_start",
+                             { { "type", "content_block_start" }, { "index", 0 },
+                                 { "content_block", { { "type", "text" }, { "text", "" } } } }),
+        0 });
+    r.chunks.push_back({ "event: ping\r\ndata: {\"type\": \"ping\"}\r\n\r\n", 0 });
     for (const auto& p : pieces)
-        r.chunks.push_back({ev("content_block_delta", {{"type", "content_block_delta"}, {"index", 0},
-                                                       {"delta", {{"type", "text_delta"}, {"text", p}}}}),
-                            delayMsPerPiece});
-    r.chunks.push_back({ev("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}), 0});
-    r.chunks.push_back({ev("message_delta", {{"type", "message_delta"},
-                                             {"delta", {{"stop_reason", "end_turn"}}},
-                                             {"usage", {{"output_tokens", outputTokens}}}}),
-                        0});
-    r.chunks.push_back({ev("message_stop", {{"type", "message_stop"}}), 0});
+        r.chunks.push_back({ ev("content_block_delta",
+                                 { { "type", "content_block_delta" }, { "index", 0 },
+                                     { "delta", { { "type", "text_delta" }, { "text", p } } } }),
+            delayMsPerPiece });
+    r.chunks.push_back({ ev("content_block_stop", { { "type", "content_block_stop" }, { "index", 0 } }), 0 });
+    r.chunks.push_back({ ev("message_delta",
+                             { { "type", "message_delta" }, { "delta", { { "stop_reason", "end_turn" } } },
+                                 { "usage", { { "output_tokens", outputTokens } } } }),
+        0 });
+    r.chunks.push_back({ ev("message_stop", { { "type", "message_stop" } }), 0 });
     return r;
 }
 
 ScriptedResponse anthropicWhole(const std::string& text, int inputTokens, int outputTokens)
 {
-    nlohmann::json j = {{"id", "m"},
-                        {"type", "message"},
-                        {"model", "loop-claude"},
-                        {"content", {{{"type", "text"}, {"text", text}}}},
-                        {"stop_reason", "end_turn"},
-                        {"usage", {{"input_tokens", inputTokens}, {"output_tokens", outputTokens}}}};
+    nlohmann::json j = { { "id", "m" }, { "type", "message" }, { "model", "loop-claude" },
+        { "content", { { { "type", "text" }, { "text", text } } } }, { "stop_reason", "end_turn" },
+        { "usage", { { "input_tokens", inputTokens }, { "output_tokens", outputTokens } } } };
     return jsonResponse(200, j.dump());
 }
 

@@ -55,7 +55,7 @@ private:
 
     int m_listenFd = -1;
     int m_port = 0;
-    std::atomic<bool> m_stop{false};
+    std::atomic<bool> m_stop { false };
     mutable std::mutex m_mutex;
     std::deque<ScriptedResponse> m_script;
     std::vector<RecordedRequest> m_requests;
@@ -64,13 +64,13 @@ private:
 };
 
 // Builders for the two APIs.
-ScriptedResponse jsonResponse(int status, const std::string& body,
-                              std::vector<std::pair<std::string, std::string>> headers = {});
-ScriptedResponse openAiStream(const std::vector<std::string>& pieces, int promptTokens = 100,
-                              int completionTokens = 50, int delayMsPerPiece = 0);
+ScriptedResponse jsonResponse(
+    int status, const std::string& body, std::vector<std::pair<std::string, std::string>> headers = {});
+ScriptedResponse openAiStream(
+    const std::vector<std::string>& pieces, int promptTokens = 100, int completionTokens = 50, int delayMsPerPiece = 0);
 ScriptedResponse openAiWhole(const std::string& text, int promptTokens = 100, int completionTokens = 50);
-ScriptedResponse anthropicStream(const std::vector<std::string>& pieces, int inputTokens = 100, int outputTokens = 50,
-                                 int delayMsPerPiece = 0);
+ScriptedResponse anthropicStream(
+    const std::vector<std::string>& pieces, int inputTokens = 100, int outputTokens = 50, int delayMsPerPiece = 0);
 ScriptedResponse anthropicWhole(const std::string& text, int inputTokens = 100, int outputTokens = 50);
 // Splits text into pieces of at most n bytes (streams carry many small deltas).
 std::vector<std::string> piecesOf(const std::string& text, std::size_t n = 17);

@@ -5,10 +5,9 @@
 #include "core/json_io.h"
 #include "core/session_store.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
+#include <gtest/gtest.h>
 
 namespace fs = std::filesystem;
 using namespace kl;
@@ -51,7 +50,7 @@ Session sessionWithHistory(const Problem& p)
     Candidate root;
     root.id = "c0001";
     root.source = readFile(kFixtures / "rmsnorm_mini" / "template.cu");
-    root.params = {{"BLOCK", 256}};
+    root.params = { { "BLOCK", 256 } };
     root.author = Author::Human;
     root.status = CandidateStatus::Accepted;
     s.tree.add(root);
@@ -75,7 +74,7 @@ Session sessionWithHistory(const Problem& p)
     shown.checks.push_back(cs);
     e.shapes.push_back(shown);
     ShapeResult hidden = shown;
-    hidden.shape.dims = {{"T", 31337}, {"H", 5432}};
+    hidden.shape.dims = { { "T", 31337 }, { "H", 5432 } };
     hidden.heldOut = true;
     e.shapes.push_back(hidden);
     s.evaluations["c0001"] = e;
@@ -95,7 +94,7 @@ Session sessionWithHistory(const Problem& p)
     Evaluation eb;
     eb.candidateId = "c0002";
     eb.verdict = Verdict::Rejected;
-    eb.reasons.push_back({"correctness.rel-l2", "rel L2 0.31 > 0.008 at T=1,H=7168", 0, true});
+    eb.reasons.push_back({ "correctness.rel-l2", "rel L2 0.31 > 0.008 at T=1,H=7168", 0, true });
     s.evaluations["c0002"] = eb;
     Candidate tunerMiss = root;
     tunerMiss.id = "c0003";
@@ -111,11 +110,11 @@ TEST(ContextDocs, FrontMatterIsParsed)
 {
     ContextDoc d = parseContextDoc("---\ntitle: Hopper\napplies-to:\n  archs: [sm_90, sm_90a]\n  tags: a, b\norder: 5\n"
                                    "sources: whitepaper\n---\n\n# Heading\nBody text\n",
-                                   "hardware/hopper.md", "/x/hardware/hopper.md");
+        "hardware/hopper.md", "/x/hardware/hopper.md");
     EXPECT_EQ(d.title, "Hopper");
     EXPECT_EQ(d.section, ContextSection::Hardware);
-    EXPECT_EQ(d.archs, (std::vector<std::string>{"sm_90", "sm_90a"}));
-    EXPECT_EQ(d.tags, (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(d.archs, (std::vector<std::string> { "sm_90", "sm_90a" }));
+    EXPECT_EQ(d.tags, (std::vector<std::string> { "a", "b" }));
     EXPECT_EQ(d.order, 5);
     EXPECT_EQ(d.body, "# Heading\nBody text");
 
@@ -137,13 +136,13 @@ TEST(ContextDocs, MalformedFrontMatterNamesFileAndLine)
 
 TEST(ContextDocs, SelectionByArchitectureAndTags)
 {
-    const auto docs = loadContextDocs({kFixtures / "context"});
+    const auto docs = loadContextDocs({ kFixtures / "context" });
     ASSERT_EQ(docs.size(), 6u);
-    const std::vector<std::string> norm = {"normalization"};
+    const std::vector<std::string> norm = { "normalization" };
     EXPECT_EQ(titles(selectContext(docs, 90, norm)),
-              "Fixture rule;Fixture Hopper;Fixture norms;User note without front matter;");
-    EXPECT_EQ(titles(selectContext(docs, 100, {"deepseek-mla"})),
-              "Fixture rule;Fixture Blackwell;Fixture MLA;User note without front matter;");
+        "Fixture rule;Fixture Hopper;Fixture norms;User note without front matter;");
+    EXPECT_EQ(titles(selectContext(docs, 100, { "deepseek-mla" })),
+        "Fixture rule;Fixture Blackwell;Fixture MLA;User note without front matter;");
     // Unknown architecture: no hardware file is guessed.
     EXPECT_EQ(titles(selectContext(docs, 0, {})), "Fixture rule;User note without front matter;");
     EXPECT_EQ(archNumber(std::string("sm_90a")), 90);
@@ -156,9 +155,10 @@ TEST(ContextDocs, UserRootOverridesAndAddsFiles)
 {
     const fs::path user = fs::temp_directory_path() / ("kl_ctx_user_" + std::to_string(::getpid()));
     fs::create_directories(user / "hardware");
-    std::ofstream(user / "hardware" / "hopper.md") << "---\ntitle: Corrected Hopper\napplies-to:\n  archs: [sm_90]\n---\nfixed\n";
+    std::ofstream(user / "hardware" / "hopper.md")
+        << "---\ntitle: Corrected Hopper\napplies-to:\n  archs: [sm_90]\n---\nfixed\n";
     std::ofstream(user / "my-kernel-tricks.md") << "# Tricks\nwarp shuffles\n";
-    const auto docs = loadContextDocs({kFixtures / "context", user, user / "missing-root"});
+    const auto docs = loadContextDocs({ kFixtures / "context", user, user / "missing-root" });
     const std::string t = titles(selectContext(docs, 90, {}));
     EXPECT_NE(t.find("Corrected Hopper"), std::string::npos) << t;
     EXPECT_EQ(t.find("Fixture Hopper"), std::string::npos) << t;
@@ -168,16 +168,16 @@ TEST(ContextDocs, UserRootOverridesAndAddsFiles)
 
 TEST(ContextDocs, ShippedContextParsesAndCoversEveryArchitecture)
 {
-    const auto docs = loadContextDocs({fs::path(KL_SOURCE_DIR) / "context"});
-    for (int arch : {80, 89, 90, 100, 120}) {
+    const auto docs = loadContextDocs({ fs::path(KL_SOURCE_DIR) / "context" });
+    for (int arch : { 80, 89, 90, 100, 120 }) {
         int hardware = 0;
         for (const auto& d : selectContext(docs, arch, {}))
             hardware += d.section == ContextSection::Hardware && !d.archs.empty();
         EXPECT_GE(hardware, 1) << "no hardware notes for sm_" << arch;
     }
-    for (const char* tag : {"deepseek-mla", "deepseek-sparse-attention", "deepseek-v4-csa"}) {
+    for (const char* tag : { "deepseek-mla", "deepseek-sparse-attention", "deepseek-v4-csa" }) {
         int models = 0;
-        for (const auto& d : selectContext(docs, 90, {tag}))
+        for (const auto& d : selectContext(docs, 90, { tag }))
             models += d.section == ContextSection::Models;
         EXPECT_GE(models, 1) << "no model notes for tag " << tag;
     }
@@ -187,7 +187,7 @@ TEST(PromptBuilder, StableStructureAndNoHiddenShapes)
 {
     const Problem problem = loadProblem((kFixtures / "rmsnorm_mini").string());
     const Session s = sessionWithHistory(problem);
-    PromptInputs in = promptInputsFor(problem, s.device, {kFixtures / "context"});
+    PromptInputs in = promptInputsFor(problem, s.device, { kFixtures / "context" });
     AgentContext ctx;
     ctx.problem = &problem;
     ctx.session = &s;
@@ -201,18 +201,10 @@ TEST(PromptBuilder, StableStructureAndNoHiddenShapes)
     std::vector<std::string> order;
     for (const auto& sec : p.sections)
         order.push_back(sec.title);
-    const std::vector<std::string> expected = {"Role and rules",
-                                               "Rules from context/rules",
-                                               "Device facts",
-                                               "Model-architecture facts",
-                                               "Kernel technique and user notes",
-                                               "Reply protocol",
-                                               "Problem",
-                                               "Reference implementation (trusted; it defines the semantics, it is not the baseline)",
-                                               "Current candidate",
-                                               "Profiler bottleneck summary",
-                                               "Recent failed attempts (oldest first)",
-                                               "Task"};
+    const std::vector<std::string> expected = { "Role and rules", "Rules from context/rules", "Device facts",
+        "Model-architecture facts", "Kernel technique and user notes", "Reply protocol", "Problem",
+        "Reference implementation (trusted; it defines the semantics, it is not the baseline)", "Current candidate",
+        "Profiler bottleneck summary", "Recent failed attempts (oldest first)", "Task" };
     EXPECT_EQ(order, expected);
 
     const std::string sys = p.system();
@@ -238,7 +230,7 @@ TEST(PromptBuilder, StableStructureAndNoHiddenShapes)
     EXPECT_EQ(user.find("c0003"), std::string::npos); // the tuner's misses are not shown
     EXPECT_NE(user.find("> Use 128-bit vector loads"), std::string::npos);
     // Never the held-out or fixed verification shapes, never seeds.
-    for (const auto* secret : {"31337", "5432", "77777", "987654321987"}) {
+    for (const auto* secret : { "31337", "5432", "77777", "987654321987" }) {
         EXPECT_EQ(sys.find(secret), std::string::npos) << secret;
         EXPECT_EQ(user.find(secret), std::string::npos) << secret;
     }
@@ -252,7 +244,7 @@ TEST(PromptBuilder, ArchitectureOnlyAndNoBase)
     const Problem problem = loadProblem((kFixtures / "rmsnorm_mini").string());
     DeviceInfo d;
     d.arch = "sm_100a";
-    PromptInputs in = promptInputsFor(problem, d, {kFixtures / "context"});
+    PromptInputs in = promptInputsFor(problem, d, { kFixtures / "context" });
     const Prompt p = buildPrompt(in);
     EXPECT_NE(p.system().find("Target: sm_100a, compute capability 10.0. No device is attached"), std::string::npos)
         << p.system();
@@ -272,10 +264,10 @@ TEST(PromptBuilder, EveryShippedProblemGivesACompletePromptWithoutVerifyShapes)
         if (!fs::exists(entry.path() / "problem.json"))
             continue;
         const Problem problem = loadProblem(entry.path().string());
-        for (const char* arch : {"sm_80", "sm_89", "sm_90", "sm_100", "sm_120"}) {
+        for (const char* arch : { "sm_80", "sm_89", "sm_90", "sm_100", "sm_120" }) {
             DeviceInfo d;
             d.arch = arch;
-            PromptInputs in = promptInputsFor(problem, d, {fs::path(KL_SOURCE_DIR) / "context"});
+            PromptInputs in = promptInputsFor(problem, d, { fs::path(KL_SOURCE_DIR) / "context" });
             AgentContext ctx;
             ctx.problem = &problem;
             fillFromSession(in, ctx);
@@ -291,8 +283,8 @@ TEST(PromptBuilder, EveryShippedProblemGivesACompletePromptWithoutVerifyShapes)
             for (const auto& s : problem.tuningShapes)
                 EXPECT_NE(all.find("- " + s.label() + " ("), std::string::npos) << s.label();
             for (const auto& s : problem.verifyShapes) {
-                bool alsoTuning = std::find(problem.tuningShapes.begin(), problem.tuningShapes.end(), s) !=
-                                  problem.tuningShapes.end();
+                bool alsoTuning = std::find(problem.tuningShapes.begin(), problem.tuningShapes.end(), s)
+                    != problem.tuningShapes.end();
                 if (!alsoTuning) {
                     EXPECT_EQ(all.find(s.label() + " "), std::string::npos) << s.label();
                     EXPECT_EQ(all.find(s.label() + ","), std::string::npos) << s.label();

@@ -3,11 +3,10 @@
 #include "core/errors.h"
 #include "loopback_server.h"
 
-#include <gtest/gtest.h>
-
 #include <arpa/inet.h>
 #include <chrono>
 #include <cstdlib>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <thread>
@@ -40,7 +39,7 @@ ChatRequest hello()
 {
     ChatRequest r;
     r.system = "You write CUDA kernels.";
-    r.messages.push_back({"user", "Make rmsnorm faster."});
+    r.messages.push_back({ "user", "Make rmsnorm faster." });
     return r;
 }
 
@@ -57,7 +56,7 @@ TEST(Provider, OpenAiStreamingDeliversDeltasUsageAndHeaders)
     const std::string text = "NOTE: vectorize loads\nsome reply text that is long enough to split";
     server.enqueue(kl::test::openAiStream(kl::test::piecesOf(text, 7), 1000, 200));
     auto s = settingsFor(server, ApiKind::OpenAiChat);
-    s.prices.models["loop-*"] = ModelPrice{2.0, 8.0, 1.0};
+    s.prices.models["loop-*"] = ModelPrice { 2.0, 8.0, 1.0 };
     std::vector<std::string> deltas;
     StreamObserver obs;
     obs.onDelta = [&](const std::string& d) { deltas.push_back(d); };
@@ -137,14 +136,13 @@ TEST(Provider, NonStreamingRepliesOfBothApis)
     EXPECT_EQ(r2.usage.inputTokens, 12);
     EXPECT_FALSE(json::parse(server.requests()[0].body).contains("stream"));
     EXPECT_TRUE(json::parse(server.requests()[1].body).contains("max_tokens")); // anthropic always
-
 }
 
 TEST(Provider, RateLimitHonoursRetryAfter)
 {
     LoopbackServer server;
-    server.enqueue(kl::test::jsonResponse(429, R"({"error":{"message":"slow down"}})", {{"Retry-After", "1"}}));
-    server.enqueue(kl::test::openAiStream({"ok"}));
+    server.enqueue(kl::test::jsonResponse(429, R"({"error":{"message":"slow down"}})", { { "Retry-After", "1" } }));
+    server.enqueue(kl::test::openAiStream({ "ok" }));
     auto s = settingsFor(server, ApiKind::OpenAiChat);
     std::vector<int> delays;
     StreamObserver obs;
@@ -166,7 +164,7 @@ TEST(Provider, RateLimitHonoursRetryAfter)
 TEST(Provider, RetryAfterLongerThanLimitFailsAtOnce)
 {
     LoopbackServer server;
-    server.enqueue(kl::test::jsonResponse(429, R"({"error":{"message":"quota"}})", {{"Retry-After", "3600"}}));
+    server.enqueue(kl::test::jsonResponse(429, R"({"error":{"message":"quota"}})", { { "Retry-After", "3600" } }));
     auto s = settingsFor(server, ApiKind::OpenAiChat);
     s.maxRetryAfterMs = 2000;
     try {
@@ -184,7 +182,7 @@ TEST(Provider, ServerErrorsAreRetriedWithBackoffThenSucceed)
     LoopbackServer server;
     server.enqueue(kl::test::jsonResponse(500, R"({"error":{"message":"boom"}})"));
     server.enqueue(kl::test::jsonResponse(503, "<html>unavailable</html>"));
-    server.enqueue(kl::test::openAiStream({"third time"}));
+    server.enqueue(kl::test::openAiStream({ "third time" }));
     auto s = settingsFor(server, ApiKind::OpenAiChat);
     std::vector<int> delays;
     StreamObserver obs;
@@ -224,11 +222,11 @@ TEST(Provider, DroppedConnectionsAreRetried)
     kl::test::ScriptedResponse hangUp;
     hangUp.closeWithoutReply = true;
     server.enqueue(hangUp);
-    auto midStream = kl::test::openAiStream({"partial ", "text ", "that never ends"});
+    auto midStream = kl::test::openAiStream({ "partial ", "text ", "that never ends" });
     midStream.chunks.resize(3); // role chunk + two deltas, then the connection drops
     midStream.dropMidBody = true;
     server.enqueue(midStream);
-    server.enqueue(kl::test::openAiStream({"complete reply"}));
+    server.enqueue(kl::test::openAiStream({ "complete reply" }));
     auto s = settingsFor(server, ApiKind::OpenAiChat);
     std::string shown;
     int retries = 0;
@@ -252,9 +250,11 @@ TEST(Provider, AnthropicOverloadedEventInStreamIsRetried)
     overloaded.chunked = true;
     overloaded.headers.emplace_back("Content-Type", "text/event-stream");
     overloaded.chunks.push_back(
-        {"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n", 0});
+        { "event: error\ndata: "
+          "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+            0 });
     server.enqueue(overloaded);
-    server.enqueue(kl::test::anthropicStream({"fine now"}));
+    server.enqueue(kl::test::anthropicStream({ "fine now" }));
     auto s = settingsFor(server, ApiKind::AnthropicMessages);
     auto reply = LlmClient(s).complete(hello(), {}, {});
     EXPECT_EQ(reply.text, "fine now");
@@ -264,7 +264,7 @@ TEST(Provider, AnthropicOverloadedEventInStreamIsRetried)
 TEST(Provider, SlowServerHitsReadTimeout)
 {
     LoopbackServer server;
-    auto slow = kl::test::openAiStream({"late"});
+    auto slow = kl::test::openAiStream({ "late" });
     slow.delayBeforeHeadersMs = 3000;
     server.enqueue(slow);
     auto s = settingsFor(server, ApiKind::OpenAiChat);
@@ -336,8 +336,8 @@ TEST(Provider, MalformedJsonIsAClearErrorNotARetry)
 
     kl::test::ScriptedResponse badStream;
     badStream.chunked = true;
-    badStream.chunks.push_back({"data: {\"choices\": [{\"delta\": {\"content\": \"a\"}}]}\n\n", 0});
-    badStream.chunks.push_back({"data: {not json}\n\n", 0});
+    badStream.chunks.push_back({ "data: {\"choices\": [{\"delta\": {\"content\": \"a\"}}]}\n\n", 0 });
+    badStream.chunks.push_back({ "data: {not json}\n\n", 0 });
     server.enqueue(badStream);
     s.stream = true;
     try {
@@ -352,8 +352,9 @@ TEST(Provider, MalformedJsonIsAClearErrorNotARetry)
 TEST(Provider, AuthFailureNamesTheVariableNeverTheKey)
 {
     LoopbackServer server;
-    server.enqueue(kl::test::jsonResponse(
-        401, std::string(R"({"error":{"message":"Incorrect API key provided: )") + kKey + R"(","type":"invalid_request_error"}})"));
+    server.enqueue(kl::test::jsonResponse(401,
+        std::string(R"({"error":{"message":"Incorrect API key provided: )") + kKey
+            + R"(","type":"invalid_request_error"}})"));
     server.enqueue(kl::test::jsonResponse(403, R"({"error":{"message":"forbidden"}})"));
     auto s = settingsFor(server, ApiKind::OpenAiChat);
     for (int i = 0; i < 2; ++i) {
@@ -399,7 +400,7 @@ TEST(Provider, UnknownModelIsAClearError)
 TEST(Provider, LoopbackBypassesAnEnvironmentProxy)
 {
     LoopbackServer server;
-    server.enqueue(kl::test::openAiStream({"direct"}));
+    server.enqueue(kl::test::openAiStream({ "direct" }));
     auto s = settingsFor(server, ApiKind::OpenAiChat);
     s.maxAttempts = 1;
     ::setenv("http_proxy", "http://127.0.0.1:9", 1); // nothing listens on the discard port
@@ -412,7 +413,7 @@ TEST(Provider, ConnectionRefusedIsANetworkError)
 {
     // Find a port nobody listens on: bind, read the port, close.
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
+    sockaddr_in addr {};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
@@ -464,16 +465,16 @@ TEST(Provider, RetryAfterParsing)
 TEST(Provider, SettingsJsonRoundTripRejectsKeysAndUnknownFields)
 {
     ProviderSettings s = providerPreset("deepseek");
-    s.prices.models["deepseek-chat"] = {0.3, 1.2, 0.1};
+    s.prices.models["deepseek-chat"] = { 0.3, 1.2, 0.1 };
     ProviderSettings back = providerSettingsFromJson(toJson(s), "settings", providerPreset("openai"));
     EXPECT_EQ(back.name, "deepseek");
     EXPECT_EQ(back.baseUrl, s.baseUrl);
     EXPECT_EQ(back.apiKeyEnv, "DEEPSEEK_API_KEY");
     ASSERT_TRUE(back.prices.find("deepseek-chat").has_value());
     EXPECT_DOUBLE_EQ(back.prices.find("deepseek-chat")->outputPerMTok, 1.2);
-    EXPECT_THROW(providerSettingsFromJson(json{{"api_key", "sk-x"}}, "s", s), kl::InputError);
-    EXPECT_THROW(providerSettingsFromJson(json{{"modle", "x"}}, "s", s), kl::InputError);
-    EXPECT_THROW(providerSettingsFromJson(json{{"max_attempts", 0}}, "s", s), kl::InputError);
+    EXPECT_THROW(providerSettingsFromJson(json { { "api_key", "sk-x" } }, "s", s), kl::InputError);
+    EXPECT_THROW(providerSettingsFromJson(json { { "modle", "x" } }, "s", s), kl::InputError);
+    EXPECT_THROW(providerSettingsFromJson(json { { "max_attempts", 0 } }, "s", s), kl::InputError);
     EXPECT_THROW(providerPreset("nope"), kl::InputError);
     EXPECT_EQ(toJson(s).dump().find("sk-"), std::string::npos);
 }

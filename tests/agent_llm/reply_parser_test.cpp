@@ -34,8 +34,8 @@ TEST(ReplyParser, CompleteCandidateWithNote)
     const std::string base = fixture("rmsnorm_mini/template.cu");
     std::string changed = base;
     changed.replace(changed.find("BLOCK = 256"), 11, "BLOCK = 512");
-    const std::string reply = "I will widen the block.\nNOTE: default block 512 for long rows\n```kl-candidate\n" +
-                              changed + "```\nThanks.";
+    const std::string reply = "I will widen the block.\nNOTE: default block 512 for long rows\n```kl-candidate\n"
+        + changed + "```\nThanks.";
     ParsedReply r = parseReply(reply, &base);
     EXPECT_EQ(r.kind, ParsedReply::Kind::Candidate);
     EXPECT_EQ(r.note, "default block 512 for long rows");
@@ -70,7 +70,7 @@ TEST(ReplyParser, MalformedRepliesAreNamed)
     EXPECT_NE(msg.find("```cuda"), std::string::npos) << msg;
 
     EXPECT_EQ(errorKind("```kl-candidate\n" + base + "```\n```kl-candidate\n" + base + "```\n", &base, &msg),
-              "malformed-reply");
+        "malformed-reply");
     EXPECT_NE(msg.find("2 kl blocks"), std::string::npos) << msg;
 
     EXPECT_EQ(errorKind("```kl-candidate\n" + base.substr(0, 200), &base, &msg), "malformed-reply");
@@ -83,7 +83,8 @@ TEST(ReplyParser, MalformedRepliesAreNamed)
 TEST(ReplyParser, DiffThatDoesNotApply)
 {
     const std::string base = fixture("rmsnorm_mini/template.cu");
-    const std::string diff = "--- a/candidate.cu\n+++ b/candidate.cu\n@@ -5,2 +5,2 @@\n-this line is not in the source\n+x\n";
+    const std::string diff
+        = "--- a/candidate.cu\n+++ b/candidate.cu\n@@ -5,2 +5,2 @@\n-this line is not in the source\n+x\n";
     std::string msg;
     EXPECT_EQ(errorKind("```kl-diff\n" + diff + "```\n", &base, &msg), "diff-does-not-apply");
     EXPECT_NE(msg.find("does not apply"), std::string::npos) << msg;
@@ -103,8 +104,8 @@ TEST(ReplyParser, CandidatesWithBadAnnotations)
     EXPECT_NE(msg.find("line 1"), std::string::npos) << msg;
 
     std::string noLaunch = base;
-    noLaunch.erase(noLaunch.find("// @kl:launch"), noLaunch.find('\n', noLaunch.find("// @kl:launch")) -
-                                                       noLaunch.find("// @kl:launch") + 1);
+    noLaunch.erase(noLaunch.find("// @kl:launch"),
+        noLaunch.find('\n', noLaunch.find("// @kl:launch")) - noLaunch.find("// @kl:launch") + 1);
     EXPECT_EQ(errorKind("```kl-candidate\n" + noLaunch + "```\n", &base, &msg), "bad-annotations");
     EXPECT_NE(msg.find("@kl:launch"), std::string::npos) << msg;
 

@@ -7,7 +7,8 @@ using kl::llm::SseParser;
 TEST(Sse, EventsSplitAcrossChunksAndLineEndings)
 {
     SseParser p;
-    const std::string stream = "event: a\r\ndata: one\r\n\r\n: comment\ndata: two\ndata: lines\n\nevent: b\rdata: {\"x\":1}\r\r";
+    const std::string stream
+        = "event: a\r\ndata: one\r\n\r\n: comment\ndata: two\ndata: lines\n\nevent: b\rdata: {\"x\":1}\r\r";
     std::vector<kl::llm::SseEvent> all;
     // Feed byte by byte: every split point must give the same events.
     for (char c : stream)
