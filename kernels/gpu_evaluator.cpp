@@ -87,9 +87,14 @@ GpuEvaluator::~GpuEvaluator() = default;
 
 const DeviceInfo& GpuEvaluator::device() const
 {
+    // Compile threads ask for the arch while evaluate() holds the client: once known, no lock is taken.
+    if (m_deviceReady.load(std::memory_order_acquire))
+        return m_device;
     std::lock_guard lock(m_clientMutex);
-    if (m_device.empty())
+    if (!m_deviceReady.load(std::memory_order_relaxed)) {
         m_device = m_client->device();
+        m_deviceReady.store(true, std::memory_order_release);
+    }
     return m_device;
 }
 
@@ -247,8 +252,10 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         e.reasons.push_back(makeReason("harness.worker-unavailable", ex.what()));
         return finish(Verdict::Rejected);
     }
-    if (m_device.empty())
+    if (!m_deviceReady.load(std::memory_order_acquire)) {
         m_device = m_client->device();
+        m_deviceReady.store(true, std::memory_order_release);
+    }
 
     // Visible shapes (verify + tuning), then held-out shapes drawn fresh for this check.
     std::vector<Shape> visible = m_problem.verifyShapes;

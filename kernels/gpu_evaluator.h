@@ -6,6 +6,7 @@
 #include "kernels/nvrtc_compiler.h"
 #include "kernels/worker_client.h"
 
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -66,7 +67,8 @@ private:
     std::unique_ptr<NvrtcCompiler> m_compiler;
     std::unique_ptr<WorkerClient> m_client;
     mutable std::mutex m_clientMutex; // one owner of the GPU at a time
-    mutable DeviceInfo m_device;
+    mutable DeviceInfo m_device; // written once, before m_deviceReady is set
+    mutable std::atomic<bool> m_deviceReady{false};
     bool m_problemLoaded = false;
 };
 

@@ -140,15 +140,13 @@ extern "C" __global__ void kl_h_canary_check(const u32* p, u64 words, u32 patter
   if ((threadIdx.x & 31) == 0 && bad) atomicAdd(slot, bad);
 }
 extern "C" __global__ void kl_h_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n) {
-  // Four independent 16-byte loads in flight per thread before any store: the copy ceiling, not a latency test.
-  const u64 stride = (u64)gridDim.x * blockDim.x;
-  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += 4 * stride) {
-    uint4 v[4];
+  // One pass, many blocks, four independent 16-byte loads in flight per thread: the copy ceiling.
+  const u64 base = (u64)blockIdx.x * blockDim.x * 4 + threadIdx.x;
+  uint4 v[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) if (i + k * stride < n) v[k] = src[i + k * stride];
+  for (int k = 0; k < 4; ++k) if (base + k * blockDim.x < n) v[k] = src[base + k * blockDim.x];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) if (i + k * stride < n) dst[i + k * stride] = v[k];
-  }
+  for (int k = 0; k < 4; ++k) if (base + k * blockDim.x < n) dst[base + k * blockDim.x] = v[k];
 }
 // Max scaled error, after kl_h_compare summed the reference's squares: |c - r| / max(|r|, rms(r), 1), so
 // cancellation to near zero in a long reduction is judged against the output's typical magnitude.

@@ -109,8 +109,8 @@ void HarnessKernels::canaryCheck(CUstream s, CUdeviceptr p, std::uint64_t words,
 void HarnessKernels::copy(CUstream s, CUdeviceptr src, CUdeviceptr dst, std::uint64_t n16) const
 {
     void* args[] = {&src, &dst, &n16};
-    const unsigned block = 512;
-    const unsigned grid = static_cast<unsigned>(m_smCount) * 4;
+    const unsigned block = 256;
+    const unsigned grid = static_cast<unsigned>((n16 + block * 4 - 1) / (block * 4));
     KL_CU(cuLaunchKernel(m_copy, grid, 1, 1, block, 1, 1, 0, s, args, nullptr));
 }
 
