@@ -71,7 +71,7 @@ def random_shape(problem, rng):
     dims = {}
     for d in problem["dims"]:
         m = max(1, d.get("multiple_of", 1))
-        v = int(math.exp(rng.uniform(math.log(d["min"]), math.log(d["max"] + 1))))
+        v = int(math.exp(rng.uniform(math.log(max(1, d["min"])), math.log(d["max"] + 1))))
         dims[d["name"]] = min(max((v // m) * m, d["min"] + (-d["min"]) % m), d["max"] // m * m)
     return dims
 
