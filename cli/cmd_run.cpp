@@ -32,406 +32,420 @@ namespace fs = std::filesystem;
 namespace kl::cli {
 namespace {
 
-std::atomic<int> g_signal{0};
+    std::atomic<int> g_signal { 0 };
 
-extern "C" void onSignal(int sig) { g_signal.store(sig); }
+    extern "C" void onSignal(int sig)
+    {
+        g_signal.store(sig);
+    }
 
-// "T=16,H=8192;T=4096,H=8192" (weights with "@w": "T=16,H=8192@2").
-std::vector<Shape> parseShapes(const std::string& text, const Problem& p)
-{
-    std::vector<Shape> out;
-    std::stringstream all(text);
-    std::string item;
-    while (std::getline(all, item, ';')) {
-        if (item.empty())
-            continue;
-        Shape s;
-        const auto at = item.find('@');
-        if (at != std::string::npos) {
-            try {
-                s.weight = std::stod(item.substr(at + 1));
-            } catch (...) {
-                throw InputError("--shapes: bad weight in '" + item + "'");
+    // "T=16,H=8192;T=4096,H=8192" (weights with "@w": "T=16,H=8192@2").
+    std::vector<Shape> parseShapes(const std::string& text, const Problem& p)
+    {
+        std::vector<Shape> out;
+        std::stringstream all(text);
+        std::string item;
+        while (std::getline(all, item, ';')) {
+            if (item.empty())
+                continue;
+            Shape s;
+            const auto at = item.find('@');
+            if (at != std::string::npos) {
+                try {
+                    s.weight = std::stod(item.substr(at + 1));
+                } catch (...) {
+                    throw InputError("--shapes: bad weight in '" + item + "'");
+                }
+                item = item.substr(0, at);
             }
-            item = item.substr(0, at);
-        }
-        std::stringstream dims(item);
-        std::string kv;
-        while (std::getline(dims, kv, ',')) {
-            const auto eq = kv.find('=');
-            if (eq == std::string::npos)
-                throw InputError("--shapes: expected NAME=VALUE, got '" + kv + "'");
-            try {
-                s.dims[kv.substr(0, eq)] = std::stoll(kv.substr(eq + 1));
-            } catch (...) {
-                throw InputError("--shapes: bad value in '" + kv + "'");
+            std::stringstream dims(item);
+            std::string kv;
+            while (std::getline(dims, kv, ',')) {
+                const auto eq = kv.find('=');
+                if (eq == std::string::npos)
+                    throw InputError("--shapes: expected NAME=VALUE, got '" + kv + "'");
+                try {
+                    s.dims[kv.substr(0, eq)] = std::stoll(kv.substr(eq + 1));
+                } catch (...) {
+                    throw InputError("--shapes: bad value in '" + kv + "'");
+                }
             }
+            std::string why;
+            if (!p.shapeIsValid(s, &why))
+                throw InputError("--shapes: " + s.label() + " is not a valid shape of " + p.name + ": " + why);
+            out.push_back(s);
         }
-        std::string why;
-        if (!p.shapeIsValid(s, &why))
-            throw InputError("--shapes: " + s.label() + " is not a valid shape of " + p.name + ": " + why);
-        out.push_back(s);
+        if (out.empty())
+            throw InputError("--shapes: no shape given");
+        return out;
     }
-    if (out.empty())
-        throw InputError("--shapes: no shape given");
-    return out;
-}
 
-std::string sessionIdFromDir(const fs::path& dir)
-{
-    std::string name = fs::absolute(dir).lexically_normal().filename().string();
-    std::string id;
-    for (char c : name)
-        id += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '-';
-    return id.empty() ? std::string("session") : id.substr(0, 64);
-}
-
-std::string paramsText(const ParamValues& p)
-{
-    std::string s;
-    for (const auto& [k, v] : p)
-        s += (s.empty() ? "" : " ") + k + "=" + std::to_string(v);
-    return s;
-}
-
-// One line per event on a pipe; a redrawn bar on a terminal.
-class Progress {
-public:
-    Progress(bool json, bool tty, int budget) : m_json(json), m_tty(tty), m_budget(budget) {}
-
-    void onEvent(const Event& e)
+    std::string sessionIdFromDir(const fs::path& dir)
     {
-        std::lock_guard lock(m_mutex);
-        if (m_json) {
-            std::cout << eventToJson(e).dump() << "\n" << std::flush;
-            return;
+        std::string name = fs::absolute(dir).lexically_normal().filename().string();
+        std::string id;
+        for (char c : name)
+            id += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '-';
+        return id.empty() ? std::string("session") : id.substr(0, 64);
+    }
+
+    std::string paramsText(const ParamValues& p)
+    {
+        std::string s;
+        for (const auto& [k, v] : p)
+            s += (s.empty() ? "" : " ") + k + "=" + std::to_string(v);
+        return s;
+    }
+
+    // One line per event on a pipe; a redrawn bar on a terminal.
+    class Progress {
+    public:
+        Progress(bool json, bool tty, int budget)
+            : m_json(json)
+            , m_tty(tty)
+            , m_budget(budget)
+        {
         }
-        if (e.kind == EventKind::BestChanged) {
-            m_best = e.candidateId;
-            m_bestObjective = e.data.value("objective", 0.0);
+
+        void onEvent(const Event& e)
+        {
+            std::lock_guard lock(m_mutex);
+            if (m_json) {
+                std::cout << eventToJson(e).dump() << "\n" << std::flush;
+                return;
+            }
+            if (e.kind == EventKind::BestChanged) {
+                m_best = e.candidateId;
+                m_bestObjective = e.data.value("objective", 0.0);
+            }
+            if (e.kind == EventKind::Note && e.data.contains("text"))
+                message(e.data["text"].get<std::string>());
+            if (e.kind == EventKind::SessionState)
+                message(
+                    "session " + e.data.value("state", std::string()) + ": " + e.data.value("reason", std::string()));
+            if (e.kind != EventKind::CandidateAccepted && e.kind != EventKind::CandidateRejected)
+                return;
+            ++m_done;
+            const std::string status = e.data.value("status", std::string());
+            std::string reason = e.data.value("reason", std::string());
+            if (reason.size() > 90)
+                reason = reason.substr(0, 87) + "...";
+            if (!m_tty) {
+                std::cout << e.candidateId << " " << status << "  " << reason << "\n" << std::flush;
+                return;
+            }
+            draw(e.candidateId + " " + status);
         }
-        if (e.kind == EventKind::Note && e.data.contains("text"))
-            message(e.data["text"].get<std::string>());
-        if (e.kind == EventKind::SessionState)
-            message("session " + e.data.value("state", std::string()) + ": " + e.data.value("reason", std::string()));
-        if (e.kind != EventKind::CandidateAccepted && e.kind != EventKind::CandidateRejected)
-            return;
-        ++m_done;
-        const std::string status = e.data.value("status", std::string());
-        std::string reason = e.data.value("reason", std::string());
-        if (reason.size() > 90)
-            reason = reason.substr(0, 87) + "...";
-        if (!m_tty) {
-            std::cout << e.candidateId << " " << status << "  " << reason << "\n" << std::flush;
-            return;
+
+        void finish()
+        {
+            std::lock_guard lock(m_mutex);
+            if (m_tty && !m_json)
+                std::cout << "\n";
         }
-        draw(e.candidateId + " " + status);
-    }
 
-    void finish()
+    private:
+        void message(const std::string& text)
+        {
+            if (m_tty)
+                std::cout << "\r\033[K" << text << "\n";
+            else
+                std::cout << text << "\n";
+            std::cout << std::flush;
+        }
+
+        void draw(const std::string& last)
+        {
+            constexpr int width = 30;
+            const double frac = m_budget > 0 ? std::min(1.0, static_cast<double>(m_done) / m_budget) : 0.0;
+            const int filled = static_cast<int>(frac * width);
+            char best[96] = "best -";
+            if (!m_best.empty())
+                std::snprintf(best, sizeof best, "best %.3fx (%s)", m_bestObjective, m_best.c_str());
+            std::cout << "\r\033[K[" << std::string(static_cast<std::size_t>(filled), '#')
+                      << std::string(static_cast<std::size_t>(width - filled), '.') << "] " << m_done;
+            if (m_budget > 0)
+                std::cout << "/" << m_budget;
+            std::cout << "  " << best << "  last " << last << std::flush;
+        }
+
+        std::mutex m_mutex;
+        bool m_json;
+        bool m_tty;
+        int m_budget;
+        int m_done = 0;
+        std::string m_best;
+        double m_bestObjective = 0;
+    };
+
+    int runRun(const Args& a)
     {
-        std::lock_guard lock(m_mutex);
-        if (m_tty && !m_json)
-            std::cout << "\n";
-    }
+        const bool json = a.has("json");
+        const bool resuming = a.has("resume");
+        if (!resuming && (!a.option("problem") || !a.option("session"))) {
+            std::cerr << "usage: kloop run --problem NAME --agent tuner:<strategy> --session DIR [--budget N] "
+                         "[--minutes M]\n       kloop run --resume DIR [--budget N] [--minutes M]\n";
+            return kExitUsage;
+        }
+        Budget budget;
+        try {
+            if (auto b = a.option("budget"))
+                budget.maxEvaluations = std::stoi(*b);
+            if (auto m = a.option("minutes"))
+                budget.maxMinutes = std::stod(*m);
+            if (auto c = a.option("converge"))
+                budget.convergenceWindow = std::stoi(*c);
+        } catch (const std::exception&) {
+            std::cerr << "kloop run: --budget, --minutes and --converge take numbers\n";
+            return kExitUsage;
+        }
+        if (budget.maxEvaluations < 0 || budget.maxMinutes < 0 || budget.convergenceWindow < 0) {
+            std::cerr << "kloop run: --budget, --minutes and --converge must not be negative\n";
+            return kExitUsage;
+        }
 
-private:
-    void message(const std::string& text)
-    {
-        if (m_tty)
-            std::cout << "\r\033[K" << text << "\n";
-        else
-            std::cout << text << "\n";
-        std::cout << std::flush;
-    }
+        std::unique_ptr<SessionStore> store;
+        std::string agentSpec = a.optionOr("agent", "tuner:bayes");
+        std::string problemArg;
+        std::string shapesText = a.optionOr("shapes", "");
+        if (resuming) {
+            const fs::path dir = *a.option("resume");
+            LoadReport report;
+            store = SessionStore::open(dir, &report);
+            for (const auto& w : report.warnings)
+                std::cerr << "kloop run: " << w << "\n";
+            const Session& s = store->session();
+            if (!a.option("agent"))
+                agentSpec = s.settings.agent;
+            problemArg = !s.problemFolder.empty() && fs::exists(s.problemFolder) ? s.problemFolder : s.problemName;
+            if (shapesText.empty() && s.settings.extra.count("tuning_shapes"))
+                shapesText = s.settings.extra.at("tuning_shapes");
+            // Without a new budget the session keeps its own.
+            if (!a.option("budget"))
+                budget.maxEvaluations = s.settings.budget.maxEvaluations;
+            if (!a.option("minutes"))
+                budget.maxMinutes = s.settings.budget.maxMinutes;
+            if (!a.option("converge"))
+                budget.convergenceWindow = s.settings.budget.convergenceWindow;
+        } else {
+            problemArg = *a.option("problem");
+        }
+        AgentFactoryOptions agentOptions;
+        try {
+            agentOptions.seed = std::stoull(a.optionOr("seed", "1"));
+        } catch (const std::exception&) {
+            std::cerr << "kloop run: --seed takes a number\n";
+            return kExitUsage;
+        }
+        if (store)
+            agentOptions.extra = store->session().settings.extra;
+        for (const auto& [flag, key] : { std::pair { "llm-settings", "llm.settings_file" },
+                 std::pair { "llm-model", "llm.model" }, std::pair { "llm-base-url", "llm.base_url" } })
+            if (auto v = a.option(flag))
+                agentOptions.extra[key] = *v;
+        std::unique_ptr<Agent> agent;
+        try {
+            agent = makeAgent(agentSpec, agentOptions);
+        } catch (const InputError& e) {
+            std::cerr << "kloop run: " << e.what() << "\n";
+            return kExitUsage;
+        }
+        const bool llm = agentSpec.find("llm:") != std::string::npos;
+        if (llm && !a.has("auto-approve") && !(store && store->session().settings.autoApproveLlm))
+            std::cerr << "kloop run: LLM proposals wait for the engineer's review (kernelloop workbench); pass "
+                         "--auto-approve to evaluate them unattended (the referee still gates every candidate)\n";
+        const std::string objective = a.optionOr("objective", "weighted-geomean-speedup");
+        if (!isKnownObjective(objective)) {
+            std::cerr << "kloop run: unknown objective '" << objective
+                      << "' (weighted-geomean-speedup, geomean-speedup, min-speedup)\n";
+            return kExitUsage;
+        }
 
-    void draw(const std::string& last)
-    {
-        constexpr int width = 30;
-        const double frac = m_budget > 0 ? std::min(1.0, static_cast<double>(m_done) / m_budget) : 0.0;
-        const int filled = static_cast<int>(frac * width);
-        char best[96] = "best -";
-        if (!m_best.empty())
-            std::snprintf(best, sizeof best, "best %.3fx (%s)", m_bestObjective, m_best.c_str());
-        std::cout << "\r\033[K[" << std::string(static_cast<std::size_t>(filled), '#')
-                  << std::string(static_cast<std::size_t>(width - filled), '.') << "] " << m_done;
-        if (m_budget > 0)
-            std::cout << "/" << m_budget;
-        std::cout << "  " << best << "  last " << last << std::flush;
-    }
-
-    std::mutex m_mutex;
-    bool m_json;
-    bool m_tty;
-    int m_budget;
-    int m_done = 0;
-    std::string m_best;
-    double m_bestObjective = 0;
-};
-
-int runRun(const Args& a)
-{
-    const bool json = a.has("json");
-    const bool resuming = a.has("resume");
-    if (!resuming && (!a.option("problem") || !a.option("session"))) {
-        std::cerr << "usage: kloop run --problem NAME --agent tuner:<strategy> --session DIR [--budget N] "
-                     "[--minutes M]\n       kloop run --resume DIR [--budget N] [--minutes M]\n";
-        return kExitUsage;
-    }
-    Budget budget;
-    try {
-        if (auto b = a.option("budget"))
-            budget.maxEvaluations = std::stoi(*b);
-        if (auto m = a.option("minutes"))
-            budget.maxMinutes = std::stod(*m);
-        if (auto c = a.option("converge"))
-            budget.convergenceWindow = std::stoi(*c);
-    } catch (const std::exception&) {
-        std::cerr << "kloop run: --budget, --minutes and --converge take numbers\n";
-        return kExitUsage;
-    }
-    if (budget.maxEvaluations < 0 || budget.maxMinutes < 0 || budget.convergenceWindow < 0) {
-        std::cerr << "kloop run: --budget, --minutes and --converge must not be negative\n";
-        return kExitUsage;
-    }
-
-    std::unique_ptr<SessionStore> store;
-    std::string agentSpec = a.optionOr("agent", "tuner:bayes");
-    std::string problemArg;
-    std::string shapesText = a.optionOr("shapes", "");
-    if (resuming) {
-        const fs::path dir = *a.option("resume");
-        LoadReport report;
-        store = SessionStore::open(dir, &report);
-        for (const auto& w : report.warnings)
-            std::cerr << "kloop run: " << w << "\n";
-        const Session& s = store->session();
-        if (!a.option("agent"))
-            agentSpec = s.settings.agent;
-        problemArg = !s.problemFolder.empty() && fs::exists(s.problemFolder) ? s.problemFolder : s.problemName;
-        if (shapesText.empty() && s.settings.extra.count("tuning_shapes"))
-            shapesText = s.settings.extra.at("tuning_shapes");
-        // Without a new budget the session keeps its own.
-        if (!a.option("budget"))
-            budget.maxEvaluations = s.settings.budget.maxEvaluations;
-        if (!a.option("minutes"))
-            budget.maxMinutes = s.settings.budget.maxMinutes;
-        if (!a.option("converge"))
-            budget.convergenceWindow = s.settings.budget.convergenceWindow;
-    } else {
-        problemArg = *a.option("problem");
-    }
-    AgentFactoryOptions agentOptions;
-    try {
-        agentOptions.seed = std::stoull(a.optionOr("seed", "1"));
-    } catch (const std::exception&) {
-        std::cerr << "kloop run: --seed takes a number\n";
-        return kExitUsage;
-    }
-    if (store)
-        agentOptions.extra = store->session().settings.extra;
-    for (const auto& [flag, key] : {std::pair{"llm-settings", "llm.settings_file"}, std::pair{"llm-model", "llm.model"},
-                                    std::pair{"llm-base-url", "llm.base_url"}})
-        if (auto v = a.option(flag))
-            agentOptions.extra[key] = *v;
-    std::unique_ptr<Agent> agent;
-    try {
-        agent = makeAgent(agentSpec, agentOptions);
-    } catch (const InputError& e) {
-        std::cerr << "kloop run: " << e.what() << "\n";
-        return kExitUsage;
-    }
-    const bool llm = agentSpec.find("llm:") != std::string::npos;
-    if (llm && !a.has("auto-approve") && !(store && store->session().settings.autoApproveLlm))
-        std::cerr << "kloop run: LLM proposals wait for the engineer's review (kernelloop workbench); pass "
-                     "--auto-approve to evaluate them unattended (the referee still gates every candidate)\n";
-    const std::string objective = a.optionOr("objective", "weighted-geomean-speedup");
-    if (!isKnownObjective(objective)) {
-        std::cerr << "kloop run: unknown objective '" << objective
-                  << "' (weighted-geomean-speedup, geomean-speedup, min-speedup)\n";
-        return kExitUsage;
-    }
-
-    const fs::path folder = findProblemFolder(problemArg);
-    Problem problem = loadProblem(folder.string());
-    if (!shapesText.empty())
-        problem.tuningShapes = parseShapes(shapesText, problem);
+        const fs::path folder = findProblemFolder(problemArg);
+        Problem problem = loadProblem(folder.string());
+        if (!shapesText.empty())
+            problem.tuningShapes = parseShapes(shapesText, problem);
 
 #if KL_FEATURE_CUDA
-    GpuEvaluatorOptions evalOptions;
-    if (auto arch = a.option("arch"))
-        evalOptions.arch = *arch;
-    GpuEvaluator evaluator(problem, evalOptions);
-    DeviceInfo device;
-    try {
-        device = evaluator.device();
-    } catch (const std::exception& e) {
-        std::cerr << "kloop run: no usable CUDA GPU: " << e.what()
-                  << "\n(kloop run needs a local NVIDIA GPU and the kloop-worker next to kloop; set KL_WORKER to "
-                     "point at the worker elsewhere)\n";
-        return kExitFailure;
-    }
-    if (device.empty()) {
-        std::cerr << "kloop run: no usable CUDA GPU: the worker reported no device\n";
-        return kExitFailure;
-    }
+        GpuEvaluatorOptions evalOptions;
+        if (auto arch = a.option("arch"))
+            evalOptions.arch = *arch;
+        GpuEvaluator evaluator(problem, evalOptions);
+        DeviceInfo device;
+        try {
+            device = evaluator.device();
+        } catch (const std::exception& e) {
+            std::cerr << "kloop run: no usable CUDA GPU: " << e.what()
+                      << "\n(kloop run needs a local NVIDIA GPU and the kloop-worker next to kloop; set KL_WORKER to "
+                         "point at the worker elsewhere)\n";
+            return kExitFailure;
+        }
+        if (device.empty()) {
+            std::cerr << "kloop run: no usable CUDA GPU: the worker reported no device\n";
+            return kExitFailure;
+        }
 #else
-    (void)json;
-    (void)store;
-    std::cerr << "kloop run: this build has no CUDA support (the CUDA toolkit was not found at configure time), so "
-                 "there is no GPU to run on\n";
-    return kExitFailure;
+        (void)json;
+        (void)store;
+        std::cerr << "kloop run: this build has no CUDA support (the CUDA toolkit was not found at configure time), so "
+                     "there is no GPU to run on\n";
+        return kExitFailure;
 #endif
 
 #if KL_FEATURE_CUDA
-    if (!resuming) {
-        Session header;
-        const fs::path dir = *a.option("session");
-        header.id = a.optionOr("id", sessionIdFromDir(dir));
-        header.problemName = problem.name;
-        header.problemFolder = folder.string();
-        header.device = device;
-        header.settings.agent = agentSpec;
-        header.settings.objective = objective;
-        header.settings.budget = budget;
-        header.settings.autoApproveLlm = a.has("auto-approve");
-        header.settings.extra = agentOptions.extra;
-        if (!shapesText.empty())
-            header.settings.extra["tuning_shapes"] = shapesText;
-        header.createdMs = nowMs();
-        store = SessionStore::create(dir, header);
-        // The naive baseline is the root; the tunable template at its defaults branches from it and is the head.
-        CandidateId parent;
-        for (const auto& [file, role] : {std::pair{problem.baselineFile, std::string("baseline")},
-                                         std::pair{problem.templateFile, std::string("template")}}) {
-            const fs::path path = folder / file;
-            if (!fs::exists(path))
-                continue;
-            Candidate c;
-            c.source = readFile(path, 4u << 20);
-            c.parentId = parent;
-            c.author = Author::Human;
-            c.agent = "problem:" + role;
-            c.params = parseKernelSpec(c.source).defaults();
-            parent = store->proposeCandidate(c).candidateId;
+        if (!resuming) {
+            Session header;
+            const fs::path dir = *a.option("session");
+            header.id = a.optionOr("id", sessionIdFromDir(dir));
+            header.problemName = problem.name;
+            header.problemFolder = folder.string();
+            header.device = device;
+            header.settings.agent = agentSpec;
+            header.settings.objective = objective;
+            header.settings.budget = budget;
+            header.settings.autoApproveLlm = a.has("auto-approve");
+            header.settings.extra = agentOptions.extra;
+            if (!shapesText.empty())
+                header.settings.extra["tuning_shapes"] = shapesText;
+            header.createdMs = nowMs();
+            store = SessionStore::create(dir, header);
+            // The naive baseline is the root; the tunable template at its defaults branches from it and is the head.
+            CandidateId parent;
+            for (const auto& [file, role] : { std::pair { problem.baselineFile, std::string("baseline") },
+                     std::pair { problem.templateFile, std::string("template") } }) {
+                const fs::path path = folder / file;
+                if (!fs::exists(path))
+                    continue;
+                Candidate c;
+                c.source = readFile(path, 4u << 20);
+                c.parentId = parent;
+                c.author = Author::Human;
+                c.agent = "problem:" + role;
+                c.params = parseKernelSpec(c.source).defaults();
+                parent = store->proposeCandidate(c).candidateId;
+            }
+            if (!parent.empty())
+                store->moveHead(parent, "the template is where tuning starts");
+        } else if (store->session().device.name != device.name) {
+            std::cerr << "kloop run: warning: the session was recorded on " << store->session().device.name
+                      << ", this GPU is " << device.name << "\n";
         }
-        if (!parent.empty())
-            store->moveHead(parent, "the template is where tuning starts");
-    } else if (store->session().device.name != device.name) {
-        std::cerr << "kloop run: warning: the session was recorded on " << store->session().device.name
-                  << ", this GPU is " << device.name << "\n";
-    }
 
-    std::unique_ptr<TuningDatabase> db;
-    if (!a.has("no-tuning-db")) {
-        const fs::path dbPath = a.option("tuning-db") ? fs::path(*a.option("tuning-db")) : defaultTuningDatabasePath();
-        std::vector<std::string> warnings;
-        db = TuningDatabase::open(dbPath, &warnings);
-        for (const auto& w : warnings)
-            std::cerr << "kloop run: " << w << "\n";
-    }
-
-    LoopOptions options;
-    options.cache = db.get();
-    options.budgetOverride = budget;
-    options.evaluate.heldOutShapes = !a.has("no-held-out");
-    try {
-        options.compileThreads = std::stoi(a.optionOr("compile-threads", "4"));
-        options.pipelineDepth = std::stoi(a.optionOr("pipeline", "4"));
-    } catch (const std::exception&) {
-        std::cerr << "kloop run: --compile-threads and --pipeline take numbers\n";
-        return kExitUsage;
-    }
-
-    const bool tty = ::isatty(STDOUT_FILENO) != 0;
-    Progress progress(json, tty, budget.maxEvaluations);
-    const auto token = store->bus().subscribe([&](const Event& e) { progress.onEvent(e); });
-
-    ResearchLoop loop(*store, evaluator, *agent, options);
-    g_signal.store(0);
-    std::signal(SIGINT, onSignal);
-    std::signal(SIGTERM, onSignal);
-    std::atomic<bool> done{false};
-    std::thread watcher([&] {
-        while (!done.load()) {
-            if (const int sig = g_signal.exchange(0))
-                loop.requestStop(sig == SIGINT ? "interrupted (Ctrl-C)" : "terminated by a signal");
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::unique_ptr<TuningDatabase> db;
+        if (!a.has("no-tuning-db")) {
+            const fs::path dbPath
+                = a.option("tuning-db") ? fs::path(*a.option("tuning-db")) : defaultTuningDatabasePath();
+            std::vector<std::string> warnings;
+            db = TuningDatabase::open(dbPath, &warnings);
+            for (const auto& w : warnings)
+                std::cerr << "kloop run: " << w << "\n";
         }
-    });
-    LoopResult r;
-    try {
-        r = loop.run();
-    } catch (...) {
+
+        LoopOptions options;
+        options.cache = db.get();
+        options.budgetOverride = budget;
+        options.evaluate.heldOutShapes = !a.has("no-held-out");
+        try {
+            options.compileThreads = std::stoi(a.optionOr("compile-threads", "4"));
+            options.pipelineDepth = std::stoi(a.optionOr("pipeline", "4"));
+        } catch (const std::exception&) {
+            std::cerr << "kloop run: --compile-threads and --pipeline take numbers\n";
+            return kExitUsage;
+        }
+
+        const bool tty = ::isatty(STDOUT_FILENO) != 0;
+        Progress progress(json, tty, budget.maxEvaluations);
+        const auto token = store->bus().subscribe([&](const Event& e) { progress.onEvent(e); });
+
+        ResearchLoop loop(*store, evaluator, *agent, options);
+        g_signal.store(0);
+        std::signal(SIGINT, onSignal);
+        std::signal(SIGTERM, onSignal);
+        std::signal(SIGUSR1, onSignal);
+        std::atomic<bool> done { false };
+        std::thread watcher([&] {
+            while (!done.load()) {
+                if (const int sig = g_signal.exchange(0)) {
+                    if (sig == SIGUSR1)
+                        loop.isPaused() ? loop.resume() : loop.pause();
+                    else
+                        loop.requestStop(sig == SIGINT ? "interrupted (Ctrl-C)" : "terminated by a signal");
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            }
+        });
+        LoopResult r;
+        try {
+            r = loop.run();
+        } catch (...) {
+            done = true;
+            watcher.join();
+            throw;
+        }
         done = true;
         watcher.join();
-        throw;
-    }
-    done = true;
-    watcher.join();
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
-    store->bus().unsubscribe(token);
-    progress.finish();
+        std::signal(SIGINT, SIG_DFL);
+        std::signal(SIGTERM, SIG_DFL);
+        std::signal(SIGUSR1, SIG_DFL);
+        store->bus().unsubscribe(token);
+        progress.finish();
 
-    const Session& s = store->session();
-    Json summary = {{"state", r.state},
-                    {"reason", r.reason},
-                    {"session", fs::absolute(store->dir()).string()},
-                    {"evaluated", r.evaluatedThisRun},
-                    {"recorded", r.recordedThisRun},
-                    {"reused", r.reusedThisRun},
-                    {"best", r.best.value_or("")},
-                    {"bestObjective", r.bestObjective}};
-    if (r.best)
-        summary["bestParams"] = s.tree.at(*r.best).params;
-    if (json) {
-        std::cout << Json{{"summary", summary}}.dump() << "\n";
-    } else {
-        std::cout << r.state << ": " << r.reason << "\n"
-                  << "  evaluated " << r.evaluatedThisRun << ", reused " << r.reusedThisRun << " from the tuning database\n";
-        if (r.best) {
-            char buf[64];
-            std::snprintf(buf, sizeof buf, "%.3fx", r.bestObjective);
-            std::cout << "  best " << *r.best << ": " << buf << " (" << objective << ")  "
-                      << paramsText(s.tree.at(*r.best).params) << "\n";
+        const Session& s = store->session();
+        Json summary
+            = { { "state", r.state }, { "reason", r.reason }, { "session", fs::absolute(store->dir()).string() },
+                  { "evaluated", r.evaluatedThisRun }, { "recorded", r.recordedThisRun }, { "reused", r.reusedThisRun },
+                  { "best", r.best.value_or("") }, { "bestObjective", r.bestObjective } };
+        if (r.best)
+            summary["bestParams"] = s.tree.at(*r.best).params;
+        if (json) {
+            std::cout << Json { { "summary", summary } }.dump() << "\n";
         } else {
-            std::cout << "  no candidate beat the baseline\n";
+            std::cout << r.state << ": " << r.reason << "\n"
+                      << "  evaluated " << r.evaluatedThisRun << ", reused " << r.reusedThisRun
+                      << " from the tuning database\n";
+            if (r.best) {
+                char buf[64];
+                std::snprintf(buf, sizeof buf, "%.3fx", r.bestObjective);
+                std::cout << "  best " << *r.best << ": " << buf << " (" << objective << ")  "
+                          << paramsText(s.tree.at(*r.best).params) << "\n";
+            } else {
+                std::cout << "  no candidate beat the baseline\n";
+            }
+            std::cout << "  resume with: kloop run --resume " << store->dir().string() << "\n";
         }
-        std::cout << "  resume with: kloop run --resume " << store->dir().string() << "\n";
-    }
-    return r.state == "failed" ? kExitFailure : kExitOk;
+        return r.state == "failed" ? kExitFailure : kExitOk;
 #endif
-}
-
-int runGuarded(const Args& a)
-{
-    try {
-        return runRun(a);
-    } catch (const InputError& e) {
-        std::cerr << "kloop run: " << e.what() << "\n";
-        return kExitFailure;
     }
-}
 
-const CommandRegistration reg{
-    {"run", "tune a problem on the local GPU with the research loop",
-     "kloop run --problem NAME|DIR --agent SPEC --session DIR [--budget N] [--minutes M]\n"
-     "          [--converge N] [--objective NAME] [--shapes \"T=16,H=8192;T=4096,H=8192@3\"] [--seed N]\n"
-     "          [--tuning-db FILE | --no-tuning-db] [--no-held-out] [--compile-threads N] [--pipeline N]\n"
-     "          [--arch sm_90a] [--auto-approve] [--llm-settings FILE] [--llm-model M] [--llm-base-url URL] [--json]\n"
-     "SPEC: tuner:<strategy>, llm:<provider> or llm:<provider>+tuner:<strategy> (default tuner:bayes).\n"
-     "kloop run --resume DIR [--budget N] [--minutes M] [--json]\n\n"
-     "Runs propose -> compile -> verify -> time -> decide -> record until the budget (evaluations, minutes), "
-     "convergence\n(no accepted improvement in N evaluations), Ctrl-C, or the search space is exhausted. Strategies: "
-     "exhaustive,\nrandom, anneal, genetic, bayes. A candidate is accepted only when correct on every verification "
-     "shape and\nfaster than the best with the 95% interval of the ratio above 1. Every measured configuration goes "
-     "to the\ntuning database (default ~/.cache/kernelloop/tuning.jsonl) and is never measured again. --resume "
-     "continues a\nsession after a crash or kill -9; nothing recorded is measured twice. --json prints one JSON "
-     "object per event\nand a final {\"summary\": ...}. Exit codes: 0 finished or stopped, 1 failure (no GPU, "
-     "evaluator failure),\n2 usage.",
-     {"json", "no-tuning-db", "no-held-out", "auto-approve"},
-     &runGuarded}};
+    int runGuarded(const Args& a)
+    {
+        try {
+            return runRun(a);
+        } catch (const InputError& e) {
+            std::cerr << "kloop run: " << e.what() << "\n";
+            return kExitFailure;
+        }
+    }
+
+    const CommandRegistration reg { { "run", "tune a problem on the local GPU with the research loop",
+        "kloop run --problem NAME|DIR --agent SPEC --session DIR [--budget N] [--minutes M]\n"
+        "          [--converge N] [--objective NAME] [--shapes \"T=16,H=8192;T=4096,H=8192@3\"] [--seed N]\n"
+        "          [--tuning-db FILE | --no-tuning-db] [--no-held-out] [--compile-threads N] [--pipeline N]\n"
+        "          [--arch sm_90a] [--auto-approve] [--llm-settings FILE] [--llm-model M] [--llm-base-url URL] "
+        "[--json]\n"
+        "SPEC: tuner:<strategy>, llm:<provider> or llm:<provider>+tuner:<strategy> (default tuner:bayes).\n"
+        "kloop run --resume DIR [--budget N] [--minutes M] [--json]\n\n"
+        "Runs propose -> compile -> verify -> time -> decide -> record until the budget (evaluations, minutes), "
+        "convergence\n(no accepted improvement in N evaluations), Ctrl-C, or the search space is exhausted. "
+        "Strategies: "
+        "exhaustive,\nrandom, anneal, genetic, bayes. A candidate is accepted only when correct on every verification "
+        "shape and\nfaster than the best with the 95% interval of the ratio above 1. Every measured configuration goes "
+        "to the\ntuning database (default ~/.cache/kernelloop/tuning.jsonl) and is never measured again. --resume "
+        "continues a\nsession after a crash or kill -9; nothing recorded is measured twice. kill -USR1 pauses and "
+        "resumes. --json prints one JSON "
+        "object per event\nand a final {\"summary\": ...}. Exit codes: 0 finished or stopped, 1 failure (no GPU, "
+        "evaluator failure),\n2 usage.",
+        { "json", "no-tuning-db", "no-held-out", "auto-approve" }, &runGuarded } };
 
 } // namespace
 } // namespace kl::cli

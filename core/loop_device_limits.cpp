@@ -7,36 +7,36 @@ namespace kl {
 
 namespace {
 
-std::optional<std::int64_t> tryEval(const Expr& e, const Bindings& b)
-{
-    if (e.empty())
-        return std::nullopt;
-    try {
-        return e.evaluateInt(b);
-    } catch (const std::exception&) {
-        return std::nullopt;
+    std::optional<std::int64_t> tryEval(const Expr& e, const Bindings& b)
+    {
+        if (e.empty())
+            return std::nullopt;
+        try {
+            return e.evaluateInt(b);
+        } catch (const std::exception&) {
+            return std::nullopt;
+        }
     }
-}
 
-VerdictReason reason(const std::string& rule, const std::string& msg, int line)
-{
-    return VerdictReason{rule, msg, line, true};
-}
+    VerdictReason reason(const std::string& rule, const std::string& msg, int line)
+    {
+        return VerdictReason { rule, msg, line, true };
+    }
 
-// Registers are allocated per warp in units of 256 (sm_70 .. sm_90).
-std::int64_t registersPerBlock(int regsPerThread, std::int64_t threads, int warpSize)
-{
-    const std::int64_t warps = (threads + warpSize - 1) / warpSize;
-    const std::int64_t perWarp = (static_cast<std::int64_t>(regsPerThread) * warpSize + 255) / 256 * 256;
-    return warps * perWarp;
-}
+    // Registers are allocated per warp in units of 256 (sm_70 .. sm_90).
+    std::int64_t registersPerBlock(int regsPerThread, std::int64_t threads, int warpSize)
+    {
+        const std::int64_t warps = (threads + warpSize - 1) / warpSize;
+        const std::int64_t perWarp = (static_cast<std::int64_t>(regsPerThread) * warpSize + 255) / 256 * 256;
+        return warps * perWarp;
+    }
 
 } // namespace
 
 std::vector<Shape> shapesOf(const Problem& p)
 {
     std::vector<Shape> out;
-    for (const auto* list : {&p.tuningShapes, &p.verifyShapes})
+    for (const auto* list : { &p.tuningShapes, &p.verifyShapes })
         for (const Shape& s : *list)
             if (std::find(out.begin(), out.end(), s) == out.end())
                 out.push_back(s);
@@ -44,8 +44,7 @@ std::vector<Shape> shapesOf(const Problem& p)
 }
 
 std::optional<VerdictReason> checkDeviceLimits(const KernelSpec& spec, const ParamValues& params,
-                                               const std::vector<Shape>& shapes, const DeviceInfo& device,
-                                               const CompileReport* compile)
+    const std::vector<Shape>& shapes, const DeviceInfo& device, const CompileReport* compile)
 {
     std::vector<Bindings> bindingSets;
     for (const Shape& s : shapes)
@@ -63,7 +62,7 @@ std::optional<VerdictReason> checkDeviceLimits(const KernelSpec& spec, const Par
         for (std::size_t si = 0; si < bindingSets.size(); ++si) {
             const Bindings& b = bindingSets[si];
             const std::string where = step.kernel + (shapes.empty() ? "" : " at " + shapes[si].label());
-            std::int64_t block[3] = {1, 1, 1};
+            std::int64_t block[3] = { 1, 1, 1 };
             bool blockKnown = true;
             for (int d = 0; d < 3; ++d) {
                 if (step.block[d].empty())
@@ -77,28 +76,28 @@ std::optional<VerdictReason> checkDeviceLimits(const KernelSpec& spec, const Par
                 const std::int64_t threads = block[0] * block[1] * block[2];
                 if (block[0] < 1 || block[1] < 1 || block[2] < 1 || block[0] > 1024 || block[1] > 1024 || block[2] > 64)
                     return reason("device.block-dims",
-                                  where + ": block (" + std::to_string(block[0]) + ", " + std::to_string(block[1]) +
-                                      ", " + std::to_string(block[2]) + ") is outside (1..1024, 1..1024, 1..64)",
-                                  step.line);
+                        where + ": block (" + std::to_string(block[0]) + ", " + std::to_string(block[1]) + ", "
+                            + std::to_string(block[2]) + ") is outside (1..1024, 1..1024, 1..64)",
+                        step.line);
                 if (device.maxThreadsPerBlock > 0 && threads > device.maxThreadsPerBlock)
                     return reason("device.threads-per-block",
-                                  where + ": " + std::to_string(threads) + " threads per block > device limit " +
-                                      std::to_string(device.maxThreadsPerBlock),
-                                  step.line);
+                        where + ": " + std::to_string(threads) + " threads per block > device limit "
+                            + std::to_string(device.maxThreadsPerBlock),
+                        step.line);
                 if (res && res->maxThreadsPerBlock > 0 && threads > res->maxThreadsPerBlock)
                     return reason("device.registers",
-                                  where + ": " + std::to_string(threads) + " threads per block > " +
-                                      std::to_string(res->maxThreadsPerBlock) + " the compiled kernel can launch (" +
-                                      std::to_string(res->registers) + " registers per thread)",
-                                  step.line);
+                        where + ": " + std::to_string(threads) + " threads per block > "
+                            + std::to_string(res->maxThreadsPerBlock) + " the compiled kernel can launch ("
+                            + std::to_string(res->registers) + " registers per thread)",
+                        step.line);
                 if (res && device.regsPerBlock > 0 && res->registers > 0) {
                     const std::int64_t regs = registersPerBlock(res->registers, threads, std::max(device.warpSize, 1));
                     if (regs > device.regsPerBlock)
                         return reason("device.registers",
-                                      where + ": " + std::to_string(res->registers) + " registers x " +
-                                          std::to_string(threads) + " threads needs " + std::to_string(regs) +
-                                          " registers per block > device limit " + std::to_string(device.regsPerBlock),
-                                      step.line);
+                            where + ": " + std::to_string(res->registers) + " registers x " + std::to_string(threads)
+                                + " threads needs " + std::to_string(regs) + " registers per block > device limit "
+                                + std::to_string(device.regsPerBlock),
+                            step.line);
                 }
             }
             for (int d = 0; d < 3; ++d) {
@@ -108,9 +107,9 @@ std::optional<VerdictReason> checkDeviceLimits(const KernelSpec& spec, const Par
                 const std::int64_t limit = d == 0 ? 2147483647LL : 65535;
                 if (g && (*g < 1 || *g > limit))
                     return reason("device.grid-dims",
-                                  where + ": grid dimension " + std::to_string(d) + " = " + std::to_string(*g) +
-                                      " is outside 1.." + std::to_string(limit),
-                                  step.line);
+                        where + ": grid dimension " + std::to_string(d) + " = " + std::to_string(*g) + " is outside 1.."
+                            + std::to_string(limit),
+                        step.line);
             }
             if (smemLimit > 0) {
                 std::int64_t smem = tryEval(step.sharedBytes, b).value_or(0);
@@ -118,9 +117,9 @@ std::optional<VerdictReason> checkDeviceLimits(const KernelSpec& spec, const Par
                     smem += res->staticSharedBytes;
                 if (smem > smemLimit)
                     return reason("device.shared-memory",
-                                  where + ": " + std::to_string(smem) + " bytes of shared memory per block > device limit " +
-                                      std::to_string(smemLimit),
-                                  step.line);
+                        where + ": " + std::to_string(smem) + " bytes of shared memory per block > device limit "
+                            + std::to_string(smemLimit),
+                        step.line);
             }
         }
     }

@@ -17,8 +17,7 @@ namespace kl {
 // "device.registers". Expressions that cannot be evaluated here (names bound only at run time) are skipped:
 // the harness still checks them. compile may be null (before compilation).
 std::optional<VerdictReason> checkDeviceLimits(const KernelSpec& spec, const ParamValues& params,
-                                               const std::vector<Shape>& shapes, const DeviceInfo& device,
-                                               const CompileReport* compile = nullptr);
+    const std::vector<Shape>& shapes, const DeviceInfo& device, const CompileReport* compile = nullptr);
 
 // The shapes a configuration must run on: tuning shapes then verification shapes, without repeats.
 std::vector<Shape> shapesOf(const Problem& p);

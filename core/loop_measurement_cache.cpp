@@ -9,17 +9,17 @@ namespace kl {
 
 namespace {
 
-nlohmann::json shapesJson(const std::vector<Shape>& shapes)
-{
-    nlohmann::json a = nlohmann::json::array();
-    for (const Shape& s : shapes) {
-        nlohmann::json dims = nlohmann::json::object();
-        for (const auto& [k, v] : s.dims)
-            dims[k] = v;
-        a.push_back(dims);
+    nlohmann::json shapesJson(const std::vector<Shape>& shapes)
+    {
+        nlohmann::json a = nlohmann::json::array();
+        for (const Shape& s : shapes) {
+            nlohmann::json dims = nlohmann::json::object();
+            for (const auto& [k, v] : s.dims)
+                dims[k] = v;
+            a.push_back(dims);
+        }
+        return a;
     }
-    return a;
-}
 
 } // namespace
 
@@ -38,7 +38,10 @@ std::string MeasurementKey::canonical() const
     return j.dump(); // nlohmann orders object keys, so the text is stable
 }
 
-std::string MeasurementKey::digest() const { return sha256Hex(canonical()); }
+std::string MeasurementKey::digest() const
+{
+    return sha256Hex(canonical());
+}
 
 std::string MeasurementKey::shapesDigest() const
 {

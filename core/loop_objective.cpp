@@ -11,27 +11,27 @@ namespace kl {
 
 namespace {
 
-std::string fmt(const char* f, double a, double b = 0, double c = 0)
-{
-    char buf[160];
-    std::snprintf(buf, sizeof buf, f, a, b, c);
-    return buf;
-}
+    std::string fmt(const char* f, double a, double b = 0, double c = 0)
+    {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, f, a, b, c);
+        return buf;
+    }
 
-// Log-space half width of a shape's speedup interval; 0 when the evaluator gave none.
-double shapeLogHalfWidth(const ShapeResult& s)
-{
-    if (s.speedupCiLow <= 0 || s.speedupCiHigh <= 0 || s.speedup <= 0)
-        return 0;
-    const double l = std::log(s.speedup);
-    return std::max({std::log(s.speedupCiHigh) - l, l - std::log(s.speedupCiLow), 0.0});
-}
+    // Log-space half width of a shape's speedup interval; 0 when the evaluator gave none.
+    double shapeLogHalfWidth(const ShapeResult& s)
+    {
+        if (s.speedupCiLow <= 0 || s.speedupCiHigh <= 0 || s.speedup <= 0)
+            return 0;
+        const double l = std::log(s.speedup);
+        return std::max({ std::log(s.speedupCiHigh) - l, l - std::log(s.speedupCiLow), 0.0 });
+    }
 
 } // namespace
 
 const std::vector<std::string>& objectiveNames()
 {
-    static const std::vector<std::string> names{"weighted-geomean-speedup", "geomean-speedup", "min-speedup"};
+    static const std::vector<std::string> names { "weighted-geomean-speedup", "geomean-speedup", "min-speedup" };
     return names;
 }
 
@@ -46,14 +46,15 @@ double ObjectiveValue::logHalfWidth() const
     if (value <= 0 || ciLow <= 0 || ciHigh <= 0)
         return 0;
     const double l = std::log(value);
-    return std::max({std::log(ciHigh) - l, l - std::log(ciLow), 0.0});
+    return std::max({ std::log(ciHigh) - l, l - std::log(ciLow), 0.0 });
 }
 
 std::optional<ObjectiveValue> computeObjective(const Evaluation& e, const std::string& objective, std::string* why)
 {
     if (!isKnownObjective(objective))
-        throw InputError("unknown objective '" + objective + "' (known: weighted-geomean-speedup, geomean-speedup, "
-                         "min-speedup)");
+        throw InputError("unknown objective '" + objective
+            + "' (known: weighted-geomean-speedup, geomean-speedup, "
+              "min-speedup)");
     std::vector<const ShapeResult*> timed;
     for (const ShapeResult& s : e.shapes) {
         if (s.heldOut || !s.timing)
@@ -71,10 +72,10 @@ std::optional<ObjectiveValue> computeObjective(const Evaluation& e, const std::s
         return std::nullopt;
     }
     if (objective == "min-speedup") {
-        const ShapeResult* worst = *std::min_element(
-            timed.begin(), timed.end(), [](const ShapeResult* a, const ShapeResult* b) { return a->speedup < b->speedup; });
+        const ShapeResult* worst = *std::min_element(timed.begin(), timed.end(),
+            [](const ShapeResult* a, const ShapeResult* b) { return a->speedup < b->speedup; });
         const double h = shapeLogHalfWidth(*worst);
-        return ObjectiveValue{worst->speedup, worst->speedup * std::exp(-h), worst->speedup * std::exp(h)};
+        return ObjectiveValue { worst->speedup, worst->speedup * std::exp(-h), worst->speedup * std::exp(h) };
     }
     const bool weighted = objective == "weighted-geomean-speedup";
     double wsum = 0;
@@ -94,7 +95,7 @@ std::optional<ObjectiveValue> computeObjective(const Evaluation& e, const std::s
         var += w * w * h * h;
     }
     const double h = std::sqrt(var);
-    return ObjectiveValue{std::exp(logValue), std::exp(logValue - h), std::exp(logValue + h)};
+    return ObjectiveValue { std::exp(logValue), std::exp(logValue - h), std::exp(logValue + h) };
 }
 
 Decision decide(const DecideInput& in)
@@ -108,8 +109,8 @@ Decision decide(const DecideInput& in)
     case Verdict::TimedOut:
         d.verdict = e.verdict;
         if (d.reasons.empty())
-            d.reasons.push_back({"harness." + std::string(verdictName(e.verdict)), "the harness reported this verdict", 0,
-                                 true});
+            d.reasons.push_back(
+                { "harness." + std::string(verdictName(e.verdict)), "the harness reported this verdict", 0, true });
         return d;
     default:
         break;
@@ -124,7 +125,7 @@ Decision decide(const DecideInput& in)
             flagged = true;
     }
     if (e.verdict == Verdict::Rejected && e.reasons.empty())
-        d.reasons.push_back({"harness.rejected", "the harness rejected the candidate", 0, true});
+        d.reasons.push_back({ "harness.rejected", "the harness rejected the candidate", 0, true });
 
     std::string wrongShapes;
     for (const ShapeResult& s : e.shapes)
@@ -133,7 +134,7 @@ Decision decide(const DecideInput& in)
     if (e.shapes.empty())
         wrongShapes = "no shape was verified";
     if (!wrongShapes.empty()) {
-        d.reasons.push_back({"decide.incorrect", "wrong results on: " + wrongShapes, 0, true});
+        d.reasons.push_back({ "decide.incorrect", "wrong results on: " + wrongShapes, 0, true });
         blocked = true;
     }
 
@@ -141,7 +142,7 @@ Decision decide(const DecideInput& in)
     d.objective = computeObjective(e, in.objective, &why);
     if (!d.objective) {
         if (!blocked)
-            d.reasons.push_back({"decide.no-objective", "cannot compute " + in.objective + ": " + why, 0, true});
+            d.reasons.push_back({ "decide.no-objective", "cannot compute " + in.objective + ": " + why, 0, true });
         d.verdict = Verdict::Rejected;
         return d;
     }
@@ -150,38 +151,38 @@ Decision decide(const DecideInput& in)
         return d;
     }
 
-    const ObjectiveValue base = in.best.value_or(ObjectiveValue{1.0, 1.0, 1.0});
-    const std::string against = in.best ? "best " + (in.bestId.empty() ? std::string("so far") : in.bestId) : "the baseline";
+    const ObjectiveValue base = in.best.value_or(ObjectiveValue { 1.0, 1.0, 1.0 });
+    const std::string against
+        = in.best ? "best " + (in.bestId.empty() ? std::string("so far") : in.bestId) : "the baseline";
     const double logRatio = std::log(d.objective->value) - std::log(base.value);
     const double h = std::hypot(d.objective->logHalfWidth(), base.logHalfWidth());
     const double ratio = std::exp(logRatio);
-    const std::string ratioText = fmt("%.3fx, 95%% CI [%.3f, %.3f]", ratio, std::exp(logRatio - h), std::exp(logRatio + h));
+    const std::string ratioText
+        = fmt("%.3fx, 95%% CI [%.3f, %.3f]", ratio, std::exp(logRatio - h), std::exp(logRatio + h));
     d.improves = logRatio - h > 0;
     if (!d.improves) {
         const bool slower = logRatio + h < 0;
-        d.reasons.push_back({slower ? "decide.slower" : "decide.not-significant",
-                             (slower ? "slower than " : "not significantly faster than ") + against + ": " + ratioText +
-                                 (slower ? "" : " includes 1.0"),
-                             0, true});
+        d.reasons.push_back({ slower ? "decide.slower" : "decide.not-significant",
+            (slower ? "slower than " : "not significantly faster than ") + against + ": " + ratioText
+                + (slower ? "" : " includes 1.0"),
+            0, true });
         d.verdict = Verdict::Rejected;
         return d;
     }
     if (flagged) {
-        d.reasons.push_back({"decide.flagged", "faster than " + against + " (" + ratioText +
-                                                   ") but flagged by the referee: waits for review",
-                             0, false});
+        d.reasons.push_back({ "decide.flagged",
+            "faster than " + against + " (" + ratioText + ") but flagged by the referee: waits for review", 0, false });
         d.verdict = Verdict::PendingReview;
         return d;
     }
     if (in.reviewJumpFactor > 1.0 && in.best && ratio > in.reviewJumpFactor) {
-        d.reasons.push_back({"decide.suspicious-jump",
-                             fmt("%.2fx over the best exceeds the review threshold %.2fx: waits for review", ratio,
-                                 in.reviewJumpFactor),
-                             0, false});
+        d.reasons.push_back({ "decide.suspicious-jump",
+            fmt("%.2fx over the best exceeds the review threshold %.2fx: waits for review", ratio, in.reviewJumpFactor),
+            0, false });
         d.verdict = Verdict::PendingReview;
         return d;
     }
-    d.reasons.push_back({"decide.faster", "faster than " + against + ": " + ratioText, 0, false});
+    d.reasons.push_back({ "decide.faster", "faster than " + against + ": " + ratioText, 0, false });
     d.verdict = Verdict::Accepted;
     return d;
 }

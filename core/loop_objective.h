@@ -27,8 +27,8 @@ struct ObjectiveValue {
 
 // Throws InputError for an unknown objective name. nullopt (with *why) when the evaluation has no usable
 // speedup on some timed shape.
-std::optional<ObjectiveValue> computeObjective(const Evaluation& e, const std::string& objective,
-                                               std::string* why = nullptr);
+std::optional<ObjectiveValue> computeObjective(
+    const Evaluation& e, const std::string& objective, std::string* why = nullptr);
 
 struct DecideInput {
     const Evaluation* evaluation = nullptr; // what the evaluator returned

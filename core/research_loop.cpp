@@ -11,102 +11,105 @@ namespace kl {
 
 namespace {
 
-CandidateStatus statusForVerdict(Verdict v)
-{
-    switch (v) {
-    case Verdict::Accepted:
-        return CandidateStatus::Accepted;
-    case Verdict::PendingReview:
-        return CandidateStatus::PendingReview;
-    case Verdict::CompileFailed:
-        return CandidateStatus::CompileFailed;
-    case Verdict::Crashed:
-        return CandidateStatus::Crashed;
-    case Verdict::TimedOut:
-        return CandidateStatus::TimedOut;
-    default:
-        return CandidateStatus::Rejected;
+    CandidateStatus statusForVerdict(Verdict v)
+    {
+        switch (v) {
+        case Verdict::Accepted:
+            return CandidateStatus::Accepted;
+        case Verdict::PendingReview:
+            return CandidateStatus::PendingReview;
+        case Verdict::CompileFailed:
+            return CandidateStatus::CompileFailed;
+        case Verdict::Crashed:
+            return CandidateStatus::Crashed;
+        case Verdict::TimedOut:
+            return CandidateStatus::TimedOut;
+        default:
+            return CandidateStatus::Rejected;
+        }
     }
-}
 
-bool awaitsEvaluation(CandidateStatus s)
-{
-    return s == CandidateStatus::Proposed || s == CandidateStatus::Approved || s == CandidateStatus::Compiling ||
-           s == CandidateStatus::Verifying || s == CandidateStatus::Timing;
-}
-
-// The store may hold a partial evaluation (a compile report) for a candidate that was never decided;
-// only a candidate past evaluation counts as recorded.
-bool isRecorded(const Session& s, const CandidateId& id)
-{
-    if (!s.evaluations.count(id))
-        return false;
-    const CandidateStatus st = s.tree.at(id).status;
-    if (awaitsEvaluation(st))
-        return false;
-    if (st == CandidateStatus::PendingReview)
-        return s.evaluations.at(id).verdict == Verdict::PendingReview;
-    return true;
-}
-
-int recordedCount(const Session& s)
-{
-    int n = 0;
-    for (const auto& [id, e] : s.evaluations)
-        if (s.tree.contains(id) && isRecorded(s, id))
-            ++n;
-    return n;
-}
-
-nlohmann::json compileSummary(const CompileReport& r)
-{
-    nlohmann::json kernels = nlohmann::json::array();
-    for (const auto& k : r.kernels)
-        kernels.push_back({{"kernel", k.kernel}, {"registers", k.registers}, {"spillStores", k.spillStores},
-                           {"staticSharedBytes", k.staticSharedBytes}});
-    return {{"ok", r.ok}, {"compileMs", r.compileMs}, {"cacheHit", r.cacheHit}, {"kernels", kernels},
-            {"log", r.log.substr(0, 2000)}};
-}
-
-// A recorded evaluation carries the loop's decision; this recovers what the evaluator said, so a repeat of
-// the same configuration is decided afresh against the current best without measuring it again.
-Evaluation rawFromRecorded(Evaluation e)
-{
-    std::vector<VerdictReason> kept;
-    for (const VerdictReason& r : e.reasons)
-        if (r.rule.rfind("decide.", 0) != 0)
-            kept.push_back(r);
-    e.reasons = kept;
-    if (e.verdict != Verdict::CompileFailed && e.verdict != Verdict::Crashed && e.verdict != Verdict::TimedOut) {
-        bool blocking = false;
-        bool flag = false;
-        for (const VerdictReason& r : kept)
-            (r.blocking ? blocking : flag) = true;
-        e.verdict = blocking ? Verdict::Rejected : flag ? Verdict::PendingReview : Verdict::Correct;
+    bool awaitsEvaluation(CandidateStatus s)
+    {
+        return s == CandidateStatus::Proposed || s == CandidateStatus::Approved || s == CandidateStatus::Compiling
+            || s == CandidateStatus::Verifying || s == CandidateStatus::Timing;
     }
-    e.objective = e.objectiveCiLow = e.objectiveCiHigh = 0;
-    return e;
-}
 
-std::string firstLines(const std::string& text, std::size_t maxChars)
-{
-    std::string s = text.substr(0, maxChars);
-    if (text.size() > maxChars)
-        s += " ...";
-    return s;
-}
+    // The store may hold a partial evaluation (a compile report) for a candidate that was never decided;
+    // only a candidate past evaluation counts as recorded.
+    bool isRecorded(const Session& s, const CandidateId& id)
+    {
+        if (!s.evaluations.count(id))
+            return false;
+        const CandidateStatus st = s.tree.at(id).status;
+        if (awaitsEvaluation(st))
+            return false;
+        if (st == CandidateStatus::PendingReview)
+            return s.evaluations.at(id).verdict == Verdict::PendingReview;
+        return true;
+    }
 
-std::string fmtMinutes(double m)
-{
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%g", m);
-    return buf;
-}
+    int recordedCount(const Session& s)
+    {
+        int n = 0;
+        for (const auto& [id, e] : s.evaluations)
+            if (s.tree.contains(id) && isRecorded(s, id))
+                ++n;
+        return n;
+    }
+
+    nlohmann::json compileSummary(const CompileReport& r)
+    {
+        nlohmann::json kernels = nlohmann::json::array();
+        for (const auto& k : r.kernels)
+            kernels.push_back({ { "kernel", k.kernel }, { "registers", k.registers }, { "spillStores", k.spillStores },
+                { "staticSharedBytes", k.staticSharedBytes } });
+        return { { "ok", r.ok }, { "compileMs", r.compileMs }, { "cacheHit", r.cacheHit }, { "kernels", kernels },
+            { "log", r.log.substr(0, 2000) } };
+    }
+
+    // A recorded evaluation carries the loop's decision; this recovers what the evaluator said, so a repeat of
+    // the same configuration is decided afresh against the current best without measuring it again.
+    Evaluation rawFromRecorded(Evaluation e)
+    {
+        std::vector<VerdictReason> kept;
+        for (const VerdictReason& r : e.reasons)
+            if (r.rule.rfind("decide.", 0) != 0)
+                kept.push_back(r);
+        e.reasons = kept;
+        if (e.verdict != Verdict::CompileFailed && e.verdict != Verdict::Crashed && e.verdict != Verdict::TimedOut) {
+            bool blocking = false;
+            bool flag = false;
+            for (const VerdictReason& r : kept)
+                (r.blocking ? blocking : flag) = true;
+            e.verdict = blocking ? Verdict::Rejected : flag ? Verdict::PendingReview : Verdict::Correct;
+        }
+        e.objective = e.objectiveCiLow = e.objectiveCiHigh = 0;
+        return e;
+    }
+
+    std::string firstLines(const std::string& text, std::size_t maxChars)
+    {
+        std::string s = text.substr(0, maxChars);
+        if (text.size() > maxChars)
+            s += " ...";
+        return s;
+    }
+
+    std::string fmtMinutes(double m)
+    {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%g", m);
+        return buf;
+    }
 
 } // namespace
 
 ResearchLoop::ResearchLoop(SessionStore& store, Evaluator& evaluator, Agent& agent, LoopOptions options)
-    : m_store(store), m_evaluator(evaluator), m_agent(agent), m_options(std::move(options))
+    : m_store(store)
+    , m_evaluator(evaluator)
+    , m_agent(agent)
+    , m_options(std::move(options))
 {
     m_options.compileThreads = std::max(1, m_options.compileThreads);
     m_options.pipelineDepth = std::max(1, m_options.pipelineDepth);
@@ -127,14 +130,15 @@ void ResearchLoop::restoreFromStore()
             continue;
         const auto it = s.evaluations.find(id);
         const Candidate& c = s.tree.at(id);
-        m_measured[measurementKeyFor(c, m_evaluator.problem(), m_evaluator.device()).digest()] =
-            rawFromRecorded(it->second);
+        m_measured[measurementKeyFor(c, m_evaluator.problem(), m_evaluator.device()).digest()]
+            = rawFromRecorded(it->second);
         ++since;
         if (c.status == CandidateStatus::Accepted && it->second.objective > 0) {
             since = 0;
             if (!bestValue || it->second.objective > bestValue->value) {
                 best = id;
-                bestValue = ObjectiveValue{it->second.objective, it->second.objectiveCiLow, it->second.objectiveCiHigh};
+                bestValue
+                    = ObjectiveValue { it->second.objective, it->second.objectiveCiLow, it->second.objectiveCiHigh };
             }
         }
     }
@@ -228,13 +232,13 @@ void ResearchLoop::reviewNow(const CandidateId& id, bool approved, const std::st
     if (!s.tree.contains(id))
         throw InputError("review: unknown candidate '" + id + "'");
     if (s.tree.at(id).status != CandidateStatus::PendingReview)
-        throw InputError("review: candidate '" + id + "' is " + statusName(s.tree.at(id).status) +
-                         ", not pending review");
+        throw InputError(
+            "review: candidate '" + id + "' is " + statusName(s.tree.at(id).status) + ", not pending review");
     const bool evaluated = isRecorded(s, id); // before the review changes the status
     std::optional<Evaluation> recordedEval;
     if (evaluated)
         recordedEval = s.evaluations.at(id);
-    m_store.recordReview(ReviewDecision{id, approved, reason, nowMs()});
+    m_store.recordReview(ReviewDecision { id, approved, reason, nowMs() });
     if (!approved) {
         m_store.setStatus(id, CandidateStatus::Rejected, "rejected by the engineer: " + reason);
         return;
@@ -252,14 +256,14 @@ void ResearchLoop::reviewNow(const CandidateId& id, bool approved, const std::st
     }
     // Evaluated and flagged: the engineer vouches for it; it still has to beat the best.
     const Evaluation& e = *recordedEval;
-    const ObjectiveValue value{e.objective, e.objectiveCiLow, e.objectiveCiHigh};
-    const ObjectiveValue base = m_bestValue.value_or(ObjectiveValue{1.0, 1.0, 1.0});
+    const ObjectiveValue value { e.objective, e.objectiveCiLow, e.objectiveCiHigh };
+    const ObjectiveValue base = m_bestValue.value_or(ObjectiveValue { 1.0, 1.0, 1.0 });
     const double logRatio = std::log(value.value) - std::log(base.value);
     const bool improves = e.objective > 0 && logRatio - std::hypot(value.logHalfWidth(), base.logHalfWidth()) > 0;
     if (!improves) {
         m_store.setStatus(id, CandidateStatus::Rejected,
-                          "approved by the engineer but no longer faster than the best" +
-                              (m_best ? " (" + *m_best + ")" : std::string()));
+            "approved by the engineer but no longer faster than the best"
+                + (m_best ? " (" + *m_best + ")" : std::string()));
         return;
     }
     m_store.setStatus(id, CandidateStatus::Accepted, "approved by the engineer: " + reason);
@@ -280,7 +284,8 @@ void ResearchLoop::setBest(const CandidateId& id, const ObjectiveValue& v)
     e.kind = EventKind::BestChanged;
     e.candidateId = id;
     e.timeMs = nowMs();
-    e.data = {{"objective", v.value}, {"ciLow", v.ciLow}, {"ciHigh", v.ciHigh}, {"previous", previous.value_or("")}};
+    e.data = { { "objective", v.value }, { "ciLow", v.ciLow }, { "ciHigh", v.ciHigh },
+        { "previous", previous.value_or("") } };
     m_store.append(e);
     if (session().tree.head() != id)
         m_store.moveHead(id, "new best: proposals branch from it");
@@ -367,7 +372,7 @@ void ResearchLoop::enqueue(Candidate c)
         if (hit) {
             ++m_result.reusedThisRun;
             m_measured[digest] = *hit;
-            m_store.note("measurement of " + c.id + " reused from the tuning database", {{"candidate", c.id}});
+            m_store.note("measurement of " + c.id + " reused from the tuning database", { { "candidate", c.id } });
             recordDecided(c, *hit, false);
             return;
         }
@@ -385,7 +390,7 @@ void ResearchLoop::enqueue(Candidate c)
         }
     } catch (const std::exception& ex) {
         early.verdict = Verdict::CompileFailed;
-        early.reasons.push_back({"spec.invalid", ex.what(), 0, true});
+        early.reasons.push_back({ "spec.invalid", ex.what(), 0, true });
         early.compile.log = ex.what();
         recordDecided(c, early, false);
         return;
@@ -453,11 +458,11 @@ void ResearchLoop::handle(Message& m)
 {
     switch (m.kind) {
     case Message::Kind::Started:
-        emitStep(EventKind::CandidateCompiled, m.id, {{"report", compileSummary(m.evaluation.compile)}});
+        emitStep(EventKind::CandidateCompiled, m.id, { { "report", compileSummary(m.evaluation.compile) } });
         m_store.setStatus(m.id, CandidateStatus::Verifying);
         return;
     case Message::Kind::Failed:
-        m_store.note("evaluator failed on " + m.id + ": " + m.error, {{"candidate", m.id}});
+        m_store.note("evaluator failed on " + m.id + ": " + m.error, { { "candidate", m.id } });
         {
             std::lock_guard lock(m_mutex);
             if (!m_stopRequested) {
@@ -476,17 +481,17 @@ void ResearchLoop::handle(Message& m)
         nlohmann::json shapes = nlohmann::json::array();
         nlohmann::json timed = nlohmann::json::array();
         for (const ShapeResult& r : m.evaluation.shapes) {
-            shapes.push_back({{"shape", r.shape.label()}, {"heldOut", r.heldOut}, {"correct", r.correct}});
+            shapes.push_back({ { "shape", r.shape.label() }, { "heldOut", r.heldOut }, { "correct", r.correct } });
             if (r.timing)
-                timed.push_back({{"shape", r.shape.label()}, {"medianUs", r.timing->medianUs},
-                                 {"speedup", r.speedup}, {"speedupCiLow", r.speedupCiLow},
-                                 {"speedupCiHigh", r.speedupCiHigh}});
+                timed.push_back(
+                    { { "shape", r.shape.label() }, { "medianUs", r.timing->medianUs }, { "speedup", r.speedup },
+                        { "speedupCiLow", r.speedupCiLow }, { "speedupCiHigh", r.speedupCiHigh } });
         }
         emitStep(EventKind::CandidateVerified, m.id,
-                 {{"correct", m.evaluation.correctEverywhere()}, {"shapes", shapes}});
-        emitStep(EventKind::CandidateTimed, m.id, {{"shapes", timed}});
+            { { "correct", m.evaluation.correctEverywhere() }, { "shapes", shapes } });
+        emitStep(EventKind::CandidateTimed, m.id, { { "shapes", timed } });
     } else {
-        emitStep(EventKind::CandidateCompiled, m.id, {{"report", compileSummary(m.evaluation.compile)}});
+        emitStep(EventKind::CandidateCompiled, m.id, { { "report", compileSummary(m.evaluation.compile) } });
     }
     const MeasurementKey key = measurementKeyFor(m.candidate, m_evaluator.problem(), m_evaluator.device());
     m_measured[key.digest()] = m.evaluation;
@@ -545,7 +550,7 @@ LoopResult ResearchLoop::run()
         m_dropInFlight = false;
         m_deviceCancel = CancelToken();
     }
-    m_result = LoopResult{};
+    m_result = LoopResult {};
     m_agentExhausted = m_agentWaiting = false;
     m_startMs = nowMs();
     restoreFromStore();
@@ -612,7 +617,7 @@ LoopResult ResearchLoop::run()
             }
             std::unique_lock lock(m_mutex);
             m_cv.wait_for(lock, std::chrono::milliseconds(100),
-                          [this] { return !m_messages.empty() || !m_commands.empty() || m_stopRequested; });
+                [this] { return !m_messages.empty() || !m_commands.empty() || m_stopRequested; });
         }
     } catch (const std::exception& ex) {
         reason = std::string("loop failed: ") + ex.what();
@@ -632,7 +637,8 @@ LoopResult ResearchLoop::run()
         bool busy;
         {
             std::unique_lock lock(m_mutex);
-            m_cv.wait_for(lock, std::chrono::milliseconds(50), [this] { return !m_messages.empty() || m_onDevice.empty(); });
+            m_cv.wait_for(
+                lock, std::chrono::milliseconds(50), [this] { return !m_messages.empty() || m_onDevice.empty(); });
             messages.swap(m_messages);
             busy = !m_onDevice.empty();
         }
@@ -678,8 +684,8 @@ LoopResult ResearchLoop::run()
         for (const auto& job : leftover)
             m_store.setStatus(job->candidate.id, CandidateStatus::Proposed, "not evaluated: the loop stopped");
         if (m_result.state.empty()) {
-            const bool byUser = reason.rfind("budget", 0) != 0 && reason.rfind("converged", 0) != 0 &&
-                                reason != "the agent has nothing left to propose";
+            const bool byUser = reason.rfind("budget", 0) != 0 && reason.rfind("converged", 0) != 0
+                && reason != "the agent has nothing left to propose";
             m_result.state = byUser ? "stopped" : "finished";
         }
         m_store.setState(m_result.state, reason);
@@ -717,7 +723,7 @@ void ResearchLoop::compileWorker()
             report = m_evaluator.compile(job->candidate);
             if (report.ok)
                 pruned = checkDeviceLimits(parseKernelSpec(job->candidate.source), job->candidate.params, shapes,
-                                           m_evaluator.device(), &report);
+                    m_evaluator.device(), &report);
         } catch (const std::exception& ex) {
             report.ok = false;
             report.log = std::string("compile threw: ") + ex.what();
@@ -760,7 +766,7 @@ void ResearchLoop::deviceWorker()
                 m.evaluation.startedMs = m.evaluation.finishedMs = nowMs();
                 if (!job->report.ok) {
                     m.evaluation.verdict = Verdict::CompileFailed;
-                    m.evaluation.reasons.push_back({"compile.error", firstLines(job->report.log, 600), 0, true});
+                    m.evaluation.reasons.push_back({ "compile.error", firstLines(job->report.log, 600), 0, true });
                 } else {
                     m.evaluation.verdict = Verdict::Rejected;
                     m.evaluation.reasons.push_back(*job->pruned);

@@ -79,7 +79,7 @@ void GaussianProcess::fit(const std::vector<std::vector<double>>& X, const std::
 
     double bestLl = -std::numeric_limits<double>::infinity();
     double bestLength = 0.3;
-    for (double length : {0.08, 0.15, 0.25, 0.4, 0.7, 1.2}) {
+    for (double length : { 0.08, 0.15, 0.25, 0.4, 0.7, 1.2 }) {
         double ll;
         if (factor(length, ll) && ll > bestLl) {
             bestLl = ll;

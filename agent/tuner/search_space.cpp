@@ -8,22 +8,22 @@
 
 namespace kl::tuner {
 
-SearchSpace SearchSpace::build(const KernelSpec& spec, const std::vector<Shape>& shapes, const DeviceInfo& device,
-                               std::size_t maxDeclared)
+SearchSpace SearchSpace::build(
+    const KernelSpec& spec, const std::vector<Shape>& shapes, const DeviceInfo& device, std::size_t maxDeclared)
 {
     SearchSpace s;
     for (const ParamSpec& p : spec.params) {
         s.m_names.push_back(p.name);
-        std::vector<std::int64_t> v = p.values.empty() ? std::vector<std::int64_t>{p.defaultValue} : p.values;
+        std::vector<std::int64_t> v = p.values.empty() ? std::vector<std::int64_t> { p.defaultValue } : p.values;
         std::sort(v.begin(), v.end());
         v.erase(std::unique(v.begin(), v.end()), v.end());
         s.m_values.push_back(std::move(v));
     }
     s.m_stats.declared = spec.spaceSize();
     if (s.m_stats.declared > maxDeclared)
-        throw InputError("the declared parameter space has " + std::to_string(s.m_stats.declared) +
-                         " configurations, more than the tuner enumerates (" + std::to_string(maxDeclared) +
-                         "); narrow the @kl:param value lists");
+        throw InputError("the declared parameter space has " + std::to_string(s.m_stats.declared)
+            + " configurations, more than the tuner enumerates (" + std::to_string(maxDeclared)
+            + "); narrow the @kl:param value lists");
     const std::vector<ParamValues> all = spec.enumerateSpace(maxDeclared);
     s.m_stats.afterConstraints = 0;
     for (const ParamValues& p : all) {
@@ -47,14 +47,14 @@ SearchSpace SearchSpace::build(const KernelSpec& spec, const std::vector<Shape>&
     s.m_stats.prunedByRule["constraint"] += s.m_stats.declared - all.size();
     s.m_stats.afterDevice = s.m_configs.size();
     if (s.m_configs.empty())
-        throw InputError("no configuration of the declared parameters satisfies the constraints and fits the device (" +
-                         std::to_string(s.m_stats.declared) + " declared)");
+        throw InputError("no configuration of the declared parameters satisfies the constraints and fits the device ("
+            + std::to_string(s.m_stats.declared) + " declared)");
     s.index();
     return s;
 }
 
-SearchSpace SearchSpace::fromConfigs(std::vector<std::string> names, std::vector<std::vector<std::int64_t>> values,
-                                     std::vector<ParamValues> configs)
+SearchSpace SearchSpace::fromConfigs(
+    std::vector<std::string> names, std::vector<std::vector<std::int64_t>> values, std::vector<ParamValues> configs)
 {
     SearchSpace s;
     s.m_names = std::move(names);
@@ -116,7 +116,7 @@ std::vector<std::size_t> SearchSpace::neighbours(std::size_t i) const
     std::vector<std::size_t> out;
     const std::vector<int>& base = m_valueIdx.at(i);
     for (std::size_t d = 0; d < base.size(); ++d)
-        for (int step : {-1, 1}) {
+        for (int step : { -1, 1 }) {
             std::vector<int> n = base;
             n[d] += step;
             if (n[d] < 0 || n[d] >= static_cast<int>(m_values[d].size()))

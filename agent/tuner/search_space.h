@@ -26,10 +26,10 @@ public:
     SearchSpace() = default;
     // Throws InputError when the declared space is larger than maxDeclared or has no valid configuration.
     static SearchSpace build(const KernelSpec& spec, const std::vector<Shape>& shapes, const DeviceInfo& device,
-                             std::size_t maxDeclared = 2'000'000);
+        std::size_t maxDeclared = 2'000'000);
     // A space over explicit configurations (replay of recorded sweeps, tests).
     static SearchSpace fromConfigs(std::vector<std::string> names, std::vector<std::vector<std::int64_t>> values,
-                                   std::vector<ParamValues> configs);
+        std::vector<ParamValues> configs);
 
     std::size_t size() const { return m_configs.size(); }
     const ParamValues& config(std::size_t i) const { return m_configs.at(i); }

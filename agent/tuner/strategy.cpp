@@ -13,7 +13,9 @@
 namespace kl::tuner {
 
 SearchStrategy::SearchStrategy(const SearchSpace& space, std::uint64_t seed)
-    : m_space(space), m_rng(seed), m_visited(space.size(), false)
+    : m_space(space)
+    , m_rng(seed)
+    , m_visited(space.size(), false)
 {
 }
 
@@ -97,288 +99,287 @@ std::size_t SearchStrategy::randomUnvisited()
 
 namespace {
 
-class ExhaustiveStrategy final : public SearchStrategy {
-public:
-    using SearchStrategy::SearchStrategy;
-    std::string name() const override { return "exhaustive"; }
+    class ExhaustiveStrategy final : public SearchStrategy {
+    public:
+        using SearchStrategy::SearchStrategy;
+        std::string name() const override { return "exhaustive"; }
 
-protected:
-    std::vector<std::size_t> choose(std::size_t n) override
-    {
-        std::vector<std::size_t> out;
-        for (; m_cursor < m_space.size() && out.size() < n; ++m_cursor)
-            if (!m_visited[m_cursor]) {
-                markVisited(m_cursor);
-                out.push_back(m_cursor);
-            }
-        return out;
-    }
-
-private:
-    std::size_t m_cursor = 0;
-};
-
-class RandomStrategy final : public SearchStrategy {
-public:
-    using SearchStrategy::SearchStrategy;
-    std::string name() const override { return "random"; }
-
-protected:
-    std::vector<std::size_t> choose(std::size_t n) override
-    {
-        std::vector<std::size_t> out;
-        while (out.size() < n && !exhausted())
-            out.push_back(randomUnvisited());
-        return out;
-    }
-};
-
-// Simulated annealing over the one-step neighbourhood; a worse configuration is accepted with probability
-// exp(-relative loss / T), T cooling geometrically. Stuck (all neighbours measured): restart at random.
-class AnnealStrategy final : public SearchStrategy {
-public:
-    using SearchStrategy::SearchStrategy;
-    std::string name() const override { return "anneal"; }
-
-protected:
-    std::vector<std::size_t> choose(std::size_t n) override
-    {
-        std::vector<std::size_t> out;
-        while (out.size() < n && !exhausted()) {
-            std::optional<std::size_t> pick;
-            for (auto base : {m_current, m_best}) {
-                if (!base)
-                    continue;
-                std::vector<std::size_t> cand;
-                for (std::size_t j : m_space.neighbours(*base))
-                    if (!m_visited[j])
-                        cand.push_back(j);
-                if (!cand.empty()) {
-                    pick = cand[std::uniform_int_distribution<std::size_t>(0, cand.size() - 1)(m_rng)];
-                    markVisited(*pick);
-                    break;
+    protected:
+        std::vector<std::size_t> choose(std::size_t n) override
+        {
+            std::vector<std::size_t> out;
+            for (; m_cursor < m_space.size() && out.size() < n; ++m_cursor)
+                if (!m_visited[m_cursor]) {
+                    markVisited(m_cursor);
+                    out.push_back(m_cursor);
                 }
-            }
-            if (!pick) {
-                if (m_current && !m_pendingRestart.empty())
-                    break; // wait for the restart point's result before wandering further
-                pick = randomUnvisited();
-                m_pendingRestart.insert(*pick);
-            }
-            out.push_back(*pick);
+            return out;
         }
-        return out;
-    }
 
-    void learn(std::size_t index, double cost) override
-    {
-        const bool restart = m_pendingRestart.erase(index) > 0;
-        bool accept = !m_current || restart;
-        if (!accept && std::isfinite(cost)) {
-            if (!std::isfinite(m_currentCost) || cost <= m_currentCost)
-                accept = true;
-            else {
-                const double loss = (cost - m_currentCost) / m_currentCost;
-                accept = std::uniform_real_distribution<double>(0, 1)(m_rng) < std::exp(-loss / m_temperature);
-            }
-        }
-        if (accept) {
-            m_current = index;
-            m_currentCost = cost;
-        }
-        m_temperature = std::max(0.002, m_temperature * 0.93);
-    }
+    private:
+        std::size_t m_cursor = 0;
+    };
 
-private:
-    std::optional<std::size_t> m_current;
-    double m_currentCost = std::numeric_limits<double>::infinity();
-    double m_temperature = 0.15;
-    std::set<std::size_t> m_pendingRestart;
-};
+    class RandomStrategy final : public SearchStrategy {
+    public:
+        using SearchStrategy::SearchStrategy;
+        std::string name() const override { return "random"; }
 
-// A steady-state genetic algorithm: tournament selection from the best measured configurations, uniform
-// crossover in value-index space, per-parameter mutation, projection onto the nearest valid configuration.
-class GeneticStrategy final : public SearchStrategy {
-public:
-    GeneticStrategy(const SearchSpace& space, std::uint64_t seed)
-        : SearchStrategy(space, seed),
-          m_population(std::clamp<std::size_t>(space.size() / 40, 6, 16))
-    {
-    }
-    std::string name() const override { return "genetic"; }
-
-protected:
-    std::vector<std::size_t> choose(std::size_t n) override
-    {
-        std::vector<std::size_t> out;
-        while (out.size() < n && !exhausted()) {
-            std::vector<std::pair<double, std::size_t>> pool;
-            for (const auto& [i, c] : m_results)
-                if (std::isfinite(c))
-                    pool.emplace_back(c, i);
-            if (m_visitedCount < m_population || pool.size() < 2) {
+    protected:
+        std::vector<std::size_t> choose(std::size_t n) override
+        {
+            std::vector<std::size_t> out;
+            while (out.size() < n && !exhausted())
                 out.push_back(randomUnvisited());
-                continue;
-            }
-            std::sort(pool.begin(), pool.end());
-            if (pool.size() > m_population)
-                pool.resize(m_population);
-            auto tournament = [&] {
-                std::uniform_int_distribution<std::size_t> d(0, pool.size() - 1);
-                std::size_t best = d(m_rng);
-                for (int k = 0; k < 2; ++k)
-                    best = std::min(best, d(m_rng));
-                return pool[best].second;
-            };
-            const std::vector<int> a = m_space.valueIndices(tournament());
-            const std::vector<int> b = m_space.valueIndices(tournament());
-            std::optional<std::size_t> child;
-            const double mutation = 1.0 / static_cast<double>(std::max<std::size_t>(1, a.size()));
-            for (int attempt = 0; attempt < 24 && !child; ++attempt) {
-                std::vector<int> v(a.size());
-                std::uniform_real_distribution<double> u(0, 1);
-                for (std::size_t d = 0; d < a.size(); ++d) {
-                    v[d] = u(m_rng) < 0.5 ? a[d] : b[d];
-                    if (u(m_rng) < mutation * (1.0 + attempt / 4.0)) {
-                        const int count = static_cast<int>(m_space.values(d).size());
-                        if (u(m_rng) < 0.6)
-                            v[d] = std::clamp(v[d] + (u(m_rng) < 0.5 ? -1 : 1), 0, count - 1);
-                        else
-                            v[d] = std::uniform_int_distribution<int>(0, count - 1)(m_rng);
+            return out;
+        }
+    };
+
+    // Simulated annealing over the one-step neighbourhood; a worse configuration is accepted with probability
+    // exp(-relative loss / T), T cooling geometrically. Stuck (all neighbours measured): restart at random.
+    class AnnealStrategy final : public SearchStrategy {
+    public:
+        using SearchStrategy::SearchStrategy;
+        std::string name() const override { return "anneal"; }
+
+    protected:
+        std::vector<std::size_t> choose(std::size_t n) override
+        {
+            std::vector<std::size_t> out;
+            while (out.size() < n && !exhausted()) {
+                std::optional<std::size_t> pick;
+                for (auto base : { m_current, m_best }) {
+                    if (!base)
+                        continue;
+                    std::vector<std::size_t> cand;
+                    for (std::size_t j : m_space.neighbours(*base))
+                        if (!m_visited[j])
+                            cand.push_back(j);
+                    if (!cand.empty()) {
+                        pick = cand[std::uniform_int_distribution<std::size_t>(0, cand.size() - 1)(m_rng)];
+                        markVisited(*pick);
+                        break;
                     }
                 }
-                const std::size_t i = m_space.nearest(v);
-                if (!m_visited[i])
-                    child = i;
+                if (!pick) {
+                    if (m_current && !m_pendingRestart.empty())
+                        break; // wait for the restart point's result before wandering further
+                    pick = randomUnvisited();
+                    m_pendingRestart.insert(*pick);
+                }
+                out.push_back(*pick);
             }
-            if (!child)
-                child = randomUnvisited();
-            markVisited(*child);
-            out.push_back(*child);
-        }
-        return out;
-    }
-
-private:
-    std::size_t m_population;
-};
-
-// Bayesian optimization: a Gaussian process on log(cost) over the scaled value indices, expected
-// improvement maximized over the unmeasured configurations; a batch is spread by penalizing points near
-// those already picked. Failed configurations enter the model as worse than anything measured.
-class BayesStrategy final : public SearchStrategy {
-public:
-    BayesStrategy(const SearchSpace& space, std::uint64_t seed)
-        : SearchStrategy(space, seed),
-          m_initial(std::min<std::size_t>(space.size(), std::max<std::size_t>(6, 2 * space.dimensions())))
-    {
-    }
-    std::string name() const override { return "bayes"; }
-
-protected:
-    std::vector<std::size_t> choose(std::size_t n) override
-    {
-        std::vector<std::size_t> out;
-        std::size_t finite = 0;
-        for (const auto& r : m_results)
-            finite += std::isfinite(r.second) ? 1 : 0;
-        while (out.size() < n && m_visitedCount < m_initial && !exhausted())
-            out.push_back(randomUnvisited());
-        if (out.size() >= n || exhausted())
             return out;
-        if (finite < 2) {
-            // Nothing to model yet: keep sampling, but only once the initial design has reported.
-            if (m_results.size() >= m_visitedCount)
+        }
+
+        void learn(std::size_t index, double cost) override
+        {
+            const bool restart = m_pendingRestart.erase(index) > 0;
+            bool accept = !m_current || restart;
+            if (!accept && std::isfinite(cost)) {
+                if (!std::isfinite(m_currentCost) || cost <= m_currentCost)
+                    accept = true;
+                else {
+                    const double loss = (cost - m_currentCost) / m_currentCost;
+                    accept = std::uniform_real_distribution<double>(0, 1)(m_rng) < std::exp(-loss / m_temperature);
+                }
+            }
+            if (accept) {
+                m_current = index;
+                m_currentCost = cost;
+            }
+            m_temperature = std::max(0.002, m_temperature * 0.93);
+        }
+
+    private:
+        std::optional<std::size_t> m_current;
+        double m_currentCost = std::numeric_limits<double>::infinity();
+        double m_temperature = 0.15;
+        std::set<std::size_t> m_pendingRestart;
+    };
+
+    // A steady-state genetic algorithm: tournament selection from the best measured configurations, uniform
+    // crossover in value-index space, per-parameter mutation, projection onto the nearest valid configuration.
+    class GeneticStrategy final : public SearchStrategy {
+    public:
+        GeneticStrategy(const SearchSpace& space, std::uint64_t seed)
+            : SearchStrategy(space, seed)
+            , m_population(std::clamp<std::size_t>(space.size() / 40, 6, 16))
+        {
+        }
+        std::string name() const override { return "genetic"; }
+
+    protected:
+        std::vector<std::size_t> choose(std::size_t n) override
+        {
+            std::vector<std::size_t> out;
+            while (out.size() < n && !exhausted()) {
+                std::vector<std::pair<double, std::size_t>> pool;
+                for (const auto& [i, c] : m_results)
+                    if (std::isfinite(c))
+                        pool.emplace_back(c, i);
+                if (m_visitedCount < m_population || pool.size() < 2) {
+                    out.push_back(randomUnvisited());
+                    continue;
+                }
+                std::sort(pool.begin(), pool.end());
+                if (pool.size() > m_population)
+                    pool.resize(m_population);
+                auto tournament = [&] {
+                    std::uniform_int_distribution<std::size_t> d(0, pool.size() - 1);
+                    std::size_t best = d(m_rng);
+                    for (int k = 0; k < 2; ++k)
+                        best = std::min(best, d(m_rng));
+                    return pool[best].second;
+                };
+                const std::vector<int> a = m_space.valueIndices(tournament());
+                const std::vector<int> b = m_space.valueIndices(tournament());
+                std::optional<std::size_t> child;
+                const double mutation = 1.0 / static_cast<double>(std::max<std::size_t>(1, a.size()));
+                for (int attempt = 0; attempt < 24 && !child; ++attempt) {
+                    std::vector<int> v(a.size());
+                    std::uniform_real_distribution<double> u(0, 1);
+                    for (std::size_t d = 0; d < a.size(); ++d) {
+                        v[d] = u(m_rng) < 0.5 ? a[d] : b[d];
+                        if (u(m_rng) < mutation * (1.0 + attempt / 4.0)) {
+                            const int count = static_cast<int>(m_space.values(d).size());
+                            if (u(m_rng) < 0.6)
+                                v[d] = std::clamp(v[d] + (u(m_rng) < 0.5 ? -1 : 1), 0, count - 1);
+                            else
+                                v[d] = std::uniform_int_distribution<int>(0, count - 1)(m_rng);
+                        }
+                    }
+                    const std::size_t i = m_space.nearest(v);
+                    if (!m_visited[i])
+                        child = i;
+                }
+                if (!child)
+                    child = randomUnvisited();
+                markVisited(*child);
+                out.push_back(*child);
+            }
+            return out;
+        }
+
+    private:
+        std::size_t m_population;
+    };
+
+    // Bayesian optimization: a Gaussian process on log(cost) over the scaled value indices, expected
+    // improvement maximized over the unmeasured configurations; a batch is spread by penalizing points near
+    // those already picked. Failed configurations enter the model as worse than anything measured.
+    class BayesStrategy final : public SearchStrategy {
+    public:
+        BayesStrategy(const SearchSpace& space, std::uint64_t seed)
+            : SearchStrategy(space, seed)
+            , m_initial(std::min<std::size_t>(space.size(), std::max<std::size_t>(6, 2 * space.dimensions())))
+        {
+        }
+        std::string name() const override { return "bayes"; }
+
+    protected:
+        std::vector<std::size_t> choose(std::size_t n) override
+        {
+            std::vector<std::size_t> out;
+            std::size_t finite = 0;
+            for (const auto& r : m_results)
+                finite += std::isfinite(r.second) ? 1 : 0;
+            while (out.size() < n && m_visitedCount < m_initial && !exhausted())
                 out.push_back(randomUnvisited());
+            if (out.size() >= n || exhausted())
+                return out;
+            if (finite < 2) {
+                // Nothing to model yet: keep sampling, but only once the initial design has reported.
+                if (m_results.size() >= m_visitedCount)
+                    out.push_back(randomUnvisited());
+                return out;
+            }
+
+            std::vector<std::vector<double>> X;
+            std::vector<double> y;
+            double worst = -std::numeric_limits<double>::infinity();
+            for (const auto& [i, c] : m_results)
+                if (std::isfinite(c))
+                    worst = std::max(worst, std::log(c));
+            // Exact GP inference is cubic in the observations: past 160, keep the 100 best and the 60 latest.
+            std::vector<std::pair<std::size_t, double>> train = m_results;
+            if (train.size() > 160) {
+                std::vector<std::pair<std::size_t, double>> latest(train.end() - 60, train.end());
+                train.resize(train.size() - 60);
+                std::partial_sort(train.begin(), train.begin() + 100, train.end(),
+                    [](const auto& a, const auto& b) { return a.second < b.second; });
+                train.resize(100);
+                train.insert(train.end(), latest.begin(), latest.end());
+            }
+            for (const auto& [i, c] : train) {
+                X.push_back(m_space.features(i));
+                y.push_back(std::isfinite(c) ? std::log(c) : worst + 1.0);
+            }
+            m_gp.fit(X, y);
+            const double yBest = std::log(m_bestCost);
+
+            std::vector<std::size_t> cand = unvisited();
+            if (cand.size() > 4000) {
+                std::shuffle(cand.begin(), cand.end(), m_rng);
+                cand.resize(4000);
+                if (m_best)
+                    for (std::size_t j : m_space.neighbours(*m_best))
+                        if (!m_visited[j])
+                            cand.push_back(j);
+            }
+            std::vector<double> ei(cand.size());
+            for (std::size_t k = 0; k < cand.size(); ++k) {
+                double mu, sd;
+                m_gp.predict(m_space.features(cand[k]), mu, sd);
+                const double imp = yBest - mu - 0.01;
+                if (sd < 1e-9) {
+                    ei[k] = std::max(imp, 0.0);
+                    continue;
+                }
+                const double z = imp / sd;
+                const double cdf = 0.5 * std::erfc(-z / std::sqrt(2.0));
+                const double pdf = std::exp(-0.5 * z * z) / std::sqrt(2.0 * std::numbers::pi);
+                ei[k] = imp * cdf + sd * pdf;
+            }
+            const double l2 = m_gp.lengthScale() * m_gp.lengthScale();
+            while (out.size() < n && !cand.empty()) {
+                const std::size_t k = static_cast<std::size_t>(std::max_element(ei.begin(), ei.end()) - ei.begin());
+                const std::size_t pick = cand[k];
+                markVisited(pick);
+                out.push_back(pick);
+                const auto& fp = m_space.features(pick);
+                for (std::size_t j = 0; j < cand.size(); ++j) {
+                    double d2 = 0;
+                    const auto& fj = m_space.features(cand[j]);
+                    for (std::size_t d = 0; d < fj.size(); ++d)
+                        d2 += (fj[d] - fp[d]) * (fj[d] - fp[d]);
+                    ei[j] *= 1.0 - std::exp(-0.5 * d2 / l2);
+                }
+                cand.erase(cand.begin() + static_cast<std::ptrdiff_t>(k));
+                ei.erase(ei.begin() + static_cast<std::ptrdiff_t>(k));
+            }
             return out;
         }
 
-        std::vector<std::vector<double>> X;
-        std::vector<double> y;
-        double worst = -std::numeric_limits<double>::infinity();
-        for (const auto& [i, c] : m_results)
-            if (std::isfinite(c))
-                worst = std::max(worst, std::log(c));
-        // Exact GP inference is cubic in the observations: past 160, keep the 100 best and the 60 latest.
-        std::vector<std::pair<std::size_t, double>> train = m_results;
-        if (train.size() > 160) {
-            std::vector<std::pair<std::size_t, double>> latest(train.end() - 60, train.end());
-            train.resize(train.size() - 60);
-            std::partial_sort(train.begin(), train.begin() + 100, train.end(),
-                              [](const auto& a, const auto& b) { return a.second < b.second; });
-            train.resize(100);
-            train.insert(train.end(), latest.begin(), latest.end());
-        }
-        for (const auto& [i, c] : train) {
-            X.push_back(m_space.features(i));
-            y.push_back(std::isfinite(c) ? std::log(c) : worst + 1.0);
-        }
-        m_gp.fit(X, y);
-        const double yBest = std::log(m_bestCost);
-
-        std::vector<std::size_t> cand = unvisited();
-        if (cand.size() > 4000) {
-            std::shuffle(cand.begin(), cand.end(), m_rng);
-            cand.resize(4000);
-            if (m_best)
-                for (std::size_t j : m_space.neighbours(*m_best))
-                    if (!m_visited[j])
-                        cand.push_back(j);
-        }
-        std::vector<double> ei(cand.size());
-        for (std::size_t k = 0; k < cand.size(); ++k) {
-            double mu, sd;
-            m_gp.predict(m_space.features(cand[k]), mu, sd);
-            const double imp = yBest - mu - 0.01;
-            if (sd < 1e-9) {
-                ei[k] = std::max(imp, 0.0);
-                continue;
-            }
-            const double z = imp / sd;
-            const double cdf = 0.5 * std::erfc(-z / std::sqrt(2.0));
-            const double pdf = std::exp(-0.5 * z * z) / std::sqrt(2.0 * std::numbers::pi);
-            ei[k] = imp * cdf + sd * pdf;
-        }
-        const double l2 = m_gp.lengthScale() * m_gp.lengthScale();
-        while (out.size() < n && !cand.empty()) {
-            const std::size_t k = static_cast<std::size_t>(std::max_element(ei.begin(), ei.end()) - ei.begin());
-            const std::size_t pick = cand[k];
-            markVisited(pick);
-            out.push_back(pick);
-            const auto& fp = m_space.features(pick);
-            for (std::size_t j = 0; j < cand.size(); ++j) {
-                double d2 = 0;
-                const auto& fj = m_space.features(cand[j]);
-                for (std::size_t d = 0; d < fj.size(); ++d)
-                    d2 += (fj[d] - fp[d]) * (fj[d] - fp[d]);
-                ei[j] *= 1.0 - std::exp(-0.5 * d2 / l2);
-            }
-            cand.erase(cand.begin() + static_cast<std::ptrdiff_t>(k));
-            ei.erase(ei.begin() + static_cast<std::ptrdiff_t>(k));
-        }
-        return out;
-    }
-
-private:
-    std::size_t m_initial;
-    GaussianProcess m_gp;
-};
+    private:
+        std::size_t m_initial;
+        GaussianProcess m_gp;
+    };
 
 } // namespace
 
 const std::vector<std::string>& strategyNames()
 {
-    static const std::vector<std::string> names{"exhaustive", "random", "anneal", "genetic", "bayes"};
+    static const std::vector<std::string> names { "exhaustive", "random", "anneal", "genetic", "bayes" };
     return names;
 }
 
 std::string canonicalStrategyName(const std::string& name)
 {
-    static const std::vector<std::pair<std::string, std::string>> aliases{
-        {"exhaustive", "exhaustive"}, {"brute_force", "exhaustive"}, {"random", "random"},
-        {"random_sample", "random"},  {"anneal", "anneal"},          {"simulated_annealing", "anneal"},
-        {"genetic", "genetic"},       {"genetic_algorithm", "genetic"}, {"bayes", "bayes"},
-        {"bayes_opt", "bayes"},       {"bo", "bayes"}};
+    static const std::vector<std::pair<std::string, std::string>> aliases { { "exhaustive", "exhaustive" },
+        { "brute_force", "exhaustive" }, { "random", "random" }, { "random_sample", "random" }, { "anneal", "anneal" },
+        { "simulated_annealing", "anneal" }, { "genetic", "genetic" }, { "genetic_algorithm", "genetic" },
+        { "bayes", "bayes" }, { "bayes_opt", "bayes" }, { "bo", "bayes" } };
     for (const auto& [alias, canonical] : aliases)
         if (alias == name)
             return canonical;

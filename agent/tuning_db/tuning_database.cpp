@@ -23,77 +23,77 @@ namespace fs = std::filesystem;
 
 namespace {
 
-nlohmann::json keyToJson(const MeasurementKey& k)
-{
-    nlohmann::json shapes = nlohmann::json::array();
-    for (const Shape& s : k.shapes)
-        shapes.push_back(toJson(s));
-    nlohmann::json params = nlohmann::json::object();
-    for (const auto& [n, v] : k.params)
-        params[n] = v;
-    return {{"problem", k.problem}, {"source", k.sourceHash}, {"params", params}, {"shapes", shapes},
-            {"device", k.device},   {"driver", k.driver},     {"cuda", k.cuda}};
-}
-
-MeasurementKey keyFromJson(const nlohmann::json& j, const std::string& where)
-{
-    using namespace jsonfield;
-    MeasurementKey k;
-    k.problem = string(j, "problem", where);
-    k.sourceHash = string(j, "source", where);
-    const auto& params = require(j, "params", where);
-    if (!params.is_object())
-        throw InputError(where + ".params: expected an object");
-    for (const auto& [n, v] : params.items()) {
-        if (!v.is_number_integer())
-            throw InputError(where + ".params." + n + ": expected an integer");
-        k.params[n] = v.get<std::int64_t>();
+    nlohmann::json keyToJson(const MeasurementKey& k)
+    {
+        nlohmann::json shapes = nlohmann::json::array();
+        for (const Shape& s : k.shapes)
+            shapes.push_back(toJson(s));
+        nlohmann::json params = nlohmann::json::object();
+        for (const auto& [n, v] : k.params)
+            params[n] = v;
+        return { { "problem", k.problem }, { "source", k.sourceHash }, { "params", params }, { "shapes", shapes },
+            { "device", k.device }, { "driver", k.driver }, { "cuda", k.cuda } };
     }
-    const auto& shapes = require(j, "shapes", where);
-    if (!shapes.is_array())
-        throw InputError(where + ".shapes: expected an array");
-    for (std::size_t i = 0; i < shapes.size(); ++i)
-        k.shapes.push_back(shapeFromJson(shapes[i], where + ".shapes[" + std::to_string(i) + "]"));
-    k.device = string(j, "device", where);
-    k.driver = stringOr(j, "driver", "", where);
-    k.cuda = stringOr(j, "cuda", "", where);
-    return k;
-}
 
-double weightedTimeUs(const Evaluation& e)
-{
-    double sum = 0;
-    bool any = false;
-    for (const ShapeResult& s : e.shapes)
-        if (!s.heldOut && s.timing) {
-            sum += std::max(s.shape.weight, 0.0) * s.timing->medianUs;
-            any = true;
+    MeasurementKey keyFromJson(const nlohmann::json& j, const std::string& where)
+    {
+        using namespace jsonfield;
+        MeasurementKey k;
+        k.problem = string(j, "problem", where);
+        k.sourceHash = string(j, "source", where);
+        const auto& params = require(j, "params", where);
+        if (!params.is_object())
+            throw InputError(where + ".params: expected an object");
+        for (const auto& [n, v] : params.items()) {
+            if (!v.is_number_integer())
+                throw InputError(where + ".params." + n + ": expected an integer");
+            k.params[n] = v.get<std::int64_t>();
         }
-    return any ? sum : std::numeric_limits<double>::infinity();
-}
+        const auto& shapes = require(j, "shapes", where);
+        if (!shapes.is_array())
+            throw InputError(where + ".shapes: expected an array");
+        for (std::size_t i = 0; i < shapes.size(); ++i)
+            k.shapes.push_back(shapeFromJson(shapes[i], where + ".shapes[" + std::to_string(i) + "]"));
+        k.device = string(j, "device", where);
+        k.driver = stringOr(j, "driver", "", where);
+        k.cuda = stringOr(j, "cuda", "", where);
+        return k;
+    }
 
-bool failed(const Evaluation& e)
-{
-    if (e.verdict == Verdict::CompileFailed || e.verdict == Verdict::Crashed || e.verdict == Verdict::TimedOut ||
-        e.verdict == Verdict::Rejected)
-        return true;
-    if (!e.correctEverywhere())
-        return true;
-    for (const VerdictReason& r : e.reasons)
-        if (r.blocking)
+    double weightedTimeUs(const Evaluation& e)
+    {
+        double sum = 0;
+        bool any = false;
+        for (const ShapeResult& s : e.shapes)
+            if (!s.heldOut && s.timing) {
+                sum += std::max(s.shape.weight, 0.0) * s.timing->medianUs;
+                any = true;
+            }
+        return any ? sum : std::numeric_limits<double>::infinity();
+    }
+
+    bool failed(const Evaluation& e)
+    {
+        if (e.verdict == Verdict::CompileFailed || e.verdict == Verdict::Crashed || e.verdict == Verdict::TimedOut
+            || e.verdict == Verdict::Rejected)
             return true;
-    return false;
-}
+        if (!e.correctEverywhere())
+            return true;
+        for (const VerdictReason& r : e.reasons)
+            if (r.blocking)
+                return true;
+        return false;
+    }
 
-std::string isoNow()
-{
-    const std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
+    std::string isoNow()
+    {
+        const std::time_t t = std::time(nullptr);
+        std::tm tm {};
+        gmtime_r(&t, &tm);
+        char buf[32];
+        std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        return buf;
+    }
 
 } // namespace
 
@@ -117,7 +117,10 @@ fs::path defaultTuningDatabasePath()
     return fs::path(".kernelloop-tuning.jsonl");
 }
 
-TuningDatabase::TuningDatabase(fs::path file) : m_file(std::move(file)) {}
+TuningDatabase::TuningDatabase(fs::path file)
+    : m_file(std::move(file))
+{
+}
 
 TuningDatabase::~TuningDatabase()
 {
@@ -211,11 +214,8 @@ std::optional<TuningRecord> TuningDatabase::lookup(const MeasurementKey& key) co
 
 void TuningDatabase::appendLocked(const TuningRecord& r)
 {
-    const nlohmann::json j = {{"v", 1},
-                              {"key", keyToJson(r.key)},
-                              {"recordedMs", r.recordedMs},
-                              {"origin", r.origin},
-                              {"evaluation", toJson(r.evaluation)}};
+    const nlohmann::json j = { { "v", 1 }, { "key", keyToJson(r.key) }, { "recordedMs", r.recordedMs },
+        { "origin", r.origin }, { "evaluation", toJson(r.evaluation) } };
     const std::string line = j.dump() + "\n";
     std::size_t done = 0;
     while (done < line.size()) {
@@ -260,7 +260,7 @@ std::vector<TuningSpace> TuningDatabase::spaces() const
         auto [it, fresh] = by.try_emplace(d);
         if (fresh) {
             order.push_back(d);
-            it->second = TuningSpace{d, r.key.problem, r.key.sourceHash, r.key.device, r.key.shapes, 0};
+            it->second = TuningSpace { d, r.key.problem, r.key.sourceHash, r.key.device, r.key.shapes, 0 };
         }
         ++it->second.records;
     }
@@ -280,8 +280,8 @@ std::vector<TuningRecord> TuningDatabase::recordsOf(const std::string& shapesDig
     return out;
 }
 
-nlohmann::json TuningDatabase::exportKernelTunerCache(const std::string& shapesDigest,
-                                                      const std::string& kernelName) const
+nlohmann::json TuningDatabase::exportKernelTunerCache(
+    const std::string& shapesDigest, const std::string& kernelName) const
 {
     const std::vector<TuningRecord> records = recordsOf(shapesDigest);
     if (records.empty())
@@ -341,19 +341,16 @@ nlohmann::json TuningDatabase::exportKernelTunerCache(const std::string& shapesD
         entry["timestamp"] = isoNow();
         cache[id] = entry;
     }
-    return {{"device_name", k0.device},
-            {"kernel_name", kernelName.empty() ? k0.problem : kernelName},
-            {"problem_size", problemSize},
-            {"tune_params_keys", keys},
-            {"tune_params", tuneParams},
-            {"objective", "time"},
-            {"cache", cache},
-            {"kernelloop", {{"source", k0.sourceHash}, {"driver", k0.driver}, {"cuda", k0.cuda},
-                            {"time", "workload-weighted sum of per-shape median times, ms"}}}};
+    return { { "device_name", k0.device }, { "kernel_name", kernelName.empty() ? k0.problem : kernelName },
+        { "problem_size", problemSize }, { "tune_params_keys", keys }, { "tune_params", tuneParams },
+        { "objective", "time" }, { "cache", cache },
+        { "kernelloop",
+            { { "source", k0.sourceHash }, { "driver", k0.driver }, { "cuda", k0.cuda },
+                { "time", "workload-weighted sum of per-shape median times, ms" } } } };
 }
 
 std::size_t TuningDatabase::importKernelTunerCache(const nlohmann::json& doc, const MeasurementKey& keyTemplate,
-                                                   const std::string& origin, std::vector<std::string>* warnings)
+    const std::string& origin, std::vector<std::string>* warnings)
 {
     const std::string where = origin;
     if (!doc.is_object() || !doc.contains("cache") || !doc["cache"].is_object())
@@ -408,22 +405,22 @@ std::size_t TuningDatabase::importKernelTunerCache(const nlohmann::json& doc, co
         if (t.is_number()) {
             e.verdict = Verdict::Correct;
             ShapeResult s;
-            s.shape = keyTemplate.shapes.empty() ? Shape{} : keyTemplate.shapes.front();
+            s.shape = keyTemplate.shapes.empty() ? Shape {} : keyTemplate.shapes.front();
             s.shape.weight = 1.0;
             s.correct = true;
             TimingStats ts;
             ts.medianUs = t.get<double>() * 1000.0;
             ts.p10Us = ts.p90Us = ts.ciLowUs = ts.ciHighUs = ts.medianUs;
-            ts.samples = entry.contains("times") && entry["times"].is_array() ? static_cast<int>(entry["times"].size())
-                                                                            : 1;
+            ts.samples
+                = entry.contains("times") && entry["times"].is_array() ? static_cast<int>(entry["times"].size()) : 1;
             s.timing = ts;
             e.shapes.push_back(s);
         } else if (t.is_string()) {
             const std::string f = t.get<std::string>();
             e.verdict = f == "CompilationFailedConfig" ? Verdict::CompileFailed
-                        : f == "RuntimeFailedConfig"   ? Verdict::Crashed
+                : f == "RuntimeFailedConfig"           ? Verdict::Crashed
                                                        : Verdict::Rejected;
-            e.reasons.push_back({"import.kernel-tuner", "Kernel Tuner recorded " + f, 0, true});
+            e.reasons.push_back({ "import.kernel-tuner", "Kernel Tuner recorded " + f, 0, true });
         } else {
             if (warnings)
                 warnings->push_back(w + ": no time; entry skipped");
@@ -448,7 +445,7 @@ nlohmann::json parseKernelTunerCache(const std::string& text, const std::string&
     std::string t = text;
     while (!t.empty() && (std::isspace(static_cast<unsigned char>(t.back())) || t.back() == ','))
         t.pop_back();
-    for (const char* tail : {"}}", "}", "}}}"}) {
+    for (const char* tail : { "}}", "}", "}}}" }) {
         try {
             return nlohmann::json::parse(t + tail);
         } catch (const nlohmann::json::exception&) {

@@ -41,8 +41,8 @@ class TuningDatabase final : public MeasurementCache {
 public:
     // Opens or creates the file (and its directory). A torn last line (a killed writer) is skipped with a
     // warning; any other malformed line throws InputError naming the line.
-    static std::unique_ptr<TuningDatabase> open(const std::filesystem::path& file,
-                                                 std::vector<std::string>* warnings = nullptr);
+    static std::unique_ptr<TuningDatabase> open(
+        const std::filesystem::path& file, std::vector<std::string>* warnings = nullptr);
     ~TuningDatabase() override;
 
     // Measured records only: an imported Kernel Tuner time has no baseline speedups to decide with.
@@ -60,7 +60,7 @@ public:
     // Records every entry of a Kernel Tuner cache file under keyTemplate (everything but the parameters).
     // Returns the number of new records; entries already present are skipped.
     std::size_t importKernelTunerCache(const nlohmann::json& cache, const MeasurementKey& keyTemplate,
-                                       const std::string& origin, std::vector<std::string>* warnings = nullptr);
+        const std::string& origin, std::vector<std::string>* warnings = nullptr);
 
 private:
     explicit TuningDatabase(std::filesystem::path file);

@@ -50,8 +50,8 @@ int syntheticSweep(const std::string& file)
         return ev.defaultLatency(p, s) * (stages == 2 && unroll >= 4 ? 0.93 : 1.0);
     };
     ev.registers = [](const ParamValues& p) {
-        return static_cast<int>(16 * testonly::SyntheticEvaluatorForTests::get(p, "UNROLL") +
-                                4 * testonly::SyntheticEvaluatorForTests::get(p, "VEC"));
+        return static_cast<int>(16 * testonly::SyntheticEvaluatorForTests::get(p, "UNROLL")
+            + 4 * testonly::SyntheticEvaluatorForTests::get(p, "VEC"));
     };
     const auto dir = std::filesystem::temp_directory_path() / ("kl-sweep-" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir);
@@ -202,16 +202,16 @@ int main(int argc, char** argv)
         std::ostringstream md;
         char buf[256];
         std::snprintf(buf, sizeof buf,
-                      "Evaluations to come within %.0f%% of the exhaustive best (%zu recorded configurations, %zu "
-                      "valid), over %d seeds:\n\n",
-                      tolerance * 100, rp.space.size(), rp.valid, seeds);
+            "Evaluations to come within %.0f%% of the exhaustive best (%zu recorded configurations, %zu "
+            "valid), over %d seeds:\n\n",
+            tolerance * 100, rp.space.size(), rp.valid, seeds);
         md << buf;
         md << "| strategy | median | p25 | p75 | worst | median vs random |\n|---|---|---|---|---|---|\n";
         for (const std::string& s : tuner::strategyNames()) {
             const auto& v = runs[s];
             std::snprintf(buf, sizeof buf, "| %s | %.1f | %.1f | %.1f | %zu | %.2fx fewer |\n", s.c_str(),
-                          quantile(v, 0.5), quantile(v, 0.25), quantile(v, 0.75), *std::max_element(v.begin(), v.end()),
-                          randomMedian / std::max(1.0, quantile(v, 0.5)));
+                quantile(v, 0.5), quantile(v, 0.25), quantile(v, 0.75), *std::max_element(v.begin(), v.end()),
+                randomMedian / std::max(1.0, quantile(v, 0.5)));
             md << buf;
         }
         md << "\nexhaustive enumerates in declaration order (one order, every seed alike).\n";

@@ -17,7 +17,10 @@ namespace {
 class SnapshottingEvaluator final : public Evaluator {
 public:
     SnapshottingEvaluator(Evaluator& inner, std::filesystem::path from, std::filesystem::path to, int at)
-        : m_inner(inner), m_from(std::move(from)), m_to(std::move(to)), m_at(at)
+        : m_inner(inner)
+        , m_from(std::move(from))
+        , m_to(std::move(to))
+        , m_at(at)
     {
     }
     const DeviceInfo& device() const override { return m_inner.device(); }
@@ -37,12 +40,12 @@ private:
     Evaluator& m_inner;
     std::filesystem::path m_from, m_to;
     int m_at;
-    std::atomic<int> m_calls{0};
+    std::atomic<int> m_calls { 0 };
     std::mutex m_mutex;
 };
 
-std::unique_ptr<SessionStore> seededSession(const std::filesystem::path& dir, const Problem& p, const DeviceInfo& d,
-                                            int budget)
+std::unique_ptr<SessionStore> seededSession(
+    const std::filesystem::path& dir, const Problem& p, const DeviceInfo& d, int budget)
 {
     Session h;
     h.id = "gpu-loop";
@@ -53,7 +56,7 @@ std::unique_ptr<SessionStore> seededSession(const std::filesystem::path& dir, co
     h.settings.budget.maxEvaluations = budget;
     auto store = SessionStore::create(dir, h);
     CandidateId parent;
-    for (const std::string& file : {p.baselineFile, p.templateFile}) {
+    for (const std::string& file : { p.baselineFile, p.templateFile }) {
         Candidate c;
         c.source = readFile(std::filesystem::path(p.folder) / file);
         c.params = parseKernelSpec(c.source).defaults();
@@ -70,8 +73,8 @@ TEST(GpuLoop, TunesRmsnormAndResumesAfterAKill)
 {
     Problem problem = loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/rmsnorm");
     Shape s;
-    s.dims = {{"T", 4096}, {"H", 8192}};
-    problem.tuningShapes = {s};
+    s.dims = { { "T", 4096 }, { "H", 8192 } };
+    problem.tuningShapes = { s };
     GpuEvaluator gpu(problem);
     DeviceInfo device;
     try {

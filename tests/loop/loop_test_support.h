@@ -5,22 +5,22 @@
 #include "tests/loop/synthetic_evaluator.h"
 
 #include <filesystem>
-#include <unistd.h>
 #include <mutex>
 #include <random>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace kl::testonly {
 
 inline std::filesystem::path freshDir(const std::string& name)
 {
-    static std::mt19937_64 rng(std::random_device{}());
+    static std::mt19937_64 rng(std::random_device {}());
     // Sessions fsync every event; tmpfs keeps the suite fast on CI disks.
-    const std::filesystem::path base =
-        std::filesystem::is_directory("/dev/shm") ? std::filesystem::path("/dev/shm") : std::filesystem::temp_directory_path();
-    const auto dir = base /
-                     ("kl-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(rng() % 1000000));
+    const std::filesystem::path base = std::filesystem::is_directory("/dev/shm")
+        ? std::filesystem::path("/dev/shm")
+        : std::filesystem::temp_directory_path();
+    const auto dir = base / ("kl-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(rng() % 1000000));
     std::filesystem::remove_all(dir);
     return dir;
 }
@@ -40,7 +40,10 @@ inline Session sessionHeader(const SyntheticEvaluatorForTests& ev, const std::st
 // Proposes the given configurations in order, as children of the context's head.
 class ScriptedAgentForTests final : public Agent {
 public:
-    explicit ScriptedAgentForTests(std::vector<ParamValues> script) : m_script(std::move(script)) {}
+    explicit ScriptedAgentForTests(std::vector<ParamValues> script)
+        : m_script(std::move(script))
+    {
+    }
     std::string name() const override { return "scripted"; }
     std::vector<Proposal> propose(const AgentContext& ctx, const CancelToken&) override
     {
@@ -75,7 +78,7 @@ private:
 
 inline ParamValues cfg(std::int64_t block, std::int64_t vec, std::int64_t unroll = 2, std::int64_t rows = 2)
 {
-    return {{"BLOCK", block}, {"VEC", vec}, {"UNROLL", unroll}, {"ROWS", rows}};
+    return { { "BLOCK", block }, { "VEC", vec }, { "UNROLL", unroll }, { "ROWS", rows } };
 }
 
 } // namespace kl::testonly

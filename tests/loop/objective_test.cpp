@@ -11,10 +11,10 @@ namespace {
 ShapeResult timedShape(std::int64_t t, double weight, double speedup, double relCi = 0.01, bool correct = true)
 {
     ShapeResult r;
-    r.shape.dims = {{"T", t}, {"H", 4096}};
+    r.shape.dims = { { "T", t }, { "H", 4096 } };
     r.shape.weight = weight;
     r.correct = correct;
-    r.timing = TimingStats{};
+    r.timing = TimingStats {};
     r.timing->medianUs = 10 / speedup;
     r.speedup = speedup;
     r.speedupCiLow = speedup * (1 - relCi);
@@ -42,7 +42,7 @@ bool hasRule(const Decision& d, const std::string& rule)
 
 TEST(Objective, WeightedGeomeanUsesWorkloadWeights)
 {
-    const Evaluation e = evaluationWith({timedShape(8192, 3, 2.0), timedShape(16, 1, 1.0)});
+    const Evaluation e = evaluationWith({ timedShape(8192, 3, 2.0), timedShape(16, 1, 1.0) });
     const auto v = computeObjective(e, "weighted-geomean-speedup");
     ASSERT_TRUE(v);
     EXPECT_NEAR(v->value, std::pow(2.0, 0.75), 1e-12);
@@ -60,13 +60,13 @@ TEST(Objective, HeldOutShapesAreNotPartOfTheObjective)
 {
     ShapeResult held = timedShape(77, 1, 100.0);
     held.heldOut = true;
-    const Evaluation e = evaluationWith({timedShape(8192, 1, 2.0), held});
+    const Evaluation e = evaluationWith({ timedShape(8192, 1, 2.0), held });
     EXPECT_NEAR(computeObjective(e, "weighted-geomean-speedup")->value, 2.0, 1e-12);
 }
 
 TEST(Objective, UnknownObjectiveIsAnInputError)
 {
-    const Evaluation e = evaluationWith({timedShape(8192, 1, 2.0)});
+    const Evaluation e = evaluationWith({ timedShape(8192, 1, 2.0) });
     EXPECT_THROW(computeObjective(e, "fastest-please"), InputError);
 }
 
@@ -75,14 +75,14 @@ TEST(Objective, MissingSpeedupGivesNoObjective)
     ShapeResult s = timedShape(8192, 1, 2.0);
     s.speedup = 0;
     std::string why;
-    EXPECT_FALSE(computeObjective(evaluationWith({s}), "weighted-geomean-speedup", &why));
+    EXPECT_FALSE(computeObjective(evaluationWith({ s }), "weighted-geomean-speedup", &why));
     EXPECT_NE(why.find("T=8192"), std::string::npos);
 }
 
 TEST(Decide, FasterThanBaselineWithTightIntervalIsAccepted)
 {
-    const Evaluation e = evaluationWith({timedShape(8192, 3, 1.5), timedShape(16, 1, 1.2)});
-    const Decision d = decide({&e, "weighted-geomean-speedup", std::nullopt, "", 2.0});
+    const Evaluation e = evaluationWith({ timedShape(8192, 3, 1.5), timedShape(16, 1, 1.2) });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "", 2.0 });
     EXPECT_EQ(d.verdict, Verdict::Accepted);
     EXPECT_TRUE(d.improves);
     EXPECT_TRUE(hasRule(d, "decide.faster"));
@@ -90,9 +90,9 @@ TEST(Decide, FasterThanBaselineWithTightIntervalIsAccepted)
 
 TEST(Decide, ImprovementInsideTheConfidenceIntervalIsRejected)
 {
-    const Evaluation e = evaluationWith({timedShape(8192, 1, 1.51, 0.02)});
-    const ObjectiveValue best{1.5, 1.5 * 0.98, 1.5 * 1.02};
-    const Decision d = decide({&e, "weighted-geomean-speedup", best, "c0003", 2.0});
+    const Evaluation e = evaluationWith({ timedShape(8192, 1, 1.51, 0.02) });
+    const ObjectiveValue best { 1.5, 1.5 * 0.98, 1.5 * 1.02 };
+    const Decision d = decide({ &e, "weighted-geomean-speedup", best, "c0003", 2.0 });
     EXPECT_EQ(d.verdict, Verdict::Rejected);
     EXPECT_FALSE(d.improves);
     ASSERT_TRUE(hasRule(d, "decide.not-significant"));
@@ -101,8 +101,8 @@ TEST(Decide, ImprovementInsideTheConfidenceIntervalIsRejected)
 
 TEST(Decide, SlowerThanBestIsRejectedAsSlower)
 {
-    const Evaluation e = evaluationWith({timedShape(8192, 1, 1.2)});
-    const Decision d = decide({&e, "weighted-geomean-speedup", ObjectiveValue{1.5, 1.49, 1.51}, "c0002", 2.0});
+    const Evaluation e = evaluationWith({ timedShape(8192, 1, 1.2) });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", ObjectiveValue { 1.5, 1.49, 1.51 }, "c0002", 2.0 });
     EXPECT_EQ(d.verdict, Verdict::Rejected);
     EXPECT_TRUE(hasRule(d, "decide.slower"));
 }
@@ -110,11 +110,11 @@ TEST(Decide, SlowerThanBestIsRejectedAsSlower)
 TEST(Decide, WrongOnAnyVerificationShapeIsRejectedEvenWhenFaster)
 {
     ShapeResult edge;
-    edge.shape.dims = {{"T", 1}, {"H", 256}};
+    edge.shape.dims = { { "T", 1 }, { "H", 256 } };
     edge.heldOut = true;
     edge.correct = false;
-    const Evaluation e = evaluationWith({timedShape(8192, 1, 3.0), edge});
-    const Decision d = decide({&e, "weighted-geomean-speedup", std::nullopt, "", 2.0});
+    const Evaluation e = evaluationWith({ timedShape(8192, 1, 3.0), edge });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "", 2.0 });
     EXPECT_EQ(d.verdict, Verdict::Rejected);
     ASSERT_TRUE(hasRule(d, "decide.incorrect"));
     EXPECT_NE(d.reasons.back().message.find("T=1"), std::string::npos);
@@ -122,44 +122,44 @@ TEST(Decide, WrongOnAnyVerificationShapeIsRejectedEvenWhenFaster)
 
 TEST(Decide, RefereeFlagSendsAnImprovementToReviewNeverToAccepted)
 {
-    Evaluation e = evaluationWith({timedShape(8192, 1, 1.8)});
-    e.reasons.push_back({"referee.side-stream", "launches on a second stream", 12, false});
-    const Decision d = decide({&e, "weighted-geomean-speedup", std::nullopt, "", 2.0});
+    Evaluation e = evaluationWith({ timedShape(8192, 1, 1.8) });
+    e.reasons.push_back({ "referee.side-stream", "launches on a second stream", 12, false });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "", 2.0 });
     EXPECT_EQ(d.verdict, Verdict::PendingReview);
     EXPECT_TRUE(hasRule(d, "referee.side-stream"));
 
-    Evaluation pending = evaluationWith({timedShape(8192, 1, 1.8)}, Verdict::PendingReview);
-    EXPECT_EQ(decide({&pending, "weighted-geomean-speedup", std::nullopt, "", 2.0}).verdict, Verdict::PendingReview);
+    Evaluation pending = evaluationWith({ timedShape(8192, 1, 1.8) }, Verdict::PendingReview);
+    EXPECT_EQ(decide({ &pending, "weighted-geomean-speedup", std::nullopt, "", 2.0 }).verdict, Verdict::PendingReview);
 
-    Evaluation slowFlagged = evaluationWith({timedShape(8192, 1, 0.8)});
-    slowFlagged.reasons.push_back({"referee.side-stream", "launches on a second stream", 12, false});
-    EXPECT_EQ(decide({&slowFlagged, "weighted-geomean-speedup", std::nullopt, "", 2.0}).verdict, Verdict::Rejected);
+    Evaluation slowFlagged = evaluationWith({ timedShape(8192, 1, 0.8) });
+    slowFlagged.reasons.push_back({ "referee.side-stream", "launches on a second stream", 12, false });
+    EXPECT_EQ(decide({ &slowFlagged, "weighted-geomean-speedup", std::nullopt, "", 2.0 }).verdict, Verdict::Rejected);
 }
 
 TEST(Decide, BlockingRefereeReasonRejects)
 {
-    Evaluation e = evaluationWith({timedShape(8192, 1, 1.8)});
-    e.reasons.push_back({"static.timer-read", "reads %globaltimer", 3, true});
-    const Decision d = decide({&e, "weighted-geomean-speedup", std::nullopt, "", 2.0});
+    Evaluation e = evaluationWith({ timedShape(8192, 1, 1.8) });
+    e.reasons.push_back({ "static.timer-read", "reads %globaltimer", 3, true });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "", 2.0 });
     EXPECT_EQ(d.verdict, Verdict::Rejected);
     EXPECT_TRUE(hasRule(d, "static.timer-read"));
 }
 
 TEST(Decide, SuspiciousJumpOverTheBestWaitsForReview)
 {
-    const Evaluation e = evaluationWith({timedShape(8192, 1, 5.0)});
-    const Decision d = decide({&e, "weighted-geomean-speedup", ObjectiveValue{2.0, 1.98, 2.02}, "c0001", 2.0});
+    const Evaluation e = evaluationWith({ timedShape(8192, 1, 5.0) });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", ObjectiveValue { 2.0, 1.98, 2.02 }, "c0001", 2.0 });
     EXPECT_EQ(d.verdict, Verdict::PendingReview);
     EXPECT_TRUE(hasRule(d, "decide.suspicious-jump"));
-    EXPECT_EQ(decide({&e, "weighted-geomean-speedup", ObjectiveValue{2.0, 1.98, 2.02}, "c0001", 0}).verdict,
-              Verdict::Accepted);
+    EXPECT_EQ(decide({ &e, "weighted-geomean-speedup", ObjectiveValue { 2.0, 1.98, 2.02 }, "c0001", 0 }).verdict,
+        Verdict::Accepted);
 }
 
 TEST(Decide, HarnessFailuresKeepTheirVerdict)
 {
-    for (Verdict v : {Verdict::CompileFailed, Verdict::Crashed, Verdict::TimedOut}) {
+    for (Verdict v : { Verdict::CompileFailed, Verdict::Crashed, Verdict::TimedOut }) {
         const Evaluation e = evaluationWith({}, v);
-        const Decision d = decide({&e, "weighted-geomean-speedup", std::nullopt, "", 2.0});
+        const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "", 2.0 });
         EXPECT_EQ(d.verdict, v);
         EXPECT_FALSE(d.reasons.empty());
     }
@@ -167,8 +167,8 @@ TEST(Decide, HarnessFailuresKeepTheirVerdict)
 
 TEST(Decide, ApplyDecisionRecordsObjectiveAndReasons)
 {
-    const Evaluation e = evaluationWith({timedShape(8192, 1, 1.5)});
-    const Decision d = decide({&e, "weighted-geomean-speedup", std::nullopt, "", 2.0});
+    const Evaluation e = evaluationWith({ timedShape(8192, 1, 1.5) });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "", 2.0 });
     const Evaluation rec = applyDecision(e, d);
     EXPECT_EQ(rec.verdict, Verdict::Accepted);
     EXPECT_NEAR(rec.objective, 1.5, 1e-12);

@@ -59,22 +59,32 @@ TEST(ResearchLoop, AcceptsOnlySignificantCorrectImprovementsAndTracksTheBest)
     f.evaluator.latencyUs = [&](const ParamValues& p, const Shape& s) {
         const double base = f.evaluator.baselineUs(s);
         switch (p.at("BLOCK")) {
-        case 32: return base / 1.5; // A: 1.5x over the baseline -> accepted
-        case 64: return base / 1.3; // B: slower than A -> rejected
-        case 128: return base / 1.8; // C: 20% over A -> accepted
-        case 256: return base / 2.5; // D: fastest but wrong -> rejected
-        default: return base / 1.805; // E: 0.3% over C, inside the interval -> rejected
+        case 32:
+            return base / 1.5; // A: 1.5x over the baseline -> accepted
+        case 64:
+            return base / 1.3; // B: slower than A -> rejected
+        case 128:
+            return base / 1.8; // C: 20% over A -> accepted
+        case 256:
+            return base / 2.5; // D: fastest but wrong -> rejected
+        default:
+            return base / 1.805; // E: 0.3% over C, inside the interval -> rejected
         }
     };
-    f.evaluator.incorrect = [](const ParamValues& p, const Shape& s) {
-        return p.at("BLOCK") == 256 && s.dims.at("T") == 1;
-    };
-    ScriptedAgentForTests agent({cfg(32, 1), cfg(64, 1), cfg(128, 1), cfg(256, 1), cfg(512, 1)});
+    f.evaluator.incorrect
+        = [](const ParamValues& p, const Shape& s) { return p.at("BLOCK") == 256 && s.dims.at("T") == 1; };
+    ScriptedAgentForTests agent({ cfg(32, 1), cfg(64, 1), cfg(128, 1), cfg(256, 1), cfg(512, 1) });
     ResearchLoop loop(*f.store, f.evaluator, agent, sequentialOptions());
     const LoopResult r = loop.run();
 
     const Session& s = f.store->session();
-    ASSERT_EQ(s.tree.size(), 5u) << r.state << ": " << r.reason << "\n" << [&] { std::string t; for (auto& e : f.store->events()) t += eventToJson(e).dump().substr(0, 300) + "\n"; return t; }();
+    ASSERT_EQ(s.tree.size(), 5u) << r.state << ": " << r.reason << "\n"
+                                 << [&] {
+                                        std::string t;
+                                        for (auto& e : f.store->events())
+                                            t += eventToJson(e).dump().substr(0, 300) + "\n";
+                                        return t;
+                                    }();
     const auto& ids = s.tree.order();
     EXPECT_EQ(s.tree.at(ids[0]).status, CandidateStatus::Accepted);
     EXPECT_EQ(s.tree.at(ids[1]).status, CandidateStatus::Rejected);
@@ -114,7 +124,7 @@ TEST(ResearchLoop, CompileFailuresAndDeviceLimitsNeverReachTheDevice)
     f.evaluator.compileFails = [](const ParamValues& p) { return p.at("VEC") == 2; };
     // BLOCK=1024 x (24*4+4*8)=128 registers needs 131072 registers > 65536: pruned after compilation.
     // BLOCK=1024, VEC=8, ROWS=4 needs 256 KiB of shared memory: pruned before compilation.
-    ScriptedAgentForTests agent({cfg(256, 2), cfg(1024, 8, 4, 1), cfg(1024, 8, 1, 4), cfg(256, 4)});
+    ScriptedAgentForTests agent({ cfg(256, 2), cfg(1024, 8, 4, 1), cfg(1024, 8, 1, 4), cfg(256, 4) });
     ResearchLoop loop(*f.store, f.evaluator, agent, sequentialOptions());
     loop.run();
     const Session& s = f.store->session();
@@ -143,8 +153,8 @@ TEST(ResearchLoop, CompilePoolWorksAheadWhileOneThreadOwnsTheDevice)
         compiledWhileFirstOnDevice = f.evaluator.compileCalls.load();
     };
     std::vector<ParamValues> script;
-    for (std::int64_t b : {32, 64, 128, 256, 512})
-        for (std::int64_t v : {1, 2})
+    for (std::int64_t b : { 32, 64, 128, 256, 512 })
+        for (std::int64_t v : { 1, 2 })
             script.push_back(cfg(b, v));
     ScriptedAgentForTests agent(script);
     LoopOptions o;
@@ -163,8 +173,8 @@ TEST(ResearchLoop, StopsOnTheEvaluationBudget)
     b.maxEvaluations = 4;
     Fixture f("budget", "scripted", b);
     std::vector<ParamValues> script;
-    for (std::int64_t bl : {32, 64, 128, 256, 512})
-        for (std::int64_t v : {1, 2, 4})
+    for (std::int64_t bl : { 32, 64, 128, 256, 512 })
+        for (std::int64_t v : { 1, 2, 4 })
             script.push_back(cfg(bl, v));
     ScriptedAgentForTests agent(script);
     LoopOptions o;
@@ -185,7 +195,7 @@ TEST(ResearchLoop, StopsWhenConverged)
     f.evaluator.latencyUs = [&](const ParamValues& p, const Shape& s) {
         return f.evaluator.baselineUs(s) / (p.at("BLOCK") == 256 ? 2.0 : 1.2);
     };
-    ScriptedAgentForTests agent({cfg(256, 1), cfg(32, 1), cfg(64, 1), cfg(128, 1), cfg(512, 1), cfg(1024, 1)});
+    ScriptedAgentForTests agent({ cfg(256, 1), cfg(32, 1), cfg(64, 1), cfg(128, 1), cfg(512, 1), cfg(1024, 1) });
     ResearchLoop loop(*f.store, f.evaluator, agent, sequentialOptions());
     const LoopResult r = loop.run();
     EXPECT_EQ(r.reason, "converged: no accepted improvement in 3 evaluations");
@@ -199,9 +209,9 @@ TEST(ResearchLoop, StopsOnWallTime)
     Fixture f("walltime", "scripted", b);
     f.evaluator.onEvaluate = [](int, const Candidate&) { std::this_thread::sleep_for(std::chrono::milliseconds(40)); };
     std::vector<ParamValues> script;
-    for (std::int64_t bl : {32, 64, 128, 256, 512})
-        for (std::int64_t v : {1, 2, 4, 8})
-            for (std::int64_t u : {1, 2, 4})
+    for (std::int64_t bl : { 32, 64, 128, 256, 512 })
+        for (std::int64_t v : { 1, 2, 4, 8 })
+            for (std::int64_t u : { 1, 2, 4 })
                 script.push_back(cfg(bl, v, u));
     ScriptedAgentForTests agent(script);
     ResearchLoop loop(*f.store, f.evaluator, agent, sequentialOptions());
@@ -223,8 +233,8 @@ TEST(ResearchLoop, UserStopFinishesTheEvaluationOnTheDeviceAndRecordsIt)
 {
     Fixture f("userstop");
     std::vector<ParamValues> script;
-    for (std::int64_t bl : {32, 64, 128, 256, 512})
-        for (std::int64_t v : {1, 2, 4})
+    for (std::int64_t bl : { 32, 64, 128, 256, 512 })
+        for (std::int64_t v : { 1, 2, 4 })
             script.push_back(cfg(bl, v));
     ScriptedAgentForTests agent(script);
     ResearchLoop* loopPtr = nullptr;
@@ -250,7 +260,7 @@ TEST(ResearchLoop, PauseHoldsTheDeviceAndResumeContinues)
 {
     Fixture f("pause");
     std::vector<ParamValues> script;
-    for (std::int64_t bl : {32, 64, 128, 256})
+    for (std::int64_t bl : { 32, 64, 128, 256 })
         script.push_back(cfg(bl, 1));
     ScriptedAgentForTests agent(script);
     ResearchLoop loop(*f.store, f.evaluator, agent, sequentialOptions());
@@ -280,8 +290,8 @@ TEST(ResearchLoop, ResumeAfterKillMeasuresNothingTwice)
     Fixture f("kill", "scripted", b);
     const auto snapshot = freshDir("kill-snapshot");
     std::vector<ParamValues> script;
-    for (std::int64_t bl : {32, 64, 128, 256, 512})
-        for (std::int64_t v : {1, 2, 4})
+    for (std::int64_t bl : { 32, 64, 128, 256, 512 })
+        for (std::int64_t v : { 1, 2, 4 })
             script.push_back(cfg(bl, v));
     ScriptedAgentForTests agent(script);
     // kill -9 at an arbitrary instant = a copy of the directory taken while the loop runs: candidates are
@@ -335,7 +345,7 @@ TEST(ResearchLoop, FlaggedCandidateWaitsForReviewAndApprovalAcceptsIt)
     f.evaluator.flag = [](const ParamValues& p) {
         return p.at("BLOCK") == 256 ? std::string("writes through a pointer it was not given") : std::string();
     };
-    ScriptedAgentForTests agent({cfg(128, 1), cfg(256, 4)});
+    ScriptedAgentForTests agent({ cfg(128, 1), cfg(256, 4) });
     ResearchLoop loop(*f.store, f.evaluator, agent, sequentialOptions());
     loop.run();
     const Session& s = f.store->session();
@@ -352,7 +362,7 @@ TEST(ResearchLoop, FlaggedCandidateWaitsForReviewAndApprovalAcceptsIt)
 TEST(ResearchLoop, ProposalsNeedingReviewWaitUntilApproved)
 {
     Fixture f("needsreview");
-    ScriptedAgentForTests agent({cfg(128, 1)});
+    ScriptedAgentForTests agent({ cfg(128, 1) });
     agent.needsReview = true;
     ResearchLoop loop(*f.store, f.evaluator, agent, sequentialOptions());
     std::thread runner([&] { loop.run(); });
@@ -372,8 +382,8 @@ TEST(ResearchLoop, RollbackBranchesFromTheNodeTheEngineerPicks)
     f.evaluator.latencyUs = [&](const ParamValues& p, const Shape& s) {
         return f.evaluator.baselineUs(s) / (p.at("BLOCK") == 32 ? 2.0 : 1.0 + p.at("VEC") * 0.01);
     };
-    ScriptedAgentForTests first({cfg(32, 1), cfg(64, 1), cfg(128, 1)});
-    ScriptedAgentForTests second({cfg(256, 1), cfg(512, 1)});
+    ScriptedAgentForTests first({ cfg(32, 1), cfg(64, 1), cfg(128, 1) });
+    ScriptedAgentForTests second({ cfg(256, 1), cfg(512, 1) });
     {
         ResearchLoop loop(*f.store, f.evaluator, first, sequentialOptions());
         loop.run();
@@ -395,7 +405,7 @@ TEST(ResearchLoop, BudgetOverrideExtendsAResumedSession)
     Budget b;
     b.maxEvaluations = 2;
     Fixture f("override", "scripted", b);
-    ScriptedAgentForTests agent({cfg(32, 1), cfg(64, 1), cfg(128, 1), cfg(256, 1), cfg(512, 1)});
+    ScriptedAgentForTests agent({ cfg(32, 1), cfg(64, 1), cfg(128, 1), cfg(256, 1), cfg(512, 1) });
     {
         ResearchLoop loop(*f.store, f.evaluator, agent, sequentialOptions());
         EXPECT_EQ(loop.run().reason, "budget: 2 evaluations");

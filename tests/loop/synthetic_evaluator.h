@@ -40,17 +40,17 @@ inline Problem syntheticProblem()
     h.min = 256;
     h.max = 16384;
     h.multipleOf = 256;
-    p.dims = {t, h};
+    p.dims = { t, h };
     Shape big;
-    big.dims = {{"T", 8192}, {"H", 4096}};
+    big.dims = { { "T", 8192 }, { "H", 4096 } };
     big.weight = 3;
     Shape small;
-    small.dims = {{"T", 16}, {"H", 4096}};
+    small.dims = { { "T", 16 }, { "H", 4096 } };
     small.weight = 1;
     Shape edge;
-    edge.dims = {{"T", 1}, {"H", 256}};
-    p.tuningShapes = {big, small};
-    p.verifyShapes = {big, small, edge};
+    edge.dims = { { "T", 1 }, { "H", 256 } };
+    p.tuningShapes = { big, small };
+    p.verifyShapes = { big, small, edge };
     return p;
 }
 
@@ -75,28 +75,30 @@ inline DeviceInfo syntheticDevice()
 
 class SyntheticEvaluatorForTests final : public Evaluator {
 public:
-    SyntheticEvaluatorForTests() : m_problem(syntheticProblem()), m_device(syntheticDevice()) {}
+    SyntheticEvaluatorForTests()
+        : m_problem(syntheticProblem())
+        , m_device(syntheticDevice())
+    {
+    }
 
     // Deterministic latency model: a bowl with its minimum at BLOCK=256, VEC=4, UNROLL=2, ROWS=2 plus a
     // fixed pseudo-random ripple of +-ripple, so strategies face local structure.
-    std::function<double(const ParamValues&, const Shape&)> latencyUs = [this](const ParamValues& p, const Shape& s) {
-        return defaultLatency(p, s);
-    };
+    std::function<double(const ParamValues&, const Shape&)> latencyUs
+        = [this](const ParamValues& p, const Shape& s) { return defaultLatency(p, s); };
     double ripple = 0.04;
     double baselineFactor = 2.5; // baseline latency = this x the bowl's minimum
     double ciRelHalfWidth = 0.01; // per-shape speedup CI
     std::function<bool(const ParamValues&, const Shape&)> incorrect; // wrong results
     std::function<std::string(const ParamValues&)> flag; // non-empty: a non-blocking referee reason
     std::function<bool(const ParamValues&)> compileFails;
-    std::function<int(const ParamValues&)> registers = [](const ParamValues& p) {
-        return static_cast<int>(24 * get(p, "UNROLL") + 4 * get(p, "VEC"));
-    };
+    std::function<int(const ParamValues&)> registers
+        = [](const ParamValues& p) { return static_cast<int>(24 * get(p, "UNROLL") + 4 * get(p, "VEC")); };
     // Called at the start of evaluate() with the call number (1-based); a test may block in it.
     std::function<void(int, const Candidate&)> onEvaluate;
 
-    std::atomic<int> evaluateCalls{0};
-    std::atomic<int> compileCalls{0};
-    std::atomic<int> maxConcurrentEvaluate{0};
+    std::atomic<int> evaluateCalls { 0 };
+    std::atomic<int> compileCalls { 0 };
+    std::atomic<int> maxConcurrentEvaluate { 0 };
 
     std::vector<ParamValues> evaluatedParams() const
     {
@@ -132,8 +134,7 @@ public:
         const int n = ++evaluateCalls;
         const int concurrent = ++m_inEvaluate;
         int seen = maxConcurrentEvaluate.load();
-        while (concurrent > seen && !maxConcurrentEvaluate.compare_exchange_weak(seen, concurrent)) {
-        }
+        while (concurrent > seen && !maxConcurrentEvaluate.compare_exchange_weak(seen, concurrent)) { }
         if (onEvaluate)
             onEvaluate(n, c);
         {
@@ -147,7 +148,7 @@ public:
         --compileCalls; // the harness reuses its compile cache; count only the pool's calls
         if (!e.compile.ok) {
             e.verdict = Verdict::CompileFailed;
-            e.reasons.push_back({"compile.error", e.compile.log, 0, true});
+            e.reasons.push_back({ "compile.error", e.compile.log, 0, true });
             --m_inEvaluate;
             return e;
         }
@@ -160,8 +161,8 @@ public:
             cs.passed = r.correct;
             cs.relL2 = r.correct ? 1e-4 : 0.5;
             r.checks.push_back(cs);
-            const bool timed = std::find(m_problem.tuningShapes.begin(), m_problem.tuningShapes.end(), s) !=
-                               m_problem.tuningShapes.end();
+            const bool timed = std::find(m_problem.tuningShapes.begin(), m_problem.tuningShapes.end(), s)
+                != m_problem.tuningShapes.end();
             if (timed) {
                 for (const Shape& ts : m_problem.tuningShapes)
                     if (ts == s)
@@ -179,7 +180,7 @@ public:
         if (flag) {
             const std::string why = flag(c.params);
             if (!why.empty())
-                e.reasons.push_back({"referee.synthetic", why, 0, false});
+                e.reasons.push_back({ "referee.synthetic", why, 0, false });
         }
         e.finishedMs = nowMs();
         --m_inEvaluate;
@@ -236,7 +237,7 @@ private:
     DeviceInfo m_device;
     mutable std::mutex m_mutex;
     std::vector<ParamValues> m_evaluated;
-    std::atomic<int> m_inEvaluate{0};
+    std::atomic<int> m_inEvaluate { 0 };
 };
 
 } // namespace kl::testonly

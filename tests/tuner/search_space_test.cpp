@@ -13,8 +13,8 @@ TEST(SearchSpace, AppliesConstraintsOnEveryShapeAndDeviceLimits)
     const KernelSpec spec = parseKernelSpec(testonly::kSyntheticTemplate);
     DeviceInfo dev = testonly::syntheticDevice();
     Shape narrow;
-    narrow.dims = {{"T", 4}, {"H", 128}}; // H % (VEC*32) == 0 leaves VEC in {1, 2, 4}
-    const SearchSpace s = SearchSpace::build(spec, {narrow}, dev);
+    narrow.dims = { { "T", 4 }, { "H", 128 } }; // H % (VEC*32) == 0 leaves VEC in {1, 2, 4}
+    const SearchSpace s = SearchSpace::build(spec, { narrow }, dev);
     EXPECT_EQ(s.stats().declared, 6u * 4 * 3 * 3);
     for (std::size_t i = 0; i < s.size(); ++i) {
         const ParamValues& p = s.config(i);
@@ -25,7 +25,7 @@ TEST(SearchSpace, AppliesConstraintsOnEveryShapeAndDeviceLimits)
     EXPECT_GT(s.stats().prunedByRule.at("device.shared-memory"), 0u);
 
     dev.maxThreadsPerBlock = 256;
-    const SearchSpace small = SearchSpace::build(spec, {narrow}, dev);
+    const SearchSpace small = SearchSpace::build(spec, { narrow }, dev);
     for (std::size_t i = 0; i < small.size(); ++i)
         EXPECT_LE(small.config(i).at("BLOCK"), 256);
     EXPECT_GT(small.stats().prunedByRule.at("device.threads-per-block"), 0u);
@@ -49,7 +49,7 @@ TEST(SearchSpace, IndexesNeighboursAndNearest)
         }
         EXPECT_EQ(s.nearest(s.valueIndices(i)), i);
     }
-    EXPECT_FALSE(s.indexOf({{"BLOCK", 3}}));
+    EXPECT_FALSE(s.indexOf({ { "BLOCK", 3 } }));
 }
 
 TEST(SearchSpace, EmptyOrHugeSpacesAreInputErrors)

@@ -14,8 +14,8 @@ namespace {
 
 struct Landscape {
     Landscape()
-        : spec(parseKernelSpec(testonly::kSyntheticTemplate)),
-          space(SearchSpace::build(spec, evaluator.problem().verifyShapes, evaluator.device()))
+        : spec(parseKernelSpec(testonly::kSyntheticTemplate))
+        , space(SearchSpace::build(spec, evaluator.problem().verifyShapes, evaluator.device()))
     {
         for (std::size_t i = 0; i < space.size(); ++i) {
             double c = 0;

@@ -14,8 +14,8 @@ using namespace kl::testonly;
 namespace {
 
 // The session starts as kloop run starts it: the template at its defaults is the root.
-std::unique_ptr<SessionStore> newSession(const std::filesystem::path& dir, const SyntheticEvaluatorForTests& ev,
-                                         const std::string& agent, Budget b)
+std::unique_ptr<SessionStore> newSession(
+    const std::filesystem::path& dir, const SyntheticEvaluatorForTests& ev, const std::string& agent, Budget b)
 {
     auto store = SessionStore::create(dir, sessionHeader(ev, agent, b));
     Candidate root;
@@ -29,8 +29,8 @@ std::unique_ptr<SessionStore> newSession(const std::filesystem::path& dir, const
 
 double trueOptimumObjective(const SyntheticEvaluatorForTests& ev)
 {
-    const auto space = tuner::SearchSpace::build(parseKernelSpec(kSyntheticTemplate), ev.problem().verifyShapes,
-                                                 ev.device());
+    const auto space
+        = tuner::SearchSpace::build(parseKernelSpec(kSyntheticTemplate), ev.problem().verifyShapes, ev.device());
     double best = 0;
     for (std::size_t i = 0; i < space.size(); ++i) {
         double logSum = 0, w = 0;
@@ -56,8 +56,8 @@ TEST(TunerAgent, ExhaustiveMeasuresEveryRunnableConfigurationOnceAndFindsTheOpti
     const LoopResult r = loop.run();
     EXPECT_EQ(r.reason, "the agent has nothing left to propose");
 
-    const auto space = tuner::SearchSpace::build(parseKernelSpec(kSyntheticTemplate), ev.problem().verifyShapes,
-                                                 ev.device());
+    const auto space
+        = tuner::SearchSpace::build(parseKernelSpec(kSyntheticTemplate), ev.problem().verifyShapes, ev.device());
     const Session& s = store->session();
     std::set<ParamValues> params;
     for (const auto& id : s.tree.order())
@@ -79,7 +79,7 @@ TEST(TunerAgent, ExhaustiveMeasuresEveryRunnableConfigurationOnceAndFindsTheOpti
 
 TEST(TunerAgent, EveryStrategyImprovesWithinASmallBudgetWithoutRepeats)
 {
-    for (const std::string strategy : {"random", "anneal", "genetic", "bayes"}) {
+    for (const std::string strategy : { "random", "anneal", "genetic", "bayes" }) {
         const auto dir = freshDir("tuner-" + strategy);
         SyntheticEvaluatorForTests ev;
         Budget b;

@@ -112,7 +112,7 @@ TEST(TuningDatabase, KernelTunerCacheRoundTrip)
 {
     const auto dir = freshDir("tdb-kt");
     auto db = TuningDatabase::open(dir / "a.jsonl");
-    const std::vector<std::pair<int, int>> configs{{128, 2}, {256, 4}, {512, 8}, {64, 1}};
+    const std::vector<std::pair<int, int>> configs { { 128, 2 }, { 256, 4 }, { 512, 8 }, { 64, 1 } };
     for (auto [b, v] : configs)
         db->record(keyFor(b, v), measured(b, v));
     Evaluation failedCompile;
@@ -123,7 +123,7 @@ TEST(TuningDatabase, KernelTunerCacheRoundTrip)
     EXPECT_EQ(spaces[0].records, 5u);
     const nlohmann::json kt = db->exportKernelTunerCache(spaces[0].shapesDigest, "synthetic_kernel");
     EXPECT_EQ(kt["kernel_name"], "synthetic_kernel");
-    EXPECT_EQ(kt["tune_params_keys"], nlohmann::json({"BLOCK", "ROWS", "UNROLL", "VEC"}));
+    EXPECT_EQ(kt["tune_params_keys"], nlohmann::json({ "BLOCK", "ROWS", "UNROLL", "VEC" }));
     EXPECT_EQ(kt["objective"], "time");
     ASSERT_TRUE(kt["cache"].contains("128,2,2,2"));
     EXPECT_EQ(kt["cache"]["32,2,2,1"]["time"], "CompilationFailedConfig");
@@ -146,8 +146,8 @@ TEST(TuningDatabase, KernelTunerCacheRoundTrip)
     const nlohmann::json parsed = parseKernelTunerCache(text, "killed.json");
     auto other = TuningDatabase::open(dir / "b.jsonl");
     std::vector<std::string> warnings;
-    const std::size_t added =
-        other->importKernelTunerCache(parsed, db->recordsOf(spaces[0].shapesDigest)[0].key, "kernel-tuner:x", &warnings);
+    const std::size_t added = other->importKernelTunerCache(
+        parsed, db->recordsOf(spaces[0].shapesDigest)[0].key, "kernel-tuner:x", &warnings);
     EXPECT_EQ(added, 5u) << ::testing::PrintToString(warnings);
     const auto imported = other->lookup(keyFor(128, 2));
     ASSERT_TRUE(imported);
@@ -155,7 +155,8 @@ TEST(TuningDatabase, KernelTunerCacheRoundTrip)
     EXPECT_EQ(other->lookup(keyFor(32, 1))->evaluation.verdict, Verdict::CompileFailed);
     // Imported times have no baseline speedups: the loop measures those configurations itself.
     EXPECT_FALSE(other->find(keyFor(128, 2)));
-    EXPECT_EQ(other->importKernelTunerCache(parsed, db->recordsOf(spaces[0].shapesDigest)[0].key, "kernel-tuner:x"), 0u);
+    EXPECT_EQ(
+        other->importKernelTunerCache(parsed, db->recordsOf(spaces[0].shapesDigest)[0].key, "kernel-tuner:x"), 0u);
     EXPECT_THROW(parseKernelTunerCache("{\"cache\": [1, 2", "bad.json"), InputError);
     EXPECT_THROW(other->importKernelTunerCache(nlohmann::json::object(), keyFor(1, 1), "empty.json"), InputError);
     std::filesystem::remove_all(dir);
