@@ -194,6 +194,37 @@ namespace {
         return o.str();
     }
 
+    // Referee and compiler messages may quote a held-out shape or a seed; the agent must not see either.
+    std::string hideSecrets(std::string text, const Evaluation& e)
+    {
+        auto replaceAll = [&](const std::string& what, const std::string& with) {
+            if (what.empty())
+                return;
+            for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + with.size()))
+                text.replace(pos, what.size(), with);
+        };
+        for (const auto& s : e.shapes) {
+            if (s.heldOut) {
+                replaceAll(s.shape.label(), "<held-out shape>");
+                std::string spaced;
+                for (const auto& [k, v] : s.shape.dims)
+                    spaced += (spaced.empty() ? "" : " ") + k + "=" + std::to_string(v);
+                replaceAll(spaced, "<held-out shape>");
+            }
+            for (const auto& c : s.checks)
+                if (c.seed > 999) // short numbers are too common to be a tell
+                    replaceAll(std::to_string(c.seed), "<seed>");
+        }
+        return text;
+    }
+
+    std::vector<VerdictReason> hideSecrets(std::vector<VerdictReason> reasons, const Evaluation& e)
+    {
+        for (auto& r : reasons)
+            r.message = hideSecrets(r.message, e);
+        return reasons;
+    }
+
     std::string measurementsText(const Evaluation& e, const DeviceInfo& d)
     {
         std::ostringstream o;
@@ -236,7 +267,7 @@ namespace {
         for (const auto& k : e.compile.kernels)
             o << "Kernel " << k.kernel << ": " << k.registers << " registers, " << k.staticSharedBytes
               << " B static shared, spills " << k.spillStores << " stores / " << k.spillLoads << " loads\n";
-        for (const auto& r : e.reasons)
+        for (const auto& r : hideSecrets(e.reasons, e))
             o << "Referee: " << r.rule << ": " << r.message << (r.line ? " (line " + std::to_string(r.line) + ")" : "")
               << (r.blocking ? "" : " [flag]") << "\n";
         return o.str();
@@ -406,9 +437,9 @@ std::vector<FailedAttempt> failuresFromSession(const Session& s, std::size_t max
         if (auto h = s.hypotheses.find(c.hypothesisId); h != s.hypotheses.end())
             f.hypothesis = h->second.text;
         if (auto e = s.evaluations.find(c.id); e != s.evaluations.end()) {
-            f.reasons = e->second.reasons;
+            f.reasons = hideSecrets(e->second.reasons, e->second);
             if (c.status == CandidateStatus::CompileFailed)
-                f.detail = compileLogExcerpt(e->second.compile.log);
+                f.detail = hideSecrets(compileLogExcerpt(e->second.compile.log), e->second);
         }
         if (f.reasons.empty() && !c.statusReason.empty())
             f.detail = f.detail.empty() ? c.statusReason : c.statusReason + "\n" + f.detail;

@@ -95,6 +95,16 @@ Session sessionWithHistory(const Problem& p)
     eb.candidateId = "c0002";
     eb.verdict = Verdict::Rejected;
     eb.reasons.push_back({ "correctness.rel-l2", "rel L2 0.31 > 0.008 at T=1,H=7168", 0, true });
+    // The referee may quote a held-out shape and the seed; the prompt must not.
+    ShapeResult heldOutBad;
+    heldOutBad.shape.dims = { { "H", 2224 }, { "T", 40009 } };
+    heldOutBad.heldOut = true;
+    CorrectnessStats seedStats;
+    seedStats.seed = 55512345678ull;
+    heldOutBad.checks.push_back(seedStats);
+    eb.shapes.push_back(heldOutBad);
+    eb.reasons.push_back(
+        { "dynamic.held-out-shape", "wrong at H=2224,T=40009 (seed 55512345678); H=2224 T=40009 too", 0, true });
     s.evaluations["c0002"] = eb;
     Candidate tunerMiss = root;
     tunerMiss.id = "c0003";
@@ -230,7 +240,10 @@ TEST(PromptBuilder, StableStructureAndNoHiddenShapes)
     EXPECT_EQ(user.find("c0003"), std::string::npos); // the tuner's misses are not shown
     EXPECT_NE(user.find("> Use 128-bit vector loads"), std::string::npos);
     // Never the held-out or fixed verification shapes, never seeds.
-    for (const auto* secret : { "31337", "5432", "77777", "987654321987" }) {
+    EXPECT_NE(user.find("dynamic.held-out-shape: wrong at <held-out shape> (seed <seed>); <held-out shape> too"),
+        std::string::npos)
+        << user;
+    for (const auto* secret : { "31337", "5432", "77777", "987654321987", "40009", "55512345678" }) {
         EXPECT_EQ(sys.find(secret), std::string::npos) << secret;
         EXPECT_EQ(user.find(secret), std::string::npos) << secret;
     }
