@@ -421,8 +421,17 @@ void MainWindow::showStartPage()
 
 void MainWindow::showWorkbench()
 {
-    if (m_stack->currentWidget() == m_start)
-        restoreState(m_workbenchState.isEmpty() ? m_defaultState : m_workbenchState, kLayoutVersion);
+    if (m_stack->currentWidget() == m_start) {
+        const bool fresh = m_workbenchState.isEmpty() || m_workbenchState == m_defaultState;
+        restoreState(fresh ? m_defaultState : m_workbenchState, kLayoutVersion);
+        if (fresh) {
+            // Proportions only make sense once the window has its size.
+            resizeDocks({findChild<QDockWidget*>(QStringLiteral("candidatesDock")),
+                         findChild<QDockWidget*>(QStringLiteral("reviewDock"))},
+                        {width() * 30 / 100, width() * 24 / 100}, Qt::Horizontal);
+            resizeDocks({findChild<QDockWidget*>(QStringLiteral("chartsDock"))}, {height() * 34 / 100}, Qt::Vertical);
+        }
+    }
     m_stack->setCurrentWidget(m_diff);
 }
 

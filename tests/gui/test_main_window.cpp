@@ -357,3 +357,17 @@ TEST(MainWindow, ScreenshotsRenderEveryMainView)
         EXPECT_GT(colours.size(), 8) << file.toStdString();
     }
 }
+
+// Writes the fixture session (with a trace) to $KL_FIXTURE_OUT for trying the executable by hand:
+//   kl_gui_tests --gtest_also_run_disabled_tests --gtest_filter='*WriteFixture*'
+TEST(MainWindow, DISABLED_WriteFixture)
+{
+    const QByteArray out = qgetenv("KL_FIXTURE_OUT");
+    ASSERT_FALSE(out.isEmpty()) << "set KL_FIXTURE_OUT to a new directory";
+    const std::filesystem::path dir = out.toStdString();
+    kl::test::FixtureOptions options;
+    options.tunerChildren = 40;
+    kl::test::writeSession(dir, options);
+    std::filesystem::create_directories(dir / "traces");
+    kl::test::writeChromeTrace(dir / "traces" / "decode.json", 40);
+}

@@ -1,0 +1,140 @@
+#include "app/timeline_panel.h"
+#include "app/timeline_view.h"
+
+#include <QElapsedTimer>
+#include <QSignalSpy>
+#include <QTest>
+#include <gtest/gtest.h>
+
+#include <random>
+
+using namespace kl::app;
+
+namespace {
+
+// A million kernels on four streams with random durations and gaps, plus launch calls on a CPU thread.
+std::shared_ptr<const kl::prof::Trace> millionEventTrace()
+{
+    auto trace = std::make_shared<kl::prof::Trace>();
+    std::mt19937_64 rng(12345);
+    std::uniform_int_distribution<int> dur(800, 40'000);
+    std::uniform_int_distribution<int> gap(100, 5'000);
+    std::vector<kl::prof::StrId> names;
+    for (int i = 0; i < 16; ++i)
+        names.push_back(trace->strings().intern("kernel_" + std::to_string(i)));
+    const std::uint32_t cpu = trace->cpuRow(1, 1);
+    const auto launch = trace->strings().intern("cudaLaunchKernel");
+    for (int s = 0; s < 4; ++s) {
+        const std::uint32_t row = trace->gpuRow(0, 7 + s);
+        std::int64_t t = 0;
+        for (int i = 0; i < 240'000; ++i) {
+            kl::prof::Event e;
+            e.start = t;
+            e.end = t + dur(rng);
+            e.name = names[static_cast<std::size_t>(i) % names.size()];
+            e.row = row;
+            e.kind = kl::prof::EventKind::Kernel;
+            trace->addKernel(e, {});
+            t = e.end + gap(rng);
+        }
+    }
+    std::int64_t t = 0;
+    for (int i = 0; i < 40'000; ++i) {
+        kl::prof::Event e;
+        e.start = t;
+        e.end = t + 3'000;
+        e.name = launch;
+        e.row = cpu;
+        e.kind = kl::prof::EventKind::RuntimeApi;
+        trace->addEvent(e);
+        t += 20'000;
+    }
+    trace->finalize();
+    return trace;
+}
+
+std::size_t bruteForceCount(const kl::prof::Trace& trace, std::int64_t t0, std::int64_t t1)
+{
+    std::size_t n = 0;
+    for (const auto& e : trace.events()) {
+        if (e.end >= t0 && e.start <= t1)
+            ++n;
+    }
+    return n;
+}
+
+} // namespace
+
+TEST(Timeline, ZoomPanAndSelectionOnAMillionEvents)
+{
+    const auto trace = millionEventTrace();
+    ASSERT_EQ(trace->eventCount(), 1'000'000u);
+    TimelinePanel panel;
+    panel.resize(1400, 500);
+    panel.show();
+    ASSERT_TRUE(QTest::qWaitForWindowExposed(&panel));
+    panel.setTraces({{QStringLiteral("synthetic"), trace}});
+    TimelineView* view = panel.view();
+    ASSERT_EQ(panel.rowModel()->rowCount(), 5);
+    EXPECT_EQ(view->viewStart(), 0.0);
+    EXPECT_GE(view->viewEnd(), static_cast<double>(trace->endNs()));
+
+    // Whole trace: level of detail merges sub-pixel runs, so a paint draws at most a few items per pixel and row.
+    QElapsedTimer clock;
+    clock.start();
+    view->grab();
+    const qint64 fullPaintMs = clock.elapsed();
+    EXPECT_GT(view->lastPaintItems(), 0u);
+    EXPECT_LT(view->lastPaintItems(), 5u * 2u * 1400u);
+
+    // Wheel zoom around the cursor keeps the time under the cursor fixed.
+    const QPoint at(700, 100);
+    const double anchor = view->timeAtX(at.x());
+    for (int i = 0; i < 20; ++i) {
+        QWheelEvent wheel(at, view->mapToGlobal(at), QPoint(), QPoint(0, 120), Qt::NoButton, Qt::NoModifier,
+                          Qt::NoScrollPhase, false);
+        QApplication::sendEvent(view, &wheel);
+    }
+    EXPECT_NEAR(view->timeAtX(at.x()), anchor, (view->viewEnd() - view->viewStart()) / 500);
+    EXPECT_LT(view->viewEnd() - view->viewStart(), static_cast<double>(trace->endNs()) / 50);
+    clock.restart();
+    view->grab();
+    const qint64 zoomedPaintMs = clock.elapsed();
+    std::printf("[ timeline ] 1M events: full view %lld ms (%zu items), zoomed %lld ms (%zu items)\n",
+                static_cast<long long>(fullPaintMs), view->lastPaintItems(), static_cast<long long>(zoomedPaintMs),
+                view->lastPaintItems());
+
+    // Drag pans by the dragged time.
+    const double before = view->viewStart();
+    const double nsPerPx = (view->viewEnd() - view->viewStart()) / (view->width() - 220);
+    QTest::mousePress(view, Qt::LeftButton, Qt::NoModifier, QPoint(800, 100));
+    QTest::mouseMove(view, QPoint(700, 100));
+    QTest::mouseRelease(view, Qt::LeftButton, Qt::NoModifier, QPoint(700, 100));
+    EXPECT_NEAR(view->viewStart() - before, 100 * nsPerPx, 2 * nsPerPx);
+
+    // Rubber-band selection (Shift+drag) reports statistics that match a brute-force count.
+    view->resetView();
+    QSignalSpy stats(view, &TimelineView::selectionStatsReady);
+    QTest::mousePress(view, Qt::LeftButton, Qt::ShiftModifier, QPoint(400, 100));
+    QTest::mouseMove(view, QPoint(600, 100));
+    QTest::mouseRelease(view, Qt::LeftButton, Qt::ShiftModifier, QPoint(600, 100));
+    ASSERT_TRUE(view->hasSelection());
+    ASSERT_TRUE(stats.wait(10000));
+    const auto s = stats.at(0).at(0).value<SelectionStats>();
+    EXPECT_EQ(s.events, bruteForceCount(*trace, view->selectionStart(), view->selectionEnd()));
+    EXPECT_GT(s.gpuBusyNs, 0);
+    EXPECT_FALSE(s.topKernels.empty());
+    EXPECT_TRUE(panel.selectionText().contains(QStringLiteral("events")));
+
+    // Zoomed in to 200 µs every event is wider than a pixel: each one is drawn on its own.
+    view->setViewRange(0, 200'000);
+    view->grab();
+    EXPECT_EQ(view->lastPaintItems(), bruteForceCount(*trace, 0, 200'000));
+
+    // Tooltips name the kernel under the cursor.
+    const auto& first = trace->event(trace->rows()[panel.rowModel()->rows()[0].row].lanes[0][0]);
+    const int x = view->xForTime((first.start + first.end) / 2.0) ;
+    const QString tip = view->tooltipAt(QPoint(x, 26 + 8));
+    EXPECT_TRUE(tip.contains(QString::fromUtf8(trace->name(first).data(), static_cast<int>(trace->name(first).size()))))
+        << tip.toStdString();
+}
