@@ -271,6 +271,26 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
         dw.insert(dw.end(), rowWork.begin(), rowWork.end());
     }
 
+    std::unordered_map<StrId, int64_t> hostByOp;
+    auto attributeHost = [&](uint32_t row, int64_t h0, int64_t h1, int64_t ns) {
+        if (ns <= 0)
+            return;
+        int64_t mid = h0 + (h1 - h0) / 2;
+        StrId best = 0;
+        int bestLane = -1;
+        const Row& r = t.rows()[row];
+        for (uint32_t lane = 0; lane < r.lanes.size(); ++lane)
+            for (uint32_t i : t.eventsInWindow(row, lane, mid, mid)) {
+                EventKind k = t.event(i).kind;
+                if ((k == EventKind::CpuOp || k == EventKind::NvtxRange) && static_cast<int>(lane) > bestLane) {
+                    best = t.event(i).name;
+                    bestLane = static_cast<int>(lane);
+                }
+            }
+        if (bestLane >= 0)
+            hostByOp[best] += ns;
+    };
+
     auto classifyGap = [&](int64_t g0, int64_t g1, uint32_t nextEvent, IdleBreakdown& idle) {
         uint32_t launch = t.launchOf(nextEvent);
         int64_t gap = g1 - g0;
@@ -309,6 +329,7 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
         idle.syncNs += syncNs;
         idle.launchNs += launchNs;
         idle.hostNs += (hostEnd - g0) - syncNs - launchNs;
+        attributeHost(L.row, g0, hostEnd, (hostEnd - g0) - syncNs - launchNs);
     };
 
     for (auto& [dev, items] : work) {
@@ -518,6 +539,25 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
                  formatNs(d.medianLaunchLatencyNs);
         a.findings.push_back(f + ".");
     }
+    {
+        std::vector<std::pair<std::string, int64_t>> ops;
+        for (const auto& [name, ns] : hostByOp)
+            ops.emplace_back(std::string(t.strings().view(name)), ns);
+        std::sort(ops.begin(), ops.end(), [](const auto& x, const auto& y) {
+            return x.second != y.second ? x.second > y.second : x.first < y.first;
+        });
+        if (ops.size() > 5)
+            ops.resize(5);
+        a.hostIdleByCpuOp = ops;
+        if (!ops.empty() && idle.hostNs > idleNs / 10) {
+            std::string f = "Host work while the GPU idled (" + formatNs(static_cast<double>(idle.hostNs)) +
+                            ") was mostly inside: ";
+            for (size_t i = 0; i < ops.size() && i < 3; ++i)
+                f += (i ? ", " : "") + ops[i].first.substr(0, 80) + " " + formatNs(static_cast<double>(ops[i].second)) +
+                     " (" + pct(static_cast<double>(ops[i].second) / static_cast<double>(idle.hostNs)) + ")";
+            a.findings.push_back(f + ".");
+        }
+    }
     std::string verdict;
     if (idleFrac > 0.3) {
         int64_t hostSide = idle.hostNs + idle.launchNs;
@@ -530,7 +570,8 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
         else if (hostSide > idleNs / 3)
             verdict = "host-bound";
     }
-    for (const auto& p : a.launchPhases) {
+    for (size_t pi = 0; pi < a.launchPhases.size() && pi < 2; ++pi) {
+        const LaunchPhase& p = a.launchPhases[pi];
         std::string f = "Launch-bound phase" + (p.label.empty() ? std::string() : " '" + p.label + "'") + " at " +
                         formatNs(static_cast<double>(p.startNs)) + ": " + std::to_string(p.kernels) +
                         " kernels in " + formatNs(static_cast<double>(p.endNs - p.startNs)) + ", GPU busy " +
@@ -542,7 +583,7 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
              std::to_string(p.estimatedSpeedup).substr(0, 4) + "x).";
         a.findings.push_back(f);
     }
-    if (a.launchPhaseCount > a.launchPhases.size())
+    if (a.launchPhaseCount > 2)
         a.findings.push_back(std::to_string(a.launchPhaseCount) + " launch-bound phases in all, idle " +
                              formatNs(static_cast<double>(a.launchPhaseIdleNs)) + " inside them.");
     for (size_t i = 0; i < a.kernels.size() && i < 3; ++i) {
@@ -649,6 +690,10 @@ nlohmann::json toJson(const Analysis& a) {
     j["launch_phases"] = ps;
     j["launch_phase_count"] = a.launchPhaseCount;
     j["launch_phase_idle_ns"] = a.launchPhaseIdleNs;
+    json host = json::array();
+    for (const auto& [name, ns] : a.hostIdleByCpuOp)
+        host.push_back({{"name", name}, {"ns", ns}});
+    j["host_idle_by_cpu_op"] = host;
     j["warnings"] = a.warnings;
     return j;
 }

@@ -132,6 +132,8 @@ struct Analysis {
     std::vector<LaunchPhase> launchPhases; // the worst ones, by idle time
     uint64_t launchPhaseCount = 0;
     int64_t launchPhaseIdleNs = 0; // idle inside all launch-bound phases
+    // Host-attributed idle by the innermost CPU op (or range) running on the launching thread at the time.
+    std::vector<std::pair<std::string, int64_t>> hostIdleByCpuOp; // top 5, largest first
     std::string bottleneck; // launch-overhead | host-bound | synchronization | memory-bound | compute-bound |
                             // latency-bound | gpu-bound | no-gpu-work
     std::vector<std::string> findings; // ordered, most important first

@@ -233,3 +233,64 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenAnalysis,
                 c = '_';
         return n;
     });
+
+// Facts about the H200 fixtures that follow from the programs that produced them (see data/README.md).
+TEST(RealFixtures, KloopProfileOfTheTestProgram)
+{
+    Trace t = importTraceFile(std::string(KL_SOURCE_DIR) + "/tests/profiler/data/h200_kloop_profile_testprog.kltrace.gz");
+    size_t kernels = 0, linked = 0, ranges = 0, marks = 0;
+    for (uint32_t i = 0; i < t.eventCount(); ++i) {
+        const Event& e = t.event(i);
+        if (e.kind == EventKind::Kernel) {
+            ++kernels;
+            linked += t.launchOf(i) != kNone;
+        }
+        ranges += e.kind == EventKind::NvtxRange;
+        marks += e.kind == EventKind::NvtxMark;
+    }
+    EXPECT_EQ(kernels, 3u + 1u + 2000u + 50u); // copy x3, fma, launch-bound burst, sync-per-kernel loop
+    EXPECT_EQ(linked, kernels);
+    EXPECT_EQ(ranges, 5u);
+    EXPECT_EQ(marks, 1u);
+    Analysis a = analyze(t);
+    EXPECT_EQ(a.bottleneck, "launch-overhead");
+    ASSERT_FALSE(a.launchPhases.empty());
+    EXPECT_EQ(a.launchPhases[0].label, "launch-bound phase");
+    EXPECT_GE(a.launchPhases[0].kernels, 2000u);
+    EXPECT_LT(a.launchPhases[0].medianKernelNs, 2000); // k_tiny runs < 1 us on the H200
+    EXPECT_EQ(a.kernels[0].name, "k_copy(float4 const*, float4*, unsigned long)");
+    // 3 copies of 2 x 1 GiB in ~540 us each: ~3.97 TB/s, the copy ceiling measured on this GPU.
+    double bytesPerSec = 2.0 * (64ull << 20) * 16 / (a.kernels[0].medianNs * 1e-9);
+    EXPECT_GT(bytesPerSec, 3.5e12);
+    EXPECT_LT(bytesPerSec, 4.5e12);
+}
+
+TEST(RealFixtures, PyTorchTransformerPrefillAndDecode)
+{
+    Trace t = importTraceFile(
+        std::string(KL_SOURCE_DIR) + "/tests/profiler/data/h200_transformer_prefill_decode.pt.trace.json.gz");
+    ASSERT_EQ(t.devices().size(), 1u);
+    EXPECT_EQ(t.devices()[0].name, "NVIDIA H200");
+    Analysis a = analyze(t);
+    EXPECT_EQ(a.kernelCount, 2689u);
+    EXPECT_EQ(a.bottleneck, "host-bound");
+    ASSERT_FALSE(a.hostIdleByCpuOp.empty());
+    // The decode loop sees a new KV length every step; cuDNN's SDPA builds a new plan each time on the host.
+    EXPECT_NE(a.hostIdleByCpuOp[0].first.find("cudnn_attention"), std::string::npos);
+    ASSERT_GE(a.ranges.size(), 2u);
+    EXPECT_EQ(a.ranges[0].name, "decode_step");
+    EXPECT_EQ(a.ranges[0].instances, 32u);
+    bool prefill = false;
+    for (const auto& r : a.ranges)
+        prefill |= r.name == "prefill" && r.instances == 1;
+    EXPECT_TRUE(prefill);
+    EXPECT_GT(a.launchPhaseCount, 16u); // most decode steps are runs of few-us kernels with long gaps
+    // Every kernel and memcpy was linked to its cudaLaunchKernel / cudaMemcpyAsync through "correlation".
+    size_t gpu = 0, linked = 0;
+    for (uint32_t i = 0; i < t.eventCount(); ++i)
+        if (isGpuWork(t.event(i).kind)) {
+            ++gpu;
+            linked += t.launchOf(i) != kNone;
+        }
+    EXPECT_EQ(linked, gpu);
+}
