@@ -3,6 +3,8 @@
 #include "app/models/candidate_tree_model.h"
 
 #include <QComboBox>
+
+#include <algorithm>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLineEdit>
@@ -121,8 +123,18 @@ void CandidatePanel::setSession(const SessionSnapshot& s)
 {
     const bool wasEmpty = m_model->rowCount() == 0;
     m_model->setSession(s);
-    if (wasEmpty && m_model->rowCount() > 0)
+    if (wasEmpty && m_model->rowCount() > 0) {
         m_view->expandAll();
+        fitIdColumn();
+    }
+}
+
+void CandidatePanel::fitIdColumn()
+{
+    // Once per load, not per snapshot: sizing to contents visits every row.
+    m_view->resizeColumnToContents(CandidateTreeModel::IdColumn);
+    m_view->setColumnWidth(CandidateTreeModel::IdColumn,
+                           std::clamp(m_view->columnWidth(CandidateTreeModel::IdColumn), 120, 320));
 }
 
 QString CandidatePanel::currentCandidate() const

@@ -24,6 +24,7 @@ public:
     QString currentCandidate() const;
     QStringList selectedCandidates() const; // in tree order
     void selectCandidate(const QString& id);
+    void fitIdColumn();
 
 signals:
     void currentCandidateChanged(const QString& id);

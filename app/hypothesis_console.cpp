@@ -167,7 +167,8 @@ void HypothesisConsole::appendAgentMessage(const kl::Event& e)
     cursor.movePosition(QTextCursor::End);
     cursor.insertBlock();
     cursor.insertText(text);
-    m_streaming = isDelta;
+    // A reply may arrive whole or in pieces; pieces that follow it continue the same paragraph.
+    m_streaming = true;
 }
 
 } // namespace kl::app

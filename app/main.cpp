@@ -49,10 +49,21 @@ bool displayAvailable(int argc, char** argv)
 #endif
 }
 
+QtMessageHandler g_defaultHandler = nullptr;
+
+// The offscreen platform warns once per window about size hints it cannot pass on; that is expected there.
+void quietOffscreenHandler(QtMsgType type, const QMessageLogContext& context, const QString& message)
+{
+    if (message.startsWith(QLatin1String("This plugin does not support propagateSizeHints")))
+        return;
+    g_defaultHandler(type, context, message);
+}
+
 } // namespace
 
 int main(int argc, char** argv)
 {
+    g_defaultHandler = qInstallMessageHandler(quietOffscreenHandler);
     const bool screenshot = hasArg(argc, argv, "--screenshot");
     const bool wantsHelp = hasArg(argc, argv, "--help") || hasArg(argc, argv, "-h") || hasArg(argc, argv, "--version");
     if (screenshot && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))

@@ -157,6 +157,7 @@ MainWindow::MainWindow(QWidget* parent)
     });
     connect(m_controller, &SessionController::replayFinished, this, [this]() {
         updateStatusBar();
+        m_candidates->fitIdColumn();
         showMessage(tr("Replay finished"));
     });
     connect(m_controller, &SessionController::failed, this, [this](const QString& message) {

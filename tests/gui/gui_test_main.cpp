@@ -32,10 +32,20 @@ private:
     bool m_report = qEnvironmentVariableIsSet("KL_GUI_STALLS");
 };
 
+QtMessageHandler g_defaultHandler = nullptr;
+
+void quietOffscreenHandler(QtMsgType type, const QMessageLogContext& context, const QString& message)
+{
+    if (message.startsWith(QLatin1String("This plugin does not support propagateSizeHints")))
+        return;
+    g_defaultHandler(type, context, message);
+}
+
 } // namespace
 
 int main(int argc, char** argv)
 {
+    g_defaultHandler = qInstallMessageHandler(quietOffscreenHandler);
     if (!qEnvironmentVariableIsSet("QT_QPA_PLATFORM"))
         qputenv("QT_QPA_PLATFORM", "offscreen");
     QApplication::setAttribute(Qt::AA_Use96Dpi, true);
