@@ -224,6 +224,12 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
             return finish(Verdict::Rejected); // never compiled, never run
     }
 #endif
+    try {
+        (void)arch(); // starts the worker when the arch is not given: no GPU is a harness fault, not a compile error
+    } catch (const std::exception& ex) {
+        e.reasons.push_back(makeReason("harness.worker-unavailable", ex.what()));
+        return finish(Verdict::Rejected);
+    }
     std::shared_ptr<const CompiledModule> mod;
     try {
         mod = compileModule(c);
