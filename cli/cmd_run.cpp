@@ -231,6 +231,12 @@ namespace {
             problemArg = *a.option("problem");
         }
         AgentFactoryOptions agentOptions;
+        // The LLM agent's prompts, replies, usage and verdicts go to the session journal; the store may be
+        // created below, after the agent, and outlives it (declared earlier in this scope).
+        agentOptions.llmHooks.record = [&store](const nlohmann::json& j) {
+            if (store)
+                store->agentMessage(j);
+        };
         try {
             agentOptions.seed = std::stoull(a.optionOr("seed", "1"));
         } catch (const std::exception&) {
