@@ -112,6 +112,17 @@ public:
                const DeviceInfo& dev, std::string label)
         : m_module(mod), m_spec(std::move(spec)), m_params(std::move(params)), m_dev(dev), m_label(std::move(label))
     {
+        try {
+            resolveFunctions(lowered);
+        } catch (...) {
+            cuModuleUnload(m_module); // the destructor does not run for a throwing constructor
+            m_module = nullptr;
+            throw;
+        }
+    }
+
+    void resolveFunctions(const std::map<std::string, std::string>& lowered)
+    {
         for (const auto& step : m_spec.launches) {
             if (step.kernel.rfind("kl_h_", 0) == 0)
                 throw LaunchConfigError("kernel names starting with kl_h_ are reserved for the harness");
