@@ -534,7 +534,7 @@ CUdeviceptr Engine::arenaAlloc(std::uint64_t bytes)
 // Plans and problems
 
 std::shared_ptr<Plan> Engine::compilePlan(const std::string& source, const ParamValues& params,
-                                          const std::string& name, CompileReport* report)
+                                          const std::string& name, CompileReport* report, std::string* key)
 {
     KernelSpec spec = parseKernelSpec(source);
     CompileJob job;
@@ -548,6 +548,8 @@ std::shared_ptr<Plan> Engine::compilePlan(const std::string& source, const Param
     auto m = m_compiler->compile(job);
     if (report)
         *report = m->report;
+    if (key)
+        *key = m->key;
     if (!m->report.ok)
         return nullptr;
     CUmodule mod = nullptr;
@@ -598,8 +600,11 @@ const LoadedProblem* Engine::problem(const std::string& name) const
     return it == m_problems.end() ? nullptr : &it->second;
 }
 
-std::shared_ptr<Plan> Engine::candidatePlan(const CandidateModuleSpec& spec, CompileReport* report)
+std::shared_ptr<Plan> Engine::candidatePlan(const CandidateModuleSpec& spec, CompileReport* report,
+                                            std::string* keyOut)
 {
+    if (keyOut)
+        *keyOut = spec.key;
     if (!spec.key.empty()) {
         auto it = m_modules.find(spec.key);
         if (it != m_modules.end()) {
@@ -620,17 +625,12 @@ std::shared_ptr<Plan> Engine::candidatePlan(const CandidateModuleSpec& spec, Com
         if (report)
             report->ok = true;
     } else {
-        plan = compilePlan(spec.source, spec.params, "candidate", report);
+        plan = compilePlan(spec.source, spec.params, "candidate", report, &key);
         if (!plan)
             return nullptr;
-        if (key.empty()) {
-            CompileJob job;
-            job.source = spec.source;
-            job.params = spec.params;
-            job.arch = m_device.arch;
-            key = m_compiler->cacheKey(job);
-        }
     }
+    if (keyOut)
+        *keyOut = key;
     if (!key.empty()) {
         m_modules[key] = plan;
         m_moduleOrder.push_back(key);

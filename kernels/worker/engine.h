@@ -143,7 +143,8 @@ public:
     const LoadedProblem* problem(const std::string& name) const;
 
     // Loads (or finds) a candidate's module. Returns its compile report (cacheHit when already loaded).
-    std::shared_ptr<Plan> candidatePlan(const CandidateModuleSpec& spec, CompileReport* report);
+    std::shared_ptr<Plan> candidatePlan(const CandidateModuleSpec& spec, CompileReport* report,
+                                        std::string* key = nullptr);
 
     VerifyOutcome verify(const LoadedProblem& lp, const Plan& candidate, const VerifyOptions& o);
     TimeOutcome time(const LoadedProblem& lp, const Plan& candidate, const TimeOptions& o);
@@ -152,7 +153,7 @@ public:
 private:
     void measureCopyBandwidth();
     std::shared_ptr<Plan> compilePlan(const std::string& source, const ParamValues& params, const std::string& name,
-                                      CompileReport* report);
+                                      CompileReport* report, std::string* key = nullptr);
 
     CUdevice m_dev = 0;
     CUcontext m_ctx = nullptr;

@@ -84,9 +84,11 @@ Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
         res["baseline_compile"] = kl::wire::toJson(lp.baselineCompile);
     } else if (op == "compile") {
         kl::CompileReport report;
+        std::string key;
         auto spec = candidateSpec(req.at("candidate"));
-        auto plan = engine.candidatePlan(spec, &report);
+        auto plan = engine.candidatePlan(spec, &report, &key);
         res["report"] = kl::wire::toJson(report);
+        res["key"] = key; // later requests may send {key, source, params} without the CUBIN
     } else if (op == "verify" || op == "time" || op == "trace") {
         const auto& lp = problemOf(engine, req);
         kl::CompileReport report;
