@@ -3,6 +3,7 @@
 #include "agent/prompt/reply_parser.h"
 #include "core/errors.h"
 #include "core/events.h"
+#include "core/kernel_spec.h"
 #include "core/session_store.h"
 
 #include <algorithm>
@@ -32,6 +33,29 @@ namespace {
         } catch (const std::exception&) {
             return {};
         }
+    }
+
+    // The tuner may have moved the base away from its defaults. A parameter whose declaration the model left
+    // as it was keeps the base's value; one it redeclared takes its new default (that was the model's intent).
+    ParamValues inheritParams(const KernelSpec& spec, const std::optional<Candidate>& base)
+    {
+        ParamValues values = spec.defaults();
+        if (!base || base->params.empty())
+            return values;
+        KernelSpec baseSpec;
+        try {
+            baseSpec = parseKernelSpec(base->source);
+        } catch (const InputError&) {
+            return values;
+        }
+        ParamValues inherited = values;
+        for (const auto& ps : spec.params) {
+            const ParamSpec* old = baseSpec.param(ps.name);
+            const auto chosen = base->params.find(ps.name);
+            if (old && chosen != base->params.end() && old->defaultValue == ps.defaultValue && old->values == ps.values)
+                inherited[ps.name] = chosen->second;
+        }
+        return spec.satisfies(inherited, {}) ? inherited : values;
     }
 
 } // namespace
@@ -192,7 +216,7 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
             prompt::ParsedReply parsed = prompt::parseReply(reply.text, base ? &base->source : nullptr);
             Proposal p;
             p.candidate.source = parsed.source;
-            p.candidate.params = parsed.spec.defaults();
+            p.candidate.params = inheritParams(parsed.spec, base);
             p.candidate.parentId = base && !baseIsTemplate ? base->id : CandidateId();
             p.candidate.author = Author::Llm;
             p.candidate.agent = name() + "/" + m_settings.provider.model;

@@ -260,6 +260,32 @@ TEST_F(AgentFixture, ProviderErrorsAreRecordedAndThrown)
     EXPECT_EQ(records[1]["message"].get<std::string>().find(kKey), std::string::npos);
 }
 
+TEST_F(AgentFixture, TunedParameterValuesOfTheBaseSurviveACodeChange)
+{
+    // The tuner moved the head to BLOCK=1024; the model changes code only, then redeclares BLOCK.
+    Candidate tuned;
+    tuned.source = templateSource;
+    tuned.parentId = "c0001";
+    tuned.params = { { "BLOCK", 1024 } };
+    tuned.author = Author::Tuner;
+    const auto id = store->proposeCandidate(tuned).candidateId;
+    store->setStatus(id, CandidateStatus::Accepted, "tuned");
+    store->moveHead(id, "tuned");
+    std::string codeOnly = templateSource;
+    codeOnly.replace(codeOnly.find("sum += v * v;"), 13, "sum = fmaf(v, v, sum);");
+    server.enqueue(test::openAiStream({ "NOTE: fma\n```kl-diff\n"
+        + unifiedDiff(templateSource, codeOnly, "a/candidate.cu", "b/candidate.cu") + "```\n" }));
+    server.enqueue(test::openAiStream({ "NOTE: new default\n```kl-candidate\n" + goodCandidate() + "```\n" }));
+    LlmAgent agent(settings(), hooks());
+    auto first = agent.propose(context(), {});
+    ASSERT_EQ(first.size(), 1u);
+    EXPECT_EQ(first[0].candidate.parentId, id);
+    EXPECT_EQ(first[0].candidate.params.at("BLOCK"), 1024);
+    auto second = agent.propose(context(), {});
+    ASSERT_EQ(second.size(), 1u);
+    EXPECT_EQ(second[0].candidate.params.at("BLOCK"), 512);
+}
+
 TEST_F(AgentFixture, ObserveRecordsTheVerdictOfItsOwnCandidates)
 {
     LlmAgent agent(settings(), hooks());
