@@ -276,6 +276,18 @@ namespace {
         GpuEvaluatorOptions evalOptions;
         if (auto arch = a.option("arch"))
             evalOptions.arch = *arch;
+        // --quick: for sweeps; correctness is still verified on every shape, the timing protocol is lighter.
+        // Its measurements are keyed apart in the tuning database, so a full run never reuses them.
+        const bool quick = a.has("quick")
+            || (store && store->session().settings.extra.count("protocol")
+                && store->session().settings.extra.at("protocol") == "quick");
+        if (quick) {
+            evalOptions.cupti = false;
+            evalOptions.graphCheck = false;
+            evalOptions.recheckTimedOutputs = false;
+            evalOptions.targetRelCi = 0.02;
+            evalOptions.minSamples = 5;
+        }
         GpuEvaluator evaluator(problem, evalOptions);
         DeviceInfo device;
         try {
@@ -311,6 +323,8 @@ namespace {
             header.settings.budget = budget;
             header.settings.autoApproveLlm = a.has("auto-approve");
             header.settings.extra = agentOptions.extra;
+            if (quick)
+                header.settings.extra["protocol"] = "quick";
             if (!shapesText.empty())
                 header.settings.extra["tuning_shapes"] = shapesText;
             header.createdMs = nowMs();
@@ -351,6 +365,7 @@ namespace {
         options.cache = db.get();
         options.budgetOverride = budget;
         options.evaluate.heldOutShapes = !a.has("no-held-out");
+        options.measurementProtocol = quick ? "quick" : "";
         try {
             options.compileThreads = std::stoi(a.optionOr("compile-threads", "4"));
             options.pipelineDepth = std::stoi(a.optionOr("pipeline", "4"));
@@ -437,7 +452,8 @@ namespace {
         "kloop run --problem NAME|DIR --agent SPEC --session DIR [--budget N] [--minutes M]\n"
         "          [--converge N] [--objective NAME] [--shapes \"T=16,H=8192;T=4096,H=8192@3\"] [--seed N]\n"
         "          [--tuning-db FILE | --no-tuning-db] [--no-held-out] [--compile-threads N] [--pipeline N]\n"
-        "          [--arch sm_90a] [--auto-approve] [--llm-settings FILE] [--llm-model M] [--llm-base-url URL] "
+        "          [--arch sm_90a] [--quick] [--auto-approve] [--llm-settings FILE] [--llm-model M] [--llm-base-url "
+        "URL] "
         "[--json]\n"
         "SPEC: tuner:<strategy>, llm:<provider> or llm:<provider>+tuner:<strategy> (default tuner:bayes).\n"
         "kloop run --resume DIR [--budget N] [--minutes M] [--json]\n\n"
@@ -451,7 +467,7 @@ namespace {
         "resumes. --json prints one JSON "
         "object per event\nand a final {\"summary\": ...}. Exit codes: 0 finished or stopped, 1 failure (no GPU, "
         "evaluator failure),\n2 usage.",
-        { "json", "no-tuning-db", "no-held-out", "auto-approve" }, &runGuarded } };
+        { "json", "no-tuning-db", "no-held-out", "auto-approve", "quick" }, &runGuarded } };
 
 } // namespace
 } // namespace kl::cli

@@ -35,6 +35,8 @@ std::string MeasurementKey::canonical() const
     j["device"] = device;
     j["driver"] = driver;
     j["cuda"] = cuda;
+    if (!protocol.empty())
+        j["protocol"] = protocol; // absent by default, so default-protocol digests never change
     return j.dump(); // nlohmann orders object keys, so the text is stable
 }
 
@@ -52,10 +54,12 @@ std::string MeasurementKey::shapesDigest() const
     j["device"] = device;
     j["driver"] = driver;
     j["cuda"] = cuda;
+    if (!protocol.empty())
+        j["protocol"] = protocol;
     return sha256Hex(j.dump());
 }
 
-MeasurementKey measurementKeyFor(const Candidate& c, const Problem& p, const DeviceInfo& d)
+MeasurementKey measurementKeyFor(const Candidate& c, const Problem& p, const DeviceInfo& d, const std::string& protocol)
 {
     MeasurementKey k;
     k.problem = p.name;
@@ -65,6 +69,7 @@ MeasurementKey measurementKeyFor(const Candidate& c, const Problem& p, const Dev
     k.device = d.name + " " + d.arch;
     k.driver = d.driverVersion;
     k.cuda = d.cudaDriverApi + "/" + d.cudaRuntime + "/nvrtc " + d.nvrtcVersion;
+    k.protocol = protocol;
     return k;
 }
 

@@ -20,13 +20,15 @@ struct MeasurementKey {
     std::string device; // name and architecture
     std::string driver;
     std::string cuda; // driver API, runtime and NVRTC versions
+    std::string protocol; // a non-default measurement protocol (e.g. "quick"); empty: the default
 
     std::string canonical() const; // stable JSON text
     std::string digest() const; // sha256 of canonical()
     std::string shapesDigest() const; // groups the records of one (source, shapes, device, versions) space
 };
 
-MeasurementKey measurementKeyFor(const Candidate& c, const Problem& p, const DeviceInfo& d);
+MeasurementKey measurementKeyFor(
+    const Candidate& c, const Problem& p, const DeviceInfo& d, const std::string& protocol = {});
 
 class MeasurementCache {
 public:

@@ -130,7 +130,8 @@ void ResearchLoop::restoreFromStore()
             continue;
         const auto it = s.evaluations.find(id);
         const Candidate& c = s.tree.at(id);
-        m_measured[measurementKeyFor(c, m_evaluator.problem(), m_evaluator.device()).digest()]
+        m_measured[measurementKeyFor(c, m_evaluator.problem(), m_evaluator.device(), m_options.measurementProtocol)
+                       .digest()]
             = rawFromRecorded(it->second);
         ++since;
         if (c.status == CandidateStatus::Accepted && it->second.objective > 0) {
@@ -354,7 +355,7 @@ void ResearchLoop::recordDecided(Candidate c, Evaluation raw, bool measured)
 void ResearchLoop::enqueue(Candidate c)
 {
     const Problem& problem = m_evaluator.problem();
-    const MeasurementKey key = measurementKeyFor(c, problem, m_evaluator.device());
+    const MeasurementKey key = measurementKeyFor(c, problem, m_evaluator.device(), m_options.measurementProtocol);
     const std::string digest = key.digest();
     if (auto it = m_measured.find(digest); it != m_measured.end()) {
         ++m_result.reusedThisRun;
@@ -493,7 +494,8 @@ void ResearchLoop::handle(Message& m)
     } else {
         emitStep(EventKind::CandidateCompiled, m.id, { { "report", compileSummary(m.evaluation.compile) } });
     }
-    const MeasurementKey key = measurementKeyFor(m.candidate, m_evaluator.problem(), m_evaluator.device());
+    const MeasurementKey key
+        = measurementKeyFor(m.candidate, m_evaluator.problem(), m_evaluator.device(), m_options.measurementProtocol);
     m_measured[key.digest()] = m.evaluation;
     if (m_options.cache) {
         try {

@@ -33,6 +33,7 @@ struct LoopOptions {
     EvaluateOptions evaluate;
     MeasurementCache* cache = nullptr; // the tuning database; nullptr: only this session's records are reused
     std::optional<Budget> budgetOverride; // e.g. a larger budget given when resuming; else the session's
+    std::string measurementProtocol; // non-empty when the evaluator measures in a non-default way (tuning-db key)
 };
 
 struct LoopResult {

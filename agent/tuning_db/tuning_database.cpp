@@ -31,8 +31,11 @@ namespace {
         nlohmann::json params = nlohmann::json::object();
         for (const auto& [n, v] : k.params)
             params[n] = v;
-        return { { "problem", k.problem }, { "source", k.sourceHash }, { "params", params }, { "shapes", shapes },
-            { "device", k.device }, { "driver", k.driver }, { "cuda", k.cuda } };
+        nlohmann::json j = { { "problem", k.problem }, { "source", k.sourceHash }, { "params", params },
+            { "shapes", shapes }, { "device", k.device }, { "driver", k.driver }, { "cuda", k.cuda } };
+        if (!k.protocol.empty())
+            j["protocol"] = k.protocol;
+        return j;
     }
 
     MeasurementKey keyFromJson(const nlohmann::json& j, const std::string& where)
@@ -57,6 +60,7 @@ namespace {
         k.device = string(j, "device", where);
         k.driver = stringOr(j, "driver", "", where);
         k.cuda = stringOr(j, "cuda", "", where);
+        k.protocol = stringOr(j, "protocol", "", where);
         return k;
     }
 

@@ -22,7 +22,7 @@ rc=0
 export KL_WORKER=${KL_WORKER:-$BUILD/kernels/kloop-worker}
 
 echo "== sweep: rmsnorm exhaustive at T=4096,H=8192 (at most $SWEEP_MIN min)"
-"$KLOOP" run --problem rmsnorm --agent tuner:exhaustive --shapes "T=4096,H=8192" --no-held-out \
+"$KLOOP" run --problem rmsnorm --agent tuner:exhaustive --shapes "T=4096,H=8192" --no-held-out --quick \
     --minutes "$SWEEP_MIN" --session "$OUT/sessions/sweep-rmsnorm" --tuning-db "$DB" --json \
     >"$OUT/sweep-rmsnorm.jsonl" 2>"$OUT/sweep-rmsnorm.err" || rc=1
 tail -n 1 "$OUT/sweep-rmsnorm.jsonl"; tail -n 3 "$OUT/sweep-rmsnorm.err"

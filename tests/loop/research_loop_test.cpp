@@ -199,7 +199,9 @@ TEST(ResearchLoop, StopsWhenConverged)
     ResearchLoop loop(*f.store, f.evaluator, agent, sequentialOptions());
     const LoopResult r = loop.run();
     EXPECT_EQ(r.reason, "converged: no accepted improvement in 3 evaluations");
-    EXPECT_EQ(recorded(f.store->session()), 4);
+    // The candidate already on the device when the window closes finishes and is recorded too.
+    EXPECT_GE(recorded(f.store->session()), 4);
+    EXPECT_LE(recorded(f.store->session()), 5);
 }
 
 TEST(ResearchLoop, StopsOnWallTime)
@@ -296,9 +298,18 @@ TEST(ResearchLoop, ResumeAfterKillMeasuresNothingTwice)
     ScriptedAgentForTests agent(script);
     // kill -9 at an arbitrary instant = a copy of the directory taken while the loop runs: candidates are
     // proposed and compiling, one is on the device, some are recorded.
+    std::atomic<int> decided { 0 };
+    f.store->bus().subscribe([&](const Event& e) {
+        if (e.kind == EventKind::CandidateAccepted || e.kind == EventKind::CandidateRejected)
+            ++decided;
+    });
     f.evaluator.onEvaluate = [&](int n, const Candidate&) {
-        if (n == 6)
-            std::filesystem::copy(f.dir, snapshot, std::filesystem::copy_options::recursive);
+        if (n != 6)
+            return;
+        // The device can run ahead of recording; let a few results land so the snapshot has some of each.
+        for (int i = 0; i < 1000 && decided.load() < 3; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        std::filesystem::copy(f.dir, snapshot, std::filesystem::copy_options::recursive);
     };
     LoopOptions o;
     o.pipelineDepth = 3;
@@ -318,7 +329,7 @@ TEST(ResearchLoop, ResumeAfterKillMeasuresNothingTwice)
             ++unfinished;
     }
     // Evaluation 6 was on the device; up to five were recorded (recording may trail the device).
-    ASSERT_GE(recordedBefore.size(), 1u);
+    ASSERT_GE(recordedBefore.size(), 3u);
     ASSERT_LE(recordedBefore.size(), 5u);
     ASSERT_GE(unfinished, 1);
 

@@ -57,6 +57,9 @@ TEST(TuningDatabase, KeyCoversSourceParamsShapesDeviceAndVersions)
     p = ev.problem();
     p.tuningShapes[0].weight = 10; // weights change the objective, not the measurement
     EXPECT_EQ(measurementKeyFor(c, p, ev.device()).digest(), base);
+    // A lighter measurement protocol (kloop run --quick) is keyed apart: a full run never reuses it.
+    EXPECT_NE(measurementKeyFor(c, ev.problem(), ev.device(), "quick").digest(), base);
+    EXPECT_EQ(measurementKeyFor(c, ev.problem(), ev.device(), "").digest(), base);
 }
 
 TEST(TuningDatabase, RecordsSurviveReopenAndATornLastLine)
@@ -67,6 +70,10 @@ TEST(TuningDatabase, RecordsSurviveReopenAndATornLastLine)
         auto db = TuningDatabase::open(file);
         db->record(keyFor(128, 2), measured(128, 2));
         db->record(keyFor(256, 4), measured(256, 4));
+        MeasurementKey quick = keyFor(512, 8);
+        quick.protocol = "quick";
+        db->record(quick, measured(512, 8));
+        EXPECT_FALSE(db->find(keyFor(512, 8)));
         EXPECT_TRUE(db->find(keyFor(128, 2)));
         EXPECT_FALSE(db->find(keyFor(64, 1)));
     }
@@ -78,13 +85,16 @@ TEST(TuningDatabase, RecordsSurviveReopenAndATornLastLine)
     auto db = TuningDatabase::open(file, &warnings);
     ASSERT_EQ(warnings.size(), 1u);
     EXPECT_NE(warnings[0].find("torn last line"), std::string::npos);
-    EXPECT_EQ(db->size(), 2u);
+    EXPECT_EQ(db->size(), 3u);
+    MeasurementKey quickAgain = keyFor(512, 8);
+    quickAgain.protocol = "quick";
+    EXPECT_TRUE(db->find(quickAgain)); // the protocol survives the file
     const auto e = db->find(keyFor(256, 4));
     ASSERT_TRUE(e);
     EXPECT_NEAR(e->shapes.at(0).timing->medianUs, measured(256, 4).shapes.at(0).timing->medianUs, 1e-9);
     db->record(keyFor(64, 1), measured(64, 1)); // appends cleanly after the torn line
     db.reset();
-    EXPECT_EQ(TuningDatabase::open(file)->size(), 3u);
+    EXPECT_EQ(TuningDatabase::open(file)->size(), 4u);
     std::filesystem::remove_all(dir);
 }
 
