@@ -32,6 +32,7 @@ struct OpenedSession {
     QString displayName;
     bool writable = false;
     bool replaying = false;
+    bool following = false; // another process (kloop run) writes it; new journal lines are applied live
     QStringList warnings; // e.g. a torn last journal line
     std::optional<kl::Problem> problem; // when its folder could be found
     std::size_t eventCount = 0;

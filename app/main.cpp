@@ -98,6 +98,8 @@ int main(int argc, char** argv)
     QCommandLineOption replay(QStringLiteral("replay"), QStringLiteral("Replay the session with its recorded timing."));
     QCommandLineOption speed(QStringLiteral("speed"), QStringLiteral("Replay speed factor (0: as fast as possible)."),
                              QStringLiteral("factor"), QStringLiteral("2"));
+    QCommandLineOption follow(QStringLiteral("follow"),
+                              QStringLiteral("Follow a session that kloop run is writing (read-only, live)."));
     QCommandLineOption readOnly(QStringLiteral("read-only"), QStringLiteral("Open the session without writing to it."));
     QCommandLineOption trace(QStringLiteral("trace"), QStringLiteral("Open a trace in the timeline."),
                              QStringLiteral("file"));
@@ -108,7 +110,7 @@ int main(int argc, char** argv)
                                 QStringLiteral("name"), QStringLiteral("system"));
     QCommandLineOption startPage(QStringLiteral("start-page"),
                                  QStringLiteral("Show the start page instead of the bundled session."));
-    parser.addOptions({replay, speed, readOnly, trace, shots, themeOpt, startPage});
+    parser.addOptions({replay, speed, follow, readOnly, trace, shots, themeOpt, startPage});
     parser.process(app);
 
     kl::app::applyTheme(app, kl::app::themeChoiceFromString(parser.value(themeOpt)));
@@ -137,6 +139,8 @@ int main(int argc, char** argv)
         kl::app::OpenMode mode = kl::app::OpenMode::Writable;
         if (parser.isSet(replay))
             mode = kl::app::OpenMode::Replay;
+        else if (parser.isSet(follow))
+            mode = kl::app::OpenMode::Follow;
         else if (parser.isSet(readOnly) || !QFileInfo(session).isWritable())
             mode = kl::app::OpenMode::Load;
         window.openSession(session, mode, parser.value(speed).toDouble());

@@ -22,7 +22,11 @@
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDir>
+#include <QDateTime>
 #include <QDockWidget>
+#include <QElapsedTimer>
+#include <QProcess>
+#include <QStandardPaths>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QLabel>
@@ -240,13 +244,7 @@ MainWindow::MainWindow(QWidget* parent)
     });
     connect(m_start, &StartPage::recentSessionActivated, this,
             [this](const QString& dir) { openSession(dir, OpenMode::Writable); });
-    connect(m_start, &StartPage::newSessionRequested, this, [this](const QString& problem) {
-        QMessageBox::information(
-            this, tr("New session"),
-            tr("New sessions run where the GPU is. On the GPU host run:\n\n  kloop run %1 --session DIR\n\n"
-               "then open DIR here to follow it live, review diffs and send hypotheses.")
-                .arg(problem));
-    });
+    connect(m_start, &StartPage::newSessionRequested, this, &MainWindow::startLocalRun);
     m_start->setRecentSessions(QSettings().value(QStringLiteral("recentSessions")).toStringList());
     m_start->setDemoAvailable(!demoSessionDir().isEmpty());
 
@@ -289,6 +287,8 @@ void MainWindow::createActions()
         else
             showMessage(tr("This build has no bundled session"));
     });
+    file->addAction(tr("&Follow Running Session…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_F), this,
+                    [this]() { openSessionDialog(OpenMode::Follow); });
     file->addAction(tr("Open &Trace…"), QKeySequence(Qt::CTRL | Qt::Key_T), this, &MainWindow::openTraceDialog);
     file->addSeparator();
     file->addAction(tr("&Export Selected Candidate…"), QKeySequence(Qt::CTRL | Qt::Key_E), this, [this]() {
@@ -549,6 +549,8 @@ void MainWindow::updateStatusBar()
                      .arg(m_controller->eventsApplied())
                      .arg(info.eventCount)
                      .arg(speed, m_controller->isPaused() ? tr(" · paused (F8)") : QString());
+    } else if (info.following) {
+        worker = tr("%1 · following the running session (kloop run writes it; read-only here)").arg(info.displayName);
     } else if (info.writable) {
         worker = tr("%1 · live (writable): decisions and hypotheses are recorded").arg(info.displayName);
     } else {
@@ -608,12 +610,65 @@ void MainWindow::showMessage(const QString& text, int timeoutMs)
 void MainWindow::openSessionDialog(OpenMode mode)
 {
     const QString dir = QFileDialog::getExistingDirectory(
-        this, mode == OpenMode::Replay ? tr("Replay session directory") : tr("Open session directory"));
+        this, mode == OpenMode::Replay   ? tr("Replay session directory")
+              : mode == OpenMode::Follow ? tr("Follow a session that kloop run is writing")
+                                         : tr("Open session directory"));
     if (dir.isEmpty())
         return;
     if (mode == OpenMode::Writable && !QFileInfo(dir).isWritable())
         mode = OpenMode::Load;
     openSession(dir, mode, mode == OpenMode::Replay ? 4.0 : 1.0);
+}
+
+QString MainWindow::kloopExecutable()
+{
+    const QDir appDir(QCoreApplication::applicationDirPath());
+    for (const QString& candidate : {appDir.filePath(QStringLiteral("kloop")), appDir.filePath(QStringLiteral("../cli/kloop"))}) {
+        if (QFileInfo(candidate).isExecutable())
+            return QFileInfo(candidate).absoluteFilePath();
+    }
+    return QStandardPaths::findExecutable(QStringLiteral("kloop"));
+}
+
+void MainWindow::startLocalRun(const QString& problem)
+{
+    const QString kloop = kloopExecutable();
+    if (!StartPage::localGpuPresent() || kloop.isEmpty()) {
+        QMessageBox::information(
+            this, tr("New session"),
+            tr("New sessions run where the GPU is%1. On the GPU host run:\n\n"
+               "  kloop run --problem %2 --agent tuner:bayes --session DIR\n\n"
+               "then open DIR here (File → Follow Running Session) to watch it live.")
+                .arg(kloop.isEmpty() ? tr(" (and kloop was not found next to kernelloop)") : QString(), problem));
+        return;
+    }
+    const QString root = QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation)).filePath(QStringLiteral("sessions"));
+    const QString dir = QDir(root).filePath(
+        QStringLiteral("%1-%2").arg(problem, QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"))));
+    QDir().mkpath(root);
+    // The loop runs in its own process (the CLI): it owns the GPU and the journal; the workbench follows it.
+    const QStringList args = {QStringLiteral("run"), QStringLiteral("--problem"), problem, QStringLiteral("--agent"),
+                              QStringLiteral("tuner:bayes"), QStringLiteral("--session"), dir};
+    if (!QProcess::startDetached(kloop, args)) {
+        showMessage(tr("Could not start %1").arg(kloop), 10000);
+        return;
+    }
+    showMessage(tr("Started kloop run for %1 in %2").arg(problem, QDir::toNativeSeparators(dir)));
+    auto* wait = new QTimer(this);
+    auto* clock = new QElapsedTimer;
+    clock->start();
+    connect(wait, &QTimer::timeout, this, [this, wait, clock, dir]() {
+        if (QFileInfo::exists(QDir(dir).filePath(QStringLiteral("journal.jsonl")))) {
+            openSession(dir, OpenMode::Follow);
+        } else if (clock->elapsed() < 60000) {
+            return;
+        } else {
+            showMessage(tr("kloop run did not create %1 within a minute; see its output").arg(dir), 10000);
+        }
+        wait->deleteLater();
+        delete clock;
+    });
+    wait->start(200);
 }
 
 void MainWindow::openTraceDialog()

@@ -70,6 +70,8 @@ private:
     void openTraceDialog();
     void exportDialog(const QString& id);
     void addRecent(const QString& directory);
+    void startLocalRun(const QString& problem);
+    static QString kloopExecutable();
 
     SessionController* m_controller;
     QStackedWidget* m_stack;

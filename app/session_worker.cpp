@@ -5,6 +5,7 @@
 
 #include <QCoreApplication>
 #include <QDir>
+#include <QFile>
 #include <QFileInfo>
 #include <QPointer>
 
@@ -80,7 +81,10 @@ SessionWorker::SessionWorker(QObject* parent)
     : QObject(parent)
     , m_timer(new QTimer(this))
     , m_publishTimer(new QTimer(this))
+    , m_followTimer(new QTimer(this))
 {
+    m_followTimer->setInterval(kFollowPollMs);
+    connect(m_followTimer, &QTimer::timeout, this, &SessionWorker::pollJournal);
     m_timer->setSingleShot(true);
     connect(m_timer, &QTimer::timeout, this, &SessionWorker::step);
     m_publishTimer->setSingleShot(true);
@@ -100,6 +104,9 @@ void SessionWorker::close()
     ++m_generation;
     m_timer->stop();
     m_publishTimer->stop();
+    m_followTimer->stop();
+    m_journalOffset = 0;
+    m_lastSeq = 0;
     if (m_store && m_busToken)
         m_store->bus().unsubscribe(m_busToken);
     m_busToken = 0;
@@ -140,6 +147,7 @@ void SessionWorker::open(const QString& directory, OpenMode mode, double speed, 
         info.warnings << QString::fromStdString(w);
     info.writable = m_store != nullptr;
     info.replaying = mode == OpenMode::Replay;
+    info.following = mode == OpenMode::Follow;
     info.problem = findProblem(full, directory);
     info.eventCount = events.size();
     emit opened(info);
@@ -159,6 +167,23 @@ void SessionWorker::open(const QString& directory, OpenMode mode, double speed, 
         });
     }
 
+    if (mode == OpenMode::Follow) {
+        // Start after the lines already applied: skip as many complete lines as events were loaded.
+        m_journalPath = QDir(directory).filePath(QStringLiteral("journal.jsonl"));
+        QFile journal(m_journalPath);
+        if (journal.open(QIODevice::ReadOnly)) {
+            std::size_t lines = 0;
+            while (lines < events.size() && !journal.atEnd()) {
+                const QByteArray line = journal.readLine();
+                if (!line.endsWith('\n'))
+                    break;
+                m_journalOffset += line.size();
+                ++lines;
+            }
+        }
+        m_lastSeq = events.empty() ? 0 : events.back().seq;
+        m_followTimer->start();
+    }
     if (mode != OpenMode::Replay) {
         m_session = std::move(full);
         m_events = std::move(events);
@@ -277,6 +302,36 @@ void SessionWorker::onLiveEvent(const kl::Event& e)
         return;
     }
     publish(false);
+}
+
+void SessionWorker::pollJournal()
+{
+    QFile journal(m_journalPath);
+    if (!journal.open(QIODevice::ReadOnly) || journal.size() <= m_journalOffset)
+        return;
+    journal.seek(m_journalOffset);
+    while (!journal.atEnd()) {
+        const QByteArray line = journal.readLine();
+        if (!line.endsWith('\n'))
+            break; // the writer is mid-line: read it whole next time
+        m_journalOffset += line.size();
+        try {
+            const kl::Event e = kl::eventFromJson(nlohmann::json::parse(line.constData(), line.constData() + line.size()));
+            if (e.seq <= m_lastSeq)
+                continue;
+            m_lastSeq = e.seq;
+            kl::applyEvent(m_session, e);
+            m_unpublished.push_back(e);
+            m_dirty = true;
+        } catch (const std::exception& ex) {
+            emit failed(tr("%1: a new journal line could not be applied (%2); following stopped")
+                            .arg(m_journalPath, describe(ex)));
+            m_followTimer->stop();
+            break;
+        }
+    }
+    if (m_dirty)
+        publish(false);
 }
 
 void SessionWorker::publish(bool finished)

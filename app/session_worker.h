@@ -17,6 +17,7 @@ enum class OpenMode {
     Load, // read-only, everything applied at once
     Replay, // read-only, the journal re-emitted with its recorded timing
     Writable, // SessionStore::open: reviews and hypotheses are appended to the journal
+    Follow, // read-only, and new journal lines written by another process (kloop run) are applied as they land
 };
 
 class SessionWorker : public QObject {
@@ -50,6 +51,7 @@ private:
     void publish(bool finished);
     void scheduleNext();
     void resetClock();
+    void pollJournal();
 
     std::unique_ptr<kl::SessionStore> m_store;
     std::uint64_t m_busToken = 0;
@@ -69,6 +71,13 @@ private:
     QTimer* m_timer = nullptr; // replay: when the next event is due
     QTimer* m_publishTimer = nullptr; // live: a deferred snapshot after a burst of events
     std::uint64_t m_generation = 0; // bumps on open/close so stale queued live events are dropped
+    QTimer* m_followTimer = nullptr;
+    QString m_journalPath;
+    qint64 m_journalOffset = 0; // bytes of the journal already applied (complete lines only)
+    std::uint64_t m_lastSeq = 0;
+
+public:
+    static constexpr int kFollowPollMs = 250;
 };
 
 // Finds the problem of a session: an absolute folder, relative to the session, or in a catalogue.

@@ -371,3 +371,41 @@ TEST(MainWindow, DISABLED_WriteFixture)
     std::filesystem::create_directories(dir / "traces");
     kl::test::writeChromeTrace(dir / "traces" / "decode.json", 40);
 }
+
+TEST(MainWindow, FollowsASessionThatAnotherWriterExtends)
+{
+    QTemporaryDir tmp;
+    const auto dir = freshSession(tmp);
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Follow));
+    EXPECT_FALSE(w.controller()->isWritable());
+    EXPECT_TRUE(w.statusText().contains(QStringLiteral("following")));
+    const int before = static_cast<int>(w.controller()->session()->tree.size());
+
+    // Another writer (kloop run in real use) appends: a proposal, its evaluation, a torn half line.
+    {
+        auto store = kl::SessionStore::open(dir);
+        kl::Candidate c;
+        c.source = kl::test::kernelSource(1024, 8, false);
+        c.params = {{"BLOCK", 1024}, {"VEC", 8}};
+        c.parentId = "c0001";
+        c.author = kl::Author::Tuner;
+        store->proposeCandidate(c);
+        store->setStatus("c0010", kl::CandidateStatus::Compiling);
+    }
+    ASSERT_TRUE(waitUntil([&]() { return w.candidatePanel()->model()->indexOf(QStringLiteral("c0010")).isValid(); }));
+    EXPECT_EQ(static_cast<int>(w.controller()->session()->tree.size()), before + 1);
+    const QModelIndex status = w.candidatePanel()->model()->indexOf(QStringLiteral("c0010"), CandidateTreeModel::StatusColumn);
+    ASSERT_TRUE(waitUntil([&]() { return status.data().toString() == QStringLiteral("compiling"); }));
+
+    // A line still being written is not applied until it is complete.
+    {
+        QFile journal(QString::fromStdString((dir / "journal.jsonl").string()));
+        ASSERT_TRUE(journal.open(QIODevice::Append));
+        journal.write("{\"seq\": 999, \"kind\": \"note\"");
+    }
+    QTest::qWait(3 * SessionWorker::kFollowPollMs);
+    EXPECT_TRUE(w.controller()->isOpen());
+    EXPECT_EQ(static_cast<int>(w.controller()->session()->tree.size()), before + 1);
+}
