@@ -397,9 +397,17 @@ SessionSettings settingsFromJson(const Json& j, const std::string& where)
 
 Json toJson(const TimingStats& t)
 {
-    return {{"median_us", t.medianUs}, {"p10_us", t.p10Us},     {"p90_us", t.p90Us},
-            {"ci_low_us", t.ciLowUs},  {"ci_high_us", t.ciHighUs}, {"samples", t.samples},
-            {"graph_mode", t.graphMode}, {"launches_per_sample", t.launchesPerSample}};
+    return {{"median_us", t.medianUs},
+            {"p10_us", t.p10Us},
+            {"p90_us", t.p90Us},
+            {"ci_low_us", t.ciLowUs},
+            {"ci_high_us", t.ciHighUs},
+            {"samples", t.samples},
+            {"graph_mode", t.graphMode},
+            {"launches_per_sample", t.launchesPerSample},
+            {"input_sets", t.inputSets},
+            {"throttled", t.throttled},
+            {"device", toJson(t.device)}};
 }
 
 TimingStats timingFromJson(const Json& j, const std::string& where)
@@ -413,6 +421,10 @@ TimingStats timingFromJson(const Json& j, const std::string& where)
     t.samples = static_cast<int>(integerOr(j, "samples", 0, where, 0, 100000000));
     t.graphMode = booleanOr(j, "graph_mode", false, where);
     t.launchesPerSample = static_cast<int>(integerOr(j, "launches_per_sample", 1, where, 1, 100000000));
+    t.inputSets = static_cast<int>(integerOr(j, "input_sets", 0, where, 0, 100000000));
+    t.throttled = booleanOr(j, "throttled", false, where);
+    if (j.contains("device"))
+        t.device = deviceSampleFromJson(j.at("device"), where + ".device");
     return t;
 }
 

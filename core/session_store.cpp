@@ -197,14 +197,14 @@ std::string readFile(const fs::path& path, std::size_t maxBytes)
     return data;
 }
 
-void applyEvent(Session& s, const Event& e)
+std::function<void(Session&)> prepareEvent(const Session& s, const Event& e)
 {
     const std::string where = "event " + std::to_string(e.seq) + " (" + eventKindName(e.kind) + ")";
-    auto requireCandidate = [&]() -> Candidate& {
+    auto requireCandidate = [&]() {
         if (!s.tree.contains(e.candidateId))
             throw InputError(where + ": unknown candidate '" + e.candidateId + "'");
-        return s.tree.at(e.candidateId);
     };
+    const CandidateId id = e.candidateId;
     switch (e.kind) {
     case EventKind::SessionCreated:
     case EventKind::SessionState:
@@ -213,59 +213,65 @@ void applyEvent(Session& s, const Event& e)
     case EventKind::CandidateCompiled:
     case EventKind::CandidateVerified:
     case EventKind::CandidateTimed:
-        if (e.kind == EventKind::CandidateCompiled && s.tree.contains(e.candidateId) && e.data.is_object()
-            && e.data.contains("compile")) {
-            // Compile reports arrive ahead of the evaluation; keep them so a crash mid-verify keeps the report.
-            auto& ev = s.evaluations[e.candidateId];
-            ev.candidateId = e.candidateId;
-        }
-        break;
+    case EventKind::BestChanged:
+        return [](Session&) {};
     case EventKind::HypothesisAdded: {
         Hypothesis h = hypothesisFromJson(e.data, where + ".data");
-        s.hypotheses[h.id] = h;
-        break;
+        return [h = std::move(h)](Session& t) { t.hypotheses[h.id] = h; };
     }
     case EventKind::CandidateProposed: {
         Candidate c = candidateFromJson(e.data, where + ".data");
-        s.tree.add(std::move(c));
-        break;
+        if (s.tree.contains(c.id))
+            throw InputError(where + ": duplicate candidate id '" + c.id + "'");
+        if (!c.parentId.empty() && !s.tree.contains(c.parentId))
+            throw InputError(where + ": candidate '" + c.id + "' names unknown parent '" + c.parentId + "'");
+        return [c = std::move(c)](Session& t) mutable { t.tree.add(std::move(c)); };
     }
     case EventKind::CandidateStatus: {
-        Candidate& c = requireCandidate();
-        c.status = statusFromName(jsonfield::string(e.data, "status", where + ".data"));
-        c.statusReason = jsonfield::stringOr(e.data, "reason", "", where + ".data");
-        break;
+        requireCandidate();
+        const CandidateStatus status = statusFromName(jsonfield::string(e.data, "status", where + ".data"));
+        std::string reason = jsonfield::stringOr(e.data, "reason", "", where + ".data");
+        return [id, status, reason = std::move(reason)](Session& t) {
+            Candidate& c = t.tree.at(id);
+            c.status = status;
+            c.statusReason = reason;
+        };
     }
     case EventKind::CandidateAccepted:
     case EventKind::CandidateRejected: {
-        Candidate& c = requireCandidate();
+        requireCandidate();
         Evaluation ev = evaluationFromJson(jsonfield::require(e.data, "evaluation", where + ".data"),
                                            where + ".data.evaluation");
-        c.status = statusFromName(jsonfield::string(e.data, "status", where + ".data"));
-        c.statusReason = jsonfield::stringOr(e.data, "reason", "", where + ".data");
-        s.evaluations[c.id] = std::move(ev);
-        break;
+        const CandidateStatus status = statusFromName(jsonfield::string(e.data, "status", where + ".data"));
+        std::string reason = jsonfield::stringOr(e.data, "reason", "", where + ".data");
+        return [id, status, reason = std::move(reason), ev = std::move(ev)](Session& t) mutable {
+            Candidate& c = t.tree.at(id);
+            c.status = status;
+            c.statusReason = reason;
+            t.evaluations[id] = std::move(ev);
+        };
     }
     case EventKind::ReviewDecided: {
         ReviewDecision r = reviewFromJson(e.data, where + ".data");
         if (!s.tree.contains(r.candidateId))
             throw InputError(where + ": review of unknown candidate '" + r.candidateId + "'");
-        s.reviews.push_back(r);
-        Candidate& c = s.tree.at(r.candidateId);
-        if (c.status == CandidateStatus::PendingReview) {
-            c.status = r.approved ? CandidateStatus::Approved : CandidateStatus::Rejected;
-            c.statusReason = r.approved ? "approved by the engineer" : "rejected by the engineer: " + r.reason;
-        }
-        break;
+        return [r = std::move(r)](Session& t) {
+            t.reviews.push_back(r);
+            Candidate& c = t.tree.at(r.candidateId);
+            if (c.status == CandidateStatus::PendingReview) {
+                c.status = r.approved ? CandidateStatus::Approved : CandidateStatus::Rejected;
+                c.statusReason = r.approved ? "approved by the engineer" : "rejected by the engineer: " + r.reason;
+            }
+        };
     }
     case EventKind::HeadMoved:
         requireCandidate();
-        s.tree.setHead(e.candidateId);
-        break;
-    case EventKind::BestChanged:
-        break;
+        return [id](Session& t) { t.tree.setHead(id); };
     }
+    throw InputError(where + ": unhandled event kind");
 }
+
+void applyEvent(Session& s, const Event& e) { prepareEvent(s, e)(s); }
 
 SessionStore::SessionStore(fs::path dir, Session s) : m_dir(std::move(dir)), m_session(std::move(s)) {}
 
@@ -411,14 +417,13 @@ Event SessionStore::appendLocked(Event e)
     if (e.timeMs == 0)
         e.timeMs = nowMs();
     redactSecrets(e.data);
-    // Apply first on a copy so an invalid event never reaches the journal.
-    Session next = m_session;
-    applyEvent(next, e);
+    // Validate before writing, so an invalid event never reaches the journal; apply only after the fsync.
+    auto commit = prepareEvent(m_session, e);
     const std::string line = eventToJson(e).dump() + "\n";
     writeAll(m_journalFd, line.data(), line.size(), kJournalFile);
     if (::fdatasync(m_journalFd) != 0)
         throwErrno("fsync journal");
-    m_session = std::move(next);
+    commit(m_session);
     m_events.push_back(e);
     return e;
 }

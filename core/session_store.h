@@ -14,6 +14,7 @@
 #include "core/session.h"
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -72,7 +73,10 @@ private:
 };
 
 // Applies one event to a session in memory (used by load and by live replay in the GUI).
+// Throws InputError, leaving the session untouched, when the event does not fit it.
 void applyEvent(Session& s, const Event& e);
+// The same in two steps: validate and parse now (throws), change the session later (does not throw).
+std::function<void(Session&)> prepareEvent(const Session& s, const Event& e);
 
 // Atomic file write: temp file in the same directory, fsync, rename, fsync directory.
 void writeFileAtomic(const std::filesystem::path& path, const std::string& content);

@@ -22,7 +22,8 @@ std::string errorText(const CorrectnessStats& c)
 
 std::string where(const ShapeResult& s, const CorrectnessStats& c)
 {
-    return s.shape.label() + (s.heldOut ? " (held out)" : "")
+    // Reasons reach agents' prompts; a held-out shape's dims stay in the evaluation record only.
+    return (s.heldOut ? std::string("a held-out shape") : s.shape.label())
         + (c.distribution.empty() ? "" : " [" + c.distribution + "]");
 }
 

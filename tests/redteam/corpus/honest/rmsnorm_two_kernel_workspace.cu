@@ -5,7 +5,7 @@
 // @kl:param BLOCK = 256 in [128, 256, 512]
 // @kl:workspace inv_rms bytes=T*4 init=poison
 // @kl:launch row_inv_rms grid=(T) block=(BLOCK) smem=0 args=(inv_rms, x, T, H, eps)
-// @kl:launch apply_norm grid=(ceil_div(H, BLOCK), T) block=(BLOCK) smem=0 args=(y, x, w, inv_rms, T, H)
+// @kl:launch apply_norm grid=(ceil_div(H, BLOCK), min(T, 65535)) block=(BLOCK) smem=0 args=(y, x, w, inv_rms, T, H)
 __global__ void row_inv_rms(float* inv_rms, const __nv_bfloat16* x, int T, int H, float eps)
 {
     __shared__ float partial[BLOCK];
@@ -29,8 +29,9 @@ __global__ void apply_norm(__nv_bfloat16* y, const __nv_bfloat16* x, const __nv_
                            int T, int H)
 {
     const int col = blockIdx.x * BLOCK + threadIdx.x;
-    const size_t row = blockIdx.y;
     if (col >= H)
         return;
-    y[row * H + col] = __float2bfloat16(__bfloat162float(x[row * H + col]) * inv_rms[row] * __bfloat162float(w[col]));
+    // grid.y is capped at 65535 by CUDA, so rows are strided.
+    for (size_t row = blockIdx.y; row < (size_t)T; row += gridDim.y)
+        y[row * H + col] = __float2bfloat16(__bfloat162float(x[row * H + col]) * inv_rms[row] * __bfloat162float(w[col]));
 }
