@@ -13,6 +13,9 @@
 #include <QScrollBar>
 #include <QShortcut>
 #include <QTextBrowser>
+#include <QTimer>
+
+#include <algorithm>
 #include <QVBoxLayout>
 
 namespace kl::app {
@@ -43,7 +46,10 @@ HypothesisConsole::HypothesisConsole(QWidget* parent)
     , m_agent(new QComboBox(this))
     , m_send(new QPushButton(tr("Send"), this))
     , m_transcript(new QTextBrowser(this))
+    , m_streamTimer(new QTimer(this))
 {
+    m_streamTimer->setInterval(30);
+    connect(m_streamTimer, &QTimer::timeout, this, &HypothesisConsole::streamSome);
     setObjectName(QStringLiteral("hypothesisConsole"));
     m_input->setObjectName(QStringLiteral("hypothesisInput"));
     m_input->setPlaceholderText(
@@ -108,11 +114,18 @@ void HypothesisConsole::clearTranscript()
 {
     m_transcript->clear();
     m_streaming = false;
+    m_pendingReply.clear();
+    m_streamTimer->stop();
 }
 
 QString HypothesisConsole::transcript() const
 {
-    return m_transcript->toPlainText();
+    return m_transcript->toPlainText() + m_pendingReply;
+}
+
+bool HypothesisConsole::isStreaming() const
+{
+    return !m_pendingReply.isEmpty();
 }
 
 void HypothesisConsole::appendEvents(const std::vector<kl::Event>& events)
@@ -139,34 +152,116 @@ void HypothesisConsole::appendEvents(const std::vector<kl::Event>& events)
         bar->setValue(bar->maximum());
 }
 
+void HypothesisConsole::streamSome()
+{
+    if (m_pendingReply.isEmpty()) {
+        m_streamTimer->stop();
+        return;
+    }
+    // Faster when a lot is queued, so the transcript never falls far behind the session.
+    const int n = std::max(24, static_cast<int>(m_pendingReply.size() / 20));
+    QTextCursor cursor(m_transcript->document());
+    cursor.movePosition(QTextCursor::End);
+    cursor.insertText(m_pendingReply.left(n));
+    m_pendingReply.remove(0, n);
+    QScrollBar* bar = m_transcript->verticalScrollBar();
+    bar->setValue(bar->maximum());
+}
+
 void HypothesisConsole::appendAgentMessage(const kl::Event& e)
 {
     const nlohmann::json& d = e.data;
-    const QString kind = stringField(d, "kind").isEmpty() ? stringField(d, "type") : stringField(d, "kind");
+    const Theme& t = theme();
+    const QString type = stringField(d, "type");
+    auto header = [&](const QString& text, const QColor& colour) {
+        if (!m_pendingReply.isEmpty()) {
+            // A new record arrived: finish the reply being revealed first.
+            QTextCursor c(m_transcript->document());
+            c.movePosition(QTextCursor::End);
+            c.insertText(m_pendingReply);
+            m_pendingReply.clear();
+        }
+        m_transcript->append(QStringLiteral("<span style='color:%1'>%2</span>").arg(colour.name(), text.toHtmlEscaped()));
+        m_streaming = false;
+    };
+    auto body = [&](const QString& text, bool stream) {
+        QTextCursor cursor(m_transcript->document());
+        cursor.movePosition(QTextCursor::End);
+        cursor.insertBlock();
+        cursor.setCharFormat(QTextCharFormat());
+        if (stream) {
+            m_pendingReply += text;
+            if (!m_streamTimer->isActive())
+                m_streamTimer->start();
+        } else {
+            cursor.insertText(text);
+        }
+    };
+
+    if (type == QLatin1String("llm.request")) {
+        QString what = tr("→ %1 asks %2").arg(stringField(d, "provider"), stringField(d, "model"));
+        if (!stringField(d, "hypothesis").isEmpty())
+            what += tr(" · hypothesis %1").arg(stringField(d, "hypothesis"));
+        if (!stringField(d, "base_candidate").isEmpty())
+            what += tr(" · from %1").arg(stringField(d, "base_candidate"));
+        header(what, t.mutedText);
+        return;
+    }
+    if (type == QLatin1String("llm.reply")) {
+        QString what = tr("← reply from %1").arg(stringField(d, "model"));
+        const auto usage = d.find("usage");
+        if (usage != d.end() && usage->is_object()) {
+            const auto in = usage->find("input_tokens");
+            const auto out = usage->find("output_tokens");
+            if (in != usage->end() && out != usage->end() && in->is_number() && out->is_number())
+                what += tr(" · %1 in / %2 out tokens").arg(in->get<double>()).arg(out->get<double>());
+        }
+        const auto ms = d.find("elapsed_ms");
+        if (ms != d.end() && ms->is_number())
+            what += tr(" · %1 s").arg(ms->get<double>() / 1000.0, 0, 'f', 1);
+        header(what, t.info);
+        body(stringField(d, "text"), true);
+        m_streaming = false;
+        return;
+    }
+    if (type == QLatin1String("llm.proposal")) {
+        header(tr("proposal (%1) from %2: %3")
+                   .arg(stringField(d, "form"), stringField(d, "base_candidate"), stringField(d, "note")),
+               t.accent);
+        return;
+    }
+    if (type == QLatin1String("llm.verdict")) {
+        header(tr("verdict on %1: %2").arg(stringField(d, "candidate"), QString::fromStdString(d.value("verdict", nlohmann::json()).dump())),
+               t.mutedText);
+        return;
+    }
+    if (type == QLatin1String("llm.error") || type == QLatin1String("llm.reply-rejected")) {
+        header(tr("%1: %2").arg(type, stringField(d, "message")), t.bad);
+        return;
+    }
+    if (type == QLatin1String("llm.retry")) {
+        header(tr("retrying (%1)").arg(stringField(d, "why")), t.warn);
+        return;
+    }
+
+    // Other agents' records: text, streamed pieces ("delta"), or the raw record.
+    const QString kind = stringField(d, "kind");
     const QString text = textOf(d);
     const bool isDelta = d.contains("delta") || kind == QLatin1String("delta") || kind == QLatin1String("chunk");
-    QTextCursor cursor(m_transcript->document());
-    cursor.movePosition(QTextCursor::End);
     if (isDelta && m_streaming) {
+        QTextCursor cursor(m_transcript->document());
+        cursor.movePosition(QTextCursor::End);
         cursor.insertText(text);
         return;
     }
     const QString who = stringField(d, "agent").isEmpty() ? stringField(d, "role") : stringField(d, "agent");
-    QString header = who.isEmpty() ? tr("agent") : who;
+    QString title = who.isEmpty() ? (type.isEmpty() ? tr("agent") : type) : who;
     if (!kind.isEmpty() && kind != QLatin1String("delta"))
-        header += QStringLiteral(" · ") + kind;
+        title += QStringLiteral(" · ") + kind;
     if (!e.candidateId.empty())
-        header += QStringLiteral(" · ") + QString::fromStdString(e.candidateId);
-    m_transcript->append(QStringLiteral("<span style='color:%1'>%2</span>")
-                             .arg(theme().info.name(), header.toHtmlEscaped()));
-    if (text.isEmpty()) {
-        m_transcript->append(QString::fromStdString(d.dump()).toHtmlEscaped());
-        m_streaming = false;
-        return;
-    }
-    cursor.movePosition(QTextCursor::End);
-    cursor.insertBlock();
-    cursor.insertText(text);
+        title += QStringLiteral(" · ") + QString::fromStdString(e.candidateId);
+    header(title, t.info);
+    body(text.isEmpty() ? QString::fromStdString(d.dump()) : text, false);
     // A reply may arrive whole or in pieces; pieces that follow it continue the same paragraph.
     m_streaming = true;
 }

@@ -11,6 +11,7 @@ class QComboBox;
 class QPlainTextEdit;
 class QPushButton;
 class QTextBrowser;
+class QTimer;
 
 namespace kl::app {
 
@@ -24,7 +25,8 @@ public:
     void setWritable(bool writable);
     void clearTranscript();
     void appendEvents(const std::vector<kl::Event>& events);
-    QString transcript() const;
+    QString transcript() const; // including the part of a reply still being revealed
+    bool isStreaming() const;
     QPlainTextEdit* editor() const { return m_input; }
     QPushButton* sendButton() const { return m_send; }
 
@@ -35,12 +37,17 @@ private:
     void submit();
     void appendAgentMessage(const kl::Event& e);
 
+    void streamSome();
+
     QPlainTextEdit* m_input;
     QComboBox* m_agent;
     QPushButton* m_send;
     QTextBrowser* m_transcript;
     bool m_streaming = false; // the last line is an unfinished streamed reply
     bool m_writable = false;
+    // A recorded reply is revealed in chunks, the way it streamed in when it was recorded.
+    QString m_pendingReply;
+    QTimer* m_streamTimer;
 };
 
 } // namespace kl::app

@@ -186,6 +186,14 @@ std::string writeSession(const std::filesystem::path& dir, const FixtureOptions&
         kl::Hypothesis llmH;
         llmH.text = "Use one warp per row for H <= 4096 and keep the row in registers.";
         const std::string llmHid = store->addHypothesis(llmH).data.at("id").get<std::string>();
+        store->agentMessage({{"type", "llm.request"}, {"call", 1}, {"provider", "openai"}, {"model", "gpt-test"},
+                             {"hypothesis", llmHid}, {"base_candidate", parent}});
+        store->agentMessage({{"type", "llm.reply"}, {"call", 1}, {"model", "gpt-test"},
+                             {"text", "NOTE: one warp per row keeps the whole row in registers for H <= 4096.\n"
+                                      "```diff\n-    for (int i = threadIdx.x; i < H; i += BLOCK)\n"
+                                      "+    for (int i = threadIdx.x * VEC; i < H; i += BLOCK * VEC)\n```"},
+                             {"usage", {{"input_tokens", 5120}, {"output_tokens", 380}}},
+                             {"elapsed_ms", 8400}});
         store->agentMessage({{"agent", "llm:openai"}, {"kind", "reply"}, {"text", "I will keep the row in registers "}});
         store->agentMessage({{"agent", "llm:openai"}, {"kind", "delta"}, {"delta", "and reduce with shuffles."}});
         kl::Candidate c;

@@ -135,6 +135,12 @@ TEST(MainWindow, OpensASessionAndShowsItsCandidatesAsATree)
     EXPECT_GT(w.diffView()->addedLines(), 0);
     EXPECT_TRUE(w.statusText().contains(QStringLiteral("NVIDIA H200")));
     EXPECT_TRUE(w.statusText().contains(QStringLiteral("read-only")));
+    // The agent's recorded reply is in the hypothesis console, revealed the way it streamed in.
+    const QString transcript = w.hypothesisConsole()->transcript();
+    EXPECT_TRUE(transcript.contains(QStringLiteral("← reply from gpt-test · 5120 in / 380 out tokens")))
+        << transcript.toStdString();
+    EXPECT_TRUE(transcript.contains(QStringLiteral("one warp per row keeps the whole row in registers")));
+    ASSERT_TRUE(waitUntil([&]() { return !w.hypothesisConsole()->isStreaming(); }));
 
     // Selecting another candidate shows its diff against its parent.
     w.candidatePanel()->selectCandidate(QStringLiteral("c0002"));
