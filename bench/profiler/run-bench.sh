@@ -40,7 +40,10 @@ for kind in ("chrome", "nsys"):
         rows.append({"format": kind, "tool": tool, "records": n, "file_bytes": sizes[kind], "reps": len(rs),
                      "median_wall_s": wall, "median_cpu_s": cpu, "records_per_s_wall": n / wall,
                      "records_per_s_cpu": n / cpu, "peak_rss_bytes": rss, "peak_rss_bytes_per_record": rss / n,
-                     "model_events": rs[0].get("model_events"), "trace_heap_bytes": rs[0].get("trace_heap_bytes")})
+                     "model_events": rs[0].get("model_events"), "trace_heap_bytes": rs[0].get("trace_heap_bytes"),
+                     "lod_query_us": statistics.median(r["lod_query_us"] for r in rs) if "lod_query_us" in rs[0] else None,
+                     "lod_query_row_events": rs[0].get("lod_query_row_events"),
+                     "lod_items_per_query": rs[0].get("lod_items_per_query")})
 load = os.getloadavg()
 meta = {"date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), "host": platform.node(),
         "cpus": os.cpu_count(), "loadavg_1m_at_end": round(load[0], 2), "python": platform.python_version()}
@@ -67,6 +70,13 @@ for k in ("chrome", "nsys"):
                  f"{py[k]['peak_rss_bytes']/kl[k]['peak_rss_bytes']:.1f}x less peak memory; the kl model holds "
                  f"{kl[k]['model_events']} events in {kl[k]['trace_heap_bytes']/1e6:.0f} MB "
                  f"({kl[k]['trace_heap_bytes']/max(1,kl[k]['model_events']):.0f} B/event).")
+lines += ["", "Timeline queries (kl_profiler, after import): a 2000-px level-of-detail redraw of the busiest row "
+          "(all lanes) at random zoom from the whole trace to 1/10000 of it:", ""]
+for k in ("chrome", "nsys"):
+    lines.append(f"- {k}: row of {kl[k]['lod_query_row_events']} events, {kl[k]['lod_query_us']:.1f} us per redraw, "
+                 f"{kl[k]['lod_items_per_query']:.0f} draw items on average.")
+lines += ["", "Records/s counts every record in the file. For Chrome, flow (`ac2g`) and metadata records fold into "
+          "links and names, so the model ends up with fewer events than records."]
 open(os.path.join(outdir, "profiler-ingest.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
