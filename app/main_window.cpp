@@ -234,6 +234,7 @@ MainWindow::MainWindow(QWidget* parent)
 
     connect(m_start, &StartPage::openSessionRequested, this, [this]() { openSessionDialog(OpenMode::Writable); });
     connect(m_start, &StartPage::replaySessionRequested, this, [this]() { openSessionDialog(OpenMode::Replay); });
+    connect(m_start, &StartPage::followSessionRequested, this, [this]() { openSessionDialog(OpenMode::Follow); });
     connect(m_start, &StartPage::openTraceRequested, this, &MainWindow::openTraceDialog);
     connect(m_start, &StartPage::openDemoRequested, this, [this]() {
         const QString demo = demoSessionDir();

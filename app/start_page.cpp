@@ -91,6 +91,7 @@ StartPage::StartPage(QWidget* parent)
     m_catalogue->setHeaderLabels({tr("Problem"), tr("Tags"), tr("Shapes")});
     m_catalogue->setRootIsDecorated(false);
     m_catalogue->setAlternatingRowColors(true);
+    m_catalogue->setStyleSheet(QStringLiteral("QTreeWidget::item { padding: 3px 0px; }"));
     m_catalogue->header()->setSectionResizeMode(0, QHeaderView::ResizeToContents);
     m_catalogue->header()->setSectionResizeMode(1, QHeaderView::Stretch);
     m_details->setMinimumHeight(90);
@@ -113,6 +114,9 @@ StartPage::StartPage(QWidget* parent)
     openSession->setToolTip(tr("Open a session directory for review and new hypotheses (Ctrl+O)"));
     auto* replaySession = new QPushButton(tr("Replay recorded session…"), this);
     replaySession->setToolTip(tr("Re-run a recorded session's journal with its original timing (Ctrl+Shift+O)"));
+    auto* follow = new QPushButton(tr("Follow running session…"), this);
+    follow->setToolTip(tr("Watch a session that kloop run is writing, live (Ctrl+Shift+F)"));
+    connect(follow, &QPushButton::clicked, this, &StartPage::followSessionRequested);
     auto* openTrace = new QPushButton(tr("Open trace…"), this);
     openTrace->setToolTip(tr("Chrome/Kineto JSON, Nsight Systems SQLite or .kltrace (Ctrl+T)"));
     auto* demo = new QPushButton(tr("Replay the bundled H200 session"), this);
@@ -130,6 +134,7 @@ StartPage::StartPage(QWidget* parent)
     openLayout->addWidget(demo);
     openLayout->addWidget(openSession);
     openLayout->addWidget(replaySession);
+    openLayout->addWidget(follow);
     openLayout->addWidget(openTrace);
     openLayout->addSpacing(8);
     openLayout->addWidget(new QLabel(tr("Recent sessions"), this));
@@ -168,12 +173,20 @@ StartPage::StartPage(QWidget* parent)
     auto* columns = new QHBoxLayout;
     columns->addWidget(catalogueBox, 3);
     columns->addLayout(right, 2);
-    auto* layout = new QVBoxLayout(this);
+    // A calm, centred column: on a wide screen the page does not stretch into long empty lists.
+    auto* content = new QWidget(this);
+    content->setMaximumWidth(1180);
+    content->setMaximumHeight(760);
+    auto* layout = new QVBoxLayout(content);
     layout->setContentsMargins(24, 18, 24, 18);
     layout->addWidget(title);
     layout->addWidget(subtitle);
     layout->addSpacing(10);
     layout->addLayout(columns, 1);
+    auto* outer = new QHBoxLayout(this);
+    outer->addStretch(1);
+    outer->addWidget(content, 100);
+    outer->addStretch(1);
 
     connect(&m_watcher, &QFutureWatcher<std::vector<CatalogueEntry>>::finished, this, [this]() {
         m_entries = m_watcher.result();

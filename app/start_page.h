@@ -50,6 +50,7 @@ signals:
     void newSessionRequested(const QString& problemName);
     void openSessionRequested();
     void replaySessionRequested();
+    void followSessionRequested();
     void openTraceRequested();
     void openDemoRequested();
     void recentSessionActivated(const QString& directory);
