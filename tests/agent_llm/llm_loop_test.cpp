@@ -97,7 +97,14 @@ public:
             e.shapes.push_back(r);
         }
         ++evaluated;
+        std::lock_guard lock(m_mutex);
+        m_evaluatedIds.push_back(c.id);
         return e;
+    }
+    bool wasEvaluated(const CandidateId& id) const
+    {
+        std::lock_guard lock(m_mutex);
+        return std::find(m_evaluatedIds.begin(), m_evaluatedIds.end(), id) != m_evaluatedIds.end();
     }
     std::atomic<int> evaluated { 0 };
 
@@ -115,6 +122,8 @@ private:
     }
     Problem m_problem;
     DeviceInfo m_device;
+    mutable std::mutex m_mutex;
+    std::vector<CandidateId> m_evaluatedIds;
 #ifdef KL_TEST_HAVE_NVRTC
     NvrtcCompiler m_compiler { fs::path(), 1 };
 #endif
@@ -267,12 +276,13 @@ TEST_F(LoopFixture, LlmProposalWaitsForTheEngineerBeforeItCostsGpuTime)
                 pending = e.candidateId;
     }
     ASSERT_FALSE(pending.empty());
-    const int evaluatedBefore = evaluator.evaluated.load();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    EXPECT_EQ(evaluator.evaluated.load(), evaluatedBefore);
+    // The seed may still be on the device; the pending proposal must not get there before the review.
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    EXPECT_FALSE(evaluator.wasEvaluated(pending));
     loop.review(pending, true, "looks right");
     runner.join();
     EXPECT_NE(result.state, "failed") << result.reason;
+    EXPECT_TRUE(evaluator.wasEvaluated(pending));
     EXPECT_EQ(store->session().tree.at(pending).status, CandidateStatus::Accepted);
     EXPECT_EQ(server.requests().size(), 1u); // no second call while the first waited
 }
