@@ -134,7 +134,7 @@ void CandidatePanel::fitIdColumn()
     // Once per load, not per snapshot: sizing to contents visits every row.
     m_view->resizeColumnToContents(CandidateTreeModel::IdColumn);
     m_view->setColumnWidth(CandidateTreeModel::IdColumn,
-                           std::clamp(m_view->columnWidth(CandidateTreeModel::IdColumn), 120, 320));
+                           std::clamp(m_view->columnWidth(CandidateTreeModel::IdColumn), 120, 240));
 }
 
 QString CandidatePanel::currentCandidate() const

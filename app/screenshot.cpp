@@ -123,6 +123,8 @@ ScreenshotResult renderScreenshots(MainWindow& window, const ScreenshotOptions& 
         if (const auto best = bestCandidate(*s))
             window.candidatePanel()->selectCandidate(QString::fromStdString(*best));
     }
+    if (auto* charts = window.findChild<QDockWidget*>(QStringLiteral("chartsDock")))
+        charts->raise();
     window.chartsPanel()->refreshNow();
     settle(300);
     if (!save(&window, QStringLiteral("02-workbench.png")))
