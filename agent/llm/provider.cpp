@@ -703,7 +703,9 @@ ChatReply LlmClient::complete(const ChatRequest& req, const StreamObserver& obs,
                         else
                             onOpenAiEvent(ev, st, obs);
                     }
-                    if (s.api == ApiKind::OpenAiChat && !st.stopReason.empty() && r.failure == TransportFailure::None)
+                    // A stop reason means the text is complete; a connection lost after it (before [DONE] or
+                    // message_stop) costs at most the usage numbers, not a second paid call.
+                    if (!st.stopReason.empty())
                         st.done = true;
                     if (!st.done && !st.streamError) {
                         const bool sawEvents = !st.text.empty() || !st.model.empty();

@@ -243,6 +243,21 @@ TEST(Provider, DroppedConnectionsAreRetried)
     EXPECT_EQ(reply.attempts, 3);
 }
 
+TEST(Provider, DropAfterTheStopReasonKeepsTheCompleteReply)
+{
+    LoopbackServer server;
+    auto r = kl::test::openAiStream({ "all ", "of it" });
+    r.chunks.resize(r.chunks.size() - 2); // no usage chunk, no [DONE]
+    r.dropMidBody = true;
+    server.enqueue(r);
+    auto s = settingsFor(server, ApiKind::OpenAiChat);
+    auto reply = LlmClient(s).complete(hello(), {}, {});
+    EXPECT_EQ(reply.text, "all of it");
+    EXPECT_EQ(reply.attempts, 1);
+    EXPECT_FALSE(reply.usage.reported);
+    EXPECT_EQ(server.requests().size(), 1u);
+}
+
 TEST(Provider, AnthropicOverloadedEventInStreamIsRetried)
 {
     LoopbackServer server;
