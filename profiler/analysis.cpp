@@ -8,7 +8,8 @@
 
 namespace kl::prof {
 
-Ceilings Ceilings::h200() {
+Ceilings Ceilings::h200()
+{
     Ceilings c;
     c.device = "NVIDIA H200 (measured: copy 4.27 TB/s, FP32 FMA 56 TFLOP/s, bf16 GEMM 790 TFLOP/s)";
     c.dramBytesPerSec = 4.27e12;
@@ -18,13 +19,16 @@ Ceilings Ceilings::h200() {
     return c;
 }
 
-Ceilings Ceilings::forDeviceName(const std::string& name) {
-    if (name.find("H200") != std::string::npos || name.find("H100") != std::string::npos)
+Ceilings Ceilings::forDeviceName(const std::string& name)
+{
+    // Only devices we measured ourselves; others get no ceilings rather than borrowed ones.
+    if (name.find("H200") != std::string::npos)
         return h200();
     return {};
 }
 
-std::string formatNs(double ns) {
+std::string formatNs(double ns)
+{
     char buf[64];
     double a = std::fabs(ns);
     if (a < 1e3)
@@ -40,71 +44,78 @@ std::string formatNs(double ns) {
 
 namespace {
 
-double median(std::vector<int64_t>& v) {
-    if (v.empty())
-        return -1;
-    size_t m = v.size() / 2;
-    std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(m), v.end());
-    double hi = static_cast<double>(v[m]);
-    if (v.size() % 2)
-        return hi;
-    double lo = static_cast<double>(*std::max_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(m)));
-    return (lo + hi) / 2;
-}
+    double median(std::vector<int64_t>& v)
+    {
+        if (v.empty())
+            return -1;
+        size_t m = v.size() / 2;
+        std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(m), v.end());
+        double hi = static_cast<double>(v[m]);
+        if (v.size() % 2)
+            return hi;
+        double lo = static_cast<double>(*std::max_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(m)));
+        return (lo + hi) / 2;
+    }
 
-std::string pct(double f) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f%%", f * 100);
-    return buf;
-}
+    std::string pct(double f)
+    {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.1f%%", f * 100);
+        return buf;
+    }
 
-bool isSyncCall(std::string_view n) {
-    if (n.find("ynchronize") != std::string_view::npos)
-        return true;
-    // Synchronous copies block the host until the GPU is done.
-    bool copy = n.rfind("cudaMemcpy", 0) == 0 || n.rfind("cuMemcpy", 0) == 0;
-    return copy && n.find("Async") == std::string_view::npos;
-}
+    bool isSyncCall(std::string_view n)
+    {
+        if (n.find("ynchronize") != std::string_view::npos)
+            return true;
+        // Synchronous copies block the host until the GPU is done.
+        bool copy = n.rfind("cudaMemcpy", 0) == 0 || n.rfind("cuMemcpy", 0) == 0;
+        return copy && n.find("Async") == std::string_view::npos;
+    }
 
-bool isLaunchCall(std::string_view n) {
-    return n.find("Launch") != std::string_view::npos || n.find("Async") != std::string_view::npos ||
-           n.rfind("cudaMemset", 0) == 0 || n.rfind("cuMemset", 0) == 0;
-}
+    bool isLaunchCall(std::string_view n)
+    {
+        return n.find("Launch") != std::string_view::npos || n.find("Async") != std::string_view::npos
+            || n.rfind("cudaMemset", 0) == 0 || n.rfind("cuMemset", 0) == 0;
+    }
 
-struct Interval {
-    int64_t a, b;
-    uint32_t event;
-};
+    struct Interval {
+        int64_t a, b;
+        uint32_t event;
+    };
 
-// The innermost NVTX / annotation range on `row` that contains time t.
-std::string_view innermostRange(const Trace& t, uint32_t row, int64_t at) {
-    std::string_view best;
-    int bestLane = -1;
-    const Row& r = t.rows()[row];
-    for (uint32_t lane = 0; lane < r.lanes.size(); ++lane)
-        for (uint32_t i : t.eventsInWindow(row, lane, at, at)) {
-            const Event& e = t.event(i);
-            if (e.kind == EventKind::NvtxRange && static_cast<int>(lane) > bestLane) {
-                best = t.name(e);
-                bestLane = static_cast<int>(lane);
+    // The innermost NVTX / annotation range on `row` that contains time t.
+    std::string_view innermostRange(const Trace& t, uint32_t row, int64_t at)
+    {
+        std::string_view best;
+        int bestLane = -1;
+        const Row& r = t.rows()[row];
+        for (uint32_t lane = 0; lane < r.lanes.size(); ++lane)
+            for (uint32_t i : t.eventsInWindow(row, lane, at, at)) {
+                const Event& e = t.event(i);
+                if (e.kind == EventKind::NvtxRange && static_cast<int>(lane) > bestLane) {
+                    best = t.name(e);
+                    bestLane = static_cast<int>(lane);
+                }
             }
-        }
-    return best;
-}
+        return best;
+    }
 
-// Ranges that differ only in a trailing counter ("ProfilerStep#12", "step 3") are one group.
-std::string rangeGroup(std::string_view name) {
-    size_t end = name.size();
-    while (end > 0 && name[end - 1] >= '0' && name[end - 1] <= '9')
-        --end;
-    if (end < name.size() && end > 0 && (name[end - 1] == '#' || name[end - 1] == ' ' || name[end - 1] == '_'))
-        return std::string(name.substr(0, end)) + "*";
-    return std::string(name);
-}
+    // Ranges that differ only in a trailing counter ("ProfilerStep#12", "step 3") are one group.
+    std::string rangeGroup(std::string_view name)
+    {
+        size_t end = name.size();
+        while (end > 0 && name[end - 1] >= '0' && name[end - 1] <= '9')
+            --end;
+        if (end < name.size() && end > 0 && (name[end - 1] == '#' || name[end - 1] == ' ' || name[end - 1] == '_'))
+            return std::string(name.substr(0, end)) + "*";
+        return std::string(name);
+    }
 
 } // namespace
 
-Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
+Analysis analyze(const Trace& t, const AnalysisOptions& opts)
+{
     Analysis a;
     a.source = t.meta().source;
     a.events = t.eventCount();
@@ -249,7 +260,7 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
         for (const auto& lane : row.lanes)
             for (uint32_t i : lane)
                 if (isGpuWork(t.event(i).kind))
-                    rowWork.push_back({t.event(i).start, t.event(i).end, i});
+                    rowWork.push_back({ t.event(i).start, t.event(i).end, i });
         if (rowWork.empty())
             continue;
         std::sort(rowWork.begin(), rowWork.end(), [](const Interval& x, const Interval& y) { return x.a < y.a; });
@@ -264,7 +275,7 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
             }
         }
         busy += curB - curA;
-        auto& sb = streamBusy[{row.device, row.tid}];
+        auto& sb = streamBusy[{ row.device, row.tid }];
         sb.first += busy;
         sb.second += rowWork.size();
         auto& dw = work[row.device];
@@ -310,7 +321,8 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
             EventKind k = t.event(i).kind;
             return k != EventKind::RuntimeApi && k != EventKind::DriverApi;
         });
-        std::sort(calls.begin(), calls.end(), [&](uint32_t x, uint32_t y) { return t.event(x).start < t.event(y).start; });
+        std::sort(
+            calls.begin(), calls.end(), [&](uint32_t x, uint32_t y) { return t.event(x).start < t.event(y).start; });
         int64_t covered = g0, syncNs = 0, launchNs = 0;
         for (uint32_t i : calls) {
             const Event& c = t.event(i);
@@ -339,7 +351,7 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
             if (d.id == dev)
                 db.name = d.name;
         std::sort(items.begin(), items.end(),
-                  [](const Interval& x, const Interval& y) { return x.a != y.a ? x.a < y.a : x.b > y.b; });
+            [](const Interval& x, const Interval& y) { return x.a != y.a ? x.a < y.a : x.b > y.b; });
         db.windowNs = 0;
         int64_t lo = items.front().a, hi = items.front().b;
         int64_t curA = items.front().a, curB = items.front().b;
@@ -372,11 +384,11 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
         db.medianLaunchLatencyNs = median(latency);
         for (const auto& [key, v] : streamBusy)
             if (key.first == dev)
-                db.streams.push_back({key.second, v.first,
-                                      db.windowNs > 0 ? 100.0 * static_cast<double>(v.first) / static_cast<double>(db.windowNs) : 0,
-                                      v.second});
+                db.streams.push_back({ key.second, v.first,
+                    db.windowNs > 0 ? 100.0 * static_cast<double>(v.first) / static_cast<double>(db.windowNs) : 0,
+                    v.second });
         std::sort(db.streams.begin(), db.streams.end(),
-                  [](const StreamBusy& x, const StreamBusy& y) { return x.busyNs > y.busyNs; });
+            [](const StreamBusy& x, const StreamBusy& y) { return x.busyNs > y.busyNs; });
 
         // ---- launch-overhead phases: maximal runs of short GPU work with small breaks between them
         size_t k = 0;
@@ -384,8 +396,8 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
         while (k < items.size()) {
             size_t j = k;
             int64_t end = items[k].b;
-            while (j + 1 < items.size() && items[j + 1].b - items[j + 1].a < opts.shortKernelNs &&
-                   items[j].b - items[j].a < opts.shortKernelNs && items[j + 1].a - end < opts.phaseBreakGapNs) {
+            while (j + 1 < items.size() && items[j + 1].b - items[j + 1].a < opts.shortKernelNs
+                && items[j].b - items[j].a < opts.shortKernelNs && items[j + 1].a - end < opts.phaseBreakGapNs) {
                 ++j;
                 end = std::max(end, items[j].b);
             }
@@ -419,12 +431,13 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
                     p.medianKernelNs = median(durs);
                     p.medianGapNs = median(gaps);
                     p.medianLaunchApiNs = median(apis);
-                    p.estimatedWithGraphsNs =
-                        p.busyNs + static_cast<int64_t>(static_cast<double>(n) * (a.ceilings.graphNodeNs > 0 ? a.ceilings.graphNodeNs : 500));
+                    p.estimatedWithGraphsNs = p.busyNs
+                        + static_cast<int64_t>(
+                            static_cast<double>(n) * (a.ceilings.graphNodeNs > 0 ? a.ceilings.graphNodeNs : 500));
                     p.estimatedWithGraphsNs = std::min(p.estimatedWithGraphsNs, span);
                     p.estimatedSpeedup = p.estimatedWithGraphsNs > 0
-                                             ? static_cast<double>(span) / static_cast<double>(p.estimatedWithGraphsNs)
-                                             : 1;
+                        ? static_cast<double>(span) / static_cast<double>(p.estimatedWithGraphsNs)
+                        : 1;
                     uint32_t L = t.launchOf(items[k].event);
                     if (L != kNone && haveRanges)
                         p.label = std::string(innermostRange(t, t.event(L).row, t.event(L).start));
@@ -522,21 +535,21 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
     int64_t idleNs = window - busy;
     for (const auto& d : a.devices) {
         int64_t di = d.windowNs - d.busyNs;
-        std::string f = "GPU " + std::to_string(d.device) + (d.name.empty() ? "" : " (" + d.name + ")") + " busy " +
-                        pct(d.busyPct / 100) + " of " + formatNs(static_cast<double>(d.windowNs)) + "; idle " +
-                        formatNs(static_cast<double>(di));
+        std::string f = "GPU " + std::to_string(d.device) + (d.name.empty() ? "" : " (" + d.name + ")") + " busy "
+            + pct(d.busyPct / 100) + " of " + formatNs(static_cast<double>(d.windowNs)) + "; idle "
+            + formatNs(static_cast<double>(di));
         if (di > 0) {
             auto part = [&](const char* what, int64_t v) {
                 return std::string(what) + " " + pct(static_cast<double>(v) / static_cast<double>(di));
             };
-            f += " = " + part("host", d.idle.hostNs) + ", " + part("launch calls", d.idle.launchNs) + ", " +
-                 part("sync", d.idle.syncNs) + ", " + part("queued", d.idle.queuedNs);
+            f += " = " + part("host", d.idle.hostNs) + ", " + part("launch calls", d.idle.launchNs) + ", "
+                + part("sync", d.idle.syncNs) + ", " + part("queued", d.idle.queuedNs);
             if (d.idle.unattributedNs)
                 f += ", " + part("unattributed", d.idle.unattributedNs);
         }
         if (d.medianLaunchApiNs >= 0)
-            f += "; median launch call " + formatNs(d.medianLaunchApiNs) + ", launch->start " +
-                 formatNs(d.medianLaunchLatencyNs);
+            f += "; median launch call " + formatNs(d.medianLaunchApiNs) + ", launch->start "
+                + formatNs(d.medianLaunchLatencyNs);
         a.findings.push_back(f + ".");
     }
     {
@@ -550,11 +563,11 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
             ops.resize(5);
         a.hostIdleByCpuOp = ops;
         if (!ops.empty() && idle.hostNs > idleNs / 10) {
-            std::string f = "Host work while the GPU idled (" + formatNs(static_cast<double>(idle.hostNs)) +
-                            ") was mostly inside: ";
+            std::string f = "Host work while the GPU idled (" + formatNs(static_cast<double>(idle.hostNs))
+                + ") was mostly inside: ";
             for (size_t i = 0; i < ops.size() && i < 3; ++i)
-                f += (i ? ", " : "") + ops[i].first.substr(0, 80) + " " + formatNs(static_cast<double>(ops[i].second)) +
-                     " (" + pct(static_cast<double>(ops[i].second) / static_cast<double>(idle.hostNs)) + ")";
+                f += (i ? ", " : "") + ops[i].first.substr(0, 80) + " " + formatNs(static_cast<double>(ops[i].second))
+                    + " (" + pct(static_cast<double>(ops[i].second) / static_cast<double>(idle.hostNs)) + ")";
             a.findings.push_back(f + ".");
         }
     }
@@ -572,24 +585,24 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
     }
     for (size_t pi = 0; pi < a.launchPhases.size() && pi < 2; ++pi) {
         const LaunchPhase& p = a.launchPhases[pi];
-        std::string f = "Launch-bound phase" + (p.label.empty() ? std::string() : " '" + p.label + "'") + " at " +
-                        formatNs(static_cast<double>(p.startNs)) + ": " + std::to_string(p.kernels) +
-                        " kernels in " + formatNs(static_cast<double>(p.endNs - p.startNs)) + ", GPU busy " +
-                        pct(static_cast<double>(p.busyNs) / static_cast<double>(std::max<int64_t>(1, p.endNs - p.startNs))) +
-                        ", median kernel " + formatNs(p.medianKernelNs) + ", median gap " + formatNs(p.medianGapNs);
+        std::string f = "Launch-bound phase" + (p.label.empty() ? std::string() : " '" + p.label + "'") + " at "
+            + formatNs(static_cast<double>(p.startNs)) + ": " + std::to_string(p.kernels) + " kernels in "
+            + formatNs(static_cast<double>(p.endNs - p.startNs)) + ", GPU busy "
+            + pct(static_cast<double>(p.busyNs) / static_cast<double>(std::max<int64_t>(1, p.endNs - p.startNs)))
+            + ", median kernel " + formatNs(p.medianKernelNs) + ", median gap " + formatNs(p.medianGapNs);
         if (p.medianLaunchApiNs >= 0)
             f += ", median launch call " + formatNs(p.medianLaunchApiNs);
-        f += "; with CUDA graphs or fusion ~" + formatNs(static_cast<double>(p.estimatedWithGraphsNs)) + " (" +
-             std::to_string(p.estimatedSpeedup).substr(0, 4) + "x).";
+        f += "; with CUDA graphs or fusion ~" + formatNs(static_cast<double>(p.estimatedWithGraphsNs)) + " ("
+            + std::to_string(p.estimatedSpeedup).substr(0, 4) + "x).";
         a.findings.push_back(f);
     }
     if (a.launchPhaseCount > 2)
-        a.findings.push_back(std::to_string(a.launchPhaseCount) + " launch-bound phases in all, idle " +
-                             formatNs(static_cast<double>(a.launchPhaseIdleNs)) + " inside them.");
+        a.findings.push_back(std::to_string(a.launchPhaseCount) + " launch-bound phases in all, idle "
+            + formatNs(static_cast<double>(a.launchPhaseIdleNs)) + " inside them.");
     for (size_t i = 0; i < a.kernels.size() && i < 3; ++i) {
         const KernelStat& k = a.kernels[i];
-        std::string f = "Kernel #" + std::to_string(i + 1) + " " + k.name.substr(0, 90) + ": " + pct(k.share) +
-                        " of GPU time, " + std::to_string(k.count) + " calls, median " + formatNs(k.medianNs);
+        std::string f = "Kernel #" + std::to_string(i + 1) + " " + k.name.substr(0, 90) + ": " + pct(k.share)
+            + " of GPU time, " + std::to_string(k.count) + " calls, median " + formatNs(k.medianNs);
         if (k.roofline.bound != "unknown") {
             f += ", " + k.roofline.bound + " (" + k.roofline.basis + ": DRAM " + pct(k.roofline.dramPct / 100);
             if (k.roofline.computePct >= 0)
@@ -606,7 +619,8 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts) {
     return a;
 }
 
-nlohmann::json toJson(const Analysis& a) {
+nlohmann::json toJson(const Analysis& a)
+{
     using nlohmann::json;
     json j;
     j["source"] = a.source;
@@ -617,93 +631,64 @@ nlohmann::json toJson(const Analysis& a) {
     j["kernel_names"] = a.kernelNames;
     j["bottleneck"] = a.bottleneck;
     j["findings"] = a.findings;
-    j["ceilings"] = {{"device", a.ceilings.device},
-                     {"dram_bytes_per_s", a.ceilings.dramBytesPerSec},
-                     {"fp32_flops_per_s", a.ceilings.fp32FlopsPerSec},
-                     {"tensor_flops_per_s", a.ceilings.tensorFlopsPerSec}};
+    j["ceilings"] = { { "device", a.ceilings.device }, { "dram_bytes_per_s", a.ceilings.dramBytesPerSec },
+        { "fp32_flops_per_s", a.ceilings.fp32FlopsPerSec }, { "tensor_flops_per_s", a.ceilings.tensorFlopsPerSec } };
     json devs = json::array();
     for (const auto& d : a.devices) {
         json streams = json::array();
         for (const auto& s : d.streams)
-            streams.push_back({{"stream", s.stream}, {"busy_ns", s.busyNs}, {"busy_pct", s.busyPct}, {"items", s.items}});
-        devs.push_back({{"device", d.device},
-                        {"name", d.name},
-                        {"window_ns", d.windowNs},
-                        {"busy_ns", d.busyNs},
-                        {"busy_pct", d.busyPct},
-                        {"gaps", d.gaps},
-                        {"idle_ns",
-                         {{"host", d.idle.hostNs},
-                          {"launch", d.idle.launchNs},
-                          {"sync", d.idle.syncNs},
-                          {"queued", d.idle.queuedNs},
-                          {"unattributed", d.idle.unattributedNs}}},
-                        {"launches", d.launches},
-                        {"median_launch_api_ns", d.medianLaunchApiNs},
-                        {"median_launch_latency_ns", d.medianLaunchLatencyNs},
-                        {"streams", streams}});
+            streams.push_back(
+                { { "stream", s.stream }, { "busy_ns", s.busyNs }, { "busy_pct", s.busyPct }, { "items", s.items } });
+        devs.push_back({ { "device", d.device }, { "name", d.name }, { "window_ns", d.windowNs },
+            { "busy_ns", d.busyNs }, { "busy_pct", d.busyPct }, { "gaps", d.gaps },
+            { "idle_ns",
+                { { "host", d.idle.hostNs }, { "launch", d.idle.launchNs }, { "sync", d.idle.syncNs },
+                    { "queued", d.idle.queuedNs }, { "unattributed", d.idle.unattributedNs } } },
+            { "launches", d.launches }, { "median_launch_api_ns", d.medianLaunchApiNs },
+            { "median_launch_latency_ns", d.medianLaunchLatencyNs }, { "streams", streams } });
     }
     j["devices"] = devs;
     json ks = json::array();
     for (const auto& k : a.kernels) {
-        json r = {{"bound", k.roofline.bound}, {"basis", k.roofline.basis}, {"dram_pct", k.roofline.dramPct},
-                  {"compute_pct", k.roofline.computePct}, {"arithmetic_intensity", k.roofline.arithmeticIntensity}};
-        ks.push_back({{"name", k.name},
-                      {"count", k.count},
-                      {"total_ns", k.totalNs},
-                      {"mean_ns", k.meanNs},
-                      {"median_ns", k.medianNs},
-                      {"min_ns", k.minNs},
-                      {"max_ns", k.maxNs},
-                      {"share", k.share},
-                      {"grid", {k.grid[0], k.grid[1], k.grid[2]}},
-                      {"block", {k.block[0], k.block[1], k.block[2]}},
-                      {"registers_per_thread", k.registersPerThread},
-                      {"shared_memory", k.sharedMemory},
-                      {"est_occupancy_pct", k.estOccupancyPct},
-                      {"achieved_occupancy_pct", k.achievedOccupancyPct},
-                      {"roofline", r}});
+        json r = { { "bound", k.roofline.bound }, { "basis", k.roofline.basis }, { "dram_pct", k.roofline.dramPct },
+            { "compute_pct", k.roofline.computePct }, { "arithmetic_intensity", k.roofline.arithmeticIntensity } };
+        ks.push_back({ { "name", k.name }, { "count", k.count }, { "total_ns", k.totalNs }, { "mean_ns", k.meanNs },
+            { "median_ns", k.medianNs }, { "min_ns", k.minNs }, { "max_ns", k.maxNs }, { "share", k.share },
+            { "grid", { k.grid[0], k.grid[1], k.grid[2] } }, { "block", { k.block[0], k.block[1], k.block[2] } },
+            { "registers_per_thread", k.registersPerThread }, { "shared_memory", k.sharedMemory },
+            { "est_occupancy_pct", k.estOccupancyPct }, { "achieved_occupancy_pct", k.achievedOccupancyPct },
+            { "roofline", r } });
     }
     j["kernels"] = ks;
     json rs = json::array();
     for (const auto& r : a.ranges)
-        rs.push_back({{"name", r.name},
-                      {"instances", r.instances},
-                      {"cpu_ns", r.cpuNs},
-                      {"kernels", r.kernels},
-                      {"gpu_ns", r.gpuNs},
-                      {"share", r.share}});
+        rs.push_back({ { "name", r.name }, { "instances", r.instances }, { "cpu_ns", r.cpuNs },
+            { "kernels", r.kernels }, { "gpu_ns", r.gpuNs }, { "share", r.share } });
     j["ranges"] = rs;
     json ps = json::array();
     for (const auto& p : a.launchPhases)
-        ps.push_back({{"device", p.device},
-                      {"label", p.label},
-                      {"start_ns", p.startNs},
-                      {"end_ns", p.endNs},
-                      {"kernels", p.kernels},
-                      {"busy_ns", p.busyNs},
-                      {"median_kernel_ns", p.medianKernelNs},
-                      {"median_gap_ns", p.medianGapNs},
-                      {"median_launch_api_ns", p.medianLaunchApiNs},
-                      {"estimated_with_graphs_ns", p.estimatedWithGraphsNs},
-                      {"estimated_speedup", p.estimatedSpeedup}});
+        ps.push_back({ { "device", p.device }, { "label", p.label }, { "start_ns", p.startNs }, { "end_ns", p.endNs },
+            { "kernels", p.kernels }, { "busy_ns", p.busyNs }, { "median_kernel_ns", p.medianKernelNs },
+            { "median_gap_ns", p.medianGapNs }, { "median_launch_api_ns", p.medianLaunchApiNs },
+            { "estimated_with_graphs_ns", p.estimatedWithGraphsNs }, { "estimated_speedup", p.estimatedSpeedup } });
     j["launch_phases"] = ps;
     j["launch_phase_count"] = a.launchPhaseCount;
     j["launch_phase_idle_ns"] = a.launchPhaseIdleNs;
     json host = json::array();
     for (const auto& [name, ns] : a.hostIdleByCpuOp)
-        host.push_back({{"name", name}, {"ns", ns}});
+        host.push_back({ { "name", name }, { "ns", ns } });
     j["host_idle_by_cpu_op"] = host;
     j["warnings"] = a.warnings;
     return j;
 }
 
-std::string toText(const Analysis& a) {
+std::string toText(const Analysis& a)
+{
     std::string s;
     s += "Bottleneck: " + a.bottleneck + "\n";
-    s += "Trace: " + a.source + ", " + std::to_string(a.events) + " events, " + std::to_string(a.kernelCount) +
-         " kernels (" + std::to_string(a.kernelNames) + " distinct), kernel time " +
-         formatNs(static_cast<double>(a.kernelNs)) + " over " + formatNs(static_cast<double>(a.traceNs)) + "\n";
+    s += "Trace: " + a.source + ", " + std::to_string(a.events) + " events, " + std::to_string(a.kernelCount)
+        + " kernels (" + std::to_string(a.kernelNames) + " distinct), kernel time "
+        + formatNs(static_cast<double>(a.kernelNs)) + " over " + formatNs(static_cast<double>(a.traceNs)) + "\n";
     for (const auto& f : a.findings)
         s += "- " + f + "\n";
     if (!a.kernels.empty()) {
@@ -711,9 +696,9 @@ std::string toText(const Analysis& a) {
         for (const auto& k : a.kernels) {
             char line[512];
             std::snprintf(line, sizeof line, "  %5.1f%%  %6llu  %10s  grid %u,%u,%u block %u,%u,%u regs %u  %s",
-                          k.share * 100, static_cast<unsigned long long>(k.count), formatNs(k.medianNs).c_str(),
-                          k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2], k.registersPerThread,
-                          k.name.substr(0, 100).c_str());
+                k.share * 100, static_cast<unsigned long long>(k.count), formatNs(k.medianNs).c_str(), k.grid[0],
+                k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2], k.registersPerThread,
+                k.name.substr(0, 100).c_str());
             s += line;
             if (k.roofline.bound != "unknown")
                 s += "  [" + k.roofline.bound + "]";
@@ -725,8 +710,9 @@ std::string toText(const Analysis& a) {
         for (size_t i = 0; i < a.ranges.size() && i < 8; ++i) {
             const auto& r = a.ranges[i];
             char line[384];
-            std::snprintf(line, sizeof line, "  %5.1f%%  %s  x%llu  %s\n", r.share * 100, formatNs(static_cast<double>(r.gpuNs)).c_str(),
-                          static_cast<unsigned long long>(r.instances), r.name.substr(0, 80).c_str());
+            std::snprintf(line, sizeof line, "  %5.1f%%  %s  x%llu  %s\n", r.share * 100,
+                formatNs(static_cast<double>(r.gpuNs)).c_str(), static_cast<unsigned long long>(r.instances),
+                r.name.substr(0, 80).c_str());
             s += line;
         }
     }

@@ -18,7 +18,7 @@ struct Ceilings {
     double tensorFlopsPerSec = 0; // dense bf16 GEMM
     double graphNodeNs = 500; // GPU time per node of a replayed CUDA graph (replaces a launch gap)
     static Ceilings h200(); // 4.27 TB/s, 56 TFLOP/s fp32, 790 TFLOP/s bf16 (H200, CUDA 13.0, measured)
-    static Ceilings forDeviceName(const std::string& name); // h200() for H200/H100-class names, else unknown (0)
+    static Ceilings forDeviceName(const std::string& name); // h200() for an H200, else empty (unknown)
 };
 
 // Work of one launch of a kernel whose name contains `nameContains`, known from the problem definition.
@@ -57,8 +57,8 @@ struct KernelStat {
     int64_t minNs = 0;
     int64_t maxNs = 0;
     double share = 0; // of all kernel time
-    uint32_t grid[3] = {0, 0, 0};
-    uint32_t block[3] = {0, 0, 0};
+    uint32_t grid[3] = { 0, 0, 0 };
+    uint32_t block[3] = { 0, 0, 0 };
     uint32_t registersPerThread = 0;
     uint32_t sharedMemory = 0;
     double estOccupancyPct = -1;

@@ -6,7 +6,8 @@
 
 namespace kl::prof {
 
-TraceFormat detectFormat(const std::string& path) {
+TraceFormat detectFormat(const std::string& path)
+{
     {
         std::FILE* f = std::fopen(path.c_str(), "rb");
         if (!f)
@@ -39,15 +40,21 @@ TraceFormat detectFormat(const std::string& path) {
     return TraceFormat::Unknown;
 }
 
-Trace importTraceFile(const std::string& path, const ImportOptions& opts) {
+Trace importTraceFile(const std::string& path, const ImportOptions& opts)
+{
     switch (detectFormat(path)) {
-    case TraceFormat::NsysSqlite: return importNsysSqlite(path, opts);
-    case TraceFormat::KlTrace: return importKlTraceFile(path, opts);
-    case TraceFormat::ChromeJson: return importChromeJsonFile(path, opts);
-    case TraceFormat::Unknown: break;
+    case TraceFormat::NsysSqlite:
+        return importNsysSqlite(path, opts);
+    case TraceFormat::KlTrace:
+        return importKlTraceFile(path, opts);
+    case TraceFormat::ChromeJson:
+        return importChromeJsonFile(path, opts);
+    case TraceFormat::Unknown:
+        break;
     }
-    throw InputError(path + ": unknown trace format (expected Chrome/Perfetto JSON, PyTorch profiler JSON, an "
-                            "Nsight Systems SQLite export or a .kltrace capture; gzip is fine)");
+    throw InputError(path
+        + ": unknown trace format (expected Chrome/Perfetto JSON, PyTorch profiler JSON, an "
+          "Nsight Systems SQLite export or a .kltrace capture; gzip is fine)");
 }
 
 } // namespace kl::prof

@@ -12,7 +12,10 @@ namespace kl::prof {
 
 class ImportCancelled : public std::runtime_error {
 public:
-    ImportCancelled() : std::runtime_error("import cancelled") {}
+    ImportCancelled()
+        : std::runtime_error("import cancelled")
+    {
+    }
 };
 
 struct ImportOptions {

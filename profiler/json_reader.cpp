@@ -2,16 +2,15 @@
 
 #include "core/errors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <limits>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #ifdef KL_PROFILER_HAVE_ZLIB
 #include <zlib.h>
@@ -19,7 +18,8 @@
 
 namespace kl::prof {
 
-size_t MemorySource::read(char* dst, size_t n) {
+size_t MemorySource::read(char* dst, size_t n)
+{
     size_t k = std::min(n, m_bytes.size() - m_pos);
     std::memcpy(dst, m_bytes.data() + m_pos, k);
     m_pos += k;
@@ -28,171 +28,195 @@ size_t MemorySource::read(char* dst, size_t n) {
 
 namespace {
 
-class FileSource : public ByteSource {
-public:
-    FileSource(std::FILE* f, std::string path, uint64_t total) : m_f(f), m_path(std::move(path)), m_total(total) {}
-    ~FileSource() override { std::fclose(m_f); }
-    size_t read(char* dst, size_t n) override {
-        size_t k = std::fread(dst, 1, n, m_f);
-        if (k == 0 && std::ferror(m_f))
-            throw InputError(m_path + ": read error");
-        m_done += k;
-        return k;
-    }
-    uint64_t totalBytes() const override { return m_total; }
-    uint64_t bytesConsumed() const override { return m_done; }
-
-private:
-    std::FILE* m_f;
-    std::string m_path;
-    uint64_t m_total;
-    uint64_t m_done = 0;
-};
-
-// A plain file mapped into memory: the reader parses it in place (no read() copies) and drops parsed pages.
-class MappedFileSource : public ByteSource {
-public:
-    MappedFileSource(const char* data, size_t size) : m_data(data), m_size(size) {
-        madvise(const_cast<char*>(m_data), m_size, MADV_SEQUENTIAL);
-    }
-    ~MappedFileSource() override { munmap(const_cast<char*>(m_data), m_size); }
-    size_t read(char* dst, size_t n) override {
-        size_t k = std::min(n, m_size - m_pos);
-        std::memcpy(dst, m_data + m_pos, k);
-        m_pos += k;
-        return k;
-    }
-    uint64_t totalBytes() const override { return m_size; }
-    uint64_t bytesConsumed() const override { return std::max<uint64_t>(m_pos, m_released); }
-    std::string_view wholeInput() override { return {m_data, m_size}; }
-    void releaseBefore(uint64_t offset) override {
-        constexpr uint64_t kStep = 32u << 20;
-        uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-        uint64_t upTo = offset / page * page;
-        if (upTo >= m_released + kStep) {
-            madvise(const_cast<char*>(m_data) + m_released, upTo - m_released, MADV_DONTNEED);
-            m_released = upTo;
+    class FileSource : public ByteSource {
+    public:
+        FileSource(std::FILE* f, std::string path, uint64_t total)
+            : m_f(f)
+            , m_path(std::move(path))
+            , m_total(total)
+        {
         }
-    }
-
-private:
-    const char* m_data;
-    size_t m_size;
-    size_t m_pos = 0;
-    uint64_t m_released = 0;
-};
-
-#ifdef KL_PROFILER_HAVE_ZLIB
-// Inflates gzip (or zlib) input from another ByteSource; concatenated gzip members are read in sequence.
-class GzipSource : public ByteSource {
-public:
-    GzipSource(std::unique_ptr<ByteSource> inner, std::string what) : m_inner(std::move(inner)), m_what(std::move(what)) {
-        m_in.resize(256 * 1024);
-        std::memset(&m_z, 0, sizeof(m_z));
-        if (inflateInit2(&m_z, 15 + 32) != Z_OK)
-            throw InputError(m_what + ": cannot initialise zlib");
-    }
-    ~GzipSource() override { inflateEnd(&m_z); }
-    size_t read(char* dst, size_t n) override {
-        if (m_done)
-            return 0;
-        m_z.next_out = reinterpret_cast<Bytef*>(dst);
-        m_z.avail_out = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
-        while (m_z.avail_out > 0) {
-            if (m_z.avail_in == 0) {
-                size_t k = m_inner->read(m_in.data(), m_in.size());
-                if (k == 0) {
-                    if (!m_streamEnded)
-                        throw InputError(m_what + ": gzip data is truncated (compressed offset " +
-                                         std::to_string(m_inner->bytesConsumed()) + ")");
-                    m_done = true;
-                    break;
-                }
-                m_z.next_in = reinterpret_cast<Bytef*>(m_in.data());
-                m_z.avail_in = static_cast<uInt>(k);
-            }
-            if (m_streamEnded) {
-                // Another gzip member follows (concatenated files), or trailing garbage.
-                if (inflateReset(&m_z) != Z_OK)
-                    throw InputError(m_what + ": zlib reset failed");
-                m_streamEnded = false;
-            }
-            int rc = inflate(&m_z, Z_NO_FLUSH);
-            if (rc == Z_STREAM_END) {
-                m_streamEnded = true;
-                continue;
-            }
-            if (rc == Z_BUF_ERROR && m_z.avail_in == 0)
-                continue;
-            if (rc != Z_OK)
-                throw InputError(m_what + ": corrupt gzip data near compressed offset " +
-                                 std::to_string(m_inner->bytesConsumed() - m_z.avail_in) + " (" +
-                                 (m_z.msg ? m_z.msg : "inflate error") + ")");
-        }
-        return n - m_z.avail_out;
-    }
-    uint64_t totalBytes() const override { return m_inner->totalBytes(); }
-    uint64_t bytesConsumed() const override { return m_inner->bytesConsumed() - m_z.avail_in; }
-
-private:
-    std::unique_ptr<ByteSource> m_inner;
-    std::string m_what;
-    std::vector<char> m_in;
-    z_stream m_z;
-    bool m_streamEnded = false;
-    bool m_done = false;
-};
-
-class OwnedMemorySource : public ByteSource {
-public:
-    explicit OwnedMemorySource(std::string_view b) : m_mem(b) {}
-    size_t read(char* dst, size_t n) override { return m_mem.read(dst, n); }
-    uint64_t totalBytes() const override { return m_mem.totalBytes(); }
-    uint64_t bytesConsumed() const override { return m_mem.bytesConsumed(); }
-
-private:
-    MemorySource m_mem;
-};
-#endif
-
-// A source that replays a few already-read bytes (the sniffed magic) before the rest.
-class PrefixedSource : public ByteSource {
-public:
-    PrefixedSource(std::string prefix, std::unique_ptr<ByteSource> inner)
-        : m_prefix(std::move(prefix)), m_inner(std::move(inner)) {}
-    size_t read(char* dst, size_t n) override {
-        if (m_at < m_prefix.size()) {
-            size_t k = std::min(n, m_prefix.size() - m_at);
-            std::memcpy(dst, m_prefix.data() + m_at, k);
-            m_at += k;
+        ~FileSource() override { std::fclose(m_f); }
+        size_t read(char* dst, size_t n) override
+        {
+            size_t k = std::fread(dst, 1, n, m_f);
+            if (k == 0 && std::ferror(m_f))
+                throw InputError(m_path + ": read error");
+            m_done += k;
             return k;
         }
-        return m_inner->read(dst, n);
-    }
-    uint64_t totalBytes() const override { return m_inner->totalBytes(); }
-    uint64_t bytesConsumed() const override { return m_inner->bytesConsumed(); }
+        uint64_t totalBytes() const override { return m_total; }
+        uint64_t bytesConsumed() const override { return m_done; }
 
-private:
-    std::string m_prefix;
-    size_t m_at = 0;
-    std::unique_ptr<ByteSource> m_inner;
-};
+    private:
+        std::FILE* m_f;
+        std::string m_path;
+        uint64_t m_total;
+        uint64_t m_done = 0;
+    };
+
+    // A plain file mapped into memory: the reader parses it in place (no read() copies) and drops parsed pages.
+    class MappedFileSource : public ByteSource {
+    public:
+        MappedFileSource(const char* data, size_t size)
+            : m_data(data)
+            , m_size(size)
+        {
+            madvise(const_cast<char*>(m_data), m_size, MADV_SEQUENTIAL);
+        }
+        ~MappedFileSource() override { munmap(const_cast<char*>(m_data), m_size); }
+        size_t read(char* dst, size_t n) override
+        {
+            size_t k = std::min(n, m_size - m_pos);
+            std::memcpy(dst, m_data + m_pos, k);
+            m_pos += k;
+            return k;
+        }
+        uint64_t totalBytes() const override { return m_size; }
+        uint64_t bytesConsumed() const override { return std::max<uint64_t>(m_pos, m_released); }
+        std::string_view wholeInput() override { return { m_data, m_size }; }
+        void releaseBefore(uint64_t offset) override
+        {
+            constexpr uint64_t kStep = 32u << 20;
+            uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+            uint64_t upTo = offset / page * page;
+            if (upTo >= m_released + kStep) {
+                madvise(const_cast<char*>(m_data) + m_released, upTo - m_released, MADV_DONTNEED);
+                m_released = upTo;
+            }
+        }
+
+    private:
+        const char* m_data;
+        size_t m_size;
+        size_t m_pos = 0;
+        uint64_t m_released = 0;
+    };
+
+#ifdef KL_PROFILER_HAVE_ZLIB
+    // Inflates gzip (or zlib) input from another ByteSource; concatenated gzip members are read in sequence.
+    class GzipSource : public ByteSource {
+    public:
+        GzipSource(std::unique_ptr<ByteSource> inner, std::string what)
+            : m_inner(std::move(inner))
+            , m_what(std::move(what))
+        {
+            m_in.resize(256 * 1024);
+            std::memset(&m_z, 0, sizeof(m_z));
+            if (inflateInit2(&m_z, 15 + 32) != Z_OK)
+                throw InputError(m_what + ": cannot initialise zlib");
+        }
+        ~GzipSource() override { inflateEnd(&m_z); }
+        size_t read(char* dst, size_t n) override
+        {
+            if (m_done)
+                return 0;
+            m_z.next_out = reinterpret_cast<Bytef*>(dst);
+            m_z.avail_out = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+            while (m_z.avail_out > 0) {
+                if (m_z.avail_in == 0) {
+                    size_t k = m_inner->read(m_in.data(), m_in.size());
+                    if (k == 0) {
+                        if (!m_streamEnded)
+                            throw InputError(m_what + ": gzip data is truncated (compressed offset "
+                                + std::to_string(m_inner->bytesConsumed()) + ")");
+                        m_done = true;
+                        break;
+                    }
+                    m_z.next_in = reinterpret_cast<Bytef*>(m_in.data());
+                    m_z.avail_in = static_cast<uInt>(k);
+                }
+                if (m_streamEnded) {
+                    // Another gzip member follows (concatenated files), or trailing garbage.
+                    if (inflateReset(&m_z) != Z_OK)
+                        throw InputError(m_what + ": zlib reset failed");
+                    m_streamEnded = false;
+                }
+                int rc = inflate(&m_z, Z_NO_FLUSH);
+                if (rc == Z_STREAM_END) {
+                    m_streamEnded = true;
+                    continue;
+                }
+                if (rc == Z_BUF_ERROR && m_z.avail_in == 0)
+                    continue;
+                if (rc != Z_OK)
+                    throw InputError(m_what + ": corrupt gzip data near compressed offset "
+                        + std::to_string(m_inner->bytesConsumed() - m_z.avail_in) + " ("
+                        + (m_z.msg ? m_z.msg : "inflate error") + ")");
+            }
+            return n - m_z.avail_out;
+        }
+        uint64_t totalBytes() const override { return m_inner->totalBytes(); }
+        uint64_t bytesConsumed() const override { return m_inner->bytesConsumed() - m_z.avail_in; }
+
+    private:
+        std::unique_ptr<ByteSource> m_inner;
+        std::string m_what;
+        std::vector<char> m_in;
+        z_stream m_z;
+        bool m_streamEnded = false;
+        bool m_done = false;
+    };
+
+    class OwnedMemorySource : public ByteSource {
+    public:
+        explicit OwnedMemorySource(std::string_view b)
+            : m_mem(b)
+        {
+        }
+        size_t read(char* dst, size_t n) override { return m_mem.read(dst, n); }
+        uint64_t totalBytes() const override { return m_mem.totalBytes(); }
+        uint64_t bytesConsumed() const override { return m_mem.bytesConsumed(); }
+
+    private:
+        MemorySource m_mem;
+    };
+#endif
+
+    // A source that replays a few already-read bytes (the sniffed magic) before the rest.
+    class PrefixedSource : public ByteSource {
+    public:
+        PrefixedSource(std::string prefix, std::unique_ptr<ByteSource> inner)
+            : m_prefix(std::move(prefix))
+            , m_inner(std::move(inner))
+        {
+        }
+        size_t read(char* dst, size_t n) override
+        {
+            if (m_at < m_prefix.size()) {
+                size_t k = std::min(n, m_prefix.size() - m_at);
+                std::memcpy(dst, m_prefix.data() + m_at, k);
+                m_at += k;
+                return k;
+            }
+            return m_inner->read(dst, n);
+        }
+        uint64_t totalBytes() const override { return m_inner->totalBytes(); }
+        uint64_t bytesConsumed() const override { return m_inner->bytesConsumed(); }
+
+    private:
+        std::string m_prefix;
+        size_t m_at = 0;
+        std::unique_ptr<ByteSource> m_inner;
+    };
 
 } // namespace
 
-std::unique_ptr<ByteSource> openFileSource(const std::string& path) {
+std::unique_ptr<ByteSource> openFileSource(const std::string& path)
+{
     {
         int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd >= 0) {
-            struct stat st {};
-            unsigned char magic[2] = {0, 0};
+            struct stat st { };
+            unsigned char magic[2] = { 0, 0 };
             bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 2;
             bool gz = regular && ::pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
             if (regular && !gz) {
                 void* p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
                 ::close(fd);
                 if (p != MAP_FAILED)
-                    return std::make_unique<MappedFileSource>(static_cast<const char*>(p), static_cast<size_t>(st.st_size));
+                    return std::make_unique<MappedFileSource>(
+                        static_cast<const char*>(p), static_cast<size_t>(st.st_size));
             } else {
                 ::close(fd);
             }
@@ -209,7 +233,7 @@ std::unique_ptr<ByteSource> openFileSource(const std::string& path) {
     }
     std::setvbuf(f, nullptr, _IOFBF, 1 << 20);
     auto src = std::make_unique<FileSource>(f, path, total);
-    char magic[2] = {0, 0};
+    char magic[2] = { 0, 0 };
     size_t k = src->read(magic, 2);
     bool gz = k == 2 && static_cast<unsigned char>(magic[0]) == 0x1f && static_cast<unsigned char>(magic[1]) == 0x8b;
     std::unique_ptr<ByteSource> s = std::make_unique<PrefixedSource>(std::string(magic, k), std::move(src));
@@ -223,7 +247,8 @@ std::unique_ptr<ByteSource> openFileSource(const std::string& path) {
     return s;
 }
 
-std::unique_ptr<ByteSource> openGzipMemorySource(std::string_view bytes) {
+std::unique_ptr<ByteSource> openGzipMemorySource(std::string_view bytes)
+{
 #ifdef KL_PROFILER_HAVE_ZLIB
     return std::make_unique<GzipSource>(std::make_unique<OwnedMemorySource>(bytes), "<memory>");
 #else
@@ -234,7 +259,10 @@ std::unique_ptr<ByteSource> openGzipMemorySource(std::string_view bytes) {
 
 // ---------------------------------------------------------------------------------------------------------
 
-JsonReader::JsonReader(ByteSource& src, std::string what, size_t window) : m_src(src), m_what(std::move(what)) {
+JsonReader::JsonReader(ByteSource& src, std::string what, size_t window)
+    : m_src(src)
+    , m_what(std::move(what))
+{
     std::string_view whole = src.wholeInput();
     if (!whole.empty()) {
         m_data = whole.data();
@@ -247,7 +275,8 @@ JsonReader::JsonReader(ByteSource& src, std::string what, size_t window) : m_src
     m_data = m_buf.data();
 }
 
-bool JsonReader::refill() {
+bool JsonReader::refill()
+{
     if (m_eof)
         return false;
     // Count the newlines we are about to drop, so errors can still name a line.
@@ -274,14 +303,16 @@ bool JsonReader::refill() {
     return true;
 }
 
-bool JsonReader::ensure(size_t n) {
+bool JsonReader::ensure(size_t n)
+{
     while (m_end - m_pos < n)
         if (!refill())
             return false;
     return true;
 }
 
-void JsonReader::fail(const std::string& what) {
+void JsonReader::fail(const std::string& what)
+{
     uint64_t line = m_linesBefore + 1;
     uint64_t lineStart = m_lastLineStart;
     for (size_t i = 0; i < m_pos && i < m_end; ++i)
@@ -290,13 +321,17 @@ void JsonReader::fail(const std::string& what) {
             lineStart = m_consumedBefore + i + 1;
         }
     uint64_t off = byteOffset();
-    throw InputError(m_what + ":" + std::to_string(line) + ":" + std::to_string(off - lineStart + 1) + ": " + what +
-                     " (byte offset " + std::to_string(off) + ")");
+    throw InputError(m_what + ":" + std::to_string(line) + ":" + std::to_string(off - lineStart + 1) + ": " + what
+        + " (byte offset " + std::to_string(off) + ")");
 }
 
-static inline bool isWs(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+static inline bool isWs(char c)
+{
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
 
-char JsonReader::peekSlow() {
+char JsonReader::peekSlow()
+{
     for (;;) {
         while (m_pos < m_end && isWs(m_data[m_pos]))
             ++m_pos;
@@ -307,14 +342,16 @@ char JsonReader::peekSlow() {
     }
 }
 
-void JsonReader::expectFailed(char c) {
+void JsonReader::expectFailed(char c)
+{
     char p = peek();
     if (p == '\0')
         fail(std::string("unexpected end of input, expected '") + c + "' (file truncated?)");
     fail(std::string("expected '") + c + "' but found '" + p + "'");
 }
 
-uint32_t JsonReader::readHex4() {
+uint32_t JsonReader::readHex4()
+{
     if (!ensure(4))
         fail("unterminated \\u escape");
     uint32_t v = 0;
@@ -333,7 +370,8 @@ uint32_t JsonReader::readHex4() {
     return v;
 }
 
-void JsonReader::appendUtf8(uint32_t cp, std::string& out) {
+void JsonReader::appendUtf8(uint32_t cp, std::string& out)
+{
     if (cp < 0x80) {
         out.push_back(static_cast<char>(cp));
     } else if (cp < 0x800) {
@@ -351,7 +389,8 @@ void JsonReader::appendUtf8(uint32_t cp, std::string& out) {
     }
 }
 
-std::string_view JsonReader::readString() {
+std::string_view JsonReader::readString()
+{
     expect('"');
     size_t start = m_pos;
     // Keys and short values: a byte loop beats two memchr calls.
@@ -359,7 +398,7 @@ std::string_view JsonReader::readString() {
         char c = m_data[i];
         if (c == '"') {
             m_pos = i + 1;
-            return {m_data + start, i - start};
+            return { m_data + start, i - start };
         }
         if (c == '\\')
             break;
@@ -372,7 +411,8 @@ std::string_view JsonReader::readString() {
             const char* base = m_data;
             const char* q = static_cast<const char*>(std::memchr(base + m_pos, '"', m_end - m_pos));
             const char* limit = q ? q : base + m_end;
-            const char* bs = static_cast<const char*>(std::memchr(base + m_pos, '\\', static_cast<size_t>(limit - (base + m_pos))));
+            const char* bs = static_cast<const char*>(
+                std::memchr(base + m_pos, '\\', static_cast<size_t>(limit - (base + m_pos))));
             m_pos = static_cast<size_t>((bs ? bs : limit) - base);
             if (m_pos >= m_end)
                 break;
@@ -398,14 +438,30 @@ std::string_view JsonReader::readString() {
                     fail("unterminated string escape (file truncated?)");
                 char e = m_data[m_pos++];
                 switch (e) {
-                case '"': m_scratch.push_back('"'); break;
-                case '\\': m_scratch.push_back('\\'); break;
-                case '/': m_scratch.push_back('/'); break;
-                case 'b': m_scratch.push_back('\b'); break;
-                case 'f': m_scratch.push_back('\f'); break;
-                case 'n': m_scratch.push_back('\n'); break;
-                case 'r': m_scratch.push_back('\r'); break;
-                case 't': m_scratch.push_back('\t'); break;
+                case '"':
+                    m_scratch.push_back('"');
+                    break;
+                case '\\':
+                    m_scratch.push_back('\\');
+                    break;
+                case '/':
+                    m_scratch.push_back('/');
+                    break;
+                case 'b':
+                    m_scratch.push_back('\b');
+                    break;
+                case 'f':
+                    m_scratch.push_back('\f');
+                    break;
+                case 'n':
+                    m_scratch.push_back('\n');
+                    break;
+                case 'r':
+                    m_scratch.push_back('\r');
+                    break;
+                case 't':
+                    m_scratch.push_back('\t');
+                    break;
                 case 'u': {
                     uint32_t cp = readHex4();
                     if (cp >= 0xD800 && cp < 0xDC00) {
@@ -428,7 +484,8 @@ std::string_view JsonReader::readString() {
                     appendUtf8(cp, m_scratch);
                     break;
                 }
-                default: fail(std::string("invalid escape '\\") + e + "' in string");
+                default:
+                    fail(std::string("invalid escape '\\") + e + "' in string");
                 }
                 start = m_pos;
                 continue;
@@ -449,15 +506,16 @@ std::string_view JsonReader::readString() {
     }
 }
 
-void JsonReader::skipString() {
+void JsonReader::skipString()
+{
     expect('"');
     for (;;) {
         while (m_pos < m_end) {
             const char* base = m_data;
             const char* q = static_cast<const char*>(std::memchr(base + m_pos, '"', m_end - m_pos));
             const char* limit = q ? q : base + m_end;
-            const char* bs =
-                static_cast<const char*>(std::memchr(base + m_pos, '\\', static_cast<size_t>(limit - (base + m_pos))));
+            const char* bs = static_cast<const char*>(
+                std::memchr(base + m_pos, '\\', static_cast<size_t>(limit - (base + m_pos))));
             m_pos = static_cast<size_t>((bs ? bs : limit) - base);
             if (m_pos >= m_end)
                 break;
@@ -475,7 +533,8 @@ void JsonReader::skipString() {
     }
 }
 
-std::string_view JsonReader::scanNumber() {
+std::string_view JsonReader::scanNumber()
+{
     peek();
     {
         // Fast path: [-]digits[.digits] that ends inside the window (almost every number in a trace).
@@ -498,7 +557,7 @@ std::string_view JsonReader::scanNumber() {
             std::memcpy(m_num, m_data + m_pos, n);
             m_num[n] = '\0';
             m_pos = i;
-            return {m_num, n};
+            return { m_num, n };
         }
     }
     size_t n = 0;
@@ -561,12 +620,16 @@ std::string_view JsonReader::scanNumber() {
         }
     }
     m_num[n] = '\0';
-    return {m_num, n};
+    return { m_num, n };
 }
 
-std::string_view JsonReader::readNumberText() { return scanNumber(); }
+std::string_view JsonReader::readNumberText()
+{
+    return scanNumber();
+}
 
-double JsonReader::readDouble() {
+double JsonReader::readDouble()
+{
     char p = peek();
     if (p == '"') {
         std::string_view s = readString();
@@ -586,7 +649,8 @@ double JsonReader::readDouble() {
     return v;
 }
 
-int64_t JsonReader::readInt64() {
+int64_t JsonReader::readInt64()
+{
     char p = peek();
     std::string_view t;
     if (p == '"')
@@ -604,7 +668,8 @@ int64_t JsonReader::readInt64() {
     return static_cast<int64_t>(d);
 }
 
-int64_t JsonReader::readMicrosAsNanos() {
+int64_t JsonReader::readMicrosAsNanos()
+{
     std::string_view t;
     if (peek() == '"')
         t = readString();
@@ -662,7 +727,8 @@ int64_t JsonReader::readMicrosAsNanos() {
     return static_cast<int64_t>(d);
 }
 
-bool JsonReader::readBool() {
+bool JsonReader::readBool()
+{
     char p = peek();
     const char* word = p == 't' ? "true" : p == 'f' ? "false" : nullptr;
     if (!word)
@@ -674,7 +740,8 @@ bool JsonReader::readBool() {
     return p == 't';
 }
 
-bool JsonReader::readNullIf() {
+bool JsonReader::readNullIf()
+{
     if (peek() != 'n')
         return false;
     if (!ensure(4) || std::memcmp(m_data + m_pos, "null", 4) != 0)
@@ -683,7 +750,8 @@ bool JsonReader::readNullIf() {
     return true;
 }
 
-void JsonReader::skipValue() {
+void JsonReader::skipValue()
+{
     // Iterative, with an explicit depth limit, so hostile nesting cannot blow the stack.
     std::vector<char> stack; // '{' or '['
     bool expectValue = true;
@@ -707,11 +775,18 @@ void JsonReader::skipValue() {
                     expect(':');
                 }
                 continue; // expect a value
-            case '"': skipString(); break;
+            case '"':
+                skipString();
+                break;
             case 't':
-            case 'f': readBool(); break;
-            case 'n': readNullIf(); break;
-            case '\0': fail("unexpected end of input (file truncated?)");
+            case 'f':
+                readBool();
+                break;
+            case 'n':
+                readNullIf();
+                break;
+            case '\0':
+                fail("unexpected end of input (file truncated?)");
             default:
                 if (c == '-' || (c >= '0' && c <= '9'))
                     scanNumber();
@@ -742,7 +817,8 @@ void JsonReader::skipValue() {
     }
 }
 
-bool JsonReader::nextMember(bool& first, std::string_view& key) {
+bool JsonReader::nextMember(bool& first, std::string_view& key)
+{
     if (first) {
         expect('{');
         first = false;
@@ -773,7 +849,8 @@ bool JsonReader::nextMember(bool& first, std::string_view& key) {
     return true;
 }
 
-bool JsonReader::nextElement(bool& first) {
+bool JsonReader::nextElement(bool& first)
+{
     if (first) {
         expect('[');
         first = false;

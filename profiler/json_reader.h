@@ -21,13 +21,16 @@ public:
     // The whole input, when it is already in memory (an mmapped file): the reader then parses in place.
     virtual std::string_view wholeInput() { return {}; }
     // The reader has finished with bytes before `offset` of wholeInput() (lets a mapping drop its pages).
-    virtual void releaseBefore(uint64_t) {}
+    virtual void releaseBefore(uint64_t) { }
 };
 
 // Memory input (tests, fuzzing); the bytes must outlive the source.
 class MemorySource : public ByteSource {
 public:
-    explicit MemorySource(std::string_view bytes) : m_bytes(bytes) {}
+    explicit MemorySource(std::string_view bytes)
+        : m_bytes(bytes)
+    {
+    }
     size_t read(char* dst, size_t n) override;
     uint64_t totalBytes() const override { return m_bytes.size(); }
     uint64_t bytesConsumed() const override { return m_pos; }

@@ -17,31 +17,33 @@
 namespace kl::prof {
 namespace {
 
-struct Rec {
-    std::string t, n, kind;
-    int64_t s = 0, e = 0, ts = 0, d = 0, q = 0, r = 0, p = 0, th = 0, id = 0, f = 0, reg = 0, ss = 0, ds = 0, B = 0;
-    int64_t sms = 0, mem = 0, i = -1;
-    bool drv = false;
-    uint32_t g[3] = {0, 0, 0}, b[3] = {0, 0, 0}, cc[2] = {0, 0};
-    double dur = -1, dram = -1, sm = -1, occ = -1, dramB = -1;
-    bool header = false;
-    void clear() { *this = Rec{}; }
-};
+    struct Rec {
+        std::string t, n, kind;
+        int64_t s = 0, e = 0, ts = 0, d = 0, q = 0, r = 0, p = 0, th = 0, id = 0, f = 0, reg = 0, ss = 0, ds = 0, B = 0;
+        int64_t sms = 0, mem = 0, i = -1;
+        bool drv = false;
+        uint32_t g[3] = { 0, 0, 0 }, b[3] = { 0, 0, 0 }, cc[2] = { 0, 0 };
+        double dur = -1, dram = -1, sm = -1, occ = -1, dramB = -1;
+        bool header = false;
+        void clear() { *this = Rec {}; }
+    };
 
-void readTriple(JsonReader& r, uint32_t* out, int n) {
-    bool first = true;
-    int i = 0;
-    while (r.nextElement(first)) {
-        int64_t v = r.readInt64();
-        if (i < n)
-            out[i] = static_cast<uint32_t>(std::clamp<int64_t>(v, 0, 0xffffffffll));
-        ++i;
+    void readTriple(JsonReader& r, uint32_t* out, int n)
+    {
+        bool first = true;
+        int i = 0;
+        while (r.nextElement(first)) {
+            int64_t v = r.readInt64();
+            if (i < n)
+                out[i] = static_cast<uint32_t>(std::clamp<int64_t>(v, 0, 0xffffffffll));
+            ++i;
+        }
     }
-}
 
 } // namespace
 
-Trace importKlTrace(ByteSource& src, const std::string& what, const ImportOptions& opts) {
+Trace importKlTrace(ByteSource& src, const std::string& what, const ImportOptions& opts)
+{
     JsonReader r(src, what);
     Trace t;
     t.meta().source = "kltrace";
@@ -138,7 +140,7 @@ Trace importKlTrace(ByteSource& src, const std::string& what, const ImportOption
                 throw ImportCancelled();
             if (opts.progress && r.inputBytesTotal())
                 opts.progress(static_cast<double>(r.inputBytesConsumed()) / static_cast<double>(r.inputBytesTotal()),
-                              "parsed " + std::to_string(count) + " records");
+                    "parsed " + std::to_string(count) + " records");
         }
         const std::string& ty = rec.t;
         int32_t dev = static_cast<int32_t>(std::clamp<int64_t>(rec.d, -1, 1 << 20));
@@ -192,7 +194,7 @@ Trace importKlTrace(ByteSource& src, const std::string& what, const ImportOption
                 t.addEvent(e);
             } else if (rec.f & 0x2) { // range start
                 if (openMarkers.size() < 1000000)
-                    openMarkers[rec.id] = {rec.ts, t.strings().intern(rec.n), row};
+                    openMarkers[rec.id] = { rec.ts, t.strings().intern(rec.n), row };
             } else if (rec.f & 0x4) { // range end
                 auto it = openMarkers.find(rec.id);
                 if (it != openMarkers.end()) {
@@ -236,16 +238,16 @@ Trace importKlTrace(ByteSource& src, const std::string& what, const ImportOption
     if (!openMarkers.empty())
         t.meta().warnings.push_back(std::to_string(openMarkers.size()) + " NVTX ranges were never closed");
     if (dropped)
-        t.meta().warnings.push_back("CUPTI dropped " + std::to_string(dropped) +
-                                    " activity records (buffers full); the trace is incomplete");
+        t.meta().warnings.push_back(
+            "CUPTI dropped " + std::to_string(dropped) + " activity records (buffers full); the trace is incomplete");
     t.finalize();
     // SOL records name kernels by their launch ordinal within the capture; map them to event indices.
     std::vector<uint32_t> kernels;
     for (uint32_t i = 0; i < t.eventCount(); ++i)
         if (t.event(i).kind == EventKind::Kernel)
             kernels.push_back(i);
-    std::sort(kernels.begin(), kernels.end(),
-              [&](uint32_t a, uint32_t b) { return t.event(a).start < t.event(b).start; });
+    std::sort(
+        kernels.begin(), kernels.end(), [&](uint32_t a, uint32_t b) { return t.event(a).start < t.event(b).start; });
     for (auto& m : sol) {
         m.event = m.event < kernels.size() ? kernels[m.event] : kNone;
         t.addSol(std::move(m));
@@ -253,7 +255,8 @@ Trace importKlTrace(ByteSource& src, const std::string& what, const ImportOption
     return t;
 }
 
-Trace importKlTraceFile(const std::string& path, const ImportOptions& opts) {
+Trace importKlTraceFile(const std::string& path, const ImportOptions& opts)
+{
     auto src = openFileSource(path);
     return importKlTrace(*src, path, opts);
 }

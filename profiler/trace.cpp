@@ -6,9 +6,13 @@
 
 namespace kl::prof {
 
-StringTable::StringTable() { intern(""); }
+StringTable::StringTable()
+{
+    intern("");
+}
 
-StrId StringTable::intern(std::string_view s) {
+StrId StringTable::intern(std::string_view s)
+{
     if (auto it = m_index.find(s); it != m_index.end())
         return it->second;
     // Strings are appended to 64 KiB chunks so the views stay valid while the table grows.
@@ -27,46 +31,65 @@ StrId StringTable::intern(std::string_view s) {
     return id;
 }
 
-std::optional<StrId> StringTable::find(std::string_view s) const {
+std::optional<StrId> StringTable::find(std::string_view s) const
+{
     if (auto it = m_index.find(s); it != m_index.end())
         return it->second;
     return std::nullopt;
 }
 
-size_t StringTable::bytes() const {
+size_t StringTable::bytes() const
+{
     size_t b = m_views.capacity() * sizeof(std::string_view) + m_index.size() * (sizeof(void*) * 2 + 24);
     for (const auto& c : m_chunks)
         b += c.capacity();
     return b;
 }
 
-const char* toString(EventKind k) {
+const char* toString(EventKind k)
+{
     switch (k) {
-    case EventKind::Kernel: return "kernel";
-    case EventKind::Memcpy: return "memcpy";
-    case EventKind::Memset: return "memset";
-    case EventKind::RuntimeApi: return "cuda_runtime";
-    case EventKind::DriverApi: return "cuda_driver";
-    case EventKind::NvtxRange: return "nvtx_range";
-    case EventKind::NvtxMark: return "nvtx_mark";
-    case EventKind::GpuAnnotation: return "gpu_annotation";
-    case EventKind::CpuOp: return "cpu_op";
-    case EventKind::Sync: return "sync";
-    case EventKind::Other: return "other";
+    case EventKind::Kernel:
+        return "kernel";
+    case EventKind::Memcpy:
+        return "memcpy";
+    case EventKind::Memset:
+        return "memset";
+    case EventKind::RuntimeApi:
+        return "cuda_runtime";
+    case EventKind::DriverApi:
+        return "cuda_driver";
+    case EventKind::NvtxRange:
+        return "nvtx_range";
+    case EventKind::NvtxMark:
+        return "nvtx_mark";
+    case EventKind::GpuAnnotation:
+        return "gpu_annotation";
+    case EventKind::CpuOp:
+        return "cpu_op";
+    case EventKind::Sync:
+        return "sync";
+    case EventKind::Other:
+        return "other";
     }
     return "other";
 }
 
-bool isGpuWork(EventKind k) { return k == EventKind::Kernel || k == EventKind::Memcpy || k == EventKind::Memset; }
+bool isGpuWork(EventKind k)
+{
+    return k == EventKind::Kernel || k == EventKind::Memcpy || k == EventKind::Memset;
+}
 
-static uint64_t rowKey(RowKind kind, int64_t a, int64_t b) {
+static uint64_t rowKey(RowKind kind, int64_t a, int64_t b)
+{
     // A hash key, not an identity: collisions are resolved by checking the row fields.
     uint64_t h = static_cast<uint64_t>(a) * 0x9E3779B97F4A7C15ull;
     h ^= static_cast<uint64_t>(b) + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
     return h * 2 + (kind == RowKind::GpuStream ? 1 : 0);
 }
 
-uint32_t Trace::cpuRow(int64_t pid, int64_t tid) {
+uint32_t Trace::cpuRow(int64_t pid, int64_t tid)
+{
     uint64_t key = rowKey(RowKind::CpuThread, pid, tid);
     for (;; ++key) {
         auto it = m_rowIndex.find(key);
@@ -87,7 +110,8 @@ uint32_t Trace::cpuRow(int64_t pid, int64_t tid) {
     return idx;
 }
 
-uint32_t Trace::gpuRow(int32_t device, int64_t stream) {
+uint32_t Trace::gpuRow(int32_t device, int64_t stream)
+{
     uint64_t key = rowKey(RowKind::GpuStream, device, stream);
     for (;; ++key) {
         auto it = m_rowIndex.find(key);
@@ -109,12 +133,14 @@ uint32_t Trace::gpuRow(int32_t device, int64_t stream) {
     return idx;
 }
 
-void Trace::setRowName(uint32_t row, std::string_view name) {
+void Trace::setRowName(uint32_t row, std::string_view name)
+{
     if (row < m_rows.size())
         m_rows[row].name = m_strings.intern(name);
 }
 
-uint32_t Trace::addEvent(Event e, uint32_t correlation) {
+uint32_t Trace::addEvent(Event e, uint32_t correlation)
+{
     if (e.end < e.start)
         e.end = e.start;
     if (!isGpuWork(e.kind))
@@ -123,14 +149,16 @@ uint32_t Trace::addEvent(Event e, uint32_t correlation) {
     return static_cast<uint32_t>(m_events.size() - 1);
 }
 
-uint32_t Trace::addKernel(Event e, const KernelInfo& k) {
+uint32_t Trace::addKernel(Event e, const KernelInfo& k)
+{
     e.kind = EventKind::Kernel;
     e.aux = static_cast<uint32_t>(m_kernels.size());
     m_kernels.push_back(k);
     return addEvent(e);
 }
 
-uint32_t Trace::addMemOp(Event e, const MemOpInfo& m) {
+uint32_t Trace::addMemOp(Event e, const MemOpInfo& m)
+{
     if (e.kind != EventKind::Memset)
         e.kind = EventKind::Memcpy;
     e.aux = static_cast<uint32_t>(m_memOps.size());
@@ -138,7 +166,8 @@ uint32_t Trace::addMemOp(Event e, const MemOpInfo& m) {
     return addEvent(e);
 }
 
-void Trace::addDevice(Device d) {
+void Trace::addDevice(Device d)
+{
     for (auto& existing : m_devices)
         if (existing.id == d.id) {
             existing = std::move(d);
@@ -147,28 +176,34 @@ void Trace::addDevice(Device d) {
     m_devices.push_back(std::move(d));
 }
 
-void Trace::setProcessName(int64_t pid, std::string_view name) {
+void Trace::setProcessName(int64_t pid, std::string_view name)
+{
     for (auto& p : m_processes)
         if (p.pid == pid) {
             p.name = std::string(name);
             return;
         }
-    m_processes.push_back({pid, std::string(name)});
+    m_processes.push_back({ pid, std::string(name) });
 }
 
-void Trace::addLink(uint32_t launchEvent, uint32_t gpuEvent) { m_links.push_back({launchEvent, gpuEvent}); }
+void Trace::addLink(uint32_t launchEvent, uint32_t gpuEvent)
+{
+    m_links.push_back({ launchEvent, gpuEvent });
+}
 
-const KernelInfo* Trace::kernelInfo(const Event& e) const {
+const KernelInfo* Trace::kernelInfo(const Event& e) const
+{
     return e.kind == EventKind::Kernel && e.aux < m_kernels.size() ? &m_kernels[e.aux] : nullptr;
 }
 
-const MemOpInfo* Trace::memOpInfo(const Event& e) const {
-    return (e.kind == EventKind::Memcpy || e.kind == EventKind::Memset) && e.aux < m_memOps.size()
-               ? &m_memOps[e.aux]
-               : nullptr;
+const MemOpInfo* Trace::memOpInfo(const Event& e) const
+{
+    return (e.kind == EventKind::Memcpy || e.kind == EventKind::Memset) && e.aux < m_memOps.size() ? &m_memOps[e.aux]
+                                                                                                   : nullptr;
 }
 
-uint32_t Trace::correlation(const Event& e) const {
+uint32_t Trace::correlation(const Event& e) const
+{
     if (const KernelInfo* k = kernelInfo(e))
         return k->correlation;
     if (const MemOpInfo* m = memOpInfo(e))
@@ -176,7 +211,8 @@ uint32_t Trace::correlation(const Event& e) const {
     return isGpuWork(e.kind) ? 0 : e.aux;
 }
 
-void Trace::finalize() {
+void Trace::finalize()
+{
     if (m_finalized)
         return;
     m_finalized = true;
@@ -268,31 +304,34 @@ void Trace::finalize() {
         if (corr == 0)
             continue;
         if (auto it = launchByCorr.find(corr); it != launchByCorr.end())
-            m_links.push_back({it->second, i});
+            m_links.push_back({ it->second, i });
     }
     std::erase_if(m_links, [this](const Link& l) { return l.launch >= m_events.size() || l.gpu >= m_events.size(); });
     std::sort(m_links.begin(), m_links.end(), [](const Link& a, const Link& b) { return a.gpu < b.gpu; });
-    m_links.erase(std::unique(m_links.begin(), m_links.end(),
-                              [](const Link& a, const Link& b) { return a.gpu == b.gpu; }),
-                  m_links.end());
+    m_links.erase(
+        std::unique(m_links.begin(), m_links.end(), [](const Link& a, const Link& b) { return a.gpu == b.gpu; }),
+        m_links.end());
     m_linksByLaunch = m_links;
     std::sort(m_linksByLaunch.begin(), m_linksByLaunch.end(),
-              [](const Link& a, const Link& b) { return a.launch != b.launch ? a.launch < b.launch : a.gpu < b.gpu; });
+        [](const Link& a, const Link& b) { return a.launch != b.launch ? a.launch < b.launch : a.gpu < b.gpu; });
 }
 
-static size_t firstEndingAtOrAfter(const std::vector<Event>& ev, const std::vector<uint32_t>& lane, int64_t t0) {
+static size_t firstEndingAtOrAfter(const std::vector<Event>& ev, const std::vector<uint32_t>& lane, int64_t t0)
+{
     auto it = std::partition_point(lane.begin(), lane.end(), [&](uint32_t i) { return ev[i].end < t0; });
     return static_cast<size_t>(it - lane.begin());
 }
 
-static size_t firstStartingAfter(const std::vector<Event>& ev, const std::vector<uint32_t>& lane, size_t from,
-                                 size_t to, int64_t t) {
-    auto it = std::partition_point(lane.begin() + static_cast<ptrdiff_t>(from), lane.begin() + static_cast<ptrdiff_t>(to),
-                                   [&](uint32_t i) { return ev[i].start <= t; });
+static size_t firstStartingAfter(
+    const std::vector<Event>& ev, const std::vector<uint32_t>& lane, size_t from, size_t to, int64_t t)
+{
+    auto it = std::partition_point(lane.begin() + static_cast<ptrdiff_t>(from),
+        lane.begin() + static_cast<ptrdiff_t>(to), [&](uint32_t i) { return ev[i].start <= t; });
     return static_cast<size_t>(it - lane.begin());
 }
 
-std::vector<uint32_t> Trace::eventsInWindow(uint32_t row, uint32_t lane, int64_t t0, int64_t t1) const {
+std::vector<uint32_t> Trace::eventsInWindow(uint32_t row, uint32_t lane, int64_t t0, int64_t t1) const
+{
     std::vector<uint32_t> out;
     if (row >= m_rows.size() || lane >= m_rows[row].lanes.size() || t1 < t0)
         return out;
@@ -303,7 +342,8 @@ std::vector<uint32_t> Trace::eventsInWindow(uint32_t row, uint32_t lane, int64_t
     return out;
 }
 
-std::vector<uint32_t> Trace::eventsInWindow(uint32_t row, int64_t t0, int64_t t1) const {
+std::vector<uint32_t> Trace::eventsInWindow(uint32_t row, int64_t t0, int64_t t1) const
+{
     std::vector<uint32_t> out;
     if (row >= m_rows.size())
         return out;
@@ -314,7 +354,8 @@ std::vector<uint32_t> Trace::eventsInWindow(uint32_t row, int64_t t0, int64_t t1
     return out;
 }
 
-std::vector<DrawItem> Trace::drawItems(uint32_t row, uint32_t lane, int64_t t0, int64_t t1, int64_t minWidthNs) const {
+std::vector<DrawItem> Trace::drawItems(uint32_t row, uint32_t lane, int64_t t0, int64_t t1, int64_t minWidthNs) const
+{
     std::vector<DrawItem> out;
     if (row >= m_rows.size() || lane >= m_rows[row].lanes.size() || t1 < t0)
         return out;
@@ -325,11 +366,11 @@ std::vector<DrawItem> Trace::drawItems(uint32_t row, uint32_t lane, int64_t t0, 
     while (i < last) {
         const Event& e = m_events[l[i]];
         if (e.duration() >= minWidthNs) {
-            out.push_back({e.start, e.end, l[i], 1});
+            out.push_back({ e.start, e.end, l[i], 1 });
             ++i;
             continue;
         }
-        DrawItem item{e.start, e.end, l[i], 1};
+        DrawItem item { e.start, e.end, l[i], 1 };
         size_t first = i++;
         // Jump over every event that starts within one resolution step of the merged block's end; lanes are
         // non-overlapping, so ends are sorted too and the block's new end is the end of the last one jumped.
@@ -346,25 +387,28 @@ std::vector<DrawItem> Trace::drawItems(uint32_t row, uint32_t lane, int64_t t0, 
     return out;
 }
 
-uint32_t Trace::launchOf(uint32_t gpuEvent) const {
-    auto it = std::lower_bound(m_links.begin(), m_links.end(), gpuEvent,
-                               [](const Link& l, uint32_t g) { return l.gpu < g; });
+uint32_t Trace::launchOf(uint32_t gpuEvent) const
+{
+    auto it = std::lower_bound(
+        m_links.begin(), m_links.end(), gpuEvent, [](const Link& l, uint32_t g) { return l.gpu < g; });
     return it != m_links.end() && it->gpu == gpuEvent ? it->launch : kNone;
 }
 
-std::vector<uint32_t> Trace::gpuWorkOf(uint32_t launchEvent) const {
+std::vector<uint32_t> Trace::gpuWorkOf(uint32_t launchEvent) const
+{
     std::vector<uint32_t> out;
     auto it = std::lower_bound(m_linksByLaunch.begin(), m_linksByLaunch.end(), launchEvent,
-                               [](const Link& l, uint32_t a) { return l.launch < a; });
+        [](const Link& l, uint32_t a) { return l.launch < a; });
     for (; it != m_linksByLaunch.end() && it->launch == launchEvent; ++it)
         out.push_back(it->gpu);
     return out;
 }
 
-size_t Trace::memoryBytes() const {
-    size_t b = m_events.capacity() * sizeof(Event) + m_kernels.capacity() * sizeof(KernelInfo) +
-               m_memOps.capacity() * sizeof(MemOpInfo) + m_strings.bytes() +
-               (m_links.capacity() + m_linksByLaunch.capacity()) * sizeof(Link);
+size_t Trace::memoryBytes() const
+{
+    size_t b = m_events.capacity() * sizeof(Event) + m_kernels.capacity() * sizeof(KernelInfo)
+        + m_memOps.capacity() * sizeof(MemOpInfo) + m_strings.bytes()
+        + (m_links.capacity() + m_linksByLaunch.capacity()) * sizeof(Link);
     for (const auto& r : m_rows)
         for (const auto& l : r.lanes)
             b += l.capacity() * sizeof(uint32_t);

@@ -26,7 +26,7 @@ public:
     StringTable& operator=(StringTable&&) = default;
 
     StrId intern(std::string_view s);
-    std::string_view view(StrId id) const { return id < m_views.size() ? m_views[id] : std::string_view{}; }
+    std::string_view view(StrId id) const { return id < m_views.size() ? m_views[id] : std::string_view {}; }
     std::optional<StrId> find(std::string_view s) const;
     size_t size() const { return m_views.size(); }
     size_t bytes() const;
@@ -96,8 +96,8 @@ struct Event {
 static_assert(sizeof(Event) == 32, "Event must stay packed: 10M events = 320 MB");
 
 struct KernelInfo {
-    uint32_t grid[3] = {0, 0, 0};
-    uint32_t block[3] = {0, 0, 0};
+    uint32_t grid[3] = { 0, 0, 0 };
+    uint32_t block[3] = { 0, 0, 0 };
     uint32_t registersPerThread = 0;
     uint32_t staticSharedMemory = 0;
     uint32_t dynamicSharedMemory = 0;

@@ -2,28 +2,27 @@
 // process's peak resident memory. Run one file per process (bench/profiler/run-bench.sh) so peaks don't mix.
 #include "profiler/importers.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
-#include <random>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <random>
 #include <string>
+#include <sys/resource.h>
 
 namespace {
 
 double cpuSeconds()
 {
-    timespec ts{};
+    timespec ts {};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 long peakRssKb()
 {
-    rusage ru{};
+    rusage ru {};
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss;
 }
@@ -75,7 +74,7 @@ int main(int argc, char** argv)
     std::printf("{\"tool\":\"kl_profiler\",\"kind\":\"%s\",\"model_events\":%zu,\"links\":%zu,\"wall_s\":%.4f,"
                 "\"cpu_s\":%.4f,\"peak_rss_bytes\":%ld,\"rss_before_bytes\":%ld,\"trace_heap_bytes\":%zu,"
                 "\"lod_query_row_events\":%zu,\"lod_query_us\":%.2f,\"lod_items_per_query\":%.1f}\n",
-                kind.c_str(), t.eventCount(), t.linkCount(), wall, cpu, rss * 1024, rssBefore * 1024,
-                t.memoryBytes(), most, queryUs, static_cast<double>(items) / queries);
+        kind.c_str(), t.eventCount(), t.linkCount(), wall, cpu, rss * 1024, rssBefore * 1024, t.memoryBytes(), most,
+        queryUs, static_cast<double>(items) / queries);
     return 0;
 }

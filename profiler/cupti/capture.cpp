@@ -3,21 +3,25 @@
 #include "profiler/cupti/collector.h"
 #include "profiler/importers.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <stdexcept>
+#include <unistd.h>
 
 namespace kl::prof {
 
-CuptiCapture::CuptiCapture(CaptureOptions opts) : m_opts(opts) {}
+CuptiCapture::CuptiCapture(CaptureOptions opts)
+    : m_opts(opts)
+{
+}
 
-CuptiCapture::~CuptiCapture() {
+CuptiCapture::~CuptiCapture()
+{
     if (m_running)
         cupti::stopCollection();
 }
 
-void CuptiCapture::start() {
+void CuptiCapture::start()
+{
     if (m_running)
         throw std::runtime_error("CuptiCapture::start: already running");
     m_lines = cupti::headerLine(getpid(), "in-process capture");
@@ -33,7 +37,8 @@ void CuptiCapture::start() {
     m_running = true;
 }
 
-Trace CuptiCapture::stop() {
+Trace CuptiCapture::stop()
+{
     if (!m_running)
         throw std::runtime_error("CuptiCapture::stop: not running");
     std::string e = cupti::stopCollection();
@@ -46,13 +51,14 @@ Trace CuptiCapture::stop() {
     return importKlTrace(src, "<in-process capture>");
 }
 
-void attachSol(Trace& trace, const SolResult& sol) {
+void attachSol(Trace& trace, const SolResult& sol)
+{
     std::vector<uint32_t> kernels;
     for (uint32_t i = 0; i < trace.eventCount(); ++i)
         if (trace.event(i).kind == EventKind::Kernel)
             kernels.push_back(i);
     std::sort(kernels.begin(), kernels.end(),
-              [&](uint32_t a, uint32_t b) { return trace.event(a).start < trace.event(b).start; });
+        [&](uint32_t a, uint32_t b) { return trace.event(a).start < trace.event(b).start; });
     for (size_t k = 0; k < sol.kernels.size(); ++k) {
         SolMetrics m = sol.kernels[k];
         if (k < kernels.size()) {

@@ -4,15 +4,14 @@
 // so a target that crashes still leaves a readable prefix.
 #include "profiler/cupti/collector.h"
 
-#include <cupti.h>
-#include <dlfcn.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
+#include <cupti.h>
+#include <dlfcn.h>
 #include <fstream>
 #include <mutex>
 #include <string>
+#include <unistd.h>
 
 namespace {
 
@@ -21,7 +20,8 @@ std::FILE* g_file = nullptr;
 std::string g_path;
 std::mutex g_fileMutex;
 
-std::string commandLine() {
+std::string commandLine()
+{
     std::ifstream f("/proc/self/cmdline", std::ios::binary);
     std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     for (char& c : s)
@@ -32,7 +32,8 @@ std::string commandLine() {
     return s;
 }
 
-void writeLines(const std::string& lines) {
+void writeLines(const std::string& lines)
+{
     std::lock_guard<std::mutex> lock(g_fileMutex);
     if (!g_file)
         return;
@@ -40,7 +41,8 @@ void writeLines(const std::string& lines) {
     std::fflush(g_file);
 }
 
-void finish() {
+void finish()
+{
     std::string e = kl::prof::cupti::stopCollection();
     std::lock_guard<std::mutex> lock(g_fileMutex);
     if (!g_file)
@@ -58,12 +60,14 @@ void finish() {
 
 // Flush while the context still exists: at process exit the CUDA runtime may tear contexts down before our
 // atexit handler runs (it registers its own handler after ours when NVTX initialised us first).
-void CUPTIAPI onResource(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void*) {
+void CUPTIAPI onResource(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void*)
+{
     if (domain == CUPTI_CB_DOMAIN_RESOURCE && cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING)
         kl::prof::cupti::flushCollection();
 }
 
-void start() {
+void start()
+{
     std::call_once(g_once, [] {
         const char* out = std::getenv("KL_TRACE_OUT");
         g_path = out && *out ? out : "kloop-" + std::to_string(getpid()) + ".kltrace";
@@ -95,7 +99,8 @@ void start() {
 
 } // namespace
 
-extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
+extern "C" __attribute__((visibility("default"))) int InitializeInjection(void)
+{
     start();
     return 1;
 }
@@ -103,9 +108,10 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
 // NVTX injection goes to CUPTI itself (that is what makes MARKER records appear); we only make sure the
 // collector runs first so no range is missed when NVTX is used before CUDA initialises.
 using NvtxGetExportTable = const void* (*)(uint32_t);
-extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(NvtxGetExportTable getTable) {
+extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(NvtxGetExportTable getTable)
+{
     start();
-    Dl_info info{};
+    Dl_info info {};
     if (!dladdr(reinterpret_cast<void*>(&cuptiGetVersion), &info) || !info.dli_fname)
         return 0;
     void* cupti = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);

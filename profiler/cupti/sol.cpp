@@ -4,81 +4,82 @@
 
 #include <cuda.h>
 #include <cupti.h>
-#include <dlfcn.h>
 #include <cupti_profiler_host.h>
 #include <cupti_profiler_target.h>
 #include <cupti_range_profiler.h>
 #include <cupti_target.h>
-
+#include <dlfcn.h>
 #include <string>
 #include <vector>
 
 namespace kl::prof {
 namespace {
 
-// CUPTI parameter structs: zeroed, with their size set (what the *_STRUCT_SIZE initialiser idiom does).
-template <class T>
-T params(size_t structSize) {
-    T p{};
-    p.structSize = structSize;
-    return p;
-}
-
-struct Fail {
-    std::string why;
-};
-
-void check(CUptiResult rc, const char* what) {
-    if (rc == CUPTI_SUCCESS)
-        return;
-    const char* s = nullptr;
-    cuptiGetResultString(rc, &s);
-    std::string why = std::string(what) + ": " + (s ? s : "unknown CUPTI error");
-    if (rc == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)
-        why += " (performance counters are restricted to admin users on this driver: "
-               "NVreg_RestrictProfilingToAdminUsers=0 or run as root)";
-    throw Fail{why};
-}
-
-const char* kMetrics[] = {
-    "gpu__time_duration.sum",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "dram__bytes_read.sum",
-    "dram__bytes_write.sum",
-};
-constexpr size_t kNumMetrics = sizeof(kMetrics) / sizeof(kMetrics[0]);
-
-// The driver API is resolved at run time so that binaries linking kl_profiler_cupti start (and skip their GPU
-// work) on machines without libcuda, such as CI.
-struct Driver {
-    CUresult (*ctxGetCurrent)(CUcontext*) = nullptr;
-    CUresult (*ctxGetDevice)(CUdevice*) = nullptr;
-    CUresult (*ctxSynchronize)() = nullptr;
-    Driver()
+    // CUPTI parameter structs: zeroed, with their size set (what the *_STRUCT_SIZE initialiser idiom does).
+    template <class T> T params(size_t structSize)
     {
-        void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-        if (!h)
-            h = dlopen("libcuda.so.1", RTLD_NOW);
-        if (!h)
-            return;
-        ctxGetCurrent = reinterpret_cast<CUresult (*)(CUcontext*)>(dlsym(h, "cuCtxGetCurrent"));
-        ctxGetDevice = reinterpret_cast<CUresult (*)(CUdevice*)>(dlsym(h, "cuCtxGetDevice"));
-        ctxSynchronize = reinterpret_cast<CUresult (*)()>(dlsym(h, "cuCtxSynchronize"));
+        T p {};
+        p.structSize = structSize;
+        return p;
     }
-    bool ok() const { return ctxGetCurrent && ctxGetDevice && ctxSynchronize; }
-};
 
-const Driver& driver()
-{
-    static Driver d;
-    return d;
-}
+    struct Fail {
+        std::string why;
+    };
+
+    void check(CUptiResult rc, const char* what)
+    {
+        if (rc == CUPTI_SUCCESS)
+            return;
+        const char* s = nullptr;
+        cuptiGetResultString(rc, &s);
+        std::string why = std::string(what) + ": " + (s ? s : "unknown CUPTI error");
+        if (rc == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)
+            why += " (performance counters are restricted to admin users on this driver: "
+                   "NVreg_RestrictProfilingToAdminUsers=0 or run as root)";
+        throw Fail { why };
+    }
+
+    const char* kMetrics[] = {
+        "gpu__time_duration.sum",
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+        "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+        "sm__warps_active.avg.pct_of_peak_sustained_active",
+        "dram__bytes_read.sum",
+        "dram__bytes_write.sum",
+    };
+    constexpr size_t kNumMetrics = sizeof(kMetrics) / sizeof(kMetrics[0]);
+
+    // The driver API is resolved at run time so that binaries linking kl_profiler_cupti start (and skip their GPU
+    // work) on machines without libcuda, such as CI.
+    struct Driver {
+        CUresult (*ctxGetCurrent)(CUcontext*) = nullptr;
+        CUresult (*ctxGetDevice)(CUdevice*) = nullptr;
+        CUresult (*ctxSynchronize)() = nullptr;
+        Driver()
+        {
+            void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+            if (!h)
+                h = dlopen("libcuda.so.1", RTLD_NOW);
+            if (!h)
+                return;
+            ctxGetCurrent = reinterpret_cast<CUresult (*)(CUcontext*)>(dlsym(h, "cuCtxGetCurrent"));
+            ctxGetDevice = reinterpret_cast<CUresult (*)(CUdevice*)>(dlsym(h, "cuCtxGetDevice"));
+            ctxSynchronize = reinterpret_cast<CUresult (*)()>(dlsym(h, "cuCtxSynchronize"));
+        }
+        bool ok() const { return ctxGetCurrent && ctxGetDevice && ctxSynchronize; }
+    };
+
+    const Driver& driver()
+    {
+        static Driver d;
+        return d;
+    }
 
 } // namespace
 
-SolResult measureSpeedOfLight(const std::function<void()>& launch, size_t maxKernels) {
+SolResult measureSpeedOfLight(const std::function<void()>& launch, size_t maxKernels)
+{
     SolResult res;
     if (!driver().ok()) {
         res.unavailableReason = "libcuda.so.1 (the NVIDIA driver) is not available";
@@ -102,7 +103,8 @@ SolResult measureSpeedOfLight(const std::function<void()>& launch, size_t maxKer
         cn.deviceIndex = static_cast<size_t>(dev);
         check(cuptiDeviceGetChipName(&cn), "cuptiDeviceGetChipName");
         std::string chip = cn.pChipName;
-        auto ca = params<CUpti_Profiler_GetCounterAvailability_Params>(CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE);
+        auto ca = params<CUpti_Profiler_GetCounterAvailability_Params>(
+            CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE);
         ca.ctx = ctx;
         check(cuptiProfilerGetCounterAvailability(&ca), "cuptiProfilerGetCounterAvailability");
         std::vector<uint8_t> avail(ca.counterAvailabilityImageSize);
@@ -116,21 +118,25 @@ SolResult measureSpeedOfLight(const std::function<void()>& launch, size_t maxKer
         check(cuptiProfilerHostInitialize(&hi), "cuptiProfilerHostInitialize");
         host = hi.pHostObject;
         std::vector<const char*> metrics(kMetrics, kMetrics + kNumMetrics);
-        auto am = params<CUpti_Profiler_Host_ConfigAddMetrics_Params>(CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE);
+        auto am = params<CUpti_Profiler_Host_ConfigAddMetrics_Params>(
+            CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE);
         am.pHostObject = host;
         am.ppMetricNames = metrics.data();
         am.numMetrics = metrics.size();
         check(cuptiProfilerHostConfigAddMetrics(&am), "cuptiProfilerHostConfigAddMetrics");
-        auto cs = params<CUpti_Profiler_Host_GetConfigImageSize_Params>(CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE);
+        auto cs = params<CUpti_Profiler_Host_GetConfigImageSize_Params>(
+            CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE);
         cs.pHostObject = host;
         check(cuptiProfilerHostGetConfigImageSize(&cs), "cuptiProfilerHostGetConfigImageSize");
         std::vector<uint8_t> config(cs.configImageSize);
-        auto ci = params<CUpti_Profiler_Host_GetConfigImage_Params>(CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE);
+        auto ci
+            = params<CUpti_Profiler_Host_GetConfigImage_Params>(CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE);
         ci.pHostObject = host;
         ci.pConfigImage = config.data();
         ci.configImageSize = config.size();
         check(cuptiProfilerHostGetConfigImage(&ci), "cuptiProfilerHostGetConfigImage");
-        auto np = params<CUpti_Profiler_Host_GetNumOfPasses_Params>(CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE);
+        auto np
+            = params<CUpti_Profiler_Host_GetNumOfPasses_Params>(CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE);
         np.pConfigImage = config.data();
         np.configImageSize = config.size();
         check(cuptiProfilerHostGetNumOfPasses(&np), "cuptiProfilerHostGetNumOfPasses");
@@ -140,7 +146,8 @@ SolResult measureSpeedOfLight(const std::function<void()>& launch, size_t maxKer
         en.ctx = ctx;
         check(cuptiRangeProfilerEnable(&en), "cuptiRangeProfilerEnable");
         rp = en.pRangeProfilerObject;
-        auto gs = params<CUpti_RangeProfiler_GetCounterDataSize_Params>(CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE);
+        auto gs = params<CUpti_RangeProfiler_GetCounterDataSize_Params>(
+            CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE);
         gs.pRangeProfilerObject = rp;
         gs.pMetricNames = metrics.data();
         gs.numMetrics = metrics.size();
@@ -148,7 +155,8 @@ SolResult measureSpeedOfLight(const std::function<void()>& launch, size_t maxKer
         gs.maxNumRangeTreeNodes = maxKernels;
         check(cuptiRangeProfilerGetCounterDataSize(&gs), "cuptiRangeProfilerGetCounterDataSize");
         std::vector<uint8_t> counterData(gs.counterDataSize);
-        auto cdi = params<CUpti_RangeProfiler_CounterDataImage_Initialize_Params>(CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE);
+        auto cdi = params<CUpti_RangeProfiler_CounterDataImage_Initialize_Params>(
+            CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE);
         cdi.pRangeProfilerObject = rp;
         cdi.counterDataSize = counterData.size();
         cdi.pCounterData = counterData.data();
@@ -180,19 +188,22 @@ SolResult measureSpeedOfLight(const std::function<void()>& launch, size_t maxKer
         auto dd = params<CUpti_RangeProfiler_DecodeData_Params>(CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE);
         dd.pRangeProfilerObject = rp;
         check(cuptiRangeProfilerDecodeData(&dd), "cuptiRangeProfilerDecodeData");
-        auto gi = params<CUpti_RangeProfiler_GetCounterDataInfo_Params>(CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE);
+        auto gi = params<CUpti_RangeProfiler_GetCounterDataInfo_Params>(
+            CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE);
         gi.pCounterDataImage = counterData.data();
         gi.counterDataImageSize = counterData.size();
         check(cuptiRangeProfilerGetCounterDataInfo(&gi), "cuptiRangeProfilerGetCounterDataInfo");
         for (size_t r = 0; r < gi.numTotalRanges; ++r) {
-            auto ri = params<CUpti_RangeProfiler_CounterData_GetRangeInfo_Params>(CUpti_RangeProfiler_CounterData_GetRangeInfo_Params_STRUCT_SIZE);
+            auto ri = params<CUpti_RangeProfiler_CounterData_GetRangeInfo_Params>(
+                CUpti_RangeProfiler_CounterData_GetRangeInfo_Params_STRUCT_SIZE);
             ri.pCounterDataImage = counterData.data();
             ri.counterDataImageSize = counterData.size();
             ri.rangeIndex = r;
             ri.rangeDelimiter = "/";
             check(cuptiRangeProfilerCounterDataGetRangeInfo(&ri), "cuptiRangeProfilerCounterDataGetRangeInfo");
             std::vector<double> v(metrics.size());
-            auto ev = params<CUpti_Profiler_Host_EvaluateToGpuValues_Params>(CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE);
+            auto ev = params<CUpti_Profiler_Host_EvaluateToGpuValues_Params>(
+                CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE);
             ev.pHostObject = host;
             ev.pCounterDataImage = counterData.data();
             ev.counterDataImageSize = counterData.size();
@@ -211,8 +222,8 @@ SolResult measureSpeedOfLight(const std::function<void()>& launch, size_t maxKer
             res.kernels.push_back(std::move(m));
         }
         if (dd.numOfRangeDropped)
-            res.unavailableReason = std::to_string(dd.numOfRangeDropped) + " ranges dropped (more than " +
-                                    std::to_string(maxKernels) + " kernels)";
+            res.unavailableReason = std::to_string(dd.numOfRangeDropped) + " ranges dropped (more than "
+                + std::to_string(maxKernels) + " kernels)";
         res.available = true;
     } catch (const Fail& f) {
         res.available = false;

@@ -1,10 +1,9 @@
 #include "profiler/analysis.h"
 #include "profiler/importers.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdlib>
 #include <fstream>
+#include <gtest/gtest.h>
 
 using namespace kl::prof;
 
@@ -61,7 +60,7 @@ struct Builder {
 TEST(Analysis, ManyShortKernelsWithGapsAreLaunchOverhead)
 {
     Builder b;
-    b.t.addDevice({0, "NVIDIA H200", 132, 9, 0, 0});
+    b.t.addDevice({ 0, "NVIDIA H200", 132, 9, 0, 0 });
     b.range("decode", 0, 100 * 6 * us);
     // Each iteration: a 4 us launch call, then the 1 us kernel starts 1 us after the call returns.
     for (int i = 0; i < 100; ++i)
@@ -150,7 +149,7 @@ TEST(Analysis, KernelStatisticsAndRooflineClasses)
     b.t.addSol(sol);
     AnalysisOptions o;
     o.ceilings = Ceilings::h200();
-    o.work = {{"k_copy", 0, 4.27e9, false}, {"k_fma", 28e9, 1e3, false}, {"k_small", 1e3, 1e6, false}};
+    o.work = { { "k_copy", 0, 4.27e9, false }, { "k_fma", 28e9, 1e3, false }, { "k_small", 1e3, 1e6, false } };
     Analysis a = analyze(b.t, o);
     ASSERT_EQ(a.kernels.size(), 4u);
     EXPECT_EQ(a.kernelCount, 6u);
@@ -195,7 +194,7 @@ TEST(Analysis, EmptyTraceHasNoGpuWork)
 
 // Golden analyses of the committed fixtures: regenerate with KL_UPDATE_GOLDEN=1 after an intended change and
 // review the diff (the fixture notes explain why each verdict is right).
-class GoldenAnalysis : public ::testing::TestWithParam<const char*> {};
+class GoldenAnalysis : public ::testing::TestWithParam<const char*> { };
 
 TEST_P(GoldenAnalysis, MatchesCommittedSummary)
 {
@@ -237,7 +236,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenAnalysis,
 // Facts about the H200 fixtures that follow from the programs that produced them (see data/README.md).
 TEST(RealFixtures, KloopProfileOfTheTestProgram)
 {
-    Trace t = importTraceFile(std::string(KL_SOURCE_DIR) + "/tests/profiler/data/h200_kloop_profile_testprog.kltrace.gz");
+    Trace t
+        = importTraceFile(std::string(KL_SOURCE_DIR) + "/tests/profiler/data/h200_kloop_profile_testprog.kltrace.gz");
     size_t kernels = 0, linked = 0, ranges = 0, marks = 0;
     for (uint32_t i = 0; i < t.eventCount(); ++i) {
         const Event& e = t.event(i);

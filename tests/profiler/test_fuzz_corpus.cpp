@@ -3,10 +3,9 @@
 #include "core/errors.h"
 #include "profiler/importers.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
+#include <gtest/gtest.h>
 
 using namespace kl::prof;
 

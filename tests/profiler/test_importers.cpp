@@ -2,14 +2,13 @@
 #include "profiler/chrome_export.h"
 #include "profiler/importers.h"
 
-#include <gtest/gtest.h>
-#include <sqlite3.h>
-#include <zlib.h>
-
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <zlib.h>
 
 using namespace kl::prof;
 
@@ -67,13 +66,28 @@ TEST(ChromeImport, ReadsKinetoKernelLaunchMemcpyAndAnnotations)
     for (uint32_t i = 0; i < t.eventCount(); ++i) {
         const Event& e = t.event(i);
         switch (e.kind) {
-        case EventKind::Kernel: ++kernels; kernel = i; break;
-        case EventKind::RuntimeApi: ++launches; launch = i; break;
-        case EventKind::Memcpy: ++memcpys; break;
-        case EventKind::NvtxRange: ++ranges; break;
-        case EventKind::GpuAnnotation: ++gpuAnn; break;
-        case EventKind::CpuOp: ++cpuOps; break;
-        default: break;
+        case EventKind::Kernel:
+            ++kernels;
+            kernel = i;
+            break;
+        case EventKind::RuntimeApi:
+            ++launches;
+            launch = i;
+            break;
+        case EventKind::Memcpy:
+            ++memcpys;
+            break;
+        case EventKind::NvtxRange:
+            ++ranges;
+            break;
+        case EventKind::GpuAnnotation:
+            ++gpuAnn;
+            break;
+        case EventKind::CpuOp:
+            ++cpuOps;
+            break;
+        default:
+            break;
         }
     }
     EXPECT_EQ(kernels, 1u);
@@ -150,16 +164,17 @@ TEST(ChromeImport, BeginEndPairsArrayFormAndMissingClosingBracket)
 TEST(ChromeImport, EscapesAndLongStringsAcrossTheReadWindow)
 {
     std::string longName(3u << 20, 'x'); // longer than the 1 MiB window
-    std::string json = R"({"traceEvents":[{"ph":"X","name":"a\u00e9\ud83d\ude00\n\"q\"","ts":1,"dur":1,"pid":1,"tid":1},)"
-                       R"({"ph":"X","name":")" +
-                       longName + R"(","ts":2,"dur":1,"pid":1,"tid":1}]})";
+    std::string json
+        = R"({"traceEvents":[{"ph":"X","name":"a\u00e9\ud83d\ude00\n\"q\"","ts":1,"dur":1,"pid":1,"tid":1},)"
+          R"({"ph":"X","name":")"
+        + longName + R"(","ts":2,"dur":1,"pid":1,"tid":1}]})";
     // Stream it through a small-chunk source so the window logic runs.
     struct Chunky : ByteSource {
         std::string_view s;
         size_t pos = 0;
         size_t read(char* dst, size_t n) override
         {
-            size_t k = std::min({n, s.size() - pos, size_t{4093}});
+            size_t k = std::min({ n, s.size() - pos, size_t { 4093 } });
             std::memcpy(dst, s.data() + pos, k);
             pos += k;
             return k;

@@ -1,8 +1,7 @@
 #include "profiler/trace.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
+#include <gtest/gtest.h>
 #include <random>
 
 using namespace kl::prof;
@@ -37,7 +36,10 @@ TEST(StringTable, InternsOnceAndKeepsViewsStableWhileGrowing)
     EXPECT_FALSE(s.find("missing").has_value());
 }
 
-TEST(Trace, EventStaysPacked) { EXPECT_EQ(sizeof(Event), 32u); }
+TEST(Trace, EventStaysPacked)
+{
+    EXPECT_EQ(sizeof(Event), 32u);
+}
 
 TEST(Trace, NestedSlicesGetOneLanePerDepthAndTimeIsShifted)
 {
@@ -135,7 +137,7 @@ TEST(Trace, LinksByCorrelationPreferRuntimeOverDriver)
     EXPECT_EQ(t.launchOf(kern), a);
     EXPECT_NE(t.launchOf(kern), d);
     EXPECT_EQ(t.launchOf(orphan), kNone);
-    EXPECT_EQ(t.gpuWorkOf(a), std::vector<uint32_t>{kern});
+    EXPECT_EQ(t.gpuWorkOf(a), std::vector<uint32_t> { kern });
     EXPECT_EQ(t.correlation(t.event(kern)), 42u);
     EXPECT_EQ(t.correlation(t.event(a)), 42u);
 }

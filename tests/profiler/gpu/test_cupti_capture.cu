@@ -3,11 +3,10 @@
 #include "profiler/cupti/capture.h"
 #include "profiler/importers.h"
 
-#include <cuda_runtime.h>
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <cstdlib>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
 #include <string>
 
 using namespace kl::prof;
@@ -31,7 +30,10 @@ __global__ void g_fma(float* out, int iters)
         *out = x;
 }
 
-__global__ void g_tiny(float* p) { p[threadIdx.x] += 1.f; }
+__global__ void g_tiny(float* p)
+{
+    p[threadIdx.x] += 1.f;
+}
 
 bool haveGpu()
 {
@@ -115,8 +117,8 @@ TEST(CuptiCaptureGpu, SpeedOfLightSeparatesCopyFromFma)
     std::printf("SOL copy: dram %.1f%% sm %.1f%% occ %.1f%% dur %.0f ns bytes %.3g; fma: dram %.1f%% sm %.1f%%; "
                 "passes %zu\n",
         r.kernels[0].dramThroughputPct, r.kernels[0].smThroughputPct, r.kernels[0].achievedOccupancyPct,
-        r.kernels[0].durationNs, r.kernels[0].dramBytes, r.kernels[1].dramThroughputPct,
-        r.kernels[1].smThroughputPct, r.passes);
+        r.kernels[0].durationNs, r.kernels[0].dramBytes, r.kernels[1].dramThroughputPct, r.kernels[1].smThroughputPct,
+        r.passes);
     EXPECT_GT(r.kernels[0].dramThroughputPct, 50);
     EXPECT_LT(r.kernels[0].smThroughputPct, 40);
     EXPECT_GT(r.kernels[1].smThroughputPct, 50);

@@ -1,17 +1,16 @@
 // A small CUDA program for `kloop profile` fixtures: NVTX ranges around a bandwidth-bound copy, an FMA loop,
 // a launch-bound burst of tiny kernels, a sync-per-kernel loop, and memcpy/memset traffic.
+#include <cstdio>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
-#include <cstdio>
-
-#define CK(x)                                                                                                      \
-    do {                                                                                                           \
-        cudaError_t e_ = (x);                                                                                      \
-        if (e_ != cudaSuccess) {                                                                                   \
-            std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);                 \
-            return 1;                                                                                              \
-        }                                                                                                          \
+#define CK(x)                                                                                                          \
+    do {                                                                                                               \
+        cudaError_t e_ = (x);                                                                                          \
+        if (e_ != cudaSuccess) {                                                                                       \
+            std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);                       \
+            return 1;                                                                                                  \
+        }                                                                                                              \
     } while (0)
 
 __global__ void k_copy(const float4* __restrict__ a, float4* __restrict__ b, size_t n)
@@ -32,7 +31,10 @@ __global__ void k_fma(float* out, int iters)
         *out = x;
 }
 
-__global__ void k_tiny(float* p) { p[threadIdx.x] += 1.f; }
+__global__ void k_tiny(float* p)
+{
+    p[threadIdx.x] += 1.f;
+}
 
 int main()
 {
