@@ -10,6 +10,8 @@
 #include <QCommandLineParser>
 #include <QDir>
 #include <QFileInfo>
+#include <QSettings>
+#include <QTemporaryDir>
 
 #include <cstdio>
 #include <cstdlib>
@@ -113,6 +115,12 @@ int main(int argc, char** argv)
     parser.addOptions({replay, speed, follow, readOnly, trace, shots, themeOpt, startPage});
     parser.process(app);
 
+    QTemporaryDir screenshotSettings;
+    if (parser.isSet(shots)) {
+        // Screenshots are reproducible and leave no trace: no recent sessions of this user, nothing written back.
+        QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, screenshotSettings.path());
+        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, screenshotSettings.path());
+    }
     kl::app::applyTheme(app, kl::app::themeChoiceFromString(parser.value(themeOpt)));
     kl::app::MainWindow window;
     const QStringList positional = parser.positionalArguments();

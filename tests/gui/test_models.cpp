@@ -1,5 +1,6 @@
 #include "session_fixture.h"
 
+#include "app/candidate_panel.h"
 #include "app/diff_view.h"
 #include "app/models/candidate_tree_model.h"
 #include "app/models/review_queue_model.h"
@@ -7,6 +8,7 @@
 #include "app/models/trace_row_model.h"
 
 #include <QAbstractItemModelTester>
+#include <QTreeView>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <gtest/gtest.h>
@@ -128,6 +130,19 @@ TEST(CandidateTreeModel, NewerSnapshotsInsertRowsWithoutReset)
     EXPECT_EQ(resets.count(), 1);
     model.setSession(nullptr);
     EXPECT_EQ(model.rowCount(), 0);
+}
+
+TEST(CandidatePanel, FilterProxyStaysConsistentUnderLiveUpdates)
+{
+    Fixture f;
+    CandidatePanel panel;
+    Tester tester(panel.view()->model(), Tester::FailureReportingMode::Fatal);
+    for (std::size_t n = 1; n <= f.events.size(); n += 3)
+        panel.setSession(f.snapshotAfter(n));
+    panel.setSession(f.snapshotAfter(f.events.size()));
+    EXPECT_EQ(panel.view()->model()->rowCount(), 1);
+    panel.selectCandidate(QStringLiteral("c0003"));
+    EXPECT_EQ(panel.currentCandidate(), QStringLiteral("c0003"));
 }
 
 TEST(ReviewQueueModel, ListsPendingDiffsAndRefereeFlagsUntilDecided)
