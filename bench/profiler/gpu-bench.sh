@@ -21,8 +21,7 @@ t2=$(date +%s.%N)
 {
   echo "# profiler GPU bench ($(date -u '+%Y-%m-%d %H:%M UTC'), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null))"
   echo
-  printf -- "- test program wall: plain %.3f s, under kloop profile %.3f s (includes CUPTI init and the trace import)\n" \
-    "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)"
+  awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "- test program wall: plain %.3f s, under kloop profile %.3f s (includes CUPTI init and the trace import)\n", b - a, c - b }' 
   echo "- kloop profile exit code $rc; capture $(stat -c %s "$out/testprog.kltrace" 2>/dev/null) bytes"
   echo
   echo '```'
