@@ -8,7 +8,6 @@
 #include <QMetaType>
 #include <QString>
 #include <QStringList>
-
 #include <memory>
 #include <optional>
 #include <vector>

@@ -3,8 +3,6 @@
 #include "app/models/candidate_tree_model.h"
 
 #include <QComboBox>
-
-#include <algorithm>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLineEdit>
@@ -12,47 +10,48 @@
 #include <QSortFilterProxyModel>
 #include <QTreeView>
 #include <QVBoxLayout>
+#include <algorithm>
 
 namespace kl::app {
 
 namespace {
 
-// Filters on text and on a status group while keeping the ancestors of every match visible.
-class CandidateFilterProxy : public QSortFilterProxyModel {
-public:
-    using QSortFilterProxyModel::QSortFilterProxyModel;
-    enum class Group { All, Accepted, Failed, Pending };
-    void setGroup(Group g)
-    {
-        m_group = g;
-        invalidateFilter();
-    }
-
-protected:
-    bool filterAcceptsRow(int row, const QModelIndex& parent) const override
-    {
-        const QModelIndex idx = sourceModel()->index(row, 0, parent);
-        const auto status = static_cast<kl::CandidateStatus>(idx.data(CandidateTreeModel::StatusRole).toInt());
-        bool groupOk = true;
-        switch (m_group) {
-        case Group::All:
-            break;
-        case Group::Accepted:
-            groupOk = status == kl::CandidateStatus::Accepted;
-            break;
-        case Group::Failed:
-            groupOk = kl::isTerminal(status) && status != kl::CandidateStatus::Accepted;
-            break;
-        case Group::Pending:
-            groupOk = !kl::isTerminal(status);
-            break;
+    // Filters on text and on a status group while keeping the ancestors of every match visible.
+    class CandidateFilterProxy : public QSortFilterProxyModel {
+    public:
+        using QSortFilterProxyModel::QSortFilterProxyModel;
+        enum class Group { All, Accepted, Failed, Pending };
+        void setGroup(Group g)
+        {
+            m_group = g;
+            invalidateFilter();
         }
-        return groupOk && QSortFilterProxyModel::filterAcceptsRow(row, parent);
-    }
 
-private:
-    Group m_group = Group::All;
-};
+    protected:
+        bool filterAcceptsRow(int row, const QModelIndex& parent) const override
+        {
+            const QModelIndex idx = sourceModel()->index(row, 0, parent);
+            const auto status = static_cast<kl::CandidateStatus>(idx.data(CandidateTreeModel::StatusRole).toInt());
+            bool groupOk = true;
+            switch (m_group) {
+            case Group::All:
+                break;
+            case Group::Accepted:
+                groupOk = status == kl::CandidateStatus::Accepted;
+                break;
+            case Group::Failed:
+                groupOk = kl::isTerminal(status) && status != kl::CandidateStatus::Accepted;
+                break;
+            case Group::Pending:
+                groupOk = !kl::isTerminal(status);
+                break;
+            }
+            return groupOk && QSortFilterProxyModel::filterAcceptsRow(row, parent);
+        }
+
+    private:
+        Group m_group = Group::All;
+    };
 
 } // namespace
 
@@ -73,7 +72,7 @@ CandidatePanel::CandidatePanel(QWidget* parent)
 
     m_filter->setPlaceholderText(tr("Filter candidates (id, status, author, hypothesis)…"));
     m_filter->setClearButtonEnabled(true);
-    m_statusFilter->addItems({tr("All"), tr("Accepted"), tr("Failed"), tr("In flight")});
+    m_statusFilter->addItems({ tr("All"), tr("Accepted"), tr("Failed"), tr("In flight") });
     connect(m_filter, &QLineEdit::textChanged, m_proxy, &QSortFilterProxyModel::setFilterFixedString);
     connect(m_statusFilter, &QComboBox::currentIndexChanged, this, [this](int i) {
         static_cast<CandidateFilterProxy*>(m_proxy)->setGroup(static_cast<CandidateFilterProxy::Group>(i));
@@ -98,10 +97,10 @@ CandidatePanel::CandidatePanel(QWidget* parent)
     m_view->header()->moveSection(CandidateTreeModel::LatencyColumn, CandidateTreeModel::AuthorColumn);
     m_view->header()->moveSection(CandidateTreeModel::SpeedupColumn, CandidateTreeModel::AuthorColumn + 1);
     connect(m_view, &QTreeView::customContextMenuRequested, this, &CandidatePanel::showContextMenu);
-    connect(m_view->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
-            [this](const QModelIndex& current) {
-                emit currentCandidateChanged(current.data(CandidateTreeModel::CandidateIdRole).toString());
-            });
+    connect(
+        m_view->selectionModel(), &QItemSelectionModel::currentRowChanged, this, [this](const QModelIndex& current) {
+            emit currentCandidateChanged(current.data(CandidateTreeModel::CandidateIdRole).toString());
+        });
     // New children of an expanded node should be visible as they arrive.
     connect(m_proxy, &QAbstractItemModel::rowsInserted, this, [this](const QModelIndex& insertedUnder) {
         if (insertedUnder.isValid())
@@ -133,8 +132,8 @@ void CandidatePanel::fitIdColumn()
 {
     // Once per load, not per snapshot: sizing to contents visits every row.
     m_view->resizeColumnToContents(CandidateTreeModel::IdColumn);
-    m_view->setColumnWidth(CandidateTreeModel::IdColumn,
-                           std::clamp(m_view->columnWidth(CandidateTreeModel::IdColumn), 120, 240));
+    m_view->setColumnWidth(
+        CandidateTreeModel::IdColumn, std::clamp(m_view->columnWidth(CandidateTreeModel::IdColumn), 120, 240));
 }
 
 QString CandidatePanel::currentCandidate() const
@@ -158,8 +157,7 @@ void CandidatePanel::selectCandidate(const QString& id)
     if (!idx.isValid())
         return;
     m_view->scrollTo(idx);
-    m_view->selectionModel()->setCurrentIndex(
-        idx, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+    m_view->selectionModel()->setCurrentIndex(idx, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
 }
 
 void CandidatePanel::showContextMenu(const QPoint& pos)
@@ -172,7 +170,7 @@ void CandidatePanel::showContextMenu(const QPoint& pos)
     const QStringList selected = selectedCandidates();
     if (selected.size() == 2) {
         menu.addAction(tr("Compare %1 with %2").arg(selected[0], selected[1]), this,
-                       [this, selected]() { emit compareRequested(selected[0], selected[1]); });
+            [this, selected]() { emit compareRequested(selected[0], selected[1]); });
     }
     menu.addAction(tr("Branch from %1").arg(id), this, [this, id]() { emit branchRequested(id); });
     menu.addAction(tr("Export %1…").arg(id), this, [this, id]() { emit exportRequested(id); });

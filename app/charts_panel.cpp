@@ -7,7 +7,6 @@
 #include <QHBoxLayout>
 #include <QSplitter>
 #include <QTimer>
-
 #include <cmath>
 
 namespace kl::app {
@@ -24,7 +23,7 @@ ChartsPanel::ChartsPanel(QWidget* parent)
     m_error->setObjectName(QStringLiteral("errorPlot"));
     m_speedup->setObjectName(QStringLiteral("speedupPlot"));
     auto* splitter = new QSplitter(Qt::Horizontal, this);
-    for (QCustomPlot* plot : {m_latency, m_error, m_speedup}) {
+    for (QCustomPlot* plot : { m_latency, m_error, m_speedup }) {
         plot->setMinimumSize(220, 160);
         plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
         plot->axisRect()->setRangeZoom(Qt::Horizontal);
@@ -45,7 +44,8 @@ ChartsPanel::ChartsPanel(QWidget* parent)
         splitter->addWidget(plot);
     }
     auto title = [](QCustomPlot* plot, const QString& text) {
-        auto* t = new QCPTextElement(plot, text, QFont(plot->font().family(), plot->font().pointSize(), QFont::DemiBold));
+        auto* t
+            = new QCPTextElement(plot, text, QFont(plot->font().family(), plot->font().pointSize(), QFont::DemiBold));
         plot->plotLayout()->addElement(0, 0, t);
     };
     title(m_latency, tr("Latency per evaluation"));
@@ -73,7 +73,7 @@ ChartsPanel::ChartsPanel(QWidget* parent)
 
 void ChartsPanel::applyTheme()
 {
-    for (QCustomPlot* plot : {m_latency, m_error, m_speedup})
+    for (QCustomPlot* plot : { m_latency, m_error, m_speedup })
         styleAxes(plot);
     m_dirty = true;
 }
@@ -83,7 +83,7 @@ void ChartsPanel::styleAxes(QCustomPlot* plot)
     const Theme& t = theme();
     plot->setBackground(t.base);
     plot->axisRect()->setBackground(t.base);
-    for (QCPAxis* axis : {plot->xAxis, plot->yAxis}) {
+    for (QCPAxis* axis : { plot->xAxis, plot->yAxis }) {
         axis->setBasePen(QPen(t.mutedText));
         axis->setTickPen(QPen(t.mutedText));
         axis->setSubTickPen(QPen(t.mutedText));
@@ -126,7 +126,7 @@ void ChartsPanel::setSelectedCandidate(const QString& id)
 void ChartsPanel::refreshNow()
 {
     rebuild();
-    for (QCustomPlot* plot : {m_latency, m_error, m_speedup})
+    for (QCustomPlot* plot : { m_latency, m_error, m_speedup })
         plot->replot();
 }
 
@@ -137,7 +137,7 @@ void ChartsPanel::rebuild()
     rebuildLatency();
     rebuildError();
     rebuildSpeedup();
-    for (QCustomPlot* plot : {m_latency, m_error, m_speedup})
+    for (QCustomPlot* plot : { m_latency, m_error, m_speedup })
         plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
@@ -214,7 +214,6 @@ void ChartsPanel::rebuildLatency()
     const int count = static_cast<int>(accX.size() + otherX.size());
     plot->xAxis->setRange(0, std::max(10, count + 1));
     plot->yAxis->setRange(0, maxY * 1.15);
-
 }
 
 void ChartsPanel::rebuildError()
@@ -309,7 +308,8 @@ void ChartsPanel::rebuildSpeedup()
             if (shape.speedup <= 0)
                 continue;
             ++k;
-            ticker->addTick(k, QString::fromStdString(shape.shape.label()).replace(QLatin1Char(','), QLatin1Char('\n')));
+            ticker->addTick(
+                k, QString::fromStdString(shape.shape.label()).replace(QLatin1Char(','), QLatin1Char('\n')));
             if (shape.heldOut) {
                 heldKeys << k;
                 heldOut << shape.speedup;
@@ -354,7 +354,6 @@ void ChartsPanel::rebuildSpeedup()
     one->point2->setCoords(1, 1.0);
     one->setPen(QPen(t.mutedText, 1, Qt::DashLine));
     plot->yAxis->setRange(0, maxY * 1.15);
-
 }
 
 } // namespace kl::app

@@ -5,7 +5,6 @@
 #include "app/app_types.h"
 
 #include <QWidget>
-
 #include <optional>
 
 class QCustomPlot;

@@ -2,7 +2,6 @@
 #include <QRegularExpression>
 #include <QSyntaxHighlighter>
 #include <QTextCharFormat>
-
 #include <vector>
 
 namespace kl::app {
@@ -25,8 +24,8 @@ private:
     std::vector<Rule> m_rules;
     QTextCharFormat m_comment;
     QTextCharFormat m_annotation;
-    QRegularExpression m_blockStart{QStringLiteral("/\\*")};
-    QRegularExpression m_blockEnd{QStringLiteral("\\*/")};
+    QRegularExpression m_blockStart { QStringLiteral("/\\*") };
+    QRegularExpression m_blockEnd { QStringLiteral("\\*/") };
 };
 
 } // namespace kl::app

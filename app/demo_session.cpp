@@ -12,11 +12,11 @@ namespace kl::app {
 
 namespace {
 
-bool isSessionDir(const QString& dir)
-{
-    return QFileInfo::exists(QDir(dir).filePath(QStringLiteral("journal.jsonl")))
-           && QFileInfo::exists(QDir(dir).filePath(QStringLiteral("session.json")));
-}
+    bool isSessionDir(const QString& dir)
+    {
+        return QFileInfo::exists(QDir(dir).filePath(QStringLiteral("journal.jsonl")))
+            && QFileInfo::exists(QDir(dir).filePath(QStringLiteral("session.json")));
+    }
 
 } // namespace
 
@@ -61,8 +61,8 @@ QString demoSessionDir()
     // Keyed by the journal's hash so a newer build's session never mixes with an older extraction.
     QFile journal(QDir(embedded).filePath(QStringLiteral("journal.jsonl")));
     journal.open(QIODevice::ReadOnly);
-    const QString key = QString::fromLatin1(
-        QCryptographicHash::hash(journal.readAll(), QCryptographicHash::Sha256).toHex().left(12));
+    const QString key
+        = QString::fromLatin1(QCryptographicHash::hash(journal.readAll(), QCryptographicHash::Sha256).toHex().left(12));
     const QString target = QDir(QStandardPaths::writableLocation(QStandardPaths::CacheLocation))
                                .filePath(QStringLiteral("demo-session-") + key);
     if (isSessionDir(target))

@@ -16,21 +16,21 @@ namespace kl::app {
 
 namespace {
 
-class Gutter : public QWidget {
-public:
-    explicit Gutter(CodeView* view)
-        : QWidget(view)
-        , m_view(view)
-    {
-    }
-    QSize sizeHint() const override { return {m_view->gutterWidth(), 0}; }
+    class Gutter : public QWidget {
+    public:
+        explicit Gutter(CodeView* view)
+            : QWidget(view)
+            , m_view(view)
+        {
+        }
+        QSize sizeHint() const override { return { m_view->gutterWidth(), 0 }; }
 
-protected:
-    void paintEvent(QPaintEvent* event) override { m_view->paintGutter(event); }
+    protected:
+        void paintEvent(QPaintEvent* event) override { m_view->paintGutter(event); }
 
-private:
-    CodeView* m_view;
-};
+    private:
+        CodeView* m_view;
+    };
 
 } // namespace
 
@@ -92,8 +92,8 @@ void CodeView::paintGutter(QPaintEvent* event)
         const int row = block.blockNumber();
         if (block.isVisible() && bottom >= event->rect().top() && row < static_cast<int>(m_lineNumbers.size())
             && m_lineNumbers[row] > 0) {
-            painter.drawText(0, top, width, fontMetrics().height(), Qt::AlignRight,
-                             QString::number(m_lineNumbers[row]));
+            painter.drawText(
+                0, top, width, fontMetrics().height(), Qt::AlignRight, QString::number(m_lineNumbers[row]));
         }
         block = block.next();
         top = bottom;
@@ -119,8 +119,8 @@ std::vector<SideBySideRow> sideBySide(const std::string& oldText, const std::str
                 r.newText = QString::fromStdString(added[i]->text);
             }
             r.kind = (i < removed.size() && i < added.size()) ? SideBySideRow::Kind::Changed
-                     : i < removed.size()                      ? SideBySideRow::Kind::Removed
-                                                               : SideBySideRow::Kind::Added;
+                : i < removed.size()                          ? SideBySideRow::Kind::Removed
+                                                              : SideBySideRow::Kind::Added;
             rows.push_back(std::move(r));
         }
         removed.clear();
@@ -216,8 +216,8 @@ void DiffView::clear(const QString& message)
     m_right->setRows(QString(), {});
 }
 
-void DiffView::setTexts(const QString& oldTitle, const std::string& oldText, const QString& newTitle,
-                        const std::string& newText)
+void DiffView::setTexts(
+    const QString& oldTitle, const std::string& oldText, const QString& newTitle, const std::string& newText)
 {
     m_rows = sideBySide(oldText, newText);
     m_changeStarts.clear();

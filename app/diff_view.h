@@ -5,7 +5,6 @@
 
 #include <QPlainTextEdit>
 #include <QWidget>
-
 #include <vector>
 
 class QLabel;
@@ -51,8 +50,8 @@ class DiffView : public QWidget {
 public:
     explicit DiffView(QWidget* parent = nullptr);
 
-    void setTexts(const QString& oldTitle, const std::string& oldText, const QString& newTitle,
-                  const std::string& newText);
+    void setTexts(
+        const QString& oldTitle, const std::string& oldText, const QString& newTitle, const std::string& newText);
     void clear(const QString& message = {});
 
     int addedLines() const { return m_added; }

@@ -38,7 +38,7 @@ ExportResult exportCandidate(const kl::Session& session, const kl::CandidateId& 
         const auto h = session.hypotheses.find(c.hypothesisId);
         if (h != session.hypotheses.end())
             manifest["hypothesis"] = h->second.text;
-        manifest["files"] = {id + ".cu", id + ".annotated.cu"};
+        manifest["files"] = { id + ".cu", id + ".annotated.cu" };
         kl::writeFileAtomic(dir / "manifest.json", manifest.dump(2) + "\n");
         result.files << QDir(directory).filePath(QString::fromStdString(id + ".cu"))
                      << QDir(directory).filePath(QString::fromStdString(id + ".annotated.cu"))

@@ -14,29 +14,28 @@
 #include <QShortcut>
 #include <QTextBrowser>
 #include <QTimer>
-
-#include <algorithm>
 #include <QVBoxLayout>
+#include <algorithm>
 
 namespace kl::app {
 
 namespace {
 
-QString textOf(const nlohmann::json& data)
-{
-    for (const char* key : {"text", "delta", "content", "reply", "prompt", "message"}) {
-        const auto it = data.find(key);
-        if (it != data.end() && it->is_string())
-            return QString::fromStdString(it->get<std::string>());
+    QString textOf(const nlohmann::json& data)
+    {
+        for (const char* key : { "text", "delta", "content", "reply", "prompt", "message" }) {
+            const auto it = data.find(key);
+            if (it != data.end() && it->is_string())
+                return QString::fromStdString(it->get<std::string>());
+        }
+        return {};
     }
-    return {};
-}
 
-QString stringField(const nlohmann::json& data, const char* key)
-{
-    const auto it = data.find(key);
-    return it != data.end() && it->is_string() ? QString::fromStdString(it->get<std::string>()) : QString();
-}
+    QString stringField(const nlohmann::json& data, const char* key)
+    {
+        const auto it = data.find(key);
+        return it != data.end() && it->is_string() ? QString::fromStdString(it->get<std::string>()) : QString();
+    }
 
 } // namespace
 
@@ -145,7 +144,7 @@ void HypothesisConsole::appendEvents(const std::vector<kl::Event>& events)
             m_streaming = false;
             m_transcript->append(QStringLiteral("<span style='color:%1'>— session %2 %3</span>")
                                      .arg(theme().mutedText.name(), stringField(e.data, "state").toHtmlEscaped(),
-                                          stringField(e.data, "reason").toHtmlEscaped()));
+                                         stringField(e.data, "reason").toHtmlEscaped()));
         }
     }
     if (follow)
@@ -181,7 +180,8 @@ void HypothesisConsole::appendAgentMessage(const kl::Event& e)
             c.insertText(m_pendingReply);
             m_pendingReply.clear();
         }
-        m_transcript->append(QStringLiteral("<span style='color:%1'>%2</span>").arg(colour.name(), text.toHtmlEscaped()));
+        m_transcript->append(
+            QStringLiteral("<span style='color:%1'>%2</span>").arg(colour.name(), text.toHtmlEscaped()));
         m_streaming = false;
     };
     auto body = [&](const QString& text, bool stream) {
@@ -227,12 +227,14 @@ void HypothesisConsole::appendAgentMessage(const kl::Event& e)
     if (type == QLatin1String("llm.proposal")) {
         header(tr("proposal (%1) from %2: %3")
                    .arg(stringField(d, "form"), stringField(d, "base_candidate"), stringField(d, "note")),
-               t.accent);
+            t.accent);
         return;
     }
     if (type == QLatin1String("llm.verdict")) {
-        header(tr("verdict on %1: %2").arg(stringField(d, "candidate"), QString::fromStdString(d.value("verdict", nlohmann::json()).dump())),
-               t.mutedText);
+        header(
+            tr("verdict on %1: %2")
+                .arg(stringField(d, "candidate"), QString::fromStdString(d.value("verdict", nlohmann::json()).dump())),
+            t.mutedText);
         return;
     }
     if (type == QLatin1String("llm.error") || type == QLatin1String("llm.reply-rejected")) {

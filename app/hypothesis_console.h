@@ -4,7 +4,6 @@
 #include "core/events.h"
 
 #include <QWidget>
-
 #include <vector>
 
 class QComboBox;

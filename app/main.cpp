@@ -12,7 +12,6 @@
 #include <QFileInfo>
 #include <QSettings>
 #include <QTemporaryDir>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -74,14 +73,14 @@ int main(int argc, char** argv)
         qputenv("QT_QPA_PLATFORM", "offscreen");
     if (!displayAvailable(argc, argv)) {
         std::fprintf(stderr,
-                     "kernelloop: no display found (DISPLAY and WAYLAND_DISPLAY are unset), so the workbench cannot "
-                     "open a window.\n"
-                     "  On this machine use the command-line tool instead:\n"
-                     "      kloop --help                 all commands\n"
-                     "      kloop session show DIR       a session's candidates and results\n"
-                     "      kloop session diff DIR A B   the diff between two candidates\n"
-                     "  Or render the workbench's views to PNG files:  kernelloop --screenshot OUT_DIR [SESSION]\n"
-                     "  Or run it on a virtual display:                xvfb-run -a kernelloop\n");
+            "kernelloop: no display found (DISPLAY and WAYLAND_DISPLAY are unset), so the workbench cannot "
+            "open a window.\n"
+            "  On this machine use the command-line tool instead:\n"
+            "      kloop --help                 all commands\n"
+            "      kloop session show DIR       a session's candidates and results\n"
+            "      kloop session diff DIR A B   the diff between two candidates\n"
+            "  Or render the workbench's views to PNG files:  kernelloop --screenshot OUT_DIR [SESSION]\n"
+            "  Or run it on a virtual display:                xvfb-run -a kernelloop\n");
         return 2;
     }
 
@@ -99,20 +98,19 @@ int main(int argc, char** argv)
     parser.addPositionalArgument(QStringLiteral("session"), QStringLiteral("A session directory to open."));
     QCommandLineOption replay(QStringLiteral("replay"), QStringLiteral("Replay the session with its recorded timing."));
     QCommandLineOption speed(QStringLiteral("speed"), QStringLiteral("Replay speed factor (0: as fast as possible)."),
-                             QStringLiteral("factor"), QStringLiteral("2"));
-    QCommandLineOption follow(QStringLiteral("follow"),
-                              QStringLiteral("Follow a session that kloop run is writing (read-only, live)."));
+        QStringLiteral("factor"), QStringLiteral("2"));
+    QCommandLineOption follow(
+        QStringLiteral("follow"), QStringLiteral("Follow a session that kloop run is writing (read-only, live)."));
     QCommandLineOption readOnly(QStringLiteral("read-only"), QStringLiteral("Open the session without writing to it."));
-    QCommandLineOption trace(QStringLiteral("trace"), QStringLiteral("Open a trace in the timeline."),
-                             QStringLiteral("file"));
+    QCommandLineOption trace(
+        QStringLiteral("trace"), QStringLiteral("Open a trace in the timeline."), QStringLiteral("file"));
     QCommandLineOption shots(QStringLiteral("screenshot"),
-                             QStringLiteral("Render each main view to PNG files in DIR (offscreen) and exit."),
-                             QStringLiteral("dir"));
+        QStringLiteral("Render each main view to PNG files in DIR (offscreen) and exit."), QStringLiteral("dir"));
     QCommandLineOption themeOpt(QStringLiteral("theme"), QStringLiteral("system, light or dark."),
-                                QStringLiteral("name"), QStringLiteral("system"));
-    QCommandLineOption startPage(QStringLiteral("start-page"),
-                                 QStringLiteral("Show the start page instead of the bundled session."));
-    parser.addOptions({replay, speed, follow, readOnly, trace, shots, themeOpt, startPage});
+        QStringLiteral("name"), QStringLiteral("system"));
+    QCommandLineOption startPage(
+        QStringLiteral("start-page"), QStringLiteral("Show the start page instead of the bundled session."));
+    parser.addOptions({ replay, speed, follow, readOnly, trace, shots, themeOpt, startPage });
     parser.process(app);
 
     QTemporaryDir screenshotSettings;
@@ -153,7 +151,7 @@ int main(int argc, char** argv)
             mode = kl::app::OpenMode::Load;
         window.openSession(session, mode, parser.value(speed).toDouble());
     } else if (!parser.isSet(startPage) && !kl::app::StartPage::localGpuPresent()
-               && !kl::app::demoSessionDir().isEmpty()) {
+        && !kl::app::demoSessionDir().isEmpty()) {
         // No GPU here: land in the recorded H200 session, replayed, so every view is alive.
         window.openSession(kl::app::demoSessionDir(), kl::app::OpenMode::Replay, parser.value(speed).toDouble());
     } else {

@@ -21,20 +21,20 @@
 #include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
-#include <QDir>
 #include <QDateTime>
+#include <QDir>
 #include <QDockWidget>
 #include <QElapsedTimer>
-#include <QProcess>
-#include <QStandardPaths>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QProcess>
 #include <QProgressBar>
 #include <QSettings>
 #include <QStackedWidget>
+#include <QStandardPaths>
 #include <QStatusBar>
 #include <QTimer>
 #include <QTreeView>
@@ -44,55 +44,58 @@ namespace kl::app {
 
 namespace {
 
-constexpr int kLayoutVersion = 1;
+    constexpr int kLayoutVersion = 1;
 
-QString traceSummary(const SelectionStats& s)
-{
-    const double span = static_cast<double>(s.t1 - s.t0);
-    if (span <= 0)
-        return {};
-    QString text = QStringLiteral("In the selected range (%1 from %2), the GPU is busy %3% of the time")
-                       .arg(formatDurationNs(span), formatDurationNs(static_cast<double>(s.t0)))
-                       .arg(100.0 * static_cast<double>(s.gpuBusyNs) / span, 0, 'f', 0);
-    if (!s.topKernels.empty() && s.gpuBusyNs > 0) {
-        const auto& [name, ns] = s.topKernels.front();
-        text += QStringLiteral("; %1 takes %2% of that GPU time (%3)")
-                    .arg(QString::fromStdString(name).left(80))
-                    .arg(100.0 * static_cast<double>(ns) / static_cast<double>(s.gpuBusyNs), 0, 'f', 0)
-                    .arg(formatDurationNs(static_cast<double>(ns)));
-    }
-    return text + QLatin1Char('.');
-}
-
-QString analysisHtml(const kl::prof::Analysis& a, const QString& label)
-{
-    const Theme& t = theme();
-    QString html = QStringLiteral("<p><span style='color:%1'>%2</span><br><b style='font-size:large'>%3</b></p>")
-                       .arg(t.mutedText.name(), label.toHtmlEscaped(), QString::fromStdString(a.bottleneck).toHtmlEscaped());
-    if (!a.findings.empty()) {
-        html += QStringLiteral("<ul style='margin-left:-20px'>");
-        for (const auto& f : a.findings)
-            html += QStringLiteral("<li>%1</li>").arg(QString::fromStdString(f).toHtmlEscaped());
-        html += QStringLiteral("</ul>");
-    }
-    if (!a.kernels.empty()) {
-        html += QStringLiteral("<table cellspacing=0 cellpadding=2><tr><th align=left>kernel</th><th align=right>share</th>"
-                               "<th align=right>median</th><th align=right>count</th><th align=left>bound</th></tr>");
-        for (const auto& k : a.kernels) {
-            html += QStringLiteral("<tr><td><tt>%1</tt></td><td align=right>%2%</td><td align=right>%3</td>"
-                                   "<td align=right>%4</td><td>%5</td></tr>")
-                        .arg(QString::fromStdString(k.name).left(48).toHtmlEscaped())
-                        .arg(100.0 * k.share, 0, 'f', 1)
-                        .arg(QString::fromStdString(kl::prof::formatNs(k.medianNs)))
-                        .arg(k.count)
-                        .arg(QString::fromStdString(k.roofline.bound));
+    QString traceSummary(const SelectionStats& s)
+    {
+        const double span = static_cast<double>(s.t1 - s.t0);
+        if (span <= 0)
+            return {};
+        QString text = QStringLiteral("In the selected range (%1 from %2), the GPU is busy %3% of the time")
+                           .arg(formatDurationNs(span), formatDurationNs(static_cast<double>(s.t0)))
+                           .arg(100.0 * static_cast<double>(s.gpuBusyNs) / span, 0, 'f', 0);
+        if (!s.topKernels.empty() && s.gpuBusyNs > 0) {
+            const auto& [name, ns] = s.topKernels.front();
+            text += QStringLiteral("; %1 takes %2% of that GPU time (%3)")
+                        .arg(QString::fromStdString(name).left(80))
+                        .arg(100.0 * static_cast<double>(ns) / static_cast<double>(s.gpuBusyNs), 0, 'f', 0)
+                        .arg(formatDurationNs(static_cast<double>(ns)));
         }
-        html += QStringLiteral("</table>");
+        return text + QLatin1Char('.');
     }
-    for (const auto& w : a.warnings)
-        html += QStringLiteral("<p style='color:%1'>%2</p>").arg(t.warn.name(), QString::fromStdString(w).toHtmlEscaped());
-    return html;
-}
+
+    QString analysisHtml(const kl::prof::Analysis& a, const QString& label)
+    {
+        const Theme& t = theme();
+        QString html
+            = QStringLiteral("<p><span style='color:%1'>%2</span><br><b style='font-size:large'>%3</b></p>")
+                  .arg(t.mutedText.name(), label.toHtmlEscaped(), QString::fromStdString(a.bottleneck).toHtmlEscaped());
+        if (!a.findings.empty()) {
+            html += QStringLiteral("<ul style='margin-left:-20px'>");
+            for (const auto& f : a.findings)
+                html += QStringLiteral("<li>%1</li>").arg(QString::fromStdString(f).toHtmlEscaped());
+            html += QStringLiteral("</ul>");
+        }
+        if (!a.kernels.empty()) {
+            html += QStringLiteral(
+                "<table cellspacing=0 cellpadding=2><tr><th align=left>kernel</th><th align=right>share</th>"
+                "<th align=right>median</th><th align=right>count</th><th align=left>bound</th></tr>");
+            for (const auto& k : a.kernels) {
+                html += QStringLiteral("<tr><td><tt>%1</tt></td><td align=right>%2%</td><td align=right>%3</td>"
+                                       "<td align=right>%4</td><td>%5</td></tr>")
+                            .arg(QString::fromStdString(k.name).left(48).toHtmlEscaped())
+                            .arg(100.0 * k.share, 0, 'f', 1)
+                            .arg(QString::fromStdString(kl::prof::formatNs(k.medianNs)))
+                            .arg(k.count)
+                            .arg(QString::fromStdString(k.roofline.bound));
+            }
+            html += QStringLiteral("</table>");
+        }
+        for (const auto& w : a.warnings)
+            html += QStringLiteral("<p style='color:%1'>%2</p>")
+                        .arg(t.warn.name(), QString::fromStdString(w).toHtmlEscaped());
+        return html;
+    }
 
 } // namespace
 
@@ -123,10 +126,9 @@ MainWindow::MainWindow(QWidget* parent)
 
     addDock(tr("Candidates"), QStringLiteral("candidatesDock"), m_candidates, Qt::LeftDockWidgetArea);
     auto* review = addDock(tr("Review queue"), QStringLiteral("reviewDock"), m_review, Qt::RightDockWidgetArea);
-    auto* console =
-        addDock(tr("Hypothesis"), QStringLiteral("hypothesisDock"), m_console, Qt::RightDockWidgetArea);
-    auto* bottleneck =
-        addDock(tr("Bottleneck"), QStringLiteral("bottleneckDock"), m_bottleneck, Qt::RightDockWidgetArea);
+    auto* console = addDock(tr("Hypothesis"), QStringLiteral("hypothesisDock"), m_console, Qt::RightDockWidgetArea);
+    auto* bottleneck
+        = addDock(tr("Bottleneck"), QStringLiteral("bottleneckDock"), m_bottleneck, Qt::RightDockWidgetArea);
     auto* charts = addDock(tr("Charts"), QStringLiteral("chartsDock"), m_charts, Qt::BottomDockWidgetArea);
     auto* timeline = addDock(tr("Timeline"), QStringLiteral("timelineDock"), m_timeline, Qt::BottomDockWidgetArea);
     splitDockWidget(review, console, Qt::Vertical);
@@ -134,8 +136,8 @@ MainWindow::MainWindow(QWidget* parent)
     tabifyDockWidget(charts, timeline);
     console->raise();
     charts->raise();
-    resizeDocks({findChild<QDockWidget*>(QStringLiteral("candidatesDock")), review}, {560, 400}, Qt::Horizontal);
-    resizeDocks({charts}, {300}, Qt::Vertical);
+    resizeDocks({ findChild<QDockWidget*>(QStringLiteral("candidatesDock")), review }, { 560, 400 }, Qt::Horizontal);
+    resizeDocks({ charts }, { 300 }, Qt::Vertical);
 
     m_budget->setMaximumWidth(180);
     m_budget->setTextVisible(true);
@@ -186,11 +188,11 @@ MainWindow::MainWindow(QWidget* parent)
         m_controller->recordReview(id, approved, reason);
         showMessage(approved ? tr("Approved %1").arg(id) : tr("Rejected %1: %2").arg(id, reason));
     });
-    connect(m_console, &HypothesisConsole::hypothesisSubmitted, this,
-            [this](const QString& text, const QString& agent) {
-                m_controller->addHypothesis(text);
-                showMessage(tr("Hypothesis recorded for %1").arg(agent));
-            });
+    connect(
+        m_console, &HypothesisConsole::hypothesisSubmitted, this, [this](const QString& text, const QString& agent) {
+            m_controller->addHypothesis(text);
+            showMessage(tr("Hypothesis recorded for %1").arg(agent));
+        });
     auto* bottleneckPanel = static_cast<BottleneckPanel*>(m_bottleneck);
     connect(bottleneckPanel, &BottleneckPanel::useAsHypothesis, this, [this](const QString& summary) {
         m_console->setHypothesisText(summary);
@@ -200,8 +202,8 @@ MainWindow::MainWindow(QWidget* parent)
         }
     });
     connect(m_timeline, &TimelinePanel::openTraceRequested, this, [this](bool append) {
-        const QString path = QFileDialog::getOpenFileName(this, tr("Open trace"), QString(),
-                                                          tr("Traces (*.json *.json.gz *.sqlite *.kltrace);;All files (*)"));
+        const QString path = QFileDialog::getOpenFileName(
+            this, tr("Open trace"), QString(), tr("Traces (*.json *.json.gz *.sqlite *.kltrace);;All files (*)"));
         if (!path.isEmpty())
             m_timeline->loadTrace(path, append);
     });
@@ -228,8 +230,8 @@ MainWindow::MainWindow(QWidget* parent)
         watcher->setFuture(QtConcurrent::run([subject]() { return kl::prof::analyze(*subject.trace); }));
     });
     connect(m_timeline, &TimelinePanel::selectionChanged, this, [bottleneckPanel](const SelectionStats& s) {
-        bottleneckPanel->setAnalysis(selectionStatsHtml(s) + QStringLiteral("<p>%1</p>").arg(traceSummary(s)),
-                                     traceSummary(s));
+        bottleneckPanel->setAnalysis(
+            selectionStatsHtml(s) + QStringLiteral("<p>%1</p>").arg(traceSummary(s)), traceSummary(s));
     });
 
     connect(m_start, &StartPage::openSessionRequested, this, [this]() { openSessionDialog(OpenMode::Writable); });
@@ -244,7 +246,7 @@ MainWindow::MainWindow(QWidget* parent)
             openSession(demo, OpenMode::Replay, 4.0);
     });
     connect(m_start, &StartPage::recentSessionActivated, this,
-            [this](const QString& dir) { openSession(dir, OpenMode::Writable); });
+        [this](const QString& dir) { openSession(dir, OpenMode::Writable); });
     connect(m_start, &StartPage::newSessionRequested, this, &MainWindow::startLocalRun);
     m_start->setRecentSessions(QSettings().value(QStringLiteral("recentSessions")).toStringList());
     m_start->setDemoAvailable(!demoSessionDir().isEmpty());
@@ -258,14 +260,14 @@ MainWindow::MainWindow(QWidget* parent)
 
 MainWindow::~MainWindow() = default;
 
-QDockWidget* MainWindow::addDock(const QString& title, const QString& objectName, QWidget* widget,
-                                 Qt::DockWidgetArea area)
+QDockWidget* MainWindow::addDock(
+    const QString& title, const QString& objectName, QWidget* widget, Qt::DockWidgetArea area)
 {
     auto* dock = new QDockWidget(title, this);
     dock->setObjectName(objectName);
     dock->setWidget(widget);
-    dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetClosable
-                      | QDockWidget::DockWidgetFloatable);
+    dock->setFeatures(
+        QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetClosable | QDockWidget::DockWidgetFloatable);
     addDockWidget(area, dock);
     return dock;
 }
@@ -278,9 +280,10 @@ QList<QDockWidget*> MainWindow::docks() const
 void MainWindow::createActions()
 {
     QMenu* file = menuBar()->addMenu(tr("&File"));
-    file->addAction(tr("&Open Session…"), QKeySequence::Open, this, [this]() { openSessionDialog(OpenMode::Writable); });
+    file->addAction(
+        tr("&Open Session…"), QKeySequence::Open, this, [this]() { openSessionDialog(OpenMode::Writable); });
     file->addAction(tr("&Replay Session…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O), this,
-                    [this]() { openSessionDialog(OpenMode::Replay); });
+        [this]() { openSessionDialog(OpenMode::Replay); });
     file->addAction(tr("Replay &Bundled H200 Session"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_D), this, [this]() {
         const QString demo = demoSessionDir();
         if (!demo.isEmpty())
@@ -289,7 +292,7 @@ void MainWindow::createActions()
             showMessage(tr("This build has no bundled session"));
     });
     file->addAction(tr("&Follow Running Session…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_F), this,
-                    [this]() { openSessionDialog(OpenMode::Follow); });
+        [this]() { openSessionDialog(OpenMode::Follow); });
     file->addAction(tr("Open &Trace…"), QKeySequence(Qt::CTRL | Qt::Key_T), this, &MainWindow::openTraceDialog);
     file->addSeparator();
     file->addAction(tr("&Export Selected Candidate…"), QKeySequence(Qt::CTRL | Qt::Key_E), this, [this]() {
@@ -302,7 +305,8 @@ void MainWindow::createActions()
         exportDialog(id);
     });
     file->addSeparator();
-    file->addAction(tr("&Start Page"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_S), this, &MainWindow::showStartPage);
+    file->addAction(
+        tr("&Start Page"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_S), this, &MainWindow::showStartPage);
     file->addAction(tr("&Close Session"), QKeySequence::Close, this, [this]() {
         m_controller->close();
         showStartPage();
@@ -311,7 +315,7 @@ void MainWindow::createActions()
 
     QMenu* candidate = menuBar()->addMenu(tr("&Candidate"));
     candidate->addAction(tr("Diff Against &Parent"), QKeySequence(Qt::CTRL | Qt::Key_P), this,
-                         [this]() { onCurrentCandidate(m_candidates->currentCandidate()); });
+        [this]() { onCurrentCandidate(m_candidates->currentCandidate()); });
     candidate->addAction(tr("&Compare Two Selected"), QKeySequence(Qt::CTRL | Qt::Key_D), this, [this]() {
         const QStringList ids = m_candidates->selectedCandidates();
         if (ids.size() == 2)
@@ -333,12 +337,13 @@ void MainWindow::createActions()
     });
     candidate->addSeparator();
     candidate->addAction(tr("&Next Change"), QKeySequence(Qt::Key_F7), m_diff, &DiffView::nextChange);
-    candidate->addAction(tr("P&revious Change"), QKeySequence(Qt::SHIFT | Qt::Key_F7), m_diff, &DiffView::previousChange);
+    candidate->addAction(
+        tr("P&revious Change"), QKeySequence(Qt::SHIFT | Qt::Key_F7), m_diff, &DiffView::previousChange);
     candidate->addSeparator();
     candidate->addAction(tr("&Approve Review Item"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A), m_review,
-                         &ReviewPanel::approveCurrent);
+        &ReviewPanel::approveCurrent);
     candidate->addAction(tr("Re&ject Review Item"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R), m_review,
-                         &ReviewPanel::rejectCurrent);
+        &ReviewPanel::rejectCurrent);
     candidate->addAction(tr("Write &Hypothesis"), QKeySequence(Qt::CTRL | Qt::Key_H), this, [this]() {
         if (auto* dock = findChild<QDockWidget*>(QStringLiteral("hypothesisDock"))) {
             dock->show();
@@ -346,12 +351,12 @@ void MainWindow::createActions()
         }
         m_console->editor()->setFocus();
     });
-    candidate->addAction(tr("Bottleneck Summary → Hypothesis"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_H), this,
-                         [this]() {
-                             auto* panel = static_cast<BottleneckPanel*>(m_bottleneck);
-                             if (!panel->summary().isEmpty())
-                                 emit panel->useAsHypothesis(panel->summary());
-                         });
+    candidate->addAction(
+        tr("Bottleneck Summary → Hypothesis"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_H), this, [this]() {
+            auto* panel = static_cast<BottleneckPanel*>(m_bottleneck);
+            if (!panel->summary().isEmpty())
+                emit panel->useAsHypothesis(panel->summary());
+        });
 
     QMenu* replay = menuBar()->addMenu(tr("&Replay"));
     auto* pause = replay->addAction(tr("&Pause"), QKeySequence(Qt::Key_F8), this, [this]() {
@@ -360,9 +365,9 @@ void MainWindow::createActions()
     });
     pause->setCheckable(false);
     auto* speeds = new QActionGroup(this);
-    for (const auto& [label, speed, key] : {std::tuple{tr("Real Time (1×)"), 1.0, Qt::Key_1},
-                                            std::tuple{tr("4×"), 4.0, Qt::Key_2}, std::tuple{tr("16×"), 16.0, Qt::Key_3},
-                                            std::tuple{tr("As Fast as Possible"), 0.0, Qt::Key_4}}) {
+    for (const auto& [label, speed, key] :
+        { std::tuple { tr("Real Time (1×)"), 1.0, Qt::Key_1 }, std::tuple { tr("4×"), 4.0, Qt::Key_2 },
+            std::tuple { tr("16×"), 16.0, Qt::Key_3 }, std::tuple { tr("As Fast as Possible"), 0.0, Qt::Key_4 } }) {
         auto* a = replay->addAction(label, QKeySequence(Qt::CTRL | Qt::ALT | key), this, [this, s = speed]() {
             m_speed = s;
             m_controller->setSpeed(s);
@@ -383,8 +388,7 @@ void MainWindow::createActions()
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&Keyboard Shortcuts"), QKeySequence::HelpContents, this, [this]() {
-        QMessageBox::information(
-            this, tr("Keyboard shortcuts"),
+        QMessageBox::information(this, tr("Keyboard shortcuts"),
             tr("Ctrl+O open session · Ctrl+Shift+O replay · Ctrl+T open trace · Ctrl+E export\n"
                "Ctrl+P diff vs parent · Ctrl+D compare two · Ctrl+B branch · Ctrl+G best\n"
                "F7 / Shift+F7 next / previous change · Ctrl+Shift+A approve · Ctrl+Shift+R reject\n"
@@ -428,10 +432,11 @@ void MainWindow::showWorkbench()
         restoreState(fresh ? m_defaultState : m_workbenchState, kLayoutVersion);
         if (fresh) {
             // Proportions only make sense once the window has its size.
-            resizeDocks({findChild<QDockWidget*>(QStringLiteral("candidatesDock")),
-                         findChild<QDockWidget*>(QStringLiteral("reviewDock"))},
-                        {width() * 30 / 100, width() * 24 / 100}, Qt::Horizontal);
-            resizeDocks({findChild<QDockWidget*>(QStringLiteral("chartsDock"))}, {height() * 34 / 100}, Qt::Vertical);
+            resizeDocks({ findChild<QDockWidget*>(QStringLiteral("candidatesDock")),
+                            findChild<QDockWidget*>(QStringLiteral("reviewDock")) },
+                { width() * 30 / 100, width() * 24 / 100 }, Qt::Horizontal);
+            resizeDocks(
+                { findChild<QDockWidget*>(QStringLiteral("chartsDock")) }, { height() * 34 / 100 }, Qt::Vertical);
         }
     }
     m_stack->setCurrentWidget(m_diff);
@@ -493,7 +498,7 @@ void MainWindow::onCurrentCandidate(const QString& id)
     }
     const kl::Candidate& parent = s->tree.at(c.parentId);
     m_diff->setTexts(tr("%1 (parent)").arg(QString::fromStdString(parent.id)), parent.source,
-                     QStringLiteral("%1 — %2").arg(id, kl::app::statusText(c.status)), c.source);
+        QStringLiteral("%1 — %2").arg(id, kl::app::statusText(c.status)), c.source);
 }
 
 void MainWindow::compare(const QString& oldId, const QString& newId)
@@ -562,8 +567,8 @@ void MainWindow::updateStatusBar()
     m_workerLabel->setText(worker);
 
     if (s && !s->device.empty()) {
-        QString gpu = QStringLiteral("%1 (%2)").arg(QString::fromStdString(s->device.name),
-                                                    QString::fromStdString(s->device.arch));
+        QString gpu = QStringLiteral("%1 (%2)").arg(
+            QString::fromStdString(s->device.name), QString::fromStdString(s->device.arch));
         const auto ordered = evaluationsInOrder(*s);
         if (!ordered.empty() && ordered.back()->deviceAfter.available) {
             const auto& d = ordered.back()->deviceAfter;
@@ -600,7 +605,7 @@ void MainWindow::updateStatusBar()
 QString MainWindow::statusText() const
 {
     return m_workerLabel->text() + QStringLiteral(" | ") + m_bestLabel->text() + QStringLiteral(" | ")
-           + m_gpuLabel->text();
+        + m_gpuLabel->text();
 }
 
 void MainWindow::showMessage(const QString& text, int timeoutMs)
@@ -610,10 +615,10 @@ void MainWindow::showMessage(const QString& text, int timeoutMs)
 
 void MainWindow::openSessionDialog(OpenMode mode)
 {
-    const QString dir = QFileDialog::getExistingDirectory(
-        this, mode == OpenMode::Replay   ? tr("Replay session directory")
-              : mode == OpenMode::Follow ? tr("Follow a session that kloop run is writing")
-                                         : tr("Open session directory"));
+    const QString dir = QFileDialog::getExistingDirectory(this,
+        mode == OpenMode::Replay       ? tr("Replay session directory")
+            : mode == OpenMode::Follow ? tr("Follow a session that kloop run is writing")
+                                       : tr("Open session directory"));
     if (dir.isEmpty())
         return;
     if (mode == OpenMode::Writable && !QFileInfo(dir).isWritable())
@@ -624,7 +629,8 @@ void MainWindow::openSessionDialog(OpenMode mode)
 QString MainWindow::kloopExecutable()
 {
     const QDir appDir(QCoreApplication::applicationDirPath());
-    for (const QString& candidate : {appDir.filePath(QStringLiteral("kloop")), appDir.filePath(QStringLiteral("../cli/kloop"))}) {
+    for (const QString& candidate :
+        { appDir.filePath(QStringLiteral("kloop")), appDir.filePath(QStringLiteral("../cli/kloop")) }) {
         if (QFileInfo(candidate).isExecutable())
             return QFileInfo(candidate).absoluteFilePath();
     }
@@ -635,21 +641,21 @@ void MainWindow::startLocalRun(const QString& problem)
 {
     const QString kloop = kloopExecutable();
     if (!StartPage::localGpuPresent() || kloop.isEmpty()) {
-        QMessageBox::information(
-            this, tr("New session"),
+        QMessageBox::information(this, tr("New session"),
             tr("New sessions run where the GPU is%1. On the GPU host run:\n\n"
                "  kloop run --problem %2 --agent tuner:bayes --session DIR\n\n"
                "then open DIR here (File → Follow Running Session) to watch it live.")
                 .arg(kloop.isEmpty() ? tr(" (and kloop was not found next to kernelloop)") : QString(), problem));
         return;
     }
-    const QString root = QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation)).filePath(QStringLiteral("sessions"));
+    const QString root
+        = QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation)).filePath(QStringLiteral("sessions"));
     const QString dir = QDir(root).filePath(
         QStringLiteral("%1-%2").arg(problem, QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"))));
     QDir().mkpath(root);
     // The loop runs in its own process (the CLI): it owns the GPU and the journal; the workbench follows it.
-    const QStringList args = {QStringLiteral("run"), QStringLiteral("--problem"), problem, QStringLiteral("--agent"),
-                              QStringLiteral("tuner:bayes"), QStringLiteral("--session"), dir};
+    const QStringList args = { QStringLiteral("run"), QStringLiteral("--problem"), problem, QStringLiteral("--agent"),
+        QStringLiteral("tuner:bayes"), QStringLiteral("--session"), dir };
     if (!QProcess::startDetached(kloop, args)) {
         showMessage(tr("Could not start %1").arg(kloop), 10000);
         return;
@@ -674,8 +680,8 @@ void MainWindow::startLocalRun(const QString& problem)
 
 void MainWindow::openTraceDialog()
 {
-    const QString path = QFileDialog::getOpenFileName(this, tr("Open trace"), QString(),
-                                                      tr("Traces (*.json *.json.gz *.sqlite *.kltrace);;All files (*)"));
+    const QString path = QFileDialog::getOpenFileName(
+        this, tr("Open trace"), QString(), tr("Traces (*.json *.json.gz *.sqlite *.kltrace);;All files (*)"));
     if (path.isEmpty())
         return;
     showWorkbench();
@@ -710,7 +716,7 @@ void MainWindow::saveLayout() const
     settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
     const bool onStartPage = m_stack->currentWidget() == m_start;
     settings.setValue(QStringLiteral("window/state"),
-                      onStartPage && !m_workbenchState.isEmpty() ? m_workbenchState : saveState(kLayoutVersion));
+        onStartPage && !m_workbenchState.isEmpty() ? m_workbenchState : saveState(kLayoutVersion));
 }
 
 void MainWindow::closeEvent(QCloseEvent* event)

@@ -118,7 +118,8 @@ void ReviewPanel::updateButtons()
     m_approve->setEnabled(m_writable && hasItem);
     m_reject->setEnabled(m_writable && hasItem);
     if (!m_writable)
-        m_hint->setText(tr("Read-only session: decisions are disabled. Open the session directory (Ctrl+O) to review."));
+        m_hint->setText(
+            tr("Read-only session: decisions are disabled. Open the session directory (Ctrl+O) to review."));
     else if (m_model->rowCount() == 0)
         m_hint->setText(tr("Nothing waits for review."));
     else

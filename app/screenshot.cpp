@@ -24,37 +24,36 @@ namespace kl::app {
 
 namespace {
 
-// Spins the event loop until done() or the deadline; returns done().
-template<typename Pred>
-bool waitFor(Pred done, int timeoutMs)
-{
-    QElapsedTimer clock;
-    clock.start();
-    while (!done() && clock.elapsed() < timeoutMs)
-        QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
-    return done();
-}
+    // Spins the event loop until done() or the deadline; returns done().
+    template <typename Pred> bool waitFor(Pred done, int timeoutMs)
+    {
+        QElapsedTimer clock;
+        clock.start();
+        while (!done() && clock.elapsed() < timeoutMs)
+            QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+        return done();
+    }
 
-void settle(int ms = 150)
-{
-    QElapsedTimer clock;
-    clock.start();
-    while (clock.elapsed() < ms)
-        QCoreApplication::processEvents(QEventLoop::AllEvents, 10);
-}
+    void settle(int ms = 150)
+    {
+        QElapsedTimer clock;
+        clock.start();
+        while (clock.elapsed() < ms)
+            QCoreApplication::processEvents(QEventLoop::AllEvents, 10);
+    }
 
-QString findTrace(const QString& sessionDir)
-{
-    QDirIterator it(QDir(sessionDir).filePath(QStringLiteral("traces")),
-                    {QStringLiteral("*.json"), QStringLiteral("*.json.gz"), QStringLiteral("*.kltrace"),
-                     QStringLiteral("*.sqlite")},
-                    QDir::Files, QDirIterator::Subdirectories);
-    QStringList found;
-    while (it.hasNext())
-        found << it.next();
-    found.sort();
-    return found.isEmpty() ? QString() : found.front();
-}
+    QString findTrace(const QString& sessionDir)
+    {
+        QDirIterator it(QDir(sessionDir).filePath(QStringLiteral("traces")),
+            { QStringLiteral("*.json"), QStringLiteral("*.json.gz"), QStringLiteral("*.kltrace"),
+                QStringLiteral("*.sqlite") },
+            QDir::Files, QDirIterator::Subdirectories);
+        QStringList found;
+        while (it.hasNext())
+            found << it.next();
+        found.sort();
+        return found.isEmpty() ? QString() : found.front();
+    }
 
 } // namespace
 
@@ -135,9 +134,12 @@ ScreenshotResult renderScreenshots(MainWindow& window, const ScreenshotOptions& 
         const char* file;
     };
     const View views[] = {
-        {"candidatesDock", "03-candidates.png"}, {"chartsDock", "05-charts.png"},
-        {"reviewDock", "06-review.png"},         {"hypothesisDock", "07-hypothesis.png"},
-        {"timelineDock", "08-timeline.png"},     {"bottleneckDock", "09-bottleneck.png"},
+        { "candidatesDock", "03-candidates.png" },
+        { "chartsDock", "05-charts.png" },
+        { "reviewDock", "06-review.png" },
+        { "hypothesisDock", "07-hypothesis.png" },
+        { "timelineDock", "08-timeline.png" },
+        { "bottleneckDock", "09-bottleneck.png" },
     };
     if (!save(window.diffView(), QStringLiteral("04-diff.png")))
         return result;

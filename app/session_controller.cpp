@@ -32,7 +32,8 @@ SessionController::SessionController(QObject* parent)
 
 SessionController::~SessionController()
 {
-    QMetaObject::invokeMethod(m_worker, [w = m_worker]() { w->close(); }, Qt::BlockingQueuedConnection);
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker]() { w->close(); }, Qt::BlockingQueuedConnection);
     m_thread.quit();
     m_thread.wait();
 }
@@ -49,8 +50,8 @@ void SessionController::open(const QString& directory, OpenMode mode, double spe
         m_worker,
         [this, w = m_worker, directory, mode, speed, maxGapMs, generation]() {
             // Runs on the worker thread; the generation tags what it emits for the GUI side.
-            QMetaObject::invokeMethod(this, [this, generation]() { m_workerGeneration = generation; },
-                                      Qt::QueuedConnection);
+            QMetaObject::invokeMethod(
+                this, [this, generation]() { m_workerGeneration = generation; }, Qt::QueuedConnection);
             w->open(directory, mode, speed, maxGapMs);
         },
         Qt::QueuedConnection);
@@ -59,7 +60,8 @@ void SessionController::open(const QString& directory, OpenMode mode, double spe
 void SessionController::close()
 {
     ++m_generation;
-    QMetaObject::invokeMethod(m_worker, [w = m_worker]() { w->close(); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker]() { w->close(); }, Qt::QueuedConnection);
     m_session.reset();
     m_info = OpenedSession();
     m_isOpen = false;
@@ -70,13 +72,15 @@ void SessionController::close()
 void SessionController::setPaused(bool paused)
 {
     m_paused = paused;
-    QMetaObject::invokeMethod(m_worker, [w = m_worker, paused]() { w->setPaused(paused); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker, paused]() { w->setPaused(paused); }, Qt::QueuedConnection);
 }
 
 void SessionController::setSpeed(double speed)
 {
     m_speed = speed;
-    QMetaObject::invokeMethod(m_worker, [w = m_worker, speed]() { w->setSpeed(speed); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker, speed]() { w->setSpeed(speed); }, Qt::QueuedConnection);
 }
 
 void SessionController::recordReview(const QString& candidateId, bool approved, const QString& reason)
@@ -88,7 +92,8 @@ void SessionController::recordReview(const QString& candidateId, bool approved, 
 
 void SessionController::addHypothesis(const QString& text)
 {
-    QMetaObject::invokeMethod(m_worker, [w = m_worker, text]() { w->addHypothesis(text); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker, text]() { w->addHypothesis(text); }, Qt::QueuedConnection);
 }
 
 void SessionController::branchFrom(const QString& candidateId)

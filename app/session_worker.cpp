@@ -8,29 +8,28 @@
 #include <QFile>
 #include <QFileInfo>
 #include <QPointer>
-
 #include <algorithm>
 
 namespace kl::app {
 
 namespace {
 
-kl::Session headerOnly(const kl::Session& full)
-{
-    kl::Session s;
-    s.id = full.id;
-    s.problemName = full.problemName;
-    s.problemFolder = full.problemFolder;
-    s.device = full.device;
-    s.settings = full.settings;
-    s.createdMs = full.createdMs;
-    return s;
-}
+    kl::Session headerOnly(const kl::Session& full)
+    {
+        kl::Session s;
+        s.id = full.id;
+        s.problemName = full.problemName;
+        s.problemFolder = full.problemFolder;
+        s.device = full.device;
+        s.settings = full.settings;
+        s.createdMs = full.createdMs;
+        return s;
+    }
 
-QString describe(const std::exception& e)
-{
-    return QString::fromStdString(e.what());
-}
+    QString describe(const std::exception& e)
+    {
+        return QString::fromStdString(e.what());
+    }
 
 } // namespace
 
@@ -316,7 +315,8 @@ void SessionWorker::pollJournal()
             break; // the writer is mid-line: read it whole next time
         m_journalOffset += line.size();
         try {
-            const kl::Event e = kl::eventFromJson(nlohmann::json::parse(line.constData(), line.constData() + line.size()));
+            const kl::Event e
+                = kl::eventFromJson(nlohmann::json::parse(line.constData(), line.constData() + line.size()));
             if (e.seq <= m_lastSeq)
                 continue;
             m_lastSeq = e.seq;

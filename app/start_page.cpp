@@ -60,7 +60,7 @@ bool StartPage::localGpuPresent()
 {
     // The NVIDIA driver lists its GPUs here; asking CUDA would load the driver on the GUI thread.
     return QDir(QStringLiteral("/proc/driver/nvidia/gpus")).exists()
-           && !QDir(QStringLiteral("/proc/driver/nvidia/gpus")).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty();
+        && !QDir(QStringLiteral("/proc/driver/nvidia/gpus")).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty();
 }
 
 StartPage::StartPage(QWidget* parent)
@@ -88,7 +88,7 @@ StartPage::StartPage(QWidget* parent)
     // Catalogue
     auto* catalogueBox = new QGroupBox(tr("Problem catalogue"), this);
     m_catalogue->setObjectName(QStringLiteral("problemCatalogue"));
-    m_catalogue->setHeaderLabels({tr("Problem"), tr("Tags"), tr("Shapes")});
+    m_catalogue->setHeaderLabels({ tr("Problem"), tr("Tags"), tr("Shapes") });
     m_catalogue->setRootIsDecorated(false);
     m_catalogue->setAlternatingRowColors(true);
     m_catalogue->setStyleSheet(QStringLiteral("QTreeWidget::item { padding: 3px 0px; }"));
@@ -127,9 +127,8 @@ StartPage::StartPage(QWidget* parent)
     connect(openTrace, &QPushButton::clicked, this, &StartPage::openTraceRequested);
     connect(demo, &QPushButton::clicked, this, &StartPage::openDemoRequested);
     m_recent->setObjectName(QStringLiteral("recentSessions"));
-    connect(m_recent, &QListWidget::itemActivated, this, [this](QListWidgetItem* item) {
-        emit recentSessionActivated(item->data(Qt::UserRole).toString());
-    });
+    connect(m_recent, &QListWidget::itemActivated, this,
+        [this](QListWidgetItem* item) { emit recentSessionActivated(item->data(Qt::UserRole).toString()); });
     auto* openLayout = new QVBoxLayout(openBox);
     openLayout->addWidget(demo);
     openLayout->addWidget(openSession);
@@ -143,8 +142,8 @@ StartPage::StartPage(QWidget* parent)
     // Where kernels run
     auto* whereBox = new QGroupBox(tr("Where kernels run"), this);
     const bool gpu = localGpuPresent();
-    m_where->addItem(gpu ? tr("This machine's GPU") : tr("This machine (no NVIDIA GPU detected)"),
-                     QStringLiteral("local"));
+    m_where->addItem(
+        gpu ? tr("This machine's GPU") : tr("This machine (no NVIDIA GPU detected)"), QStringLiteral("local"));
     m_where->addItem(tr("Remote worker"), QStringLiteral("remote"));
     m_remote->setPlaceholderText(tr("host:port of a kloop-worker"));
     QSettings settings;
@@ -156,7 +155,7 @@ StartPage::StartPage(QWidget* parent)
         QSettings().setValue(QStringLiteral("worker/where"), i);
     });
     connect(m_remote, &QLineEdit::editingFinished, this,
-            [this]() { QSettings().setValue(QStringLiteral("worker/remote"), m_remote->text()); });
+        [this]() { QSettings().setValue(QStringLiteral("worker/remote"), m_remote->text()); });
     m_gpuNote->setWordWrap(true);
     m_gpuNote->setForegroundRole(QPalette::PlaceholderText);
     m_gpuNote->setText(gpu ? tr("Sessions started here evaluate on the local GPU through kloop-worker.")
@@ -220,8 +219,8 @@ void StartPage::setRecentSessions(const QStringList& dirs)
 {
     m_recent->clear();
     for (const QString& dir : dirs) {
-        auto* item = new QListWidgetItem(QDir(dir).dirName() + QStringLiteral("   ") + QDir::toNativeSeparators(dir),
-                                         m_recent);
+        auto* item = new QListWidgetItem(
+            QDir(dir).dirName() + QStringLiteral("   ") + QDir::toNativeSeparators(dir), m_recent);
         item->setData(Qt::UserRole, dir);
         item->setToolTip(dir);
     }
@@ -262,8 +261,8 @@ void StartPage::showProblem()
         }
         m_details->setHtml(QStringLiteral("<b>%1</b> <span style='color:%2'>%3</span><br>%4<br><tt>%5</tt>")
                                .arg(e.name.toHtmlEscaped(), theme().mutedText.name(),
-                                    QDir::toNativeSeparators(e.folder).toHtmlEscaped(), e.description.toHtmlEscaped(),
-                                    e.dims.toHtmlEscaped()));
+                                   QDir::toNativeSeparators(e.folder).toHtmlEscaped(), e.description.toHtmlEscaped(),
+                                   e.dims.toHtmlEscaped()));
         return;
     }
 }

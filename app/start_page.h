@@ -5,7 +5,6 @@
 
 #include <QFutureWatcher>
 #include <QWidget>
-
 #include <vector>
 
 class QComboBox;

@@ -22,12 +22,12 @@ void StatusField::setText(const QString& text)
 
 QSize StatusField::sizeHint() const
 {
-    return {fontMetrics().averageCharWidth() * m_minimumChars, fontMetrics().height() + 4};
+    return { fontMetrics().averageCharWidth() * m_minimumChars, fontMetrics().height() + 4 };
 }
 
 QSize StatusField::minimumSizeHint() const
 {
-    return {fontMetrics().averageCharWidth() * std::min(m_minimumChars, 12), fontMetrics().height() + 4};
+    return { fontMetrics().averageCharWidth() * std::min(m_minimumChars, 12), fontMetrics().height() + 4 };
 }
 
 void StatusField::paintEvent(QPaintEvent*)
@@ -35,7 +35,7 @@ void StatusField::paintEvent(QPaintEvent*)
     QPainter p(this);
     p.setPen(palette().color(QPalette::WindowText));
     p.drawText(rect().adjusted(4, 0, -4, 0), Qt::AlignVCenter | Qt::AlignLeft,
-               fontMetrics().elidedText(m_text, Qt::ElideRight, width() - 8));
+        fontMetrics().elidedText(m_text, Qt::ElideRight, width() - 8));
 }
 
 } // namespace kl::app

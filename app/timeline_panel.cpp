@@ -78,7 +78,7 @@ TimelinePanel::TimelinePanel(QWidget* parent)
     split->setStretchFactor(0, 4);
     split->setStretchFactor(1, 1);
     side->setMinimumWidth(260);
-    split->setSizes({1000, 300});
+    split->setSizes({ 1000, 300 });
 
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
@@ -100,7 +100,7 @@ TimelinePanel::TimelinePanel(QWidget* parent)
             return;
         }
         std::vector<TimelineTrace> traces = m_appendPending ? m_rowModel->traces() : std::vector<TimelineTrace>();
-        traces.push_back({r.label, r.trace});
+        traces.push_back({ r.label, r.trace });
         setTraces(std::move(traces));
         emit traceLoaded(r.label);
     });
@@ -131,7 +131,12 @@ void TimelinePanel::loadTrace(const QString& path, bool append)
         if (v == lastReported->exchange(v))
             return;
         QMetaObject::invokeMethod(
-            bar.data(), [bar, v]() { if (bar) bar->setValue(v); }, Qt::QueuedConnection);
+            bar.data(),
+            [bar, v]() {
+                if (bar)
+                    bar->setValue(v);
+            },
+            Qt::QueuedConnection);
     };
     const QString label = QFileInfo(path).fileName();
     m_watcher.setFuture(QtConcurrent::run([path, label, opts]() {

@@ -9,7 +9,6 @@
 #include <QToolTip>
 #include <QWheelEvent>
 #include <QtConcurrent/QtConcurrentRun>
-
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
@@ -18,62 +17,62 @@ namespace kl::app {
 
 namespace {
 
-QColor colorFor(kl::prof::EventKind kind, std::uint32_t nameId, bool merged)
-{
-    const Theme& t = theme();
-    QColor c;
-    switch (kind) {
-    case kl::prof::EventKind::Kernel: {
-        // Stable hue per kernel name, in a calm band of blues/greens/purples.
-        const int hue = static_cast<int>((nameId * 2654435761u) % 160u) + 150;
-        c = QColor::fromHsl(hue % 360, t.dark ? 110 : 120, t.dark ? 110 : 150);
-        break;
+    QColor colorFor(kl::prof::EventKind kind, std::uint32_t nameId, bool merged)
+    {
+        const Theme& t = theme();
+        QColor c;
+        switch (kind) {
+        case kl::prof::EventKind::Kernel: {
+            // Stable hue per kernel name, in a calm band of blues/greens/purples.
+            const int hue = static_cast<int>((nameId * 2654435761u) % 160u) + 150;
+            c = QColor::fromHsl(hue % 360, t.dark ? 110 : 120, t.dark ? 110 : 150);
+            break;
+        }
+        case kl::prof::EventKind::Memcpy:
+        case kl::prof::EventKind::Memset:
+            c = QColor::fromHsl(30, 150, t.dark ? 110 : 150);
+            break;
+        case kl::prof::EventKind::NvtxRange:
+        case kl::prof::EventKind::GpuAnnotation:
+        case kl::prof::EventKind::NvtxMark:
+            c = QColor::fromHsl(285, 70, t.dark ? 100 : 175);
+            break;
+        case kl::prof::EventKind::RuntimeApi:
+        case kl::prof::EventKind::DriverApi:
+            c = QColor::fromHsl(210, 35, t.dark ? 95 : 180);
+            break;
+        case kl::prof::EventKind::Sync:
+            c = QColor::fromHsl(0, 60, t.dark ? 100 : 175);
+            break;
+        default:
+            c = QColor::fromHsl(200, 15, t.dark ? 95 : 185);
+            break;
+        }
+        if (merged)
+            c = t.dark ? c.darker(125) : c.darker(112);
+        return c;
     }
-    case kl::prof::EventKind::Memcpy:
-    case kl::prof::EventKind::Memset:
-        c = QColor::fromHsl(30, 150, t.dark ? 110 : 150);
-        break;
-    case kl::prof::EventKind::NvtxRange:
-    case kl::prof::EventKind::GpuAnnotation:
-    case kl::prof::EventKind::NvtxMark:
-        c = QColor::fromHsl(285, 70, t.dark ? 100 : 175);
-        break;
-    case kl::prof::EventKind::RuntimeApi:
-    case kl::prof::EventKind::DriverApi:
-        c = QColor::fromHsl(210, 35, t.dark ? 95 : 180);
-        break;
-    case kl::prof::EventKind::Sync:
-        c = QColor::fromHsl(0, 60, t.dark ? 100 : 175);
-        break;
-    default:
-        c = QColor::fromHsl(200, 15, t.dark ? 95 : 185);
-        break;
-    }
-    if (merged)
-        c = t.dark ? c.darker(125) : c.darker(112);
-    return c;
-}
 
-double niceStep(double raw)
-{
-    const double p = std::pow(10.0, std::floor(std::log10(raw)));
-    for (double m : {1.0, 2.0, 5.0, 10.0}) {
-        if (m * p >= raw)
-            return m * p;
+    double niceStep(double raw)
+    {
+        const double p = std::pow(10.0, std::floor(std::log10(raw)));
+        for (double m : { 1.0, 2.0, 5.0, 10.0 }) {
+            if (m * p >= raw)
+                return m * p;
+        }
+        return 10 * p;
     }
-    return 10 * p;
-}
 
-QString nameOf(const kl::prof::Trace& trace, const kl::prof::Event& e)
-{
-    const auto v = trace.name(e);
-    return QString::fromUtf8(v.data(), static_cast<int>(v.size()));
-}
+    QString nameOf(const kl::prof::Trace& trace, const kl::prof::Event& e)
+    {
+        const auto v = trace.name(e);
+        return QString::fromUtf8(v.data(), static_cast<int>(v.size()));
+    }
 
 } // namespace
 
-SelectionStats computeSelectionStats(const std::vector<TimelineTrace>& traces, const std::vector<VisualRow>& rows,
-                                     std::int64_t t0, std::int64_t t1)
+SelectionStats computeSelectionStats(
+    const std::vector<TimelineTrace>& traces, const std::vector<VisualRow>& rows, std::int64_t t0, std::int64_t t1)
 {
     SelectionStats s;
     s.t0 = t0;
@@ -96,7 +95,7 @@ SelectionStats computeSelectionStats(const std::vector<TimelineTrace>& traces, c
     }
     s.topKernels.assign(kernelTime.begin(), kernelTime.end());
     std::sort(s.topKernels.begin(), s.topKernels.end(),
-              [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+        [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
     if (s.topKernels.size() > 8)
         s.topKernels.resize(8);
     return s;
@@ -106,7 +105,7 @@ QString selectionStatsHtml(const SelectionStats& s)
 {
     QString html = QStringLiteral("<b>Selection</b> %1 – %2 (%3)<br>%4 events, GPU busy %5")
                        .arg(formatDurationNs(static_cast<double>(s.t0)), formatDurationNs(static_cast<double>(s.t1)),
-                            formatDurationNs(static_cast<double>(s.t1 - s.t0)))
+                           formatDurationNs(static_cast<double>(s.t1 - s.t0)))
                        .arg(s.events)
                        .arg(formatDurationNs(static_cast<double>(s.gpuBusyNs)));
     QStringList kinds;
@@ -119,7 +118,7 @@ QString selectionStatsHtml(const SelectionStats& s)
         for (const auto& [name, ns] : s.topKernels) {
             html += QStringLiteral("<tr><td align=right>%1&nbsp;&nbsp;</td><td><tt>%2</tt></td></tr>")
                         .arg(formatDurationNs(static_cast<double>(ns)),
-                             QString::fromStdString(name).left(90).toHtmlEscaped());
+                            QString::fromStdString(name).left(90).toHtmlEscaped());
         }
         html += QStringLiteral("</table>");
     }
@@ -183,7 +182,7 @@ void TimelineView::relayout()
         if (!rows[i].visible)
             continue;
         const int h = rows[i].lanes * laneHeight() + 4;
-        m_bands.push_back({i, y, h});
+        m_bands.push_back({ i, y, h });
         y += h + 1;
     }
     m_contentHeight = y;
@@ -259,9 +258,8 @@ void TimelineView::startStats()
     const auto traces = m_rows->traces();
     const auto rows = m_rows->rows();
     const std::int64_t t0 = m_selT0, t1 = m_selT1;
-    m_statsWatcher.setFuture(QtConcurrent::run([traces, rows, t0, t1]() {
-        return computeSelectionStats(traces, rows, t0, t1);
-    }));
+    m_statsWatcher.setFuture(
+        QtConcurrent::run([traces, rows, t0, t1]() { return computeSelectionStats(traces, rows, t0, t1); }));
 }
 
 void TimelineView::paintEvent(QPaintEvent*)
@@ -285,7 +283,8 @@ void TimelineView::paintEvent(QPaintEvent*)
         const auto& trace = *traces[vr.trace].trace;
         const auto& row = trace.rows()[vr.row];
         if ((&band - m_bands.data()) % 2 == 1)
-            p.fillRect(QRect(kLabelWidth, top, plotWidth(), band.height), t.dark ? t.base.lighter(108) : t.window.lighter(102));
+            p.fillRect(QRect(kLabelWidth, top, plotWidth(), band.height),
+                t.dark ? t.base.lighter(108) : t.window.lighter(102));
         p.setPen(t.grid);
         p.drawLine(0, top + band.height, width(), top + band.height);
         for (int l = 0; l < static_cast<int>(row.lanes.size()); ++l) {
@@ -293,8 +292,8 @@ void TimelineView::paintEvent(QPaintEvent*)
             if (y > height() || y + lane < kRulerHeight)
                 continue;
             const auto draw = trace.drawItems(vr.row, static_cast<std::uint32_t>(l), static_cast<std::int64_t>(m_t0),
-                                              static_cast<std::int64_t>(std::ceil(m_t1)),
-                                              std::max<std::int64_t>(1, static_cast<std::int64_t>(nsPerPx)));
+                static_cast<std::int64_t>(std::ceil(m_t1)),
+                std::max<std::int64_t>(1, static_cast<std::int64_t>(nsPerPx)));
             items += draw.size();
             for (const auto& item : draw) {
                 const auto& e = trace.event(item.event);
@@ -318,7 +317,7 @@ void TimelineView::paintEvent(QPaintEvent*)
         f.setBold(vr.gpu);
         p.setFont(f);
         p.drawText(QRect(8, top + 2, kLabelWidth - 12, lane), Qt::AlignVCenter | Qt::AlignLeft,
-                   fontMetrics().elidedText(vr.name, Qt::ElideMiddle, kLabelWidth - 16));
+            fontMetrics().elidedText(vr.name, Qt::ElideMiddle, kLabelWidth - 16));
         p.setFont(font());
     }
     m_lastPaintItems = items;
@@ -354,7 +353,7 @@ void TimelineView::paintEvent(QPaintEvent*)
     }
     p.setPen(t.text);
     p.drawText(QRect(8, 0, kLabelWidth - 12, kRulerHeight), Qt::AlignVCenter | Qt::AlignLeft,
-               m_rows->rows().empty() ? tr("No trace loaded") : tr("span %1").arg(formatDurationNs(m_t1 - m_t0)));
+        m_rows->rows().empty() ? tr("No trace loaded") : tr("span %1").arg(formatDurationNs(m_t1 - m_t0)));
 }
 
 void TimelineView::wheelEvent(QWheelEvent* event)
@@ -456,16 +455,16 @@ void TimelineView::keyPressEvent(QKeyEvent* event)
 std::pair<int, int> TimelineView::hitLane(const QPoint& pos) const
 {
     if (pos.y() < kRulerHeight || pos.x() < kLabelWidth)
-        return {-1, -1};
+        return { -1, -1 };
     const int y = pos.y() - kRulerHeight + (m_vbar ? m_vbar->value() : 0);
     for (const Band& band : m_bands) {
         if (y >= band.top && y < band.top + band.height) {
             const int lane = (y - band.top - 2) / laneHeight();
             if (lane >= 0 && lane < m_rows->rows()[band.visualRow].lanes)
-                return {band.visualRow, lane};
+                return { band.visualRow, lane };
         }
     }
-    return {-1, -1};
+    return { -1, -1 };
 }
 
 std::uint32_t TimelineView::eventAt(const QPoint& pos, int* visualRow) const
@@ -477,8 +476,8 @@ std::uint32_t TimelineView::eventAt(const QPoint& pos, int* visualRow) const
     const auto& trace = *m_rows->traces()[row.trace].trace;
     const double t = timeAtX(pos.x());
     const double slack = 2 * (m_t1 - m_t0) / plotWidth();
-    const auto hits = trace.eventsInWindow(row.row, static_cast<std::uint32_t>(lane), static_cast<std::int64_t>(t - slack),
-                                           static_cast<std::int64_t>(t + slack));
+    const auto hits = trace.eventsInWindow(row.row, static_cast<std::uint32_t>(lane),
+        static_cast<std::int64_t>(t - slack), static_cast<std::int64_t>(t + slack));
     std::uint32_t best = kl::prof::kNone;
     double bestDist = 1e300;
     for (std::uint32_t idx : hits) {
@@ -503,10 +502,10 @@ QString TimelineView::tooltipAt(const QPoint& pos) const
     const VisualRow& row = m_rows->rows()[vr];
     const auto& trace = *m_rows->traces()[row.trace].trace;
     const auto& e = trace.event(idx);
-    QString tip = QStringLiteral("<b>%1</b><br>%2 · %3 · starts at %4")
-                      .arg(nameOf(trace, e).left(200).toHtmlEscaped(), QString::fromLatin1(kl::prof::toString(e.kind)),
-                           formatDurationNs(static_cast<double>(e.duration())),
-                           formatDurationNs(static_cast<double>(e.start)));
+    QString tip
+        = QStringLiteral("<b>%1</b><br>%2 · %3 · starts at %4")
+              .arg(nameOf(trace, e).left(200).toHtmlEscaped(), QString::fromLatin1(kl::prof::toString(e.kind)),
+                  formatDurationNs(static_cast<double>(e.duration())), formatDurationNs(static_cast<double>(e.start)));
     if (const auto* k = trace.kernelInfo(e)) {
         tip += QStringLiteral("<br>grid (%1, %2, %3) · block (%4, %5, %6)")
                    .arg(k->grid[0])
@@ -524,11 +523,15 @@ QString TimelineView::tooltipAt(const QPoint& pos) const
     }
     if (const auto* m = trace.memOpInfo(e)) {
         const auto kind = trace.strings().view(m->copyKind);
-        tip += QStringLiteral("<br>%1 · %2 bytes").arg(QString::fromUtf8(kind.data(), static_cast<int>(kind.size()))).arg(m->bytes);
+        tip += QStringLiteral("<br>%1 · %2 bytes")
+                   .arg(QString::fromUtf8(kind.data(), static_cast<int>(kind.size())))
+                   .arg(m->bytes);
         if (e.duration() > 0)
-            tip += QStringLiteral(" · %1 GB/s").arg(static_cast<double>(m->bytes) / static_cast<double>(e.duration()), 0, 'f', 1);
+            tip += QStringLiteral(" · %1 GB/s")
+                       .arg(static_cast<double>(m->bytes) / static_cast<double>(e.duration()), 0, 'f', 1);
     }
-    tip += QStringLiteral("<br><span style='color:%1'>%2</span>").arg(theme().mutedText.name(), row.name.toHtmlEscaped());
+    tip += QStringLiteral("<br><span style='color:%1'>%2</span>")
+               .arg(theme().mutedText.name(), row.name.toHtmlEscaped());
     return tip;
 }
 

@@ -6,7 +6,6 @@
 
 #include <QFutureWatcher>
 #include <QWidget>
-
 #include <map>
 
 class QScrollBar;
@@ -22,8 +21,8 @@ struct SelectionStats {
     std::vector<std::pair<std::string, std::int64_t>> topKernels; // clipped time, largest first (at most 8)
 };
 
-SelectionStats computeSelectionStats(const std::vector<TimelineTrace>& traces, const std::vector<VisualRow>& rows,
-                                     std::int64_t t0, std::int64_t t1);
+SelectionStats computeSelectionStats(
+    const std::vector<TimelineTrace>& traces, const std::vector<VisualRow>& rows, std::int64_t t0, std::int64_t t1);
 QString selectionStatsHtml(const SelectionStats& s);
 
 class TimelineView : public QWidget {
@@ -47,7 +46,7 @@ public:
     double timeAtX(int x) const;
     int xForTime(double t) const;
 
-    QSize sizeHint() const override { return {900, 320}; }
+    QSize sizeHint() const override { return { 900, 320 }; }
 
 signals:
     void selectionStatsReady(const kl::app::SelectionStats& stats);

@@ -41,8 +41,8 @@ void CandidateTreeModel::setSession(SessionSnapshot session)
             continue;
         const auto& c = m_session->tree.at(id);
         const auto parentIt = m_byId.find(c.parentId);
-        const QModelIndex parentIndex =
-            parentIt == m_byId.end() ? QModelIndex() : indexForNode(parentIt->second, IdColumn);
+        const QModelIndex parentIndex
+            = parentIt == m_byId.end() ? QModelIndex() : indexForNode(parentIt->second, IdColumn);
         const int row = parentIt == m_byId.end() ? static_cast<int>(m_roots.size())
                                                  : static_cast<int>(m_nodes[parentIt->second].children.size());
         beginInsertRows(parentIndex, row, row);
@@ -274,7 +274,7 @@ QVariant CandidateTreeModel::data(const QModelIndex& index, int role) const
             for (const auto& reason : eval->reasons) {
                 tip += QStringLiteral("<br>• <tt>%1</tt> %2")
                            .arg(QString::fromStdString(reason.rule),
-                                QString::fromStdString(reason.message).toHtmlEscaped());
+                               QString::fromStdString(reason.message).toHtmlEscaped());
             }
         }
         return tip;

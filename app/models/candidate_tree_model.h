@@ -5,7 +5,6 @@
 #include "app/app_types.h"
 
 #include <QAbstractItemModel>
-
 #include <string>
 #include <unordered_map>
 #include <vector>

@@ -4,7 +4,6 @@
 #include "app/app_types.h"
 
 #include <QAbstractTableModel>
-
 #include <string>
 #include <vector>
 

@@ -7,24 +7,23 @@ namespace kl::app {
 
 namespace {
 
-template<typename Pick>
-std::optional<double> geomeanOverShapes(const kl::Evaluation& e, Pick pick)
-{
-    double logSum = 0;
-    int n = 0;
-    for (const auto& shape : e.shapes) {
-        if (shape.heldOut)
-            continue;
-        const std::optional<double> v = pick(shape);
-        if (v && *v > 0) {
-            logSum += std::log(*v);
-            ++n;
+    template <typename Pick> std::optional<double> geomeanOverShapes(const kl::Evaluation& e, Pick pick)
+    {
+        double logSum = 0;
+        int n = 0;
+        for (const auto& shape : e.shapes) {
+            if (shape.heldOut)
+                continue;
+            const std::optional<double> v = pick(shape);
+            if (v && *v > 0) {
+                logSum += std::log(*v);
+                ++n;
+            }
         }
+        if (n == 0)
+            return std::nullopt;
+        return std::exp(logSum / n);
     }
-    if (n == 0)
-        return std::nullopt;
-    return std::exp(logSum / n);
-}
 
 } // namespace
 

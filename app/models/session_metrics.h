@@ -7,7 +7,6 @@
 
 #include <QColor>
 #include <QString>
-
 #include <optional>
 #include <vector>
 

@@ -36,8 +36,8 @@ void TraceRowModel::setTraces(std::vector<TimelineTrace> traces)
             v.row = r;
             v.lanes = std::max<int>(1, static_cast<int>(row.lanes.size()));
             v.gpu = row.kind == kl::prof::RowKind::GpuStream;
-            v.name = QString::fromUtf8(trace.strings().view(row.name).data(),
-                                       static_cast<int>(trace.strings().view(row.name).size()));
+            v.name = QString::fromUtf8(
+                trace.strings().view(row.name).data(), static_cast<int>(trace.strings().view(row.name).size()));
             if (m_traces.size() > 1)
                 v.name = m_traces[t].label + QStringLiteral(" · ") + v.name;
             for (const auto& lane : row.lanes)
@@ -49,7 +49,8 @@ void TraceRowModel::setTraces(std::vector<TimelineTrace> traces)
             rows.push_back(std::move(v));
         }
         // GPU streams first (where kernels run), then CPU threads; both in the trace's own order.
-        std::stable_sort(rows.begin(), rows.end(), [](const VisualRow& a, const VisualRow& b) { return a.gpu > b.gpu; });
+        std::stable_sort(
+            rows.begin(), rows.end(), [](const VisualRow& a, const VisualRow& b) { return a.gpu > b.gpu; });
         m_rows.insert(m_rows.end(), rows.begin(), rows.end());
     }
     endResetModel();
@@ -94,7 +95,7 @@ bool TraceRowModel::setData(const QModelIndex& index, const QVariant& value, int
     if (!index.isValid() || role != Qt::CheckStateRole || index.column() != NameColumn)
         return false;
     m_rows[index.row()].visible = value.toInt() == Qt::Checked;
-    emit dataChanged(index, index, {Qt::CheckStateRole});
+    emit dataChanged(index, index, { Qt::CheckStateRole });
     return true;
 }
 

@@ -5,7 +5,6 @@
 
 #include <QAbstractTableModel>
 #include <QString>
-
 #include <memory>
 #include <vector>
 

@@ -2,11 +2,10 @@
 #include "app/theme.h"
 
 #include <QApplication>
-#include <QStandardPaths>
 #include <QElapsedTimer>
-#include <gtest/gtest.h>
-
+#include <QStandardPaths>
 #include <cstdio>
+#include <gtest/gtest.h>
 
 namespace {
 
@@ -24,7 +23,7 @@ public:
         const bool r = QApplication::notify(receiver, event);
         if (t.elapsed() > 15)
             std::printf("[ slow event ] %lld ms type %d to %s %s\n", static_cast<long long>(t.elapsed()), type,
-                        receiver->metaObject()->className(), qPrintable(receiver->objectName()));
+                receiver->metaObject()->className(), qPrintable(receiver->objectName()));
         return r;
     }
 

@@ -1,5 +1,3 @@
-#include "session_fixture.h"
-
 #include "app/bottleneck_panel.h"
 #include "app/candidate_panel.h"
 #include "app/charts_panel.h"
@@ -15,6 +13,7 @@
 #include "app/screenshot.h"
 #include "app/session_controller.h"
 #include "app/timeline_panel.h"
+#include "session_fixture.h"
 
 #include <QDockWidget>
 #include <QElapsedTimer>
@@ -30,10 +29,9 @@
 #include <QTest>
 #include <QTimer>
 #include <QTreeView>
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <ctime>
+#include <gtest/gtest.h>
 
 using namespace kl::app;
 
@@ -53,8 +51,7 @@ bool openAndWait(MainWindow& w, const std::filesystem::path& dir, OpenMode mode,
     return ready.count() > 0 || ready.wait(10000);
 }
 
-template<typename Pred>
-bool waitUntil(Pred pred, int timeoutMs = 10000)
+template <typename Pred> bool waitUntil(Pred pred, int timeoutMs = 10000)
 {
     QElapsedTimer clock;
     clock.start();
@@ -77,7 +74,7 @@ public:
             const double cpu = threadCpuMs();
             if (now - m_last > 20 && qEnvironmentVariableIsSet("KL_GUI_STALLS"))
                 std::printf("[ stall ] %lld ms (%.1f ms CPU) ending at %lld ms\n", static_cast<long long>(now - m_last),
-                            cpu - m_lastCpu, static_cast<long long>(now));
+                    cpu - m_lastCpu, static_cast<long long>(now));
             m_maxGap = std::max(m_maxGap, now - m_last);
             m_maxCpu = std::max(m_maxCpu, cpu - m_lastCpu);
             m_last = now;
@@ -93,7 +90,7 @@ public:
 private:
     static double threadCpuMs()
     {
-        timespec ts{};
+        timespec ts {};
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
         return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
     }
@@ -186,7 +183,7 @@ TEST(MainWindow, ReplayDrivesEveryViewWithoutBlockingTheGuiThread)
     const double maxCpu = heartbeat.maxCpuMs();
     std::printf("[ replay ] %zu events in %lld ms at 4x; longest GUI-thread gap %lld ms wall-clock, %.1f ms of "
                 "GUI-thread CPU time\n",
-                events.size(), static_cast<long long>(elapsed), static_cast<long long>(maxGap), maxCpu);
+        events.size(), static_cast<long long>(elapsed), static_cast<long long>(maxGap), maxCpu);
     ::testing::Test::RecordProperty("gui_thread_max_gap_ms", static_cast<int>(maxGap));
     ::testing::Test::RecordProperty("gui_thread_max_busy_cpu_ms", static_cast<int>(maxCpu));
 
@@ -249,14 +246,16 @@ TEST(MainWindow, ApproveAndRejectThroughTheUiAreRecordedInTheSession)
     EXPECT_EQ(s.reviews[1].candidateId, "c0008");
     EXPECT_TRUE(s.reviews[1].approved);
     // The tree shows the new status live.
-    const QModelIndex status = w.candidatePanel()->model()->indexOf(QStringLiteral("c0009"), CandidateTreeModel::StatusColumn);
+    const QModelIndex status
+        = w.candidatePanel()->model()->indexOf(QStringLiteral("c0009"), CandidateTreeModel::StatusColumn);
     EXPECT_TRUE(status.data().toString().startsWith(QStringLiteral("rejected")));
 
     // A hypothesis typed in the console is recorded too.
     w.hypothesisConsole()->setHypothesisText(QStringLiteral("Try BLOCK=1024 for large H"));
     QTest::mouseClick(w.hypothesisConsole()->sendButton(), Qt::LeftButton);
     ASSERT_TRUE(waitUntil([&]() { return kl::SessionStore::load(dir).hypotheses.size() == 3; }));
-    ASSERT_TRUE(waitUntil([&]() { return w.hypothesisConsole()->transcript().contains(QStringLiteral("BLOCK=1024")); }));
+    ASSERT_TRUE(
+        waitUntil([&]() { return w.hypothesisConsole()->transcript().contains(QStringLiteral("BLOCK=1024")); }));
 }
 
 TEST(MainWindow, ReadOnlySessionsDisableDecisions)
@@ -282,7 +281,7 @@ TEST(MainWindow, ABrokenSessionGivesAClearErrorAndNoCrash)
     w.openSession(QString::fromStdString(dir.string()), OpenMode::Load);
     ASSERT_TRUE(failed.wait(5000));
     EXPECT_TRUE(failed.at(0).at(0).toString().contains(QStringLiteral("session.json"))
-                || failed.at(0).at(0).toString().contains(QStringLiteral("journal.jsonl")))
+        || failed.at(0).at(0).toString().contains(QStringLiteral("journal.jsonl")))
         << failed.at(0).at(0).toString().toStdString();
     EXPECT_FALSE(w.controller()->isOpen());
 }
@@ -394,7 +393,7 @@ TEST(MainWindow, FollowsASessionThatAnotherWriterExtends)
         auto store = kl::SessionStore::open(dir);
         kl::Candidate c;
         c.source = kl::test::kernelSource(1024, 8, false);
-        c.params = {{"BLOCK", 1024}, {"VEC", 8}};
+        c.params = { { "BLOCK", 1024 }, { "VEC", 8 } };
         c.parentId = "c0001";
         c.author = kl::Author::Tuner;
         store->proposeCandidate(c);
@@ -402,7 +401,8 @@ TEST(MainWindow, FollowsASessionThatAnotherWriterExtends)
     }
     ASSERT_TRUE(waitUntil([&]() { return w.candidatePanel()->model()->indexOf(QStringLiteral("c0010")).isValid(); }));
     EXPECT_EQ(static_cast<int>(w.controller()->session()->tree.size()), before + 1);
-    const QModelIndex status = w.candidatePanel()->model()->indexOf(QStringLiteral("c0010"), CandidateTreeModel::StatusColumn);
+    const QModelIndex status
+        = w.candidatePanel()->model()->indexOf(QStringLiteral("c0010"), CandidateTreeModel::StatusColumn);
     ASSERT_TRUE(waitUntil([&]() { return status.data().toString() == QStringLiteral("compiling"); }));
 
     // A line still being written is not applied until it is complete.

@@ -1,16 +1,15 @@
-#include "session_fixture.h"
-
 #include "app/candidate_panel.h"
 #include "app/diff_view.h"
 #include "app/models/candidate_tree_model.h"
 #include "app/models/review_queue_model.h"
 #include "app/models/session_metrics.h"
 #include "app/models/trace_row_model.h"
+#include "session_fixture.h"
 
 #include <QAbstractItemModelTester>
-#include <QTreeView>
 #include <QSignalSpy>
 #include <QTemporaryDir>
+#include <QTreeView>
 #include <gtest/gtest.h>
 
 using namespace kl::app;
@@ -33,7 +32,7 @@ struct Fixture {
     SessionSnapshot snapshotAfter(std::size_t n) const
     {
         kl::Session s = session;
-        s.tree = kl::CandidateTree{};
+        s.tree = kl::CandidateTree {};
         s.hypotheses.clear();
         s.evaluations.clear();
         s.reviews.clear();
@@ -46,7 +45,7 @@ struct Fixture {
 std::shared_ptr<const kl::prof::Trace> syntheticTrace(int rows, int perRow, std::int64_t durNs, std::int64_t gapNs)
 {
     auto trace = std::make_shared<kl::prof::Trace>();
-    const auto names = {"rmsnorm_kernel", "gemm_bf16_128x128", "softmax_rows"};
+    const auto names = { "rmsnorm_kernel", "gemm_bf16_128x128", "softmax_rows" };
     std::vector<kl::prof::StrId> ids;
     for (const char* n : names)
         ids.push_back(trace->strings().intern(n));
@@ -155,10 +154,11 @@ TEST(ReviewQueueModel, ListsPendingDiffsAndRefereeFlagsUntilDecided)
     EXPECT_EQ(model.items()[0].kind, ReviewItem::Kind::Flag);
     EXPECT_EQ(model.items()[1].kind, ReviewItem::Kind::Diff);
     EXPECT_EQ(model.candidateIdAt(1), QStringLiteral("c0009"));
-    EXPECT_TRUE(model.index(0, ReviewQueueModel::WhatColumn).data().toString().contains(QStringLiteral("near-roofline")));
+    EXPECT_TRUE(
+        model.index(0, ReviewQueueModel::WhatColumn).data().toString().contains(QStringLiteral("near-roofline")));
 
     kl::Session decided = f.session;
-    decided.reviews.push_back({"c0009", false, "no", 1});
+    decided.reviews.push_back({ "c0009", false, "no", 1 });
     model.setSession(std::make_shared<const kl::Session>(decided));
     ASSERT_EQ(model.rowCount(), 1);
     EXPECT_EQ(model.items()[0].kind, ReviewItem::Kind::Flag);
@@ -185,14 +185,15 @@ TEST(TraceRowModel, ListsGpuRowsFirstAndTogglesVisibility)
     trace->finalize();
     TraceRowModel model;
     Tester tester(&model, Tester::FailureReportingMode::Fatal);
-    model.setTraces({{QStringLiteral("t"), trace}});
+    model.setTraces({ { QStringLiteral("t"), trace } });
     ASSERT_EQ(model.rowCount(), 2);
     EXPECT_TRUE(model.rows()[0].gpu);
     EXPECT_EQ(model.rows()[0].events, 5u);
     EXPECT_EQ(model.rows()[0].busyNs, 250);
     EXPECT_TRUE(model.setData(model.index(1, 0), Qt::Unchecked, Qt::CheckStateRole));
     EXPECT_FALSE(model.rows()[1].visible);
-    model.setTraces({{QStringLiteral("baseline"), trace}, {QStringLiteral("c0012"), syntheticTrace(1, 10, 10, 10)}});
+    model.setTraces(
+        { { QStringLiteral("baseline"), trace }, { QStringLiteral("c0012"), syntheticTrace(1, 10, 10, 10) } });
     EXPECT_EQ(model.rowCount(), 3);
     EXPECT_TRUE(model.rows()[2].name.startsWith(QStringLiteral("c0012 · ")));
 }
@@ -218,7 +219,7 @@ TEST(SideBySide, PairsChangedLinesAndPadsTheShorterSide)
 TEST(SessionMetrics, LatencyIsTheGeomeanOverShapesShownToAgents)
 {
     kl::Evaluation e;
-    for (double us : {2.0, 8.0, 1000.0}) {
+    for (double us : { 2.0, 8.0, 1000.0 }) {
         kl::ShapeResult r;
         kl::TimingStats t;
         t.medianUs = us;

@@ -5,7 +5,6 @@
 #include <QSignalSpy>
 #include <QTest>
 #include <gtest/gtest.h>
-
 #include <random>
 
 using namespace kl::app;
@@ -73,7 +72,7 @@ TEST(Timeline, ZoomPanAndSelectionOnAMillionEvents)
     panel.resize(1400, 500);
     panel.show();
     ASSERT_TRUE(QTest::qWaitForWindowExposed(&panel));
-    panel.setTraces({{QStringLiteral("synthetic"), trace}});
+    panel.setTraces({ { QStringLiteral("synthetic"), trace } });
     TimelineView* view = panel.view();
     ASSERT_EQ(panel.rowModel()->rowCount(), 5);
     EXPECT_EQ(view->viewStart(), 0.0);
@@ -92,7 +91,7 @@ TEST(Timeline, ZoomPanAndSelectionOnAMillionEvents)
     const double anchor = view->timeAtX(at.x());
     for (int i = 0; i < 20; ++i) {
         QWheelEvent wheel(at, view->mapToGlobal(at), QPoint(), QPoint(0, 120), Qt::NoButton, Qt::NoModifier,
-                          Qt::NoScrollPhase, false);
+            Qt::NoScrollPhase, false);
         QApplication::sendEvent(view, &wheel);
     }
     EXPECT_NEAR(view->timeAtX(at.x()), anchor, (view->viewEnd() - view->viewStart()) / 500);
@@ -101,8 +100,8 @@ TEST(Timeline, ZoomPanAndSelectionOnAMillionEvents)
     view->grab();
     const qint64 zoomedPaintMs = clock.elapsed();
     std::printf("[ timeline ] 1M events: full view %lld ms (%zu items), zoomed %lld ms (%zu items)\n",
-                static_cast<long long>(fullPaintMs), view->lastPaintItems(), static_cast<long long>(zoomedPaintMs),
-                view->lastPaintItems());
+        static_cast<long long>(fullPaintMs), view->lastPaintItems(), static_cast<long long>(zoomedPaintMs),
+        view->lastPaintItems());
 
     // Drag pans by the dragged time.
     const double before = view->viewStart();
@@ -133,7 +132,7 @@ TEST(Timeline, ZoomPanAndSelectionOnAMillionEvents)
 
     // Tooltips name the kernel under the cursor.
     const auto& first = trace->event(trace->rows()[panel.rowModel()->rows()[0].row].lanes[0][0]);
-    const int x = view->xForTime((first.start + first.end) / 2.0) ;
+    const int x = view->xForTime((first.start + first.end) / 2.0);
     const QString tip = view->tooltipAt(QPoint(x, 26 + 8));
     EXPECT_TRUE(tip.contains(QString::fromUtf8(trace->name(first).data(), static_cast<int>(trace->name(first).size()))))
         << tip.toStdString();
