@@ -240,6 +240,8 @@ void ResearchLoop::reviewNow(const CandidateId& id, bool approved, const std::st
     if (evaluated)
         recordedEval = s.evaluations.at(id);
     m_store.recordReview(ReviewDecision { id, approved, reason, nowMs() });
+    // A decision changes what the agent can propose (an LLM waits for its outstanding proposal).
+    m_agentExhausted = m_agentWaiting = false;
     if (!approved) {
         m_store.setStatus(id, CandidateStatus::Rejected, "rejected by the engineer: " + reason);
         return;
@@ -428,6 +430,15 @@ void ResearchLoop::askAgent(int count)
     {
         std::lock_guard lock(m_mutex);
         inFlight = !m_jobs.empty() || !m_onDevice.empty() || !m_messages.empty();
+    }
+    if (!inFlight) {
+        // An agent that waits for the engineer's review of its own proposal is not exhausted.
+        const Session& st = session();
+        for (const CandidateId& id : st.tree.order())
+            if (st.tree.at(id).status == CandidateStatus::PendingReview && !isRecorded(st, id)) {
+                inFlight = true;
+                break;
+            }
     }
     if (proposals.empty()) {
         (inFlight ? m_agentWaiting : m_agentExhausted) = true;
