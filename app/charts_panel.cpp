@@ -61,6 +61,14 @@ ChartsPanel::ChartsPanel(QWidget* parent)
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(splitter);
 
+    for (QCustomPlot* plot : { m_latency, m_error }) {
+        connect(
+            plot, &QCustomPlot::plottableClick, this, [this](QCPAbstractPlottable* plottable, int index, QMouseEvent*) {
+                const auto it = m_pointIds.constFind(plottable);
+                if (it != m_pointIds.constEnd() && index >= 0 && index < it->size())
+                    emit candidateClicked(it->at(index));
+            });
+    }
     m_timer->setInterval(kRefreshMs);
     connect(m_timer, &QTimer::timeout, this, [this]() {
         if (m_dirty)
@@ -145,12 +153,15 @@ void ChartsPanel::rebuildLatency()
 {
     const Theme& t = theme();
     QCustomPlot* plot = m_latency;
+    for (int g = 0; g < plot->graphCount(); ++g)
+        m_pointIds.remove(plot->graph(g));
     plot->clearGraphs();
     plot->clearItems();
     plot->xAxis->setLabel(tr("evaluation"));
     plot->yAxis->setLabel(tr("latency (µs, geomean over shapes)"));
 
     QVector<double> accX, accY, otherX, otherY, bestX, bestY;
+    QStringList accIds, otherIds;
     std::optional<double> baseline;
     double best = 0;
     if (m_session) {
@@ -165,6 +176,7 @@ void ChartsPanel::rebuildLatency()
             const bool accepted = e->verdict == kl::Verdict::Accepted;
             (accepted ? accX : otherX).push_back(n);
             (accepted ? accY : otherY).push_back(*lat);
+            (accepted ? accIds : otherIds).push_back(QString::fromStdString(e->candidateId));
             if (accepted && (best == 0 || *lat < best))
                 best = *lat;
             if (best > 0) {
@@ -177,22 +189,25 @@ void ChartsPanel::rebuildLatency()
             bestY.push_back(best);
         }
     }
-    auto* others = plot->addGraph();
-    others->setName(tr("rejected / flagged"));
-    others->setLineStyle(QCPGraph::lsNone);
-    others->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCrossCircle, t.mutedText, 6));
-    others->setData(otherX, otherY, true);
-    auto* accepted = plot->addGraph();
-    accepted->setName(tr("accepted"));
-    accepted->setLineStyle(QCPGraph::lsNone);
-    accepted->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, t.good, t.good, 6));
-    accepted->setData(accX, accY, true);
+    // Drawn first so the evaluations lie on top of it and take the clicks.
     auto* bestLine = plot->addGraph();
     bestLine->setName(tr("best so far"));
     bestLine->setLineStyle(QCPGraph::lsStepLeft);
     bestLine->setPen(QPen(t.accent, 2));
     bestLine->setData(bestX, bestY, true);
 
+    auto* others = plot->addGraph();
+    others->setName(tr("rejected / flagged"));
+    others->setLineStyle(QCPGraph::lsNone);
+    others->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCrossCircle, t.mutedText, 6));
+    others->setData(otherX, otherY, true);
+    m_pointIds.insert(others, otherIds);
+    auto* accepted = plot->addGraph();
+    accepted->setName(tr("accepted"));
+    accepted->setLineStyle(QCPGraph::lsNone);
+    accepted->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, t.good, t.good, 6));
+    accepted->setData(accX, accY, true);
+    m_pointIds.insert(accepted, accIds);
     double maxY = 1;
     for (double y : accY)
         maxY = std::max(maxY, y);
@@ -200,10 +215,12 @@ void ChartsPanel::rebuildLatency()
         maxY = std::max(maxY, y);
     if (baseline) {
         auto* line = new QCPItemStraightLine(plot);
+        line->setSelectable(false);
         line->point1->setCoords(0, *baseline);
         line->point2->setCoords(1, *baseline);
         line->setPen(QPen(t.warn, 1, Qt::DashLine));
         auto* label = new QCPItemText(plot);
+        label->setSelectable(false);
         label->position->setType(QCPItemPosition::ptAxisRectRatio);
         label->position->setCoords(0.99, 0.02);
         label->setPositionAlignment(Qt::AlignRight | Qt::AlignTop);
@@ -220,11 +237,14 @@ void ChartsPanel::rebuildError()
 {
     const Theme& t = theme();
     QCustomPlot* plot = m_error;
+    for (int g = 0; g < plot->graphCount(); ++g)
+        m_pointIds.remove(plot->graph(g));
     plot->clearGraphs();
     plot->clearItems();
     plot->xAxis->setLabel(tr("evaluation"));
     plot->yAxis->setLabel(tr("worst rel. L2 (log)"));
     QVector<double> passX, passY, failX, failY;
+    QStringList passIds, failIds;
     double lo = 1e-8, hi = 1;
     bool first = true;
     if (m_session) {
@@ -239,6 +259,7 @@ void ChartsPanel::rebuildError()
             const bool ok = e->correctEverywhere();
             (ok ? passX : failX).push_back(n);
             (ok ? passY : failY).push_back(y);
+            (ok ? passIds : failIds).push_back(QString::fromStdString(e->candidateId));
             if (first) {
                 lo = hi = y;
                 first = false;
@@ -252,17 +273,21 @@ void ChartsPanel::rebuildError()
     pass->setLineStyle(QCPGraph::lsNone);
     pass->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, t.good, t.good, 6));
     pass->setData(passX, passY, true);
+    m_pointIds.insert(pass, passIds);
     auto* fail = plot->addGraph();
     fail->setName(tr("wrong"));
     fail->setLineStyle(QCPGraph::lsNone);
     fail->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCross, QPen(t.bad, 1.5), Qt::NoBrush, 7));
     fail->setData(failX, failY, true);
+    m_pointIds.insert(fail, failIds);
     if (m_tolerance) {
         auto* line = new QCPItemStraightLine(plot);
+        line->setSelectable(false);
         line->point1->setCoords(0, *m_tolerance);
         line->point2->setCoords(1, *m_tolerance);
         line->setPen(QPen(t.bad, 1, Qt::DashLine));
         auto* label = new QCPItemText(plot);
+        label->setSelectable(false);
         label->position->setCoords(0.5, *m_tolerance);
         label->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
         label->setPositionAlignment(Qt::AlignHCenter | Qt::AlignBottom);
@@ -350,6 +375,8 @@ void ChartsPanel::rebuildSpeedup()
     held->setData(heldKeys, heldOut, true);
 
     auto* one = new QCPItemStraightLine(plot);
+
+    one->setSelectable(false);
     one->point1->setCoords(0, 1.0);
     one->point2->setCoords(1, 1.0);
     one->setPen(QPen(t.mutedText, 1, Qt::DashLine));

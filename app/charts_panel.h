@@ -4,9 +4,12 @@
 // rate; the plots are rebuilt at most every kRefreshMs.
 #include "app/app_types.h"
 
+#include <QHash>
+#include <QStringList>
 #include <QWidget>
 #include <optional>
 
+class QCPAbstractPlottable;
 class QCustomPlot;
 class QTimer;
 
@@ -30,6 +33,9 @@ public:
 
     static constexpr int kRefreshMs = 200;
 
+signals:
+    void candidateClicked(const QString& id); // a point in the latency or correctness chart
+
 private:
     void rebuild();
     void rebuildLatency();
@@ -45,6 +51,8 @@ private:
     std::optional<double> m_tolerance;
     QString m_selected;
     bool m_dirty = false;
+    // Candidate of each point, per plottable, in data order (the charts' x is the evaluation order).
+    QHash<const QCPAbstractPlottable*, QStringList> m_pointIds;
     int m_rebuilds = 0;
 };
 

@@ -184,6 +184,7 @@ MainWindow::MainWindow(QWidget* parent)
     });
     connect(m_candidates, &CandidatePanel::exportRequested, this, &MainWindow::exportDialog);
     connect(m_review, &ReviewPanel::candidateActivated, m_candidates, &CandidatePanel::selectCandidate);
+    connect(m_charts, &ChartsPanel::candidateClicked, m_candidates, &CandidatePanel::selectCandidate);
     connect(m_review, &ReviewPanel::decided, this, [this](const QString& id, bool approved, const QString& reason) {
         m_controller->recordReview(id, approved, reason);
         showMessage(approved ? tr("Approved %1").arg(id) : tr("Rejected %1: %2").arg(id, reason));

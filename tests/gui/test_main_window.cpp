@@ -147,6 +147,20 @@ TEST(MainWindow, OpensASessionAndShowsItsCandidatesAsATree)
     EXPECT_EQ(w.diffView()->rows().size(), rows.size());
     EXPECT_EQ(w.diffView()->rightView()->toPlainText().count(QLatin1Char('\n')) + 1, static_cast<int>(rows.size()));
 
+    // Clicking a point in the latency chart selects its candidate.
+    w.showWorkbench();
+    QCustomPlot* plot = w.chartsPanel()->latencyPlot();
+    w.chartsPanel()->refreshNow();
+    QCPGraph* accepted = plot->graph(2);
+    ASSERT_GT(accepted->dataCount(), 2);
+    const auto point = accepted->data()->at(2);
+    const QPoint pixel(static_cast<int>(plot->xAxis->coordToPixel(point->key)),
+        static_cast<int>(plot->yAxis->coordToPixel(point->value)));
+    QTest::mouseClick(plot, Qt::LeftButton, Qt::NoModifier, pixel);
+    const auto ordered = evaluationsInOrder(expected);
+    EXPECT_EQ(w.candidatePanel()->currentCandidate(),
+        QString::fromStdString(ordered[static_cast<std::size_t>(point->key) - 1]->candidateId));
+
     // Compare two arbitrary candidates.
     w.compare(QStringLiteral("c0001"), QStringLiteral("c0009"));
     EXPECT_EQ(w.diffView()->rows().size(), sideBySide(c1.source, expected.tree.at("c0009").source).size());
