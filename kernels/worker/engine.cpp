@@ -1182,6 +1182,14 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 std::vector<CUgraphExec> graphs;
                 int perSample = 1;
                 std::vector<double> samples;
+                std::vector<std::vector<int>> graphSets; // the input sets each graph runs
+            };
+            // Only a launched graph writes its outputs; a captured one that never ran must not be re-checked.
+            auto launchGraph = [&](Timed& t, std::size_t g) {
+                KL_CU(cuGraphLaunch(t.graphs[g], m_stream));
+                if (t.bufs == &candSets)
+                    for (int k : t.graphSets[g])
+                        used[k] = 1;
             };
             auto buildGraphs = [&](Timed& t, int perSample) {
                 t.perSample = perSample;
@@ -1189,13 +1197,13 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 for (int g = 0; g < groups; ++g) {
                     CUgraph graph = nullptr;
                     CUgraphExec exec = nullptr;
+                    std::vector<int> setsOfGraph;
                     KL_CU(cuStreamBeginCapture(m_stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
                     try {
                         for (int r = 0; r < perSample; ++r) {
                             const int k = (g * perSample + r) % sets;
                             t.plan->run(m_stream, (*t.bufs)[k]);
-                            if (t.bufs == &candSets)
-                                used[k] = 1;
+                            setsOfGraph.push_back(k);
                         }
                     } catch (...) {
                         cuStreamEndCapture(m_stream, &graph);
@@ -1207,13 +1215,14 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                     KL_CU(cuGraphInstantiate(&exec, graph, 0));
                     cuGraphDestroy(graph);
                     t.graphs.push_back(exec);
+                    t.graphSets.push_back(std::move(setsOfGraph));
                 }
             };
             auto perSampleFor = [&](double us) {
                 return std::clamp(static_cast<int>(std::ceil(200.0 / std::max(us, 0.5))), 1, 1000);
             };
-            Timed cand{cb.get(), &candSets, {}, 1, {}};
-            Timed base{bb.get(), &baseSets, {}, 1, {}};
+            Timed cand{cb.get(), &candSets, {}, 1, {}, {}};
+            Timed base{bb.get(), &baseSets, {}, 1, {}, {}};
             if (graphMode) {
                 const int per = perSampleFor(std::min(tC, tB));
                 buildGraphs(cand, per);
@@ -1235,7 +1244,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 KL_CU(cuEventRecord(eventAt(e0), m_stream));
                 if (graphMode) {
                     const std::size_t g = t.graphs.size();
-                    KL_CU(cuGraphLaunch(t.graphs[(sampleIndex + (isBase ? g / 2 : 0)) % g], m_stream));
+                    launchGraph(t, (sampleIndex + (isBase ? g / 2 : 0)) % g);
                 } else {
                     for (int r = 0; r < t.perSample; ++r) {
                         const int k = (sampleIndex * t.perSample + r + (isBase ? sets / 2 : 0)) % sets;
@@ -1317,12 +1326,12 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             if (graphMode) {
                 st.result.graphTiming = st.result.timing;
             } else if (o.graphTiming) {
-                Timed g{cb.get(), &candSets, {}, 1, {}};
+                Timed g{cb.get(), &candSets, {}, 1, {}, {}};
                 try {
                     buildGraphs(g, perSampleFor(tC));
                     for (int i = 0; i < 12; ++i) {
                         KL_CU(cuEventRecord(eventAt(2 * i), m_stream));
-                        KL_CU(cuGraphLaunch(g.graphs[i % g.graphs.size()], m_stream));
+                        launchGraph(g, i % g.graphs.size());
                         KL_CU(cuEventRecord(eventAt(2 * i + 1), m_stream));
                     }
                     KL_CU(cuStreamSynchronize(m_stream));
