@@ -1,5 +1,6 @@
 #include "app/session_worker.h"
 
+#include "core/catalogue.h"
 #include "core/errors.h"
 #include "core/json_io.h"
 
@@ -42,9 +43,14 @@ QStringList problemCatalogueDirs()
 #ifdef KL_APP_SOURCE_DIR
     dirs << QStringLiteral(KL_APP_SOURCE_DIR "/kernels/problems");
 #endif
-    const QByteArray extra = qgetenv("KL_PROBLEMS_DIR");
-    if (!extra.isEmpty())
-        dirs.prepend(QString::fromLocal8Bit(extra));
+    // The engine's own search path ($KL_PROBLEMS_DIR, installed share folder, source tree) comes first.
+    QStringList engine;
+    try {
+        for (const auto& p : kl::problemSearchPath())
+            engine << QString::fromStdString(p.string());
+    } catch (const std::exception&) {
+    }
+    dirs = engine + dirs;
     dirs.removeDuplicates();
     return dirs;
 }

@@ -132,6 +132,12 @@ TEST(MainWindow, OpensASessionAndShowsItsCandidatesAsATree)
     EXPECT_GT(w.diffView()->addedLines(), 0);
     EXPECT_TRUE(w.statusText().contains(QStringLiteral("NVIDIA H200")));
     EXPECT_TRUE(w.statusText().contains(QStringLiteral("read-only")));
+    // The problem was found in the catalogue although it was recorded under another machine's path: the
+    // correctness chart shows its tolerance.
+    ASSERT_TRUE(w.controller()->info().problem.has_value());
+    EXPECT_EQ(w.controller()->info().problem->name, "rmsnorm");
+    w.chartsPanel()->refreshNow();
+    EXPECT_GE(w.chartsPanel()->errorPlot()->itemCount(), 2); // tolerance line and its label
     // The agent's recorded reply is in the hypothesis console, revealed the way it streamed in.
     const QString transcript = w.hypothesisConsole()->transcript();
     EXPECT_TRUE(transcript.contains(QStringLiteral("← reply from gpt-test · 5120 in / 380 out tokens")))
