@@ -288,9 +288,10 @@ void ChartsPanel::rebuildError()
         line->setPen(QPen(t.bad, 1, Qt::DashLine));
         auto* label = new QCPItemText(plot);
         label->setSelectable(false);
-        label->position->setCoords(0.5, *m_tolerance);
+        // Type before coordinates: changing the type later would keep the pixel position, not the ratio.
         label->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
-        label->setPositionAlignment(Qt::AlignHCenter | Qt::AlignBottom);
+        label->position->setCoords(0.98, *m_tolerance);
+        label->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
         label->setColor(t.bad);
         label->setText(tr("tolerance %1").arg(*m_tolerance, 0, 'g', 2));
         lo = std::min(lo, *m_tolerance);
