@@ -154,6 +154,11 @@ int main(int argc, char** argv)
         && !kl::app::demoSessionDir().isEmpty()) {
         // No GPU here: land in the recorded H200 session, replayed, so every view is alive.
         window.openSession(kl::app::demoSessionDir(), kl::app::OpenMode::Replay, parser.value(speed).toDouble());
+        // The bundled trace makes the timeline and the bottleneck panel alive too.
+        const QDir traces(QDir(kl::app::demoSessionDir()).filePath(QStringLiteral("traces")));
+        const QStringList found = traces.entryList({ QStringLiteral("*.json.gz"), QStringLiteral("*.json") }, QDir::Files, QDir::Name);
+        if (!found.isEmpty() && !parser.isSet(trace))
+            window.timelinePanel()->loadTrace(traces.filePath(found.front()));
     } else {
         window.showStartPage();
     }
