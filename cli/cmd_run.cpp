@@ -9,6 +9,7 @@
 #include "core/json_io.h"
 #include "core/loop_objective.h"
 #include "core/research_loop.h"
+#include "core/session_inbox.h"
 #include "core/session_store.h"
 #include "kl_build_features.h"
 
@@ -391,6 +392,32 @@ namespace {
                         loop.isPaused() ? loop.resume() : loop.pause();
                     else
                         loop.requestStop(sig == SIGINT ? "interrupted (Ctrl-C)" : "terminated by a signal");
+                }
+                // The workbench steers this run through the session's inbox (it cannot write the journal).
+                const InboxBatch inbox = takeInboxRequests(store->dir());
+                for (const auto& err : inbox.errors)
+                    store->note("inbox: ignored a malformed request: " + err);
+                for (const InboxRequest& req : inbox.requests) {
+                    switch (req.kind) {
+                    case InboxRequest::Kind::Review:
+                        loop.review(req.candidate, req.approved, req.text);
+                        break;
+                    case InboxRequest::Kind::Branch:
+                        loop.branchFrom(req.candidate, req.text.empty() ? "picked by the engineer" : req.text);
+                        break;
+                    case InboxRequest::Kind::Hypothesis:
+                        loop.addHypothesis(req.text);
+                        break;
+                    case InboxRequest::Kind::Pause:
+                        loop.pause();
+                        break;
+                    case InboxRequest::Kind::Resume:
+                        loop.resume();
+                        break;
+                    case InboxRequest::Kind::Stop:
+                        loop.requestStop(req.text.empty() ? "stopped from the workbench" : req.text);
+                        break;
+                    }
                 }
                 std::this_thread::sleep_for(std::chrono::milliseconds(100));
             }

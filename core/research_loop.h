@@ -64,6 +64,8 @@ public:
     bool isPaused() const;
     // Rollback / branch: the next proposals branch from this node. Nothing is deleted.
     void branchFrom(const CandidateId& id, const std::string& why = "picked by the engineer");
+    // The engineer's hypothesis for the agent's next proposals; recorded by the loop's own thread.
+    void addHypothesis(const std::string& text);
     // The engineer's decision on a PendingReview candidate: before evaluation, approval queues it; after,
     // approval accepts it if it still beats the best.
     void review(const CandidateId& id, bool approved, const std::string& reason);

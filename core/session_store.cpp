@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -129,6 +130,19 @@ std::string tempSuffix()
     std::ostringstream os;
     os << std::hex << ::getpid() << '-' << rng();
     return os.str();
+}
+
+// One writer per session: a second process gets a clear error (the workbench then follows the session
+// read-only and steers it through the inbox). The lock dies with the process, kill -9 included.
+void lockJournal(int fd, const fs::path& dir)
+{
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK)
+            throw SessionLockedError("session " + dir.string()
+                                     + " is being written by another process (kloop run?); open it read-only or "
+                                       "follow it, and steer it through its inbox");
+        throwErrno("locking " + (dir / kJournalFile).string());
+    }
 }
 
 } // namespace
@@ -303,6 +317,7 @@ std::unique_ptr<SessionStore> SessionStore::create(const fs::path& dir, const Se
     store->m_journalFd = ::open((dir / kJournalFile).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (store->m_journalFd < 0)
         throwErrno("creating " + (dir / kJournalFile).string());
+    lockJournal(store->m_journalFd, dir);
     fsyncDir(dir);
     Event e;
     e.kind = EventKind::SessionCreated;
@@ -389,7 +404,18 @@ std::unique_ptr<SessionStore> SessionStore::open(const fs::path& dir, LoadReport
     LoadReport& rep = report ? *report : local;
     std::vector<Event> events;
     Session s = load(dir, &rep, &events);
+    // Take the writer's lock before touching the journal (a torn tail is cut below).
+    const int lockFd = ::open((dir / kJournalFile).c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (lockFd < 0)
+        throwErrno("opening " + (dir / kJournalFile).string());
+    try {
+        lockJournal(lockFd, dir);
+    } catch (...) {
+        ::close(lockFd);
+        throw;
+    }
     std::unique_ptr<SessionStore> store(new SessionStore(dir, std::move(s)));
+    store->m_journalFd = lockFd;
     store->m_events = std::move(events);
     const fs::path journalPath = dir / kJournalFile;
     // Cut a torn tail before appending, or the next event would be glued to it.
@@ -400,12 +426,9 @@ std::unique_ptr<SessionStore> SessionStore::open(const fs::path& dir, LoadReport
         keep = lastNl == std::string::npos ? 0 : lastNl + 1;
     }
     if (keep != journal.size()) {
-        if (::truncate(journalPath.c_str(), static_cast<off_t>(keep)) != 0)
+        if (::ftruncate(store->m_journalFd, static_cast<off_t>(keep)) != 0)
             throwErrno("truncating the torn tail of " + journalPath.string());
     }
-    store->m_journalFd = ::open(journalPath.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (store->m_journalFd < 0)
-        throwErrno("opening " + journalPath.string());
     std::error_code ec;
     fs::create_directories(dir / "candidates", ec);
     return store;

@@ -10,6 +10,7 @@
 // The journal is the truth: loading replays it onto session.json's header. A torn last line
 // (the process died mid-write) is reported as a warning and ignored; anything else malformed is an
 // error naming the file, line and field.
+#include "core/errors.h"
 #include "core/events.h"
 #include "core/session.h"
 
@@ -27,7 +28,13 @@ struct LoadReport {
     std::uint64_t eventsLoaded = 0;
 };
 
-bool isSafeId(const std::string& id); // [A-Za-z0-9_-]{1,64}, no dots: safe as a path component
+bool isSafeId(const std::string& id);
+
+// Another process holds the session's writer lock.
+class SessionLockedError : public InputError {
+public:
+    using InputError::InputError;
+}; // [A-Za-z0-9_-]{1,64}, no dots: safe as a path component
 
 class SessionStore {
 public:
