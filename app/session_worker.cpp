@@ -1,5 +1,7 @@
 #include "app/session_worker.h"
 
+#include "core/session_inbox.h"
+
 #include "core/catalogue.h"
 #include "core/errors.h"
 #include "core/json_io.h"
@@ -135,14 +137,25 @@ void SessionWorker::open(const QString& directory, OpenMode mode, double speed, 
     kl::LoadReport report;
     std::vector<kl::Event> events;
     kl::Session full;
+    m_steerDir.clear();
     try {
         if (mode == OpenMode::Writable) {
-            m_store = kl::SessionStore::open(dir, &report);
-            full = m_store->session();
-            events = m_store->events();
+            try {
+                m_store = kl::SessionStore::open(dir, &report);
+                full = m_store->session();
+                events = m_store->events();
+            } catch (const kl::SessionLockedError&) {
+                // kloop run is writing it: follow it live and steer it through its inbox.
+                mode = OpenMode::Follow;
+                report.warnings.push_back("another process (kloop run) is writing this session: following it live; "
+                                          "reviews, hypotheses and branches go to the run through its inbox");
+                full = kl::SessionStore::load(dir, &report, &events);
+            }
         } else {
             full = kl::SessionStore::load(dir, &report, &events);
         }
+        if (mode == OpenMode::Follow)
+            m_steerDir = dir;
     } catch (const std::exception& e) {
         m_store.reset();
         emit failed(tr("Could not open session %1: %2").arg(directory, describe(e)));
@@ -150,7 +163,7 @@ void SessionWorker::open(const QString& directory, OpenMode mode, double speed, 
     }
     for (const auto& w : report.warnings)
         info.warnings << QString::fromStdString(w);
-    info.writable = m_store != nullptr;
+    info.writable = m_store != nullptr || !m_steerDir.empty();
     info.replaying = mode == OpenMode::Replay;
     info.following = mode == OpenMode::Follow;
     info.problem = findProblem(full, directory);
@@ -354,8 +367,21 @@ void SessionWorker::publish(bool finished)
     emit updated(u);
 }
 
+void SessionWorker::postToRun(const kl::InboxRequest& request)
+{
+    try {
+        kl::postInboxRequest(m_steerDir, request);
+    } catch (const std::exception& e) {
+        emit writeFailed(tr("Could not send the request to the running session: %1").arg(describe(e)));
+    }
+}
+
 void SessionWorker::recordReview(const QString& candidateId, bool approved, const QString& reason)
 {
+    if (!m_store && !m_steerDir.empty()) {
+        postToRun({ kl::InboxRequest::Kind::Review, candidateId.toStdString(), approved, reason.toStdString() });
+        return;
+    }
     if (!m_store) {
         emit writeFailed(tr("This session is open read-only; the decision on %1 was not recorded.").arg(candidateId));
         return;
@@ -374,6 +400,10 @@ void SessionWorker::recordReview(const QString& candidateId, bool approved, cons
 
 void SessionWorker::addHypothesis(const QString& text)
 {
+    if (!m_store && !m_steerDir.empty()) {
+        postToRun({ kl::InboxRequest::Kind::Hypothesis, {}, false, text.toStdString() });
+        return;
+    }
     if (!m_store) {
         emit writeFailed(tr("This session is open read-only; the hypothesis was not recorded."));
         return;
@@ -391,6 +421,10 @@ void SessionWorker::addHypothesis(const QString& text)
 
 void SessionWorker::moveHead(const QString& candidateId, const QString& why)
 {
+    if (!m_store && !m_steerDir.empty()) {
+        postToRun({ kl::InboxRequest::Kind::Branch, candidateId.toStdString(), false, why.toStdString() });
+        return;
+    }
     if (!m_store) {
         emit writeFailed(tr("This session is open read-only; cannot branch from %1.").arg(candidateId));
         return;

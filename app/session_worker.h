@@ -3,6 +3,7 @@
 // (scaled) or follows a writable store live, applies each event to its private kl::Session and hands
 // immutable snapshots to the GUI through queued signals, at most one per snapshot interval.
 #include "app/app_types.h"
+#include "core/session_inbox.h"
 #include "core/session_store.h"
 
 #include <QElapsedTimer>
@@ -53,6 +54,8 @@ private:
     void pollJournal();
 
     std::unique_ptr<kl::SessionStore> m_store;
+    std::filesystem::path m_steerDir; // a session kloop run is writing: decisions go to its inbox
+    void postToRun(const kl::InboxRequest& request);
     std::uint64_t m_busToken = 0;
     kl::Session m_session;
     std::vector<kl::Event> m_events; // the journal being replayed

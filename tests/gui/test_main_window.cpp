@@ -13,6 +13,7 @@
 #include "app/screenshot.h"
 #include "app/session_controller.h"
 #include "app/timeline_panel.h"
+#include "core/session_inbox.h"
 #include "session_fixture.h"
 
 #include <QDockWidget>
@@ -404,7 +405,7 @@ TEST(MainWindow, FollowsASessionThatAnotherWriterExtends)
     MainWindow w;
     w.show();
     ASSERT_TRUE(openAndWait(w, dir, OpenMode::Follow));
-    EXPECT_FALSE(w.controller()->isWritable());
+    EXPECT_TRUE(w.controller()->isWritable()); // decisions go to the writer through the session's inbox
     EXPECT_TRUE(w.statusText().contains(QStringLiteral("following")));
     const int before = static_cast<int>(w.controller()->session()->tree.size());
 
@@ -434,4 +435,34 @@ TEST(MainWindow, FollowsASessionThatAnotherWriterExtends)
     QTest::qWait(3 * SessionWorker::kFollowPollMs);
     EXPECT_TRUE(w.controller()->isOpen());
     EXPECT_EQ(static_cast<int>(w.controller()->session()->tree.size()), before + 1);
+}
+
+TEST(MainWindow, SteersASessionThatKloopRunIsWritingThroughItsInbox)
+{
+    QTemporaryDir tmp;
+    const auto dir = freshSession(tmp);
+    auto writer = kl::SessionStore::open(dir); // holds the writer's lock, as kloop run does
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Writable));
+    EXPECT_TRUE(w.statusText().contains(QStringLiteral("following"))) << w.statusText().toStdString();
+    ReviewPanel* review = w.reviewPanel();
+    ASSERT_TRUE(waitUntil([&]() { return review->model()->rowCount() == 2; }));
+    review->view()->selectRow(0);
+    ASSERT_EQ(review->currentCandidate(), QStringLiteral("c0008"));
+    ASSERT_TRUE(review->approveButton()->isEnabled());
+    QTest::mouseClick(review->approveButton(), Qt::LeftButton);
+
+    kl::InboxBatch batch;
+    ASSERT_TRUE(waitUntil([&]() {
+        auto more = kl::takeInboxRequests(dir);
+        batch.requests.insert(batch.requests.end(), more.requests.begin(), more.requests.end());
+        return !batch.requests.empty();
+    }));
+    ASSERT_EQ(batch.requests.size(), 1u);
+    EXPECT_EQ(batch.requests[0].kind, kl::InboxRequest::Kind::Review);
+    EXPECT_EQ(batch.requests[0].candidate, "c0008");
+    EXPECT_TRUE(batch.requests[0].approved);
+    // The workbench never wrote the journal itself: the run records the decision when it applies it.
+    EXPECT_TRUE(kl::SessionStore::load(dir).reviews.empty());
 }
