@@ -32,6 +32,8 @@ Verdict verdictFromName(const std::string& s)
     throw InputError("unknown verdict '" + s + "'");
 }
 
+bool isReviewFlag(const VerdictReason& r) { return !r.blocking && r.rule.rfind("decide.", 0) != 0; }
+
 bool Evaluation::correctEverywhere() const
 {
     if (shapes.empty())

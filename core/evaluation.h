@@ -18,6 +18,10 @@ struct VerdictReason {
     bool blocking = true; // false: flag for human review instead of rejecting
 };
 
+// A non-blocking referee reason asks for the engineer's review; the loop's own decision records ("decide.*")
+// explain a verdict and ask for nothing.
+bool isReviewFlag(const VerdictReason& r);
+
 struct TimingStats {
     double medianUs = 0;
     double p10Us = 0;

@@ -30,8 +30,11 @@ std::vector<ReviewItem> reviewItems(const kl::Session& s)
         const auto e = s.evaluations.find(id);
         if (e == s.evaluations.end())
             continue;
+        // A flag on a candidate that lost anyway needs no decision.
+        if (c.status != kl::CandidateStatus::Accepted && c.status != kl::CandidateStatus::PendingReview)
+            continue;
         for (const auto& reason : e->second.reasons) {
-            if (reason.blocking)
+            if (!kl::isReviewFlag(reason))
                 continue;
             ReviewItem item;
             item.kind = ReviewItem::Kind::Flag;

@@ -279,9 +279,8 @@ ExportPlan planExport(const Session& s, const Problem& problem, const std::strin
         if (ev.verdict != Verdict::Accepted && !(ev.verdict == Verdict::PendingReview && approved))
             refuse("verdict", std::string("the harness's verdict is ") + verdictName(ev.verdict) + ", not accepted");
         for (const auto& r : ev.reasons) {
-            // The loop records why it accepted a candidate; that record is not a referee flag.
-            if (r.rule == "decide.faster")
-                continue;
+            if (!r.blocking && !isReviewFlag(r))
+                continue; // the loop's record of its decision
             const std::string at = r.line > 0 ? " (line " + std::to_string(r.line) + ")" : "";
             if (r.blocking)
                 refuse("referee-rejected", "referee rule " + r.rule + at + ": " + r.message);
