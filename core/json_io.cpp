@@ -446,8 +446,6 @@ VerdictReason reasonFromJson(const Json& j, const std::string& where)
     return r;
 }
 
-namespace {
-
 Json toJson(const CorrectnessStats& c)
 {
     return {{"rel_l2", c.relL2},
@@ -494,7 +492,7 @@ Json toJson(const CompileReport& r)
     return {{"ok", r.ok}, {"log", r.log}, {"compile_ms", r.compileMs}, {"cache_hit", r.cacheHit}, {"kernels", kernels}};
 }
 
-CompileReport compileFromJson(const Json& j, const std::string& where)
+CompileReport compileReportFromJson(const Json& j, const std::string& where)
 {
     CompileReport r;
     if (j.is_null())
@@ -521,7 +519,45 @@ CompileReport compileFromJson(const Json& j, const std::string& where)
     return r;
 }
 
-} // namespace
+Json toJson(const ShapeResult& s)
+{
+    Json checks = Json::array();
+    for (const auto& c : s.checks)
+        checks.push_back(toJson(c));
+    Json js = {{"shape", toJson(s.shape)}, {"held_out", s.heldOut},          {"checks", checks},
+               {"correct", s.correct},    {"speedup", s.speedup},            {"speedup_ci_low", s.speedupCiLow},
+               {"speedup_ci_high", s.speedupCiHigh}};
+    if (s.timing)
+        js["timing"] = toJson(*s.timing);
+    if (s.baselineTiming)
+        js["baseline_timing"] = toJson(*s.baselineTiming);
+    if (s.graphTiming)
+        js["graph_timing"] = toJson(*s.graphTiming);
+    return js;
+}
+
+ShapeResult shapeResultFromJson(const Json& s, const std::string& w)
+{
+    ShapeResult r;
+    r.shape = shapeFromJson(require(s, "shape", w), w + ".shape");
+    r.heldOut = booleanOr(s, "held_out", false, w);
+    if (const Json* cs = optionalArray(s, "checks", w)) {
+        int k = 0;
+        for (const auto& c : *cs)
+            r.checks.push_back(correctnessFromJson(c, w + ".checks[" + std::to_string(k++) + "]"));
+    }
+    r.correct = booleanOr(s, "correct", false, w);
+    r.speedup = numberOr(s, "speedup", 0, w);
+    r.speedupCiLow = numberOr(s, "speedup_ci_low", 0, w);
+    r.speedupCiHigh = numberOr(s, "speedup_ci_high", 0, w);
+    if (const Json* t = optionalObject(s, "timing", w))
+        r.timing = timingFromJson(*t, w + ".timing");
+    if (const Json* t = optionalObject(s, "baseline_timing", w))
+        r.baselineTiming = timingFromJson(*t, w + ".baseline_timing");
+    if (const Json* t = optionalObject(s, "graph_timing", w))
+        r.graphTiming = timingFromJson(*t, w + ".graph_timing");
+    return r;
+}
 
 Json toJson(const Evaluation& e)
 {
@@ -529,21 +565,8 @@ Json toJson(const Evaluation& e)
     for (const auto& r : e.reasons)
         reasons.push_back(toJson(r));
     Json shapes = Json::array();
-    for (const auto& s : e.shapes) {
-        Json checks = Json::array();
-        for (const auto& c : s.checks)
-            checks.push_back(toJson(c));
-        Json js = {{"shape", toJson(s.shape)}, {"held_out", s.heldOut},          {"checks", checks},
-                   {"correct", s.correct},    {"speedup", s.speedup},            {"speedup_ci_low", s.speedupCiLow},
-                   {"speedup_ci_high", s.speedupCiHigh}};
-        if (s.timing)
-            js["timing"] = toJson(*s.timing);
-        if (s.baselineTiming)
-            js["baseline_timing"] = toJson(*s.baselineTiming);
-        if (s.graphTiming)
-            js["graph_timing"] = toJson(*s.graphTiming);
-        shapes.push_back(js);
-    }
+    for (const auto& s : e.shapes)
+        shapes.push_back(toJson(s));
     return {{"candidate", e.candidateId},
             {"verdict", verdictName(e.verdict)},
             {"reasons", reasons},
@@ -573,31 +596,11 @@ Evaluation evaluationFromJson(const Json& j, const std::string& where)
             e.reasons.push_back(reasonFromJson(r, where + ".reasons[" + std::to_string(i++) + "]"));
     }
     if (j.contains("compile"))
-        e.compile = compileFromJson(j.at("compile"), where + ".compile");
+        e.compile = compileReportFromJson(j.at("compile"), where + ".compile");
     if (const Json* ss = optionalArray(j, "shapes", where)) {
         int i = 0;
-        for (const auto& s : *ss) {
-            const std::string w = where + ".shapes[" + std::to_string(i++) + "]";
-            ShapeResult r;
-            r.shape = shapeFromJson(require(s, "shape", w), w + ".shape");
-            r.heldOut = booleanOr(s, "held_out", false, w);
-            if (const Json* cs = optionalArray(s, "checks", w)) {
-                int k = 0;
-                for (const auto& c : *cs)
-                    r.checks.push_back(correctnessFromJson(c, w + ".checks[" + std::to_string(k++) + "]"));
-            }
-            r.correct = booleanOr(s, "correct", false, w);
-            r.speedup = numberOr(s, "speedup", 0, w);
-            r.speedupCiLow = numberOr(s, "speedup_ci_low", 0, w);
-            r.speedupCiHigh = numberOr(s, "speedup_ci_high", 0, w);
-            if (const Json* t = optionalObject(s, "timing", w))
-                r.timing = timingFromJson(*t, w + ".timing");
-            if (const Json* t = optionalObject(s, "baseline_timing", w))
-                r.baselineTiming = timingFromJson(*t, w + ".baseline_timing");
-            if (const Json* t = optionalObject(s, "graph_timing", w))
-                r.graphTiming = timingFromJson(*t, w + ".graph_timing");
-            e.shapes.push_back(std::move(r));
-        }
+        for (const auto& s : *ss)
+            e.shapes.push_back(shapeResultFromJson(s, where + ".shapes[" + std::to_string(i++) + "]"));
     }
     e.objective = numberOr(j, "objective", 0, where);
     e.objectiveCiLow = numberOr(j, "objective_ci_low", 0, where);

@@ -34,6 +34,12 @@ Json toJson(const TimingStats& t);
 TimingStats timingFromJson(const Json& j, const std::string& where);
 Json toJson(const VerdictReason& r);
 VerdictReason reasonFromJson(const Json& j, const std::string& where);
+Json toJson(const CorrectnessStats& c);
+CorrectnessStats correctnessFromJson(const Json& j, const std::string& where);
+Json toJson(const ShapeResult& s);
+ShapeResult shapeResultFromJson(const Json& j, const std::string& where);
+Json toJson(const CompileReport& r);
+CompileReport compileReportFromJson(const Json& j, const std::string& where);
 
 // problem.json; folder is recorded so relative source files resolve.
 Problem problemFromJson(const Json& j, const std::string& where);
