@@ -771,8 +771,10 @@ void ResearchLoop::deviceWorker()
                     return true;
                 if (m_paused || m_stopRequested)
                     return false;
-                ready = std::find_if(m_jobs.begin(), m_jobs.end(), [](const auto& j) { return j->compiled; });
-                return ready != m_jobs.end();
+                // In proposal order: a child is never measured before the parent it is compared with, and
+                // the compile pool, running ahead, normally has the first job ready.
+                ready = m_jobs.begin();
+                return ready != m_jobs.end() && (*ready)->compiled;
             });
             if (m_shutdown)
                 return;
