@@ -281,6 +281,16 @@ TEST(Export, DefaultCandidateIsTheBestAccepted)
     fs::remove_all(b.dir);
 }
 
+TEST(Export, TheLoopsAcceptanceRecordIsNotAFlag)
+{
+    // Every candidate the loop accepts carries its decision ("decide.faster", non-blocking); a real H200 session
+    // was refused for it once.
+    const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes(), Verdict::Accepted,
+                                        {{"decide.faster", "faster than best c0002: 1.014x", 0, false}});
+    EXPECT_TRUE(refusalCodes(b).empty());
+    fs::remove_all(b.dir);
+}
+
 TEST(Export, RefusesPendingFlaggedIncorrectAndUncoveredCandidates)
 {
     {
