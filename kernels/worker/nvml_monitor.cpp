@@ -7,7 +7,7 @@
 namespace kl::worker {
 
 namespace {
-// The few NVML entry points we need, declared here so no NVML header or stub library is required.
+// The few NVML entry points we need, declared here: the CUDA 13 toolkit ships no NVML header, and the library comes with the driver.
 using NvmlInit = int (*)();
 using NvmlShutdown = int (*)();
 using NvmlByPci = int (*)(const char*, void**);
