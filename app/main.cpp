@@ -2,9 +2,8 @@
 #include "app/demo_session.h"
 #include "app/main_window.h"
 #include "app/screenshot.h"
-#include "app/start_page.h"
+#include "app/startup.h"
 #include "app/theme.h"
-#include "app/timeline_panel.h"
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -110,7 +109,16 @@ int main(int argc, char** argv)
         QStringLiteral("name"), QStringLiteral("system"));
     QCommandLineOption startPage(
         QStringLiteral("start-page"), QStringLiteral("Show the start page instead of the bundled session."));
-    parser.addOptions({ replay, speed, follow, readOnly, trace, shots, themeOpt, startPage });
+    QCommandLineOption noAutostart(QStringLiteral("no-autostart"),
+        QStringLiteral("On a machine with a GPU, show the start page instead of starting a session on it."));
+    QCommandLineOption problemOpt(QStringLiteral("problem"),
+        QStringLiteral("The problem a session started on this machine's GPU tunes."), QStringLiteral("name"),
+        QStringLiteral("rmsnorm"));
+    QCommandLineOption agentOpt(QStringLiteral("agent"),
+        QStringLiteral("The agent of a session started on this machine's GPU (as kloop run --agent)."),
+        QStringLiteral("spec"), QStringLiteral("tuner:bayes"));
+    parser.addOptions(
+        { replay, speed, follow, readOnly, trace, shots, themeOpt, startPage, noAutostart, problemOpt, agentOpt });
     parser.process(app);
 
     QTemporaryDir screenshotSettings;
@@ -141,28 +149,20 @@ int main(int argc, char** argv)
 
     window.restoreLayout();
     window.show();
-    if (!session.isEmpty()) {
-        kl::app::OpenMode mode = kl::app::OpenMode::Writable;
-        if (parser.isSet(replay))
-            mode = kl::app::OpenMode::Replay;
-        else if (parser.isSet(follow))
-            mode = kl::app::OpenMode::Follow;
-        else if (parser.isSet(readOnly) || !QFileInfo(session).isWritable())
-            mode = kl::app::OpenMode::Load;
-        window.openSession(session, mode, parser.value(speed).toDouble());
-    } else if (!parser.isSet(startPage) && !kl::app::StartPage::localGpuPresent()
-        && !kl::app::demoSessionDir().isEmpty()) {
-        // No GPU here: land in the recorded H200 session, replayed, so every view is alive.
-        window.openSession(kl::app::demoSessionDir(), kl::app::OpenMode::Replay, parser.value(speed).toDouble());
-        // The bundled trace makes the timeline and the bottleneck panel alive too.
-        const QDir traces(QDir(kl::app::demoSessionDir()).filePath(QStringLiteral("traces")));
-        const QStringList found = traces.entryList({ QStringLiteral("*.json.gz"), QStringLiteral("*.json") }, QDir::Files, QDir::Name);
-        if (!found.isEmpty() && !parser.isSet(trace))
-            window.timelinePanel()->loadTrace(traces.filePath(found.front()));
-    } else {
-        window.showStartPage();
-    }
-    if (parser.isSet(trace))
-        window.timelinePanel()->loadTrace(parser.value(trace));
+    kl::app::StartupOptions startup;
+    startup.session = session;
+    if (parser.isSet(replay))
+        startup.mode = kl::app::OpenMode::Replay;
+    else if (parser.isSet(follow))
+        startup.mode = kl::app::OpenMode::Follow;
+    else if (!session.isEmpty() && (parser.isSet(readOnly) || !QFileInfo(session).isWritable()))
+        startup.mode = kl::app::OpenMode::Load;
+    startup.speed = parser.value(speed).toDouble();
+    startup.trace = parser.value(trace);
+    startup.startPage = parser.isSet(startPage);
+    startup.autostart = !parser.isSet(noAutostart);
+    startup.run.problem = parser.value(problemOpt);
+    startup.run.agent = parser.value(agentOpt);
+    kl::app::startWorkbench(window, startup);
     return app.exec();
 }

@@ -21,20 +21,16 @@
 #include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
-#include <QDateTime>
 #include <QDir>
 #include <QDockWidget>
-#include <QElapsedTimer>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
-#include <QProcess>
 #include <QProgressBar>
 #include <QSettings>
 #include <QStackedWidget>
-#include <QStandardPaths>
 #include <QStatusBar>
 #include <QTimer>
 #include <QTreeView>
@@ -116,6 +112,7 @@ MainWindow::MainWindow(QWidget* parent)
     , m_bestLabel(new StatusField(24, this))
     , m_statusTimer(new QTimer(this))
     , m_budget(new QProgressBar(this))
+    , m_launcher(new LocalRunLauncher(this))
 {
     setObjectName(QStringLiteral("mainWindow"));
     setWindowTitle(tr("KernelLoop"));
@@ -248,7 +245,17 @@ MainWindow::MainWindow(QWidget* parent)
     });
     connect(m_start, &StartPage::recentSessionActivated, this,
         [this](const QString& dir) { openSession(dir, OpenMode::Writable); });
-    connect(m_start, &StartPage::newSessionRequested, this, &MainWindow::startLocalRun);
+    connect(m_start, &StartPage::newSessionRequested, this, &MainWindow::newSessionFromStartPage);
+    connect(m_launcher, &LocalRunLauncher::sessionCreated, this, [this](const QString& dir) {
+        m_start->setNotice(QString());
+        openSession(dir, OpenMode::Follow);
+    });
+    connect(m_launcher, &LocalRunLauncher::failed, this, [this](const QString& message) {
+        m_start->setNotice(message);
+        showStartPage();
+        showMessage(message, 15000);
+        emit localRunFailed(message);
+    });
     m_start->setRecentSessions(QSettings().value(QStringLiteral("recentSessions")).toStringList());
     m_start->setDemoAvailable(!demoSessionDir().isEmpty());
 
@@ -627,56 +634,41 @@ void MainWindow::openSessionDialog(OpenMode mode)
     openSession(dir, mode, mode == OpenMode::Replay ? 4.0 : 1.0);
 }
 
-QString MainWindow::kloopExecutable()
+void MainWindow::newSessionFromStartPage(const QString& problem)
 {
-    const QDir appDir(QCoreApplication::applicationDirPath());
-    for (const QString& candidate :
-        { appDir.filePath(QStringLiteral("kloop")), appDir.filePath(QStringLiteral("../cli/kloop")) }) {
-        if (QFileInfo(candidate).isExecutable())
-            return QFileInfo(candidate).absoluteFilePath();
-    }
-    return QStandardPaths::findExecutable(QStringLiteral("kloop"));
-}
-
-void MainWindow::startLocalRun(const QString& problem)
-{
-    const QString kloop = kloopExecutable();
-    if (!StartPage::localGpuPresent() || kloop.isEmpty()) {
+    if (!localGpuPresent() || kloopExecutable().isEmpty()) {
         QMessageBox::information(this, tr("New session"),
             tr("New sessions run where the GPU is%1. On the GPU host run:\n\n"
                "  kloop run --problem %2 --agent tuner:bayes --session DIR\n\n"
                "then open DIR here (File → Follow Running Session) to watch it live.")
-                .arg(kloop.isEmpty() ? tr(" (and kloop was not found next to kernelloop)") : QString(), problem));
+                .arg(kloopExecutable().isEmpty() ? tr(" (and kloop was not found next to kernelloop)") : QString(),
+                    problem));
         return;
     }
-    const QString root
-        = QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation)).filePath(QStringLiteral("sessions"));
-    const QString dir = QDir(root).filePath(
-        QStringLiteral("%1-%2").arg(problem, QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"))));
-    QDir().mkpath(root);
-    // The loop runs in its own process (the CLI): it owns the GPU and the journal; the workbench follows it.
-    const QStringList args = { QStringLiteral("run"), QStringLiteral("--problem"), problem, QStringLiteral("--agent"),
-        QStringLiteral("tuner:bayes"), QStringLiteral("--session"), dir };
-    if (!QProcess::startDetached(kloop, args)) {
-        showMessage(tr("Could not start %1").arg(kloop), 10000);
-        return;
+    LocalRunRequest request;
+    request.problem = problem;
+    startLocalRun(request);
+}
+
+bool MainWindow::startLocalRun(const LocalRunRequest& request)
+{
+    QString error;
+    if (!m_launcher->start(request, &error)) {
+        const QString message = tr("Could not start a session on this machine's GPU: %1").arg(error);
+        m_start->setNotice(message);
+        showStartPage();
+        showMessage(message, 15000);
+        emit localRunFailed(message);
+        return false;
     }
-    showMessage(tr("Started kloop run for %1 in %2").arg(problem, QDir::toNativeSeparators(dir)));
-    auto* wait = new QTimer(this);
-    auto* clock = new QElapsedTimer;
-    clock->start();
-    connect(wait, &QTimer::timeout, this, [this, wait, clock, dir]() {
-        if (QFileInfo::exists(QDir(dir).filePath(QStringLiteral("journal.jsonl")))) {
-            openSession(dir, OpenMode::Follow);
-        } else if (clock->elapsed() < 60000) {
-            return;
-        } else {
-            showMessage(tr("kloop run did not create %1 within a minute; see its output").arg(dir), 10000);
-        }
-        wait->deleteLater();
-        delete clock;
-    });
-    wait->start(200);
+    // The run needs a moment to find the GPU and create the session; the start page says what is happening.
+    m_start->setNotice(tr("Starting kloop run --problem %1 --agent %2 on this machine's GPU in %3…")
+                           .arg(request.problem, request.agent, QDir::toNativeSeparators(m_launcher->sessionDir())),
+        false);
+    showStartPage();
+    showMessage(
+        tr("Started kloop run for %1 in %2").arg(request.problem, QDir::toNativeSeparators(m_launcher->sessionDir())));
+    return true;
 }
 
 void MainWindow::openTraceDialog()

@@ -3,6 +3,7 @@
 // timeline and bottlenecks; a start page before a session is open. It only wires signals: data comes
 // from SessionController snapshots, views are the panels.
 #include "app/app_types.h"
+#include "app/local_run.h"
 #include "app/session_worker.h"
 
 #include <QMainWindow>
@@ -36,6 +37,10 @@ public:
     void showWorkbench();
     void compare(const QString& oldId, const QString& newId);
     bool exportTo(const QString& candidateId, const QString& directory, QString* error = nullptr);
+    // Starts kloop run on this machine's GPU and follows the session once it exists; false if it could not
+    // start (the start page then says why).
+    bool startLocalRun(const LocalRunRequest& request);
+    LocalRunLauncher* localRun() const { return m_launcher; }
 
     SessionController* controller() const { return m_controller; }
     CandidatePanel* candidatePanel() const { return m_candidates; }
@@ -54,6 +59,7 @@ public:
 
 signals:
     void sessionReady(); // opened and the first snapshot shown
+    void localRunFailed(const QString& message);
 
 protected:
     void closeEvent(QCloseEvent* event) override;
@@ -70,8 +76,7 @@ private:
     void openTraceDialog();
     void exportDialog(const QString& id);
     void addRecent(const QString& directory);
-    void startLocalRun(const QString& problem);
-    static QString kloopExecutable();
+    void newSessionFromStartPage(const QString& problem);
 
     SessionController* m_controller;
     QStackedWidget* m_stack;
@@ -88,6 +93,7 @@ private:
     StatusField* m_bestLabel;
     QTimer* m_statusTimer;
     QProgressBar* m_budget;
+    LocalRunLauncher* m_launcher;
     QByteArray m_defaultState;
     QByteArray m_workbenchState; // dock layout while the start page hides the docks
     QString m_diffShownFor; // candidate whose diff is shown, to skip redundant rebuilds

@@ -1,5 +1,6 @@
 #include "app/start_page.h"
 
+#include "app/local_run.h"
 #include "app/session_worker.h"
 #include "app/theme.h"
 #include "core/catalogue.h"
@@ -58,9 +59,21 @@ std::vector<CatalogueEntry> loadCatalogue()
 
 bool StartPage::localGpuPresent()
 {
-    // The NVIDIA driver lists its GPUs here; asking CUDA would load the driver on the GUI thread.
-    return QDir(QStringLiteral("/proc/driver/nvidia/gpus")).exists()
-        && !QDir(QStringLiteral("/proc/driver/nvidia/gpus")).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty();
+    return kl::app::localGpuPresent();
+}
+
+void StartPage::setNotice(const QString& text, bool error)
+{
+    m_notice->setText(text);
+    m_notice->setVisible(!text.isEmpty());
+    QPalette p = m_notice->palette();
+    p.setColor(QPalette::WindowText, error ? theme().bad : theme().info);
+    m_notice->setPalette(p);
+}
+
+QString StartPage::notice() const
+{
+    return m_notice->text();
 }
 
 StartPage::StartPage(QWidget* parent)
@@ -71,6 +84,7 @@ StartPage::StartPage(QWidget* parent)
     , m_where(new QComboBox(this))
     , m_remote(new QLineEdit(this))
     , m_gpuNote(new QLabel(this))
+    , m_notice(new QLabel(this))
 {
     setObjectName(QStringLiteral("startPage"));
     auto* title = new QLabel(tr("KernelLoop"), this);
@@ -180,6 +194,11 @@ StartPage::StartPage(QWidget* parent)
     layout->setContentsMargins(24, 18, 24, 18);
     layout->addWidget(title);
     layout->addWidget(subtitle);
+    m_notice->setObjectName(QStringLiteral("startNotice"));
+    m_notice->setWordWrap(true);
+    m_notice->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_notice->hide();
+    layout->addWidget(m_notice);
     layout->addSpacing(10);
     layout->addLayout(columns, 1);
     auto* outer = new QHBoxLayout(this);

@@ -43,7 +43,10 @@ public:
     QTreeWidget* catalogueView() const { return m_catalogue; }
     bool catalogueLoaded() const { return m_catalogueLoaded; }
 
-    static bool localGpuPresent();
+    static bool localGpuPresent(); // kl::app::localGpuPresent()
+    // A line above the catalogue: what an automatic run is doing, or why it could not start (error).
+    void setNotice(const QString& text, bool error = true);
+    QString notice() const;
 
 signals:
     void newSessionRequested(const QString& problemName);
@@ -64,6 +67,7 @@ private:
     QComboBox* m_where;
     QLineEdit* m_remote;
     QLabel* m_gpuNote;
+    QLabel* m_notice;
     QWidget* m_demoButton;
     QFutureWatcher<std::vector<CatalogueEntry>> m_watcher;
     std::vector<CatalogueEntry> m_entries;

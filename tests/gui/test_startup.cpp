@@ -1,0 +1,184 @@
+// What the workbench opens at launch, with an injected GPU probe and a fake kloop (a script that writes a
+// session the way kloop run does: header first, journal lines as the run goes), so the GPU path runs in CI.
+#include "app/demo_session.h"
+#include "app/local_run.h"
+#include "app/main_window.h"
+#include "app/session_controller.h"
+#include "app/start_page.h"
+#include "app/startup.h"
+#include "session_fixture.h"
+
+#include <QDir>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QTest>
+#include <gtest/gtest.h>
+
+using namespace kl::app;
+
+namespace {
+
+template <typename Pred> bool waitUntil(Pred pred, int timeoutMs = 15000)
+{
+    QElapsedTimer clock;
+    clock.start();
+    while (!pred() && clock.elapsed() < timeoutMs)
+        QTest::qWait(20);
+    return pred();
+}
+
+// Writes its arguments to $KL_FAKE_KLOOP_ARGS, then either fails like kloop run without a usable GPU or
+// creates the session: header and first journal lines at once, the rest of the journal a moment later.
+constexpr const char* kFakeKloop = R"(#!/bin/sh
+printf '%s\n' "$@" > "$KL_FAKE_KLOOP_ARGS"
+dir=
+while [ $# -gt 0 ]; do
+  [ "$1" = --session ] && dir="$2"
+  shift
+done
+if [ -n "$KL_FAKE_KLOOP_FAIL" ]; then
+  echo "kloop run: no usable CUDA GPU: fake driver says no" >&2
+  exit 1
+fi
+mkdir -p "$dir"
+cp -r "$KL_FAKE_KLOOP_TEMPLATE/candidates" "$KL_FAKE_KLOOP_TEMPLATE/session.json" "$dir/"
+head -n 4 "$KL_FAKE_KLOOP_TEMPLATE/journal.jsonl" > "$dir/journal.jsonl"
+sleep 1
+tail -n +5 "$KL_FAKE_KLOOP_TEMPLATE/journal.jsonl" >> "$dir/journal.jsonl"
+)";
+
+class Startup : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        ASSERT_TRUE(m_tmp.isValid());
+        m_template = QDir(m_tmp.path()).filePath(QStringLiteral("template"));
+        kl::test::writeSession(m_template.toStdString());
+        m_kloop = QDir(m_tmp.path()).filePath(QStringLiteral("fake-kloop"));
+        QFile f(m_kloop);
+        ASSERT_TRUE(f.open(QIODevice::WriteOnly));
+        f.write(kFakeKloop);
+        f.close();
+        f.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+        m_argsFile = QDir(m_tmp.path()).filePath(QStringLiteral("kloop-args.txt"));
+        qputenv("KL_KLOOP", m_kloop.toUtf8());
+        qputenv("KL_FAKE_KLOOP_ARGS", m_argsFile.toUtf8());
+        qputenv("KL_FAKE_KLOOP_TEMPLATE", m_template.toUtf8());
+        qunsetenv("KL_FAKE_KLOOP_FAIL");
+    }
+    void TearDown() override
+    {
+        setLocalGpuProbe({});
+        qunsetenv("KL_KLOOP");
+        qunsetenv("KL_FAKE_KLOOP_ARGS");
+        qunsetenv("KL_FAKE_KLOOP_TEMPLATE");
+        qunsetenv("KL_FAKE_KLOOP_FAIL");
+    }
+    StartupOptions options() const
+    {
+        StartupOptions o;
+        o.run.sessionRoot = QDir(m_tmp.path()).filePath(QStringLiteral("sessions"));
+        return o;
+    }
+    QStringList kloopArgs() const
+    {
+        QFile f(m_argsFile);
+        if (!f.open(QIODevice::ReadOnly))
+            return {};
+        return QString::fromUtf8(f.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    }
+
+    QTemporaryDir m_tmp;
+    QString m_template;
+    QString m_kloop;
+    QString m_argsFile;
+};
+
+} // namespace
+
+TEST_F(Startup, WithAGpuTheDefaultLaunchStartsARunAndFollowsIt)
+{
+    int probes = 0;
+    setLocalGpuProbe([&probes]() {
+        ++probes;
+        return true;
+    });
+    MainWindow w;
+    w.show();
+    QSignalSpy ready(&w, &MainWindow::sessionReady);
+    const StartupOptions o = options();
+    EXPECT_EQ(startWorkbench(w, o), StartupAction::StartedLocalRun);
+    EXPECT_GT(probes, 0);
+    const QString dir = w.localRun()->sessionDir();
+    EXPECT_TRUE(dir.startsWith(o.run.sessionRoot + QStringLiteral("/rmsnorm-"))) << dir.toStdString();
+    EXPECT_TRUE(w.startPage()->notice().contains(QStringLiteral("Starting kloop run")));
+
+    ASSERT_TRUE(ready.wait(15000));
+    // kloop run got the default problem and agent and the new session directory.
+    EXPECT_EQ(kloopArgs(),
+        (QStringList { QStringLiteral("run"), QStringLiteral("--problem"), QStringLiteral("rmsnorm"),
+            QStringLiteral("--agent"), QStringLiteral("tuner:bayes"), QStringLiteral("--session"), dir }));
+    EXPECT_EQ(w.controller()->info().directory, dir);
+    EXPECT_TRUE(w.controller()->info().following);
+    EXPECT_TRUE(w.statusText().contains(QStringLiteral("following"))) << w.statusText().toStdString();
+    // The journal lines the run writes after the session opened arrive live.
+    const std::size_t all = kl::SessionStore::load(m_template.toStdString()).tree.size();
+    ASSERT_TRUE(waitUntil([&]() { return w.controller()->session() && w.controller()->session()->tree.size() == all; }))
+        << (w.controller()->session() ? w.controller()->session()->tree.size() : 0) << " of " << all;
+    EXPECT_TRUE(w.startPage()->notice().isEmpty());
+}
+
+TEST_F(Startup, ARunThatCannotStartSaysWhyOnTheStartPage)
+{
+    setLocalGpuProbe([]() { return true; });
+    qputenv("KL_FAKE_KLOOP_FAIL", "1");
+    MainWindow w;
+    w.show();
+    QSignalSpy failed(&w, &MainWindow::localRunFailed);
+    EXPECT_EQ(startWorkbench(w, options()), StartupAction::StartedLocalRun);
+    ASSERT_TRUE(failed.wait(15000));
+    const QString message = failed.front().front().toString();
+    EXPECT_TRUE(message.contains(QStringLiteral("no usable CUDA GPU: fake driver says no"))) << message.toStdString();
+    EXPECT_EQ(w.startPage()->notice(), message);
+    EXPECT_TRUE(w.startPage()->isVisible());
+    EXPECT_FALSE(w.controller()->isOpen());
+
+    // Without kloop at all, the start page says so at once.
+    qputenv("KL_KLOOP", QDir(m_tmp.path()).filePath(QStringLiteral("no-such-kloop")).toUtf8());
+    EXPECT_EQ(startWorkbench(w, options()), StartupAction::StartPage);
+    EXPECT_TRUE(w.startPage()->notice().contains(QStringLiteral("kloop was not found")));
+}
+
+TEST_F(Startup, NoAutostartShowsTheStartPageAndStartsNothing)
+{
+    setLocalGpuProbe([]() { return true; });
+    MainWindow w;
+    w.show();
+    StartupOptions o = options();
+    o.autostart = false;
+    EXPECT_EQ(startWorkbench(w, o), StartupAction::StartPage);
+    EXPECT_TRUE(w.startPage()->isVisible());
+    EXPECT_FALSE(w.localRun()->isWaiting());
+    QTest::qWait(300);
+    EXPECT_TRUE(kloopArgs().isEmpty());
+}
+
+TEST_F(Startup, WithoutAGpuTheBundledSessionIsReplayedAndNothingRuns)
+{
+    setLocalGpuProbe([]() { return false; });
+    if (demoSessionDir().isEmpty())
+        GTEST_SKIP() << "this build has no bundled session";
+    MainWindow w;
+    w.show();
+    QSignalSpy ready(&w, &MainWindow::sessionReady);
+    StartupOptions o = options();
+    o.speed = 0;
+    EXPECT_EQ(startWorkbench(w, o), StartupAction::ReplayedDemo);
+    ASSERT_TRUE(ready.wait(15000));
+    EXPECT_TRUE(w.controller()->info().replaying);
+    EXPECT_FALSE(w.localRun()->isWaiting());
+    QTest::qWait(300);
+    EXPECT_TRUE(kloopArgs().isEmpty());
+}
