@@ -2,6 +2,6 @@
 #include <string>
 
 namespace kl {
-// NVRTC source of the worker's helper kernels (fill, poison, compare, max error, hash, canaries, copy, spin).
+// NVRTC source of the worker's helper kernels (fill, poison, compare, sum of squares, hash, canaries, copy, spin).
 const std::string& harnessKernelSource();
 } // namespace kl

@@ -15,8 +15,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 namespace kl::worker {
 
@@ -740,12 +742,14 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
         for (const auto& w : rb->workspaces())
             need += alignUp(w.bytes, kAlign) + 64 * kAlign;
         const int nChecks = 6;
-        need += nChecks * kSlotCount * 8 + 64 * kAlign + 4096 * kAlign;
+        const std::uint64_t slotBytes = nChecks * kSlotCount * 8, refStatBytes = nChecks * 8 * std::max(nOut, 1);
+        need += slotBytes + refStatBytes + 64 * kAlign + 4096 * kAlign;
         arenaReserve(need);
         arenaReset();
 
-        const CUdeviceptr slots = arenaAlloc(nChecks * kSlotCount * 8);
-        KL_CU(cuMemsetD8Async(slots, 0, nChecks * kSlotCount * 8, m_stream));
+        const CUdeviceptr slots = arenaAlloc(slotBytes + refStatBytes);
+        const CUdeviceptr refStatArea = slots + slotBytes;
+        KL_CU(cuMemsetD8Async(slots, 0, slotBytes + refStatBytes, m_stream));
         BufferMap inputs[2], outputs[2], refs[2], work, refWork;
         std::vector<Guarded> guards;
         auto guarded = [&](std::uint64_t bytes) {
@@ -766,9 +770,13 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                     outputs[set][t.spec->name] = guarded(t.bytes).ptr;
                 }
             }
-        std::vector<Guarded> outputGuards = guards;
         for (const auto& w : cb->workspaces())
             work[w.name] = guarded(w.bytes).ptr;
+        std::vector<CUdeviceptr> guardRegions;
+        for (const auto& g : guards) {
+            guardRegions.push_back(g.pre);
+            guardRegions.push_back(g.post);
+        }
         for (const auto& w : rb->workspaces())
             refWork[w.name] = arenaAlloc(std::max<std::uint64_t>(w.bytes, 4));
 
@@ -804,10 +812,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                 if (!w.zeroInit && w.bytes >= 4)
                     KL_CU(cuMemsetD32Async(work.at(w.name), 0x7FA5C3E1u ^ static_cast<unsigned>(variant), w.bytes / 4,
                                            m_stream));
-            for (const auto& g : guards) {
-                m_harness.canaryFill(m_stream, g.pre, kGuardBytes / 4);
-                m_harness.canaryFill(m_stream, g.post, kGuardBytes / 4);
-            }
+            m_harness.canaryFill(m_stream, guardRegions, kGuardBytes / 4);
         };
         auto hashInputs = [&](int set, CUdeviceptr slot) {
             for (std::size_t ti = 0; ti < sizes.size(); ++ti)
@@ -815,16 +820,24 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                     m_harness.hash(m_stream, inputs[set].at(sizes[ti].spec->name), sizes[ti].bytes, ti * 0x100000001ull,
                                    slot);
         };
+        // Each reference output's sum of squares, once per reference run: refStats[refSet] + 8 * output index.
+        CUdeviceptr refStats[2] = {0, 0};
+        auto referenceStats = [&](int refSet, CUdeviceptr area) {
+            int oi = 0;
+            for (const auto& t : sizes)
+                if (t.spec->role == TensorRole::Output && t.elements)
+                    m_harness.sumSquares(m_stream, refs[refSet].at(t.spec->name), t.elements, t.spec->dtype,
+                                         area + 8 * oi++);
+            refStats[refSet] = area;
+        };
         auto compareOutputs = [&](int outSet, int refSet, int variant, CUdeviceptr checkSlots) {
+            int oi = 0;
             for (const auto& t : sizes)
                 if (t.spec->role == TensorRole::Output && t.elements)
                     m_harness.compare(m_stream, outputs[outSet].at(t.spec->name), refs[refSet].at(t.spec->name),
                                       t.elements, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, variant),
-                                      checkSlots);
-            for (const auto& g : guards) {
-                m_harness.canaryCheck(m_stream, g.pre, kGuardBytes / 4, checkSlots + kCanaryBad * 8);
-                m_harness.canaryCheck(m_stream, g.post, kGuardBytes / 4, checkSlots + kCanaryBad * 8);
-            }
+                                      checkSlots, refStats[refSet] + 8 * oi++);
+            m_harness.canaryCheck(m_stream, guardRegions, kGuardBytes / 4, checkSlots + kCanaryBad * 8);
         };
 
         bool launchFailed = false;
@@ -834,8 +847,10 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             const auto& c = checks[ci];
             const CUdeviceptr cs = slots + ci * kSlotCount * 8;
             fillInputs(c.inputSet, c.dist, c.seed);
-            if (c.computeRef)
+            if (c.computeRef) {
                 rb->run(m_stream, merged(inputs[c.inputSet], refs[c.refSet], refWork));
+                referenceStats(c.refSet, refStatArea + ci * 8 * std::max(nOut, 1));
+            }
             prepareOutputs(c.outputSet, c.poisonVariant);
             hashInputs(c.inputSet, cs + kHashBefore * 8);
             try {
@@ -992,11 +1007,24 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                                             "validity range (shape withheld): special-casing shapes does not pass"));
 
     const double cuptiStart = nowSeconds();
+    double harnessGpuMs = 0, candidateGpuMs = 0, referenceGpuMs = 0;
+    std::map<std::string, double> harnessByKernel;
     if (cupti) {
         KL_CU(cuCtxSynchronize());
         ledger.active = false;
         auto records = CuptiKernelLog::instance().stop();
         out.kernelRecords = records.size();
+        for (const auto& r : records) {
+            const double ms = static_cast<double>(r.endNs - r.startNs) * 1e-6;
+            if (r.name.rfind("kl_h_", 0) == 0) {
+                harnessGpuMs += ms;
+                harnessByKernel[r.name.substr(5)] += ms;
+            }
+            else if (candidateSymbols.count(r.name))
+                candidateGpuMs += ms;
+            else
+                referenceGpuMs += ms;
+        }
         out.cuptiChecked = true;
         // Compare as multisets of (symbol, grid, block): every kernel that ran must be one the harness launched.
         auto keyOf = [](const std::string& s, const int g[3], const int b[3]) {
@@ -1035,8 +1063,16 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
         }
         ledger.launched.clear();
     }
-    std::fprintf(stderr, "[worker] verify %zu shapes: %.1f ms (CUPTI stop %.1f ms)\n", o.shapes.size(),
-                 (nowSeconds() - verifyStart) * 1e3, (nowSeconds() - cuptiStart) * 1e3);
+    // Where a verification's time goes on the GPU (CUPTI's kernel durations): the harness's own kernels, the
+    // reference (and anything else) and the candidate.
+    std::fprintf(stderr,
+                 "[worker] verify %zu shapes: %.1f ms (CUPTI stop %.1f ms; GPU kernels: harness %.1f ms, reference "
+                 "%.1f ms, candidate %.1f ms;",
+                 o.shapes.size(), (nowSeconds() - verifyStart) * 1e3, (nowSeconds() - cuptiStart) * 1e3, harnessGpuMs,
+                 referenceGpuMs, candidateGpuMs);
+    for (const auto& [name, ms] : harnessByKernel)
+        std::fprintf(stderr, " %s %.1f", name.c_str(), ms);
+    std::fprintf(stderr, ")\n");
     return out;
 }
 
@@ -1361,11 +1397,19 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                     for (const auto& [name, ptr] : refOut)
                         rbufs[name] = ptr;
                     rb->run(m_stream, rbufs);
+                    const CUdeviceptr checkSlots = slots + j * kSlotCount * 8;
+                    bool firstOutput = true;
                     for (const auto& t : sizes)
-                        if (t.spec->role == TensorRole::Output && t.elements)
+                        if (t.spec->role == TensorRole::Output && t.elements) {
+                            // The stat word is per output: zero it again between outputs.
+                            if (!std::exchange(firstOutput, false))
+                                KL_CU(cuMemsetD32Async(checkSlots + kRefSumSq * 8, 0, 2, m_stream));
+                            m_harness.sumSquares(m_stream, refOut.at(t.spec->name), t.elements, t.spec->dtype,
+                                                 checkSlots + kRefSumSq * 8);
                             m_harness.compare(m_stream, candSets[pool[j]].at(t.spec->name), refOut.at(t.spec->name),
                                               t.elements, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, 0),
-                                              slots + j * kSlotCount * 8);
+                                              checkSlots, checkSlots + kRefSumSq * 8);
+                        }
                 }
                 KL_CU(cuStreamSynchronize(m_stream));
                 std::vector<std::uint64_t> host(16 * kSlotCount);

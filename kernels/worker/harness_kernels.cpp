@@ -31,8 +31,8 @@ void HarnessKernels::load(NvrtcCompiler& compiler, const std::string& arch)
     job.source = harnessKernelSource();
     job.arch = arch;
     job.name = "kl_harness.cu";
-    job.kernels = {"kl_h_fill",         "kl_h_poison", "kl_h_compare", "kl_h_hash",     "kl_h_canary_fill",
-                   "kl_h_canary_check", "kl_h_copy",   "kl_h_spin",    "kl_h_max_error"};
+    job.kernels = {"kl_h_fill",         "kl_h_poison", "kl_h_compare", "kl_h_hash",       "kl_h_canary_fill",
+                   "kl_h_canary_check", "kl_h_copy",   "kl_h_spin",    "kl_h_sum_squares"};
     auto m = compiler.compile(job);
     if (!m->report.ok)
         throw std::runtime_error("harness kernels failed to compile: " + m->report.log);
@@ -45,10 +45,17 @@ void HarnessKernels::load(NvrtcCompiler& compiler, const std::string& arch)
     KL_CU(cuModuleGetFunction(&m_canaryCheck, m_module, "kl_h_canary_check"));
     KL_CU(cuModuleGetFunction(&m_copy, m_module, "kl_h_copy"));
     KL_CU(cuModuleGetFunction(&m_spin, m_module, "kl_h_spin"));
-    KL_CU(cuModuleGetFunction(&m_maxError, m_module, "kl_h_max_error"));
+    KL_CU(cuModuleGetFunction(&m_sumSquares, m_module, "kl_h_sum_squares"));
     CUdevice dev;
     KL_CU(cuCtxGetDevice(&dev));
     KL_CU(cuDeviceGetAttribute(&m_smCount, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+}
+
+std::uint64_t HarnessKernels::vectorLanes(std::uint64_t n, DType dt)
+{
+    // The kernels move 16 bytes per thread and iteration: size the grid by 16-byte chunks, not elements.
+    const std::uint64_t per = std::max<std::uint64_t>(1, 16 / dtypeBytes(dt));
+    return (n + per - 1) / per;
 }
 
 void HarnessKernels::launch(CUfunction f, CUstream s, std::uint64_t n, void** args) const
@@ -67,43 +74,67 @@ void HarnessKernels::fill(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, 
     float sc = static_cast<float>(scale);
     float large = static_cast<float>(kLargeFactor);
     void* args[] = {&p, &n, &dtc, &distc, &seed, &sc, &large};
-    launch(m_fill, s, n, args);
+    launch(m_fill, s, vectorLanes(n, dt), args);
 }
 
 void HarnessKernels::poison(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, std::uint64_t pattern) const
 {
     int dtc = static_cast<int>(dt);
     void* args[] = {&p, &n, &dtc, &pattern};
-    launch(m_poison, s, n, args);
+    launch(m_poison, s, vectorLanes(n, dt), args);
+}
+
+void HarnessKernels::sumSquares(CUstream s, CUdeviceptr ref, std::uint64_t n, DType dt, CUdeviceptr out) const
+{
+    int dtc = static_cast<int>(dt);
+    void* args[] = {&ref, &n, &dtc, &out};
+    launch(m_sumSquares, s, vectorLanes(n, dt), args);
 }
 
 void HarnessKernels::compare(CUstream s, CUdeviceptr cand, CUdeviceptr ref, std::uint64_t n, DType dt,
-                             std::uint64_t poisonBits, CUdeviceptr slots) const
+                             std::uint64_t poisonBits, CUdeviceptr slots, CUdeviceptr refSumSq) const
 {
     int dtc = static_cast<int>(dt);
-    void* args[] = {&cand, &ref, &n, &dtc, &poisonBits, &slots};
-    launch(m_compare, s, n, args);
-    launch(m_maxError, s, n, args);
+    void* args[] = {&cand, &ref, &n, &dtc, &poisonBits, &slots, &refSumSq};
+    launch(m_compare, s, vectorLanes(n, dt), args);
 }
 
 void HarnessKernels::hash(CUstream s, CUdeviceptr p, std::uint64_t bytes, std::uint64_t salt, CUdeviceptr slot) const
 {
     void* args[] = {&p, &bytes, &salt, &slot};
-    launch(m_hash, s, bytes / 4 + 1, args);
+    launch(m_hash, s, bytes / 16 + 1, args);
 }
 
-void HarnessKernels::canaryFill(CUstream s, CUdeviceptr p, std::uint64_t words) const
+namespace {
+constexpr int kMaxGuardsPerLaunch = 64; // KL_MAX_GUARDS in the kernel source
+struct GuardList {
+    CUdeviceptr p[kMaxGuardsPerLaunch];
+};
+} // namespace
+
+void HarnessKernels::canaryFill(CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words) const
 {
     std::uint32_t pattern = kCanaryWord;
-    void* args[] = {&p, &words, &pattern};
-    launch(m_canaryFill, s, words, args);
+    for (std::size_t first = 0; first < regions.size(); first += kMaxGuardsPerLaunch) {
+        GuardList list{};
+        int count = static_cast<int>(std::min<std::size_t>(kMaxGuardsPerLaunch, regions.size() - first));
+        std::copy_n(regions.begin() + static_cast<std::ptrdiff_t>(first), count, list.p);
+        void* args[] = {&list, &count, &words, &pattern};
+        KL_CU(cuLaunchKernel(m_canaryFill, static_cast<unsigned>(count), 1, 1, 256, 1, 1, 0, s, args, nullptr));
+    }
 }
 
-void HarnessKernels::canaryCheck(CUstream s, CUdeviceptr p, std::uint64_t words, CUdeviceptr slot) const
+void HarnessKernels::canaryCheck(CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words,
+                                 CUdeviceptr slot) const
 {
     std::uint32_t pattern = kCanaryWord;
-    void* args[] = {&p, &words, &pattern, &slot};
-    launch(m_canaryCheck, s, words, args);
+    for (std::size_t first = 0; first < regions.size(); first += kMaxGuardsPerLaunch) {
+        GuardList list{};
+        int count = static_cast<int>(std::min<std::size_t>(kMaxGuardsPerLaunch, regions.size() - first));
+        std::copy_n(regions.begin() + static_cast<std::ptrdiff_t>(first), count, list.p);
+        void* args[] = {&list, &count, &words, &pattern, &slot};
+        KL_CU(cuLaunchKernel(m_canaryCheck, static_cast<unsigned>(count), 1, 1, 256, 1, 1, 0, s, args, nullptr));
+    }
 }
 
 void HarnessKernels::copy(CUstream s, CUdeviceptr src, CUdeviceptr dst, std::uint64_t n16) const

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kl::worker {
 
@@ -22,6 +23,7 @@ enum CheckSlot : int {
     kCanaryBad, // guard words changed
     kHashBefore, // inputs before the candidate ran
     kHashAfter, // and after
+    kRefSumSq, // double: sum of squares of the reference output this check's reference run wrote
     kSlotCount
 };
 
@@ -38,11 +40,14 @@ public:
     void fill(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, Distribution dist, std::uint64_t seed,
               double scale) const;
     void poison(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, std::uint64_t pattern) const;
+    // The reference's sum of squares (for the max error's floor) must be in refSumSq before compare() runs.
+    void sumSquares(CUstream s, CUdeviceptr ref, std::uint64_t n, DType dt, CUdeviceptr out) const;
     void compare(CUstream s, CUdeviceptr cand, CUdeviceptr ref, std::uint64_t n, DType dt, std::uint64_t poison,
-                 CUdeviceptr slots) const;
+                 CUdeviceptr slots, CUdeviceptr refSumSq) const;
     void hash(CUstream s, CUdeviceptr p, std::uint64_t bytes, std::uint64_t salt, CUdeviceptr slot) const;
-    void canaryFill(CUstream s, CUdeviceptr p, std::uint64_t words) const;
-    void canaryCheck(CUstream s, CUdeviceptr p, std::uint64_t words, CUdeviceptr slot) const;
+    // Guard regions of `words` 32-bit words each, any number of them, in one launch per 64.
+    void canaryFill(CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words) const;
+    void canaryCheck(CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words, CUdeviceptr slot) const;
     void copy(CUstream s, CUdeviceptr src, CUdeviceptr dst, std::uint64_t bytes16) const;
     void spin(CUstream s, std::uint64_t cycles) const;
 
@@ -51,10 +56,11 @@ public:
     static constexpr double kLargeFactor = 1000.0;
 
 private:
+    static std::uint64_t vectorLanes(std::uint64_t n, DType dt);
     void launch(CUfunction f, CUstream s, std::uint64_t n, void** args) const;
     CUmodule m_module = nullptr;
     CUfunction m_fill = nullptr, m_poison = nullptr, m_compare = nullptr, m_hash = nullptr, m_canaryFill = nullptr,
-               m_canaryCheck = nullptr, m_copy = nullptr, m_spin = nullptr, m_maxError = nullptr;
+               m_canaryCheck = nullptr, m_copy = nullptr, m_spin = nullptr, m_sumSquares = nullptr;
     int m_smCount = 132;
 };
 
