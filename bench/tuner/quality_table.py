@@ -42,6 +42,36 @@ def fmt(x, unit=""):
     return "-" if x is None else f"{x:.1f}{unit}"
 
 
+def session_rows(name, regime, s, torch_shapes):
+    best = s["best"]
+    if best is None:
+        return [f"| {name}{regime} | (nothing measured) | | | | | | | | | |"]
+    ev = s["evals"][best]
+    ptext = " ".join(f"{k}={v}" for k, v in sorted(s["params"].get(best, {}).items()))
+    rows = []
+    for sh in ev.get("shapes", []):
+        if sh.get("held_out") or not sh.get("timing"):
+            continue
+        lab = label(sh["shape"]["dims"])
+        t = sh["timing"]["median_us"]
+        base = (sh.get("baseline_timing") or {}).get("median_us")
+        tr = torch_shapes.get(lab, {})
+        eager, comp, copy, flops = tr.get("eager_us"), tr.get("compile_us"), tr.get("copy_us"), tr.get("flops")
+        if name.startswith("gemm") and flops and t:
+            pct = f"{flops / (t * 1e-6) / 1e12:.0f} TFLOP/s"  # compute-bound: throughput, not the copy roofline
+            copy = None
+        else:
+            pct = f"{100 * copy / t:.0f}%" if copy and t else "-"
+        ve = f"{eager / t:.2f}x" if eager and t else "-"
+        vc = f"{comp / t:.2f}x" if comp and t else "-"
+        rows.append(f"| {name}{regime} | {lab} | {fmt(base)} | {fmt(t)} | {fmt(eager)} | {fmt(comp)} | {fmt(copy)} | "
+                    f"{pct} | {ve} | {vc} | {ptext} ({best}) |")
+    rows.append(f"| {name}{regime} | {s['measured']} configurations recorded in {s['minutes']:.1f} min, objective "
+                f"{ev.get('objective', 0):.3f}x over the {'cuBLAS' if name.startswith('gemm') else 'naive'} "
+                f"baseline | | | | | | | | | |")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", required=True)
@@ -63,36 +93,19 @@ def main():
         lines.append("")
     lines += ["## Kernel quality: best kernel found by `kloop run --agent tuner:bayes` in the time budget", "",
               "Times in microseconds (median). % copy BW: the problem's fewest bytes / time, over the measured copy "
-              "bandwidth. Baseline: the problem's naive kernel, timed interleaved with the candidate.", "",
+              "bandwidth (for gemm_bf16: TFLOP/s instead; its baseline and eager are cuBLAS). Baseline: the problem's naive "
+              "kernel, timed interleaved with the candidate. A large-shape session tunes one kernel for the prefill "
+              "shapes only, as an exported dispatcher would select it there.", "",
               "| problem | shape | naive | best | eager | torch.compile | copy bound | best % copy BW | vs eager | "
               "vs compile | best params |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in args.names:
-        d = os.path.join(args.sessions, name)
-        if not os.path.exists(os.path.join(d, "journal.jsonl")):
-            lines.append(f"| {name} | (no session: the run failed, see {name}.err) | | | | | | | | | |")
-            continue
-        s = load_session(d)
-        best = s["best"]
-        if best is None:
-            lines.append(f"| {name} | (nothing measured) | | | | | | | | | |")
-            continue
-        ev = s["evals"][best]
-        ptext = " ".join(f"{k}={v}" for k, v in sorted(s["params"].get(best, {}).items()))
-        for sh in ev.get("shapes", []):
-            if sh.get("held_out") or not sh.get("timing"):
+        for session, regime in ((name, ""), (name + "-large", " (large-shape session)")):
+            d = os.path.join(args.sessions, session)
+            if not os.path.exists(os.path.join(d, "journal.jsonl")):
+                if not regime:
+                    lines.append(f"| {name} | (no session: the run failed, see {name}.err) | | | | | | | | | |")
                 continue
-            lab = label(sh["shape"]["dims"])
-            t = sh["timing"]["median_us"]
-            base = (sh.get("baseline_timing") or {}).get("median_us")
-            tr = torch_res.get(name, {}).get(lab, {})
-            eager, comp, copy = tr.get("eager_us"), tr.get("compile_us"), tr.get("copy_us")
-            pct = f"{100 * copy / t:.0f}%" if copy and t else "-"
-            ve = f"{eager / t:.2f}x" if eager and t else "-"
-            vc = f"{comp / t:.2f}x" if comp and t else "-"
-            lines.append(f"| {name} | {lab} | {fmt(base)} | {fmt(t)} | {fmt(eager)} | {fmt(comp)} | {fmt(copy)} | "
-                         f"{pct} | {ve} | {vc} | {ptext} ({best}) |")
-        lines.append(f"| {name} | {s['measured']} configurations recorded in {s['minutes']:.1f} min, objective "
-                     f"{ev.get('objective', 0):.3f}x over the naive baseline | | | | | | | | | |")
+            lines += session_rows(name, regime, load_session(d), torch_res.get(name, {}))
     if args.search and os.path.exists(args.search):
         lines += ["", "## Search efficiency (replay of the rmsnorm exhaustive sweep from the tuning database)", ""]
         with open(args.search) as f:

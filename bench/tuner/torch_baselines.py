@@ -32,6 +32,11 @@ def ops(name, d, dev):
         T, I = d["T"], d["I"]
         mk = lambda: (torch.randn(T, 2 * I, device=dev, dtype=torch.bfloat16),)
         return mk, (lambda x: F.silu(x[:, :I]) * x[:, I:]), "F.silu(x[:, :I]) * x[:, I:]"
+    if name == "gemm_bf16":
+        M, N, K = d["M"], d["N"], d["K"]
+        mk = lambda: (torch.randn(M, K, device=dev, dtype=torch.bfloat16),
+                      torch.randn(N, K, device=dev, dtype=torch.bfloat16))
+        return mk, (lambda a, b: a @ b.t()), "a @ b.t() (cuBLAS)"
     raise ValueError(name)
 
 
@@ -70,6 +75,7 @@ def main():
             mk, op, opname = ops(name, d, dev)
             nbytes = float(eval(prob["bytes"], {"__builtins__": {}}, dict(d)))
             entry = {"op": opname, "bytes": nbytes, "copy_us": nbytes / bw * 1e6,
+                     "flops": float(eval(prob["flops"], {"__builtins__": {}}, dict(d))),
                      "eager_us": time_op(mk, op, l2), "eager_graph_us": time_graph(mk, op, l2)}
             try:
                 compiled = torch.compile(op, dynamic=False)
