@@ -1,0 +1,336 @@
+// TEST DOUBLE for CI, never installed and never used by the product: kl_test_fake_worker speaks the real
+// kloop-worker protocol (JSON lines, kernels/worker_protocol.h, the wire forms of core/json_io.h) on a
+// machine without a GPU, so `kloop run` can be driven end to end as a process (KL_WORKER points at it).
+//
+// Real here: the protocol and its JSON forms; NVRTC compiles (op compile, and verify/time when a request
+// carries no CUBIN), so compile errors and register counts are the compiler's; verify/time refuse a CUBIN
+// that is not an ELF image holding every kernel the launch plan names.
+//
+// Modelled here, because nothing runs (the rules are deterministic so tests can rely on them):
+//   hello   an obviously fake device, "test double (no GPU)", sm_90a so NVRTC targets a real architecture.
+//   verify  every shape is correct (rel L2 1e-3) unless the source contains the marker
+//           "kl-test-double: wrong-results"; then every check fails with rel L2 0.5, above any tolerance.
+//   time    latency(shape) = 0.5 us + bytes(shape) / (4 TB/s * efficiency), bytes from the problem's formula.
+//           efficiency: 0.30 for the problem's own baseline source (the naive kernel); the E of a
+//           "kl-test-double: efficiency=E" marker in the source; otherwise 0.45 + 0.40 * u with u in [0, 1)
+//           from an FNV-1a hash of the source and the parameter values. The median's 95% CI is +-0.2% and
+//           p10/p90 +-0.5%, so two candidates whose efficiencies differ by more than about 1% are told apart
+//           and equal ones are not (the loop's "CI excludes 1.0" rule is exercised both ways).
+//   trace   refused: there are no kernel records without a GPU.
+#include "core/errors.h"
+#include "core/json_io.h"
+#include "core/kernel_spec.h"
+#include "kernels/nvrtc_compiler.h"
+#include "kernels/worker_protocol.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unistd.h>
+
+namespace {
+
+using kl::wire::Json;
+
+constexpr const char* kWrongResultsMarker = "kl-test-double: wrong-results";
+constexpr const char* kEfficiencyMarker = "kl-test-double: efficiency=";
+constexpr double kBandwidthBytesPerSecond = 4.0e12;
+constexpr double kLaunchOverheadUs = 0.5;
+constexpr double kBaselineEfficiency = 0.30;
+
+kl::DeviceInfo fakeDevice()
+{
+    kl::DeviceInfo d;
+    d.name = "test double (no GPU)";
+    d.ccMajor = 9;
+    d.ccMinor = 0;
+    d.arch = "sm_90a";
+    d.smCount = 132;
+    d.l2Bytes = 50 * 1024 * 1024;
+    d.sharedPerBlock = 48 * 1024;
+    d.sharedPerBlockOptin = 227 * 1024;
+    d.sharedPerSm = 228 * 1024;
+    d.regsPerBlock = 65536;
+    d.regsPerSm = 65536;
+    d.maxThreadsPerBlock = 1024;
+    d.maxThreadsPerSm = 2048;
+    d.globalMemBytes = 1ll << 30;
+    d.driverVersion = "none (test double)";
+    d.cudaDriverApi = "none (test double)";
+    d.nvrtcVersion = kl::nvrtcVersionString();
+    return d;
+}
+
+std::uint64_t fnv1a(const std::string& s, std::uint64_t h = 1469598103934665603ull)
+{
+    for (unsigned char c : s) {
+        h ^= c;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+struct LoadedProblem {
+    kl::Problem problem;
+    std::string baselineSource;
+};
+
+struct CandidateRequest {
+    std::string key;
+    std::string source;
+    kl::ParamValues params;
+    std::optional<std::string> cubin;
+    std::map<std::string, std::string> lowered;
+};
+
+class FakeWorker {
+public:
+    Json handle(const Json& req, bool* stop)
+    {
+        const std::string op = req.at("op").get<std::string>();
+        Json res = { { "id", req.value("id", 0) }, { "ok", true } };
+        if (op == "hello") {
+            res["protocol"] = kl::wire::kProtocolVersion;
+            res["device"] = kl::wire::toJson(m_device);
+            res["pid"] = static_cast<long>(::getpid());
+            res["cupti"] = false;
+            res["sample"] = kl::wire::toJson(kl::DeviceSample {});
+            res["test_double"] = true;
+        } else if (op == "sample") {
+            res["sample"] = kl::wire::toJson(kl::DeviceSample {});
+        } else if (op == "load_problem") {
+            LoadedProblem lp;
+            lp.problem = kl::problemFromJson(req.at("problem_json"), "load_problem.problem_json");
+            lp.baselineSource = req.at("baseline_source").get<std::string>();
+            (void)req.at("reference_source").get<std::string>();
+            res["problem"] = lp.problem.name;
+            res["baseline_kind"] = "source";
+            m_problems[lp.problem.name] = std::move(lp);
+        } else if (op == "compile") {
+            const auto module = compile(candidate(req.at("candidate")));
+            res["report"] = kl::wire::toJson(module->report);
+            res["key"] = module->key;
+        } else if (op == "verify" || op == "time") {
+            const LoadedProblem& lp = problemOf(req);
+            const CandidateRequest c = candidate(req.at("candidate"));
+            kl::CompileReport report;
+            if (!loadable(c, &report)) {
+                res["compile"] = kl::wire::toJson(report); // as the real worker: no plan, no shapes
+                return res;
+            }
+            res["compile"] = kl::wire::toJson(report);
+            if (op == "verify")
+                verify(lp, c, req, res);
+            else
+                time(lp, c, req, res);
+        } else if (op == "trace") {
+            throw kl::InputError("the test double runs no kernels, so it has no kernel records to trace");
+        } else if (op == "shutdown") {
+            *stop = true;
+        } else {
+            throw kl::InputError("unknown op '" + op + "'");
+        }
+        return res;
+    }
+
+private:
+    const LoadedProblem& problemOf(const Json& req) const
+    {
+        const std::string name = req.at("problem").get<std::string>();
+        const auto it = m_problems.find(name);
+        if (it == m_problems.end())
+            throw kl::InputError("problem '" + name + "' is not loaded (send load_problem first)");
+        return it->second;
+    }
+
+    static CandidateRequest candidate(const Json& j)
+    {
+        CandidateRequest c;
+        c.key = j.value("key", "");
+        c.source = j.at("source").get<std::string>();
+        if (j.contains("params"))
+            c.params = kl::wire::paramValues(j.at("params"));
+        if (j.contains("cubin_b64"))
+            c.cubin = kl::wire::base64Decode(j.at("cubin_b64").get<std::string>());
+        if (j.contains("lowered"))
+            c.lowered = j.at("lowered").get<std::map<std::string, std::string>>();
+        return c;
+    }
+
+    std::shared_ptr<const kl::CompiledModule> compile(const CandidateRequest& c)
+    {
+        kl::CompileJob job;
+        job.source = c.source;
+        job.params = c.params;
+        job.arch = m_device.arch;
+        try {
+            const kl::KernelSpec spec = kl::parseKernelSpec(c.source);
+            for (const auto& l : spec.launches)
+                job.kernels.push_back(l.kernel);
+            for (const auto& p : spec.params)
+                job.params.emplace(p.name, p.defaultValue);
+        } catch (const kl::InputError& e) {
+            auto failed = std::make_shared<kl::CompiledModule>();
+            failed->report.log = std::string("annotations: ") + e.what();
+            return failed;
+        }
+        auto module = m_compiler.compile(job);
+        if (module->report.ok)
+            m_modules[module->key] = module;
+        return module;
+    }
+
+    // The real worker loads the CUBIN it is sent; the double checks that it is one and names the kernels.
+    bool loadable(const CandidateRequest& c, kl::CompileReport* report)
+    {
+        if (!c.cubin) {
+            const auto cached = m_modules.find(c.key);
+            const auto module = cached != m_modules.end() ? cached->second : compile(c);
+            *report = module->report;
+            return module->report.ok;
+        }
+        report->ok = true;
+        report->cacheHit = true;
+        if (c.cubin->size() < 4 || c.cubin->compare(0, 4, "\x7f" "ELF") != 0)
+            throw kl::InputError("candidate CUBIN is not an ELF image");
+        for (const auto& [planned, symbol] : c.lowered)
+            if (c.cubin->find(symbol) == std::string::npos)
+                throw kl::InputError("kernel '" + planned + "' (" + symbol + ") is not in the CUBIN");
+        return true;
+    }
+
+    static kl::ShapeResult shapeResult(const Json& s)
+    {
+        kl::ShapeResult r;
+        r.shape = kl::wire::shape(s);
+        r.heldOut = s.value("held_out", false);
+        return r;
+    }
+
+    void verify(const LoadedProblem& lp, const CandidateRequest& c, const Json& req, Json& res) const
+    {
+        const bool wrong = c.source.find(kWrongResultsMarker) != std::string::npos;
+        auto& shapes = res["shapes"] = Json::array();
+        for (const auto& s : req.at("shapes")) {
+            kl::ShapeResult r = shapeResult(s);
+            kl::CorrectnessStats check;
+            check.distribution = "normal";
+            check.seed = req.value("seed", std::uint64_t { 1 });
+            check.relL2 = wrong ? 0.5 : 1e-3;
+            check.maxAbs = wrong ? 1.0 : 4e-3;
+            check.passed = !wrong;
+            r.checks.push_back(check);
+            r.correct = check.passed;
+            shapes.push_back(kl::wire::toJson(r));
+        }
+        res["reasons"] = Json::array();
+        res["kernel_records"] = 0;
+        res["cupti_checked"] = false;
+        (void)lp;
+    }
+
+    double efficiency(const LoadedProblem& lp, const CandidateRequest& c) const
+    {
+        if (c.source == lp.baselineSource)
+            return kBaselineEfficiency;
+        if (const auto at = c.source.find(kEfficiencyMarker); at != std::string::npos) {
+            try {
+                const double e = std::stod(c.source.substr(at + std::string(kEfficiencyMarker).size()));
+                if (e > 0 && e <= 1)
+                    return e;
+            } catch (const std::exception&) {
+            }
+            throw kl::InputError("the test double's efficiency marker wants a number in (0, 1]");
+        }
+        std::uint64_t h = fnv1a(c.source);
+        for (const auto& [name, value] : c.params)
+            h = fnv1a(name + "=" + std::to_string(value) + ";", h);
+        const double u = static_cast<double>(h >> 11) / static_cast<double>(1ull << 53);
+        return 0.45 + 0.40 * u;
+    }
+
+    static kl::TimingStats timing(double us)
+    {
+        kl::TimingStats t;
+        t.medianUs = us;
+        t.ciLowUs = us * 0.998;
+        t.ciHighUs = us * 1.002;
+        t.p10Us = us * 0.995;
+        t.p90Us = us * 1.005;
+        t.samples = 50;
+        t.inputSets = 1;
+        return t;
+    }
+
+    void time(const LoadedProblem& lp, const CandidateRequest& c, const Json& req, Json& res) const
+    {
+        const double eff = efficiency(lp, c);
+        const bool withBaseline = req.value("baseline", true);
+        auto& shapes = res["shapes"] = Json::array();
+        for (const auto& s : req.at("shapes")) {
+            kl::ShapeResult r = shapeResult(s);
+            double bytes = 0;
+            if (!lp.problem.bytes.empty())
+                bytes = lp.problem.bytes.evaluate(r.shape.bindings());
+            auto latencyUs = [&](double e) { return kLaunchOverheadUs + bytes / (kBandwidthBytesPerSecond * e) * 1e6; };
+            r.correct = true;
+            r.timing = timing(latencyUs(eff));
+            if (withBaseline) {
+                r.baselineTiming = timing(latencyUs(kBaselineEfficiency));
+                r.speedup = r.baselineTiming->medianUs / r.timing->medianUs;
+                r.speedupCiLow = r.baselineTiming->ciLowUs / r.timing->ciHighUs;
+                r.speedupCiHigh = r.baselineTiming->ciHighUs / r.timing->ciLowUs;
+            }
+            Json j = kl::wire::toJson(r);
+            j["before"] = kl::wire::toJson(kl::DeviceSample {});
+            j["after"] = kl::wire::toJson(kl::DeviceSample {});
+            j["throttled"] = false;
+            j["input_sets"] = 1;
+            j["rotation_bytes"] = 0;
+            shapes.push_back(j);
+        }
+        res["reasons"] = Json::array();
+    }
+
+    kl::DeviceInfo m_device = fakeDevice();
+    kl::NvrtcCompiler m_compiler { std::filesystem::path(), 1 }; // memory cache only
+    std::map<std::string, LoadedProblem> m_problems;
+    std::map<std::string, std::shared_ptr<const kl::CompiledModule>> m_modules;
+};
+
+void send(const Json& j)
+{
+    std::cout << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n" << std::flush;
+}
+
+} // namespace
+
+int main()
+{
+    FakeWorker worker;
+    send({ { "id", 0 }, { "ok", true }, { "op", "ready" } });
+    std::string line;
+    bool stop = false;
+    while (!stop && std::getline(std::cin, line)) {
+        if (line.empty())
+            continue;
+        Json req;
+        try {
+            req = Json::parse(line);
+        } catch (const std::exception& e) {
+            send({ { "id", 0 }, { "ok", false }, { "error", std::string("malformed request: ") + e.what() } });
+            continue;
+        }
+        try {
+            send(worker.handle(req, &stop));
+        } catch (const std::exception& e) {
+            send({ { "id", req.value("id", 0) }, { "ok", false }, { "error", e.what() } });
+        }
+    }
+    return 0;
+}

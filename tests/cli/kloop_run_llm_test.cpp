@@ -1,0 +1,416 @@
+// `kloop run --agent llm:<provider>` as a process, end to end, in CI: the real binary, the real LLM agent
+// against a real HTTP server on loopback (tests/agent_llm/loopback_server.h) with scripted replies, real
+// NVRTC compiles, and kl_test_fake_worker, the protocol-level test double of kloop-worker (see
+// fake_gpu_worker.cpp for its verify and timing rules), in place of the GPU. Assertions are on the session
+// kloop writes.
+#include "agent/llm/llm_agent.h"
+#include "core/diff.h"
+#include "core/json_io.h"
+#include "core/session_store.h"
+#include "loopback_server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sstream>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using namespace kl;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kApiKey = "sk-kl-test-7f3a9c1e-never-journal-me";
+
+struct ProcessResult {
+    int exitCode = -1; // -1: killed by a signal or by the deadline
+    std::string out;
+    std::string err;
+};
+
+std::string slurp(const fs::path& p)
+{
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+// Runs kloop with the given arguments and environment overrides (an empty value removes the variable).
+ProcessResult runKloop(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+    const fs::path& scratch, std::chrono::seconds deadline = std::chrono::seconds(90))
+{
+    std::vector<std::string> argv { KLOOP_PATH };
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> envStrings;
+    for (char** e = environ; e && *e; ++e) {
+        const std::string s = *e;
+        const std::string name = s.substr(0, s.find('='));
+        if (!env.count(name))
+            envStrings.push_back(s);
+    }
+    for (const auto& [k, v] : env)
+        if (!v.empty())
+            envStrings.push_back(k + "=" + v);
+    std::vector<char*> cargv, cenv;
+    for (auto& a : argv)
+        cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    for (auto& e : envStrings)
+        cenv.push_back(e.data());
+    cenv.push_back(nullptr);
+
+    const fs::path outPath = scratch / "kloop.stdout";
+    const fs::path errPath = scratch / "kloop.stderr";
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid = -1;
+    const int rc = ::posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), cenv.data());
+    posix_spawn_file_actions_destroy(&fa);
+    ProcessResult r;
+    if (rc != 0) {
+        r.err = std::string("cannot start kloop: ") + std::strerror(rc);
+        return r;
+    }
+    // A hang must fail the test, not the CI job.
+    const auto until = std::chrono::steady_clock::now() + deadline;
+    int status = 0;
+    for (;;) {
+        const pid_t w = ::waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            break;
+        if (std::chrono::steady_clock::now() > until) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &status, 0);
+            r.err = "kloop did not finish within the deadline\n";
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (WIFEXITED(status))
+        r.exitCode = WEXITSTATUS(status);
+    r.out = slurp(outPath);
+    r.err += slurp(errPath);
+    return r;
+}
+
+// Every file under dir that contains needle, as a list for the failure message.
+std::string filesContaining(const fs::path& dir, const std::string& needle)
+{
+    std::string hits;
+    for (const auto& entry : fs::recursive_directory_iterator(dir))
+        if (entry.is_regular_file() && slurp(entry.path()).find(needle) != std::string::npos)
+            hits += entry.path().string() + " ";
+    return hits;
+}
+
+std::string replaceOnce(std::string s, const std::string& from, const std::string& to)
+{
+    const auto at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << "the template no longer contains: " << from;
+    if (at != std::string::npos)
+        s.replace(at, from.size(), to);
+    return s;
+}
+
+struct KloopRunLlm : ::testing::Test {
+    test::LoopbackServer server;
+    fs::path scratch;
+    fs::path sessionDir;
+    std::string templateSource;
+
+    void SetUp() override
+    {
+        scratch = fs::temp_directory_path()
+            / ("kl_kloop_run_llm_" + std::to_string(::getpid()) + "_"
+                + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        fs::remove_all(scratch);
+        fs::create_directories(scratch / "home");
+        sessionDir = scratch / "session";
+        templateSource = readFile(fs::path(KL_SOURCE_DIR) / "kernels" / "problems" / "rmsnorm" / "template.cu");
+    }
+    void TearDown() override
+    {
+        if (!HasFailure())
+            fs::remove_all(scratch);
+    }
+
+    // Nothing from the user's machine (caches, context, tuning database) reaches the run.
+    std::map<std::string, std::string> environment(const std::string& keyVariable) const
+    {
+        return { { "KL_WORKER", KL_FAKE_WORKER_PATH }, { "HOME", (scratch / "home").string() },
+            { "XDG_CACHE_HOME", (scratch / "cache").string() }, { "XDG_CONFIG_HOME", (scratch / "config").string() },
+            { "KL_CACHE_DIR", (scratch / "cache").string() }, { "KL_CONTEXT_DIRS", "" }, { "KL_PROBLEMS_DIR", "" },
+            { "KL_DATA_DIR", "" }, { "OPENAI_API_KEY", keyVariable == "OPENAI_API_KEY" ? kApiKey : "" },
+            { "ANTHROPIC_API_KEY", keyVariable == "ANTHROPIC_API_KEY" ? kApiKey : "" } };
+    }
+
+    std::vector<std::string> runArgs(const std::string& provider, int budget) const
+    {
+        return { "run", "--problem", "rmsnorm", "--agent", "llm:" + provider, "--llm-base-url", server.baseUrl(),
+            "--llm-model", "scripted-model", "--session", sessionDir.string(), "--budget", std::to_string(budget),
+            "--auto-approve", "--no-tuning-db", "--compile-threads", "2", "--seed", "7", "--json" };
+    }
+
+    // The good idea: 512 threads per row (the double times it by its efficiency marker, which beats any
+    // hash-derived efficiency of the template).
+    std::string fasterKernel() const
+    {
+        return replaceOnce(templateSource, "// @kl:param THREADS = 256 in",
+            "// kl-test-double: efficiency=0.90\n// @kl:param THREADS = 512 in");
+    }
+    std::string nonCompilingKernel() const
+    {
+        return replaceOnce(templateSource, "ss = fmaf(f, f, ss);", "ss = fmaf(f, undeclared_identifier, ss);");
+    }
+    // Really wrong (drops the mean) and marked, so the double's verification fails it.
+    std::string wrongKernel() const
+    {
+        return replaceOnce(replaceOnce(templateSource, "rsqrtf(ss / (float)H + eps)", "rsqrtf(ss + eps)"),
+            "// @kl:param THREADS", "// kl-test-double: wrong-results\n// @kl:param THREADS");
+    }
+
+    json summaryOf(const ProcessResult& r) const
+    {
+        std::istringstream lines(r.out);
+        std::string line, last;
+        while (std::getline(lines, line))
+            if (!line.empty())
+                last = line;
+        try {
+            const json j = json::parse(last);
+            return j.value("summary", json::object());
+        } catch (const json::exception&) {
+            ADD_FAILURE() << "no JSON summary line in kloop's output:\n" << r.out;
+            return json::object();
+        }
+    }
+};
+
+std::vector<json> agentRecords(const std::vector<Event>& events, const std::string& type)
+{
+    std::vector<json> out;
+    for (const auto& e : events)
+        if (e.kind == EventKind::AgentMessage && e.data.value("type", "") == type)
+            out.push_back(e.data);
+    return out;
+}
+
+std::vector<CandidateId> llmCandidates(const Session& s)
+{
+    std::vector<CandidateId> out;
+    for (const auto& id : s.tree.order())
+        if (s.tree.at(id).author == Author::Llm)
+            out.push_back(id);
+    return out;
+}
+
+bool hasRule(const Evaluation& e, const std::string& rule)
+{
+    return std::any_of(e.reasons.begin(), e.reasons.end(), [&](const VerdictReason& r) { return r.rule == rule; });
+}
+
+} // namespace
+
+TEST_F(KloopRunLlm, OpenAiRepliesBecomeCandidatesCompiledVerifiedTimedAndRecorded)
+{
+    // Call 1: an unusable reply (no block), then the good idea as a diff. Call 2: a candidate that does not
+    // compile. Call 3: one that compiles and computes the wrong thing. Spare replies say nothing usable.
+    const std::string malformed = "More threads per row should help; I would raise THREADS to 512.";
+    const std::string good = "NOTE: 512 threads per row\n```kl-diff\n"
+        + unifiedDiff(templateSource, fasterKernel(), "a/candidate.cu", "b/candidate.cu") + "```\n";
+    const std::string broken = "NOTE: squares with a new helper\n```kl-candidate\n" + nonCompilingKernel() + "```\n";
+    const std::string wrong = "NOTE: skip the division by H\n```kl-candidate\n" + wrongKernel() + "```\n";
+    server.enqueue(test::openAiStream(test::piecesOf(malformed, 20), 1000, 30));
+    server.enqueue(test::openAiStream(test::piecesOf(good, 64), 1100, 400));
+    server.enqueue(test::openAiStream(test::piecesOf(broken, 64), 1200, 2000));
+    server.enqueue(test::openAiStream(test::piecesOf(wrong, 64), 1300, 2100));
+    for (int i = 0; i < 6; ++i)
+        server.enqueue(test::openAiStream({ "I have no further idea." }, 10, 5));
+
+    const auto started = std::chrono::steady_clock::now();
+    // baseline + template + three LLM candidates
+    const ProcessResult r = runKloop(runArgs("openai", 5), environment("OPENAI_API_KEY"), scratch);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    ASSERT_EQ(r.exitCode, 0) << "stdout:\n" << r.out << "\nstderr:\n" << r.err;
+    const json summary = summaryOf(r);
+
+    auto store = SessionStore::open(sessionDir);
+    const Session& s = store->session();
+    EXPECT_EQ(s.device.name, "test double (no GPU)");
+    EXPECT_EQ(s.settings.agent, "llm:openai");
+    EXPECT_TRUE(s.settings.autoApproveLlm);
+
+    // The template (real NVRTC compile: real register counts) is accepted over the naive baseline.
+    const std::vector<CandidateId> order = s.tree.order();
+    ASSERT_GE(order.size(), 2u);
+    const CandidateId templateId = order[1];
+    ASSERT_TRUE(s.evaluations.count(templateId));
+    const Evaluation& templateEval = s.evaluations.at(templateId);
+    ASSERT_FALSE(templateEval.compile.kernels.empty());
+    EXPECT_GT(templateEval.compile.kernels[0].registers, 0);
+    EXPECT_EQ(s.tree.at(templateId).status, CandidateStatus::Accepted) << s.tree.at(templateId).statusReason;
+
+    const std::vector<CandidateId> llm = llmCandidates(s);
+    ASSERT_EQ(llm.size(), 3u) << r.out << r.err;
+
+    // The good candidate: applied from the diff, parented on the template, accepted as the new best.
+    const Candidate& faster = s.tree.at(llm[0]);
+    EXPECT_EQ(faster.source, fasterKernel());
+    EXPECT_EQ(faster.params.at("THREADS"), 512);
+    EXPECT_EQ(faster.parentId, templateId);
+    EXPECT_EQ(faster.agent, "llm:openai/scripted-model");
+    EXPECT_EQ(faster.status, CandidateStatus::Accepted) << faster.statusReason;
+    ASSERT_TRUE(s.evaluations.count(llm[0]));
+    EXPECT_GT(s.evaluations.at(llm[0]).objective, templateEval.objective);
+    EXPECT_EQ(summary.value("best", ""), llm[0]);
+
+    // The non-compiling one: a recorded failed attempt with NVRTC's own error.
+    const Candidate& nonCompiling = s.tree.at(llm[1]);
+    EXPECT_EQ(nonCompiling.status, CandidateStatus::CompileFailed);
+    ASSERT_TRUE(s.evaluations.count(llm[1]));
+    EXPECT_FALSE(s.evaluations.at(llm[1]).compile.ok);
+    EXPECT_NE(s.evaluations.at(llm[1]).compile.log.find("undeclared_identifier"), std::string::npos)
+        << s.evaluations.at(llm[1]).compile.log;
+
+    // The wrong one: compiled, verified by the worker, rejected with the correctness rule.
+    const Candidate& wrongResults = s.tree.at(llm[2]);
+    EXPECT_EQ(wrongResults.status, CandidateStatus::Rejected);
+    ASSERT_TRUE(s.evaluations.count(llm[2]));
+    EXPECT_TRUE(s.evaluations.at(llm[2]).compile.ok);
+    EXPECT_TRUE(hasRule(s.evaluations.at(llm[2]), "correctness.rel-l2"));
+
+    // Prompts and replies are in the journal, and each proposal names the source it carried.
+    const std::vector<Event> events = store->events();
+    const auto requests = agentRecords(events, "llm.request");
+    const auto replies = agentRecords(events, "llm.reply");
+    ASSERT_GE(requests.size(), 4u);
+    ASSERT_GE(replies.size(), 4u);
+    EXPECT_EQ(requests[0].value("model", ""), "scripted-model");
+    EXPECT_TRUE(requests[0].contains("system"));
+    const std::string firstPrompt = requests[0]["messages"][0].value("content", "");
+    EXPECT_NE(firstPrompt.find("rmsnorm"), std::string::npos);
+    EXPECT_EQ(replies[0].value("text", ""), malformed);
+    EXPECT_EQ(replies[1].value("text", ""), good);
+    EXPECT_EQ(replies[2].value("text", ""), broken);
+    EXPECT_EQ(replies[3].value("text", ""), wrong);
+    const auto proposals = agentRecords(events, "llm.proposal");
+    ASSERT_EQ(proposals.size(), 3u);
+    EXPECT_EQ(proposals[0].value("form", ""), "diff");
+    EXPECT_EQ(proposals[0].value("source_sha256", ""), sha256Hex(faster.source));
+    EXPECT_EQ(proposals[1].value("source_sha256", ""), sha256Hex(nonCompiling.source));
+
+    // The unusable reply is a recorded failed attempt with its error, and the model was told.
+    const auto rejected = agentRecords(events, "llm.reply-rejected");
+    ASSERT_EQ(rejected.size(), 1u);
+    EXPECT_FALSE(rejected[0].value("message", "").empty());
+    const auto reqs = server.requests();
+    ASSERT_GE(reqs.size(), 4u);
+    const json secondBody = json::parse(reqs[1].body);
+    EXPECT_NE(secondBody["messages"].back().value("content", "").find("could not be used"), std::string::npos);
+    // The request after the compile failure carried the compiler's complaint.
+    const std::string fourth = json::parse(reqs[3].body)["messages"][1].value("content", "");
+    EXPECT_NE(fourth.find("undeclared_identifier"), std::string::npos) << fourth;
+
+    // Verdicts reach the agent's record.
+    const auto verdicts = agentRecords(events, "llm.verdict");
+    ASSERT_EQ(verdicts.size(), 3u);
+    EXPECT_EQ(verdicts[1].value("verdict", ""), verdictName(Verdict::CompileFailed));
+
+    // Token usage per call and for the session.
+    int calls = 0;
+    const llm::Usage usage = llmUsageFromEvents(events, &calls);
+    EXPECT_EQ(calls, static_cast<int>(replies.size()));
+    EXPECT_EQ(usage.inputTokens, 1000 + 1100 + 1200 + 1300 + 10 * (static_cast<int>(replies.size()) - 4));
+    EXPECT_EQ(usage.outputTokens, 30 + 400 + 2000 + 2100 + 5 * (static_cast<int>(replies.size()) - 4));
+    EXPECT_EQ(replies[1]["usage"].value("input_tokens", 0), 1100);
+
+    // The key went to the server and nowhere else.
+    EXPECT_EQ(reqs[0].headers.count("authorization") ? reqs[0].headers.at("authorization") : "",
+        std::string("Bearer ") + kApiKey);
+    EXPECT_EQ(filesContaining(sessionDir, kApiKey), "");
+    EXPECT_EQ(r.out.find(kApiKey), std::string::npos);
+    EXPECT_EQ(r.err.find(kApiKey), std::string::npos);
+
+    std::printf("kloop run (openai, 5 evaluations) took %.1f s\n", seconds);
+}
+
+TEST_F(KloopRunLlm, AnthropicRepliesDriveTheLoopAndAnEqualCandidateIsNotSignificant)
+{
+    // Call 1: the good idea as a whole candidate. Call 2: the same speed in other code, which the loop must
+    // not accept (its speedup interval includes 1.0).
+    const std::string sameSpeed
+        = replaceOnce(fasterKernel(), "// @kl:param ROWS = 1 in", "// @kl:param ROWS = 2 in");
+    const std::string good = "NOTE: 512 threads per row\n```kl-candidate\n" + fasterKernel() + "```\n";
+    const std::string equal = "NOTE: two rows per block\n```kl-candidate\n" + sameSpeed + "```\n";
+    server.enqueue(test::anthropicStream(test::piecesOf(good, 50), 900, 700));
+    server.enqueue(test::anthropicStream(test::piecesOf(equal, 50), 950, 720));
+    for (int i = 0; i < 6; ++i)
+        server.enqueue(test::anthropicStream({ "Nothing more to try." }, 10, 5));
+
+    const ProcessResult r = runKloop(runArgs("anthropic", 4), environment("ANTHROPIC_API_KEY"), scratch);
+    ASSERT_EQ(r.exitCode, 0) << "stdout:\n" << r.out << "\nstderr:\n" << r.err;
+
+    auto store = SessionStore::open(sessionDir);
+    const Session& s = store->session();
+    const std::vector<CandidateId> llm = llmCandidates(s);
+    ASSERT_EQ(llm.size(), 2u) << r.out << r.err;
+    EXPECT_EQ(s.tree.at(llm[0]).status, CandidateStatus::Accepted) << s.tree.at(llm[0]).statusReason;
+    EXPECT_EQ(s.tree.at(llm[0]).agent, "llm:anthropic/scripted-model");
+    EXPECT_EQ(s.tree.at(llm[1]).status, CandidateStatus::Rejected);
+    EXPECT_EQ(s.tree.at(llm[1]).params.at("ROWS"), 2);
+    ASSERT_TRUE(s.evaluations.count(llm[1]));
+    EXPECT_TRUE(s.evaluations.at(llm[1]).correctEverywhere());
+    EXPECT_TRUE(hasRule(s.evaluations.at(llm[1]), "decide.not-significant"));
+    EXPECT_EQ(summaryOf(r).value("best", ""), llm[0]);
+
+    const std::vector<Event> events = store->events();
+    const auto replies = agentRecords(events, "llm.reply");
+    ASSERT_GE(replies.size(), 2u);
+    EXPECT_EQ(replies[0].value("text", ""), good);
+    EXPECT_EQ(replies[0]["usage"].value("input_tokens", 0), 900);
+    EXPECT_EQ(replies[0]["usage"].value("output_tokens", 0), 700);
+
+    const auto reqs = server.requests();
+    ASSERT_GE(reqs.size(), 2u);
+    EXPECT_EQ(reqs[0].path, "/v1/messages");
+    EXPECT_EQ(reqs[0].headers.count("x-api-key") ? reqs[0].headers.at("x-api-key") : "", kApiKey);
+    EXPECT_EQ(filesContaining(sessionDir, kApiKey), "");
+    EXPECT_EQ(r.out.find(kApiKey), std::string::npos);
+    EXPECT_EQ(r.err.find(kApiKey), std::string::npos);
+}
+
+TEST_F(KloopRunLlm, ARejectedKeyFailsTheRunWithAClearMessage)
+{
+    server.enqueue(test::jsonResponse(401,
+        R"({"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}})"));
+    const ProcessResult r = runKloop(runArgs("openai", 5), environment("OPENAI_API_KEY"), scratch);
+    EXPECT_NE(r.exitCode, 0) << r.out << r.err;
+    EXPECT_NE(r.exitCode, -1) << r.out << r.err;
+    const std::string all = r.out + r.err;
+    EXPECT_NE(all.find("authentication failed"), std::string::npos) << all;
+    EXPECT_NE(all.find("OPENAI_API_KEY"), std::string::npos) << all;
+    EXPECT_NE(all.find("Incorrect API key provided"), std::string::npos) << all;
+    EXPECT_EQ(all.find(kApiKey), std::string::npos);
+    EXPECT_EQ(server.requests().size(), 1u); // 401 is not retried
+
+    // What was recorded before the failure is loadable, with the error and without the key.
+    auto store = SessionStore::open(sessionDir);
+    const auto errors = agentRecords(store->events(), "llm.error");
+    ASSERT_EQ(errors.size(), 1u);
+    EXPECT_EQ(errors[0].value("http_status", 0), 401);
+    EXPECT_EQ(filesContaining(sessionDir, kApiKey), "");
+}
