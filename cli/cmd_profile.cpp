@@ -60,12 +60,28 @@ namespace {
         return static_cast<bool>(o);
     }
 
+    // --sol is the "profile sol" command (cmd_profile_sol.cpp), found at run time so that builds without the GPU
+    // worker (the profiler-only kloop of the profiler's tests) still link.
+    int runProfileSolCommand(const Args& a)
+    {
+        for (const auto& c : commands())
+            if (c.path == "profile sol")
+                return c.run(a);
+        std::cerr << "kloop profile --sol: this kloop was built without the GPU worker (kernels module), which "
+                     "collects the counters\n";
+        return kExitFailure;
+    }
+
     int runProfile(const Args& a)
     {
+        if (a.has("sol"))
+            return runProfileSolCommand(a);
         if (a.rest().empty()) {
             std::cerr
                 << "usage: kloop profile [--out FILE.kltrace] [--lib libkl_cupti_inject.so] [--json] [--quiet] -- "
-                   "<command> [args]\n";
+                   "<command> [args]\n"
+                   "       kloop profile --sol --problem P (--candidate FILE.cu [--params K=V,..] | --session DIR "
+                   "[--node ID]) [--shape T=..,H=..] [--out FILE.kltrace] [--json]\n";
             return kExitUsage;
         }
         std::string lib = findInjectionLibrary(a);
@@ -137,8 +153,13 @@ namespace {
         "Runs the command with the CUPTI injection library (CUDA_INJECTION64_PATH, NVTX_INJECTION64_PATH), records\n"
         "concurrent-kernel, memcpy/memset, runtime/driver API and NVTX marker activity, writes FILE.kltrace\n"
         "(default kloop-profile.kltrace) and prints the bottleneck summary. Records are flushed every 500 ms, so a\n"
-        "crashing target still leaves a readable trace. Analyze or convert later with kloop trace analyze|export.",
-        { "json", "quiet" }, &runProfile } };
+        "crashing target still leaves a readable trace. Analyze or convert later with kloop trace analyze|export.\n\n"
+        "kloop profile --sol --problem P (--candidate FILE.cu [--params K=V,..] | --session DIR [--node ID])\n"
+        "    [--shape T=..,H=..] [--launches N] [--no-counters] [--out FILE.kltrace] [--json]\n"
+        "Profiles the problem's baseline and a candidate in the GPU worker: speed-of-light counters (DRAM %, SM %,\n"
+        "achieved occupancy) through CUPTI's range profiler, the bottleneck class, and a trace with the rows\n"
+        "\"baseline\" and \"candidate\" (see kloop help profile sol).",
+        { "json", "quiet", "sol", "no-counters" }, &runProfile } };
 
 } // namespace
 } // namespace kl::cli

@@ -1,5 +1,6 @@
 #include "kernels/worker_protocol.h"
 
+#include "core/errors.h"
 #include "core/json_io.h"
 
 #include <stdexcept>
@@ -110,6 +111,175 @@ ParamValues paramValues(const Json& j)
     for (auto it = j.begin(); it != j.end(); ++it)
         p[it.key()] = it.value().get<std::int64_t>();
     return p;
+}
+
+namespace {
+
+Json triple(const int v[3]) { return Json::array({v[0], v[1], v[2]}); }
+
+void readTriple(const Json& j, const char* key, const std::string& where, int out[3])
+{
+    const Json& a = jsonfield::require(j, key, where);
+    if (!a.is_array() || a.size() != 3)
+        throw InputError(where + "." + key + ": expected an array of 3 integers");
+    for (int i = 0; i < 3; ++i) {
+        if (!a[i].is_number_integer() || a[i].get<std::int64_t>() < 0 || a[i].get<std::int64_t>() > INT32_MAX)
+            throw InputError(where + "." + key + "[" + std::to_string(i) + "]: expected a non-negative integer");
+        out[i] = a[i].get<int>();
+    }
+}
+
+const Json& arrayField(const Json& j, const char* key, const std::string& where)
+{
+    const Json& a = jsonfield::require(j, key, where);
+    if (!a.is_array())
+        throw InputError(where + "." + key + ": expected an array");
+    return a;
+}
+
+} // namespace
+
+Json toJson(const TracedKernel& k)
+{
+    return {{"name", k.name},
+            {"start_ns", k.startNs},
+            {"end_ns", k.endNs},
+            {"grid", triple(k.grid)},
+            {"block", triple(k.block)},
+            {"registers", k.registers},
+            {"static_shared", k.staticShared},
+            {"dynamic_shared", k.dynamicShared},
+            {"stream", k.stream},
+            {"correlation", k.correlation},
+            {"device_launched", k.deviceLaunched}};
+}
+
+TracedKernel tracedKernel(const Json& j, const std::string& where)
+{
+    if (!j.is_object())
+        throw InputError(where + ": expected an object");
+    TracedKernel k;
+    k.name = jsonfield::string(j, "name", where);
+    k.startNs = static_cast<std::uint64_t>(jsonfield::integer(j, "start_ns", where, 0));
+    k.endNs = static_cast<std::uint64_t>(jsonfield::integer(j, "end_ns", where, 0));
+    if (k.endNs < k.startNs)
+        throw InputError(where + ".end_ns: before start_ns");
+    readTriple(j, "grid", where, k.grid);
+    readTriple(j, "block", where, k.block);
+    k.registers = static_cast<int>(jsonfield::integerOr(j, "registers", 0, where, 0, INT32_MAX));
+    k.staticShared = static_cast<int>(jsonfield::integerOr(j, "static_shared", 0, where, 0, INT32_MAX));
+    k.dynamicShared = static_cast<int>(jsonfield::integerOr(j, "dynamic_shared", 0, where, 0, INT32_MAX));
+    k.stream = static_cast<std::uint32_t>(jsonfield::integerOr(j, "stream", 0, where, 0, UINT32_MAX));
+    k.correlation = static_cast<std::uint32_t>(jsonfield::integerOr(j, "correlation", 0, where, 0, UINT32_MAX));
+    k.deviceLaunched = jsonfield::booleanOr(j, "device_launched", false, where);
+    return k;
+}
+
+Json toJson(const KernelSol& k)
+{
+    return {{"name", k.name},
+            {"duration_ns", k.durationNs},
+            {"dram_throughput_pct", k.dramThroughputPct},
+            {"sm_throughput_pct", k.smThroughputPct},
+            {"achieved_occupancy_pct", k.achievedOccupancyPct},
+            {"dram_bytes", k.dramBytes}};
+}
+
+KernelSol kernelSol(const Json& j, const std::string& where)
+{
+    if (!j.is_object())
+        throw InputError(where + ": expected an object");
+    KernelSol k;
+    k.name = jsonfield::stringOr(j, "name", "", where);
+    k.durationNs = jsonfield::numberOr(j, "duration_ns", -1, where);
+    k.dramThroughputPct = jsonfield::numberOr(j, "dram_throughput_pct", -1, where);
+    k.smThroughputPct = jsonfield::numberOr(j, "sm_throughput_pct", -1, where);
+    k.achievedOccupancyPct = jsonfield::numberOr(j, "achieved_occupancy_pct", -1, where);
+    k.dramBytes = jsonfield::numberOr(j, "dram_bytes", -1, where);
+    return k;
+}
+
+Json toJson(const PlanProfile& p)
+{
+    Json records = Json::array();
+    for (const auto& r : p.records)
+        records.push_back(toJson(r));
+    Json sol = Json::array();
+    for (const auto& k : p.sol)
+        sol.push_back(toJson(k));
+    return {{"role", p.role},
+            {"label", p.label},
+            {"launches", p.launches},
+            {"kernels_per_run", p.kernelsPerRun},
+            {"records", records},
+            {"event_us", p.eventUs},
+            {"sol", {{"available", p.solAvailable}, {"note", p.solNote}, {"passes", p.solPasses}, {"kernels", sol}}}};
+}
+
+PlanProfile planProfile(const Json& j, const std::string& where)
+{
+    if (!j.is_object())
+        throw InputError(where + ": expected an object");
+    PlanProfile p;
+    p.role = jsonfield::string(j, "role", where);
+    if (p.role != "baseline" && p.role != "candidate")
+        throw InputError(where + ".role: '" + p.role + "' is neither baseline nor candidate");
+    p.label = jsonfield::stringOr(j, "label", "", where);
+    p.launches = static_cast<int>(jsonfield::integerOr(j, "launches", 0, where, 0, 1 << 20));
+    p.kernelsPerRun = static_cast<int>(jsonfield::integerOr(j, "kernels_per_run", 0, where, 0, 1 << 20));
+    const Json& records = arrayField(j, "records", where);
+    for (std::size_t i = 0; i < records.size(); ++i)
+        p.records.push_back(tracedKernel(records[i], where + ".records[" + std::to_string(i) + "]"));
+    const Json& ev = arrayField(j, "event_us", where);
+    for (std::size_t i = 0; i < ev.size(); ++i) {
+        if (!ev[i].is_number())
+            throw InputError(where + ".event_us[" + std::to_string(i) + "]: expected a number");
+        p.eventUs.push_back(ev[i].get<double>());
+    }
+    const Json& sol = jsonfield::require(j, "sol", where);
+    const std::string sw = where + ".sol";
+    if (!sol.is_object())
+        throw InputError(sw + ": expected an object");
+    p.solAvailable = jsonfield::booleanOr(sol, "available", false, sw);
+    p.solNote = jsonfield::stringOr(sol, "note", "", sw);
+    p.solPasses = static_cast<int>(jsonfield::integerOr(sol, "passes", 0, sw, 0, 1 << 20));
+    const Json& kernels = arrayField(sol, "kernels", sw);
+    for (std::size_t i = 0; i < kernels.size(); ++i)
+        p.sol.push_back(kernelSol(kernels[i], sw + ".kernels[" + std::to_string(i) + "]"));
+    if (!p.solAvailable && p.solNote.empty())
+        throw InputError(sw + ": no counters and no note saying why");
+    return p;
+}
+
+Json toJson(const ProfileReport& r)
+{
+    Json plans = Json::array();
+    for (const auto& p : r.plans)
+        plans.push_back(toJson(p));
+    return {{"shape", kl::toJson(r.shape)},
+            {"compile", kl::toJson(r.compile)},
+            {"trace_available", r.traceAvailable},
+            {"trace_note", r.traceNote},
+            {"plans", plans}};
+}
+
+ProfileReport profileReport(const Json& j, const std::string& where)
+{
+    if (!j.is_object())
+        throw InputError(where + ": expected an object");
+    ProfileReport r;
+    r.shape = kl::shapeFromJson(jsonfield::require(j, "shape", where), where + ".shape");
+    r.compile = kl::compileReportFromJson(jsonfield::require(j, "compile", where), where + ".compile");
+    r.traceAvailable = jsonfield::booleanOr(j, "trace_available", false, where);
+    r.traceNote = jsonfield::stringOr(j, "trace_note", "", where);
+    const Json& plans = arrayField(j, "plans", where);
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+        PlanProfile p = planProfile(plans[i], where + ".plans[" + std::to_string(i) + "]");
+        if (r.plan(p.role))
+            throw InputError(where + ".plans[" + std::to_string(i) + "]: a second " + p.role + " plan");
+        r.plans.push_back(std::move(p));
+    }
+    return r;
 }
 
 } // namespace kl::wire

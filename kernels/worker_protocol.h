@@ -4,12 +4,13 @@
 // "ok" and either the result fields or "error". A response with "fatal": true means the worker's CUDA
 // context is gone (sticky fault) and the worker exits right after sending it.
 //
-// ops: hello, load_problem, compile, verify, time, trace, shutdown (see kernels/HARNESS.md for fields).
+// ops: hello, load_problem, compile, verify, time, trace, profile, shutdown (see kernels/HARNESS.md for fields).
 //
 // The wire forms below live in kl::wire so they never clash with the session-store forms in core/json_io.
 #include "core/device.h"
 #include "core/evaluation.h"
 #include "core/kernel_spec.h"
+#include "kernels/plan_profile.h"
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -41,5 +42,15 @@ Json toJson(const Shape& s);
 Shape shape(const Json& j);
 Json toJson(const ParamValues& p);
 ParamValues paramValues(const Json& j);
+
+// The profile op's forms. Parsing is strict (InputError naming the field) because the GUI and the CLI read them.
+Json toJson(const TracedKernel& k); // also the trace op's "records" entries
+TracedKernel tracedKernel(const Json& j, const std::string& where);
+Json toJson(const KernelSol& k);
+KernelSol kernelSol(const Json& j, const std::string& where);
+Json toJson(const PlanProfile& p);
+PlanProfile planProfile(const Json& j, const std::string& where);
+Json toJson(const ProfileReport& r); // the profile op's response fields
+ProfileReport profileReport(const Json& j, const std::string& where);
 
 } // namespace kl::wire

@@ -141,6 +141,9 @@ struct Analysis {
 };
 
 Analysis analyze(const Trace& trace, const AnalysisOptions& opts = {});
+// The class of a kernel from its DRAM and compute (SM) throughput in % of peak, with NVIDIA's speed-of-light
+// thresholds: balanced | memory-bound | compute-bound | latency-bound (unknown when both are < 0).
+std::string rooflineClass(double dramPct, double computePct);
 nlohmann::json toJson(const Analysis& a);
 // Prompt-ready text, < ~40 lines: bottleneck first, then the figures supporting it.
 std::string toText(const Analysis& a);

@@ -6,6 +6,8 @@
 //   {"t":"api","s":ns,"e":ns,"p":pid,"th":tid,"r":corr,"n":"cudaLaunchKernel","drv":0|1}
 //   {"t":"m","ts":ns,"id":I,"f":flags,"p":pid,"th":tid,"n":"name"}               NVTX marker (CUPTI flags)
 //   {"t":"sol","n":"kernel","i":ordinal,"dur":ns,"dram":pct,"sm":pct,"occ":pct,"dramB":bytes}
+//       ordinal: of the kernel in the whole capture by start time, or with "d" and "q" within that GPU row
+//   {"t":"row","d":dev,"q":stream,"n":"baseline"}                                names a GPU row
 //   {"t":"drop","i":count}   {"t":"warn","n":"text"}
 // Times are CUPTI nanoseconds. Unknown record types and keys are skipped, so newer writers stay readable.
 #include "core/errors.h"
@@ -21,7 +23,7 @@ namespace {
         std::string t, n, kind;
         int64_t s = 0, e = 0, ts = 0, d = 0, q = 0, r = 0, p = 0, th = 0, id = 0, f = 0, reg = 0, ss = 0, ds = 0, B = 0;
         int64_t sms = 0, mem = 0, i = -1;
-        bool drv = false;
+        bool drv = false, hasQ = false;
         uint32_t g[3] = { 0, 0, 0 }, b[3] = { 0, 0, 0 }, cc[2] = { 0, 0 };
         double dur = -1, dram = -1, sm = -1, occ = -1, dramB = -1;
         bool header = false;
@@ -58,6 +60,7 @@ Trace importKlTrace(ByteSource& src, const std::string& what, const ImportOption
     };
     std::unordered_map<int64_t, OpenMarker> openMarkers;
     std::vector<SolMetrics> sol;
+    std::vector<uint32_t> solRow; // kNone: ordinal over the whole capture
     uint64_t dropped = 0;
     while (r.peek() != '\0') {
         rec.clear();
@@ -81,8 +84,10 @@ Trace importKlTrace(ByteSource& src, const std::string& what, const ImportOption
                 rec.ts = r.readInt64();
             else if (key == "d")
                 rec.d = r.readInt64();
-            else if (key == "q")
+            else if (key == "q") {
                 rec.q = r.readInt64();
+                rec.hasQ = true;
+            }
             else if (key == "r")
                 rec.r = r.readInt64();
             else if (key == "p")
@@ -227,6 +232,10 @@ Trace importKlTrace(ByteSource& src, const std::string& what, const ImportOption
             m.achievedOccupancyPct = rec.occ;
             m.dramBytes = rec.dramB;
             sol.push_back(std::move(m));
+            solRow.push_back(rec.hasQ ? t.gpuRow(dev, rec.q) : kNone);
+        } else if (ty == "row") {
+            if (rec.hasQ)
+                t.setRowName(t.gpuRow(dev, rec.q), rec.n);
         } else if (ty == "drop") {
             dropped += static_cast<uint64_t>(std::max<int64_t>(rec.i, 0));
         } else if (ty == "warn") {
@@ -248,8 +257,13 @@ Trace importKlTrace(ByteSource& src, const std::string& what, const ImportOption
             kernels.push_back(i);
     std::sort(
         kernels.begin(), kernels.end(), [&](uint32_t a, uint32_t b) { return t.event(a).start < t.event(b).start; });
-    for (auto& m : sol) {
-        m.event = m.event < kernels.size() ? kernels[m.event] : kNone;
+    std::unordered_map<uint32_t, std::vector<uint32_t>> kernelsByRow;
+    for (uint32_t k : kernels)
+        kernelsByRow[t.event(k).row].push_back(k);
+    for (size_t s = 0; s < sol.size(); ++s) {
+        SolMetrics& m = sol[s];
+        const std::vector<uint32_t>& pool = solRow[s] == kNone ? kernels : kernelsByRow[solRow[s]];
+        m.event = m.event < pool.size() ? pool[m.event] : kNone;
         t.addSol(std::move(m));
     }
     return t;

@@ -4,8 +4,10 @@
 #include "core/json_io.h"
 #include "kernels/worker/cuda_check.h"
 #include "kernels/worker/engine.h"
+#include "kernels/worker/profile_op.h"
 #include "kernels/worker_protocol.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -89,7 +91,7 @@ Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
         auto plan = engine.candidatePlan(spec, &report, &key);
         res["report"] = kl::wire::toJson(report);
         res["key"] = key; // later requests may send {key, source, params} without the CUBIN
-    } else if (op == "verify" || op == "time" || op == "trace") {
+    } else if (op == "verify" || op == "time" || op == "trace" || op == "profile") {
         const auto& lp = problemOf(engine, req);
         kl::CompileReport report;
         auto plan = engine.candidatePlan(candidateSpec(req.at("candidate")), &report);
@@ -146,6 +148,15 @@ Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
             auto& reasons = res["reasons"] = Json::array();
             for (const auto& r : t.reasons)
                 reasons.push_back(kl::wire::toJson(r));
+        } else if (op == "profile") {
+            kl::worker::ProfileOpOptions po;
+            po.sol = req.value("sol", true);
+            po.trace = req.value("trace", true);
+            po.launches = std::clamp(req.value("launches", 5), 1, 1000);
+            kl::ProfileReport pr = kl::worker::profilePlans(engine, lp, *plan, kl::wire::shape(req.at("shape")), po);
+            pr.compile = report;
+            for (const auto& [k, v] : kl::wire::toJson(pr).items())
+                res[k] = v;
         } else {
             const auto tr = engine.trace(lp, *plan, kl::wire::shape(req.at("shape")), req.value("launches", 50));
             auto& recs = res["records"] = Json::array();

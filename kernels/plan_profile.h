@@ -1,0 +1,78 @@
+#pragma once
+// A traced and counter-profiled run of the problem's baseline and of a candidate on one shape (the worker's
+// "profile" op): what ran (CUPTI kernel records of a few launches of each launch plan) and how close each kernel
+// came to the hardware's speed of light (CUPTI range profiler: DRAM and SM throughput %, achieved occupancy).
+// Never part of timing: tracing and counter replay perturb what they watch.
+#include "core/evaluation.h"
+#include "core/kernel_spec.h"
+#include "core/problem.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kl {
+
+class GpuEvaluator;
+struct Candidate;
+
+struct TracedKernel {
+    std::string name; // mangled, as CUPTI reports it
+    std::uint64_t startNs = 0; // CUPTI timestamps
+    std::uint64_t endNs = 0;
+    int grid[3] = {1, 1, 1};
+    int block[3] = {1, 1, 1};
+    int registers = 0;
+    int staticShared = 0;
+    int dynamicShared = 0;
+    std::uint32_t stream = 0;
+    std::uint32_t correlation = 0;
+    bool deviceLaunched = false;
+};
+
+// Speed-of-light counters of one kernel of one run of a plan, in launch order.
+struct KernelSol {
+    std::string name; // the kernel's name where the trace knows it (same launch ordinal), else CUPTI's range name
+    double durationNs = -1;
+    double dramThroughputPct = -1;
+    double smThroughputPct = -1;
+    double achievedOccupancyPct = -1;
+    double dramBytes = -1;
+};
+
+struct PlanProfile {
+    std::string role; // "baseline" | "candidate"
+    std::string label; // the plan's own description (e.g. "baseline.cu", "library:cublas_gemm_bf16")
+    int launches = 0; // traced runs of the plan
+    int kernelsPerRun = 0; // 0 when the trace is unavailable
+    std::vector<TracedKernel> records; // launches * kernelsPerRun when traced
+    std::vector<double> eventUs; // per traced run, CUDA events (also when CUPTI gives no records)
+    bool solAvailable = false;
+    std::string solNote; // why there are no counters (or a caveat when there are)
+    int solPasses = 0;
+    std::vector<KernelSol> sol; // one run of the plan
+};
+
+struct ProfileReport {
+    Shape shape;
+    CompileReport compile; // the candidate's
+    bool traceAvailable = false;
+    std::string traceNote; // why there are no kernel records
+    std::vector<PlanProfile> plans; // baseline first, then the candidate; empty when the candidate did not compile
+    const PlanProfile* plan(const std::string& role) const;
+};
+
+struct ProfileRequest {
+    bool sol = true;
+    bool trace = true;
+    int launches = 5; // traced runs per plan
+    double timeoutSeconds = 300; // counter replay of a large shape takes seconds
+};
+
+// Compiles the candidate (locally, through the evaluator's cache), registers the problem with the worker and asks
+// it for the profile op. Uses the evaluator's worker: not while evaluate() runs on another thread. Throws std::runtime_error when the worker cannot run it (no GPU, crash, timeout) and
+// InputError for a shape that does not fit the problem.
+ProfileReport profileAgainstBaseline(GpuEvaluator& evaluator, const Candidate& candidate, const Shape& shape,
+                                     const ProfileRequest& request = {});
+
+} // namespace kl

@@ -1,0 +1,179 @@
+#include "kernels/worker/profile_op.h"
+
+#include "kernels/worker/cuda_check.h"
+#include "kernels/worker/cupti_kernel_log.h"
+
+#ifdef KL_WORKER_HAVE_RANGE_PROFILER
+#include "profiler/cupti/range_profiler.h"
+#endif
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace kl::worker {
+
+// The engine's friend: the profile op needs its stream, harness kernels and arena, and lives outside engine.cpp so
+// that the engine's verification and timing code stays as it is.
+class EngineAccess {
+public:
+    static CUstream stream(const Engine& e) { return e.m_stream; }
+    static const HarnessKernels& harness(const Engine& e) { return e.m_harness; }
+    static void arenaReserve(Engine& e, std::uint64_t bytes) { e.arenaReserve(bytes); }
+    static void arenaReset(Engine& e) { e.arenaReset(); }
+    static CUdeviceptr arenaAlloc(Engine& e, std::uint64_t bytes) { return e.arenaAlloc(bytes); }
+};
+
+namespace {
+
+constexpr std::uint64_t kAlign = 256;
+
+std::uint64_t alignUp(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+
+TracedKernel traced(const KernelRecord& r)
+{
+    TracedKernel k;
+    k.name = r.name;
+    k.startNs = r.startNs;
+    k.endNs = r.endNs;
+    std::copy(r.grid, r.grid + 3, k.grid);
+    std::copy(r.block, r.block + 3, k.block);
+    k.registers = r.registers;
+    k.staticShared = r.staticShared;
+    k.dynamicShared = r.dynamicShared;
+    k.stream = r.streamId;
+    k.correlation = r.correlationId;
+    k.deviceLaunched = r.deviceLaunched;
+    return k;
+}
+
+// One run of the plan on freshly filled inputs (after a warm-up run) under the range profiler.
+void measureSol(Engine& engine, const Problem& p, const Plan& plan, const Shape& s, PlanProfile& out)
+{
+    const auto bound = plan.bind(p, s);
+    const Bindings b = s.bindings();
+    struct Tensor {
+        const TensorSpec* spec;
+        std::uint64_t elements;
+        std::uint64_t bytes;
+    };
+    std::vector<Tensor> tensors;
+    std::uint64_t total = 0;
+    for (const auto& t : p.tensors) {
+        std::uint64_t n = 1;
+        for (const auto& e : t.shape)
+            n *= static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.evaluateInt(b)));
+        tensors.push_back({&t, n, n * dtypeBytes(t.dtype)});
+        total += alignUp(std::max<std::uint64_t>(n * dtypeBytes(t.dtype), 4), kAlign) + 64 * kAlign;
+    }
+    for (const auto& w : bound->workspaces())
+        total += alignUp(std::max<std::uint64_t>(w.bytes, 4), kAlign) + 64 * kAlign;
+    EngineAccess::arenaReserve(engine, total + 4096 * kAlign);
+    EngineAccess::arenaReset(engine);
+    const CUstream stream = EngineAccess::stream(engine);
+    BufferMap buffers;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const auto& t = tensors[i];
+        const CUdeviceptr ptr = EngineAccess::arenaAlloc(engine, std::max<std::uint64_t>(t.bytes, 4));
+        buffers[t.spec->name] = ptr;
+        if (t.elements)
+            EngineAccess::harness(engine).fill(stream, ptr, t.elements, t.spec->dtype, Distribution::Normal, 991 + i,
+                                               t.spec->scale);
+    }
+    for (const auto& w : bound->workspaces())
+        buffers[w.name] = EngineAccess::arenaAlloc(engine, std::max<std::uint64_t>(w.bytes, 4));
+    bound->run(stream, buffers); // loads lazily loaded code and warms the clocks outside the counters
+    KL_CU(cuCtxSynchronize());
+#ifdef KL_WORKER_HAVE_RANGE_PROFILER
+    const prof::cupti::RangeProfile rp = prof::cupti::profileKernels([&] { bound->run(stream, buffers); });
+    out.solAvailable = rp.available;
+    out.solNote = rp.unavailableReason;
+    out.solPasses = static_cast<int>(rp.passes);
+    for (const auto& k : rp.kernels) {
+        KernelSol ks;
+        ks.name = k.rangeName;
+        ks.durationNs = k.durationNs;
+        ks.dramThroughputPct = k.dramThroughputPct;
+        ks.smThroughputPct = k.smThroughputPct;
+        ks.achievedOccupancyPct = k.achievedOccupancyPct;
+        ks.dramBytes = k.dramBytes;
+        out.sol.push_back(std::move(ks));
+    }
+    if (rp.available && rp.kernels.empty())
+        out.solNote = "the plan launched no kernel the range profiler could see";
+#else
+    out.solAvailable = false;
+    out.solNote = solUnavailableReason();
+#endif
+}
+
+PlanProfile profileOne(Engine& engine, const LoadedProblem& lp, const Plan& plan, const std::string& role,
+                       const Shape& s, const ProfileOpOptions& o, ProfileReport& report)
+{
+    PlanProfile pp;
+    pp.role = role;
+    pp.label = role == "baseline" ? lp.baselineKind : plan.label();
+    if (o.trace) {
+        // Without CUPTI the runs still give CUDA-event times per run, only no kernel records.
+        const TraceOutcome tr = engine.trace(lp, plan, s, o.launches);
+        pp.launches = o.launches;
+        pp.eventUs = tr.eventUs;
+        for (const auto& r : tr.records)
+            pp.records.push_back(traced(r));
+        std::sort(pp.records.begin(), pp.records.end(),
+                  [](const TracedKernel& a, const TracedKernel& b) { return a.startNs < b.startNs; });
+        if (o.launches > 0)
+            pp.kernelsPerRun = static_cast<int>(pp.records.size()) / o.launches;
+        if (report.traceAvailable && pp.records.size() % static_cast<std::size_t>(std::max(o.launches, 1)) != 0)
+            report.traceNote += role + ": " + std::to_string(pp.records.size()) + " kernel records for " +
+                                std::to_string(o.launches) + " runs (records were dropped or a run varied). ";
+    }
+    if (!o.sol) {
+        pp.solNote = "not requested";
+    } else if (const std::string why = solUnavailableReason(); !why.empty()) {
+        pp.solNote = why;
+    } else {
+        measureSol(engine, lp.problem, plan, s, pp);
+    }
+    // Counters come in launch order; so do the first run's records: name the ranges after the kernels.
+    for (std::size_t i = 0; i < pp.sol.size() && i < pp.records.size() && static_cast<int>(i) < pp.kernelsPerRun; ++i)
+        pp.sol[i].name = pp.records[i].name;
+    return pp;
+}
+
+} // namespace
+
+std::string solUnavailableReason()
+{
+#if defined(KL_WORKER_HAVE_RANGE_PROFILER)
+    if (std::getenv("KL_NO_CUPTI"))
+        return "CUPTI is switched off in this worker (KL_NO_CUPTI is set): no performance counters";
+    return {};
+#elif defined(KL_WORKER_HAVE_CUPTI)
+    return "kloop-worker was built without CUPTI's range profiler (the profiler module was skipped): no performance "
+           "counters";
+#else
+    return "kloop-worker was built without CUPTI: no performance counters";
+#endif
+}
+
+ProfileReport profilePlans(Engine& engine, const LoadedProblem& lp, const Plan& candidate, const Shape& s,
+                           const ProfileOpOptions& o)
+{
+    ProfileReport report;
+    report.shape = s;
+    report.traceAvailable = o.trace && CuptiKernelLog::instance().available();
+    if (!o.trace)
+        report.traceNote = "not requested";
+    else if (!report.traceAvailable) {
+        std::string why = CuptiKernelLog::instance().error();
+        if (why.empty())
+            why = std::getenv("KL_NO_CUPTI") ? "CUPTI is switched off in this worker (KL_NO_CUPTI is set)"
+                                             : "CUPTI activity tracing is unavailable";
+        report.traceNote = "no kernel records: " + why;
+    }
+    report.plans.push_back(profileOne(engine, lp, *lp.baseline, "baseline", s, o, report));
+    report.plans.push_back(profileOne(engine, lp, candidate, "candidate", s, o, report));
+    return report;
+}
+
+} // namespace kl::worker

@@ -1,0 +1,55 @@
+#include "profiler/kltrace_writer.h"
+
+#include <nlohmann/json.hpp>
+
+namespace kl::prof {
+namespace {
+
+    void append(std::string& out, const nlohmann::json& j)
+    {
+        out += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        out += '\n';
+    }
+
+} // namespace
+
+KlTraceWriter::KlTraceWriter(int64_t pid, const std::string& command)
+{
+    append(m_text, { { "kltrace", 1 }, { "pid", pid }, { "cmd", command } });
+}
+
+void KlTraceWriter::device(const Device& d)
+{
+    append(m_text,
+        { { "t", "dev" }, { "id", d.id }, { "d", d.id }, { "n", d.name }, { "sms", d.smCount },
+            { "cc", { d.computeMajor, d.computeMinor } }, { "mem", d.totalMemory } });
+}
+
+void KlTraceWriter::rowName(int32_t device, int64_t stream, const std::string& name)
+{
+    append(m_text, { { "t", "row" }, { "d", device }, { "q", stream }, { "n", name } });
+}
+
+void KlTraceWriter::kernel(const KlKernelLine& k)
+{
+    append(m_text,
+        { { "t", "k" }, { "s", k.startNs }, { "e", k.endNs }, { "d", k.device }, { "q", k.stream },
+            { "r", k.correlation }, { "n", k.name }, { "g", { k.grid[0], k.grid[1], k.grid[2] } },
+            { "b", { k.block[0], k.block[1], k.block[2] } }, { "reg", k.registersPerThread },
+            { "ss", k.staticSharedMemory }, { "ds", k.dynamicSharedMemory } });
+}
+
+void KlTraceWriter::sol(const SolMetrics& m, int32_t device, int64_t stream, uint32_t ordinalInRow)
+{
+    append(m_text,
+        { { "t", "sol" }, { "n", m.kernelName }, { "d", device }, { "q", stream }, { "i", ordinalInRow },
+            { "dur", m.durationNs }, { "dram", m.dramThroughputPct }, { "sm", m.smThroughputPct },
+            { "occ", m.achievedOccupancyPct }, { "dramB", m.dramBytes } });
+}
+
+void KlTraceWriter::warning(const std::string& text)
+{
+    append(m_text, { { "t", "warn" }, { "n", text } });
+}
+
+} // namespace kl::prof
