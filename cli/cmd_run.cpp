@@ -7,6 +7,7 @@
 #include "core/catalogue.h"
 #include "core/errors.h"
 #include "core/json_io.h"
+#include "core/live_agent_stream.h"
 #include "core/loop_objective.h"
 #include "core/research_loop.h"
 #include "core/session_inbox.h"
@@ -234,9 +235,24 @@ namespace {
         AgentFactoryOptions agentOptions;
         // The LLM agent's prompts, replies, usage and verdicts go to the session journal; the store may be
         // created below, after the agent, and outlives it (declared earlier in this scope).
-        agentOptions.llmHooks.record = [&store](const nlohmann::json& j) {
-            if (store)
-                store->agentMessage(j);
+        // The reply as it streams goes to <session>/live/ for the workbench (the journal gets it when complete).
+        std::unique_ptr<LiveStreamWriter> liveStream;
+        agentOptions.llmHooks.record = [&store, &liveStream](const nlohmann::json& j) {
+            if (!store)
+                return;
+            if (!liveStream)
+                liveStream = std::make_unique<LiveStreamWriter>(store->dir());
+            nlohmann::json named = j;
+            liveStream->observeAgentRecord(named);
+            store->agentMessage(named);
+        };
+        agentOptions.llmHooks.onDelta = [&liveStream](const std::string& delta) {
+            if (liveStream)
+                liveStream->delta(delta);
+        };
+        agentOptions.llmHooks.onRetry = [&liveStream](int, int, const std::string& why) {
+            if (liveStream)
+                liveStream->retry(why);
         };
         try {
             agentOptions.seed = std::stoull(a.optionOr("seed", "1"));
