@@ -266,6 +266,9 @@ namespace {
                  std::pair { "llm-model", "llm.model" }, std::pair { "llm-base-url", "llm.base_url" } })
             if (auto v = a.option(flag))
                 agentOptions.extra[key] = *v;
+        // The LLM agent records in each proposal whether it waits for review; with auto-approve it does not.
+        if (a.has("auto-approve") || (store && store->session().settings.autoApproveLlm))
+            agentOptions.extra["llm.auto_approve"] = "true";
         std::unique_ptr<Agent> agent;
         try {
             agent = makeAgent(agentSpec, agentOptions);
@@ -477,6 +480,8 @@ namespace {
             }
             std::cout << "  resume with: kloop run --resume " << store->dir().string() << "\n";
         }
+        if (r.state == "failed")
+            std::cerr << "kloop run: " << r.reason << "\n"; // stdout may be JSON events; the cause belongs on stderr
         return r.state == "failed" ? kExitFailure : kExitOk;
 #endif
     }

@@ -144,7 +144,7 @@ struct KloopRunLlm : ::testing::Test {
     }
     void TearDown() override
     {
-        if (!HasFailure())
+        if (!HasFailure() && !std::getenv("KL_TEST_KEEP"))
             fs::remove_all(scratch);
     }
 
@@ -174,7 +174,7 @@ struct KloopRunLlm : ::testing::Test {
     }
     std::string nonCompilingKernel() const
     {
-        return replaceOnce(templateSource, "ss = fmaf(f, f, ss);", "ss = fmaf(f, undeclared_identifier, ss);");
+        return replaceOnce(templateSource, "rsqrtf(ss / (float)H + eps)", "rsqrtf(ss / (float)H + undeclared_identifier)");
     }
     // Really wrong (drops the mean) and marked, so the double's verification fails it.
     std::string wrongKernel() const
@@ -312,6 +312,8 @@ TEST_F(KloopRunLlm, OpenAiRepliesBecomeCandidatesCompiledVerifiedTimedAndRecorde
     EXPECT_EQ(proposals[0].value("form", ""), "diff");
     EXPECT_EQ(proposals[0].value("source_sha256", ""), sha256Hex(faster.source));
     EXPECT_EQ(proposals[1].value("source_sha256", ""), sha256Hex(nonCompiling.source));
+    for (const auto& p : proposals)
+        EXPECT_FALSE(p.value("needs_review", true)) << "--auto-approve: no proposal waits for review";
 
     // The unusable reply is a recorded failed attempt with its error, and the model was told.
     const auto rejected = agentRecords(events, "llm.reply-rejected");
@@ -353,9 +355,9 @@ TEST_F(KloopRunLlm, AnthropicRepliesDriveTheLoopAndAnEqualCandidateIsNotSignific
     // Call 1: the good idea as a whole candidate. Call 2: the same speed in other code, which the loop must
     // not accept (its speedup interval includes 1.0).
     const std::string sameSpeed
-        = replaceOnce(fasterKernel(), "// @kl:param ROWS = 1 in", "// @kl:param ROWS = 2 in");
+        = replaceOnce(fasterKernel(), "// @kl:param MINB = 1 in", "// @kl:param MINB = 2 in");
     const std::string good = "NOTE: 512 threads per row\n```kl-candidate\n" + fasterKernel() + "```\n";
-    const std::string equal = "NOTE: two rows per block\n```kl-candidate\n" + sameSpeed + "```\n";
+    const std::string equal = "NOTE: two blocks per SM\n```kl-candidate\n" + sameSpeed + "```\n";
     server.enqueue(test::anthropicStream(test::piecesOf(good, 50), 900, 700));
     server.enqueue(test::anthropicStream(test::piecesOf(equal, 50), 950, 720));
     for (int i = 0; i < 6; ++i)
@@ -371,7 +373,7 @@ TEST_F(KloopRunLlm, AnthropicRepliesDriveTheLoopAndAnEqualCandidateIsNotSignific
     EXPECT_EQ(s.tree.at(llm[0]).status, CandidateStatus::Accepted) << s.tree.at(llm[0]).statusReason;
     EXPECT_EQ(s.tree.at(llm[0]).agent, "llm:anthropic/scripted-model");
     EXPECT_EQ(s.tree.at(llm[1]).status, CandidateStatus::Rejected);
-    EXPECT_EQ(s.tree.at(llm[1]).params.at("ROWS"), 2);
+    EXPECT_EQ(s.tree.at(llm[1]).params.at("MINB"), 2);
     ASSERT_TRUE(s.evaluations.count(llm[1]));
     EXPECT_TRUE(s.evaluations.at(llm[1]).correctEverywhere());
     EXPECT_TRUE(hasRule(s.evaluations.at(llm[1]), "decide.not-significant"));
@@ -400,11 +402,12 @@ TEST_F(KloopRunLlm, ARejectedKeyFailsTheRunWithAClearMessage)
     const ProcessResult r = runKloop(runArgs("openai", 5), environment("OPENAI_API_KEY"), scratch);
     EXPECT_NE(r.exitCode, 0) << r.out << r.err;
     EXPECT_NE(r.exitCode, -1) << r.out << r.err;
-    const std::string all = r.out + r.err;
-    EXPECT_NE(all.find("authentication failed"), std::string::npos) << all;
-    EXPECT_NE(all.find("OPENAI_API_KEY"), std::string::npos) << all;
-    EXPECT_NE(all.find("Incorrect API key provided"), std::string::npos) << all;
-    EXPECT_EQ(all.find(kApiKey), std::string::npos);
+    // On stderr: what failed, the server's words, and which variable holds the key.
+    EXPECT_NE(r.err.find("authentication failed"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("OPENAI_API_KEY"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("Incorrect API key provided"), std::string::npos) << r.err;
+    EXPECT_EQ(summaryOf(r).value("state", ""), "failed");
+    EXPECT_EQ((r.out + r.err).find(kApiKey), std::string::npos);
     EXPECT_EQ(server.requests().size(), 1u); // 401 is not retried
 
     // What was recorded before the failure is loadable, with the error and without the key.
