@@ -2,6 +2,7 @@
 // Values that cross from the session worker thread to the GUI thread. A snapshot is immutable once
 // published, so models and widgets read it without locks.
 #include "core/events.h"
+#include "core/live_agent_stream.h"
 #include "core/problem.h"
 #include "core/session.h"
 
@@ -37,8 +38,12 @@ struct OpenedSession {
     std::size_t eventCount = 0;
 };
 
+// Lines of the agent's reply streaming in (a session that kloop run is writing), in the order written.
+using LiveStreamBatch = std::vector<kl::LiveStreamRecord>;
+
 } // namespace kl::app
 
+Q_DECLARE_METATYPE(kl::app::LiveStreamBatch)
 Q_DECLARE_METATYPE(kl::app::SessionSnapshot)
 Q_DECLARE_METATYPE(kl::app::FeedUpdate)
 Q_DECLARE_METATYPE(kl::app::OpenedSession)

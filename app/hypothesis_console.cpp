@@ -112,6 +112,9 @@ void HypothesisConsole::submit()
 void HypothesisConsole::clearTranscript()
 {
     m_transcript->clear();
+    m_live = LiveReply();
+    m_lastLive = LiveReply();
+    m_finishedStreams.clear();
     m_streaming = false;
     m_pendingReply.clear();
     m_streamTimer->stop();
@@ -167,19 +170,126 @@ void HypothesisConsole::streamSome()
     bar->setValue(bar->maximum());
 }
 
+void HypothesisConsole::flushPendingReply()
+{
+    if (m_pendingReply.isEmpty())
+        return;
+    // A new record arrived: finish the reply being revealed first.
+    insertAtEnd(m_pendingReply);
+    m_pendingReply.clear();
+}
+
+void HypothesisConsole::insertAtEnd(const QString& text)
+{
+    QTextCursor cursor(m_transcript->document());
+    cursor.movePosition(QTextCursor::End);
+    cursor.insertText(text);
+}
+
+void HypothesisConsole::appendLiveStream(const LiveStreamBatch& records)
+{
+    QScrollBar* bar = m_transcript->verticalScrollBar();
+    const bool follow = bar->value() >= bar->maximum() - 4;
+    for (const auto& r : records)
+        appendLiveRecord(r);
+    if (follow)
+        bar->setValue(bar->maximum());
+}
+
+void HypothesisConsole::startLiveBlock(const kl::LiveStreamRecord& r)
+{
+    flushPendingReply();
+    QString what;
+    if (r.kind == kl::LiveStreamRecord::Kind::Begin)
+        what = tr("← %1 replies (call %2, attempt %3), streaming…")
+                   .arg(QString::fromStdString(r.model.empty() ? r.provider : r.model))
+                   .arg(r.call)
+                   .arg(r.attempt);
+    else
+        what = tr("← a reply streaming (joined while it was under way)…");
+    m_transcript->append(
+        QStringLiteral("<span style='color:%1'>%2</span>").arg(theme().info.name(), what.toHtmlEscaped()));
+    QTextCursor cursor(m_transcript->document());
+    cursor.movePosition(QTextCursor::End);
+    cursor.insertBlock();
+    cursor.setCharFormat(QTextCharFormat());
+    m_streaming = false;
+    m_live = LiveReply();
+    m_live.stream = r.stream;
+    m_lastLive = m_live;
+}
+
+void HypothesisConsole::appendLiveRecord(const kl::LiveStreamRecord& r)
+{
+    using Kind = kl::LiveStreamRecord::Kind;
+    if (m_finishedStreams.count(r.stream))
+        return; // its journal record was shown already; these lines were read late
+    if (r.kind == Kind::End) {
+        if (m_live.stream == r.stream)
+            m_live.stream.clear();
+        return;
+    }
+    if (m_live.stream != r.stream)
+        startLiveBlock(r);
+    if (r.kind == Kind::Retry) {
+        m_transcript->append(
+            QStringLiteral("<span style='color:%1'>%2</span>")
+                .arg(theme().warn.name(),
+                    tr("retrying (%1): the reply starts again").arg(QString::fromStdString(r.text)).toHtmlEscaped()));
+        QTextCursor cursor(m_transcript->document());
+        cursor.movePosition(QTextCursor::End);
+        cursor.insertBlock();
+        cursor.setCharFormat(QTextCharFormat());
+        m_live.text.clear();
+        m_live.base = 0;
+        m_live.gap = false;
+    } else if (r.kind == Kind::Delta) {
+        const std::uint64_t end = m_live.base + m_live.text.size();
+        std::string text = r.text;
+        if (r.offset > end) {
+            // Lines were missed (the file was replaced before they were read): say so where they belong.
+            insertAtEnd(QStringLiteral(" […] "));
+            m_live.gap = true;
+            m_live.base = r.offset - m_live.text.size();
+        } else if (r.offset < end) {
+            const std::uint64_t seen = end - r.offset;
+            if (seen >= text.size())
+                return;
+            text.erase(0, seen);
+        }
+        insertAtEnd(QString::fromStdString(text));
+        m_live.text += text;
+    }
+    m_lastLive = m_live;
+}
+
+bool HypothesisConsole::finishLiveReply(const nlohmann::json& reply)
+{
+    const std::string stream = stringField(reply, "live_stream").toStdString();
+    if (stream.empty())
+        return false;
+    m_finishedStreams.insert(stream);
+    const LiveReply shown = m_lastLive.stream == stream ? m_lastLive : LiveReply();
+    if (m_live.stream == stream)
+        m_live = LiveReply();
+    if (shown.stream.empty())
+        return false;
+    const std::string full = stringField(reply, "text").toStdString();
+    if (shown.gap || full.compare(0, shown.text.size(), shown.text) != 0)
+        return false; // the recorded reply is the truth: show it whole
+    // The end of the reply may not have been read live yet.
+    if (full.size() > shown.text.size())
+        insertAtEnd(QString::fromStdString(full.substr(shown.text.size())));
+    return true;
+}
+
 void HypothesisConsole::appendAgentMessage(const kl::Event& e)
 {
     const nlohmann::json& d = e.data;
     const Theme& t = theme();
     const QString type = stringField(d, "type");
     auto header = [&](const QString& text, const QColor& colour) {
-        if (!m_pendingReply.isEmpty()) {
-            // A new record arrived: finish the reply being revealed first.
-            QTextCursor c(m_transcript->document());
-            c.movePosition(QTextCursor::End);
-            c.insertText(m_pendingReply);
-            m_pendingReply.clear();
-        }
+        flushPendingReply();
         m_transcript->append(
             QStringLiteral("<span style='color:%1'>%2</span>").arg(colour.name(), text.toHtmlEscaped()));
         m_streaming = false;
@@ -208,6 +318,7 @@ void HypothesisConsole::appendAgentMessage(const kl::Event& e)
         return;
     }
     if (type == QLatin1String("llm.reply")) {
+        const bool shownLive = finishLiveReply(d);
         QString what = tr("← reply from %1").arg(stringField(d, "model"));
         const auto usage = d.find("usage");
         if (usage != d.end() && usage->is_object()) {
@@ -219,6 +330,11 @@ void HypothesisConsole::appendAgentMessage(const kl::Event& e)
         const auto ms = d.find("elapsed_ms");
         if (ms != d.end() && ms->is_number())
             what += tr(" · %1 s").arg(ms->get<double>() / 1000.0, 0, 'f', 1);
+        if (shownLive) {
+            // The text is already there, streamed live: the record only closes it.
+            header(what + tr(" · complete"), t.info);
+            return;
+        }
         header(what, t.info);
         body(stringField(d, "text"), true);
         m_streaming = false;
@@ -238,6 +354,11 @@ void HypothesisConsole::appendAgentMessage(const kl::Event& e)
         return;
     }
     if (type == QLatin1String("llm.error") || type == QLatin1String("llm.reply-rejected")) {
+        if (type == QLatin1String("llm.error") && !stringField(d, "live_stream").isEmpty()) {
+            m_finishedStreams.insert(stringField(d, "live_stream").toStdString());
+            if (m_live.stream == stringField(d, "live_stream").toStdString())
+                m_live = LiveReply();
+        }
         header(tr("%1: %2").arg(type, stringField(d, "message")), t.bad);
         return;
     }

@@ -154,6 +154,7 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_controller, &SessionController::opened, this, &MainWindow::onOpened);
     connect(m_controller, &SessionController::sessionUpdated, this, &MainWindow::onSessionUpdated);
     connect(m_controller, &SessionController::eventsArrived, m_console, &HypothesisConsole::appendEvents);
+    connect(m_controller, &SessionController::agentStreamArrived, m_console, &HypothesisConsole::appendLiveStream);
     connect(m_controller, &SessionController::replayProgress, this, [this]() {
         if (!m_statusTimer->isActive())
             m_statusTimer->start();

@@ -9,6 +9,7 @@ SessionController::SessionController(QObject* parent)
     qRegisterMetaType<kl::app::FeedUpdate>();
     qRegisterMetaType<kl::app::OpenedSession>();
     qRegisterMetaType<std::vector<kl::Event>>();
+    qRegisterMetaType<kl::app::LiveStreamBatch>();
     m_thread.setObjectName(QStringLiteral("kl-session"));
     m_worker = new SessionWorker;
     m_worker->moveToThread(&m_thread);
@@ -24,6 +25,10 @@ SessionController::SessionController(QObject* parent)
     connect(m_worker, &SessionWorker::updated, this, [this](const FeedUpdate& u) {
         if (m_workerGeneration == m_generation)
             onUpdated(u);
+    });
+    connect(m_worker, &SessionWorker::liveStream, this, [this](const LiveStreamBatch& records) {
+        if (m_workerGeneration == m_generation)
+            emit agentStreamArrived(records);
     });
     connect(m_worker, &SessionWorker::failed, this, &SessionController::failed);
     connect(m_worker, &SessionWorker::writeFailed, this, &SessionController::failed);

@@ -36,6 +36,7 @@ signals:
     void opened(const kl::app::OpenedSession& info);
     void sessionUpdated(const kl::app::SessionSnapshot& session);
     void eventsArrived(const std::vector<kl::Event>& events);
+    void agentStreamArrived(const kl::app::LiveStreamBatch& records); // follow mode: the reply as it streams
     void replayProgress(std::size_t applied, std::size_t total);
     void replayFinished();
     void failed(const QString& message);

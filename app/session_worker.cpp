@@ -1,10 +1,9 @@
 #include "app/session_worker.h"
 
-#include "core/session_inbox.h"
-
 #include "core/catalogue.h"
 #include "core/errors.h"
 #include "core/json_io.h"
+#include "core/session_inbox.h"
 
 #include <QCoreApplication>
 #include <QDir>
@@ -89,7 +88,10 @@ SessionWorker::SessionWorker(QObject* parent)
     , m_timer(new QTimer(this))
     , m_publishTimer(new QTimer(this))
     , m_followTimer(new QTimer(this))
+    , m_liveTimer(new QTimer(this))
 {
+    m_liveTimer->setInterval(kLivePollMs);
+    connect(m_liveTimer, &QTimer::timeout, this, &SessionWorker::pollLiveStream);
     m_followTimer->setInterval(kFollowPollMs);
     connect(m_followTimer, &QTimer::timeout, this, &SessionWorker::pollJournal);
     m_timer->setSingleShot(true);
@@ -112,6 +114,8 @@ void SessionWorker::close()
     m_timer->stop();
     m_publishTimer->stop();
     m_followTimer->stop();
+    m_liveTimer->stop();
+    m_live.reset();
     m_journalOffset = 0;
     m_lastSeq = 0;
     if (m_store && m_busToken)
@@ -201,6 +205,8 @@ void SessionWorker::open(const QString& directory, OpenMode mode, double speed, 
         }
         m_lastSeq = events.empty() ? 0 : events.back().seq;
         m_followTimer->start();
+        m_live = std::make_unique<kl::LiveStreamReader>(dir);
+        m_liveTimer->start();
     }
     if (mode != OpenMode::Replay) {
         m_session = std::move(full);
@@ -351,6 +357,20 @@ void SessionWorker::pollJournal()
     }
     if (m_dirty)
         publish(false);
+}
+
+void SessionWorker::pollLiveStream()
+{
+    if (!m_live)
+        return;
+    LiveStreamBatch records = m_live->poll();
+    if (records.empty())
+        return;
+    // The journal first: the request record written before the stream reaches the GUI before its text. (A reply
+    // record written after these lines may come first too; the console reconciles the two.)
+    if (m_followTimer->isActive())
+        pollJournal();
+    emit liveStream(records);
 }
 
 void SessionWorker::publish(bool finished)

@@ -44,6 +44,7 @@ signals:
     void updated(const kl::app::FeedUpdate& update);
     void failed(const QString& message);
     void writeFailed(const QString& message);
+    void liveStream(const kl::app::LiveStreamBatch& records);
 
 private:
     void onLiveEvent(const kl::Event& e);
@@ -52,6 +53,7 @@ private:
     void scheduleNext();
     void resetClock();
     void pollJournal();
+    void pollLiveStream();
 
     std::unique_ptr<kl::SessionStore> m_store;
     std::filesystem::path m_steerDir; // a session kloop run is writing: decisions go to its inbox
@@ -77,9 +79,13 @@ private:
     QString m_journalPath;
     qint64 m_journalOffset = 0; // bytes of the journal already applied (complete lines only)
     std::uint64_t m_lastSeq = 0;
+    std::unique_ptr<kl::LiveStreamReader> m_live; // follow mode: the agent's reply while it streams
+    QTimer* m_liveTimer = nullptr;
 
 public:
     static constexpr int kFollowPollMs = 250;
+    // Streamed text should feel live; a poll is a stat and, when something was appended, one read.
+    static constexpr int kLivePollMs = 50;
 };
 
 // Finds the problem of a session: an absolute folder, relative to the session, or in a catalogue.
