@@ -6,16 +6,19 @@
 #include "agent/llm/llm_agent.h"
 #include "core/diff.h"
 #include "core/json_io.h"
+#include "core/session_inbox.h"
 #include "core/session_store.h"
 #include "loopback_server.h"
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <map>
 #include <spawn.h>
 #include <sstream>
 #include <sys/wait.h>
@@ -46,65 +49,96 @@ std::string slurp(const fs::path& p)
     return s.str();
 }
 
-// Runs kloop with the given arguments and environment overrides (an empty value removes the variable).
-ProcessResult runKloop(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
-    const fs::path& scratch, std::chrono::seconds deadline = std::chrono::seconds(90))
-{
-    std::vector<std::string> argv { KLOOP_PATH };
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<std::string> envStrings;
-    for (char** e = environ; e && *e; ++e) {
-        const std::string s = *e;
-        const std::string name = s.substr(0, s.find('='));
-        if (!env.count(name))
-            envStrings.push_back(s);
+// kloop as a child process; stdout and stderr go to files in scratch so a test can watch them while it runs.
+// Environment overrides with an empty value remove the variable.
+class KloopProcess {
+public:
+    KloopProcess(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+        const fs::path& scratch)
+        : m_outPath(scratch / "kloop.stdout")
+        , m_errPath(scratch / "kloop.stderr")
+    {
+        std::vector<std::string> argv { KLOOP_PATH };
+        argv.insert(argv.end(), args.begin(), args.end());
+        std::vector<std::string> envStrings;
+        for (char** e = environ; e && *e; ++e) {
+            const std::string s = *e;
+            if (!env.count(s.substr(0, s.find('='))))
+                envStrings.push_back(s);
+        }
+        for (const auto& [k, v] : env)
+            if (!v.empty())
+                envStrings.push_back(k + "=" + v);
+        std::vector<char*> cargv, cenv;
+        for (auto& a : argv)
+            cargv.push_back(a.data());
+        cargv.push_back(nullptr);
+        for (auto& e : envStrings)
+            cenv.push_back(e.data());
+        cenv.push_back(nullptr);
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, m_outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_addopen(&fa, 2, m_errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        const int rc = ::posix_spawn(&m_pid, cargv[0], &fa, nullptr, cargv.data(), cenv.data());
+        posix_spawn_file_actions_destroy(&fa);
+        if (rc != 0) {
+            m_pid = -1;
+            m_startError = std::string("cannot start kloop: ") + std::strerror(rc) + "\n";
+        }
     }
-    for (const auto& [k, v] : env)
-        if (!v.empty())
-            envStrings.push_back(k + "=" + v);
-    std::vector<char*> cargv, cenv;
-    for (auto& a : argv)
-        cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    for (auto& e : envStrings)
-        cenv.push_back(e.data());
-    cenv.push_back(nullptr);
+    ~KloopProcess()
+    {
+        if (m_pid > 0) {
+            ::kill(m_pid, SIGKILL);
+            ::waitpid(m_pid, nullptr, 0);
+        }
+    }
+    KloopProcess(const KloopProcess&) = delete;
+    KloopProcess& operator=(const KloopProcess&) = delete;
 
-    const fs::path outPath = scratch / "kloop.stdout";
-    const fs::path errPath = scratch / "kloop.stderr";
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid = -1;
-    const int rc = ::posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), cenv.data());
-    posix_spawn_file_actions_destroy(&fa);
-    ProcessResult r;
-    if (rc != 0) {
-        r.err = std::string("cannot start kloop: ") + std::strerror(rc);
+    std::string out() const { return slurp(m_outPath); }
+
+    // Waits until kloop exits; a hang past the deadline fails the test, not the CI job.
+    ProcessResult wait(std::chrono::seconds deadline = std::chrono::seconds(90))
+    {
+        ProcessResult r;
+        r.err = m_startError;
+        if (m_pid > 0) {
+            const auto until = std::chrono::steady_clock::now() + deadline;
+            int status = 0;
+            for (;;) {
+                if (::waitpid(m_pid, &status, WNOHANG) == m_pid)
+                    break;
+                if (std::chrono::steady_clock::now() > until) {
+                    ::kill(m_pid, SIGKILL);
+                    ::waitpid(m_pid, &status, 0);
+                    r.err += "kloop did not finish within the deadline\n";
+                    break;
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            }
+            m_pid = -1;
+            if (WIFEXITED(status))
+                r.exitCode = WEXITSTATUS(status);
+        }
+        r.out = slurp(m_outPath);
+        r.err += slurp(m_errPath);
         return r;
     }
-    // A hang must fail the test, not the CI job.
-    const auto until = std::chrono::steady_clock::now() + deadline;
-    int status = 0;
-    for (;;) {
-        const pid_t w = ::waitpid(pid, &status, WNOHANG);
-        if (w == pid)
-            break;
-        if (std::chrono::steady_clock::now() > until) {
-            ::kill(pid, SIGKILL);
-            ::waitpid(pid, &status, 0);
-            r.err = "kloop did not finish within the deadline\n";
-            break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (WIFEXITED(status))
-        r.exitCode = WEXITSTATUS(status);
-    r.out = slurp(outPath);
-    r.err += slurp(errPath);
-    return r;
+
+private:
+    fs::path m_outPath;
+    fs::path m_errPath;
+    pid_t m_pid = -1;
+    std::string m_startError;
+};
+
+ProcessResult runKloop(
+    const std::vector<std::string>& args, const std::map<std::string, std::string>& env, const fs::path& scratch)
+{
+    return KloopProcess(args, env, scratch).wait();
 }
 
 // Every file under dir that contains needle, as a list for the failure message.
@@ -155,14 +189,17 @@ struct KloopRunLlm : ::testing::Test {
             { "XDG_CACHE_HOME", (scratch / "cache").string() }, { "XDG_CONFIG_HOME", (scratch / "config").string() },
             { "KL_CACHE_DIR", (scratch / "cache").string() }, { "KL_CONTEXT_DIRS", "" }, { "KL_PROBLEMS_DIR", "" },
             { "KL_DATA_DIR", "" }, { "OPENAI_API_KEY", keyVariable == "OPENAI_API_KEY" ? kApiKey : "" },
-            { "ANTHROPIC_API_KEY", keyVariable == "ANTHROPIC_API_KEY" ? kApiKey : "" } };
+            { "ANTHROPIC_API_KEY", keyVariable == "ANTHROPIC_API_KEY" ? kApiKey : "" }, { "VLLM_API_KEY", "" } };
     }
 
-    std::vector<std::string> runArgs(const std::string& provider, int budget) const
+    std::vector<std::string> runArgs(const std::string& provider, int budget, bool autoApprove = true) const
     {
-        return { "run", "--problem", "rmsnorm", "--agent", "llm:" + provider, "--llm-base-url", server.baseUrl(),
-            "--llm-model", "scripted-model", "--session", sessionDir.string(), "--budget", std::to_string(budget),
-            "--auto-approve", "--no-tuning-db", "--compile-threads", "2", "--seed", "7", "--json" };
+        std::vector<std::string> args { "run", "--problem", "rmsnorm", "--agent", "llm:" + provider, "--llm-base-url",
+            server.baseUrl(), "--llm-model", "scripted-model", "--session", sessionDir.string(), "--budget",
+            std::to_string(budget), "--no-tuning-db", "--compile-threads", "2", "--seed", "7", "--json" };
+        if (autoApprove)
+            args.push_back("--auto-approve");
+        return args;
     }
 
     // The good idea: 512 threads per row (the double times it by its efficiency marker, which beats any
@@ -199,6 +236,33 @@ struct KloopRunLlm : ::testing::Test {
         }
     }
 };
+
+// The next candidate that kloop reports (on its --json event stream) as waiting for review, other than those in
+// seen; empty after the deadline or when kloop has printed its summary.
+CandidateId nextPendingReview(const KloopProcess& kloop, const std::vector<CandidateId>& seen)
+{
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < until) {
+        const std::string out = kloop.out();
+        std::size_t begin = 0;
+        for (std::size_t nl = out.find('\n'); nl != std::string::npos; begin = nl + 1, nl = out.find('\n', begin)) {
+            json e;
+            try {
+                e = json::parse(out.substr(begin, nl - begin));
+            } catch (const json::exception&) {
+                continue;
+            }
+            if (e.contains("summary"))
+                return {};
+            const std::string id = e.value("candidate", "");
+            if (e.value("kind", "") == "candidate-status" && e["data"].value("status", "") == "pending-review"
+                && std::find(seen.begin(), seen.end(), id) == seen.end())
+                return id;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return {};
+}
 
 std::vector<json> agentRecords(const std::vector<Event>& events, const std::string& type)
 {
@@ -416,4 +480,47 @@ TEST_F(KloopRunLlm, ARejectedKeyFailsTheRunWithAClearMessage)
     ASSERT_EQ(errors.size(), 1u);
     EXPECT_EQ(errors[0].value("http_status", 0), 401);
     EXPECT_EQ(filesContaining(sessionDir, kApiKey), "");
+}
+
+TEST_F(KloopRunLlm, WithoutAutoApproveProposalsWaitForTheEngineersReviewThroughTheInbox)
+{
+    // Call 1: the good idea, which the engineer approves. Call 2: the same speed in other code, which the
+    // engineer rejects before it costs any GPU time. Then the model has nothing more and the run finishes.
+    const std::string good = "NOTE: 512 threads per row\n```kl-candidate\n" + fasterKernel() + "```\n";
+    const std::string other = "NOTE: two blocks per SM\n```kl-candidate\n"
+        + replaceOnce(fasterKernel(), "// @kl:param MINB = 1 in", "// @kl:param MINB = 2 in") + "```\n";
+    server.enqueue(test::openAiStream(test::piecesOf(good, 64), 800, 600));
+    server.enqueue(test::openAiStream(test::piecesOf(other, 64), 850, 610));
+    for (int i = 0; i < 6; ++i)
+        server.enqueue(test::openAiStream({ "I have no further idea." }, 10, 5));
+
+    // vllm: a local OpenAI-compatible server that needs no key.
+    KloopProcess kloop(runArgs("vllm", 10, false), environment(""), scratch);
+    const CandidateId first = nextPendingReview(kloop, {});
+    ASSERT_FALSE(first.empty()) << kloop.out();
+    postInboxRequest(sessionDir, { InboxRequest::Kind::Review, first, true, "512 threads: worth timing" });
+    const CandidateId second = nextPendingReview(kloop, { first });
+    ASSERT_FALSE(second.empty()) << kloop.out();
+    postInboxRequest(sessionDir, { InboxRequest::Kind::Review, second, false, "the same idea again" });
+    const ProcessResult r = kloop.wait();
+    ASSERT_EQ(r.exitCode, 0) << "stdout:\n" << r.out << "\nstderr:\n" << r.err;
+    EXPECT_NE(r.err.find("wait for the engineer's review"), std::string::npos) << r.err;
+    EXPECT_EQ(summaryOf(r).value("reason", ""), "the agent has nothing left to propose");
+
+    auto store = SessionStore::open(sessionDir);
+    const Session& s = store->session();
+    EXPECT_FALSE(s.settings.autoApproveLlm);
+    EXPECT_EQ(llmCandidates(s), (std::vector<CandidateId> { first, second }));
+    EXPECT_EQ(s.tree.at(first).status, CandidateStatus::Accepted) << s.tree.at(first).statusReason;
+    EXPECT_TRUE(s.evaluations.count(first));
+    EXPECT_EQ(s.tree.at(second).status, CandidateStatus::Rejected);
+    EXPECT_NE(s.tree.at(second).statusReason.find("the same idea again"), std::string::npos);
+    EXPECT_FALSE(s.evaluations.count(second)) << "a rejected proposal is never compiled or timed";
+    ASSERT_EQ(s.reviews.size(), 2u);
+    EXPECT_EQ(s.reviews[0].candidateId, first);
+    EXPECT_TRUE(s.reviews[0].approved);
+    EXPECT_EQ(s.reviews[1].candidateId, second);
+    EXPECT_FALSE(s.reviews[1].approved);
+    for (const auto& p : agentRecords(store->events(), "llm.proposal"))
+        EXPECT_TRUE(p.value("needs_review", false));
 }
