@@ -41,6 +41,12 @@ ProfileReport profileAgainstBaseline(GpuEvaluator& evaluator, const Candidate& c
                                             request.timeoutSeconds);
     if (!reply.ok())
         throw std::runtime_error("the worker's profile op failed: " + reply.error);
+    if (!reply.body.contains("plans")) {
+        // The worker could not load the module: its compile report says why.
+        report.compile = compileReportFromJson(reply.body.at("compile"), "profile reply.compile");
+        report.compile.ok = false;
+        return report;
+    }
     ProfileReport r = wire::profileReport(reply.body, "profile reply");
     if (!r.compile.ok)
         r.compile = report.compile; // the worker loaded the local CUBIN; its report is the local compile's

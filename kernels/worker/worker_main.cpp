@@ -155,8 +155,9 @@ Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
             po.launches = std::clamp(req.value("launches", 5), 1, 1000);
             kl::ProfileReport pr = kl::worker::profilePlans(engine, lp, *plan, kl::wire::shape(req.at("shape")), po);
             pr.compile = report;
-            for (const auto& [k, v] : kl::wire::toJson(pr).items())
-                res[k] = v;
+            const Json reportJson = kl::wire::toJson(pr); // named: items() of a temporary would dangle
+            for (auto it = reportJson.begin(); it != reportJson.end(); ++it)
+                res[it.key()] = it.value();
         } else {
             const auto tr = engine.trace(lp, *plan, kl::wire::shape(req.at("shape")), req.value("launches", 50));
             auto& recs = res["records"] = Json::array();

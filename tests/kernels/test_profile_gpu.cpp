@@ -46,8 +46,9 @@ void expectTraced(const kl::PlanProfile& p, int launches)
     EXPECT_EQ(p.eventUs.size(), static_cast<std::size_t>(launches)) << p.role;
     for (std::size_t i = 0; i < p.records.size(); ++i) {
         EXPECT_GT(p.records[i].endNs, p.records[i].startNs) << p.role << " record " << i;
-        if (i > 0)
+        if (i > 0) {
             EXPECT_GE(p.records[i].startNs, p.records[i - 1].startNs) << p.role << " records in launch order";
+        }
     }
 }
 
@@ -87,8 +88,9 @@ TEST(ProfileGpu, RmsnormTemplateAgainstBaselineAtTheDramCeiling)
         }
         ASSERT_FALSE(p->sol.empty()) << p->role;
         EXPECT_GE(p->solPasses, 1);
-        if (p->kernelsPerRun > 0)
+        if (p->kernelsPerRun > 0) {
             EXPECT_EQ(p->sol.size(), static_cast<std::size_t>(p->kernelsPerRun)) << p->role;
+        }
         double bytes = 0, ns = 0;
         for (const auto& k : p->sol) {
             std::printf("%s %-28s %9.1f us DRAM %5.1f%% SM %5.1f%% occupancy %5.1f%% DRAM bytes %.3e\n",
@@ -103,9 +105,10 @@ TEST(ProfileGpu, RmsnormTemplateAgainstBaselineAtTheDramCeiling)
             bytes += k.dramBytes;
             ns += k.durationNs;
         }
-        // The counters' bytes agree with the problem's own byte count (what the roofline uses).
-        EXPECT_GT(bytes, 0.9 * minBytes) << p->role;
-        EXPECT_LT(bytes, 1.5 * minBytes) << p->role;
+        // The counters' bytes agree with the problem's own byte count (what the roofline uses): up to the 60 MiB
+        // the L2 may still hold of x or y below it, up to a second read of x above it.
+        EXPECT_GT(bytes, 0.75 * minBytes) << p->role;
+        EXPECT_LT(bytes, 2.1 * minBytes) << p->role;
         if (p == cand) {
             EXPECT_GT(p->sol.front().dramThroughputPct, 30.0) << "a streaming kernel on 512 MiB keeps DRAM busy";
             // The throughput % and the bytes/time agree: 4.8 TB/s is the H200's DRAM peak.
