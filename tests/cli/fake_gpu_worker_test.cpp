@@ -89,8 +89,8 @@ TEST_F(FakeGpuWorker, CompilesWithNvrtc)
 
     // verify/time without a CUBIN compile the source; one that does not compile gets no shapes, as from the
     // real worker.
-    const auto verify = client.request({ { "op", "verify" }, { "problem", problem.name },
-                                           { "candidate", candidate(broken) }, { "shapes", shapes() } },
+    const auto verify = client.request(
+        { { "op", "verify" }, { "problem", problem.name }, { "candidate", candidate(broken) }, { "shapes", shapes() } },
         60);
     ASSERT_TRUE(verify.ok()) << verify.error;
     EXPECT_FALSE(verify.body.contains("shapes"));
@@ -153,7 +153,8 @@ TEST_F(FakeGpuWorker, TimesDeterministicallyFromEfficiency)
         EXPECT_GT(first[i].speedup, 1.0);
         EXPECT_LT(first[i].speedupCiHigh, marked[i].speedupCiLow) << first[i].shape.label();
         // Memory-bound model: a larger shape takes longer.
-        if (i > 0 && problem.tuningShapes[i].dims.at("T") * problem.tuningShapes[i].dims.at("H")
+        if (i > 0
+            && problem.tuningShapes[i].dims.at("T") * problem.tuningShapes[i].dims.at("H")
                 > problem.tuningShapes[i - 1].dims.at("T") * problem.tuningShapes[i - 1].dims.at("H")) {
             EXPECT_GT(first[i].timing->medianUs, first[i - 1].timing->medianUs);
         }

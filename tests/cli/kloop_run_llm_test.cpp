@@ -53,8 +53,8 @@ std::string slurp(const fs::path& p)
 // Environment overrides with an empty value remove the variable.
 class KloopProcess {
 public:
-    KloopProcess(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
-        const fs::path& scratch)
+    KloopProcess(
+        const std::vector<std::string>& args, const std::map<std::string, std::string>& env, const fs::path& scratch)
         : m_outPath(scratch / "kloop.stdout")
         , m_errPath(scratch / "kloop.stderr")
     {
@@ -211,7 +211,8 @@ struct KloopRunLlm : ::testing::Test {
     }
     std::string nonCompilingKernel() const
     {
-        return replaceOnce(templateSource, "rsqrtf(ss / (float)H + eps)", "rsqrtf(ss / (float)H + undeclared_identifier)");
+        return replaceOnce(
+            templateSource, "rsqrtf(ss / (float)H + eps)", "rsqrtf(ss / (float)H + undeclared_identifier)");
     }
     // Really wrong (drops the mean) and marked, so the double's verification fails it.
     std::string wrongKernel() const
@@ -411,6 +412,18 @@ TEST_F(KloopRunLlm, OpenAiRepliesBecomeCandidatesCompiledVerifiedTimedAndRecorde
     EXPECT_EQ(r.out.find(kApiKey), std::string::npos);
     EXPECT_EQ(r.err.find(kApiKey), std::string::npos);
 
+    // kloop session show reads the same session back.
+    const ProcessResult shown = runKloop({ "session", "show", sessionDir.string(), "--json" }, {}, scratch);
+    ASSERT_EQ(shown.exitCode, 0) << shown.err;
+    const json view = json::parse(shown.out);
+    EXPECT_EQ(view.value("best", ""), llm[0]);
+    std::map<std::string, json> byId;
+    for (const auto& c : view.at("candidates"))
+        byId[c.value("id", "")] = c;
+    ASSERT_TRUE(byId.count(llm[1]));
+    EXPECT_EQ(byId[llm[1]].value("author", ""), "llm");
+    EXPECT_EQ(byId[llm[1]].value("status", ""), "compile-failed");
+
     std::printf("kloop run (openai, 5 evaluations) took %.1f s\n", seconds);
 }
 
@@ -418,8 +431,7 @@ TEST_F(KloopRunLlm, AnthropicRepliesDriveTheLoopAndAnEqualCandidateIsNotSignific
 {
     // Call 1: the good idea as a whole candidate. Call 2: the same speed in other code, which the loop must
     // not accept (its speedup interval includes 1.0).
-    const std::string sameSpeed
-        = replaceOnce(fasterKernel(), "// @kl:param MINB = 1 in", "// @kl:param MINB = 2 in");
+    const std::string sameSpeed = replaceOnce(fasterKernel(), "// @kl:param MINB = 1 in", "// @kl:param MINB = 2 in");
     const std::string good = "NOTE: 512 threads per row\n```kl-candidate\n" + fasterKernel() + "```\n";
     const std::string equal = "NOTE: two blocks per SM\n```kl-candidate\n" + sameSpeed + "```\n";
     server.enqueue(test::anthropicStream(test::piecesOf(good, 50), 900, 700));
@@ -523,4 +535,13 @@ TEST_F(KloopRunLlm, WithoutAutoApproveProposalsWaitForTheEngineersReviewThroughT
     EXPECT_FALSE(s.reviews[1].approved);
     for (const auto& p : agentRecords(store->events(), "llm.proposal"))
         EXPECT_TRUE(p.value("needs_review", false));
+}
+
+TEST_F(KloopRunLlm, AMissingKeyFailsBeforeAnyRequest)
+{
+    const ProcessResult r = runKloop(runArgs("anthropic", 5), environment(""), scratch);
+    EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find("needs an API key"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("ANTHROPIC_API_KEY"), std::string::npos) << r.err;
+    EXPECT_TRUE(server.requests().empty());
 }
