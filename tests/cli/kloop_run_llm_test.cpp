@@ -545,3 +545,39 @@ TEST_F(KloopRunLlm, AMissingKeyFailsBeforeAnyRequest)
     EXPECT_NE(r.err.find("ANTHROPIC_API_KEY"), std::string::npos) << r.err;
     EXPECT_TRUE(server.requests().empty());
 }
+
+TEST_F(KloopRunLlm, AResumedRunAsksTheSameProviderWithTheSessionsSettings)
+{
+    const std::string good = "NOTE: 512 threads per row\n```kl-candidate\n" + fasterKernel() + "```\n";
+    const std::string broken = "NOTE: a new helper\n```kl-candidate\n" + nonCompilingKernel() + "```\n";
+    server.enqueue(test::openAiStream(test::piecesOf(good, 64), 700, 500));
+    server.enqueue(test::openAiStream(test::piecesOf(broken, 64), 720, 510));
+    for (int i = 0; i < 6; ++i)
+        server.enqueue(test::openAiStream({ "I have no further idea." }, 10, 5));
+
+    const ProcessResult first = runKloop(runArgs("openai", 3), environment("OPENAI_API_KEY"), scratch);
+    ASSERT_EQ(first.exitCode, 0) << first.out << first.err;
+    // Only the key comes from the environment again; provider, model, base URL and auto-approve are the session's.
+    const ProcessResult resumed = runKloop(
+        { "run", "--resume", sessionDir.string(), "--budget", "4", "--json" }, environment("OPENAI_API_KEY"), scratch);
+    ASSERT_EQ(resumed.exitCode, 0) << resumed.out << resumed.err;
+    EXPECT_EQ(resumed.err.find("wait for the engineer's review"), std::string::npos) << resumed.err;
+
+    auto store = SessionStore::open(sessionDir);
+    const Session& s = store->session();
+    const std::vector<CandidateId> llm = llmCandidates(s);
+    ASSERT_EQ(llm.size(), 2u) << resumed.out;
+    EXPECT_EQ(s.tree.at(llm[0]).status, CandidateStatus::Accepted);
+    EXPECT_EQ(s.tree.at(llm[1]).status, CandidateStatus::CompileFailed);
+    EXPECT_EQ(s.tree.at(llm[1]).parentId, llm[0]);
+    EXPECT_EQ(s.tree.at(llm[1]).agent, "llm:openai/scripted-model");
+    const auto reqs = server.requests();
+    ASSERT_EQ(reqs.size(), 2u);
+    EXPECT_EQ(json::parse(reqs[1].body).value("model", ""), "scripted-model");
+    EXPECT_EQ(reqs[1].headers.count("authorization") ? reqs[1].headers.at("authorization") : "",
+        std::string("Bearer ") + kApiKey);
+    int calls = 0;
+    EXPECT_EQ(llmUsageFromEvents(store->events(), &calls).inputTokens, 700 + 720);
+    EXPECT_EQ(calls, 2);
+    EXPECT_EQ(filesContaining(sessionDir, kApiKey), "");
+}
