@@ -470,7 +470,9 @@ namespace {
             }
         if (baseUs > 0 && candUs > 0)
             std::printf("candidate vs baseline: %.3fx (GPU time of one run, %s)\n", baseUs / candUs,
-                r.traceAvailable ? "median of the traced runs" : "from the counter replay");
+                r.traceAvailable                 ? "median kernel time of the traced runs"
+                    : cand && !cand->sol.empty() ? "the counter replay's kernel time"
+                                                 : "median CUDA-event time of the runs");
         for (const auto& pr : plans) {
             if (!pr.plan->solAvailable)
                 std::printf("%s: counters unavailable: %s\n", pr.plan->role.c_str(), pr.plan->solNote.c_str());

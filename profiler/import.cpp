@@ -35,6 +35,11 @@ TraceFormat detectFormat(const std::string& path)
     std::string_view rest(buf + i, n - i);
     if (rest.substr(0, 10) == "{\"kltrace\"")
         return TraceFormat::KlTrace;
+    // A header whose keys were written in another order (sorted by a JSON library) is still a .kltrace header.
+    if (std::string_view line = rest.substr(0, rest.find('\n')); rest[0] == '{'
+        && line.find("\"kltrace\":") != std::string_view::npos
+        && line.find("\"traceEvents\"") == std::string_view::npos)
+        return TraceFormat::KlTrace;
     if (rest[0] == '{' || rest[0] == '[')
         return TraceFormat::ChromeJson;
     return TraceFormat::Unknown;

@@ -15,7 +15,8 @@ namespace {
 
 KlTraceWriter::KlTraceWriter(int64_t pid, const std::string& command)
 {
-    append(m_text, { { "kltrace", 1 }, { "pid", pid }, { "cmd", command } });
+    // The version key first: format detection looks for it at the start of the file (json dumps keys sorted).
+    m_text = "{\"kltrace\":1,\"pid\":" + std::to_string(pid) + ",\"cmd\":" + nlohmann::json(command).dump() + "}\n";
 }
 
 void KlTraceWriter::device(const Device& d)

@@ -149,3 +149,49 @@ namespace {
 
 } // namespace
 } // namespace kl::prof
+
+namespace kl::prof {
+namespace {
+
+    // A real capture: kloop profile --sol on the H200 (tests/profiler/data/README.md), loaded as any file is.
+    TEST(KlTraceWriter, H200ProfileSolFixtureLoadsThroughFormatDetection)
+    {
+        const std::string path = std::string(KL_SOURCE_DIR) + "/tests/profiler/data/h200_profile_sol_rmsnorm.kltrace";
+        ASSERT_EQ(detectFormat(path), TraceFormat::KlTrace);
+        const Trace t = importTraceFile(path);
+        ASSERT_EQ(t.rows().size(), 2u);
+        EXPECT_EQ(t.strings().view(t.rows()[0].name), "baseline");
+        EXPECT_EQ(t.strings().view(t.rows()[1].name), "candidate");
+        ASSERT_EQ(t.sol().size(), 2u);
+        for (const auto& s : t.sol()) {
+            ASSERT_LT(s.event, t.eventCount());
+            const Event& e = t.event(s.event);
+            EXPECT_EQ(e.start, 0) << "counters sit on each plan's first traced kernel";
+            EXPECT_EQ(t.name(e), s.kernelName);
+            // bytes/duration and the DRAM % agree: rmsnorm moves 4*T*H bytes = 512 MiB here.
+            EXPECT_NEAR(s.dramBytes, 4.0 * 16384 * 8192, 0.01 * 4.0 * 16384 * 8192);
+        }
+        const Analysis a = analyze(t);
+        ASSERT_EQ(a.kernels.size(), 2u);
+        for (const auto& k : a.kernels) {
+            EXPECT_EQ(k.count, 5u) << k.name;
+            EXPECT_EQ(k.roofline.basis, "sol-counters") << k.name;
+            if (k.name == "rmsnorm_template") {
+                EXPECT_EQ(k.roofline.bound, "memory-bound");
+                EXPECT_GT(k.roofline.dramPct, 75.0);
+            } else {
+                EXPECT_EQ(k.name, "rmsnorm_baseline");
+                EXPECT_LT(k.roofline.dramPct, 40.0);
+                EXPECT_GT(k.achievedOccupancyPct, 90.0);
+            }
+        }
+    }
+
+    TEST(KlTraceWriter, HeaderComesFirstSoAnyReaderDetectsIt)
+    {
+        const KlTraceWriter w(7, "x \"quoted\"");
+        EXPECT_EQ(w.text(), "{\"kltrace\":1,\"pid\":7,\"cmd\":\"x \\\"quoted\\\"\"}\n");
+    }
+
+} // namespace
+} // namespace kl::prof
