@@ -1,5 +1,6 @@
 // GUI tests run headless: offscreen unless the caller chose a platform (e.g. xcb under xvfb-run).
 #include "app/theme.h"
+#include "dispatch_latency.h"
 
 #include <QApplication>
 #include <QElapsedTimer>
@@ -9,18 +10,19 @@
 
 namespace {
 
-// With KL_GUI_STALLS set, names every event that keeps the GUI thread busy for more than 15 ms.
+// Times every event the GUI thread dispatches while a DispatchLatencyRecorder is alive; with KL_GUI_STALLS set,
+// also names every event that keeps the GUI thread busy for more than 15 ms.
 class TimingApplication : public QApplication {
 public:
     using QApplication::QApplication;
     bool notify(QObject* receiver, QEvent* event) override
     {
         if (!m_report)
-            return QApplication::notify(receiver, event);
+            return kl::test::DispatchLatencyRecorder::timedNotify(receiver, event, &deliver, this);
         QElapsedTimer t;
         t.start();
         const int type = event->type();
-        const bool r = QApplication::notify(receiver, event);
+        const bool r = kl::test::DispatchLatencyRecorder::timedNotify(receiver, event, &deliver, this);
         if (t.elapsed() > 15)
             std::printf("[ slow event ] %lld ms type %d to %s %s\n", static_cast<long long>(t.elapsed()), type,
                 receiver->metaObject()->className(), qPrintable(receiver->objectName()));
@@ -28,6 +30,10 @@ public:
     }
 
 private:
+    static bool deliver(QObject* receiver, QEvent* event, void* self)
+    {
+        return static_cast<TimingApplication*>(self)->QApplication::notify(receiver, event);
+    }
     bool m_report = qEnvironmentVariableIsSet("KL_GUI_STALLS");
 };
 
