@@ -1,5 +1,6 @@
 // kloop run: the research loop on the local GPU with the built-in tuner.
 #include "agent/agent_factory.h"
+#include "agent/llm/llm_agent.h"
 #include "agent/tuner/strategy.h"
 #include "agent/tuner/tuner_agent.h"
 #include "agent/tuning_db/tuning_database.h"
@@ -7,7 +8,6 @@
 #include "core/catalogue.h"
 #include "core/errors.h"
 #include "core/json_io.h"
-#include "core/live_agent_stream.h"
 #include "core/loop_objective.h"
 #include "core/research_loop.h"
 #include "core/session_inbox.h"
@@ -236,24 +236,19 @@ namespace {
         // The LLM agent's prompts, replies, usage and verdicts go to the session journal; the store may be
         // created below, after the agent, and outlives it (declared earlier in this scope).
         // The reply as it streams goes to <session>/live/ for the workbench (the journal gets it when complete).
+        std::mutex liveMutex; // the agent records from the loop's threads
         std::unique_ptr<LiveStreamWriter> liveStream;
-        agentOptions.llmHooks.record = [&store, &liveStream](const nlohmann::json& j) {
-            if (!store)
-                return;
-            if (!liveStream)
-                liveStream = std::make_unique<LiveStreamWriter>(store->dir());
-            nlohmann::json named = j;
-            liveStream->observeAgentRecord(named);
-            store->agentMessage(named);
-        };
-        agentOptions.llmHooks.onDelta = [&liveStream](const std::string& delta) {
-            if (liveStream)
-                liveStream->delta(delta);
-        };
-        agentOptions.llmHooks.onRetry = [&liveStream](int, int, const std::string& why) {
-            if (liveStream)
-                liveStream->retry(why);
-        };
+        agentOptions.llmHooks = liveStreamingHooks(
+            [&store](const nlohmann::json& j) {
+                if (store)
+                    store->agentMessage(j);
+            },
+            [&store, &liveStream, &liveMutex]() -> LiveStreamWriter* {
+                std::lock_guard lock(liveMutex);
+                if (!liveStream && store)
+                    liveStream = std::make_unique<LiveStreamWriter>(store->dir());
+                return liveStream.get();
+            });
         try {
             agentOptions.seed = std::stoull(a.optionOr("seed", "1"));
         } catch (const std::exception&) {

@@ -267,6 +267,28 @@ void LlmAgent::observe(const Candidate& c, const Evaluation& e)
         { "verdict", verdictName(e.verdict) }, { "objective", e.objective }, { "reasons", reasons } });
 }
 
+LlmAgentHooks liveStreamingHooks(
+    std::function<void(const json& record)> record, std::function<LiveStreamWriter*()> live)
+{
+    LlmAgentHooks h;
+    h.record = [record, live](const json& j) {
+        json named = j;
+        if (LiveStreamWriter* w = live())
+            w->observeAgentRecord(named);
+        if (record)
+            record(named);
+    };
+    h.onDelta = [live](const std::string& delta) {
+        if (LiveStreamWriter* w = live())
+            w->delta(delta);
+    };
+    h.onRetry = [live](int, int, const std::string& why) {
+        if (LiveStreamWriter* w = live())
+            w->retry(why);
+    };
+    return h;
+}
+
 llm::Usage llmUsageFromEvents(const std::vector<Event>& events, int* calls)
 {
     llm::Usage total;

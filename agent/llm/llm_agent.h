@@ -8,6 +8,7 @@
 #include "agent/prompt/prompt_builder.h"
 #include "core/agent.h"
 #include "core/events.h"
+#include "core/live_agent_stream.h"
 
 #include <filesystem>
 #include <functional>
@@ -63,6 +64,13 @@ private:
 };
 
 std::unique_ptr<Agent> makeLlmAgent(const LlmAgentSettings& settings, LlmAgentHooks hooks = {});
+
+// kloop run's hooks: each record goes through the live stream writer (which names the stream in llm.request,
+// llm.reply and llm.error records) and then to `record`; streamed text and retries go to the writer
+// (<session>/live/agent-stream.jsonl, core/live_agent_stream.h), so a workbench sees the reply as it streams.
+// `live` returns null while there is no session yet; then records only go to `record`.
+LlmAgentHooks liveStreamingHooks(
+    std::function<void(const nlohmann::json& record)> record, std::function<LiveStreamWriter*()> live);
 
 // Settings for "llm:<provider>" from the provider preset, overlaid with the session's extra settings:
 //   llm.model, llm.base_url, llm.api_key_env, llm.api ("openai"|"anthropic"), llm.arch,

@@ -3,11 +3,15 @@
 #include "core/diff.h"
 #include "core/errors.h"
 #include "core/json_io.h"
+#include "core/live_agent_stream.h"
 #include "core/session_store.h"
 #include "loopback_server.h"
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <gtest/gtest.h>
+#include <thread>
 
 namespace fs = std::filesystem;
 using namespace kl;
@@ -322,4 +326,62 @@ TEST(LlmAgentSettings, FromAgentSpecAndSessionExtras)
     EXPECT_THROW(llmAgentSettingsFor("llm:openai", { { "llm.settings", R"({"api_key": "sk-123"})" } }), InputError);
     auto agent = makeLlmAgent(llmAgentSettingsFor("llm:ollama", { { "llm.model", "qwen" } }));
     EXPECT_EQ(agent->name(), "llm:ollama");
+}
+
+// kloop run's hooks: while the provider streams, the reply is already in <session>/live/agent-stream.jsonl, chunk
+// by chunk, for a workbench in another process; the journal's request and reply records name the stream; the file
+// is gone when the request ends.
+TEST_F(AgentFixture, TheReplyIsInTheLiveStreamFileWhileItStreams)
+{
+    const std::string reply = "NOTE: wider block\n```kl-candidate\n" + goodCandidate() + "```\n";
+    const auto pieces = test::piecesOf(reply, 64);
+    ASSERT_GT(pieces.size(), 4u);
+    server.enqueue(test::openAiStream(pieces, 2000, 300, 40));
+    LiveStreamWriter writer(dir);
+    LlmAgent agent(settings(), liveStreamingHooks(hooks().record, [&writer]() { return &writer; }));
+
+    LiveStreamReader reader(dir);
+    std::atomic<bool> done { false };
+    std::vector<LiveStreamRecord> seen;
+    std::size_t deltasWhileStreaming = 0;
+    std::thread workbench([&]() {
+        while (!done) {
+            for (auto& r : reader.poll()) {
+                if (r.kind == LiveStreamRecord::Kind::Delta && !done)
+                    ++deltasWhileStreaming;
+                seen.push_back(std::move(r));
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        for (auto& r : reader.poll())
+            seen.push_back(std::move(r));
+    });
+    const auto proposals = agent.propose(context(), {});
+    done = true;
+    workbench.join();
+    ASSERT_EQ(proposals.size(), 1u);
+
+    EXPECT_GT(deltasWhileStreaming, pieces.size() / 2); // read live, not after the fact
+    ASSERT_GE(seen.size(), pieces.size() + 2);
+    EXPECT_EQ(seen.front().kind, LiveStreamRecord::Kind::Begin);
+    EXPECT_EQ(seen.front().model, "loop-model");
+    EXPECT_EQ(seen.back().kind, LiveStreamRecord::Kind::End);
+    std::string text;
+    for (const auto& r : seen)
+        if (r.kind == LiveStreamRecord::Kind::Delta) {
+            EXPECT_EQ(r.offset, text.size());
+            text += r.text;
+        }
+    EXPECT_EQ(text, reply);
+    EXPECT_FALSE(fs::exists(liveAgentStreamPath(dir)));
+    // The journal names the stream in the request and the reply, so the workbench can match them.
+    std::string requestStream, replyStream;
+    for (const auto& r : records) {
+        if (r.at("type") == "llm.request")
+            requestStream = r.value("live_stream", "");
+        if (r.at("type") == "llm.reply")
+            replyStream = r.value("live_stream", "");
+    }
+    EXPECT_EQ(requestStream, seen.front().stream);
+    EXPECT_EQ(replyStream, seen.front().stream);
 }
