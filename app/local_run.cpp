@@ -22,7 +22,13 @@ namespace {
     {
         // The NVIDIA driver lists its GPUs here; asking CUDA would load the driver on the GUI thread.
         const QDir gpus(QStringLiteral("/proc/driver/nvidia/gpus"));
-        return gpus.exists() && !gpus.entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty();
+        if (gpus.exists() && !gpus.entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty())
+            return true;
+        // WSL 2 has no /proc/driver/nvidia: the GPU is behind /dev/dxg and the Windows driver maps its libcuda in.
+        return QFileInfo::exists(QStringLiteral("/dev/dxg"))
+            && !QDir(QStringLiteral("/usr/lib/wsl/lib"))
+                    .entryList({ QStringLiteral("libcuda.so*") }, QDir::Files)
+                    .isEmpty();
     }
 
     bool processAlive(qint64 pid)
