@@ -1,6 +1,7 @@
 #include "app/timeline_view.h"
 
 #include "app/theme.h"
+#include "profiler/analysis.h"
 
 #include <QHelpEvent>
 #include <QPainter>
@@ -520,6 +521,18 @@ QString TimelineView::tooltipAt(const QPoint& pos) const
                    .arg(k->dynamicSharedMemory);
         if (k->estOccupancyPct >= 0)
             tip += QStringLiteral("<br>est. occupancy %1%").arg(k->estOccupancyPct, 0, 'f', 0);
+        // Counters of this very launch (kloop profile --sol): what bounds it, right where the kernel is.
+        for (const auto& sol : trace.sol()) {
+            if (sol.event != idx)
+                continue;
+            tip += QStringLiteral("<br>speed of light: DRAM %1% · SM %2% · occupancy %3% · %4")
+                       .arg(sol.dramThroughputPct, 0, 'f', 1)
+                       .arg(sol.smThroughputPct, 0, 'f', 1)
+                       .arg(sol.achievedOccupancyPct, 0, 'f', 1)
+                       .arg(
+                           QString::fromStdString(kl::prof::rooflineClass(sol.dramThroughputPct, sol.smThroughputPct)));
+            break;
+        }
     }
     if (const auto* m = trace.memOpInfo(e)) {
         const auto kind = trace.strings().view(m->copyKind);

@@ -1,7 +1,11 @@
 #include "app/timeline_panel.h"
 #include "app/timeline_view.h"
+#include "profiler/kltrace_writer.h"
 
+#include <QCoreApplication>
+#include <QDir>
 #include <QElapsedTimer>
+#include <QFile>
 #include <QSignalSpy>
 #include <QTest>
 #include <gtest/gtest.h>
@@ -136,4 +140,80 @@ TEST(Timeline, ZoomPanAndSelectionOnAMillionEvents)
     const QString tip = view->tooltipAt(QPoint(x, 26 + 8));
     EXPECT_TRUE(tip.contains(QString::fromUtf8(trace->name(first).data(), static_cast<int>(trace->name(first).size()))))
         << tip.toStdString();
+}
+
+// What `kloop profile --sol` writes: the baseline's and the candidate's runs as two named rows starting together,
+// with speed-of-light counters on each plan's first run.
+TEST(Timeline, ProfileSolTraceShowsBaselineAboveCandidateWithCounters)
+{
+    kl::prof::KlTraceWriter w(0, "kloop profile --sol rmsnorm T=16384,H=8192");
+    kl::prof::Device d;
+    d.name = "NVIDIA H200";
+    w.device(d);
+    w.rowName(0, 1, "baseline");
+    w.rowName(0, 2, "candidate");
+    for (int run = 0; run < 3; ++run) {
+        kl::prof::KlKernelLine b;
+        b.startNs = run * 400'000;
+        b.endNs = b.startNs + 335'000;
+        b.stream = 1;
+        b.name = "rmsnorm_baseline";
+        w.kernel(b);
+        kl::prof::KlKernelLine c = b;
+        c.startNs = run * 150'000;
+        c.endNs = c.startNs + 132'000;
+        c.stream = 2;
+        c.name = "rmsnorm_template";
+        w.kernel(c);
+    }
+    kl::prof::SolMetrics base;
+    base.durationNs = 335'000;
+    base.dramThroughputPct = 32.0;
+    base.smThroughputPct = 41.5;
+    base.achievedOccupancyPct = 95.8;
+    w.sol(base, 0, 1, 0);
+    kl::prof::SolMetrics cand = base;
+    cand.dramThroughputPct = 81.0;
+    cand.smThroughputPct = 38.0;
+    cand.achievedOccupancyPct = 35.5;
+    w.sol(cand, 0, 2, 0);
+    const QString path
+        = QDir::temp().filePath(QStringLiteral("kl-timeline-sol-%1.kltrace").arg(QCoreApplication::applicationPid()));
+    {
+        QFile f(path);
+        ASSERT_TRUE(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray::fromStdString(w.text()));
+    }
+
+    TimelinePanel panel;
+    panel.resize(1200, 400);
+    panel.show();
+    ASSERT_TRUE(QTest::qWaitForWindowExposed(&panel));
+    QSignalSpy loaded(&panel, &TimelinePanel::traceLoaded);
+    panel.loadTrace(path);
+    ASSERT_TRUE(loaded.wait(10000));
+    QFile::remove(path);
+    const auto& rows = panel.rowModel()->rows();
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[0].name, QStringLiteral("baseline"));
+    EXPECT_EQ(rows[1].name, QStringLiteral("candidate"));
+    EXPECT_EQ(rows[0].events, 3u);
+    EXPECT_EQ(rows[1].events, 3u);
+    EXPECT_EQ(panel.view()->viewStart(), 0.0);
+
+    // The top row's first kernel carries its counters in the tooltip; a later run of it has none.
+    const auto& trace = *panel.rowModel()->traces()[0].trace;
+    auto baselineTip = [&](std::size_t nth) {
+        const auto& e = trace.event(trace.rows()[rows[0].row].lanes[0][nth]);
+        panel.view()->setViewRange(static_cast<double>(e.start - 1000), static_cast<double>(e.end + 1000));
+        const int x = panel.view()->xForTime((static_cast<double>(e.start) + static_cast<double>(e.end)) / 2.0);
+        return panel.view()->tooltipAt(QPoint(x, 26 + 8));
+    };
+    const QString first = baselineTip(0);
+    EXPECT_TRUE(first.contains(QStringLiteral("rmsnorm_baseline"))) << first.toStdString();
+    EXPECT_TRUE(first.contains(QStringLiteral("DRAM 32.0%"))) << first.toStdString();
+    EXPECT_TRUE(first.contains(QStringLiteral("compute-bound"))) << first.toStdString(); // SM 41.5% >= 40%
+    const QString second = baselineTip(1);
+    EXPECT_TRUE(second.contains(QStringLiteral("rmsnorm_baseline"))) << second.toStdString();
+    EXPECT_FALSE(second.contains(QStringLiteral("speed of light"))) << second.toStdString();
 }

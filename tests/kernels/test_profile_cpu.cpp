@@ -225,6 +225,22 @@ TEST(ProfileSolCli, NoWorkerSaysSoAndWritesNothing)
     EXPECT_FALSE(fs::exists(trace));
 }
 
+TEST(ProfileSolCli, SessionCandidatesAreFoundBeforeTheWorkerIsAsked)
+{
+    const std::string session = std::string(KL_SOURCE_DIR) + "/resources/demo-session";
+    const std::string noWorker = "KL_WORKER=/nonexistent/kloop-worker";
+    CliRun r = kloop("profile --sol --session " + session + " --node c9999 --shape T=16,H=1024", noWorker);
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_NE(r.output.find("has no candidate 'c9999'"), std::string::npos) << r.output;
+    // A real node (and the default: the best correct one) gets as far as the worker, and the session's problem is
+    // found without --problem.
+    for (const std::string node : {" --node c0002", ""}) {
+        r = kloop("profile --sol --session " + session + node + " --shape T=16,H=1024", noWorker);
+        EXPECT_EQ(r.code, 1) << r.output;
+        EXPECT_NE(r.output.find("no usable CUDA GPU"), std::string::npos) << node << "\n" << r.output;
+    }
+}
+
 TEST(ProfileSolCli, PlainProfileStillWantsACommand)
 {
     const CliRun r = kloop("profile");
