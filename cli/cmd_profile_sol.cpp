@@ -273,9 +273,9 @@ namespace {
                 d);
         else if (r.bound == "memory-bound")
             std::snprintf(buf, sizeof buf,
-                "memory-bound below the ceiling (DRAM %.0f%%): keep more bytes in flight (wider or vectorised "
-                "loads, more warps or blocks per SM)",
-                d);
+                "memory-bound below the ceiling (DRAM %.0f%%, achieved occupancy %.0f%%): keep more bytes in flight "
+                "(wider or vectorised loads, more independent loads per thread, more warps or blocks per SM)",
+                d, r.sol->achievedOccupancyPct);
         else if (r.bound == "compute-bound")
             std::snprintf(buf, sizeof buf,
                 "compute-bound (SM %.0f%%): fewer or cheaper instructions per element, tensor cores where they apply",
