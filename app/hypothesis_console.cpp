@@ -164,7 +164,7 @@ void HypothesisConsole::streamSome()
     const int n = std::max(24, static_cast<int>(m_pendingReply.size() / 20));
     QTextCursor cursor(m_transcript->document());
     cursor.movePosition(QTextCursor::End);
-    cursor.insertText(m_pendingReply.left(n));
+    cursor.insertText(m_pendingReply.left(n), QTextCharFormat());
     m_pendingReply.remove(0, n);
     QScrollBar* bar = m_transcript->verticalScrollBar();
     bar->setValue(bar->maximum());
@@ -179,11 +179,22 @@ void HypothesisConsole::flushPendingReply()
     m_pendingReply.clear();
 }
 
+void HypothesisConsole::appendHeader(const QString& text, const QColor& colour)
+{
+    m_transcript->append(QStringLiteral("<span style='color:%1'>%2</span>").arg(colour.name(), text.toHtmlEscaped()));
+    // A little air above each message; the text of a reply below it stays tight, like code.
+    QTextCursor cursor(m_transcript->document());
+    cursor.movePosition(QTextCursor::End);
+    QTextBlockFormat block = cursor.blockFormat();
+    block.setTopMargin(6);
+    cursor.setBlockFormat(block);
+}
+
 void HypothesisConsole::insertAtEnd(const QString& text)
 {
     QTextCursor cursor(m_transcript->document());
     cursor.movePosition(QTextCursor::End);
-    cursor.insertText(text);
+    cursor.insertText(text, QTextCharFormat());
 }
 
 void HypothesisConsole::appendLiveStream(const LiveStreamBatch& records)
@@ -207,11 +218,10 @@ void HypothesisConsole::startLiveBlock(const kl::LiveStreamRecord& r)
                    .arg(r.attempt);
     else
         what = tr("← a reply streaming (joined while it was under way)…");
-    m_transcript->append(
-        QStringLiteral("<span style='color:%1'>%2</span>").arg(theme().info.name(), what.toHtmlEscaped()));
+    appendHeader(what, theme().info);
     QTextCursor cursor(m_transcript->document());
     cursor.movePosition(QTextCursor::End);
-    cursor.insertBlock();
+    cursor.insertBlock(QTextBlockFormat(), QTextCharFormat());
     cursor.setCharFormat(QTextCharFormat());
     m_streaming = false;
     m_live = LiveReply();
@@ -238,7 +248,7 @@ void HypothesisConsole::appendLiveRecord(const kl::LiveStreamRecord& r)
                     tr("retrying (%1): the reply starts again").arg(QString::fromStdString(r.text)).toHtmlEscaped()));
         QTextCursor cursor(m_transcript->document());
         cursor.movePosition(QTextCursor::End);
-        cursor.insertBlock();
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat());
         cursor.setCharFormat(QTextCharFormat());
         m_live.text.clear();
         m_live.base = 0;
@@ -290,21 +300,20 @@ void HypothesisConsole::appendAgentMessage(const kl::Event& e)
     const QString type = stringField(d, "type");
     auto header = [&](const QString& text, const QColor& colour) {
         flushPendingReply();
-        m_transcript->append(
-            QStringLiteral("<span style='color:%1'>%2</span>").arg(colour.name(), text.toHtmlEscaped()));
+        appendHeader(text, colour);
         m_streaming = false;
     };
     auto body = [&](const QString& text, bool stream) {
         QTextCursor cursor(m_transcript->document());
         cursor.movePosition(QTextCursor::End);
-        cursor.insertBlock();
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat());
         cursor.setCharFormat(QTextCharFormat());
         if (stream) {
             m_pendingReply += text;
             if (!m_streamTimer->isActive())
                 m_streamTimer->start();
         } else {
-            cursor.insertText(text);
+            cursor.insertText(text, QTextCharFormat());
         }
     };
 
@@ -374,7 +383,7 @@ void HypothesisConsole::appendAgentMessage(const kl::Event& e)
     if (isDelta && m_streaming) {
         QTextCursor cursor(m_transcript->document());
         cursor.movePosition(QTextCursor::End);
-        cursor.insertText(text);
+        cursor.insertText(text, QTextCharFormat());
         return;
     }
     const QString who = stringField(d, "agent").isEmpty() ? stringField(d, "role") : stringField(d, "agent");

@@ -47,6 +47,7 @@ private:
     void flushPendingReply();
     void startLiveBlock(const kl::LiveStreamRecord& r);
     void insertAtEnd(const QString& text);
+    void appendHeader(const QString& text, const QColor& colour);
     void appendLiveRecord(const kl::LiveStreamRecord& r);
     bool finishLiveReply(const nlohmann::json& reply); // true if the live view showed it and is now complete
 
