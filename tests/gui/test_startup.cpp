@@ -38,6 +38,8 @@ while [ $# -gt 0 ]; do
   [ "$1" = --session ] && dir="$2"
   shift
 done
+# Finding the GPU takes a moment: the workbench must wait for a run that is alive but has no session yet.
+sleep 0.6
 if [ -n "$KL_FAKE_KLOOP_FAIL" ]; then
   echo "kloop run: no usable CUDA GPU: fake driver says no" >&2
   exit 1
