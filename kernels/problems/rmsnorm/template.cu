@@ -1,99 +1,102 @@
-// Tunable RMSNorm: ROWS rows per block, THREADS/ROWS threads per row, VEC-element vector loads (VEC=8 is
-// 16 bytes), and up to CACHE vectors per thread kept in registers so a row is read from memory once.
-// Rows longer than THREADS/ROWS*VEC*CACHE stream the rest and read it again (from L2) in the second pass.
+// Tunable RMSNorm, read once and written once: a row is held in registers, CACHE vectors of VEC elements per
+// thread (VEC=8 is 16 bytes), by the fewest threads that hold it (MINTPR at least, THREADS at most), so every
+// thread keeps CACHE independent loads in flight and a CTA runs THREADS / that many rows. The split is chosen
+// from H at run time, by the same formula in the launch line and in the kernel. Rows longer than
+// THREADS*VEC*CACHE are read in chunks and, except the last chunk, read again (from L2) to write.
 #include <cuda_bf16.h>
-// @kl:param THREADS = 256 in [64, 128, 256, 512, 1024]
+// @kl:param THREADS = 128 in [64, 128, 256, 512, 1024]
 // @kl:param VEC = 8 in [2, 4, 8]
-// @kl:param ROWS = 1 in [1, 2, 4, 8]
 // @kl:param CACHE = 4 in [1, 2, 4, 8, 16]
+// @kl:param MINTPR = 32 in [32, 64, 128, 256]
 // @kl:param MINB = 1 in [1, 2]
-// @kl:constraint THREADS / ROWS >= 32
+// @kl:constraint MINTPR <= THREADS
 // @kl:constraint VEC * CACHE <= 128
-// @kl:launch rmsnorm_template grid=(ceil_div(T, ROWS)) block=(THREADS) smem=0 args=(y, x, w, T, H, eps)
+// @kl:launch rmsnorm_template grid=(ceil_div(T, THREADS / min(THREADS, max(MINTPR, next_pow2(ceil_div(H, VEC * CACHE)))))) block=(THREADS) smem=0 args=(y, x, w, T, H, eps)
 
 template <int N>
 struct alignas(2 * N) BVec {
     __nv_bfloat16 v[N];
 };
 using V = BVec<VEC>;
-constexpr int TPR = THREADS / ROWS; // threads per row
-constexpr int WPR = TPR / 32; // warps per row
+
+__device__ __forceinline__ void normalize(V* yr, const V* wv, const V& v, int i, float inv)
+{
+    const V wk = wv[i];
+    V out;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k)
+        out.v[k] = __float2bfloat16_rn(__bfloat162float(v.v[k]) * inv * __bfloat162float(wk.v[k]));
+    yr[i] = out;
+}
 
 extern "C" __global__ void __launch_bounds__(THREADS, MINB)
     rmsnorm_template(__nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ x,
                      const __nv_bfloat16* __restrict__ w, int T, int H, float eps)
 {
-    const int sub = threadIdx.x / TPR;
-    const int lane = threadIdx.x % TPR;
-    const long long row = (long long)blockIdx.x * ROWS + sub;
-    const bool active = row < T;
     const int nvec = H / VEC;
+    const int needThreads = (nvec + CACHE - 1) / CACHE;
+    int tpr = MINTPR; // threads per row
+    while (tpr < needThreads && tpr < THREADS)
+        tpr *= 2;
+    const int wpr = tpr / 32;
+    const int sub = threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    const long long row = (long long)blockIdx.x * (THREADS / tpr) + sub;
+    const bool active = row < T;
     const V* xr = reinterpret_cast<const V*>(x + (active ? row : 0) * (long long)H);
     V* yr = reinterpret_cast<V*>(y + (active ? row : 0) * (long long)H);
     const V* wv = reinterpret_cast<const V*>(w);
 
+    // Chunks of CACHE vectors per thread; a row that fits is one chunk. The last chunk stays in registers for
+    // the write, earlier ones (rows longer than the configuration holds) are read again.
+    const int chunkStep = CACHE * tpr;
     V cache[CACHE];
-#pragma unroll
-    for (int c = 0; c < CACHE; ++c) {
-        const int i = lane + c * TPR;
-        if (active && i < nvec)
-            cache[c] = xr[i];
-    }
     float ss = 0.f;
+    int last = lane;
+    for (int f = lane;; f += chunkStep) {
 #pragma unroll
-    for (int c = 0; c < CACHE; ++c) {
-        const int i = lane + c * TPR;
-        if (active && i < nvec) {
+        for (int c = 0; c < CACHE; ++c)
+            if (active && f + c * tpr < nvec)
+                cache[c] = xr[f + c * tpr];
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) {
-                const float f = __bfloat162float(cache[c].v[k]);
-                ss = fmaf(f, f, ss);
-            }
-        }
+        for (int c = 0; c < CACHE; ++c)
+            if (active && f + c * tpr < nvec)
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    const float v = __bfloat162float(cache[c].v[k]);
+                    ss = fmaf(v, v, ss);
+                }
+        last = f;
+        if (!active || f + chunkStep >= nvec)
+            break;
     }
-    if (active)
-        for (int i = lane + CACHE * TPR; i < nvec; i += TPR) {
-            const V v = xr[i];
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) {
-                const float f = __bfloat162float(v.v[k]);
-                ss = fmaf(f, f, ss);
-            }
-        }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (WPR > 1) {
-        __shared__ float red[ROWS][WPR > 1 ? WPR : 1];
-        if ((lane & 31) == 0)
-            red[sub][lane / 32] = ss;
+    if (wpr > 1) {
+        __shared__ float warpSum[THREADS / 32 > 0 ? THREADS / 32 : 1];
+        const int wl = threadIdx.x % 32;
+        if (wl == 0)
+            warpSum[threadIdx.x / 32] = ss;
         __syncthreads();
-        ss = 0.f;
+        ss = wl < wpr ? warpSum[sub * wpr + wl] : 0.f;
 #pragma unroll
-        for (int k = 0; k < WPR; ++k)
-            ss += red[sub][k];
+        for (int o = 16; o > 0; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
     }
     const float inv = rsqrtf(ss / (float)H + eps);
 #pragma unroll
-    for (int c = 0; c < CACHE; ++c) {
-        const int i = lane + c * TPR;
-        if (active && i < nvec) {
-            const V wk = wv[i];
-            V out;
+    for (int c = 0; c < CACHE; ++c)
+        if (active && last + c * tpr < nvec)
+            normalize(yr, wv, cache[c], last + c * tpr, inv);
+    for (int f = lane; f < last; f += chunkStep) {
 #pragma unroll
-            for (int k = 0; k < VEC; ++k)
-                out.v[k] = __float2bfloat16_rn(__bfloat162float(cache[c].v[k]) * inv * __bfloat162float(wk.v[k]));
-            yr[i] = out;
-        }
+        for (int c = 0; c < CACHE; ++c)
+            if (f + c * tpr < nvec)
+                cache[c] = xr[f + c * tpr];
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c)
+            if (f + c * tpr < nvec)
+                normalize(yr, wv, cache[c], f + c * tpr, inv);
     }
-    if (active)
-        for (int i = lane + CACHE * TPR; i < nvec; i += TPR) {
-            const V v = xr[i];
-            const V wk = wv[i];
-            V out;
-#pragma unroll
-            for (int k = 0; k < VEC; ++k)
-                out.v[k] = __float2bfloat16_rn(__bfloat162float(v.v[k]) * inv * __bfloat162float(wk.v[k]));
-            yr[i] = out;
-        }
 }

@@ -1,124 +1,317 @@
-// Tunable softmax: ROWS rows per block, THREADS/ROWS threads per row, VEC-element vector loads (VEC=8 is
-// 16 bytes), up to CACHE vectors per thread held in registers so a row that fits is read once and written
-// once. Longer rows merge an online (max, sum) over the rest and read it once more to write.
+// Tunable softmax, read once and written once. A row is held by the fewest threads that hold it, CACHE
+// vectors of VEC halves each (VEC=8 is 16 bytes), at least MINTPR threads (a warp: no barrier) and at most
+// THREADS; rows longer than a CTA holds are split over up to CLUSTER CTAs of a thread-block cluster that
+// combine their partial (max, sum) through distributed shared memory. The split is chosen from C at run
+// time, by the same formula in the launch line and in the kernel.
+// PIPE=1 stages rows in shared memory with cp.async, two buffers deep: each row group handles SEQ consecutive
+// rows and the next row's loads are in flight while the current row is reduced and written, so the memory
+// system never waits for the reduction or the cluster barrier. PIPE=0 loads into registers, one row per group.
+// Rows longer than THREADS*VEC*CACHE*CLUSTER are read in chunks (online max and sum) and, except the last
+// chunk, read a second time (from L2).
 #include <cuda_fp16.h>
-// @kl:param THREADS = 512 in [64, 128, 256, 512, 1024]
-// @kl:param VEC = 8 in [2, 4, 8]
-// @kl:param ROWS = 1 in [1, 2, 4, 8]
-// @kl:param CACHE = 8 in [1, 2, 4, 8, 16]
-// @kl:param MINB = 1 in [1, 2]
-// @kl:constraint THREADS / ROWS >= 32
-// @kl:constraint VEC * CACHE <= 128
-// @kl:launch softmax_template grid=(ceil_div(R, ROWS)) block=(THREADS) smem=0 args=(y, x, R, C)
+// @kl:param THREADS = 256 in [128, 256, 512, 1024]
+// @kl:param VEC = 8 in [4, 8]
+// @kl:param CACHE = 4 in [2, 4, 8, 16]
+// @kl:param CLUSTER = 8 in [1, 2, 4, 8]
+// @kl:param MINTPR = 128 in [32, 128]
+// @kl:param MINB = 1 in [1, 2, 4]
+// @kl:param PIPE = 1 in [0, 1]
+// @kl:param SEQ = 2 in [1, 2, 4]
+// @kl:constraint MINTPR <= THREADS
+// @kl:constraint PIPE == 1 || (VEC * CACHE / 2 + 24) * THREADS * MINB <= 65536
+// @kl:constraint PIPE == 0 || 40 * THREADS * MINB <= 65536
+// @kl:constraint PIPE == 1 || SEQ == 1
+// @kl:constraint PIPE == 0 || THREADS * CACHE * VEC <= 32768
+// @kl:launch softmax_template grid=(CLUSTER * ceil_div(R, SEQ * (CLUSTER / min(CLUSTER, next_pow2(ceil_div(C, VEC * CACHE * THREADS)))) * (THREADS / min(THREADS, max(MINTPR, next_pow2(ceil_div(C, VEC * CACHE))))))) block=(THREADS) smem=(PIPE * 2 * THREADS * CACHE * VEC * 2) args=(y, x, R, C)
 
 template <int N>
 struct alignas(2 * N) HVec {
     __half v[N];
 };
 using V = HVec<VEC>;
-constexpr int TPR = THREADS / ROWS;
-constexpr int WPR = TPR / 32;
 constexpr float kLog2e = 1.4426950408889634f;
+// Pairs one lane gathers when a row's warps (and CTAs) combine: at most CLUSTER x warps per CTA.
+constexpr int kPairsPerLane = (CLUSTER * THREADS / 32 + 31) / 32;
+
+__device__ __forceinline__ float negInf() { return __int_as_float(0xff800000); }
+
+// exp2 on the special-function unit; (x - max) is formed exactly in fp32 first, so accuracy stays fp32-like.
+__device__ __forceinline__ float fastExp2(float v)
+{
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+}
+
+__device__ __forceinline__ float scaledExp(float x, float m) { return fastExp2((x - m) * kLog2e); }
 
 __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2)
 {
     const float mm = fmaxf(m, m2);
-    if (mm == -__int_as_float(0x7f800000))
+    if (mm == negInf())
         return;
-    s = s * exp2f((m - mm) * kLog2e) + s2 * exp2f((m2 - mm) * kLog2e);
+    s = s * scaledExp(m, mm) + s2 * scaledExp(m2, mm);
     m = mm;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, MINB)
+// get(c) is the thread's c-th vector of the chunk (registers, or shared memory read afresh each time).
+template <int N, typename Get>
+__device__ __forceinline__ void chunkStats(Get get, int first, int step, int nvec, bool active, float& m, float& s)
+{
+    m = negInf();
+    s = 0.f;
+#pragma unroll
+    for (int c = 0; c < N; ++c)
+        if (active && first + c * step < nvec) {
+            const V v = get(c);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k)
+                m = fmaxf(m, __half2float(v.v[k]));
+        }
+    if (m == negInf())
+        return;
+#pragma unroll
+    for (int c = 0; c < N; ++c)
+        if (active && first + c * step < nvec) {
+            const V v = get(c);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k)
+                s += scaledExp(__half2float(v.v[k]), m);
+        }
+}
+
+template <int N, typename Get>
+__device__ __forceinline__ void writeChunk(V* yr, Get get, int first, int step, int nvec, bool active, float m,
+                                           float inv)
+{
+#pragma unroll
+    for (int c = 0; c < N; ++c) {
+        const int i = first + c * step;
+        if (active && i < nvec) {
+            const V v = get(c);
+            V out;
+#pragma unroll
+            for (int k = 0; k < VEC; ++k)
+                out.v[k] = __float2half_rn(scaledExp(__half2float(v.v[k]), m) * inv);
+            yr[i] = out;
+        }
+    }
+}
+
+// A shared-memory read the compiler may not merge with an earlier one: the staged row stays in shared memory
+// instead of being copied into registers (which would cap the threads per SM).
+__device__ __forceinline__ V loadStaged(const V* p)
+{
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    V v;
+    if constexpr (sizeof(V) == 16) {
+        uint4 u;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "r"(a));
+        *reinterpret_cast<uint4*>(&v) = u;
+    } else {
+        uint2 u;
+        asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(u.x), "=r"(u.y) : "r"(a));
+        *reinterpret_cast<uint2*>(&v) = u;
+    }
+    return v;
+}
+
+__device__ __forceinline__ void clusterSync()
+{
+    __syncwarp();
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ float2 loadFromCta(const float2* p, unsigned rank)
+{
+    const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void copyAsync(V* dst, const V* src)
+{
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    if constexpr (sizeof(V) == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(src), "n"(sizeof(V)) : "memory");
+}
+
+__device__ __forceinline__ void commitCopies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int Pending>
+__device__ __forceinline__ void waitCopies()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
+}
+
+// Row max and sum over the row's warps (and CTAs); partials are double-buffered by row parity, so a warp that
+// runs ahead into the next row never overwrites a partial another warp still reads.
+__device__ __forceinline__ void rowReduce(float m, float s, float2 (*warpPart)[THREADS / 32], int parity, int wpr,
+                                          int cpr, int sub, int rank, int part, float& rowMax, float& rowSum)
+{
+    rowMax = m;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        rowMax = fmaxf(rowMax, __shfl_xor_sync(0xffffffffu, rowMax, o));
+    rowSum = m == negInf() ? 0.f : s * scaledExp(m, rowMax);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        rowSum += __shfl_xor_sync(0xffffffffu, rowSum, o);
+    if (wpr == 1 && cpr == 1)
+        return;
+    const int wl = threadIdx.x % 32;
+    if (wl == 0)
+        warpPart[parity][threadIdx.x / 32] = make_float2(rowMax, rowSum);
+    if (cpr > 1)
+        clusterSync();
+    else
+        __syncthreads();
+    // Lane wl gathers pairs wl, wl + 32, ... of the row's cpr x wpr (CTA, warp) partials.
+    float pm[kPairsPerLane], ps[kPairsPerLane];
+    rowMax = negInf();
+#pragma unroll
+    for (int j = 0; j < kPairsPerLane; ++j) {
+        const int k = wl + 32 * j;
+        float2 p = make_float2(negInf(), 0.f);
+        if (k < cpr * wpr) {
+            const float2* slot = &warpPart[parity][sub * wpr + k % wpr];
+            p = cpr > 1 ? loadFromCta(slot, rank - part + k / wpr) : *slot;
+        }
+        pm[j] = p.x;
+        ps[j] = p.y;
+        rowMax = fmaxf(rowMax, p.x);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        rowMax = fmaxf(rowMax, __shfl_xor_sync(0xffffffffu, rowMax, o));
+    rowSum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPairsPerLane; ++j)
+        if (pm[j] != negInf())
+            rowSum += ps[j] * scaledExp(pm[j], rowMax);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        rowSum += __shfl_xor_sync(0xffffffffu, rowSum, o);
+}
+
+#if CLUSTER > 1
+#define KL_CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#else
+#define KL_CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void KL_CLUSTER_DIMS __launch_bounds__(THREADS, MINB)
     softmax_template(__half* __restrict__ y, const __half* __restrict__ x, int R, int C)
 {
-    const int sub = threadIdx.x / TPR;
-    const int lane = threadIdx.x % TPR;
-    const long long row = (long long)blockIdx.x * ROWS + sub;
-    const bool active = row < R;
+    __shared__ float2 warpPart[2][THREADS / 32];
     const int nvec = C / VEC;
-    const V* xr = reinterpret_cast<const V*>(x + (active ? row : 0) * (long long)C);
-    V* yr = reinterpret_cast<V*>(y + (active ? row : 0) * (long long)C);
+    const int needThreads = (nvec + CACHE - 1) / CACHE;
+    int tpr = MINTPR; // threads per row in one CTA
+    while (tpr < needThreads && tpr < THREADS)
+        tpr *= 2;
+    int cpr = 1; // CTAs per row
+    while (cpr * THREADS < needThreads && cpr < CLUSTER)
+        cpr *= 2;
+    const int wpr = tpr / 32;
+    const int rank = blockIdx.x % CLUSTER;
+    const int part = rank % cpr;
+    const int sub = threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    const long long rowBase =
+        (((long long)(blockIdx.x / CLUSTER) * (CLUSTER / cpr) + rank / cpr) * (THREADS / tpr) + sub) * SEQ;
+    const int step = tpr * cpr;
+    const int first = part * tpr + lane;
 
-    V cache[CACHE];
+#if PIPE
+    if (nvec <= CACHE * step) {
+        extern __shared__ V stage[]; // [2 buffers][CACHE][THREADS]: each thread reads back only what it copied
+        auto issue = [&](int j) {
+            const long long row = rowBase + j;
+            if (row < R) {
+                const V* xr = reinterpret_cast<const V*>(x + row * (long long)C);
 #pragma unroll
-    for (int c = 0; c < CACHE; ++c) {
-        const int i = lane + c * TPR;
-        if (active && i < nvec)
-            cache[c] = xr[i];
-    }
-    float m = -__int_as_float(0x7f800000);
+                for (int c = 0; c < CACHE; ++c)
+                    if (first + c * step < nvec)
+                        copyAsync(&stage[((j & 1) * CACHE + c) * THREADS + threadIdx.x], xr + first + c * step);
+            }
+            commitCopies(); // an empty group too: the count of pending groups stays uniform
+        };
+        issue(0);
+#pragma unroll 1
+        for (int j = 0; j < SEQ; ++j) {
+            if (j + 1 < SEQ) {
+                issue(j + 1);
+                waitCopies<1>();
+            } else {
+                waitCopies<0>();
+            }
+            const long long row = rowBase + j;
+            const bool active = row < R;
+            const V* mine = &stage[(j & 1) * CACHE * THREADS + threadIdx.x];
+            auto staged = [&](int c) { return loadStaged(mine + c * THREADS); };
+            float m, s, rowMax, rowSum;
+            chunkStats<CACHE>(staged, first, step, nvec, active, m, s);
+            rowReduce(m, s, warpPart, j & 1, wpr, cpr, sub, rank, part, rowMax, rowSum);
+            V* yr = reinterpret_cast<V*>(y + (active ? row : 0) * (long long)C);
+            writeChunk<CACHE>(yr, staged, first, step, nvec, active, rowMax, 1.f / rowSum);
+        }
+    } else
+#endif
+    {
+        // With PIPE the rows that fit are staged in shared memory; only longer rows come here, in small register
+        // chunks so that this path does not set the register count of the kernel.
+        constexpr int kRegChunk = PIPE && CACHE > 2 ? 2 : CACHE;
+        const int regStep = kRegChunk * step;
+#pragma unroll 1
+        for (int j = 0; j < SEQ; ++j) {
+            const long long row = rowBase + j;
+            const bool active = row < R;
+            const V* xr = reinterpret_cast<const V*>(x + (active ? row : 0) * (long long)C);
+            V* yr = reinterpret_cast<V*>(y + (active ? row : 0) * (long long)C);
+            // Chunks of CACHE vectors per thread; a row that fits is one chunk. The last chunk stays in
+            // registers for the write, earlier ones (rows longer than the configuration holds) are read again.
+            V cache[kRegChunk] = {};
+            auto cached = [&cache](int c) { return cache[c]; };
+            float m = negInf(), s = 0.f;
+            int last = first;
+            for (int f = first;; f += regStep) {
 #pragma unroll
-    for (int c = 0; c < CACHE; ++c) {
-        const int i = lane + c * TPR;
-        if (active && i < nvec)
+                for (int c = 0; c < kRegChunk; ++c)
+                    if (active && f + c * step < nvec)
+                        cache[c] = xr[f + c * step];
+                float m2, s2;
+                chunkStats<kRegChunk>(cached, f, step, nvec, active, m2, s2);
+                if (f == first) {
+                    m = m2;
+                    s = s2;
+                } else {
+                    merge(m, s, m2, s2);
+                }
+                last = f;
+                if (!active || f + regStep >= nvec)
+                    break;
+            }
+            float rowMax, rowSum;
+            rowReduce(m, s, warpPart, j & 1, wpr, cpr, sub, rank, part, rowMax, rowSum);
+            const float inv = 1.f / rowSum;
+            writeChunk<kRegChunk>(yr, cached, last, step, nvec, active, rowMax, inv);
+            for (int f = first; f < last; f += regStep) {
 #pragma unroll
-            for (int k = 0; k < VEC; ++k)
-                m = fmaxf(m, __half2float(cache[c].v[k]));
-    }
-    float s = 0.f;
-    if (m != -__int_as_float(0x7f800000)) {
-#pragma unroll
-        for (int c = 0; c < CACHE; ++c) {
-            const int i = lane + c * TPR;
-            if (active && i < nvec)
-#pragma unroll
-                for (int k = 0; k < VEC; ++k)
-                    s += exp2f((__half2float(cache[c].v[k]) - m) * kLog2e);
+                for (int c = 0; c < kRegChunk; ++c)
+                    if (f + c * step < nvec)
+                        cache[c] = xr[f + c * step];
+                writeChunk<kRegChunk>(yr, cached, f, step, nvec, true, rowMax, inv);
+            }
         }
     }
-    if (active)
-        for (int i = lane + CACHE * TPR; i < nvec; i += TPR) {
-            const V v = xr[i];
-            float m2 = -__int_as_float(0x7f800000);
-#pragma unroll
-            for (int k = 0; k < VEC; ++k)
-                m2 = fmaxf(m2, __half2float(v.v[k]));
-            float s2 = 0.f;
-#pragma unroll
-            for (int k = 0; k < VEC; ++k)
-                s2 += exp2f((__half2float(v.v[k]) - m2) * kLog2e);
-            merge(m, s, m2, s2);
-        }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
-        const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        merge(m, s, m2, s2);
+    // No CTA may exit while a peer can still read its shared memory.
+    if (cpr > 1) {
+        __syncwarp();
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
     }
-    if (WPR > 1) {
-        __shared__ float redM[ROWS][WPR > 1 ? WPR : 1];
-        __shared__ float redS[ROWS][WPR > 1 ? WPR : 1];
-        if ((lane & 31) == 0) {
-            redM[sub][lane / 32] = m;
-            redS[sub][lane / 32] = s;
-        }
-        __syncthreads();
-        m = -__int_as_float(0x7f800000);
-        s = 0.f;
-#pragma unroll
-        for (int k = 0; k < WPR; ++k)
-            merge(m, s, redM[sub][k], redS[sub][k]);
-    }
-    const float inv = 1.f / s;
-#pragma unroll
-    for (int c = 0; c < CACHE; ++c) {
-        const int i = lane + c * TPR;
-        if (active && i < nvec) {
-            V out;
-#pragma unroll
-            for (int k = 0; k < VEC; ++k)
-                out.v[k] = __float2half_rn(exp2f((__half2float(cache[c].v[k]) - m) * kLog2e) * inv);
-            yr[i] = out;
-        }
-    }
-    if (active)
-        for (int i = lane + CACHE * TPR; i < nvec; i += TPR) {
-            const V v = xr[i];
-            V out;
-#pragma unroll
-            for (int k = 0; k < VEC; ++k)
-                out.v[k] = __float2half_rn(exp2f((__half2float(v.v[k]) - m) * kLog2e) * inv);
-            yr[i] = out;
-        }
 }
