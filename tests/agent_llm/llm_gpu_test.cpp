@@ -35,10 +35,10 @@ TEST(LlmAgentOnGpu, ScriptedRepliesWithRealKernelsAreCompiledVerifiedAndTimed)
     };
     // 1: an honest change of defaults, sent as a diff. 2: a cheat (reads the clock). 3: another honest one.
     const std::string wide = replace(tmpl, "// @kl:param THREADS = 256 in", "// @kl:param THREADS = 512 in");
-    const std::string cheat = replace(tmpl, "    const int sub = threadIdx.x / TPR;",
+    const std::string cheat = replace(tmpl, "    const int sub = threadIdx.x / tpr;",
         "    const long long started = clock64();\n"
-        "    const int sub = threadIdx.x / TPR + (started < 0);");
-    const std::string rows = replace(tmpl, "// @kl:param ROWS = 1 in", "// @kl:param ROWS = 2 in");
+        "    const int sub = threadIdx.x / tpr + (started < 0);");
+    const std::string rows = replace(tmpl, "// @kl:param MINTPR = 32 in", "// @kl:param MINTPR = 64 in");
 
     test::LoopbackServer server;
     server.enqueue(test::openAiStream(test::piecesOf("NOTE: 512 threads per row\n```kl-diff\n"
@@ -46,7 +46,7 @@ TEST(LlmAgentOnGpu, ScriptedRepliesWithRealKernelsAreCompiledVerifiedAndTimed)
         80)));
     server.enqueue(test::openAiStream(test::piecesOf("NOTE: timing-aware\n```kl-candidate\n" + cheat + "```\n", 80)));
     server.enqueue(
-        test::openAiStream(test::piecesOf("NOTE: two rows per block\n```kl-candidate\n" + rows + "```\n", 80)));
+        test::openAiStream(test::piecesOf("NOTE: two warps per row at least\n```kl-candidate\n" + rows + "```\n", 80)));
     // If the budget has room for a fourth proposal, the model has nothing more: three unusable replies make
     // propose() return none, so the loop finishes instead of waiting on a server with no script left.
     for (int i = 0; i < 3; ++i)

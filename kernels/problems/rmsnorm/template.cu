@@ -4,7 +4,7 @@
 // from H at run time, by the same formula in the launch line and in the kernel. Rows longer than
 // THREADS*VEC*CACHE are read in chunks and, except the last chunk, read again (from L2) to write.
 #include <cuda_bf16.h>
-// @kl:param THREADS = 128 in [64, 128, 256, 512, 1024]
+// @kl:param THREADS = 256 in [64, 128, 256, 512, 1024]
 // @kl:param VEC = 8 in [2, 4, 8]
 // @kl:param CACHE = 4 in [1, 2, 4, 8, 16]
 // @kl:param MINTPR = 32 in [32, 64, 128, 256]
