@@ -206,6 +206,9 @@ void SessionWorker::open(const QString& directory, OpenMode mode, double speed, 
         m_lastSeq = events.empty() ? 0 : events.back().seq;
         m_followTimer->start();
         m_live = std::make_unique<kl::LiveStreamReader>(dir);
+        // Without a running writer, a reply "streaming" in the live file is what a killed run left behind.
+        if (!kl::sessionHasWriter(dir))
+            m_live->skipCurrent();
         m_liveTimer->start();
     }
     if (mode != OpenMode::Replay) {

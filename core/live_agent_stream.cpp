@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -126,6 +127,17 @@ fs::path liveAgentStreamPath(const fs::path& sessionDir)
     return sessionDir / "live" / "agent-stream.jsonl";
 }
 
+bool sessionHasWriter(const fs::path& sessionDir)
+{
+    const int fd = ::open((sessionDir / "journal.jsonl").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    // The writer holds an exclusive flock on the journal for its lifetime (SessionStore).
+    const bool locked = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    ::close(fd); // also drops our shared lock, if we got it
+    return locked;
+}
+
 // ---- writer ----
 
 LiveStreamWriter::LiveStreamWriter(fs::path sessionDir, std::size_t maxBytes)
@@ -136,6 +148,8 @@ LiveStreamWriter::LiveStreamWriter(fs::path sessionDir, std::size_t maxBytes)
         = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
               .count();
     m_runId = "r" + std::to_string(ms) + "-" + std::to_string(::getpid());
+    std::error_code ec;
+    fs::remove(m_path, ec);
 }
 
 LiveStreamWriter::~LiveStreamWriter()
@@ -368,6 +382,17 @@ std::vector<LiveStreamRecord> LiveStreamReader::poll()
     if (m_fd >= 0)
         drain(out);
     return out;
+}
+
+void LiveStreamReader::skipCurrent()
+{
+    poll();
+    struct stat st { };
+    if (m_fd >= 0 && ::fstat(m_fd, &st) == 0) {
+        m_offset = static_cast<std::uint64_t>(st.st_size);
+        m_partial.clear();
+        m_skippingLongLine = false;
+    }
 }
 
 void LiveStreamReader::drain(std::vector<LiveStreamRecord>& out)

@@ -40,10 +40,15 @@ LiveStreamRecord liveStreamRecordFromJson(const nlohmann::json& j); // throws In
 
 std::filesystem::path liveAgentStreamPath(const std::filesystem::path& sessionDir);
 
+// Whether a process holds the session's writer lock (kloop run is running on it). Without one, a live stream
+// file is what a killed run left behind, not a reply still streaming.
+bool sessionHasWriter(const std::filesystem::path& sessionDir);
+
 // Used by the run (one writer per session). Never throws and never blocks on a reader: a failed write only
 // stops the live view (error() says why); the journal is unaffected.
 class LiveStreamWriter {
 public:
+    // Removes a file a killed run left behind (there is one writer per session).
     explicit LiveStreamWriter(std::filesystem::path sessionDir, std::size_t maxBytes = 1u << 20);
     ~LiveStreamWriter(); // removes the file
     LiveStreamWriter(const LiveStreamWriter&) = delete;
@@ -95,6 +100,8 @@ public:
     LiveStreamReader& operator=(const LiveStreamReader&) = delete;
 
     std::vector<LiveStreamRecord> poll();
+    // Treats what the current file holds as read (a stale file of a killed run); later files are read whole.
+    void skipCurrent();
     std::size_t skippedLines() const { return m_skipped; }
 
 private:

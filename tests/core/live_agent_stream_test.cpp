@@ -271,3 +271,36 @@ TEST(LiveAgentStream, AWriterThatCannotWriteNeverThrows)
     });
     EXPECT_FALSE(writer.error().empty());
 }
+
+TEST(LiveAgentStream, AFileAKilledRunLeftBehindIsNotShownAsStreaming)
+{
+    kl::test::TempDir tmp;
+    const fs::path dir = tmp.path() / "s";
+    {
+        auto store = kl::SessionStore::create(dir, kl::test::sampleHeader());
+        EXPECT_TRUE(kl::sessionHasWriter(dir)); // kloop run holds the journal's lock while it runs
+    }
+    EXPECT_FALSE(kl::sessionHasWriter(dir));
+    // What a run killed mid-reply leaves: a begun stream that never ends.
+    const fs::path file = kl::liveAgentStreamPath(dir);
+    fs::create_directories(file.parent_path());
+    appendRaw(file,
+        R"({"kind":"begin","stream":"old","call":1,"attempt":1})"
+        "\n"
+        R"({"kind":"delta","stream":"old","offset":0,"text":"never finished"})"
+        "\n");
+    LiveStreamReader reader(dir);
+    reader.skipCurrent(); // the workbench does this when no writer holds the session
+    EXPECT_TRUE(reader.poll().empty());
+
+    // A resumed run removes the leftover and streams anew; the reader follows it from its first line.
+    auto store = kl::SessionStore::open(dir);
+    LiveStreamWriter writer(dir);
+    EXPECT_FALSE(fs::exists(file));
+    writer.begin(2, 1);
+    writer.delta("fresh");
+    const auto records = reader.poll();
+    ASSERT_EQ(records.size(), 2u);
+    EXPECT_EQ(records[0].kind, Kind::Begin);
+    EXPECT_EQ(records[1].text, "fresh");
+}

@@ -4,6 +4,7 @@
 #include "app/hypothesis_console.h"
 #include "app/main_window.h"
 #include "app/session_controller.h"
+#include "app/session_worker.h"
 #include "core/live_agent_stream.h"
 #include "session_fixture.h"
 
@@ -117,7 +118,6 @@ TEST(LiveAgentStreamConsole, ReadingLateShowsTheGapAndTheRecordedReplyWhole)
         full += chunk;
     }
     EXPECT_GT(live.rotations(), 1);
-    store.reset();
 
     MainWindow w;
     w.show();
@@ -132,9 +132,47 @@ TEST(LiveAgentStreamConsole, ReadingLateShowsTheGapAndTheRecordedReplyWhole)
     EXPECT_FALSE(shown.contains(QStringLiteral("chunk-0 "))); // in a file replaced before the session was opened
 
     // The journal's reply has the whole text: shown whole, since the live view had a gap.
-    store = kl::SessionStore::open(dir);
     record(*store, live, { { "type", "llm.reply" }, { "call", 1 }, { "model", "m" }, { "text", full } });
     ASSERT_TRUE(waitUntil([&]() { return console->transcript().contains(QString::fromStdString(full)); }));
     ASSERT_TRUE(waitUntil([&]() { return !console->isStreaming(); }));
     EXPECT_EQ(console->transcript().count(QString::fromStdString(full)), 1);
+}
+
+TEST(LiveAgentStreamConsole, AReplyAKilledRunLeftUnfinishedIsNotShownAsStreaming)
+{
+    QTemporaryDir tmp;
+    const auto dir = std::filesystem::path(tmp.path().toStdString()) / "session";
+    kl::test::writeSession(dir);
+    {
+        // The run is killed mid-reply: the journal has the request, and its live file stays as it was (a killed
+        // process runs no destructor; here the file is put back after the writer removed it).
+        auto store = kl::SessionStore::open(dir);
+        const auto file = kl::liveAgentStreamPath(dir);
+        const auto kept = dir / "kept-live-file";
+        {
+            kl::LiveStreamWriter killed(dir);
+            record(
+                *store, killed, { { "type", "llm.request" }, { "call", 1 }, { "reply_attempt", 1 }, { "model", "m" } });
+            killed.delta("half a reply that will never end");
+            std::filesystem::copy_file(file, kept);
+        }
+        std::filesystem::create_directories(file.parent_path());
+        std::filesystem::rename(kept, file);
+    }
+    MainWindow w;
+    w.show();
+    QSignalSpy ready(&w, &MainWindow::sessionReady);
+    w.openSession(QString::fromStdString(dir.string()), OpenMode::Follow);
+    ASSERT_TRUE(ready.wait(10000));
+    QTest::qWait(5 * SessionWorker::kLivePollMs);
+    EXPECT_FALSE(w.hypothesisConsole()->transcript().contains(QStringLiteral("half a reply")));
+    EXPECT_TRUE(w.hypothesisConsole()->liveStream().isEmpty());
+
+    // kloop run --resume: its stream is shown live.
+    auto store = kl::SessionStore::open(dir);
+    kl::LiveStreamWriter live(dir);
+    record(*store, live, { { "type", "llm.request" }, { "call", 1 }, { "reply_attempt", 1 }, { "model", "m" } });
+    live.delta("the resumed run's reply");
+    EXPECT_TRUE(waitUntil(
+        [&]() { return w.hypothesisConsole()->transcript().contains(QStringLiteral("the resumed run's reply")); }));
 }
