@@ -4,10 +4,10 @@
 // combine their partial (max, sum) through distributed shared memory. The split is chosen from C at run
 // time, by the same formula in the launch line and in the kernel.
 // PIPE=1 stages rows in shared memory with cp.async, two buffers deep: each row group handles SEQ consecutive
-// rows and the next row's loads are in flight while the current row is reduced and written, so the memory
-// system never waits for the reduction or the cluster barrier. PIPE=0 loads into registers, one row per group.
-// Rows longer than THREADS*VEC*CACHE*CLUSTER are read in chunks (online max and sum) and, except the last
-// chunk, read a second time (from L2).
+// rows and the next row's loads are in flight while the current row is reduced and written (on the H200 this
+// wins for rows of 4096, and loses for rows of 32768+, where two row buffers per CTA leave too few CTAs per SM).
+// PIPE=0 loads into registers, one row per group. Rows longer than THREADS*VEC*CACHE*CLUSTER are read in
+// chunks (online max and sum) and, except the last chunk, read a second time (from L2).
 #include <cuda_fp16.h>
 // @kl:param THREADS = 256 in [128, 256, 512, 1024]
 // @kl:param VEC = 8 in [4, 8]
