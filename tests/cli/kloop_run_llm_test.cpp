@@ -6,6 +6,7 @@
 #include "agent/llm/llm_agent.h"
 #include "core/diff.h"
 #include "core/json_io.h"
+#include "core/live_agent_stream.h"
 #include "core/session_inbox.h"
 #include "core/session_store.h"
 #include "loopback_server.h"
@@ -19,6 +20,7 @@
 #include <fstream>
 #include <gtest/gtest.h>
 #include <map>
+#include <set>
 #include <spawn.h>
 #include <sstream>
 #include <sys/wait.h>
@@ -379,6 +381,16 @@ TEST_F(KloopRunLlm, OpenAiRepliesBecomeCandidatesCompiledVerifiedTimedAndRecorde
     EXPECT_EQ(proposals[1].value("source_sha256", ""), sha256Hex(nonCompiling.source));
     for (const auto& p : proposals)
         EXPECT_FALSE(p.value("needs_review", true)) << "--auto-approve: no proposal waits for review";
+    // Each reply also streamed through <session>/live/ for the workbench: a request and its reply name the same
+    // stream, every reply its own, and nothing is left in live/ after the run.
+    std::set<std::string> streams;
+    for (std::size_t i = 0; i < std::min(requests.size(), replies.size()); ++i) {
+        EXPECT_FALSE(requests[i].value("live_stream", "").empty());
+        EXPECT_EQ(replies[i].value("live_stream", ""), requests[i].value("live_stream", ""));
+        streams.insert(requests[i].value("live_stream", ""));
+    }
+    EXPECT_EQ(streams.size(), std::min(requests.size(), replies.size()));
+    EXPECT_FALSE(fs::exists(liveAgentStreamPath(sessionDir)));
 
     // The unusable reply is a recorded failed attempt with its error, and the model was told.
     const auto rejected = agentRecords(events, "llm.reply-rejected");

@@ -1,6 +1,7 @@
 // What the workbench opens at launch, with an injected GPU probe and a fake kloop (a script that writes a
 // session the way kloop run does: header first, journal lines as the run goes), so the GPU path runs in CI.
 #include "app/demo_session.h"
+#include "app/hypothesis_console.h"
 #include "app/local_run.h"
 #include "app/main_window.h"
 #include "app/session_controller.h"
@@ -77,6 +78,8 @@ protected:
         qunsetenv("KL_FAKE_KLOOP_ARGS");
         qunsetenv("KL_FAKE_KLOOP_TEMPLATE");
         qunsetenv("KL_FAKE_KLOOP_FAIL");
+        for (const char* name : { "KL_WORKER", "KL_CACHE_DIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "KL_CONTEXT_DIRS" })
+            qunsetenv(name);
     }
     StartupOptions options() const
     {
@@ -183,4 +186,56 @@ TEST_F(Startup, WithoutAGpuTheBundledSessionIsReplayedAndNothingRuns)
     EXPECT_FALSE(w.localRun()->isWaiting());
     QTest::qWait(300);
     EXPECT_TRUE(kloopArgs().isEmpty());
+}
+
+// The whole launch path without a GPU: the real `kloop run` (tuner), with the worker's test double
+// (tests/cli/fake_gpu_worker.cpp, KL_WORKER) standing in for kloop-worker on the GPU, started by the default
+// launch and followed live until it finishes. Built where the CUDA toolkit is (kloop's evaluator needs NVRTC);
+// KL_TEST_KLOOP and KL_TEST_FAKE_WORKER point at other builds' binaries.
+TEST_F(Startup, WithAGpuTheRealKloopRunIsStartedAndFollowedUntilItFinishes)
+{
+    QString kloop = qEnvironmentVariable("KL_TEST_KLOOP");
+    QString worker = qEnvironmentVariable("KL_TEST_FAKE_WORKER");
+#ifdef KL_TEST_KLOOP_PATH
+    if (kloop.isEmpty())
+        kloop = QStringLiteral(KL_TEST_KLOOP_PATH);
+    if (worker.isEmpty())
+        worker = QStringLiteral(KL_TEST_FAKE_WORKER_PATH);
+#endif
+    if (kloop.isEmpty() || worker.isEmpty())
+        GTEST_SKIP() << "needs kloop and kl_test_fake_worker (a build with the CUDA toolkit)";
+    setLocalGpuProbe([]() { return true; });
+    qputenv("KL_KLOOP", kloop.toUtf8());
+    qputenv("KL_WORKER", worker.toUtf8());
+    // Nothing from this machine's caches or tuning database reaches the run.
+    qputenv("KL_CACHE_DIR", QDir(m_tmp.path()).filePath(QStringLiteral("cache")).toUtf8());
+    qputenv("XDG_CACHE_HOME", QDir(m_tmp.path()).filePath(QStringLiteral("cache")).toUtf8());
+    qputenv("XDG_CONFIG_HOME", QDir(m_tmp.path()).filePath(QStringLiteral("config")).toUtf8());
+    qputenv("KL_CONTEXT_DIRS", "");
+    StartupOptions o = options();
+    o.run.extraArgs = { QStringLiteral("--budget"), QStringLiteral("12") };
+
+    MainWindow w;
+    w.show();
+    QSignalSpy ready(&w, &MainWindow::sessionReady);
+    QSignalSpy failed(&w, &MainWindow::localRunFailed);
+    ASSERT_EQ(startWorkbench(w, o), StartupAction::StartedLocalRun);
+    ASSERT_TRUE(ready.wait(60000)) << (failed.isEmpty() ? std::string()
+                                                        : failed.front().front().toString().toStdString());
+    EXPECT_TRUE(w.controller()->info().following);
+    // The run goes on after the session opened: the workbench shows it finishing, every evaluation included.
+    ASSERT_TRUE(waitUntil(
+        [&]() { return w.hypothesisConsole()->transcript().contains(QStringLiteral("session finished")); }, 60000))
+        << w.hypothesisConsole()->transcript().toStdString();
+    const QString dir = w.localRun()->sessionDir();
+    const kl::Session onDisk = kl::SessionStore::load(dir.toStdString());
+    ASSERT_TRUE(waitUntil([&]() {
+        return w.controller()->session() && w.controller()->session()->evaluations.size() == onDisk.evaluations.size();
+    }));
+    EXPECT_GE(onDisk.evaluations.size(), 5u);
+    EXPECT_EQ(w.controller()->session()->tree.size(), onDisk.tree.size());
+    EXPECT_EQ(onDisk.settings.agent, "tuner:bayes");
+    EXPECT_EQ(onDisk.problemName, "rmsnorm");
+    EXPECT_EQ(onDisk.device.name, "test double (no GPU)");
+    EXPECT_TRUE(w.statusText().contains(QStringLiteral("test double"))) << w.statusText().toStdString();
 }
