@@ -18,7 +18,7 @@
 namespace kl::cli {
 namespace {
 
-ParamValues parseParams(const std::string& text)
+[[maybe_unused]] ParamValues parseParams(const std::string& text) // unused without CUDA
 {
     ParamValues p;
     std::stringstream ss(text);

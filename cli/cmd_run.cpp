@@ -82,7 +82,7 @@ namespace {
         return out;
     }
 
-    std::string sessionIdFromDir(const fs::path& dir)
+    [[maybe_unused]] std::string sessionIdFromDir(const fs::path& dir) // unused without CUDA
     {
         std::string name = fs::absolute(dir).lexically_normal().filename().string();
         std::string id;
@@ -91,7 +91,7 @@ namespace {
         return id.empty() ? std::string("session") : id.substr(0, 64);
     }
 
-    std::string paramsText(const ParamValues& p)
+    [[maybe_unused]] std::string paramsText(const ParamValues& p)
     {
         std::string s;
         for (const auto& [k, v] : p)
