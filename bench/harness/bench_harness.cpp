@@ -138,12 +138,15 @@ SweepResult sweep(kl::GpuEvaluator& ev, int count, double maxSecondsPerShape, in
     return r;
 }
 
+int g_minSamples = 20;
+
 Json timeRequest(kl::GpuEvaluator& ev, const kl::Candidate& c, const std::vector<kl::Shape>& shapes, bool baseline,
                  double maxSeconds, bool samples = false, double targetRelCi = 0.005)
 {
     const auto m = ev.compileModule(c);
     if (!m->report.ok)
         throw std::runtime_error("compile failed: " + m->report.log);
+    ev.prepareWorker(); // with --repeat-only no evaluation has loaded the problem yet
     Json sh = Json::array();
     for (const auto& s : shapes)
         sh.push_back({{"dims", s.dims}});
@@ -154,7 +157,7 @@ Json timeRequest(kl::GpuEvaluator& ev, const kl::Candidate& c, const std::vector
                                         {"baseline", baseline},
                                         {"max_seconds_per_shape", maxSeconds},
                                         {"target_rel_ci", targetRelCi},
-                                        {"min_samples", 20},
+                                        {"min_samples", g_minSamples},
                                         {"return_samples", samples},
                                         {"seed", std::random_device{}()}},
                                        maxSeconds * 4 * static_cast<double>(shapes.size()) + 60);
@@ -188,6 +191,8 @@ int main(int argc, char** argv)
             torchFile = next();
         else if (a == "--repeat-only")
             repeatOnly = next();
+        else if (a == "--min-samples")
+            g_minSamples = std::stoi(next());
         else {
             std::fprintf(stderr, "usage: bench_harness --out DIR [--configs N] [--problem-configs N] [--gemm-configs N] "
                                  "[--torch FILE] [--repeat-only K=V,K=V]\n");
