@@ -48,8 +48,8 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t streamId, uint8_t* buffer,
         r.registers = k->registersPerThread;
         r.staticShared = k->staticSharedMemory;
         r.dynamicShared = k->dynamicSharedMemory;
-        r.streamId = k->streamId;
-        r.correlationId = k->correlationId;
+        r.stream = k->streamId;
+        r.correlation = k->correlationId;
         r.deviceLaunched = k->isDeviceLaunched != 0;
         g_records.push_back(std::move(r));
     }

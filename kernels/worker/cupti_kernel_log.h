@@ -2,25 +2,16 @@
 // Minimal CUPTI activity capture of kernel records (name, grid, block, start/end) for the worker: the
 // referee compares what actually ran during verification with the launch plan, and the trace op returns
 // the records for timeline views and for checking our event timings against CUPTI's.
+#include "kernels/plan_profile.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace kl::worker {
 
-struct KernelRecord {
-    std::string name; // mangled
-    std::uint64_t startNs = 0;
-    std::uint64_t endNs = 0;
-    int grid[3] = {1, 1, 1};
-    int block[3] = {1, 1, 1};
-    int registers = 0;
-    int staticShared = 0;
-    int dynamicShared = 0;
-    std::uint32_t streamId = 0;
-    std::uint32_t correlationId = 0;
-    bool deviceLaunched = false;
-};
+// The worker records what the client reads back (kernels/plan_profile.h): one type on both sides of the protocol.
+using KernelRecord = kl::TracedKernel;
 
 class CuptiKernelLog {
 public:

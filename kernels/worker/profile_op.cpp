@@ -30,23 +30,6 @@ constexpr std::uint64_t kAlign = 256;
 
 std::uint64_t alignUp(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 
-TracedKernel traced(const KernelRecord& r)
-{
-    TracedKernel k;
-    k.name = r.name;
-    k.startNs = r.startNs;
-    k.endNs = r.endNs;
-    std::copy(r.grid, r.grid + 3, k.grid);
-    std::copy(r.block, r.block + 3, k.block);
-    k.registers = r.registers;
-    k.staticShared = r.staticShared;
-    k.dynamicShared = r.dynamicShared;
-    k.stream = r.streamId;
-    k.correlation = r.correlationId;
-    k.deviceLaunched = r.deviceLaunched;
-    return k;
-}
-
 // One run of the plan on freshly filled inputs (after a warm-up run) under the range profiler.
 void measureSol(Engine& engine, const Problem& p, const Plan& plan, const Shape& s, PlanProfile& out)
 {
@@ -120,8 +103,7 @@ PlanProfile profileOne(Engine& engine, const LoadedProblem& lp, const Plan& plan
         const TraceOutcome tr = engine.trace(lp, plan, s, o.launches + 1);
         pp.launches = o.launches;
         pp.eventUs.assign(tr.eventUs.begin() + std::min<std::ptrdiff_t>(1, std::ssize(tr.eventUs)), tr.eventUs.end());
-        for (const auto& r : tr.records)
-            pp.records.push_back(traced(r));
+        pp.records = tr.records;
         std::sort(pp.records.begin(), pp.records.end(),
                   [](const TracedKernel& a, const TracedKernel& b) { return a.startNs < b.startNs; });
         if (!pp.records.empty() && pp.records.size() % static_cast<std::size_t>(o.launches + 1) == 0) {

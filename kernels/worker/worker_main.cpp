@@ -49,21 +49,6 @@ const kl::worker::LoadedProblem& problemOf(kl::worker::Engine& engine, const Jso
     return *lp;
 }
 
-Json recordJson(const kl::worker::KernelRecord& r)
-{
-    return {{"name", r.name},
-            {"start_ns", r.startNs},
-            {"end_ns", r.endNs},
-            {"grid", {r.grid[0], r.grid[1], r.grid[2]}},
-            {"block", {r.block[0], r.block[1], r.block[2]}},
-            {"registers", r.registers},
-            {"static_shared", r.staticShared},
-            {"dynamic_shared", r.dynamicShared},
-            {"stream", r.streamId},
-            {"correlation", r.correlationId},
-            {"device_launched", r.deviceLaunched}};
-}
-
 Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
 {
     const std::string op = req.at("op").get<std::string>();
@@ -162,7 +147,7 @@ Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
             const auto tr = engine.trace(lp, *plan, kl::wire::shape(req.at("shape")), req.value("launches", 50));
             auto& recs = res["records"] = Json::array();
             for (const auto& r : tr.records)
-                recs.push_back(recordJson(r));
+                recs.push_back(kl::wire::toJson(r));
             res["event_us"] = tr.eventUs;
             res["cupti"] = tr.cuptiAvailable;
         }
