@@ -18,137 +18,135 @@
 namespace kl::cli {
 namespace {
 
-[[maybe_unused]] ParamValues parseParams(const std::string& text) // unused without CUDA
-{
-    ParamValues p;
-    std::stringstream ss(text);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        if (item.empty())
-            continue;
-        const auto eq = item.find('=');
-        if (eq == std::string::npos)
-            throw InputError("--params expects NAME=VALUE[,NAME=VALUE...], got '" + item + "'");
-        try {
-            p[item.substr(0, eq)] = std::stoll(item.substr(eq + 1));
-        } catch (const std::exception&) {
-            throw InputError("--params: '" + item.substr(eq + 1) + "' is not an integer");
+    [[maybe_unused]] ParamValues parseParams(const std::string& text) // unused without CUDA
+    {
+        ParamValues p;
+        std::stringstream ss(text);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            if (item.empty())
+                continue;
+            const auto eq = item.find('=');
+            if (eq == std::string::npos)
+                throw InputError("--params expects NAME=VALUE[,NAME=VALUE...], got '" + item + "'");
+            try {
+                p[item.substr(0, eq)] = std::stoll(item.substr(eq + 1));
+            } catch (const std::exception&) {
+                throw InputError("--params: '" + item.substr(eq + 1) + "' is not an integer");
+            }
         }
+        return p;
     }
-    return p;
-}
 
-int runEval(const Args& a)
-{
+    int runEval(const Args& a)
+    {
 #if KL_FEATURE_CUDA
-    if (a.positionals().empty()) {
-        std::cerr << "usage: kloop eval <problem> [candidate.cu] [--params K=V,...] [--compile-only --arch sm_90a]\n";
-        return kExitUsage;
-    }
-    try {
-        const Problem problem = loadProblem(findProblemFolder(a.positionals()[0]).string());
-        GpuEvaluatorOptions o;
-        if (auto arch = a.option("arch"))
-            o.arch = *arch;
-        GpuEvaluator ev(problem, o);
-        Candidate c = ev.templateCandidate(parseParams(a.optionOr("params", "")), "cli");
-        if (a.positionals().size() > 1) {
-            std::ifstream in(a.positionals()[1]);
-            if (!in)
-                throw InputError(a.positionals()[1] + ": cannot read");
-            std::ostringstream s;
-            s << in.rdbuf();
-            c.source = s.str();
-            c.params = parseParams(a.optionOr("params", ""));
-            c.author = Author::Human;
-        }
-        if (a.has("compile-only")) {
-            if (o.arch.empty()) {
-                std::cerr << "kloop eval: --compile-only needs --arch (e.g. sm_90a) when no GPU is asked\n";
-                return kExitUsage;
-            }
-            const auto m = ev.compileModule(c);
-            if (a.has("json")) {
-                Json j = {{"ok", m->report.ok}, {"log", m->report.log}, {"compile_ms", m->report.compileMs},
-                          {"cache_hit", m->report.cacheHit}, {"cubin_bytes", m->cubin.size()}, {"key", m->key}};
-                for (const auto& k : m->report.kernels)
-                    j["kernels"].push_back({{"kernel", k.kernel}, {"registers", k.registers},
-                                            {"spill_stores", k.spillStores}, {"spill_loads", k.spillLoads},
-                                            {"static_shared", k.staticSharedBytes}, {"local", k.localBytes}});
-                std::cout << j.dump(2) << "\n";
-            } else {
-                std::cout << (m->report.ok ? "compiled" : "compile failed") << " for " << o.arch << " in "
-                          << m->report.compileMs << " ms" << (m->report.cacheHit ? " (cache)" : "") << "\n";
-                for (const auto& k : m->report.kernels)
-                    std::cout << "  " << k.kernel << ": " << k.registers << " registers, " << k.spillStores
-                              << " B spill stores, " << k.staticSharedBytes << " B static smem, " << k.localBytes
-                              << " B stack\n";
-                if (!m->report.ok)
-                    std::cout << m->report.log << "\n";
-            }
-            return m->report.ok ? kExitOk : kExitFailure;
+        if (a.positionals().empty()) {
+            std::cerr
+                << "usage: kloop eval <problem> [candidate.cu] [--params K=V,...] [--compile-only --arch sm_90a]\n";
+            return kExitUsage;
         }
         try {
-            const DeviceInfo& d = ev.device();
-            if (!a.has("json"))
-                std::cout << "device: " << d.name << " (" << d.arch << "), driver " << d.driverVersion << "\n";
-        } catch (const std::exception& ex) {
-            std::cerr << "kloop eval: no usable CUDA GPU: " << ex.what()
-                      << "\n(--compile-only --arch sm_90a compiles without one; KL_WORKER points at a kloop-worker "
-                         "elsewhere)\n";
+            const Problem problem = loadProblem(findProblemFolder(a.positionals()[0]).string());
+            GpuEvaluatorOptions o;
+            if (auto arch = a.option("arch"))
+                o.arch = *arch;
+            GpuEvaluator ev(problem, o);
+            Candidate c = ev.templateCandidate(parseParams(a.optionOr("params", "")), "cli");
+            if (a.positionals().size() > 1) {
+                std::ifstream in(a.positionals()[1]);
+                if (!in)
+                    throw InputError(a.positionals()[1] + ": cannot read");
+                std::ostringstream s;
+                s << in.rdbuf();
+                c.source = s.str();
+                c.params = parseParams(a.optionOr("params", ""));
+                c.author = Author::Human;
+            }
+            if (a.has("compile-only")) {
+                if (o.arch.empty()) {
+                    std::cerr << "kloop eval: --compile-only needs --arch (e.g. sm_90a) when no GPU is asked\n";
+                    return kExitUsage;
+                }
+                const auto m = ev.compileModule(c);
+                if (a.has("json")) {
+                    Json j = { { "ok", m->report.ok }, { "log", m->report.log }, { "compile_ms", m->report.compileMs },
+                        { "cache_hit", m->report.cacheHit }, { "cubin_bytes", m->cubin.size() }, { "key", m->key } };
+                    for (const auto& k : m->report.kernels)
+                        j["kernels"].push_back({ { "kernel", k.kernel }, { "registers", k.registers },
+                            { "spill_stores", k.spillStores }, { "spill_loads", k.spillLoads },
+                            { "static_shared", k.staticSharedBytes }, { "local", k.localBytes } });
+                    std::cout << j.dump(2) << "\n";
+                } else {
+                    std::cout << (m->report.ok ? "compiled" : "compile failed") << " for " << o.arch << " in "
+                              << m->report.compileMs << " ms" << (m->report.cacheHit ? " (cache)" : "") << "\n";
+                    for (const auto& k : m->report.kernels)
+                        std::cout << "  " << k.kernel << ": " << k.registers << " registers, " << k.spillStores
+                                  << " B spill stores, " << k.staticSharedBytes << " B static smem, " << k.localBytes
+                                  << " B stack\n";
+                    if (!m->report.ok)
+                        std::cout << m->report.log << "\n";
+                }
+                return m->report.ok ? kExitOk : kExitFailure;
+            }
+            try {
+                const DeviceInfo& d = ev.device();
+                if (!a.has("json"))
+                    std::cout << "device: " << d.name << " (" << d.arch << "), driver " << d.driverVersion << "\n";
+            } catch (const std::exception& ex) {
+                std::cerr << "kloop eval: no usable CUDA GPU: " << ex.what()
+                          << "\n(--compile-only --arch sm_90a compiles without one; KL_WORKER points at a kloop-worker "
+                             "elsewhere)\n";
+                return kExitFailure;
+            }
+            EvaluateOptions opt;
+            opt.maxSecondsPerShape = std::stod(a.optionOr("seconds", "1.0"));
+            opt.heldOutCount = std::stoi(a.optionOr("held-out", "4"));
+            opt.seed = std::stoull(a.optionOr("seed", "0"));
+            const Evaluation e = ev.evaluate(c, opt, CancelToken {});
+            if (a.has("json")) {
+                std::cout << toJson(e).dump(2) << "\n";
+            } else {
+                std::cout << "verdict: " << verdictName(e.verdict) << "\n";
+                for (const auto& r : e.reasons)
+                    std::cout << "  " << (r.blocking ? "reject " : "review ") << r.rule << ": " << r.message << "\n";
+                std::printf("%-28s %-8s %-8s %10s %10s %12s %8s\n", "shape", "held-out", "correct", "max relL2",
+                    "median us", "baseline us", "speedup");
+                for (const auto& s : e.shapes) {
+                    double worst = 0;
+                    for (const auto& ch : s.checks)
+                        worst = std::max(worst, ch.relL2);
+                    std::printf("%-28s %-8s %-8s %10.2e %10.2f %12.2f %8.3f\n", s.shape.label().c_str(),
+                        s.heldOut ? "yes" : "", s.correct ? "yes" : "NO", worst, s.timing ? s.timing->medianUs : 0.0,
+                        s.baselineTiming ? s.baselineTiming->medianUs : 0.0, s.speedup);
+                }
+                if (e.objective > 0)
+                    std::printf("objective (weighted geomean speedup): %.3f [%.3f, %.3f]\n", e.objective,
+                        e.objectiveCiLow, e.objectiveCiHigh);
+            }
+            return e.verdict == Verdict::Correct || e.verdict == Verdict::Accepted ? kExitOk : kExitFailure;
+        } catch (const InputError& e) {
+            std::cerr << "kloop eval: " << e.what() << "\n";
+            return kExitFailure;
+        } catch (const std::exception& e) {
+            std::cerr << "kloop eval: " << e.what() << "\n";
             return kExitFailure;
         }
-        EvaluateOptions opt;
-        opt.maxSecondsPerShape = std::stod(a.optionOr("seconds", "1.0"));
-        opt.heldOutCount = std::stoi(a.optionOr("held-out", "4"));
-        opt.seed = std::stoull(a.optionOr("seed", "0"));
-        const Evaluation e = ev.evaluate(c, opt, CancelToken{});
-        if (a.has("json")) {
-            std::cout << toJson(e).dump(2) << "\n";
-        } else {
-            std::cout << "verdict: " << verdictName(e.verdict) << "\n";
-            for (const auto& r : e.reasons)
-                std::cout << "  " << (r.blocking ? "reject " : "review ") << r.rule << ": " << r.message << "\n";
-            std::printf("%-28s %-8s %-8s %10s %10s %12s %8s\n", "shape", "held-out", "correct", "max relL2",
-                        "median us", "baseline us", "speedup");
-            for (const auto& s : e.shapes) {
-                double worst = 0;
-                for (const auto& ch : s.checks)
-                    worst = std::max(worst, ch.relL2);
-                std::printf("%-28s %-8s %-8s %10.2e %10.2f %12.2f %8.3f\n", s.shape.label().c_str(),
-                            s.heldOut ? "yes" : "", s.correct ? "yes" : "NO", worst,
-                            s.timing ? s.timing->medianUs : 0.0, s.baselineTiming ? s.baselineTiming->medianUs : 0.0,
-                            s.speedup);
-            }
-            if (e.objective > 0)
-                std::printf("objective (weighted geomean speedup): %.3f [%.3f, %.3f]\n", e.objective,
-                            e.objectiveCiLow, e.objectiveCiHigh);
-        }
-        return e.verdict == Verdict::Correct || e.verdict == Verdict::Accepted ? kExitOk : kExitFailure;
-    } catch (const InputError& e) {
-        std::cerr << "kloop eval: " << e.what() << "\n";
-        return kExitFailure;
-    } catch (const std::exception& e) {
-        std::cerr << "kloop eval: " << e.what() << "\n";
-        return kExitFailure;
-    }
 #else
-    (void)a;
-    std::cerr << "kloop eval: this build has no CUDA support (the CUDA toolkit was not found at configure time)\n";
-    return kExitFailure;
+        (void)a;
+        std::cerr << "kloop eval: this build has no CUDA support (the CUDA toolkit was not found at configure time)\n";
+        return kExitFailure;
 #endif
-}
+    }
 
-CommandRegistration reg{{"eval",
-                         "compile, verify and time one candidate with the GPU harness",
-                         "kloop eval <problem> [candidate.cu] [--params K=V,...] [--seconds S] [--held-out N] "
-                         "[--seed N] [--json]\n"
-                         "  Without candidate.cu the problem's template is evaluated with --params (defaults for the "
-                         "rest).\n"
-                         "  --compile-only --arch sm_90a: NVRTC to CUBIN without a GPU; prints registers and spills.\n"
-                         "  Exit 0 when the verdict is correct, 1 otherwise.",
-                         {"json", "compile-only"},
-                         &runEval}};
+    CommandRegistration reg { { "eval", "compile, verify and time one candidate with the GPU harness",
+        "kloop eval <problem> [candidate.cu] [--params K=V,...] [--seconds S] [--held-out N] "
+        "[--seed N] [--json]\n"
+        "  Without candidate.cu the problem's template is evaluated with --params (defaults for the "
+        "rest).\n"
+        "  --compile-only --arch sm_90a: NVRTC to CUBIN without a GPU; prints registers and spills.\n"
+        "  Exit 0 when the verdict is correct, 1 otherwise.",
+        { "json", "compile-only" }, &runEval } };
 
 } // namespace
 } // namespace kl::cli

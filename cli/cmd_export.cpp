@@ -15,110 +15,114 @@ namespace fs = std::filesystem;
 namespace kl::cli {
 namespace {
 
-Problem problemOf(const Session& s, const Args& a)
-{
-    if (const auto dir = a.option("problem"))
-        return loadProblem(findProblemFolder(*dir).string());
-    for (const std::string& key : {s.problemFolder, s.problemName}) {
-        if (key.empty())
-            continue;
-        try {
-            return loadProblem(findProblemFolder(key).string());
-        } catch (const InputError&) {
-        }
-    }
-    std::vector<fs::path> roots = problemSearchPath();
-    return loadProblem(exporter::resolveProblemFolder(s, roots));
-}
-
-int runExport(const Args& a)
-{
-    const auto out = a.option("out");
-    if (a.positionals().size() != 1 || !out) {
-        std::cerr << "usage: kloop export SESSION [--candidate ID] --out DIR [--force] [--overwrite] [--problem NAME|DIR] "
-                     "[--min-speedup X] [--json]\n";
-        return kExitUsage;
-    }
-    const bool json = a.has("json");
-    try {
-        LoadReport report;
-        const Session s = SessionStore::load(a.positionals()[0], &report);
-        for (const auto& w : report.warnings)
-            std::cerr << "warning: " << w << "\n";
-        const Problem problem = problemOf(s, a);
-        exporter::ExportOptions o;
-        o.outDir = *out;
-        o.candidateId = a.optionOr("candidate", "");
-        o.force = a.has("force");
-        o.overwrite = a.has("overwrite");
-        if (const auto ms = a.option("min-speedup")) {
+    Problem problemOf(const Session& s, const Args& a)
+    {
+        if (const auto dir = a.option("problem"))
+            return loadProblem(findProblemFolder(*dir).string());
+        for (const std::string& key : { s.problemFolder, s.problemName }) {
+            if (key.empty())
+                continue;
             try {
-                o.minSpeedup = std::stod(*ms);
-            } catch (...) {
-                std::cerr << "kloop export: --min-speedup expects a number, got '" << *ms << "'\n";
-                return kExitUsage;
+                return loadProblem(findProblemFolder(key).string());
+            } catch (const InputError&) {
             }
         }
-        const exporter::ExportResult r = exporter::exportBundle(s, problem, o);
-        const auto& d = r.plan.dispatch;
-        if (json) {
-            Json j{{"out", r.outDir.string()}, {"candidate", r.plan.candidateId}, {"forced", r.forced}, {"files", r.files}};
-            j["warnings"] = r.plan.warnings;
-            j["refusals"] = Json::array();
-            for (const auto& x : r.plan.refusals)
-                j["refusals"].push_back({{"code", x.code}, {"message", x.message}});
-            j["candidate_regions"] = Json::array();
-            for (const auto& reg : d.candidateRegions)
-                j["candidate_regions"].push_back(reg.label(d.dims));
-            j["fallback"] = r.plan.fallbackDescription;
-            std::cout << j.dump(2) << "\n";
-        } else {
-            if (r.forced) {
-                std::cerr << "WARNING: FORCED EXPORT of candidate " << r.plan.candidateId << " despite:\n";
-                for (const auto& x : r.plan.refusals)
-                    std::cerr << "  - " << x.code << ": " << x.message << "\n";
-            }
-            std::cout << "exported candidate " << r.plan.candidateId << " of session " << s.id << " to " << r.outDir.string()
-                      << " (" << r.files.size() << " files)\n";
-            std::cout << "dispatch:\n";
-            for (const auto& reg : d.candidateRegions)
-                std::cout << "  candidate  " << reg.label(d.dims) << "  (" << reg.wins << " shapes faster, " << reg.minSpeedup
-                          << "x .. " << reg.maxSpeedup << "x)\n";
-            for (const auto& reg : d.lossRegions)
-                std::cout << "  fallback   " << reg.label(d.dims) << "  (not faster there)\n";
-            std::cout << "  fallback   everywhere else: " << r.plan.fallbackDescription << "\n";
-            for (const auto& w : r.plan.warnings)
-                std::cout << "warning: " << w << "\n";
-            std::cout << "build and self-test: cmake -S " << r.outDir.string() << " -B build && cmake --build build && ctest "
-                      << "--test-dir build\n";
-        }
-        return kExitOk;
-    } catch (const exporter::ExportRefused& e) {
-        if (json) {
-            Json j{{"refused", true}, {"refusals", Json::array()}};
-            for (const auto& x : e.refusals())
-                j["refusals"].push_back({{"code", x.code}, {"message", x.message}});
-            std::cout << j.dump(2) << "\n";
-        }
-        std::cerr << "kloop export: " << e.what() << "\n";
-        return kExitFailure;
-    } catch (const std::exception& e) {
-        std::cerr << "kloop export: " << e.what() << "\n";
-        return kExitFailure;
+        std::vector<fs::path> roots = problemSearchPath();
+        return loadProblem(exporter::resolveProblemFolder(s, roots));
     }
-}
 
-const CommandRegistration reg{
-    {"export", "export a session's winning kernel as a bundle with dispatch, fallback and provenance",
-     "kloop export SESSION [--candidate ID] --out DIR [--force] [--overwrite] [--problem NAME|DIR] [--min-speedup X] [--json]\n"
-     "Writes the kernel with its parameters baked in, a CUDA runtime launcher with a C API, a dispatcher that uses the\n"
-     "kernel only in the shape ranges where it was verified and measured faster (the problem's library baseline or\n"
-     "reference kernel elsewhere), a PyTorch op, a CMake project with a self-test, and manifest.json.\n"
-     "Refuses candidates that are pending review, flagged, not accepted or not verified on their whole range;\n"
-     "--force exports anyway and writes the reasons into the manifest and headers. An existing non-empty DIR needs\n"
-     "--overwrite (and must be an earlier bundle). Default candidate: the accepted one with the best objective.",
-     {"json", "force", "overwrite"},
-     &runExport}};
+    int runExport(const Args& a)
+    {
+        const auto out = a.option("out");
+        if (a.positionals().size() != 1 || !out) {
+            std::cerr << "usage: kloop export SESSION [--candidate ID] --out DIR [--force] [--overwrite] [--problem "
+                         "NAME|DIR] "
+                         "[--min-speedup X] [--json]\n";
+            return kExitUsage;
+        }
+        const bool json = a.has("json");
+        try {
+            LoadReport report;
+            const Session s = SessionStore::load(a.positionals()[0], &report);
+            for (const auto& w : report.warnings)
+                std::cerr << "warning: " << w << "\n";
+            const Problem problem = problemOf(s, a);
+            exporter::ExportOptions o;
+            o.outDir = *out;
+            o.candidateId = a.optionOr("candidate", "");
+            o.force = a.has("force");
+            o.overwrite = a.has("overwrite");
+            if (const auto ms = a.option("min-speedup")) {
+                try {
+                    o.minSpeedup = std::stod(*ms);
+                } catch (...) {
+                    std::cerr << "kloop export: --min-speedup expects a number, got '" << *ms << "'\n";
+                    return kExitUsage;
+                }
+            }
+            const exporter::ExportResult r = exporter::exportBundle(s, problem, o);
+            const auto& d = r.plan.dispatch;
+            if (json) {
+                Json j { { "out", r.outDir.string() }, { "candidate", r.plan.candidateId }, { "forced", r.forced },
+                    { "files", r.files } };
+                j["warnings"] = r.plan.warnings;
+                j["refusals"] = Json::array();
+                for (const auto& x : r.plan.refusals)
+                    j["refusals"].push_back({ { "code", x.code }, { "message", x.message } });
+                j["candidate_regions"] = Json::array();
+                for (const auto& reg : d.candidateRegions)
+                    j["candidate_regions"].push_back(reg.label(d.dims));
+                j["fallback"] = r.plan.fallbackDescription;
+                std::cout << j.dump(2) << "\n";
+            } else {
+                if (r.forced) {
+                    std::cerr << "WARNING: FORCED EXPORT of candidate " << r.plan.candidateId << " despite:\n";
+                    for (const auto& x : r.plan.refusals)
+                        std::cerr << "  - " << x.code << ": " << x.message << "\n";
+                }
+                std::cout << "exported candidate " << r.plan.candidateId << " of session " << s.id << " to "
+                          << r.outDir.string() << " (" << r.files.size() << " files)\n";
+                std::cout << "dispatch:\n";
+                for (const auto& reg : d.candidateRegions)
+                    std::cout << "  candidate  " << reg.label(d.dims) << "  (" << reg.wins << " shapes faster, "
+                              << reg.minSpeedup << "x .. " << reg.maxSpeedup << "x)\n";
+                for (const auto& reg : d.lossRegions)
+                    std::cout << "  fallback   " << reg.label(d.dims) << "  (not faster there)\n";
+                std::cout << "  fallback   everywhere else: " << r.plan.fallbackDescription << "\n";
+                for (const auto& w : r.plan.warnings)
+                    std::cout << "warning: " << w << "\n";
+                std::cout << "build and self-test: cmake -S " << r.outDir.string()
+                          << " -B build && cmake --build build && ctest "
+                          << "--test-dir build\n";
+            }
+            return kExitOk;
+        } catch (const exporter::ExportRefused& e) {
+            if (json) {
+                Json j { { "refused", true }, { "refusals", Json::array() } };
+                for (const auto& x : e.refusals())
+                    j["refusals"].push_back({ { "code", x.code }, { "message", x.message } });
+                std::cout << j.dump(2) << "\n";
+            }
+            std::cerr << "kloop export: " << e.what() << "\n";
+            return kExitFailure;
+        } catch (const std::exception& e) {
+            std::cerr << "kloop export: " << e.what() << "\n";
+            return kExitFailure;
+        }
+    }
+
+    const CommandRegistration reg { { "export",
+        "export a session's winning kernel as a bundle with dispatch, fallback and provenance",
+        "kloop export SESSION [--candidate ID] --out DIR [--force] [--overwrite] [--problem NAME|DIR] [--min-speedup "
+        "X] [--json]\n"
+        "Writes the kernel with its parameters baked in, a CUDA runtime launcher with a C API, a dispatcher that uses "
+        "the\n"
+        "kernel only in the shape ranges where it was verified and measured faster (the problem's library baseline or\n"
+        "reference kernel elsewhere), a PyTorch op, a CMake project with a self-test, and manifest.json.\n"
+        "Refuses candidates that are pending review, flagged, not accepted or not verified on their whole range;\n"
+        "--force exports anyway and writes the reasons into the manifest and headers. An existing non-empty DIR needs\n"
+        "--overwrite (and must be an earlier bundle). Default candidate: the accepted one with the best objective.",
+        { "json", "force", "overwrite" }, &runExport } };
 
 } // namespace
 } // namespace kl::cli

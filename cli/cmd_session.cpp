@@ -16,313 +16,303 @@ namespace fs = std::filesystem;
 namespace kl::cli {
 namespace {
 
-std::string sessionIdFromDir(const fs::path& dir)
-{
-    std::string name = fs::absolute(dir).lexically_normal().filename().string();
-    std::string id;
-    for (char c : name)
-        id += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '-';
-    if (id.empty())
-        id = "session";
-    return id.substr(0, 64);
-}
+    std::string sessionIdFromDir(const fs::path& dir)
+    {
+        std::string name = fs::absolute(dir).lexically_normal().filename().string();
+        std::string id;
+        for (char c : name)
+            id += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '-';
+        if (id.empty())
+            id = "session";
+        return id.substr(0, 64);
+    }
 
-std::optional<double> candidateScore(const Session& s, const Candidate& c)
-{
-    if (c.status != CandidateStatus::Accepted)
-        return std::nullopt;
-    const auto it = s.evaluations.find(c.id);
-    if (it == s.evaluations.end())
-        return std::nullopt;
-    return it->second.objective;
-}
+    std::optional<double> candidateScore(const Session& s, const Candidate& c)
+    {
+        if (c.status != CandidateStatus::Accepted)
+            return std::nullopt;
+        const auto it = s.evaluations.find(c.id);
+        if (it == s.evaluations.end())
+            return std::nullopt;
+        return it->second.objective;
+    }
 
-std::string medianText(const Session& s, const CandidateId& id)
-{
-    const auto it = s.evaluations.find(id);
-    if (it == s.evaluations.end() || it->second.shapes.empty())
+    std::string medianText(const Session& s, const CandidateId& id)
+    {
+        const auto it = s.evaluations.find(id);
+        if (it == s.evaluations.end() || it->second.shapes.empty())
+            return "-";
+        // Geometric-mean speedup is the objective; show it when the harness measured a baseline.
+        char buf[64];
+        if (it->second.objective > 0) {
+            std::snprintf(buf, sizeof buf, "%.3fx", it->second.objective);
+            return buf;
+        }
         return "-";
-    // Geometric-mean speedup is the objective; show it when the harness measured a baseline.
-    char buf[64];
-    if (it->second.objective > 0) {
-        std::snprintf(buf, sizeof buf, "%.3fx", it->second.objective);
-        return buf;
     }
-    return "-";
-}
 
-int runNew(const Args& a)
-{
-    if (a.positionals().size() != 1 || !a.option("problem")) {
-        std::cerr << "usage: kloop session new DIR --problem NAME [--id ID] [--json]\n";
-        return kExitUsage;
-    }
-    const fs::path dir = a.positionals()[0];
-    const fs::path folder = findProblemFolder(*a.option("problem"));
-    const Problem problem = loadProblem(folder.string());
-    Session header;
-    header.id = a.optionOr("id", sessionIdFromDir(dir));
-    header.problemName = problem.name;
-    header.problemFolder = folder.string();
-    header.settings.agent = a.optionOr("agent", "");
-    auto store = SessionStore::create(dir, header);
-    // Seed the tree: the naive baseline is the root; the tunable template with its defaults branches from it.
-    std::vector<std::string> seeded;
-    CandidateId parent;
-    for (const auto& [file, role] : {std::pair{problem.baselineFile, std::string("baseline")},
-                                     std::pair{problem.templateFile, std::string("template")}}) {
-        const fs::path path = folder / file;
-        if (!fs::exists(path))
-            continue;
-        Candidate c;
-        c.source = readFile(path, 4u << 20);
-        c.parentId = parent;
-        c.author = Author::Human;
-        c.agent = "problem:" + role;
-        try {
-            c.params = parseKernelSpec(c.source).defaults();
-        } catch (const InputError& e) {
-            throw InputError(path.string() + ": " + e.what());
+    int runNew(const Args& a)
+    {
+        if (a.positionals().size() != 1 || !a.option("problem")) {
+            std::cerr << "usage: kloop session new DIR --problem NAME [--id ID] [--json]\n";
+            return kExitUsage;
         }
-        const Event e = store->proposeCandidate(c);
-        parent = e.candidateId;
-        seeded.push_back(e.candidateId + " (" + role + ")");
-    }
-    if (a.has("json")) {
-        Json j = {{"session", fs::absolute(dir).string()}, {"id", header.id}, {"problem", problem.name},
-                  {"candidates", seeded}};
-        std::cout << j.dump(2) << "\n";
-    } else {
-        std::cout << "created session '" << header.id << "' for problem " << problem.name << " in " << dir.string()
-                  << "\n";
-        for (const auto& s : seeded)
-            std::cout << "  " << s << "\n";
-    }
-    return kExitOk;
-}
-
-void printTree(const Session& s, const CandidateId& id, int depth)
-{
-    const Candidate& c = s.tree.at(id);
-    std::string params;
-    for (const auto& [k, v] : c.params)
-        params += (params.empty() ? "" : " ") + k + "=" + std::to_string(v);
-    std::printf("%*s%s%s  %-14s %-8s %-10s %s%s\n", depth * 2, "", c.id.c_str(), id == s.tree.head() ? "*" : " ",
-                statusName(c.status), authorName(c.author), medianText(s, id).c_str(), params.c_str(),
-                c.statusReason.empty() ? "" : ("  -- " + c.statusReason).c_str());
-    for (const auto& child : s.tree.children(id))
-        printTree(s, child, depth + 1);
-}
-
-int runShow(const Args& a)
-{
-    if (a.positionals().size() != 1) {
-        std::cerr << "usage: kloop session show DIR [--json]\n";
-        return kExitUsage;
-    }
-    LoadReport report;
-    const Session s = SessionStore::load(a.positionals()[0], &report);
-    const auto best = s.tree.best([&](const Candidate& c) { return candidateScore(s, c); });
-    if (a.has("json")) {
-        Json cands = Json::array();
-        for (const auto& id : s.tree.order()) {
-            Json cj = toJson(s.tree.at(id), false);
-            if (const auto it = s.evaluations.find(id); it != s.evaluations.end())
-                cj["objective"] = it->second.objective;
-            cands.push_back(cj);
+        const fs::path dir = a.positionals()[0];
+        const fs::path folder = findProblemFolder(*a.option("problem"));
+        const Problem problem = loadProblem(folder.string());
+        Session header;
+        header.id = a.optionOr("id", sessionIdFromDir(dir));
+        header.problemName = problem.name;
+        header.problemFolder = folder.string();
+        header.settings.agent = a.optionOr("agent", "");
+        auto store = SessionStore::create(dir, header);
+        // Seed the tree: the naive baseline is the root; the tunable template with its defaults branches from it.
+        std::vector<std::string> seeded;
+        CandidateId parent;
+        for (const auto& [file, role] : { std::pair { problem.baselineFile, std::string("baseline") },
+                 std::pair { problem.templateFile, std::string("template") } }) {
+            const fs::path path = folder / file;
+            if (!fs::exists(path))
+                continue;
+            Candidate c;
+            c.source = readFile(path, 4u << 20);
+            c.parentId = parent;
+            c.author = Author::Human;
+            c.agent = "problem:" + role;
+            try {
+                c.params = parseKernelSpec(c.source).defaults();
+            } catch (const InputError& e) {
+                throw InputError(path.string() + ": " + e.what());
+            }
+            const Event e = store->proposeCandidate(c);
+            parent = e.candidateId;
+            seeded.push_back(e.candidateId + " (" + role + ")");
         }
-        Json hyps = Json::array();
-        for (const auto& [id, h] : s.hypotheses)
-            hyps.push_back(toJson(h));
-        Json j = {{"id", s.id},
-                  {"problem", s.problemName},
-                  {"device", toJson(s.device)},
-                  {"settings", toJson(s.settings)},
-                  {"head", s.tree.head()},
-                  {"best", best ? Json(*best) : Json()},
-                  {"candidates", cands},
-                  {"hypotheses", hyps},
-                  {"events", report.eventsLoaded},
-                  {"warnings", report.warnings}};
-        std::cout << j.dump(2) << "\n";
+        if (a.has("json")) {
+            Json j = { { "session", fs::absolute(dir).string() }, { "id", header.id }, { "problem", problem.name },
+                { "candidates", seeded } };
+            std::cout << j.dump(2) << "\n";
+        } else {
+            std::cout << "created session '" << header.id << "' for problem " << problem.name << " in " << dir.string()
+                      << "\n";
+            for (const auto& s : seeded)
+                std::cout << "  " << s << "\n";
+        }
         return kExitOk;
     }
-    std::cout << "session " << s.id << "  problem " << s.problemName << "  device "
-              << (s.device.name.empty() ? "(none yet)" : s.device.name) << "\n";
-    std::cout << s.tree.size() << " candidates, " << s.hypotheses.size() << " hypotheses, " << report.eventsLoaded
-              << " events; head " << (s.tree.head().empty() ? "-" : s.tree.head()) << " (*), best "
-              << (best ? *best : "-") << "\n";
-    for (const auto& w : report.warnings)
-        std::cout << "warning: " << w << "\n";
-    for (const auto& root : s.tree.roots())
-        printTree(s, root, 1);
-    return kExitOk;
-}
 
-int runList(const Args& a)
-{
-    const fs::path root = a.positionals().empty() ? fs::path(".") : fs::path(a.positionals()[0]);
-    Json list = Json::array();
-    std::error_code ec;
-    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-        if (!it->is_directory() || !fs::exists(it->path() / "session.json"))
-            continue;
-        Json row = {{"dir", it->path().string()}};
-        try {
-            const Session s = SessionStore::load(it->path());
-            row["id"] = s.id;
-            row["problem"] = s.problemName;
-            row["candidates"] = s.tree.size();
-            row["device"] = s.device.name;
-        } catch (const std::exception& e) {
-            row["error"] = e.what();
+    void printTree(const Session& s, const CandidateId& id, int depth)
+    {
+        const Candidate& c = s.tree.at(id);
+        std::string params;
+        for (const auto& [k, v] : c.params)
+            params += (params.empty() ? "" : " ") + k + "=" + std::to_string(v);
+        std::printf("%*s%s%s  %-14s %-8s %-10s %s%s\n", depth * 2, "", c.id.c_str(), id == s.tree.head() ? "*" : " ",
+            statusName(c.status), authorName(c.author), medianText(s, id).c_str(), params.c_str(),
+            c.statusReason.empty() ? "" : ("  -- " + c.statusReason).c_str());
+        for (const auto& child : s.tree.children(id))
+            printTree(s, child, depth + 1);
+    }
+
+    int runShow(const Args& a)
+    {
+        if (a.positionals().size() != 1) {
+            std::cerr << "usage: kloop session show DIR [--json]\n";
+            return kExitUsage;
         }
-        list.push_back(row);
-    }
-    if (ec) {
-        std::cerr << "kloop session list: cannot read " << root.string() << ": " << ec.message() << "\n";
-        return kExitFailure;
-    }
-    if (a.has("json")) {
-        std::cout << list.dump(2) << "\n";
+        LoadReport report;
+        const Session s = SessionStore::load(a.positionals()[0], &report);
+        const auto best = s.tree.best([&](const Candidate& c) { return candidateScore(s, c); });
+        if (a.has("json")) {
+            Json cands = Json::array();
+            for (const auto& id : s.tree.order()) {
+                Json cj = toJson(s.tree.at(id), false);
+                if (const auto it = s.evaluations.find(id); it != s.evaluations.end())
+                    cj["objective"] = it->second.objective;
+                cands.push_back(cj);
+            }
+            Json hyps = Json::array();
+            for (const auto& [id, h] : s.hypotheses)
+                hyps.push_back(toJson(h));
+            Json j = { { "id", s.id }, { "problem", s.problemName }, { "device", toJson(s.device) },
+                { "settings", toJson(s.settings) }, { "head", s.tree.head() }, { "best", best ? Json(*best) : Json() },
+                { "candidates", cands }, { "hypotheses", hyps }, { "events", report.eventsLoaded },
+                { "warnings", report.warnings } };
+            std::cout << j.dump(2) << "\n";
+            return kExitOk;
+        }
+        std::cout << "session " << s.id << "  problem " << s.problemName << "  device "
+                  << (s.device.name.empty() ? "(none yet)" : s.device.name) << "\n";
+        std::cout << s.tree.size() << " candidates, " << s.hypotheses.size() << " hypotheses, " << report.eventsLoaded
+                  << " events; head " << (s.tree.head().empty() ? "-" : s.tree.head()) << " (*), best "
+                  << (best ? *best : "-") << "\n";
+        for (const auto& w : report.warnings)
+            std::cout << "warning: " << w << "\n";
+        for (const auto& root : s.tree.roots())
+            printTree(s, root, 1);
         return kExitOk;
     }
-    for (const auto& r : list) {
-        if (r.contains("error"))
-            std::printf("%-40s  unreadable: %s\n", r["dir"].get<std::string>().c_str(),
-                        r["error"].get<std::string>().c_str());
-        else
-            std::printf("%-40s  %-20s %-14s %4zu candidates\n", r["dir"].get<std::string>().c_str(),
-                        r["id"].get<std::string>().c_str(), r["problem"].get<std::string>().c_str(),
-                        r["candidates"].get<std::size_t>());
-    }
-    if (list.empty())
-        std::cout << "no sessions in " << root.string() << "\n";
-    return kExitOk;
-}
 
-std::string withParams(const Candidate& c)
-{
-    std::string header;
-    for (const auto& [k, v] : c.params)
-        header += "// param " + k + " = " + std::to_string(v) + "\n";
-    return header + c.source;
-}
-
-int runDiff(const Args& a)
-{
-    if (a.positionals().size() != 3 && a.positionals().size() != 2) {
-        std::cerr << "usage: kloop session diff DIR A [B] [--json] [--context N]\n"
-                     "       (without B, A is compared with its parent)\n";
-        return kExitUsage;
-    }
-    const Session s = SessionStore::load(a.positionals()[0]);
-    const std::string aId = a.positionals()[1];
-    if (!s.tree.contains(aId))
-        throw InputError("no candidate '" + aId + "' in session " + s.id);
-    std::string bId;
-    std::string oldId = aId;
-    if (a.positionals().size() == 3) {
-        bId = a.positionals()[2];
-    } else {
-        bId = aId;
-        oldId = s.tree.at(aId).parentId;
-        if (oldId.empty())
-            throw InputError(aId + " is a root: it has no parent to compare with");
-    }
-    if (!s.tree.contains(bId))
-        throw InputError("no candidate '" + bId + "' in session " + s.id);
-    const int context = std::stoi(a.optionOr("context", "3"));
-    const std::string oldText = withParams(s.tree.at(oldId));
-    const std::string newText = withParams(s.tree.at(bId));
-    if (a.has("json")) {
-        Json hunks = Json::array();
-        for (const auto& h : diffHunks(oldText, newText, context)) {
-            Json lines = Json::array();
-            for (const auto& l : h.lines)
-                lines.push_back({{"kind", l.kind == DiffLine::Kind::Added     ? "added"
-                                          : l.kind == DiffLine::Kind::Removed ? "removed"
-                                                                              : "context"},
-                                 {"text", l.text},
-                                 {"old", l.oldLine},
-                                 {"new", l.newLine}});
-            hunks.push_back({{"old_start", h.oldStart},
-                             {"old_count", h.oldCount},
-                             {"new_start", h.newStart},
-                             {"new_count", h.newCount},
-                             {"lines", lines}});
+    int runList(const Args& a)
+    {
+        const fs::path root = a.positionals().empty() ? fs::path(".") : fs::path(a.positionals()[0]);
+        Json list = Json::array();
+        std::error_code ec;
+        for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+            if (!it->is_directory() || !fs::exists(it->path() / "session.json"))
+                continue;
+            Json row = { { "dir", it->path().string() } };
+            try {
+                const Session s = SessionStore::load(it->path());
+                row["id"] = s.id;
+                row["problem"] = s.problemName;
+                row["candidates"] = s.tree.size();
+                row["device"] = s.device.name;
+            } catch (const std::exception& e) {
+                row["error"] = e.what();
+            }
+            list.push_back(row);
         }
-        std::cout << Json{{"old", oldId}, {"new", bId}, {"hunks", hunks}}.dump(2) << "\n";
-    } else {
-        const std::string d = unifiedDiff(oldText, newText, oldId + "/source.cu", bId + "/source.cu", context);
-        std::cout << (d.empty() ? "(no differences)\n" : d);
-    }
-    return kExitOk;
-}
-
-int runVersion(const Args& a)
-{
-    const Json features = {{"cuda", bool(KL_FEATURE_CUDA)},   {"cupti", bool(KL_FEATURE_CUPTI)},
-                           {"nvml", bool(KL_FEATURE_NVML)},   {"gui", bool(KL_FEATURE_GUI)},
-                           {"curl", bool(KL_FEATURE_CURL)},   {"sqlite", bool(KL_FEATURE_SQLITE)},
-                           {"zlib", bool(KL_FEATURE_ZLIB)},   {"cuda_toolkit", KL_CUDA_TOOLKIT_VERSION}};
-    if (a.has("json")) {
-        std::cout << Json{{"version", KL_VERSION}, {"features", features}}.dump(2) << "\n";
+        if (ec) {
+            std::cerr << "kloop session list: cannot read " << root.string() << ": " << ec.message() << "\n";
+            return kExitFailure;
+        }
+        if (a.has("json")) {
+            std::cout << list.dump(2) << "\n";
+            return kExitOk;
+        }
+        for (const auto& r : list) {
+            if (r.contains("error"))
+                std::printf("%-40s  unreadable: %s\n", r["dir"].get<std::string>().c_str(),
+                    r["error"].get<std::string>().c_str());
+            else
+                std::printf("%-40s  %-20s %-14s %4zu candidates\n", r["dir"].get<std::string>().c_str(),
+                    r["id"].get<std::string>().c_str(), r["problem"].get<std::string>().c_str(),
+                    r["candidates"].get<std::size_t>());
+        }
+        if (list.empty())
+            std::cout << "no sessions in " << root.string() << "\n";
         return kExitOk;
     }
-    std::cout << "kloop " KL_VERSION "\n";
-    for (const auto& [k, v] : features.items())
-        std::cout << "  " << k << ": " << (v.is_boolean() ? (v.get<bool>() ? "on" : "off") : v.get<std::string>())
-                  << "\n";
-    return kExitOk;
-}
 
-int runProblems(const Args& a)
-{
-    Json list = Json::array();
-    for (const auto& name : listProblems()) {
-        Json row = {{"name", name}};
-        try {
-            const Problem p = loadProblem(findProblemFolder(name).string());
-            row["description"] = p.description;
-            row["folder"] = findProblemFolder(name).string();
-        } catch (const std::exception& e) {
-            row["error"] = e.what();
-        }
-        list.push_back(row);
+    std::string withParams(const Candidate& c)
+    {
+        std::string header;
+        for (const auto& [k, v] : c.params)
+            header += "// param " + k + " = " + std::to_string(v) + "\n";
+        return header + c.source;
     }
-    if (a.has("json")) {
-        std::cout << list.dump(2) << "\n";
+
+    int runDiff(const Args& a)
+    {
+        if (a.positionals().size() != 3 && a.positionals().size() != 2) {
+            std::cerr << "usage: kloop session diff DIR A [B] [--json] [--context N]\n"
+                         "       (without B, A is compared with its parent)\n";
+            return kExitUsage;
+        }
+        const Session s = SessionStore::load(a.positionals()[0]);
+        const std::string aId = a.positionals()[1];
+        if (!s.tree.contains(aId))
+            throw InputError("no candidate '" + aId + "' in session " + s.id);
+        std::string bId;
+        std::string oldId = aId;
+        if (a.positionals().size() == 3) {
+            bId = a.positionals()[2];
+        } else {
+            bId = aId;
+            oldId = s.tree.at(aId).parentId;
+            if (oldId.empty())
+                throw InputError(aId + " is a root: it has no parent to compare with");
+        }
+        if (!s.tree.contains(bId))
+            throw InputError("no candidate '" + bId + "' in session " + s.id);
+        const int context = std::stoi(a.optionOr("context", "3"));
+        const std::string oldText = withParams(s.tree.at(oldId));
+        const std::string newText = withParams(s.tree.at(bId));
+        if (a.has("json")) {
+            Json hunks = Json::array();
+            for (const auto& h : diffHunks(oldText, newText, context)) {
+                Json lines = Json::array();
+                for (const auto& l : h.lines)
+                    lines.push_back({ { "kind",
+                                          l.kind == DiffLine::Kind::Added         ? "added"
+                                              : l.kind == DiffLine::Kind::Removed ? "removed"
+                                                                                  : "context" },
+                        { "text", l.text }, { "old", l.oldLine }, { "new", l.newLine } });
+                hunks.push_back({ { "old_start", h.oldStart }, { "old_count", h.oldCount }, { "new_start", h.newStart },
+                    { "new_count", h.newCount }, { "lines", lines } });
+            }
+            std::cout << Json { { "old", oldId }, { "new", bId }, { "hunks", hunks } }.dump(2) << "\n";
+        } else {
+            const std::string d = unifiedDiff(oldText, newText, oldId + "/source.cu", bId + "/source.cu", context);
+            std::cout << (d.empty() ? "(no differences)\n" : d);
+        }
         return kExitOk;
     }
-    for (const auto& r : list)
-        std::printf("%-16s %s\n", r["name"].get<std::string>().c_str(),
-                    r.contains("error") ? ("unreadable: " + r["error"].get<std::string>()).c_str()
-                                        : r["description"].get<std::string>().c_str());
-    return kExitOk;
-}
 
-const CommandRegistration regNew{{"session new", "create a session directory for a problem",
-                                  "kloop session new DIR --problem NAME [--id ID] [--json]\n"
-                                  "Creates DIR with session.json and a journal, seeded with the problem's baseline "
-                                  "(root) and its tunable template (child).",
-                                  {"json"}, &runNew}};
-const CommandRegistration regShow{{"session show", "print a session's candidate tree",
-                                   "kloop session show DIR [--json]\n"
-                                   "Loads the session read-only; a torn last journal line is reported, not fatal.",
-                                   {"json"}, &runShow}};
-const CommandRegistration regList{{"session list", "list the sessions in a folder",
-                                   "kloop session list [ROOT] [--json]", {"json"}, &runList}};
-const CommandRegistration regDiff{{"session diff", "unified diff between two candidates",
-                                   "kloop session diff DIR A [B] [--context N] [--json]\n"
-                                   "Without B, compares A with its parent. Parameter values are shown as a header.",
-                                   {"json"}, &runDiff}};
-const CommandRegistration regVersion{{"version", "print the version and the build's features",
-                                      "kloop version [--json]", {"json"}, &runVersion}};
-const CommandRegistration regProblems{{"problems", "list the problems in the catalogue",
-                                       "kloop problems [--json]\nSearch path: $KL_PROBLEMS_DIR, then the bundled "
-                                       "kernels/problems.",
-                                       {"json"}, &runProblems}};
+    int runVersion(const Args& a)
+    {
+        const Json features = { { "cuda", bool(KL_FEATURE_CUDA) }, { "cupti", bool(KL_FEATURE_CUPTI) },
+            { "nvml", bool(KL_FEATURE_NVML) }, { "gui", bool(KL_FEATURE_GUI) }, { "curl", bool(KL_FEATURE_CURL) },
+            { "sqlite", bool(KL_FEATURE_SQLITE) }, { "zlib", bool(KL_FEATURE_ZLIB) },
+            { "cuda_toolkit", KL_CUDA_TOOLKIT_VERSION } };
+        if (a.has("json")) {
+            std::cout << Json { { "version", KL_VERSION }, { "features", features } }.dump(2) << "\n";
+            return kExitOk;
+        }
+        std::cout << "kloop " KL_VERSION "\n";
+        for (const auto& [k, v] : features.items())
+            std::cout << "  " << k << ": " << (v.is_boolean() ? (v.get<bool>() ? "on" : "off") : v.get<std::string>())
+                      << "\n";
+        return kExitOk;
+    }
+
+    int runProblems(const Args& a)
+    {
+        Json list = Json::array();
+        for (const auto& name : listProblems()) {
+            Json row = { { "name", name } };
+            try {
+                const Problem p = loadProblem(findProblemFolder(name).string());
+                row["description"] = p.description;
+                row["folder"] = findProblemFolder(name).string();
+            } catch (const std::exception& e) {
+                row["error"] = e.what();
+            }
+            list.push_back(row);
+        }
+        if (a.has("json")) {
+            std::cout << list.dump(2) << "\n";
+            return kExitOk;
+        }
+        for (const auto& r : list)
+            std::printf("%-16s %s\n", r["name"].get<std::string>().c_str(),
+                r.contains("error") ? ("unreadable: " + r["error"].get<std::string>()).c_str()
+                                    : r["description"].get<std::string>().c_str());
+        return kExitOk;
+    }
+
+    const CommandRegistration regNew { { "session new", "create a session directory for a problem",
+        "kloop session new DIR --problem NAME [--id ID] [--json]\n"
+        "Creates DIR with session.json and a journal, seeded with the problem's baseline "
+        "(root) and its tunable template (child).",
+        { "json" }, &runNew } };
+    const CommandRegistration regShow { { "session show", "print a session's candidate tree",
+        "kloop session show DIR [--json]\n"
+        "Loads the session read-only; a torn last journal line is reported, not fatal.",
+        { "json" }, &runShow } };
+    const CommandRegistration regList { { "session list", "list the sessions in a folder",
+        "kloop session list [ROOT] [--json]", { "json" }, &runList } };
+    const CommandRegistration regDiff { { "session diff", "unified diff between two candidates",
+        "kloop session diff DIR A [B] [--context N] [--json]\n"
+        "Without B, compares A with its parent. Parameter values are shown as a header.",
+        { "json" }, &runDiff } };
+    const CommandRegistration regVersion { { "version", "print the version and the build's features",
+        "kloop version [--json]", { "json" }, &runVersion } };
+    const CommandRegistration regProblems { { "problems", "list the problems in the catalogue",
+        "kloop problems [--json]\nSearch path: $KL_PROBLEMS_DIR, then the bundled "
+        "kernels/problems.",
+        { "json" }, &runProblems } };
 
 } // namespace
 } // namespace kl::cli

@@ -41,17 +41,23 @@ std::string Args::optionOr(const std::string& name, const std::string& fallback)
     return option(name).value_or(fallback);
 }
 
-bool Args::has(const std::string& name) const { return m_options.count(name) != 0; }
+bool Args::has(const std::string& name) const
+{
+    return m_options.count(name) != 0;
+}
 
 namespace {
-std::vector<Command>& table()
-{
-    static std::vector<Command> t;
-    return t;
-}
+    std::vector<Command>& table()
+    {
+        static std::vector<Command> t;
+        return t;
+    }
 } // namespace
 
-void registerCommand(Command c) { table().push_back(std::move(c)); }
+void registerCommand(Command c)
+{
+    table().push_back(std::move(c));
+}
 
 const std::vector<Command>& commands()
 {

@@ -34,7 +34,11 @@ public:
     virtual std::string name() const = 0; // "tuner:anneal", "llm:openai"
     // May return fewer than asked, or none when the agent has nothing left to try.
     virtual std::vector<Proposal> propose(const AgentContext& ctx, const CancelToken& cancel) = 0;
-    virtual void observe(const Candidate& c, const Evaluation& e) { (void)c; (void)e; }
+    virtual void observe(const Candidate& c, const Evaluation& e)
+    {
+        (void)c;
+        (void)e;
+    }
 };
 
 } // namespace kl

@@ -9,7 +9,10 @@ namespace kl {
 // Cooperative cancellation shared between the thread that asks and the thread that works.
 class CancelToken {
 public:
-    CancelToken() : m_flag(std::make_shared<std::atomic<bool>>(false)) {}
+    CancelToken()
+        : m_flag(std::make_shared<std::atomic<bool>>(false))
+    {
+    }
     void cancel() const { m_flag->store(true, std::memory_order_relaxed); }
     bool cancelled() const { return m_flag->load(std::memory_order_relaxed); }
 

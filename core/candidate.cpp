@@ -5,23 +5,23 @@
 namespace kl {
 
 namespace {
-struct StatusName {
-    CandidateStatus status;
-    const char* name;
-};
-constexpr StatusName kStatusNames[] = {
-    {CandidateStatus::Proposed, "proposed"},
-    {CandidateStatus::PendingReview, "pending-review"},
-    {CandidateStatus::Approved, "approved"},
-    {CandidateStatus::Compiling, "compiling"},
-    {CandidateStatus::Verifying, "verifying"},
-    {CandidateStatus::Timing, "timing"},
-    {CandidateStatus::Accepted, "accepted"},
-    {CandidateStatus::Rejected, "rejected"},
-    {CandidateStatus::CompileFailed, "compile-failed"},
-    {CandidateStatus::Crashed, "crashed"},
-    {CandidateStatus::TimedOut, "timed-out"},
-};
+    struct StatusName {
+        CandidateStatus status;
+        const char* name;
+    };
+    constexpr StatusName kStatusNames[] = {
+        { CandidateStatus::Proposed, "proposed" },
+        { CandidateStatus::PendingReview, "pending-review" },
+        { CandidateStatus::Approved, "approved" },
+        { CandidateStatus::Compiling, "compiling" },
+        { CandidateStatus::Verifying, "verifying" },
+        { CandidateStatus::Timing, "timing" },
+        { CandidateStatus::Accepted, "accepted" },
+        { CandidateStatus::Rejected, "rejected" },
+        { CandidateStatus::CompileFailed, "compile-failed" },
+        { CandidateStatus::Crashed, "crashed" },
+        { CandidateStatus::TimedOut, "timed-out" },
+    };
 } // namespace
 
 const char* authorName(Author a)
@@ -41,7 +41,7 @@ const char* authorName(Author a)
 
 Author authorFromName(const std::string& s)
 {
-    for (Author a : {Author::Human, Author::Tuner, Author::Llm, Author::Reference})
+    for (Author a : { Author::Human, Author::Tuner, Author::Llm, Author::Reference })
         if (s == authorName(a))
             return a;
     throw InputError("unknown author '" + s + "' (expected human, tuner, llm or reference)");

@@ -52,7 +52,7 @@ std::vector<CandidateId> CandidateTree::roots() const
 std::vector<CandidateId> CandidateTree::children(const CandidateId& id) const
 {
     const auto it = m_children.find(id);
-    return it == m_children.end() ? std::vector<CandidateId>{} : it->second;
+    return it == m_children.end() ? std::vector<CandidateId> {} : it->second;
 }
 
 std::vector<CandidateId> CandidateTree::lineage(const CandidateId& id) const
@@ -64,7 +64,7 @@ std::vector<CandidateId> CandidateTree::lineage(const CandidateId& id) const
         chain.push_back(cur);
         cur = at(cur).parentId;
     }
-    return {chain.rbegin(), chain.rend()};
+    return { chain.rbegin(), chain.rend() };
 }
 
 std::vector<CandidateId> CandidateTree::withStatus(const std::set<CandidateStatus>& statuses) const
@@ -76,8 +76,8 @@ std::vector<CandidateId> CandidateTree::withStatus(const std::set<CandidateStatu
     return r;
 }
 
-std::optional<CandidateId>
-CandidateTree::best(const std::function<std::optional<double>(const Candidate&)>& score) const
+std::optional<CandidateId> CandidateTree::best(
+    const std::function<std::optional<double>(const Candidate&)>& score) const
 {
     std::optional<CandidateId> bestId;
     double bestScore = 0;

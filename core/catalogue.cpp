@@ -12,12 +12,12 @@ namespace fs = std::filesystem;
 namespace kl {
 
 namespace {
-fs::path executableDir()
-{
-    std::error_code ec;
-    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-    return ec ? fs::path() : exe.parent_path();
-}
+    fs::path executableDir()
+    {
+        std::error_code ec;
+        const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+        return ec ? fs::path() : exe.parent_path();
+    }
 } // namespace
 
 fs::path dataRoot()
@@ -66,7 +66,7 @@ std::vector<std::string> listProblems()
             if (it->is_directory() && fs::exists(it->path() / "problem.json"))
                 names.insert(it->path().filename().string());
     }
-    return {names.begin(), names.end()};
+    return { names.begin(), names.end() };
 }
 
 fs::path findProblemFolder(const std::string& nameOrPath)

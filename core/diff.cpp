@@ -75,20 +75,20 @@ std::vector<DiffLine> diffLines(const std::vector<std::string>& a, const std::ve
         while (x > prevX && y > prevY) {
             --x;
             --y;
-            out.push_back({DiffLine::Kind::Context, a[x], x + 1, y + 1});
+            out.push_back({ DiffLine::Kind::Context, a[x], x + 1, y + 1 });
         }
         if (x == prevX) {
             --y;
-            out.push_back({DiffLine::Kind::Added, b[y], 0, y + 1});
+            out.push_back({ DiffLine::Kind::Added, b[y], 0, y + 1 });
         } else {
             --x;
-            out.push_back({DiffLine::Kind::Removed, a[x], x + 1, 0});
+            out.push_back({ DiffLine::Kind::Removed, a[x], x + 1, 0 });
         }
     }
     while (x > 0 && y > 0) {
         --x;
         --y;
-        out.push_back({DiffLine::Kind::Context, a[x], x + 1, y + 1});
+        out.push_back({ DiffLine::Kind::Context, a[x], x + 1, y + 1 });
     }
     std::reverse(out.begin(), out.end());
     return out;
@@ -153,7 +153,7 @@ std::vector<DiffHunk> diffHunks(const std::string& oldText, const std::string& n
 }
 
 std::string unifiedDiff(const std::string& oldText, const std::string& newText, const std::string& oldName,
-                        const std::string& newName, int context)
+    const std::string& newName, int context)
 {
     std::ostringstream os;
     const auto hunks = diffHunks(oldText, newText, context);
@@ -171,17 +171,17 @@ std::string unifiedDiff(const std::string& oldText, const std::string& newText, 
 }
 
 namespace {
-bool parseRange(const std::string& s, int& start, int& count)
-{
-    const auto comma = s.find(',');
-    try {
-        start = std::stoi(s.substr(0, comma));
-        count = comma == std::string::npos ? 1 : std::stoi(s.substr(comma + 1));
-    } catch (...) {
-        return false;
+    bool parseRange(const std::string& s, int& start, int& count)
+    {
+        const auto comma = s.find(',');
+        try {
+            start = std::stoi(s.substr(0, comma));
+            count = comma == std::string::npos ? 1 : std::stoi(s.substr(comma + 1));
+        } catch (...) {
+            return false;
+        }
+        return start >= 0 && count >= 0;
     }
-    return start >= 0 && count >= 0;
-}
 } // namespace
 
 std::string applyUnifiedDiff(const std::string& oldText, const std::string& diff)
@@ -232,7 +232,7 @@ std::string applyUnifiedDiff(const std::string& oldText, const std::string& diff
             ++p;
         }
         while (!expectOld.empty() && static_cast<int>(expectOld.size()) > oldCount && expectOld.back().empty()
-               && !produce.empty() && produce.back().empty()) {
+            && !produce.empty() && produce.back().empty()) {
             expectOld.pop_back();
             produce.pop_back();
         }
@@ -245,7 +245,8 @@ std::string applyUnifiedDiff(const std::string& oldText, const std::string& diff
                     return false;
             return true;
         };
-        std::size_t stated = oldCount == 0 ? static_cast<std::size_t>(oldStart) : static_cast<std::size_t>(std::max(0, oldStart - 1));
+        std::size_t stated
+            = oldCount == 0 ? static_cast<std::size_t>(oldStart) : static_cast<std::size_t>(std::max(0, oldStart - 1));
         std::size_t at = std::string::npos;
         if (stated >= srcPos && matchesAt(stated)) {
             at = stated;
@@ -258,7 +259,7 @@ std::string applyUnifiedDiff(const std::string& oldText, const std::string& diff
         }
         if (at == std::string::npos)
             throw InputError("diff hunk " + std::to_string(hunkNo) + " (" + line
-                             + ") does not apply: its context or removed lines are not in the source");
+                + ") does not apply: its context or removed lines are not in the source");
         for (; srcPos < at; ++srcPos)
             out.push_back(src[srcPos]);
         out.insert(out.end(), produce.begin(), produce.end());

@@ -25,7 +25,7 @@ std::vector<std::string> splitLines(const std::string& text);
 std::vector<DiffLine> diffLines(const std::vector<std::string>& a, const std::vector<std::string>& b);
 std::vector<DiffHunk> diffHunks(const std::string& oldText, const std::string& newText, int context = 3);
 std::string unifiedDiff(const std::string& oldText, const std::string& newText, const std::string& oldName,
-                        const std::string& newName, int context = 3);
+    const std::string& newName, int context = 3);
 
 // Applies a unified diff; throws InputError naming the hunk that does not apply.
 std::string applyUnifiedDiff(const std::string& oldText, const std::string& diff);

@@ -5,15 +5,19 @@
 namespace kl {
 
 namespace {
-struct VerdictName {
-    Verdict v;
-    const char* name;
-};
-constexpr VerdictName kVerdicts[] = {
-    {Verdict::Accepted, "accepted"},         {Verdict::Rejected, "rejected"}, {Verdict::PendingReview, "pending-review"},
-    {Verdict::CompileFailed, "compile-failed"}, {Verdict::Crashed, "crashed"},  {Verdict::TimedOut, "timed-out"},
-    {Verdict::Correct, "correct"},
-};
+    struct VerdictName {
+        Verdict v;
+        const char* name;
+    };
+    constexpr VerdictName kVerdicts[] = {
+        { Verdict::Accepted, "accepted" },
+        { Verdict::Rejected, "rejected" },
+        { Verdict::PendingReview, "pending-review" },
+        { Verdict::CompileFailed, "compile-failed" },
+        { Verdict::Crashed, "crashed" },
+        { Verdict::TimedOut, "timed-out" },
+        { Verdict::Correct, "correct" },
+    };
 } // namespace
 
 const char* verdictName(Verdict v)
@@ -32,7 +36,10 @@ Verdict verdictFromName(const std::string& s)
     throw InputError("unknown verdict '" + s + "'");
 }
 
-bool isReviewFlag(const VerdictReason& r) { return !r.blocking && r.rule.rfind("decide.", 0) != 0; }
+bool isReviewFlag(const VerdictReason& r)
+{
+    return !r.blocking && r.rule.rfind("decide.", 0) != 0;
+}
 
 bool Evaluation::correctEverywhere() const
 {

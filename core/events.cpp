@@ -8,27 +8,27 @@
 namespace kl {
 
 namespace {
-struct KindName {
-    EventKind k;
-    const char* name;
-};
-constexpr KindName kKinds[] = {
-    {EventKind::SessionCreated, "session-created"},
-    {EventKind::SessionState, "session-state"},
-    {EventKind::HypothesisAdded, "hypothesis-added"},
-    {EventKind::CandidateProposed, "candidate-proposed"},
-    {EventKind::CandidateStatus, "candidate-status"},
-    {EventKind::CandidateCompiled, "candidate-compiled"},
-    {EventKind::CandidateVerified, "candidate-verified"},
-    {EventKind::CandidateTimed, "candidate-timed"},
-    {EventKind::CandidateAccepted, "candidate-accepted"},
-    {EventKind::CandidateRejected, "candidate-rejected"},
-    {EventKind::ReviewDecided, "review-decided"},
-    {EventKind::HeadMoved, "head-moved"},
-    {EventKind::BestChanged, "best-changed"},
-    {EventKind::AgentMessage, "agent-message"},
-    {EventKind::Note, "note"},
-};
+    struct KindName {
+        EventKind k;
+        const char* name;
+    };
+    constexpr KindName kKinds[] = {
+        { EventKind::SessionCreated, "session-created" },
+        { EventKind::SessionState, "session-state" },
+        { EventKind::HypothesisAdded, "hypothesis-added" },
+        { EventKind::CandidateProposed, "candidate-proposed" },
+        { EventKind::CandidateStatus, "candidate-status" },
+        { EventKind::CandidateCompiled, "candidate-compiled" },
+        { EventKind::CandidateVerified, "candidate-verified" },
+        { EventKind::CandidateTimed, "candidate-timed" },
+        { EventKind::CandidateAccepted, "candidate-accepted" },
+        { EventKind::CandidateRejected, "candidate-rejected" },
+        { EventKind::ReviewDecided, "review-decided" },
+        { EventKind::HeadMoved, "head-moved" },
+        { EventKind::BestChanged, "best-changed" },
+        { EventKind::AgentMessage, "agent-message" },
+        { EventKind::Note, "note" },
+    };
 } // namespace
 
 const char* eventKindName(EventKind k)
@@ -49,7 +49,7 @@ EventKind eventKindFromName(const std::string& s)
 
 nlohmann::json eventToJson(const Event& e)
 {
-    nlohmann::json j = {{"seq", e.seq}, {"t", e.timeMs}, {"kind", eventKindName(e.kind)}};
+    nlohmann::json j = { { "seq", e.seq }, { "t", e.timeMs }, { "kind", eventKindName(e.kind) } };
     if (!e.candidateId.empty())
         j["candidate"] = e.candidateId;
     if (!e.data.is_null())
@@ -96,7 +96,7 @@ void EventBus::unsubscribe(Token t)
 {
     std::lock_guard lock(m_mutex);
     m_handlers.erase(std::remove_if(m_handlers.begin(), m_handlers.end(), [t](const auto& p) { return p.first == t; }),
-                     m_handlers.end());
+        m_handlers.end());
 }
 
 void EventBus::publish(const Event& e) const

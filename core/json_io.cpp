@@ -10,95 +10,95 @@ namespace kl {
 
 namespace jsonfield {
 
-const Json& require(const Json& j, const char* key, const std::string& where)
-{
-    if (!j.is_object())
-        throw InputError(where + ": expected a JSON object");
-    const auto it = j.find(key);
-    if (it == j.end())
-        throw InputError(where + "." + key + ": missing");
-    return *it;
-}
-
-std::string string(const Json& j, const char* key, const std::string& where)
-{
-    const Json& v = require(j, key, where);
-    if (!v.is_string())
-        throw InputError(where + "." + key + ": expected a string, got " + v.type_name());
-    return v.get<std::string>();
-}
-
-std::string stringOr(const Json& j, const char* key, const std::string& fallback, const std::string& where)
-{
-    if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
-        return fallback;
-    return string(j, key, where);
-}
-
-static std::int64_t asInteger(const Json& v, const std::string& path, std::int64_t min, std::int64_t max)
-{
-    std::int64_t x = 0;
-    if (v.is_number_unsigned()) {
-        const auto u = v.get<std::uint64_t>();
-        if (u > static_cast<std::uint64_t>(INT64_MAX))
-            throw InputError(path + ": number too large");
-        x = static_cast<std::int64_t>(u);
-    } else if (v.is_number_integer()) {
-        x = v.get<std::int64_t>();
-    } else if (v.is_number_float()) {
-        const double d = v.get<double>();
-        if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15)
-            throw InputError(path + ": expected an integer, got " + v.dump());
-        x = static_cast<std::int64_t>(d);
-    } else {
-        throw InputError(path + ": expected an integer, got " + std::string(v.type_name()));
+    const Json& require(const Json& j, const char* key, const std::string& where)
+    {
+        if (!j.is_object())
+            throw InputError(where + ": expected a JSON object");
+        const auto it = j.find(key);
+        if (it == j.end())
+            throw InputError(where + "." + key + ": missing");
+        return *it;
     }
-    if (x < min || x > max)
-        throw InputError(path + ": " + std::to_string(x) + " is outside [" + std::to_string(min) + ", "
-                         + std::to_string(max) + "]");
-    return x;
-}
 
-std::int64_t integer(const Json& j, const char* key, const std::string& where, std::int64_t min, std::int64_t max)
-{
-    return asInteger(require(j, key, where), where + "." + key, min, max);
-}
+    std::string string(const Json& j, const char* key, const std::string& where)
+    {
+        const Json& v = require(j, key, where);
+        if (!v.is_string())
+            throw InputError(where + "." + key + ": expected a string, got " + v.type_name());
+        return v.get<std::string>();
+    }
 
-std::int64_t integerOr(const Json& j, const char* key, std::int64_t fallback, const std::string& where,
-                       std::int64_t min, std::int64_t max)
-{
-    if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
-        return fallback;
-    return integer(j, key, where, min, max);
-}
+    std::string stringOr(const Json& j, const char* key, const std::string& fallback, const std::string& where)
+    {
+        if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
+            return fallback;
+        return string(j, key, where);
+    }
 
-double number(const Json& j, const char* key, const std::string& where)
-{
-    const Json& v = require(j, key, where);
-    if (!v.is_number())
-        throw InputError(where + "." + key + ": expected a number, got " + v.type_name());
-    const double d = v.get<double>();
-    if (!std::isfinite(d))
-        throw InputError(where + "." + key + ": not finite");
-    return d;
-}
+    static std::int64_t asInteger(const Json& v, const std::string& path, std::int64_t min, std::int64_t max)
+    {
+        std::int64_t x = 0;
+        if (v.is_number_unsigned()) {
+            const auto u = v.get<std::uint64_t>();
+            if (u > static_cast<std::uint64_t>(INT64_MAX))
+                throw InputError(path + ": number too large");
+            x = static_cast<std::int64_t>(u);
+        } else if (v.is_number_integer()) {
+            x = v.get<std::int64_t>();
+        } else if (v.is_number_float()) {
+            const double d = v.get<double>();
+            if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15)
+                throw InputError(path + ": expected an integer, got " + v.dump());
+            x = static_cast<std::int64_t>(d);
+        } else {
+            throw InputError(path + ": expected an integer, got " + std::string(v.type_name()));
+        }
+        if (x < min || x > max)
+            throw InputError(path + ": " + std::to_string(x) + " is outside [" + std::to_string(min) + ", "
+                + std::to_string(max) + "]");
+        return x;
+    }
 
-double numberOr(const Json& j, const char* key, double fallback, const std::string& where)
-{
-    if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
-        return fallback;
-    return number(j, key, where);
-}
+    std::int64_t integer(const Json& j, const char* key, const std::string& where, std::int64_t min, std::int64_t max)
+    {
+        return asInteger(require(j, key, where), where + "." + key, min, max);
+    }
 
-bool booleanOr(const Json& j, const char* key, bool fallback, const std::string& where)
-{
-    if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
-        return fallback;
-    const Json& v = j.at(key);
-    if (!v.is_boolean())
-        throw InputError(where + "." + key + ": expected true or false, got " + v.type_name());
-    return v.get<bool>();
-}
+    std::int64_t integerOr(const Json& j, const char* key, std::int64_t fallback, const std::string& where,
+        std::int64_t min, std::int64_t max)
+    {
+        if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
+            return fallback;
+        return integer(j, key, where, min, max);
+    }
+
+    double number(const Json& j, const char* key, const std::string& where)
+    {
+        const Json& v = require(j, key, where);
+        if (!v.is_number())
+            throw InputError(where + "." + key + ": expected a number, got " + v.type_name());
+        const double d = v.get<double>();
+        if (!std::isfinite(d))
+            throw InputError(where + "." + key + ": not finite");
+        return d;
+    }
+
+    double numberOr(const Json& j, const char* key, double fallback, const std::string& where)
+    {
+        if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
+            return fallback;
+        return number(j, key, where);
+    }
+
+    bool booleanOr(const Json& j, const char* key, bool fallback, const std::string& where)
+    {
+        if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
+            return fallback;
+        const Json& v = j.at(key);
+        if (!v.is_boolean())
+            throw InputError(where + "." + key + ": expected true or false, got " + v.type_name());
+        return v.get<bool>();
+    }
 
 } // namespace jsonfield
 
@@ -106,87 +106,81 @@ using namespace jsonfield;
 
 namespace {
 
-const Json& arrayField(const Json& j, const char* key, const std::string& where)
-{
-    const Json& v = require(j, key, where);
-    if (!v.is_array())
-        throw InputError(where + "." + key + ": expected an array, got " + v.type_name());
-    return v;
-}
-
-const Json* optionalArray(const Json& j, const char* key, const std::string& where)
-{
-    if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
-        return nullptr;
-    return &arrayField(j, key, where);
-}
-
-const Json* optionalObject(const Json& j, const char* key, const std::string& where)
-{
-    if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
-        return nullptr;
-    const Json& v = j.at(key);
-    if (!v.is_object())
-        throw InputError(where + "." + key + ": expected an object, got " + v.type_name());
-    return &v;
-}
-
-Expr exprField(const Json& j, const char* key, const std::string& where, const char* fallback = nullptr)
-{
-    std::string text;
-    if (fallback && (!j.contains(key) || j.at(key).is_null()))
-        text = fallback;
-    else {
+    const Json& arrayField(const Json& j, const char* key, const std::string& where)
+    {
         const Json& v = require(j, key, where);
-        if (v.is_number_integer())
-            text = std::to_string(v.get<std::int64_t>());
-        else if (v.is_string())
-            text = v.get<std::string>();
-        else
-            throw InputError(where + "." + key + ": expected an expression string");
+        if (!v.is_array())
+            throw InputError(where + "." + key + ": expected an array, got " + v.type_name());
+        return v;
     }
-    try {
-        return Expr::parse(text);
-    } catch (const ExprError& e) {
-        throw InputError(where + "." + key + ": " + e.what());
-    }
-}
 
-Json paramsToJson(const ParamValues& p)
-{
-    Json j = Json::object();
-    for (const auto& [k, v] : p)
-        j[k] = v;
-    return j;
-}
-
-ParamValues paramsFromJson(const Json& j, const std::string& where)
-{
-    if (!j.is_object())
-        throw InputError(where + ": expected an object of parameter values");
-    ParamValues p;
-    for (const auto& [k, v] : j.items()) {
-        if (k.empty() || k.size() > 64)
-            throw InputError(where + ": bad parameter name");
-        p[k] = jsonfield::asInteger(v, where + "." + k, INT32_MIN, INT32_MAX);
+    const Json* optionalArray(const Json& j, const char* key, const std::string& where)
+    {
+        if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
+            return nullptr;
+        return &arrayField(j, key, where);
     }
-    return p;
-}
+
+    const Json* optionalObject(const Json& j, const char* key, const std::string& where)
+    {
+        if (!j.is_object() || !j.contains(key) || j.at(key).is_null())
+            return nullptr;
+        const Json& v = j.at(key);
+        if (!v.is_object())
+            throw InputError(where + "." + key + ": expected an object, got " + v.type_name());
+        return &v;
+    }
+
+    Expr exprField(const Json& j, const char* key, const std::string& where, const char* fallback = nullptr)
+    {
+        std::string text;
+        if (fallback && (!j.contains(key) || j.at(key).is_null()))
+            text = fallback;
+        else {
+            const Json& v = require(j, key, where);
+            if (v.is_number_integer())
+                text = std::to_string(v.get<std::int64_t>());
+            else if (v.is_string())
+                text = v.get<std::string>();
+            else
+                throw InputError(where + "." + key + ": expected an expression string");
+        }
+        try {
+            return Expr::parse(text);
+        } catch (const ExprError& e) {
+            throw InputError(where + "." + key + ": " + e.what());
+        }
+    }
+
+    Json paramsToJson(const ParamValues& p)
+    {
+        Json j = Json::object();
+        for (const auto& [k, v] : p)
+            j[k] = v;
+        return j;
+    }
+
+    ParamValues paramsFromJson(const Json& j, const std::string& where)
+    {
+        if (!j.is_object())
+            throw InputError(where + ": expected an object of parameter values");
+        ParamValues p;
+        for (const auto& [k, v] : j.items()) {
+            if (k.empty() || k.size() > 64)
+                throw InputError(where + ": bad parameter name");
+            p[k] = jsonfield::asInteger(v, where + "." + k, INT32_MIN, INT32_MAX);
+        }
+        return p;
+    }
 
 } // namespace
 
 Json toJson(const Candidate& c, bool withSource)
 {
-    Json j = {{"id", c.id},
-              {"parent", c.parentId},
-              {"params", paramsToJson(c.params)},
-              {"author", authorName(c.author)},
-              {"agent", c.agent},
-              {"hypothesis", c.hypothesisId},
-              {"status", statusName(c.status)},
-              {"status_reason", c.statusReason},
-              {"created_ms", c.createdMs},
-              {"source_sha256", c.sourceHash}};
+    Json j = { { "id", c.id }, { "parent", c.parentId }, { "params", paramsToJson(c.params) },
+        { "author", authorName(c.author) }, { "agent", c.agent }, { "hypothesis", c.hypothesisId },
+        { "status", statusName(c.status) }, { "status_reason", c.statusReason }, { "created_ms", c.createdMs },
+        { "source_sha256", c.sourceHash } };
     if (withSource)
         j["source"] = c.source;
     return j;
@@ -220,7 +214,7 @@ Candidate candidateFromJson(const Json& j, const std::string& where)
 
 Json toJson(const Hypothesis& h)
 {
-    return {{"id", h.id}, {"text", h.text}, {"author", authorName(h.author)}, {"created_ms", h.createdMs}};
+    return { { "id", h.id }, { "text", h.text }, { "author", authorName(h.author) }, { "created_ms", h.createdMs } };
 }
 
 Hypothesis hypothesisFromJson(const Json& j, const std::string& where)
@@ -237,7 +231,8 @@ Hypothesis hypothesisFromJson(const Json& j, const std::string& where)
 
 Json toJson(const ReviewDecision& r)
 {
-    return {{"candidate", r.candidateId}, {"approved", r.approved}, {"reason", r.reason}, {"decided_ms", r.decidedMs}};
+    return { { "candidate", r.candidateId }, { "approved", r.approved }, { "reason", r.reason },
+        { "decided_ms", r.decidedMs } };
 }
 
 ReviewDecision reviewFromJson(const Json& j, const std::string& where)
@@ -252,30 +247,16 @@ ReviewDecision reviewFromJson(const Json& j, const std::string& where)
 
 Json toJson(const DeviceInfo& d)
 {
-    return {{"name", d.name},
-            {"cc_major", d.ccMajor},
-            {"cc_minor", d.ccMinor},
-            {"arch", d.arch},
-            {"sm_count", d.smCount},
-            {"l2_bytes", d.l2Bytes},
-            {"shared_per_block", d.sharedPerBlock},
-            {"shared_per_block_optin", d.sharedPerBlockOptin},
-            {"shared_per_sm", d.sharedPerSm},
-            {"regs_per_block", d.regsPerBlock},
-            {"regs_per_sm", d.regsPerSm},
-            {"max_threads_per_block", d.maxThreadsPerBlock},
-            {"max_threads_per_sm", d.maxThreadsPerSm},
-            {"warp_size", d.warpSize},
-            {"global_mem_bytes", d.globalMemBytes},
-            {"sm_clock_mhz", d.smClockMHz},
-            {"mem_clock_mhz", d.memClockMHz},
-            {"mem_bus_width_bits", d.memBusWidthBits},
-            {"driver_version", d.driverVersion},
-            {"cuda_driver_api", d.cudaDriverApi},
-            {"cuda_runtime", d.cudaRuntime},
-            {"nvrtc_version", d.nvrtcVersion},
-            {"uuid", d.uuid},
-            {"measured_copy_bandwidth", d.measuredCopyBandwidth}};
+    return { { "name", d.name }, { "cc_major", d.ccMajor }, { "cc_minor", d.ccMinor }, { "arch", d.arch },
+        { "sm_count", d.smCount }, { "l2_bytes", d.l2Bytes }, { "shared_per_block", d.sharedPerBlock },
+        { "shared_per_block_optin", d.sharedPerBlockOptin }, { "shared_per_sm", d.sharedPerSm },
+        { "regs_per_block", d.regsPerBlock }, { "regs_per_sm", d.regsPerSm },
+        { "max_threads_per_block", d.maxThreadsPerBlock }, { "max_threads_per_sm", d.maxThreadsPerSm },
+        { "warp_size", d.warpSize }, { "global_mem_bytes", d.globalMemBytes }, { "sm_clock_mhz", d.smClockMHz },
+        { "mem_clock_mhz", d.memClockMHz }, { "mem_bus_width_bits", d.memBusWidthBits },
+        { "driver_version", d.driverVersion }, { "cuda_driver_api", d.cudaDriverApi },
+        { "cuda_runtime", d.cudaRuntime }, { "nvrtc_version", d.nvrtcVersion }, { "uuid", d.uuid },
+        { "measured_copy_bandwidth", d.measuredCopyBandwidth } };
 }
 
 DeviceInfo deviceFromJson(const Json& j, const std::string& where)
@@ -313,9 +294,9 @@ DeviceInfo deviceFromJson(const Json& j, const std::string& where)
 
 Json toJson(const DeviceSample& d)
 {
-    return {{"sm_clock_mhz", d.smClockMHz},     {"mem_clock_mhz", d.memClockMHz}, {"temperature_c", d.temperatureC},
-            {"power_w", d.powerW},              {"throttle_reasons", d.throttleReasons},
-            {"throttle_text", d.throttleText}, {"available", d.available}};
+    return { { "sm_clock_mhz", d.smClockMHz }, { "mem_clock_mhz", d.memClockMHz }, { "temperature_c", d.temperatureC },
+        { "power_w", d.powerW }, { "throttle_reasons", d.throttleReasons }, { "throttle_text", d.throttleText },
+        { "available", d.available } };
 }
 
 DeviceSample deviceSampleFromJson(const Json& j, const std::string& where)
@@ -338,7 +319,7 @@ Json toJson(const Shape& s)
     Json dims = Json::object();
     for (const auto& [k, v] : s.dims)
         dims[k] = v;
-    return {{"dims", dims}, {"weight", s.weight}};
+    return { { "dims", dims }, { "weight", s.weight } };
 }
 
 Shape shapeFromJson(const Json& j, const std::string& where)
@@ -360,15 +341,11 @@ Json toJson(const SessionSettings& s)
     Json extra = Json::object();
     for (const auto& [k, v] : s.extra)
         extra[k] = v;
-    return {{"objective", s.objective},
-            {"agent", s.agent},
-            {"budget",
-             {{"max_evaluations", s.budget.maxEvaluations},
-              {"max_minutes", s.budget.maxMinutes},
-              {"convergence_window", s.budget.convergenceWindow}}},
-            {"review_jump_factor", s.reviewJumpFactor},
-            {"auto_approve_llm", s.autoApproveLlm},
-            {"extra", extra}};
+    return { { "objective", s.objective }, { "agent", s.agent },
+        { "budget",
+            { { "max_evaluations", s.budget.maxEvaluations }, { "max_minutes", s.budget.maxMinutes },
+                { "convergence_window", s.budget.convergenceWindow } } },
+        { "review_jump_factor", s.reviewJumpFactor }, { "auto_approve_llm", s.autoApproveLlm }, { "extra", extra } };
 }
 
 SessionSettings settingsFromJson(const Json& j, const std::string& where)
@@ -379,7 +356,8 @@ SessionSettings settingsFromJson(const Json& j, const std::string& where)
     s.objective = stringOr(j, "objective", s.objective, where);
     s.agent = stringOr(j, "agent", "", where);
     if (const Json* b = optionalObject(j, "budget", where)) {
-        s.budget.maxEvaluations = static_cast<int>(integerOr(*b, "max_evaluations", 0, where + ".budget", 0, 100000000));
+        s.budget.maxEvaluations
+            = static_cast<int>(integerOr(*b, "max_evaluations", 0, where + ".budget", 0, 100000000));
         s.budget.maxMinutes = numberOr(*b, "max_minutes", 0, where + ".budget");
         s.budget.convergenceWindow
             = static_cast<int>(integerOr(*b, "convergence_window", 0, where + ".budget", 0, 100000000));
@@ -397,17 +375,10 @@ SessionSettings settingsFromJson(const Json& j, const std::string& where)
 
 Json toJson(const TimingStats& t)
 {
-    return {{"median_us", t.medianUs},
-            {"p10_us", t.p10Us},
-            {"p90_us", t.p90Us},
-            {"ci_low_us", t.ciLowUs},
-            {"ci_high_us", t.ciHighUs},
-            {"samples", t.samples},
-            {"graph_mode", t.graphMode},
-            {"launches_per_sample", t.launchesPerSample},
-            {"input_sets", t.inputSets},
-            {"throttled", t.throttled},
-            {"device", toJson(t.device)}};
+    return { { "median_us", t.medianUs }, { "p10_us", t.p10Us }, { "p90_us", t.p90Us }, { "ci_low_us", t.ciLowUs },
+        { "ci_high_us", t.ciHighUs }, { "samples", t.samples }, { "graph_mode", t.graphMode },
+        { "launches_per_sample", t.launchesPerSample }, { "input_sets", t.inputSets }, { "throttled", t.throttled },
+        { "device", toJson(t.device) } };
 }
 
 TimingStats timingFromJson(const Json& j, const std::string& where)
@@ -430,7 +401,7 @@ TimingStats timingFromJson(const Json& j, const std::string& where)
 
 Json toJson(const VerdictReason& r)
 {
-    Json j = {{"rule", r.rule}, {"message", r.message}, {"blocking", r.blocking}};
+    Json j = { { "rule", r.rule }, { "message", r.message }, { "blocking", r.blocking } };
     if (r.line > 0)
         j["line"] = r.line;
     return j;
@@ -448,15 +419,10 @@ VerdictReason reasonFromJson(const Json& j, const std::string& where)
 
 Json toJson(const CorrectnessStats& c)
 {
-    return {{"rel_l2", c.relL2},
-            {"max_abs", c.maxAbs},
-            {"non_finite", c.nonFinite},
-            {"full_coverage", c.fullCoverage},
-            {"canaries_intact", c.canariesIntact},
-            {"inputs_unchanged", c.inputsUnchanged},
-            {"seed", c.seed},
-            {"distribution", c.distribution},
-            {"passed", c.passed}};
+    return { { "rel_l2", c.relL2 }, { "max_abs", c.maxAbs }, { "non_finite", c.nonFinite },
+        { "full_coverage", c.fullCoverage }, { "canaries_intact", c.canariesIntact },
+        { "inputs_unchanged", c.inputsUnchanged }, { "seed", c.seed }, { "distribution", c.distribution },
+        { "passed", c.passed } };
 }
 
 CorrectnessStats correctnessFromJson(const Json& j, const std::string& where)
@@ -482,14 +448,11 @@ Json toJson(const CompileReport& r)
 {
     Json kernels = Json::array();
     for (const auto& k : r.kernels)
-        kernels.push_back({{"kernel", k.kernel},
-                           {"registers", k.registers},
-                           {"spill_stores", k.spillStores},
-                           {"spill_loads", k.spillLoads},
-                           {"static_shared_bytes", k.staticSharedBytes},
-                           {"local_bytes", k.localBytes},
-                           {"max_threads_per_block", k.maxThreadsPerBlock}});
-    return {{"ok", r.ok}, {"log", r.log}, {"compile_ms", r.compileMs}, {"cache_hit", r.cacheHit}, {"kernels", kernels}};
+        kernels.push_back({ { "kernel", k.kernel }, { "registers", k.registers }, { "spill_stores", k.spillStores },
+            { "spill_loads", k.spillLoads }, { "static_shared_bytes", k.staticSharedBytes },
+            { "local_bytes", k.localBytes }, { "max_threads_per_block", k.maxThreadsPerBlock } });
+    return { { "ok", r.ok }, { "log", r.log }, { "compile_ms", r.compileMs }, { "cache_hit", r.cacheHit },
+        { "kernels", kernels } };
 }
 
 CompileReport compileReportFromJson(const Json& j, const std::string& where)
@@ -524,9 +487,8 @@ Json toJson(const ShapeResult& s)
     Json checks = Json::array();
     for (const auto& c : s.checks)
         checks.push_back(toJson(c));
-    Json js = {{"shape", toJson(s.shape)}, {"held_out", s.heldOut},          {"checks", checks},
-               {"correct", s.correct},    {"speedup", s.speedup},            {"speedup_ci_low", s.speedupCiLow},
-               {"speedup_ci_high", s.speedupCiHigh}};
+    Json js = { { "shape", toJson(s.shape) }, { "held_out", s.heldOut }, { "checks", checks }, { "correct", s.correct },
+        { "speedup", s.speedup }, { "speedup_ci_low", s.speedupCiLow }, { "speedup_ci_high", s.speedupCiHigh } };
     if (s.timing)
         js["timing"] = toJson(*s.timing);
     if (s.baselineTiming)
@@ -567,18 +529,11 @@ Json toJson(const Evaluation& e)
     Json shapes = Json::array();
     for (const auto& s : e.shapes)
         shapes.push_back(toJson(s));
-    return {{"candidate", e.candidateId},
-            {"verdict", verdictName(e.verdict)},
-            {"reasons", reasons},
-            {"compile", toJson(e.compile)},
-            {"shapes", shapes},
-            {"objective", e.objective},
-            {"objective_ci_low", e.objectiveCiLow},
-            {"objective_ci_high", e.objectiveCiHigh},
-            {"device_before", toJson(e.deviceBefore)},
-            {"device_after", toJson(e.deviceAfter)},
-            {"started_ms", e.startedMs},
-            {"finished_ms", e.finishedMs}};
+    return { { "candidate", e.candidateId }, { "verdict", verdictName(e.verdict) }, { "reasons", reasons },
+        { "compile", toJson(e.compile) }, { "shapes", shapes }, { "objective", e.objective },
+        { "objective_ci_low", e.objectiveCiLow }, { "objective_ci_high", e.objectiveCiHigh },
+        { "device_before", toJson(e.deviceBefore) }, { "device_after", toJson(e.deviceAfter) },
+        { "started_ms", e.startedMs }, { "finished_ms", e.finishedMs } };
 }
 
 Evaluation evaluationFromJson(const Json& j, const std::string& where)
@@ -722,15 +677,15 @@ Problem problemFromJson(const Json& j, const std::string& where)
             const auto d = dtypeFromName(k);
             if (!d)
                 throw InputError(where + ".tolerances: unknown dtype '" + k + "'");
-            p.tolerances[*d] = {number(v, "rel_l2", where + ".tolerances." + k),
-                                number(v, "max_abs", where + ".tolerances." + k)};
+            p.tolerances[*d]
+                = { number(v, "rel_l2", where + ".tolerances." + k), number(v, "max_abs", where + ".tolerances." + k) };
         }
     p.flops = exprField(j, "flops", where, "0");
     p.bytes = exprField(j, "bytes", where, "0");
     p.referenceFile = stringOr(j, "reference", p.referenceFile, where);
     p.baselineFile = stringOr(j, "baseline", p.baselineFile, where);
     p.templateFile = stringOr(j, "template", p.templateFile, where);
-    for (const auto* f : {&p.referenceFile, &p.baselineFile, &p.templateFile})
+    for (const auto* f : { &p.referenceFile, &p.baselineFile, &p.templateFile })
         if (f->find('/') != std::string::npos || f->find("..") != std::string::npos)
             throw InputError(where + ": source file names must be plain names in the problem folder, got '" + *f + "'");
     p.libraryBaseline = stringOr(j, "library_baseline", "", where);
@@ -741,27 +696,21 @@ Json toJson(const Problem& p)
 {
     Json dims = Json::array();
     for (const auto& d : p.dims)
-        dims.push_back({{"name", d.name},
-                        {"min", d.min},
-                        {"max", d.max},
-                        {"multiple_of", d.multipleOf},
-                        {"log_uniform", d.logUniform}});
+        dims.push_back({ { "name", d.name }, { "min", d.min }, { "max", d.max }, { "multiple_of", d.multipleOf },
+            { "log_uniform", d.logUniform } });
     Json cons = Json::array();
     for (const auto& c : p.dimConstraints)
         cons.push_back(c.text());
     Json scalars = Json::array();
     for (const auto& s : p.scalars)
-        scalars.push_back({{"name", s.name}, {"dtype", dtypeName(s.dtype)}, {"value", s.value}});
+        scalars.push_back({ { "name", s.name }, { "dtype", dtypeName(s.dtype) }, { "value", s.value } });
     Json tensors = Json::array();
     for (const auto& t : p.tensors) {
         Json shape = Json::array();
         for (const auto& e : t.shape)
             shape.push_back(e.text());
-        tensors.push_back({{"name", t.name},
-                           {"dtype", dtypeName(t.dtype)},
-                           {"shape", shape},
-                           {"role", t.role == TensorRole::Input ? "input" : "output"},
-                           {"scale", t.scale}});
+        tensors.push_back({ { "name", t.name }, { "dtype", dtypeName(t.dtype) }, { "shape", shape },
+            { "role", t.role == TensorRole::Input ? "input" : "output" }, { "scale", t.scale } });
     }
     Json tuning = Json::array(), verify = Json::array();
     for (const auto& s : p.tuningShapes)
@@ -770,24 +719,13 @@ Json toJson(const Problem& p)
         verify.push_back(toJson(s));
     Json tol = Json::object();
     for (const auto& [d, t] : p.tolerances)
-        tol[dtypeName(d)] = {{"rel_l2", t.relL2}, {"max_abs", t.maxAbs}};
+        tol[dtypeName(d)] = { { "rel_l2", t.relL2 }, { "max_abs", t.maxAbs } };
     Json tags = p.tags;
-    return {{"name", p.name},
-            {"description", p.description},
-            {"tags", tags},
-            {"dims", dims},
-            {"dim_constraints", cons},
-            {"scalars", scalars},
-            {"tensors", tensors},
-            {"tuning_shapes", tuning},
-            {"verify_shapes", verify},
-            {"tolerances", tol},
-            {"flops", p.flops.text()},
-            {"bytes", p.bytes.text()},
-            {"reference", p.referenceFile},
-            {"baseline", p.baselineFile},
-            {"template", p.templateFile},
-            {"library_baseline", p.libraryBaseline}};
+    return { { "name", p.name }, { "description", p.description }, { "tags", tags }, { "dims", dims },
+        { "dim_constraints", cons }, { "scalars", scalars }, { "tensors", tensors }, { "tuning_shapes", tuning },
+        { "verify_shapes", verify }, { "tolerances", tol }, { "flops", p.flops.text() }, { "bytes", p.bytes.text() },
+        { "reference", p.referenceFile }, { "baseline", p.baselineFile }, { "template", p.templateFile },
+        { "library_baseline", p.libraryBaseline } };
 }
 
 Problem loadProblem(const std::string& folder)

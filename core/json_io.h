@@ -48,16 +48,16 @@ Problem loadProblem(const std::string& folder); // reads folder/problem.json; th
 
 // Field helpers with clear errors, shared by every parser in the project.
 namespace jsonfield {
-const Json& require(const Json& j, const char* key, const std::string& where);
-std::string string(const Json& j, const char* key, const std::string& where);
-std::string stringOr(const Json& j, const char* key, const std::string& fallback, const std::string& where);
-std::int64_t integer(const Json& j, const char* key, const std::string& where, std::int64_t min = INT64_MIN,
-                     std::int64_t max = INT64_MAX);
-std::int64_t integerOr(const Json& j, const char* key, std::int64_t fallback, const std::string& where,
-                       std::int64_t min = INT64_MIN, std::int64_t max = INT64_MAX);
-double number(const Json& j, const char* key, const std::string& where);
-double numberOr(const Json& j, const char* key, double fallback, const std::string& where);
-bool booleanOr(const Json& j, const char* key, bool fallback, const std::string& where);
+    const Json& require(const Json& j, const char* key, const std::string& where);
+    std::string string(const Json& j, const char* key, const std::string& where);
+    std::string stringOr(const Json& j, const char* key, const std::string& fallback, const std::string& where);
+    std::int64_t integer(const Json& j, const char* key, const std::string& where, std::int64_t min = INT64_MIN,
+        std::int64_t max = INT64_MAX);
+    std::int64_t integerOr(const Json& j, const char* key, std::int64_t fallback, const std::string& where,
+        std::int64_t min = INT64_MIN, std::int64_t max = INT64_MAX);
+    double number(const Json& j, const char* key, const std::string& where);
+    double numberOr(const Json& j, const char* key, double fallback, const std::string& where);
+    bool booleanOr(const Json& j, const char* key, bool fallback, const std::string& where);
 } // namespace jsonfield
 
 } // namespace kl

@@ -9,134 +9,134 @@ namespace kl {
 
 namespace {
 
-std::string trim(const std::string& s)
-{
-    std::size_t b = 0, e = s.size();
-    while (b < e && std::isspace(static_cast<unsigned char>(s[b])))
-        ++b;
-    while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1])))
-        --e;
-    return s.substr(b, e - b);
-}
+    std::string trim(const std::string& s)
+    {
+        std::size_t b = 0, e = s.size();
+        while (b < e && std::isspace(static_cast<unsigned char>(s[b])))
+            ++b;
+        while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1])))
+            --e;
+        return s.substr(b, e - b);
+    }
 
-bool isIdent(const std::string& s)
-{
-    if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_'))
-        return false;
-    for (char c : s)
-        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_'))
+    bool isIdent(const std::string& s)
+    {
+        if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_'))
             return false;
-    return true;
-}
+        for (char c : s)
+            if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_'))
+                return false;
+        return true;
+    }
 
-// Splits "a, f(b, c), d" at top-level commas.
-std::vector<std::string> splitTopLevel(const std::string& s)
-{
-    std::vector<std::string> parts;
-    int depth = 0;
-    std::string cur;
-    for (char c : s) {
-        if (c == '(' || c == '[')
-            ++depth;
-        if (c == ')' || c == ']')
-            --depth;
-        if (c == ',' && depth == 0) {
+    // Splits "a, f(b, c), d" at top-level commas.
+    std::vector<std::string> splitTopLevel(const std::string& s)
+    {
+        std::vector<std::string> parts;
+        int depth = 0;
+        std::string cur;
+        for (char c : s) {
+            if (c == '(' || c == '[')
+                ++depth;
+            if (c == ')' || c == ']')
+                --depth;
+            if (c == ',' && depth == 0) {
+                parts.push_back(trim(cur));
+                cur.clear();
+            } else {
+                cur += c;
+            }
+        }
+        if (!trim(cur).empty() || !parts.empty())
             parts.push_back(trim(cur));
-            cur.clear();
-        } else {
-            cur += c;
-        }
+        return parts;
     }
-    if (!trim(cur).empty() || !parts.empty())
-        parts.push_back(trim(cur));
-    return parts;
-}
 
-// Reads key=(...) or key=token groups from a launch line.
-std::map<std::string, std::string> keyValues(const std::string& s, int line)
-{
-    std::map<std::string, std::string> kv;
-    std::size_t i = 0;
-    auto fail = [&](const std::string& what) {
-        throw InputError("line " + std::to_string(line) + ": @kl:launch " + what);
-    };
-    while (i < s.size()) {
-        while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
-            ++i;
-        if (i >= s.size())
-            break;
-        const std::size_t eq = s.find('=', i);
-        if (eq == std::string::npos)
-            fail("expects key=value pairs, got '" + s.substr(i) + "'");
-        const std::string key = trim(s.substr(i, eq - i));
-        if (!isIdent(key))
-            fail("bad key '" + key + "'");
-        i = eq + 1;
-        while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
-            ++i;
-        std::string value;
-        if (i < s.size() && s[i] == '(') {
-            int depth = 0;
-            const std::size_t start = i;
-            for (; i < s.size(); ++i) {
-                if (s[i] == '(')
-                    ++depth;
-                else if (s[i] == ')' && --depth == 0)
-                    break;
-            }
-            if (i >= s.size())
-                fail("unbalanced parentheses in " + key);
-            value = s.substr(start + 1, i - start - 1);
-            ++i;
-        } else {
-            const std::size_t start = i;
-            int depth = 0;
-            while (i < s.size() && (depth > 0 || !std::isspace(static_cast<unsigned char>(s[i])))) {
-                if (s[i] == '(')
-                    ++depth;
-                if (s[i] == ')')
-                    --depth;
+    // Reads key=(...) or key=token groups from a launch line.
+    std::map<std::string, std::string> keyValues(const std::string& s, int line)
+    {
+        std::map<std::string, std::string> kv;
+        std::size_t i = 0;
+        auto fail = [&](const std::string& what) {
+            throw InputError("line " + std::to_string(line) + ": @kl:launch " + what);
+        };
+        while (i < s.size()) {
+            while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
                 ++i;
+            if (i >= s.size())
+                break;
+            const std::size_t eq = s.find('=', i);
+            if (eq == std::string::npos)
+                fail("expects key=value pairs, got '" + s.substr(i) + "'");
+            const std::string key = trim(s.substr(i, eq - i));
+            if (!isIdent(key))
+                fail("bad key '" + key + "'");
+            i = eq + 1;
+            while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
+                ++i;
+            std::string value;
+            if (i < s.size() && s[i] == '(') {
+                int depth = 0;
+                const std::size_t start = i;
+                for (; i < s.size(); ++i) {
+                    if (s[i] == '(')
+                        ++depth;
+                    else if (s[i] == ')' && --depth == 0)
+                        break;
+                }
+                if (i >= s.size())
+                    fail("unbalanced parentheses in " + key);
+                value = s.substr(start + 1, i - start - 1);
+                ++i;
+            } else {
+                const std::size_t start = i;
+                int depth = 0;
+                while (i < s.size() && (depth > 0 || !std::isspace(static_cast<unsigned char>(s[i])))) {
+                    if (s[i] == '(')
+                        ++depth;
+                    if (s[i] == ')')
+                        --depth;
+                    ++i;
+                }
+                value = s.substr(start, i - start);
             }
-            value = s.substr(start, i - start);
+            if (kv.count(key))
+                fail("repeats " + key);
+            kv[key] = value;
         }
-        if (kv.count(key))
-            fail("repeats " + key);
-        kv[key] = value;
+        return kv;
     }
-    return kv;
-}
 
-Expr parseExprAt(const std::string& text, int line, const std::string& what)
-{
-    try {
-        return Expr::parse(text);
-    } catch (const ExprError& e) {
-        throw InputError("line " + std::to_string(line) + ": " + what + ": " + e.what());
+    Expr parseExprAt(const std::string& text, int line, const std::string& what)
+    {
+        try {
+            return Expr::parse(text);
+        } catch (const ExprError& e) {
+            throw InputError("line " + std::to_string(line) + ": " + what + ": " + e.what());
+        }
     }
-}
 
-void parseDims(const std::string& text, Expr out[3], int line, const std::string& what)
-{
-    const auto parts = splitTopLevel(text);
-    if (parts.empty() || parts.size() > 3)
-        throw InputError("line " + std::to_string(line) + ": " + what + " needs 1 to 3 expressions");
-    for (std::size_t d = 0; d < 3; ++d)
-        out[d] = parseExprAt(d < parts.size() ? parts[d] : "1", line, what);
-}
-
-std::int64_t parseInt(const std::string& s, int line)
-{
-    try {
-        std::size_t used = 0;
-        const long long v = std::stoll(trim(s), &used, 0);
-        if (used != trim(s).size())
-            throw std::invalid_argument(s);
-        return v;
-    } catch (...) {
-        throw InputError("line " + std::to_string(line) + ": '" + trim(s) + "' is not an integer");
+    void parseDims(const std::string& text, Expr out[3], int line, const std::string& what)
+    {
+        const auto parts = splitTopLevel(text);
+        if (parts.empty() || parts.size() > 3)
+            throw InputError("line " + std::to_string(line) + ": " + what + " needs 1 to 3 expressions");
+        for (std::size_t d = 0; d < 3; ++d)
+            out[d] = parseExprAt(d < parts.size() ? parts[d] : "1", line, what);
     }
-}
+
+    std::int64_t parseInt(const std::string& s, int line)
+    {
+        try {
+            std::size_t used = 0;
+            const long long v = std::stoll(trim(s), &used, 0);
+            if (used != trim(s).size())
+                throw std::invalid_argument(s);
+            return v;
+        } catch (...) {
+            throw InputError("line " + std::to_string(line) + ": '" + trim(s) + "' is not an integer");
+        }
+    }
 
 } // namespace
 
@@ -276,7 +276,7 @@ KernelSpec parseKernelSpec(const std::string& source)
         } else if (directive == "constraint") {
             if (rest.empty())
                 throw InputError(where + "@kl:constraint needs an expression");
-            spec.constraints.push_back({parseExprAt(rest, lineNo, "@kl:constraint"), lineNo});
+            spec.constraints.push_back({ parseExprAt(rest, lineNo, "@kl:constraint"), lineNo });
         } else if (directive == "workspace") {
             // NAME bytes=EXPR [init=zero|poison]
             const auto sp2 = rest.find_first_of(" \t");
@@ -306,7 +306,7 @@ KernelSpec parseKernelSpec(const std::string& source)
             if (!isIdent(s.kernel))
                 throw InputError(where + "bad kernel name '" + s.kernel + "'");
             const auto kv = keyValues(sp2 == std::string::npos ? "" : rest.substr(sp2), lineNo);
-            for (const char* k : {"grid", "block", "args"})
+            for (const char* k : { "grid", "block", "args" })
                 if (!kv.count(k))
                     throw InputError(where + "@kl:launch needs " + k + "=(...)");
             parseDims(kv.at("grid"), s.grid, lineNo, "grid");
@@ -314,7 +314,8 @@ KernelSpec parseKernelSpec(const std::string& source)
             s.sharedBytes = parseExprAt(kv.count("smem") ? kv.at("smem") : "0", lineNo, "smem");
             for (const auto& a : splitTopLevel(kv.at("args"))) {
                 if (!isIdent(a))
-                    throw InputError(where + "kernel argument '" + a + "' must be a tensor, workspace, dim or scalar name");
+                    throw InputError(
+                        where + "kernel argument '" + a + "' must be a tensor, workspace, dim or scalar name");
                 s.args.push_back(a);
             }
             for (const auto& [k, v] : kv)
@@ -322,7 +323,8 @@ KernelSpec parseKernelSpec(const std::string& source)
                     throw InputError(where + "unknown launch key '" + k + "'");
             spec.launches.push_back(std::move(s));
         } else {
-            throw InputError(where + "unknown directive '@kl:" + directive + "' (param, constraint, workspace, launch)");
+            throw InputError(
+                where + "unknown directive '@kl:" + directive + "' (param, constraint, workspace, launch)");
         }
     }
     if (spec.launches.empty())

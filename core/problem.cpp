@@ -3,15 +3,21 @@
 namespace kl {
 
 namespace {
-struct DTypeInfo {
-    DType type;
-    const char* name;
-    std::size_t bytes;
-};
-constexpr DTypeInfo kDTypes[] = {
-    {DType::F32, "f32", 4}, {DType::F16, "f16", 2}, {DType::BF16, "bf16", 2}, {DType::F64, "f64", 8},
-    {DType::I32, "i32", 4}, {DType::I64, "i64", 8}, {DType::U8, "u8", 1},    {DType::FP8E4M3, "fp8e4m3", 1},
-};
+    struct DTypeInfo {
+        DType type;
+        const char* name;
+        std::size_t bytes;
+    };
+    constexpr DTypeInfo kDTypes[] = {
+        { DType::F32, "f32", 4 },
+        { DType::F16, "f16", 2 },
+        { DType::BF16, "bf16", 2 },
+        { DType::F64, "f64", 8 },
+        { DType::I32, "i32", 4 },
+        { DType::I64, "i64", 8 },
+        { DType::U8, "u8", 1 },
+        { DType::FP8E4M3, "fp8e4m3", 1 },
+    };
 } // namespace
 
 const char* dtypeName(DType t)
@@ -92,10 +98,10 @@ bool Problem::shapeIsValid(const Shape& s, std::string* why) const
             return fail("shape lacks dim " + d.name);
         if (it->second < d.min || it->second > d.max)
             return fail(d.name + "=" + std::to_string(it->second) + " is outside [" + std::to_string(d.min) + ", "
-                        + std::to_string(d.max) + "]");
+                + std::to_string(d.max) + "]");
         if (d.multipleOf > 1 && it->second % d.multipleOf != 0)
-            return fail(d.name + "=" + std::to_string(it->second) + " is not a multiple of "
-                        + std::to_string(d.multipleOf));
+            return fail(
+                d.name + "=" + std::to_string(it->second) + " is not a multiple of " + std::to_string(d.multipleOf));
     }
     for (const auto& [k, v] : s.dims)
         if (!dim(k))
@@ -119,15 +125,15 @@ Tolerance Problem::toleranceFor(DType t) const
         return it->second;
     switch (t) {
     case DType::F32:
-        return {1e-5, 1e-4};
+        return { 1e-5, 1e-4 };
     case DType::F64:
-        return {1e-12, 1e-10};
+        return { 1e-12, 1e-10 };
     case DType::F16:
-        return {2e-3, 1e-2};
+        return { 2e-3, 1e-2 };
     case DType::BF16:
-        return {1e-2, 5e-2};
+        return { 1e-2, 5e-2 };
     default:
-        return {0, 0};
+        return { 0, 0 };
     }
 }
 

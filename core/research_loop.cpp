@@ -212,7 +212,7 @@ void ResearchLoop::branchFrom(const CandidateId& id, const std::string& why)
 void ResearchLoop::addHypothesis(const std::string& text)
 {
     runCommand([this, text] {
-        m_store.addHypothesis(Hypothesis{ {}, text, Author::Human, nowMs() });
+        m_store.addHypothesis(Hypothesis { {}, text, Author::Human, nowMs() });
         // A new hypothesis is new work for an agent that had nothing left.
         m_agentExhausted = m_agentWaiting = false;
     });

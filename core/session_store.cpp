@@ -20,130 +20,126 @@ namespace kl {
 
 namespace {
 
-constexpr const char* kHeaderFile = "session.json";
-constexpr const char* kJournalFile = "journal.jsonl";
-constexpr std::size_t kMaxJournalBytes = std::size_t(2) << 30;
+    constexpr const char* kHeaderFile = "session.json";
+    constexpr const char* kJournalFile = "journal.jsonl";
+    constexpr std::size_t kMaxJournalBytes = std::size_t(2) << 30;
 
-[[noreturn]] void throwErrno(const std::string& what)
-{
-    throw std::runtime_error(what + ": " + std::strerror(errno));
-}
+    [[noreturn]] void throwErrno(const std::string& what)
+    {
+        throw std::runtime_error(what + ": " + std::strerror(errno));
+    }
 
-void fsyncDir(const fs::path& dir)
-{
-    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ::fsync(fd);
-    ::close(fd);
-}
+    void fsyncDir(const fs::path& dir)
+    {
+        const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+            return;
+        ::fsync(fd);
+        ::close(fd);
+    }
 
-void writeAll(int fd, const char* data, std::size_t size, const std::string& what)
-{
-    while (size > 0) {
-        const ssize_t n = ::write(fd, data, size);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            throwErrno("writing " + what);
+    void writeAll(int fd, const char* data, std::size_t size, const std::string& what)
+    {
+        while (size > 0) {
+            const ssize_t n = ::write(fd, data, size);
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                throwErrno("writing " + what);
+            }
+            data += n;
+            size -= static_cast<std::size_t>(n);
         }
-        data += n;
-        size -= static_cast<std::size_t>(n);
     }
-}
 
-bool isSecretKey(const std::string& key)
-{
-    std::string k;
-    for (char c : key)
-        k += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    k.erase(std::remove_if(k.begin(), k.end(), [](char c) { return c == '_' || c == '-'; }), k.end());
-    return k == "apikey" || k == "authorization" || k == "xapikey" || k == "secret" || k == "password"
-        || k == "bearer" || k == "accesstoken" || k == "apikeyvalue";
-}
+    bool isSecretKey(const std::string& key)
+    {
+        std::string k;
+        for (char c : key)
+            k += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        k.erase(std::remove_if(k.begin(), k.end(), [](char c) { return c == '_' || c == '-'; }), k.end());
+        return k == "apikey" || k == "authorization" || k == "xapikey" || k == "secret" || k == "password"
+            || k == "bearer" || k == "accesstoken" || k == "apikeyvalue";
+    }
 
-// Secrets never reach the disk, whatever a caller passes in.
-void redactSecrets(nlohmann::json& j)
-{
-    if (j.is_object()) {
-        for (auto it = j.begin(); it != j.end(); ++it) {
-            if (isSecretKey(it.key()))
-                it.value() = "[redacted]";
-            else
-                redactSecrets(it.value());
+    // Secrets never reach the disk, whatever a caller passes in.
+    void redactSecrets(nlohmann::json& j)
+    {
+        if (j.is_object()) {
+            for (auto it = j.begin(); it != j.end(); ++it) {
+                if (isSecretKey(it.key()))
+                    it.value() = "[redacted]";
+                else
+                    redactSecrets(it.value());
+            }
+        } else if (j.is_array()) {
+            for (auto& v : j)
+                redactSecrets(v);
         }
-    } else if (j.is_array()) {
-        for (auto& v : j)
-            redactSecrets(v);
     }
-}
 
-Json headerToJson(const Session& s)
-{
-    Json settings = toJson(s.settings);
-    redactSecrets(settings);
-    return {{"schema_version", kSessionSchemaVersion},
-            {"id", s.id},
-            {"problem", s.problemName},
-            {"problem_folder", s.problemFolder},
-            {"device", toJson(s.device)},
-            {"settings", settings},
-            {"created_ms", s.createdMs}};
-}
-
-Session headerFromJson(const Json& j, const std::string& where)
-{
-    if (!j.is_object())
-        throw InputError(where + ": expected a JSON object");
-    const auto version = jsonfield::integer(j, "schema_version", where, 0, INT32_MAX);
-    if (version > kSessionSchemaVersion)
-        throw InputError(where + ".schema_version: " + std::to_string(version)
-                         + " is newer than this KernelLoop understands (" + std::to_string(kSessionSchemaVersion)
-                         + "); upgrade KernelLoop to open it");
-    if (version < 1)
-        throw InputError(where + ".schema_version: " + std::to_string(version) + " is not a valid version");
-    Session s;
-    s.id = jsonfield::string(j, "id", where);
-    if (!isSafeId(s.id))
-        throw InputError(where + ".id: '" + s.id + "' is not a safe session id");
-    s.problemName = jsonfield::string(j, "problem", where);
-    s.problemFolder = jsonfield::stringOr(j, "problem_folder", "", where);
-    if (j.contains("device"))
-        s.device = deviceFromJson(j.at("device"), where + ".device");
-    if (j.contains("settings"))
-        s.settings = settingsFromJson(j.at("settings"), where + ".settings");
-    s.createdMs = jsonfield::integerOr(j, "created_ms", 0, where, 0);
-    return s;
-}
-
-fs::path candidateDir(const fs::path& dir, const CandidateId& id)
-{
-    if (!isSafeId(id))
-        throw InputError("unsafe candidate id '" + id + "'");
-    return dir / "candidates" / id;
-}
-
-// Unique across threads and forked processes (a forked child inherits the parent's generator state).
-std::string tempSuffix()
-{
-    static thread_local std::mt19937_64 rng{std::random_device{}()};
-    std::ostringstream os;
-    os << std::hex << ::getpid() << '-' << rng();
-    return os.str();
-}
-
-// One writer per session: a second process gets a clear error (the workbench then follows the session
-// read-only and steers it through the inbox). The lock dies with the process, kill -9 included.
-void lockJournal(int fd, const fs::path& dir)
-{
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        if (errno == EWOULDBLOCK)
-            throw SessionLockedError("session " + dir.string()
-                                     + " is being written by another process (kloop run?); open it read-only or "
-                                       "follow it, and steer it through its inbox");
-        throwErrno("locking " + (dir / kJournalFile).string());
+    Json headerToJson(const Session& s)
+    {
+        Json settings = toJson(s.settings);
+        redactSecrets(settings);
+        return { { "schema_version", kSessionSchemaVersion }, { "id", s.id }, { "problem", s.problemName },
+            { "problem_folder", s.problemFolder }, { "device", toJson(s.device) }, { "settings", settings },
+            { "created_ms", s.createdMs } };
     }
-}
+
+    Session headerFromJson(const Json& j, const std::string& where)
+    {
+        if (!j.is_object())
+            throw InputError(where + ": expected a JSON object");
+        const auto version = jsonfield::integer(j, "schema_version", where, 0, INT32_MAX);
+        if (version > kSessionSchemaVersion)
+            throw InputError(where + ".schema_version: " + std::to_string(version)
+                + " is newer than this KernelLoop understands (" + std::to_string(kSessionSchemaVersion)
+                + "); upgrade KernelLoop to open it");
+        if (version < 1)
+            throw InputError(where + ".schema_version: " + std::to_string(version) + " is not a valid version");
+        Session s;
+        s.id = jsonfield::string(j, "id", where);
+        if (!isSafeId(s.id))
+            throw InputError(where + ".id: '" + s.id + "' is not a safe session id");
+        s.problemName = jsonfield::string(j, "problem", where);
+        s.problemFolder = jsonfield::stringOr(j, "problem_folder", "", where);
+        if (j.contains("device"))
+            s.device = deviceFromJson(j.at("device"), where + ".device");
+        if (j.contains("settings"))
+            s.settings = settingsFromJson(j.at("settings"), where + ".settings");
+        s.createdMs = jsonfield::integerOr(j, "created_ms", 0, where, 0);
+        return s;
+    }
+
+    fs::path candidateDir(const fs::path& dir, const CandidateId& id)
+    {
+        if (!isSafeId(id))
+            throw InputError("unsafe candidate id '" + id + "'");
+        return dir / "candidates" / id;
+    }
+
+    // Unique across threads and forked processes (a forked child inherits the parent's generator state).
+    std::string tempSuffix()
+    {
+        static thread_local std::mt19937_64 rng { std::random_device {}() };
+        std::ostringstream os;
+        os << std::hex << ::getpid() << '-' << rng();
+        return os.str();
+    }
+
+    // One writer per session: a second process gets a clear error (the workbench then follows the session
+    // read-only and steers it through the inbox). The lock dies with the process, kill -9 included.
+    void lockJournal(int fd, const fs::path& dir)
+    {
+        if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            if (errno == EWOULDBLOCK)
+                throw SessionLockedError("session " + dir.string()
+                    + " is being written by another process (kloop run?); open it read-only or "
+                      "follow it, and steer it through its inbox");
+            throwErrno("locking " + (dir / kJournalFile).string());
+        }
+    }
 
 } // namespace
 
@@ -201,7 +197,7 @@ std::string readFile(const fs::path& path, std::size_t maxBytes)
         throw std::runtime_error("cannot read " + path.string() + ": " + ec.message());
     if (size > maxBytes)
         throw std::runtime_error(path.string() + " is " + std::to_string(size) + " bytes, more than the limit of "
-                                 + std::to_string(maxBytes));
+            + std::to_string(maxBytes));
     std::ifstream in(path, std::ios::binary);
     if (!in)
         throw std::runtime_error("cannot open " + path.string());
@@ -254,8 +250,8 @@ std::function<void(Session&)> prepareEvent(const Session& s, const Event& e)
     case EventKind::CandidateAccepted:
     case EventKind::CandidateRejected: {
         requireCandidate();
-        Evaluation ev = evaluationFromJson(jsonfield::require(e.data, "evaluation", where + ".data"),
-                                           where + ".data.evaluation");
+        Evaluation ev
+            = evaluationFromJson(jsonfield::require(e.data, "evaluation", where + ".data"), where + ".data.evaluation");
         const CandidateStatus status = statusFromName(jsonfield::string(e.data, "status", where + ".data"));
         std::string reason = jsonfield::stringOr(e.data, "reason", "", where + ".data");
         return [id, status, reason = std::move(reason), ev = std::move(ev)](Session& t) mutable {
@@ -285,9 +281,16 @@ std::function<void(Session&)> prepareEvent(const Session& s, const Event& e)
     throw InputError(where + ": unhandled event kind");
 }
 
-void applyEvent(Session& s, const Event& e) { prepareEvent(s, e)(s); }
+void applyEvent(Session& s, const Event& e)
+{
+    prepareEvent(s, e)(s);
+}
 
-SessionStore::SessionStore(fs::path dir, Session s) : m_dir(std::move(dir)), m_session(std::move(s)) {}
+SessionStore::SessionStore(fs::path dir, Session s)
+    : m_dir(std::move(dir))
+    , m_session(std::move(s))
+{
+}
 
 SessionStore::~SessionStore()
 {
@@ -306,7 +309,7 @@ std::unique_ptr<SessionStore> SessionStore::create(const fs::path& dir, const Se
     if (ec)
         throw InputError("cannot create " + dir.string() + ": " + ec.message());
     Session s = header;
-    s.tree = CandidateTree{};
+    s.tree = CandidateTree {};
     s.hypotheses.clear();
     s.evaluations.clear();
     s.reviews.clear();
@@ -373,14 +376,14 @@ Session SessionStore::load(const fs::path& dir, LoadReport* report, std::vector<
             if (lastLine) {
                 // The process died mid-write: the event never completed, so nothing recorded is lost.
                 rep.warnings.push_back(where + ": torn last line ignored (" + std::to_string(line.size())
-                                       + " bytes; the writer was interrupted)");
+                    + " bytes; the writer was interrupted)");
                 break;
             }
             throw InputError(where + ": " + err.what());
         }
         if (e.seq != expectSeq)
-            throw InputError(where + ": event sequence " + std::to_string(e.seq) + " where "
-                             + std::to_string(expectSeq) + " was expected (journal edited or corrupted)");
+            throw InputError(where + ": event sequence " + std::to_string(e.seq) + " where " + std::to_string(expectSeq)
+                + " was expected (journal edited or corrupted)");
         ++expectSeq;
         try {
             applyEvent(s, e);
@@ -512,7 +515,7 @@ Event SessionStore::setStatus(const CandidateId& id, CandidateStatus s, const st
     Event e;
     e.kind = EventKind::CandidateStatus;
     e.candidateId = id;
-    e.data = {{"status", statusName(s)}, {"reason", reason}};
+    e.data = { { "status", statusName(s) }, { "reason", reason } };
     return append(e);
 }
 
@@ -556,7 +559,7 @@ Event SessionStore::recordEvaluation(const Evaluation& ev)
         Event e;
         e.kind = status == CandidateStatus::Accepted ? EventKind::CandidateAccepted : EventKind::CandidateRejected;
         e.candidateId = ev.candidateId;
-        e.data = {{"status", statusName(status)}, {"reason", reason}, {"evaluation", toJson(ev)}};
+        e.data = { { "status", statusName(status) }, { "reason", reason }, { "evaluation", toJson(ev) } };
         done = appendLocked(std::move(e));
     }
     m_bus.publish(done);
@@ -580,7 +583,7 @@ Event SessionStore::moveHead(const CandidateId& id, const std::string& why)
     Event e;
     e.kind = EventKind::HeadMoved;
     e.candidateId = id;
-    e.data = {{"reason", why}};
+    e.data = { { "reason", why } };
     return append(e);
 }
 
@@ -588,7 +591,7 @@ Event SessionStore::setState(const std::string& state, const std::string& reason
 {
     Event e;
     e.kind = EventKind::SessionState;
-    e.data = {{"state", state}, {"reason", reason}};
+    e.data = { { "state", state }, { "reason", reason } };
     return append(e);
 }
 
@@ -596,7 +599,7 @@ Event SessionStore::note(const std::string& text, const nlohmann::json& data)
 {
     Event e;
     e.kind = EventKind::Note;
-    e.data = {{"text", text}};
+    e.data = { { "text", text } };
     if (!data.is_null())
         e.data["data"] = data;
     return append(e);

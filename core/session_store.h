@@ -43,8 +43,8 @@ public:
     // Opens for appending; replays the journal into session(). Throws InputError on a bad session.
     static std::unique_ptr<SessionStore> open(const std::filesystem::path& dir, LoadReport* report = nullptr);
     // Read-only load (no file is touched).
-    static Session load(const std::filesystem::path& dir, LoadReport* report = nullptr,
-                        std::vector<Event>* events = nullptr);
+    static Session load(
+        const std::filesystem::path& dir, LoadReport* report = nullptr, std::vector<Event>* events = nullptr);
 
     ~SessionStore();
 

@@ -20,61 +20,64 @@ namespace kl {
 
 namespace {
 
-std::int64_t nowMs()
-{
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-        .count();
-}
-
-std::string readSource(const Problem& p, const std::string& file)
-{
-    const auto path = std::filesystem::path(p.folder) / file;
-    std::ifstream in(path);
-    if (!in)
-        throw InputError(path.string() + ": cannot read");
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
-VerdictReason makeReason(const std::string& rule, const std::string& message, bool blocking = true)
-{
-    VerdictReason r;
-    r.rule = rule;
-    r.message = message;
-    r.blocking = blocking;
-    return r;
-}
-
-void mergeReasons(std::vector<VerdictReason>& into, const std::vector<VerdictReason>& more)
-{
-    for (const auto& r : more) {
-        const bool seen = std::any_of(into.begin(), into.end(), [&](const VerdictReason& x) { return x.rule == r.rule; });
-        if (!seen)
-            into.push_back(r);
+    std::int64_t nowMs()
+    {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count();
     }
-}
 
-bool anyBlocking(const std::vector<VerdictReason>& rs)
-{
-    return std::any_of(rs.begin(), rs.end(), [](const VerdictReason& r) { return r.blocking; });
-}
+    std::string readSource(const Problem& p, const std::string& file)
+    {
+        const auto path = std::filesystem::path(p.folder) / file;
+        std::ifstream in(path);
+        if (!in)
+            throw InputError(path.string() + ": cannot read");
+        std::ostringstream s;
+        s << in.rdbuf();
+        return s.str();
+    }
 
-Verdict verdictOf(const std::vector<VerdictReason>& rs)
-{
+    VerdictReason makeReason(const std::string& rule, const std::string& message, bool blocking = true)
+    {
+        VerdictReason r;
+        r.rule = rule;
+        r.message = message;
+        r.blocking = blocking;
+        return r;
+    }
+
+    void mergeReasons(std::vector<VerdictReason>& into, const std::vector<VerdictReason>& more)
+    {
+        for (const auto& r : more) {
+            const bool seen
+                = std::any_of(into.begin(), into.end(), [&](const VerdictReason& x) { return x.rule == r.rule; });
+            if (!seen)
+                into.push_back(r);
+        }
+    }
+
+    bool anyBlocking(const std::vector<VerdictReason>& rs)
+    {
+        return std::any_of(rs.begin(), rs.end(), [](const VerdictReason& r) { return r.blocking; });
+    }
+
+    Verdict verdictOf(const std::vector<VerdictReason>& rs)
+    {
 #ifdef KL_HAVE_REFEREE
-    return referee::verdictFor(rs, Verdict::Correct);
+        return referee::verdictFor(rs, Verdict::Correct);
 #else
-    if (anyBlocking(rs))
-        return Verdict::Rejected;
-    return rs.empty() ? Verdict::Correct : Verdict::PendingReview;
+        if (anyBlocking(rs))
+            return Verdict::Rejected;
+        return rs.empty() ? Verdict::Correct : Verdict::PendingReview;
 #endif
-}
+    }
 
 } // namespace
 
 GpuEvaluator::GpuEvaluator(Problem problem, GpuEvaluatorOptions options)
-    : m_problem(std::move(problem)), m_options(std::move(options))
+    : m_problem(std::move(problem))
+    , m_options(std::move(options))
 {
     m_referenceSource = readSource(m_problem, m_problem.referenceFile);
     m_baselineSource = readSource(m_problem, m_problem.baselineFile);
@@ -185,21 +188,16 @@ nlohmann::json GpuEvaluator::candidateRequest(const Candidate& c, const Compiled
     for (const auto& p : parseKernelSpec(c.source).params)
         if (!params.count(p.name))
             params[p.name] = p.defaultValue;
-    return {{"key", m.key},
-            {"source", c.source},
-            {"params", wire::toJson(params)},
-            {"cubin_b64", wire::base64Encode(m.cubin)},
-            {"lowered", m.loweredNames}};
+    return { { "key", m.key }, { "source", c.source }, { "params", wire::toJson(params) },
+        { "cubin_b64", wire::base64Encode(m.cubin) }, { "lowered", m.loweredNames } };
 }
 
 void GpuEvaluator::prepareWorker()
 {
     if (m_problemLoaded)
         return;
-    const nlohmann::json req = {{"op", "load_problem"},
-                                {"problem_json", toJson(m_problem)},
-                                {"reference_source", m_referenceSource},
-                                {"baseline_source", m_baselineSource}};
+    const nlohmann::json req = { { "op", "load_problem" }, { "problem_json", toJson(m_problem) },
+        { "reference_source", m_referenceSource }, { "baseline_source", m_baselineSource } };
     auto r = m_client->addSetup(req);
     if (!r.ok())
         throw std::runtime_error("load_problem failed: " + r.error);
@@ -248,7 +246,7 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
 
     std::uint64_t seed = opt.seed;
     if (seed == 0)
-        seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+        seed = (static_cast<std::uint64_t>(std::random_device {}()) << 32) ^ std::random_device {}();
 
     std::lock_guard lock(m_clientMutex);
     try {
@@ -276,15 +274,15 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
                 heldOut.push_back(s);
     nlohmann::json shapes = nlohmann::json::array();
     for (const auto& s : visible)
-        shapes.push_back({{"dims", s.dims}, {"weight", s.weight}, {"held_out", false}});
+        shapes.push_back({ { "dims", s.dims }, { "weight", s.weight }, { "held_out", false } });
     for (const auto& s : heldOut)
-        shapes.push_back({{"dims", s.dims}, {"weight", s.weight}, {"held_out", true}});
+        shapes.push_back({ { "dims", s.dims }, { "weight", s.weight }, { "held_out", true } });
 
     const auto candidateJson = candidateRequest(c, *mod);
     auto failFromReply = [&](const WorkerClient::Reply& r, const std::string& phase) {
         if (r.status == WorkerClient::Status::Crashed) {
-            e.reasons.push_back(makeReason("worker.crashed", phase + ": the worker died (" + r.error +
-                                                                 "); it was restarted"));
+            e.reasons.push_back(
+                makeReason("worker.crashed", phase + ": the worker died (" + r.error + "); it was restarted"));
             return finish(Verdict::Crashed);
         }
         if (r.status == WorkerClient::Status::TimedOut) {
@@ -295,14 +293,10 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         return finish(Verdict::Rejected);
     };
 
-    const auto verify = m_client->request({{"op", "verify"},
-                                           {"problem", m_problem.name},
-                                           {"candidate", candidateJson},
-                                           {"shapes", shapes},
-                                           {"seed", seed},
-                                           {"cupti", m_options.cupti},
-                                           {"graph_check", m_options.graphCheck}},
-                                          m_options.verifyTimeoutSeconds);
+    const auto verify = m_client->request(
+        { { "op", "verify" }, { "problem", m_problem.name }, { "candidate", candidateJson }, { "shapes", shapes },
+            { "seed", seed }, { "cupti", m_options.cupti }, { "graph_check", m_options.graphCheck } },
+        m_options.verifyTimeoutSeconds);
     if (!verify.ok())
         return failFromReply(verify, "verification");
     for (const auto& s : verify.body.value("shapes", nlohmann::json::array()))
@@ -324,21 +318,16 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
 
     nlohmann::json timed = nlohmann::json::array();
     for (const auto& s : m_problem.tuningShapes)
-        timed.push_back({{"dims", s.dims}, {"weight", s.weight}});
-    const double timeout = opt.maxSecondsPerShape * 3.0 * static_cast<double>(m_problem.tuningShapes.size()) +
-                           m_options.timeTimeoutSlackSeconds;
-    const auto time = m_client->request({{"op", "time"},
-                                         {"problem", m_problem.name},
-                                         {"candidate", candidateJson},
-                                         {"shapes", timed},
-                                         {"baseline", opt.timeBaseline},
-                                         {"max_seconds_per_shape", opt.maxSecondsPerShape},
-                                         {"target_rel_ci", m_options.targetRelCi},
-                                         {"min_samples", m_options.minSamples},
-                                         {"graph_mode", m_options.graphMode},
-                                         {"recheck", m_options.recheckTimedOutputs},
-                                         {"seed", seed ^ 0x7131EDull}},
-                                        timeout);
+        timed.push_back({ { "dims", s.dims }, { "weight", s.weight } });
+    const double timeout = opt.maxSecondsPerShape * 3.0 * static_cast<double>(m_problem.tuningShapes.size())
+        + m_options.timeTimeoutSlackSeconds;
+    const auto time = m_client->request(
+        { { "op", "time" }, { "problem", m_problem.name }, { "candidate", candidateJson }, { "shapes", timed },
+            { "baseline", opt.timeBaseline }, { "max_seconds_per_shape", opt.maxSecondsPerShape },
+            { "target_rel_ci", m_options.targetRelCi }, { "min_samples", m_options.minSamples },
+            { "graph_mode", m_options.graphMode }, { "recheck", m_options.recheckTimedOutputs },
+            { "seed", seed ^ 0x7131EDull } },
+        timeout);
     if (!time.ok())
         return failFromReply(time, "timing");
     for (const auto& ts : time.body.value("shapes", nlohmann::json::array())) {
@@ -347,7 +336,7 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         const DeviceSample after = wire::deviceSample(ts.value("after", nlohmann::json::object()));
         const bool throttled = ts.value("throttled", false);
         const int sets = ts.value("input_sets", 0);
-        for (auto* t : {&r.timing, &r.baselineTiming, &r.graphTiming})
+        for (auto* t : { &r.timing, &r.baselineTiming, &r.graphTiming })
             if (*t) {
                 (*t)->throttled = throttled;
                 (*t)->device = after;
@@ -356,8 +345,8 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         if (e.deviceAfter.smClockMHz == 0)
             e.deviceBefore = before.available ? before : e.deviceBefore;
         e.deviceAfter = after;
-        auto it = std::find_if(e.shapes.begin(), e.shapes.end(),
-                               [&](const ShapeResult& x) { return !x.heldOut && x.shape == r.shape; });
+        auto it = std::find_if(
+            e.shapes.begin(), e.shapes.end(), [&](const ShapeResult& x) { return !x.heldOut && x.shape == r.shape; });
         if (it == e.shapes.end()) {
             e.shapes.push_back(r);
             continue;
@@ -373,10 +362,11 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
             it->checks.push_back(ch);
         it->correct = it->correct && r.correct;
         if (throttled)
-            mergeReasons(e.reasons, {makeReason("measurement.throttled",
-                                                "the GPU reported throttling (" + after.throttleText + before.throttleText +
-                                                    ") while timing shape " + r.shape.label(),
-                                                false)});
+            mergeReasons(e.reasons,
+                { makeReason("measurement.throttled",
+                    "the GPU reported throttling (" + after.throttleText + before.throttleText + ") while timing shape "
+                        + r.shape.label(),
+                    false) });
     }
     harnessReasons.clear();
     for (const auto& r : time.body.value("reasons", nlohmann::json::array()))

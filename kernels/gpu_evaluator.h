@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace kl {
 
@@ -68,7 +68,7 @@ private:
     std::unique_ptr<WorkerClient> m_client;
     mutable std::mutex m_clientMutex; // one owner of the GPU at a time
     mutable DeviceInfo m_device; // written once, before m_deviceReady is set
-    mutable std::atomic<bool> m_deviceReady{false};
+    mutable std::atomic<bool> m_deviceReady { false };
     bool m_problemLoaded = false;
 };
 

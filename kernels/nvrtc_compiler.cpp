@@ -2,12 +2,11 @@
 
 #include "core/session_store.h"
 
-#include <nlohmann/json.hpp>
-#include <nvrtc.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <nvrtc.h>
 #include <regex>
 #include <sstream>
 #include <unistd.h>
@@ -20,68 +19,64 @@ namespace kl {
 
 namespace {
 
-// Bumped when the options or the report format change, so stale cache entries are not reused.
-constexpr const char* kCacheFormat = "kl-nvrtc-1";
+    // Bumped when the options or the report format change, so stale cache entries are not reused.
+    constexpr const char* kCacheFormat = "kl-nvrtc-1";
 
-std::string readAll(const std::filesystem::path& p)
-{
-    std::ifstream in(p, std::ios::binary);
-    if (!in)
-        return {};
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-void writeAtomic(const std::filesystem::path& p, const std::string& data)
-{
-    const auto tmp = p.string() + ".tmp" + std::to_string(::getpid()) + "." +
-                     std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+    std::string readAll(const std::filesystem::path& p)
     {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out)
-            return;
-        out.write(data.data(), static_cast<std::streamsize>(data.size()));
-        if (!out)
-            return;
+        std::ifstream in(p, std::ios::binary);
+        if (!in)
+            return {};
+        std::ostringstream ss;
+        ss << in.rdbuf();
+        return ss.str();
     }
-    std::error_code ec;
-    std::filesystem::rename(tmp, p, ec);
-    if (ec)
-        std::filesystem::remove(tmp, ec);
-}
 
-std::string cudaIncludeDir()
-{
-    if (const char* env = std::getenv("KL_CUDA_INCLUDE"))
-        return env;
-    if (const char* home = std::getenv("CUDA_HOME")) {
-        const std::string inc = std::string(home) + "/include";
-        if (std::filesystem::exists(inc + "/cuda_bf16.h"))
-            return inc;
+    void writeAtomic(const std::filesystem::path& p, const std::string& data)
+    {
+        const auto tmp = p.string() + ".tmp" + std::to_string(::getpid()) + "."
+            + std::to_string(std::hash<std::thread::id> {}(std::this_thread::get_id()));
+        {
+            std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+            if (!out)
+                return;
+            out.write(data.data(), static_cast<std::streamsize>(data.size()));
+            if (!out)
+                return;
+        }
+        std::error_code ec;
+        std::filesystem::rename(tmp, p, ec);
+        if (ec)
+            std::filesystem::remove(tmp, ec);
     }
-    return KL_CUDA_INCLUDE_DIR;
-}
 
-nlohmann::json reportToJson(const CompiledModule& m)
-{
-    nlohmann::json j;
-    j["format"] = kCacheFormat;
-    j["ok"] = m.report.ok;
-    j["log"] = m.report.log;
-    j["compile_ms"] = m.report.compileMs;
-    j["lowered"] = m.loweredNames;
-    auto& ks = j["kernels"] = nlohmann::json::array();
-    for (const auto& k : m.report.kernels)
-        ks.push_back({{"kernel", k.kernel},
-                      {"registers", k.registers},
-                      {"spill_stores", k.spillStores},
-                      {"spill_loads", k.spillLoads},
-                      {"static_shared", k.staticSharedBytes},
-                      {"local", k.localBytes},
-                      {"max_threads", k.maxThreadsPerBlock}});
-    return j;
-}
+    std::string cudaIncludeDir()
+    {
+        if (const char* env = std::getenv("KL_CUDA_INCLUDE"))
+            return env;
+        if (const char* home = std::getenv("CUDA_HOME")) {
+            const std::string inc = std::string(home) + "/include";
+            if (std::filesystem::exists(inc + "/cuda_bf16.h"))
+                return inc;
+        }
+        return KL_CUDA_INCLUDE_DIR;
+    }
+
+    nlohmann::json reportToJson(const CompiledModule& m)
+    {
+        nlohmann::json j;
+        j["format"] = kCacheFormat;
+        j["ok"] = m.report.ok;
+        j["log"] = m.report.log;
+        j["compile_ms"] = m.report.compileMs;
+        j["lowered"] = m.loweredNames;
+        auto& ks = j["kernels"] = nlohmann::json::array();
+        for (const auto& k : m.report.kernels)
+            ks.push_back({ { "kernel", k.kernel }, { "registers", k.registers }, { "spill_stores", k.spillStores },
+                { "spill_loads", k.spillLoads }, { "static_shared", k.staticSharedBytes }, { "local", k.localBytes },
+                { "max_threads", k.maxThreadsPerBlock } });
+        return j;
+    }
 
 } // namespace
 
@@ -145,7 +140,8 @@ std::filesystem::path defaultCompileCacheDir()
 }
 
 NvrtcCompiler::NvrtcCompiler(std::filesystem::path cacheDir, unsigned threads)
-    : m_cacheDir(std::move(cacheDir)), m_includeDir(cudaIncludeDir())
+    : m_cacheDir(std::move(cacheDir))
+    , m_includeDir(cudaIncludeDir())
 {
     if (!m_cacheDir.empty()) {
         std::error_code ec;
@@ -188,14 +184,8 @@ void NvrtcCompiler::workerLoop()
 
 std::vector<std::string> NvrtcCompiler::options(const CompileJob& job) const
 {
-    std::vector<std::string> o = {"--gpu-architecture=" + job.arch,
-                                  "-std=c++17",
-                                  "-I" + m_includeDir,
-                                  "-I" + m_includeDir + "/cccl",
-                                  "--ptxas-options=-v",
-                                  "-lineinfo",
-                                  "-default-device",
-                                  "-DKL_HARNESS=1"};
+    std::vector<std::string> o = { "--gpu-architecture=" + job.arch, "-std=c++17", "-I" + m_includeDir,
+        "-I" + m_includeDir + "/cccl", "--ptxas-options=-v", "-lineinfo", "-default-device", "-DKL_HARNESS=1" };
     for (const auto& [k, v] : job.params)
         o.push_back("-D" + k + "=" + std::to_string(v));
     for (const auto& f : job.extraFlags)

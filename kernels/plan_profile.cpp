@@ -18,8 +18,8 @@ const PlanProfile* ProfileReport::plan(const std::string& role) const
     return nullptr;
 }
 
-ProfileReport profileAgainstBaseline(GpuEvaluator& evaluator, const Candidate& candidate, const Shape& shape,
-                                     const ProfileRequest& request)
+ProfileReport profileAgainstBaseline(
+    GpuEvaluator& evaluator, const Candidate& candidate, const Shape& shape, const ProfileRequest& request)
 {
     const Problem& problem = evaluator.problem();
     if (std::string why; !problem.shapeIsValid(shape, &why))
@@ -31,14 +31,11 @@ ProfileReport profileAgainstBaseline(GpuEvaluator& evaluator, const Candidate& c
     if (!module->report.ok)
         return report;
     evaluator.prepareWorker();
-    auto reply = evaluator.client().request({{"op", "profile"},
-                                             {"problem", problem.name},
-                                             {"candidate", evaluator.candidateRequest(candidate, *module)},
-                                             {"shape", wire::toJson(shape)},
-                                             {"sol", request.sol},
-                                             {"trace", request.trace},
-                                             {"launches", request.launches}},
-                                            request.timeoutSeconds);
+    auto reply = evaluator.client().request(
+        { { "op", "profile" }, { "problem", problem.name },
+            { "candidate", evaluator.candidateRequest(candidate, *module) }, { "shape", wire::toJson(shape) },
+            { "sol", request.sol }, { "trace", request.trace }, { "launches", request.launches } },
+        request.timeoutSeconds);
     if (!reply.ok())
         throw std::runtime_error("the worker's profile op failed: " + reply.error);
     if (!reply.body.contains("plans")) {

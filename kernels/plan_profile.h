@@ -20,8 +20,8 @@ struct TracedKernel {
     std::string name; // mangled, as CUPTI reports it
     std::uint64_t startNs = 0; // CUPTI timestamps
     std::uint64_t endNs = 0;
-    int grid[3] = {1, 1, 1};
-    int block[3] = {1, 1, 1};
+    int grid[3] = { 1, 1, 1 };
+    int block[3] = { 1, 1, 1 };
     int registers = 0;
     int staticShared = 0;
     int dynamicShared = 0;
@@ -70,9 +70,10 @@ struct ProfileRequest {
 };
 
 // Compiles the candidate (locally, through the evaluator's cache), registers the problem with the worker and asks
-// it for the profile op. Uses the evaluator's worker: not while evaluate() runs on another thread. Throws std::runtime_error when the worker cannot run it (no GPU, crash, timeout) and
-// InputError for a shape that does not fit the problem.
-ProfileReport profileAgainstBaseline(GpuEvaluator& evaluator, const Candidate& candidate, const Shape& shape,
-                                     const ProfileRequest& request = {});
+// it for the profile op. Uses the evaluator's worker: not while evaluate() runs on another thread. Throws
+// std::runtime_error when the worker cannot run it (no GPU, crash, timeout) and InputError for a shape that does not
+// fit the problem.
+ProfileReport profileAgainstBaseline(
+    GpuEvaluator& evaluator, const Candidate& candidate, const Shape& shape, const ProfileRequest& request = {});
 
 } // namespace kl

@@ -9,16 +9,16 @@ namespace kl {
 
 namespace {
 
-std::int64_t roundToMultiple(std::int64_t v, const DimSpec& d, bool up)
-{
-    const std::int64_t m = std::max<std::int64_t>(1, d.multipleOf);
-    std::int64_t r = up ? (v + m - 1) / m * m : v / m * m;
-    if (r < d.min)
-        r = (d.min + m - 1) / m * m;
-    if (r > d.max)
-        r = d.max / m * m;
-    return r;
-}
+    std::int64_t roundToMultiple(std::int64_t v, const DimSpec& d, bool up)
+    {
+        const std::int64_t m = std::max<std::int64_t>(1, d.multipleOf);
+        std::int64_t r = up ? (v + m - 1) / m * m : v / m * m;
+        if (r < d.min)
+            r = (d.min + m - 1) / m * m;
+        if (r > d.max)
+            r = d.max / m * m;
+        return r;
+    }
 
 } // namespace
 
@@ -56,8 +56,8 @@ std::vector<Shape> randomShapes(const Problem& p, int count, std::uint64_t seed)
             for (const auto& d : p.dims) {
                 double v;
                 if (d.logUniform && d.min > 0)
-                    v = std::exp(std::log(static_cast<double>(d.min)) +
-                                 u01(rng) * (std::log(static_cast<double>(d.max)) - std::log(static_cast<double>(d.min))));
+                    v = std::exp(std::log(static_cast<double>(d.min))
+                        + u01(rng) * (std::log(static_cast<double>(d.max)) - std::log(static_cast<double>(d.min))));
                 else
                     v = static_cast<double>(d.min) + u01(rng) * static_cast<double>(d.max - d.min);
                 s.dims[d.name] = roundToMultiple(static_cast<std::int64_t>(std::llround(v)), d, u01(rng) < 0.5);

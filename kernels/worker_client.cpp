@@ -22,26 +22,26 @@ extern char** environ;
 namespace kl {
 
 namespace {
-std::vector<std::string> currentEnvironment(const std::vector<std::pair<std::string, std::string>>& extra)
-{
-    std::vector<std::string> env;
-    for (char** e = environ; e && *e; ++e) {
-        std::string s = *e;
-        bool overridden = false;
+    std::vector<std::string> currentEnvironment(const std::vector<std::pair<std::string, std::string>>& extra)
+    {
+        std::vector<std::string> env;
+        for (char** e = environ; e && *e; ++e) {
+            std::string s = *e;
+            bool overridden = false;
+            for (const auto& [k, v] : extra)
+                if (s.rfind(k + "=", 0) == 0)
+                    overridden = true;
+            if (!overridden)
+                env.push_back(s);
+        }
         for (const auto& [k, v] : extra)
-            if (s.rfind(k + "=", 0) == 0)
-                overridden = true;
-        if (!overridden)
-            env.push_back(s);
+            env.push_back(k + "=" + v);
+        return env;
     }
-    for (const auto& [k, v] : extra)
-        env.push_back(k + "=" + v);
-    return env;
-}
 } // namespace
 
 ChildProcessStream::ChildProcessStream(const std::vector<std::string>& argv, const std::string& stderrPath,
-                                       const std::vector<std::pair<std::string, std::string>>& environment)
+    const std::vector<std::pair<std::string, std::string>>& environment)
 {
     if (argv.empty())
         throw std::runtime_error("no worker command");
@@ -110,10 +110,11 @@ std::optional<std::string> ChildProcessStream::readLine(std::chrono::steady_cloc
         }
         if (m_eof)
             return std::string();
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        const auto left
+            = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0)
             return std::nullopt;
-        pollfd pfd{m_out, POLLIN, 0};
+        pollfd pfd { m_out, POLLIN, 0 };
         const int pr = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
         if (pr < 0 && errno != EINTR)
             return std::nullopt;
@@ -137,8 +138,7 @@ void ChildProcessStream::kill()
     if (m_pid > 0) {
         ::kill(m_pid, SIGKILL);
         int status = 0;
-        while (::waitpid(m_pid, &status, 0) < 0 && errno == EINTR) {
-        }
+        while (::waitpid(m_pid, &status, 0) < 0 && errno == EINTR) { }
         m_status = status;
         m_pid = -1;
     }
@@ -156,8 +156,8 @@ std::string defaultWorkerPath()
     std::error_code ec;
     const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
     if (!ec) {
-        for (const auto& candidate : {self.parent_path() / "kloop-worker", self.parent_path().parent_path() / "kernels" /
-                                                                                 "kloop-worker"})
+        for (const auto& candidate :
+            { self.parent_path() / "kloop-worker", self.parent_path().parent_path() / "kernels" / "kloop-worker" })
             if (std::filesystem::exists(candidate, ec))
                 return candidate.string();
     }
@@ -166,10 +166,11 @@ std::string defaultWorkerPath()
     return "kloop-worker";
 }
 
-WorkerClient::WorkerClient(WorkerOptions options) : m_options(std::move(options))
+WorkerClient::WorkerClient(WorkerOptions options)
+    : m_options(std::move(options))
 {
     if (m_options.command.empty())
-        m_options.command = {defaultWorkerPath()};
+        m_options.command = { defaultWorkerPath() };
 }
 
 WorkerClient::~WorkerClient()
@@ -193,7 +194,7 @@ void WorkerClient::shutdown()
 {
     if (!m_stream)
         return;
-    m_stream->writeLine(nlohmann::json{{"id", m_nextId++}, {"op", "shutdown"}}.dump());
+    m_stream->writeLine(nlohmann::json { { "id", m_nextId++ }, { "op", "shutdown" } }.dump());
     // Give it a moment to release the context cleanly, then make sure it is gone.
     m_stream->readLine(std::chrono::steady_clock::now() + std::chrono::seconds(5));
     killWorker();
@@ -205,8 +206,8 @@ void WorkerClient::ensureStarted()
         return;
     m_stream = std::make_unique<ChildProcessStream>(m_options.command, m_options.stderrPath, m_options.environment);
     ++m_starts;
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(static_cast<long long>(m_options.startTimeoutSeconds * 1000));
+    const auto deadline = std::chrono::steady_clock::now()
+        + std::chrono::milliseconds(static_cast<long long>(m_options.startTimeoutSeconds * 1000));
     auto ready = m_stream->readLine(deadline);
     nlohmann::json j;
     try {
@@ -219,7 +220,7 @@ void WorkerClient::ensureStarted()
         killWorker();
         throw std::runtime_error("kloop-worker did not start: " + why);
     }
-    Reply hello = roundTrip({{"op", "hello"}}, m_options.startTimeoutSeconds);
+    Reply hello = roundTrip({ { "op", "hello" } }, m_options.startTimeoutSeconds);
     if (!hello.ok()) {
         killWorker();
         throw std::runtime_error("kloop-worker hello failed: " + hello.error);
@@ -252,14 +253,14 @@ WorkerClient::Reply WorkerClient::roundTrip(nlohmann::json req, double timeoutSe
         killWorker();
         return reply;
     }
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(timeoutSeconds * 1000));
+    const auto deadline
+        = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(timeoutSeconds * 1000));
     for (;;) {
         auto line = m_stream->readLine(deadline);
         if (!line) {
             reply.status = Status::TimedOut;
-            reply.error = "no answer within " + std::to_string(timeoutSeconds) + " s (op " + req.value("op", "") +
-                          "); worker killed";
+            reply.error = "no answer within " + std::to_string(timeoutSeconds) + " s (op " + req.value("op", "")
+                + "); worker killed";
             ++m_timeouts;
             killWorker();
             return reply;
@@ -268,9 +269,9 @@ WorkerClient::Reply WorkerClient::roundTrip(nlohmann::json req, double timeoutSe
             m_stream->kill();
             const int st = m_stream->exitStatus();
             reply.status = Status::Crashed;
-            reply.error = "worker exited during op " + req.value("op", "") +
-                          (WIFSIGNALED(st) ? " (signal " + std::to_string(WTERMSIG(st)) + ")"
-                                           : " (exit " + std::to_string(WEXITSTATUS(st)) + ")");
+            reply.error = "worker exited during op " + req.value("op", "")
+                + (WIFSIGNALED(st) ? " (signal " + std::to_string(WTERMSIG(st)) + ")"
+                                   : " (exit " + std::to_string(WEXITSTATUS(st)) + ")");
             ++m_crashes;
             killWorker();
             return reply;
@@ -281,7 +282,7 @@ WorkerClient::Reply WorkerClient::roundTrip(nlohmann::json req, double timeoutSe
         } catch (const std::exception& e) {
             continue; // not a protocol line; the worker keeps stdout clean, so this is noise
         }
-        if (j.value("id", std::int64_t{-1}) != id)
+        if (j.value("id", std::int64_t { -1 }) != id)
             continue; // a late answer to a request we gave up on
         reply.body = j;
         if (j.value("ok", false)) {

@@ -5,10 +5,9 @@
 // reports Crashed or TimedOut and the client carries on with a fresh worker.
 #include "core/device.h"
 
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <sys/types.h>
@@ -31,7 +30,7 @@ public:
 class ChildProcessStream final : public ByteStream {
 public:
     ChildProcessStream(const std::vector<std::string>& argv, const std::string& stderrPath = {},
-                       const std::vector<std::pair<std::string, std::string>>& environment = {});
+        const std::vector<std::pair<std::string, std::string>>& environment = {});
     ~ChildProcessStream() override;
     bool writeLine(const std::string& line) override;
     std::optional<std::string> readLine(std::chrono::steady_clock::time_point deadline) override;

@@ -8,7 +8,7 @@
 namespace kl::wire {
 
 namespace {
-constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 }
 
 std::string base64Encode(const std::string& in)
@@ -17,8 +17,8 @@ std::string base64Encode(const std::string& in)
     out.reserve((in.size() + 2) / 3 * 4);
     std::size_t i = 0;
     for (; i + 2 < in.size(); i += 3) {
-        const unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) |
-                           static_cast<unsigned char>(in[i + 2]);
+        const unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8)
+            | static_cast<unsigned char>(in[i + 2]);
         out += kB64[(v >> 18) & 63];
         out += kB64[(v >> 12) & 63];
         out += kB64[(v >> 6) & 63];
@@ -80,22 +80,70 @@ std::string base64Decode(const std::string& in)
 
 // The wire carries the same JSON forms as the session store (core/json_io), so nothing is lost between the
 // worker and the session.
-Json toJson(const DeviceInfo& d) { return kl::toJson(d); }
-DeviceInfo deviceInfo(const Json& j) { return kl::deviceFromJson(j, "device"); }
-Json toJson(const DeviceSample& d) { return kl::toJson(d); }
-DeviceSample deviceSample(const Json& j) { return kl::deviceSampleFromJson(j, "sample"); }
-Json toJson(const TimingStats& t) { return kl::toJson(t); }
-TimingStats timingStats(const Json& j) { return kl::timingFromJson(j, "timing"); }
-Json toJson(const CorrectnessStats& c) { return kl::toJson(c); }
-CorrectnessStats correctnessStats(const Json& j) { return kl::correctnessFromJson(j, "check"); }
-Json toJson(const VerdictReason& r) { return kl::toJson(r); }
-VerdictReason verdictReason(const Json& j) { return kl::reasonFromJson(j, "reason"); }
-Json toJson(const Shape& s) { return kl::toJson(s); }
-Shape shape(const Json& j) { return kl::shapeFromJson(j, "shape"); }
-Json toJson(const ShapeResult& s) { return kl::toJson(s); }
-ShapeResult shapeResult(const Json& j) { return kl::shapeResultFromJson(j, "shape_result"); }
-Json toJson(const CompileReport& c) { return kl::toJson(c); }
-CompileReport compileReport(const Json& j) { return kl::compileReportFromJson(j, "compile"); }
+Json toJson(const DeviceInfo& d)
+{
+    return kl::toJson(d);
+}
+DeviceInfo deviceInfo(const Json& j)
+{
+    return kl::deviceFromJson(j, "device");
+}
+Json toJson(const DeviceSample& d)
+{
+    return kl::toJson(d);
+}
+DeviceSample deviceSample(const Json& j)
+{
+    return kl::deviceSampleFromJson(j, "sample");
+}
+Json toJson(const TimingStats& t)
+{
+    return kl::toJson(t);
+}
+TimingStats timingStats(const Json& j)
+{
+    return kl::timingFromJson(j, "timing");
+}
+Json toJson(const CorrectnessStats& c)
+{
+    return kl::toJson(c);
+}
+CorrectnessStats correctnessStats(const Json& j)
+{
+    return kl::correctnessFromJson(j, "check");
+}
+Json toJson(const VerdictReason& r)
+{
+    return kl::toJson(r);
+}
+VerdictReason verdictReason(const Json& j)
+{
+    return kl::reasonFromJson(j, "reason");
+}
+Json toJson(const Shape& s)
+{
+    return kl::toJson(s);
+}
+Shape shape(const Json& j)
+{
+    return kl::shapeFromJson(j, "shape");
+}
+Json toJson(const ShapeResult& s)
+{
+    return kl::toJson(s);
+}
+ShapeResult shapeResult(const Json& j)
+{
+    return kl::shapeResultFromJson(j, "shape_result");
+}
+Json toJson(const CompileReport& c)
+{
+    return kl::toJson(c);
+}
+CompileReport compileReport(const Json& j)
+{
+    return kl::compileReportFromJson(j, "compile");
+}
 
 Json toJson(const ParamValues& p)
 {
@@ -115,43 +163,39 @@ ParamValues paramValues(const Json& j)
 
 namespace {
 
-Json triple(const int v[3]) { return Json::array({v[0], v[1], v[2]}); }
-
-void readTriple(const Json& j, const char* key, const std::string& where, int out[3])
-{
-    const Json& a = jsonfield::require(j, key, where);
-    if (!a.is_array() || a.size() != 3)
-        throw InputError(where + "." + key + ": expected an array of 3 integers");
-    for (int i = 0; i < 3; ++i) {
-        if (!a[i].is_number_integer() || a[i].get<std::int64_t>() < 0 || a[i].get<std::int64_t>() > INT32_MAX)
-            throw InputError(where + "." + key + "[" + std::to_string(i) + "]: expected a non-negative integer");
-        out[i] = a[i].get<int>();
+    Json triple(const int v[3])
+    {
+        return Json::array({ v[0], v[1], v[2] });
     }
-}
 
-const Json& arrayField(const Json& j, const char* key, const std::string& where)
-{
-    const Json& a = jsonfield::require(j, key, where);
-    if (!a.is_array())
-        throw InputError(where + "." + key + ": expected an array");
-    return a;
-}
+    void readTriple(const Json& j, const char* key, const std::string& where, int out[3])
+    {
+        const Json& a = jsonfield::require(j, key, where);
+        if (!a.is_array() || a.size() != 3)
+            throw InputError(where + "." + key + ": expected an array of 3 integers");
+        for (int i = 0; i < 3; ++i) {
+            if (!a[i].is_number_integer() || a[i].get<std::int64_t>() < 0 || a[i].get<std::int64_t>() > INT32_MAX)
+                throw InputError(where + "." + key + "[" + std::to_string(i) + "]: expected a non-negative integer");
+            out[i] = a[i].get<int>();
+        }
+    }
+
+    const Json& arrayField(const Json& j, const char* key, const std::string& where)
+    {
+        const Json& a = jsonfield::require(j, key, where);
+        if (!a.is_array())
+            throw InputError(where + "." + key + ": expected an array");
+        return a;
+    }
 
 } // namespace
 
 Json toJson(const TracedKernel& k)
 {
-    return {{"name", k.name},
-            {"start_ns", k.startNs},
-            {"end_ns", k.endNs},
-            {"grid", triple(k.grid)},
-            {"block", triple(k.block)},
-            {"registers", k.registers},
-            {"static_shared", k.staticShared},
-            {"dynamic_shared", k.dynamicShared},
-            {"stream", k.stream},
-            {"correlation", k.correlation},
-            {"device_launched", k.deviceLaunched}};
+    return { { "name", k.name }, { "start_ns", k.startNs }, { "end_ns", k.endNs }, { "grid", triple(k.grid) },
+        { "block", triple(k.block) }, { "registers", k.registers }, { "static_shared", k.staticShared },
+        { "dynamic_shared", k.dynamicShared }, { "stream", k.stream }, { "correlation", k.correlation },
+        { "device_launched", k.deviceLaunched } };
 }
 
 TracedKernel tracedKernel(const Json& j, const std::string& where)
@@ -177,12 +221,9 @@ TracedKernel tracedKernel(const Json& j, const std::string& where)
 
 Json toJson(const KernelSol& k)
 {
-    return {{"name", k.name},
-            {"duration_ns", k.durationNs},
-            {"dram_throughput_pct", k.dramThroughputPct},
-            {"sm_throughput_pct", k.smThroughputPct},
-            {"achieved_occupancy_pct", k.achievedOccupancyPct},
-            {"dram_bytes", k.dramBytes}};
+    return { { "name", k.name }, { "duration_ns", k.durationNs }, { "dram_throughput_pct", k.dramThroughputPct },
+        { "sm_throughput_pct", k.smThroughputPct }, { "achieved_occupancy_pct", k.achievedOccupancyPct },
+        { "dram_bytes", k.dramBytes } };
 }
 
 KernelSol kernelSol(const Json& j, const std::string& where)
@@ -207,13 +248,12 @@ Json toJson(const PlanProfile& p)
     Json sol = Json::array();
     for (const auto& k : p.sol)
         sol.push_back(toJson(k));
-    return {{"role", p.role},
-            {"label", p.label},
-            {"launches", p.launches},
-            {"kernels_per_run", p.kernelsPerRun},
-            {"records", records},
-            {"event_us", p.eventUs},
-            {"sol", {{"available", p.solAvailable}, {"note", p.solNote}, {"passes", p.solPasses}, {"kernels", sol}}}};
+    return {
+        { "role", p.role }, { "label", p.label }, { "launches", p.launches }, { "kernels_per_run", p.kernelsPerRun },
+        { "records", records }, { "event_us", p.eventUs },
+        { "sol",
+            { { "available", p.solAvailable }, { "note", p.solNote }, { "passes", p.solPasses }, { "kernels", sol } } }
+    };
 }
 
 PlanProfile planProfile(const Json& j, const std::string& where)
@@ -256,11 +296,8 @@ Json toJson(const ProfileReport& r)
     Json plans = Json::array();
     for (const auto& p : r.plans)
         plans.push_back(toJson(p));
-    return {{"shape", kl::toJson(r.shape)},
-            {"compile", kl::toJson(r.compile)},
-            {"trace_available", r.traceAvailable},
-            {"trace_note", r.traceNote},
-            {"plans", plans}};
+    return { { "shape", kl::toJson(r.shape) }, { "compile", kl::toJson(r.compile) },
+        { "trace_available", r.traceAvailable }, { "trace_note", r.traceNote }, { "plans", plans } };
 }
 
 ProfileReport profileReport(const Json& j, const std::string& where)

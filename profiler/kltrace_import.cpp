@@ -87,8 +87,7 @@ Trace importKlTrace(ByteSource& src, const std::string& what, const ImportOption
             else if (key == "q") {
                 rec.q = r.readInt64();
                 rec.hasQ = true;
-            }
-            else if (key == "r")
+            } else if (key == "r")
                 rec.r = r.readInt64();
             else if (key == "p")
                 rec.p = r.readInt64();

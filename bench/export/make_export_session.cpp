@@ -15,8 +15,7 @@ int main(int argc, char** argv)
         const std::filesystem::path folder = std::filesystem::path(KL_SOURCE_DIR) / "kernels/problems" / argv[1];
         const kl::Problem p = kl::loadProblem(folder.string());
         const auto b = kl::test::buildSessionFrom(folder, folder / p.templateFile, kl::test::syntheticOutcomes(p),
-                                                  kl::Verdict::Accepted, {}, "synthetic measurements for the export bench",
-                                                  "", argv[2]);
+            kl::Verdict::Accepted, {}, "synthetic measurements for the export bench", "", argv[2]);
         std::cout << b.dir.string() << " " << b.candidateId << "\n";
         return 0;
     } catch (const std::exception& e) {

@@ -93,7 +93,7 @@ SweepResult sweep(kl::GpuEvaluator& ev, int count, double maxSecondsPerShape, in
         compiles[i].wait();
         if (i + 1 == cands.size())
             r.compileWallSeconds = seconds() - t0;
-        const auto e = ev.evaluate(cands[i], opt, kl::CancelToken{});
+        const auto e = ev.evaluate(cands[i], opt, kl::CancelToken {});
         ++r.evaluated;
         switch (e.verdict) {
         case kl::Verdict::Correct:
@@ -131,7 +131,7 @@ SweepResult sweep(kl::GpuEvaluator& ev, int count, double maxSecondsPerShape, in
                 if (sh.timing && sh.timing->medianUs > 0) {
                     auto& b = r.bestPerShape[sh.shape.label()];
                     if (b.first == 0 || sh.timing->medianUs < b.first)
-                        b = {sh.timing->medianUs, cands[i].params};
+                        b = { sh.timing->medianUs, cands[i].params };
                 }
     }
     r.wallSeconds = seconds() - t0;
@@ -141,7 +141,7 @@ SweepResult sweep(kl::GpuEvaluator& ev, int count, double maxSecondsPerShape, in
 int g_minSamples = 20;
 
 Json timeRequest(kl::GpuEvaluator& ev, const kl::Candidate& c, const std::vector<kl::Shape>& shapes, bool baseline,
-                 double maxSeconds, bool samples = false, double targetRelCi = 0.005)
+    double maxSeconds, bool samples = false, double targetRelCi = 0.005)
 {
     const auto m = ev.compileModule(c);
     if (!m->report.ok)
@@ -149,18 +149,13 @@ Json timeRequest(kl::GpuEvaluator& ev, const kl::Candidate& c, const std::vector
     ev.prepareWorker(); // with --repeat-only no evaluation has loaded the problem yet
     Json sh = Json::array();
     for (const auto& s : shapes)
-        sh.push_back({{"dims", s.dims}});
-    const auto r = ev.client().request({{"op", "time"},
-                                        {"problem", ev.problem().name},
-                                        {"candidate", ev.candidateRequest(c, *m)},
-                                        {"shapes", sh},
-                                        {"baseline", baseline},
-                                        {"max_seconds_per_shape", maxSeconds},
-                                        {"target_rel_ci", targetRelCi},
-                                        {"min_samples", g_minSamples},
-                                        {"return_samples", samples},
-                                        {"seed", std::random_device{}()}},
-                                       maxSeconds * 4 * static_cast<double>(shapes.size()) + 60);
+        sh.push_back({ { "dims", s.dims } });
+    const auto r = ev.client().request(
+        { { "op", "time" }, { "problem", ev.problem().name }, { "candidate", ev.candidateRequest(c, *m) },
+            { "shapes", sh }, { "baseline", baseline }, { "max_seconds_per_shape", maxSeconds },
+            { "target_rel_ci", targetRelCi }, { "min_samples", g_minSamples }, { "return_samples", samples },
+            { "seed", std::random_device {}() } },
+        maxSeconds * 4 * static_cast<double>(shapes.size()) + 60);
     if (!r.ok())
         throw std::runtime_error("time request failed: " + r.error);
     return r.body;
@@ -194,8 +189,9 @@ int main(int argc, char** argv)
         else if (a == "--min-samples")
             g_minSamples = std::stoi(next());
         else {
-            std::fprintf(stderr, "usage: bench_harness --out DIR [--configs N] [--problem-configs N] [--gemm-configs N] "
-                                 "[--torch FILE] [--repeat-only K=V,K=V]\n");
+            std::fprintf(stderr,
+                "usage: bench_harness --out DIR [--configs N] [--problem-configs N] [--gemm-configs N] "
+                "[--torch FILE] [--repeat-only K=V,K=V]\n");
             return 2;
         }
     }
@@ -234,7 +230,7 @@ int main(int argc, char** argv)
        << dev.smCount << " SMs; L2 " << dev.l2Bytes / (1 << 20) << " MiB; measured copy bandwidth "
        << fmt(copyBw / 1e12, 2) << " TB/s (read+write)\n\n";
     std::printf("device: %s arch %s copy %.2f TB/s driver %s\n", dev.name.c_str(), dev.arch.c_str(), copyBw / 1e12,
-                dev.driverVersion.c_str());
+        dev.driverVersion.c_str());
 
     // 1. Sweep throughput.
     SweepResult sw;
@@ -248,15 +244,15 @@ int main(int argc, char** argv)
     }
     if (repeatOnly.empty()) {
         const double perMin = sw.wallSeconds > 0 ? sw.evaluated / (sw.wallSeconds / 60.0) : 0;
-        results["sweep"] = {{"configs", sw.evaluated},       {"correct", sw.correct},
-                            {"rejected", sw.rejected},       {"compile_failed", sw.compileFailed},
-                            {"crashed_or_timeout", sw.crashed}, {"wall_s", sw.wallSeconds},
-                            {"compile_wall_s", sw.compileWallSeconds}, {"evals_per_min", perMin},
-                            {"best_params", kl::wire::toJson(sw.best)}, {"best_objective", sw.bestObjective},
-                            {"compile_threads", rms.compiler().threads()}, {"rules", sw.rules}};
-        std::printf("sweep: %d rmsnorm configs in %.1f s = %.0f evaluations/min (compiles done after %.1f s); correct %d; best %s (geomean %.2f us)\n",
-                    sw.evaluated, sw.wallSeconds, perMin, sw.compileWallSeconds, sw.correct, paramsText(sw.best).c_str(),
-                    sw.bestObjective);
+        results["sweep"] = { { "configs", sw.evaluated }, { "correct", sw.correct }, { "rejected", sw.rejected },
+            { "compile_failed", sw.compileFailed }, { "crashed_or_timeout", sw.crashed }, { "wall_s", sw.wallSeconds },
+            { "compile_wall_s", sw.compileWallSeconds }, { "evals_per_min", perMin },
+            { "best_params", kl::wire::toJson(sw.best) }, { "best_objective", sw.bestObjective },
+            { "compile_threads", rms.compiler().threads() }, { "rules", sw.rules } };
+        std::printf("sweep: %d rmsnorm configs in %.1f s = %.0f evaluations/min (compiles done after %.1f s); correct "
+                    "%d; best %s (geomean %.2f us)\n",
+            sw.evaluated, sw.wallSeconds, perMin, sw.compileWallSeconds, sw.correct, paramsText(sw.best).c_str(),
+            sw.bestObjective);
         std::fflush(stdout);
         md << "## Sweep throughput (compile + verify + time)\n\n"
            << sw.evaluated << " rmsnorm template configurations, cold compile cache, " << rms.compiler().threads()
@@ -266,7 +262,8 @@ int main(int argc, char** argv)
            << " tuning shapes (adaptive to a 1% CI, <= 30 ms per shape, timed outputs re-checked). Tuner mode: "
            << "configurations are ranked by their own medians (EvaluateOptions::timeBaseline = false); the winners "
            << "are timed interleaved with the baseline in the problem table below.\n\n"
-           << "| evaluations | wall s | evaluations/min | correct | rejected | compile failed | crashed/hung |\n|---|---|---|---|---|---|---|\n"
+           << "| evaluations | wall s | evaluations/min | correct | rejected | compile failed | crashed/hung "
+              "|\n|---|---|---|---|---|---|---|\n"
            << "| " << sw.evaluated << " | " << fmt(sw.wallSeconds, 1) << " | " << fmt(perMin, 0) << " | " << sw.correct
            << " | " << sw.rejected << " | " << sw.compileFailed << " | " << sw.crashed << " |\n\n"
            << "best: " << paramsText(sw.best) << " (geometric mean of its medians over the tuning shapes "
@@ -274,28 +271,28 @@ int main(int argc, char** argv)
     }
     flush();
 
-    const kl::Candidate best = rms.templateCandidate(sw.best.empty() ? kl::ParamValues{} : sw.best, "best");
+    const kl::Candidate best = rms.templateCandidate(sw.best.empty() ? kl::ParamValues {} : sw.best, "best");
     // 2. Repeatability: 10 separate evaluations of one kernel's timing (> 50 us).
     kl::Shape big;
-    big.dims = {{"T", 16384}, {"H", 8192}};
+    big.dims = { { "T", 16384 }, { "H", 8192 } };
     // Ten medians whose own 95% intervals are +-0.5% spread over about 0.8% by chance alone, so the spread is also
     // reported at +-0.25%: what the instrument gives when asked for the precision a 1% comparison needs.
     std::vector<double> medians;
     md << "## Repeatability\n\n";
-    for (const double target : {0.005, 0.0025}) {
+    for (const double target : { 0.005, 0.0025 }) {
         medians.clear();
         for (int i = 0; i < 10; ++i) {
-            const Json r = timeRequest(rms, best, {big}, false, 2.0, false, target);
+            const Json r = timeRequest(rms, best, { big }, false, 2.0, false, target);
             medians.push_back(r.at("shapes").at(0).at("timing").at("median_us").get<double>());
         }
         const double mMin = *std::min_element(medians.begin(), medians.end());
         const double mMax = *std::max_element(medians.begin(), medians.end());
         const double mMed = kl::percentile(medians, 0.5);
         const double spread = (mMax - mMin) / mMed;
-        results[target == 0.005 ? "repeatability" : "repeatability_ci_0.25pct"] = {
-            {"shape", big.label()}, {"medians_us", medians}, {"spread", spread}, {"target_rel_ci", target}};
+        results[target == 0.005 ? "repeatability" : "repeatability_ci_0.25pct"] = { { "shape", big.label() },
+            { "medians_us", medians }, { "spread", spread }, { "target_rel_ci", target } };
         std::printf("repeatability (CI +-%.2f%%): %s medians %.2f..%.2f us, spread %.2f%%\n", target * 100,
-                    big.label().c_str(), mMin, mMax, spread * 100);
+            big.label().c_str(), mMin, mMax, spread * 100);
         md << "best rmsnorm config (" << paramsText(best.params) << ") at " << big.label()
            << ", 10 separate timing requests, each to a 95% CI of +-" << fmt(target * 100, 2) << "%: medians "
            << fmt(mMin, 2) << " .. " << fmt(mMax, 2) << " us, spread (max-min)/median = **" << fmt(spread * 100, 2)
@@ -306,12 +303,10 @@ int main(int argc, char** argv)
     // 3. CUPTI agreement.
     {
         const auto m = rms.compileModule(best);
-        const auto r = rms.client().request({{"op", "trace"},
-                                             {"problem", "rmsnorm"},
-                                             {"candidate", rms.candidateRequest(best, *m)},
-                                             {"shape", {{"dims", big.dims}}},
-                                             {"launches", 200}},
-                                            120);
+        const auto r = rms.client().request(
+            { { "op", "trace" }, { "problem", "rmsnorm" }, { "candidate", rms.candidateRequest(best, *m) },
+                { "shape", { { "dims", big.dims } } }, { "launches", 200 } },
+            120);
         if (r.ok() && r.body.value("cupti", false)) {
             std::vector<double> ev = r.body.at("event_us").get<std::vector<double>>(), cu;
             for (const auto& rec : r.body.at("records"))
@@ -322,20 +317,23 @@ int main(int argc, char** argv)
             const double h = kl::percentile(medians, 0.5);
             const double diff = (h - c) / c;
             const double perLaunchDiff = (e - c) / c;
-            results["cupti_agreement"] = {{"harness_median_us", h}, {"cupti_median_us", c}, {"records", cu.size()},
-                                          {"relative_difference", diff}, {"event_per_launch_median_us", e},
-                                          {"event_per_launch_difference", perLaunchDiff}};
-            std::printf("cupti: harness %.2f us vs CUPTI %.2f us (%zu records): %+.2f%% (an event pair around every launch: %+.2f%%)\n",
-                        h, c, cu.size(), diff * 100, perLaunchDiff * 100);
-            md << "## Harness timing vs CUPTI kernel records\n\n" << cu.size() << " launches at " << big.label()
-               << ": harness median " << fmt(h, 2) << " us, CUPTI kernel duration median " << fmt(c, 2)
-               << " us: difference **" << fmt(diff * 100, 2) << "%** (target within 2%). An event pair around every "
+            results["cupti_agreement"] = { { "harness_median_us", h }, { "cupti_median_us", c },
+                { "records", cu.size() }, { "relative_difference", diff }, { "event_per_launch_median_us", e },
+                { "event_per_launch_difference", perLaunchDiff } };
+            std::printf("cupti: harness %.2f us vs CUPTI %.2f us (%zu records): %+.2f%% (an event pair around every "
+                        "launch: %+.2f%%)\n",
+                h, c, cu.size(), diff * 100, perLaunchDiff * 100);
+            md << "## Harness timing vs CUPTI kernel records\n\n"
+               << cu.size() << " launches at " << big.label() << ": harness median " << fmt(h, 2)
+               << " us, CUPTI kernel duration median " << fmt(c, 2) << " us: difference **" << fmt(diff * 100, 2)
+               << "%** (target within 2%). An event pair around every "
                << "single launch reads " << fmt(e, 2) << " us (" << fmt(perLaunchDiff * 100, 2)
                << "%): the launch bubble an event adds, which is why the harness times a few back-to-back launches per "
                << "event pair.\n\n";
         } else {
-            results["cupti_agreement"] = {{"error", r.ok() ? "CUPTI unavailable" : r.error}};
-            md << "## Event timing vs CUPTI kernel records\n\nnot measured: " << (r.ok() ? "CUPTI unavailable" : r.error) << "\n\n";
+            results["cupti_agreement"] = { { "error", r.ok() ? "CUPTI unavailable" : r.error } };
+            md << "## Event timing vs CUPTI kernel records\n\nnot measured: "
+               << (r.ok() ? "CUPTI unavailable" : r.error) << "\n\n";
         }
     }
 
@@ -349,10 +347,12 @@ int main(int argc, char** argv)
        << "Times are medians of the adaptive protocol (cold L2 by input rotation, CUDA graphs under 20 us; "
        << "PyTorch eager timed with CUDA events per call, also with rotated inputs). "
        << "%copy = (problem bytes / time) / measured copy bandwidth.\n\n"
-       << "| problem | shape | baseline us | best template us | PyTorch eager us | PyTorch graph us | template vs baseline | template vs eager | template vs torch graph | template %copy | best config | per-shape best us (sweep) |\n"
+       << "| problem | shape | baseline us | best template us | PyTorch eager us | PyTorch graph us | template vs "
+          "baseline | template vs eager | template vs torch graph | template %copy | best config | per-shape best us "
+          "(sweep) |\n"
        << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     Json probs = Json::object();
-    for (const std::string name : {"rmsnorm", "softmax", "silu_and_mul", "gemm_bf16"}) {
+    for (const std::string name : { "rmsnorm", "softmax", "silu_and_mul", "gemm_bf16" }) {
         std::unique_ptr<kl::GpuEvaluator> own;
         kl::GpuEvaluator* ev = &rms;
         kl::ParamValues bestParams = sw.best;
@@ -363,8 +363,8 @@ int main(int argc, char** argv)
             const auto s = sweep(*ev, name == "gemm_bf16" ? gemmConfigs : problemConfigs, 0.03, 1, 7);
             bestParams = s.best;
             perShape = s.bestPerShape;
-            std::printf("%s: mini-sweep %d configs, %d correct, best %s (geomean %.2f us)\n", name.c_str(), s.evaluated, s.correct,
-                        paramsText(s.best).c_str(), s.bestObjective);
+            std::printf("%s: mini-sweep %d configs, %d correct, best %s (geomean %.2f us)\n", name.c_str(), s.evaluated,
+                s.correct, paramsText(s.best).c_str(), s.bestObjective);
             std::fflush(stdout);
         }
         const kl::Candidate cand = ev->templateCandidate(bestParams, "best-" + name);
@@ -385,24 +385,19 @@ int main(int argc, char** argv)
                 torchUs = torch[name][shape.label()].value("median_us", 0.0);
                 torchGraphUs = torch[name][shape.label()].value("graph_us", 0.0);
             }
-            Json row = {{"shape", shape.label()},
-                        {"template_us", candUs},
-                        {"baseline_us", baseUs},
-                        {"baseline_kind", library ? "library:" + ev->problem().libraryBaseline : "baseline.cu"},
-                        {"speedup_vs_baseline", s.value("speedup", 0.0)},
-                        {"speedup_ci", {s.value("speedup_ci_low", 0.0), s.value("speedup_ci_high", 0.0)}},
-                        {"template_tbps", bytes / (candUs * 1e-6) / 1e12},
-                        {"template_tflops", flops / (candUs * 1e-6) / 1e12},
-                        {"template_pct_copy", pctCopy},
-                        {"torch_eager_us", torchUs},
-                        {"torch_graph_us", torchGraphUs},
-                        {"graph_mode", s.at("timing").value("graph_mode", false)},
-                        {"throttled", s.value("throttled", false)},
-                        {"recheck_correct", s.value("correct", false)},
-                        {"per_shape_best_us", perShape.count(shape.label()) ? perShape[shape.label()].first : 0.0},
-                        {"per_shape_best_params", perShape.count(shape.label())
-                                                      ? kl::wire::toJson(perShape[shape.label()].second)
-                                                      : Json::object()}};
+            Json row = { { "shape", shape.label() }, { "template_us", candUs }, { "baseline_us", baseUs },
+                { "baseline_kind", library ? "library:" + ev->problem().libraryBaseline : "baseline.cu" },
+                { "speedup_vs_baseline", s.value("speedup", 0.0) },
+                { "speedup_ci", { s.value("speedup_ci_low", 0.0), s.value("speedup_ci_high", 0.0) } },
+                { "template_tbps", bytes / (candUs * 1e-6) / 1e12 },
+                { "template_tflops", flops / (candUs * 1e-6) / 1e12 }, { "template_pct_copy", pctCopy },
+                { "torch_eager_us", torchUs }, { "torch_graph_us", torchGraphUs },
+                { "graph_mode", s.at("timing").value("graph_mode", false) },
+                { "throttled", s.value("throttled", false) }, { "recheck_correct", s.value("correct", false) },
+                { "per_shape_best_us", perShape.count(shape.label()) ? perShape[shape.label()].first : 0.0 },
+                { "per_shape_best_params",
+                    perShape.count(shape.label()) ? kl::wire::toJson(perShape[shape.label()].second)
+                                                  : Json::object() } };
             rows.push_back(row);
             const std::string vsEager = torchUs > 0 ? fmt(torchUs / candUs, 2) + "x" : "n/a";
             const std::string vsGraph = torchGraphUs > 0 ? fmt(torchGraphUs / candUs, 2) + "x" : "n/a";
@@ -411,17 +406,17 @@ int main(int argc, char** argv)
             md << "| " << name << " | " << shape.label() << " | " << fmt(baseUs, 1) << (library ? " (cuBLAS)" : "")
                << " | " << fmt(candUs, 1) << " | " << (torchUs > 0 ? fmt(torchUs, 1) : "n/a") << " | "
                << (torchGraphUs > 0 ? fmt(torchGraphUs, 1) : "n/a") << " | " << fmt(s.value("speedup", 0.0), 2)
-               << "x | " << vsEager << " | " << vsGraph << " | " << roof << " | "
-               << paramsText(bestParams) << " | "
-               << (perShape.count(shape.label()) ? fmt(perShape[shape.label()].first, 1) + " (" +
-                                                        paramsText(perShape[shape.label()].second) + ")"
-                                                  : std::string("n/a"))
+               << "x | " << vsEager << " | " << vsGraph << " | " << roof << " | " << paramsText(bestParams) << " | "
+               << (perShape.count(shape.label()) ? fmt(perShape[shape.label()].first, 1) + " ("
+                              + paramsText(perShape[shape.label()].second) + ")"
+                                                 : std::string("n/a"))
                << " |\n";
-            std::printf("%-13s %-22s base %9.1f us  tmpl %9.1f us  eager %9.1f us  graph %8.1f us  x%.2f vs base  %s vs eager  %s vs graph  %s\n",
-                        name.c_str(), shape.label().c_str(), baseUs, candUs, torchUs, torchGraphUs,
-                        s.value("speedup", 0.0), vsEager.c_str(), vsGraph.c_str(), roof.c_str());
+            std::printf("%-13s %-22s base %9.1f us  tmpl %9.1f us  eager %9.1f us  graph %8.1f us  x%.2f vs base  %s "
+                        "vs eager  %s vs graph  %s\n",
+                name.c_str(), shape.label().c_str(), baseUs, candUs, torchUs, torchGraphUs, s.value("speedup", 0.0),
+                vsEager.c_str(), vsGraph.c_str(), roof.c_str());
         }
-        probs[name] = {{"best_params", kl::wire::toJson(bestParams)}, {"rows", rows}};
+        probs[name] = { { "best_params", kl::wire::toJson(bestParams) }, { "rows", rows } };
         results["problems"] = probs;
         flush();
         std::fflush(stdout);

@@ -1,7 +1,6 @@
 // The bundle's test, PyTorch and build files.
-#include "kernels/export/bundle_gen.h"
-
 #include "core/errors.h"
+#include "kernels/export/bundle_gen.h"
 #include "kernels/export/c_expr.h"
 
 #include <algorithm>
@@ -14,169 +13,172 @@ namespace kl::exporter::detail {
 
 namespace {
 
-std::string fmtDouble(double v)
-{
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.9g", v);
-    std::string s = buf;
-    if (s.find_first_of(".eEni") == std::string::npos)
-        s += ".0";
-    return s;
-}
-
-std::string replaceAll(std::string s, const std::string& from, const std::string& to)
-{
-    std::size_t pos = 0;
-    while ((pos = s.find(from, pos)) != std::string::npos) {
-        s.replace(pos, from.size(), to);
-        pos += to.size();
+    std::string fmtDouble(double v)
+    {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.9g", v);
+        std::string s = buf;
+        if (s.find_first_of(".eEni") == std::string::npos)
+            s += ".0";
+        return s;
     }
-    return s;
-}
 
-std::string dimVar(const std::string& d) { return "kl_d_" + cIdent(d); }
-
-IdentifierMap dimsOnly(const Problem& p)
-{
-    return [&p](const std::string& name) -> std::string {
-        if (p.dim(name))
-            return dimVar(name);
-        throw InputError("shape of problem '" + p.name + "': '" + name + "' is not a dim");
-    };
-}
-
-std::string dimLocals(const Problem& p, const std::string& dimsPtr, const std::string& indent)
-{
-    std::string s;
-    for (const auto& d : p.dims)
-        s += indent + "const double " + dimVar(d.name) + " = (double)" + dimsPtr + "->" + cIdent(d.name) + "; (void)" +
-             dimVar(d.name) + ";\n";
-    return s;
-}
-
-const char* kindName(DType t)
-{
-    switch (t) {
-    case DType::F32:
-        return "KL_F32";
-    case DType::F16:
-        return "KL_F16";
-    case DType::BF16:
-        return "KL_BF16";
-    case DType::F64:
-        return "KL_F64";
-    case DType::I32:
-        return "KL_I32";
-    case DType::I64:
-        return "KL_I64";
-    case DType::U8:
-        return "KL_U8";
-    case DType::FP8E4M3:
-        return "KL_FP8";
-    }
-    return "KL_F32";
-}
-
-std::string torchType(DType t)
-{
-    switch (t) {
-    case DType::F32:
-        return "at::kFloat";
-    case DType::F16:
-        return "at::kHalf";
-    case DType::BF16:
-        return "at::kBFloat16";
-    case DType::F64:
-        return "at::kDouble";
-    case DType::I32:
-        return "at::kInt";
-    case DType::I64:
-        return "at::kLong";
-    case DType::U8:
-        return "at::kByte";
-    case DType::FP8E4M3:
-        return "at::kFloat8_e4m3fn";
-    }
-    return "at::kFloat";
-}
-
-// Shapes whose dispatch is checked: region corners and their outside neighbours, every measured shape, and
-// each dim just outside the problem's range.
-std::vector<Shape> probeShapes(const BundleModel& m)
-{
-    const auto& plan = m.plan->dispatch;
-    const Problem& p = *m.problem;
-    std::set<Shape> out;
-    auto add = [&](std::map<std::string, std::int64_t> dims) {
-        Shape s;
-        s.dims = std::move(dims);
-        for (const auto& [k, v] : s.dims)
-            if (v < 0)
-                return;
-        out.insert(s);
-    };
-    for (const auto& r : plan.candidateRegions) {
-        std::map<std::string, std::int64_t> lo, hi;
-        for (std::size_t d = 0; d < plan.dims.size(); ++d) {
-            lo[plan.dims[d]] = r.ranges[d].lo;
-            hi[plan.dims[d]] = r.ranges[d].hi;
+    std::string replaceAll(std::string s, const std::string& from, const std::string& to)
+    {
+        std::size_t pos = 0;
+        while ((pos = s.find(from, pos)) != std::string::npos) {
+            s.replace(pos, from.size(), to);
+            pos += to.size();
         }
-        add(lo);
-        add(hi);
-        for (const auto& dn : plan.dims) {
-            auto below = lo;
-            below[dn] -= 1;
+        return s;
+    }
+
+    std::string dimVar(const std::string& d)
+    {
+        return "kl_d_" + cIdent(d);
+    }
+
+    IdentifierMap dimsOnly(const Problem& p)
+    {
+        return [&p](const std::string& name) -> std::string {
+            if (p.dim(name))
+                return dimVar(name);
+            throw InputError("shape of problem '" + p.name + "': '" + name + "' is not a dim");
+        };
+    }
+
+    std::string dimLocals(const Problem& p, const std::string& dimsPtr, const std::string& indent)
+    {
+        std::string s;
+        for (const auto& d : p.dims)
+            s += indent + "const double " + dimVar(d.name) + " = (double)" + dimsPtr + "->" + cIdent(d.name)
+                + "; (void)" + dimVar(d.name) + ";\n";
+        return s;
+    }
+
+    const char* kindName(DType t)
+    {
+        switch (t) {
+        case DType::F32:
+            return "KL_F32";
+        case DType::F16:
+            return "KL_F16";
+        case DType::BF16:
+            return "KL_BF16";
+        case DType::F64:
+            return "KL_F64";
+        case DType::I32:
+            return "KL_I32";
+        case DType::I64:
+            return "KL_I64";
+        case DType::U8:
+            return "KL_U8";
+        case DType::FP8E4M3:
+            return "KL_FP8";
+        }
+        return "KL_F32";
+    }
+
+    std::string torchType(DType t)
+    {
+        switch (t) {
+        case DType::F32:
+            return "at::kFloat";
+        case DType::F16:
+            return "at::kHalf";
+        case DType::BF16:
+            return "at::kBFloat16";
+        case DType::F64:
+            return "at::kDouble";
+        case DType::I32:
+            return "at::kInt";
+        case DType::I64:
+            return "at::kLong";
+        case DType::U8:
+            return "at::kByte";
+        case DType::FP8E4M3:
+            return "at::kFloat8_e4m3fn";
+        }
+        return "at::kFloat";
+    }
+
+    // Shapes whose dispatch is checked: region corners and their outside neighbours, every measured shape, and
+    // each dim just outside the problem's range.
+    std::vector<Shape> probeShapes(const BundleModel& m)
+    {
+        const auto& plan = m.plan->dispatch;
+        const Problem& p = *m.problem;
+        std::set<Shape> out;
+        auto add = [&](std::map<std::string, std::int64_t> dims) {
+            Shape s;
+            s.dims = std::move(dims);
+            for (const auto& [k, v] : s.dims)
+                if (v < 0)
+                    return;
+            out.insert(s);
+        };
+        for (const auto& r : plan.candidateRegions) {
+            std::map<std::string, std::int64_t> lo, hi;
+            for (std::size_t d = 0; d < plan.dims.size(); ++d) {
+                lo[plan.dims[d]] = r.ranges[d].lo;
+                hi[plan.dims[d]] = r.ranges[d].hi;
+            }
+            add(lo);
+            add(hi);
+            for (const auto& dn : plan.dims) {
+                auto below = lo;
+                below[dn] -= 1;
+                add(below);
+                auto above = hi;
+                above[dn] += 1;
+                add(above);
+            }
+        }
+        for (const auto& pt : plan.points)
+            add(pt.shape.dims);
+        std::map<std::string, std::int64_t> base;
+        for (const auto& d : p.dims)
+            base[d.name] = d.min;
+        for (const auto& d : p.dims) {
+            auto below = base;
+            below[d.name] = d.min - 1;
             add(below);
-            auto above = hi;
-            above[dn] += 1;
+            auto above = base;
+            above[d.name] = d.max + 1;
             add(above);
         }
+        return { out.begin(), out.end() };
     }
-    for (const auto& pt : plan.points)
-        add(pt.shape.dims);
-    std::map<std::string, std::int64_t> base;
-    for (const auto& d : p.dims)
-        base[d.name] = d.min;
-    for (const auto& d : p.dims) {
-        auto below = base;
-        below[d.name] = d.min - 1;
-        add(below);
-        auto above = base;
-        above[d.name] = d.max + 1;
-        add(above);
-    }
-    return {out.begin(), out.end()};
-}
 
-std::string expectationTable(const BundleModel& m, const std::string& name)
-{
-    const auto& plan = m.plan->dispatch;
-    std::ostringstream o;
-    const auto shapes = probeShapes(m);
-    o << "/* Expected dispatch, computed by the exporter independently of this file's implementation. */\n";
-    o << "static const struct { long long v[" << std::max<std::size_t>(plan.dims.size(), 1) << "]; int expected; } " << name
-      << "[] = {\n";
-    for (const auto& s : shapes) {
-        o << "    {{";
-        for (std::size_t d = 0; d < plan.dims.size(); ++d)
-            o << (d ? ", " : "") << s.dims.at(plan.dims[d]) << "LL";
-        if (plan.dims.empty())
-            o << "0";
-        o << "}, " << expectedSelection(m, s) << "}, /* " << s.label() << " */\n";
+    std::string expectationTable(const BundleModel& m, const std::string& name)
+    {
+        const auto& plan = m.plan->dispatch;
+        std::ostringstream o;
+        const auto shapes = probeShapes(m);
+        o << "/* Expected dispatch, computed by the exporter independently of this file's implementation. */\n";
+        o << "static const struct { long long v[" << std::max<std::size_t>(plan.dims.size(), 1) << "]; int expected; } "
+          << name << "[] = {\n";
+        for (const auto& s : shapes) {
+            o << "    {{";
+            for (std::size_t d = 0; d < plan.dims.size(); ++d)
+                o << (d ? ", " : "") << s.dims.at(plan.dims[d]) << "LL";
+            if (plan.dims.empty())
+                o << "0";
+            o << "}, " << expectedSelection(m, s) << "}, /* " << s.label() << " */\n";
+        }
+        if (shapes.empty())
+            o << "    {{0}, -2}\n";
+        o << "};\nstatic const int " << name << "_count = " << shapes.size() << ";\n";
+        return o.str();
     }
-    if (shapes.empty())
-        o << "    {{0}, -2}\n";
-    o << "};\nstatic const int " << name << "_count = " << shapes.size() << ";\n";
-    return o.str();
-}
 
-std::string setDims(const BundleModel& m, const std::string& dst, const std::string& src)
-{
-    std::string s;
-    for (std::size_t d = 0; d < m.plan->dispatch.dims.size(); ++d)
-        s += dst + "." + cIdent(m.plan->dispatch.dims[d]) + " = " + src + "[" + std::to_string(d) + "]; ";
-    return s;
-}
+    std::string setDims(const BundleModel& m, const std::string& dst, const std::string& src)
+    {
+        std::string s;
+        for (std::size_t d = 0; d < m.plan->dispatch.dims.size(); ++d)
+            s += dst + "." + cIdent(m.plan->dispatch.dims[d]) + " = " + src + "[" + std::to_string(d) + "]; ";
+        return s;
+    }
 
 } // namespace
 
@@ -194,10 +196,12 @@ std::string genDispatchTest(const BundleModel& m)
     o << "    for (i = 0; i < kl_expect_count; ++i) {\n        const char* why = NULL;\n        int got;\n        ";
     o << setDims(m, "d", "kl_expect[i].v") << "\n";
     o << "        got = " << P << "_select_why(&d, &why);\n        ++n;\n";
-    o << "        if (got != kl_expect[i].expected) {\n            ++failures;\n            printf(\"FAIL probe %d: got %d, expected %d (%s)\\n\", i, got, "
+    o << "        if (got != kl_expect[i].expected) {\n            ++failures;\n            printf(\"FAIL probe %d: "
+         "got %d, expected %d (%s)\\n\", i, got, "
          "kl_expect[i].expected, why ? why : \"\");\n        }\n    }\n";
     o << "    (void)" << U << "_IMPL_NONE;\n";
-    o << "    printf(\"%d of %d probe shapes dispatched as expected\\n\", n - failures, n);\n    return failures ? 1 : 0;\n}\n";
+    o << "    printf(\"%d of %d probe shapes dispatched as expected\\n\", n - failures, n);\n    return failures ? 1 : "
+         "0;\n}\n";
     return o.str();
 }
 
@@ -209,12 +213,16 @@ std::string genSelfTest(const BundleModel& m)
     const auto& plan = m.plan->dispatch;
     const std::size_t nd = plan.dims.size();
     std::ostringstream o;
-    o << "/* selftest.cu: verifies the exported kernel against the " << (m.libraryFallback ? "library fallback" : "reference kernel")
+    o << "/* selftest.cu: verifies the exported kernel against the "
+      << (m.libraryFallback ? "library fallback" : "reference kernel")
       << " on fresh random inputs,\n"
-         "   checks the dispatcher's choices, checks CUDA-graph capture of the dispatcher, and prints the speedup of the\n"
+         "   checks the dispatcher's choices, checks CUDA-graph capture of the dispatcher, and prints the speedup of "
+         "the\n"
          "   candidate over the fallback where the dispatcher uses it. Exit 0: all passed; 77: no CUDA device. */\n";
-    o << "#include \"" << P << ".h\"\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda_fp8.h>\n#include <cuda_runtime.h>\n\n"
-         "#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstdio>\n#include <cstdlib>\n#include <cstring>\n"
+    o << "#include \"" << P
+      << ".h\"\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda_fp8.h>\n#include <cuda_runtime.h>\n\n"
+         "#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstdio>\n#include <cstdlib>\n#include "
+         "<cstring>\n"
          "#include <random>\n#include <string>\n#include <vector>\n\n";
     o << R"(#define KL_CHECK(x)                                                                                   \
     do {                                                                                              \
@@ -287,10 +295,12 @@ struct TensorInfo {
     o << "\nstatic const TensorInfo kTensors[] = {\n";
     for (const auto& t : p.tensors) {
         const Tolerance tol = p.toleranceFor(t.dtype);
-        o << "    {\"" << t.name << "\", " << kindName(t.dtype) << ", " << (t.role == TensorRole::Output ? "true" : "false")
-          << ", " << fmtDouble(t.scale) << ", " << fmtDouble(tol.relL2) << ", " << fmtDouble(tol.maxAbs) << "},\n";
+        o << "    {\"" << t.name << "\", " << kindName(t.dtype) << ", "
+          << (t.role == TensorRole::Output ? "true" : "false") << ", " << fmtDouble(t.scale) << ", "
+          << fmtDouble(tol.relL2) << ", " << fmtDouble(tol.maxAbs) << "},\n";
     }
-    o << "};\nstatic const int kNumTensors = " << p.tensors.size() << ";\nstatic const int kNumDims = " << nd << ";\n\n";
+    o << "};\nstatic const int kNumTensors = " << p.tensors.size() << ";\nstatic const int kNumDims = " << nd
+      << ";\n\n";
     o << "static long long numel(int t, const " << P << "_dims* dims)\n{\n" << dimLocals(p, "dims", "    ");
     o << "    switch (t) {\n";
     for (std::size_t i = 0; i < p.tensors.size(); ++i) {
@@ -300,11 +310,12 @@ struct TensorInfo {
         o << "    case " << i << ": return (long long)(" << e << ");\n";
     }
     o << "    default: return 0;\n    }\n}\n\n";
-    o << "static void setDims(" << P << "_dims* d, const long long* v) { " << replaceAll(setDims(m, "(*d)", "v"), "(*d).", "d->")
-      << "(void)d; (void)v; }\n\n";
+    o << "static void setDims(" << P << "_dims* d, const long long* v) { "
+      << replaceAll(setDims(m, "(*d)", "v"), "(*d).", "d->") << "(void)d; (void)v; }\n\n";
     // Call one implementation with the buffers and the problem's scalar values.
     o << "/* which: 0 fallback, 1 candidate, 2 the dispatcher. */\n";
-    o << "static int call(int which, const " << P << "_dims* d, const std::vector<void*>& b, void* ws, size_t wsBytes, cudaStream_t s)\n{\n";
+    o << "static int call(int which, const " << P
+      << "_dims* d, const std::vector<void*>& b, void* ws, size_t wsBytes, cudaStream_t s)\n{\n";
     std::string args = "d";
     int ti = 0;
     for (const auto& a : apiParams(p)) {
@@ -392,7 +403,8 @@ int main()
     KL_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
 )";
-    o << "    if (" << P << "_init() != " << U << "_OK) {\n        std::printf(\"FAIL: init\\n\");\n        return 1;\n    }\n";
+    o << "    if (" << P << "_init() != " << U
+      << "_OK) {\n        std::printf(\"FAIL: init\\n\");\n        return 1;\n    }\n";
     o << R"(    std::random_device rd;
     unsigned long long seed = ((unsigned long long)rd() << 32) ^ rd();
     if (const char* s = std::getenv("KL_SELFTEST_SEED"))
@@ -416,7 +428,8 @@ int main()
             v[d] = std::min(std::max(x, kDimMin[d]), kDimMax[d]);
         }
 )";
-    o << "        " << P << "_dims d;\n        setDims(&d, v.data());\n        if (!" << P << "_valid(&d, nullptr))\n            continue;\n";
+    o << "        " << P << "_dims d;\n        setDims(&d, v.data());\n        if (!" << P
+      << "_valid(&d, nullptr))\n            continue;\n";
     o << R"(        shapes.push_back(v);
         ++drawn;
     }
@@ -433,10 +446,12 @@ int main()
     for (const auto& v : shapes) {
 )";
     o << "        " << P << "_dims d;\n        setDims(&d, v.data());\n";
-    o << "        std::string label;\n        for (int i = 0; i < kNumDims; ++i)\n            label += std::string(i ? \",\" : \"\") + "
+    o << "        std::string label;\n        for (int i = 0; i < kNumDims; ++i)\n            label += std::string(i ? "
+         "\",\" : \"\") + "
       << P << "_dim_name(i) + \"=\" + std::to_string(v[i]);\n";
     o << "        const char* why = nullptr;\n        const int sel = " << P << "_select_why(&d, &why);\n";
-    o << "        const bool candidateRuns = " << P << "_valid(&d, nullptr) && " << P << "_candidate_supports(&d, nullptr);\n";
+    o << "        const bool candidateRuns = " << P << "_valid(&d, nullptr) && " << P
+      << "_candidate_supports(&d, nullptr);\n";
     o << "        const size_t wsBytes = " << P << "_workspace_bytes(&d);\n";
     o << R"(        double bytes = (double)wsBytes;
         for (int t = 0; t < kNumTensors; ++t)
@@ -558,7 +573,8 @@ int main()
     int dispatchFailures = 0;
     for (int i = 0; i < kExpect_count; ++i) {
 )";
-    o << "        " << P << "_dims d;\n        setDims(&d, kExpect[i].v);\n        const int got = " << P << "_select(&d);\n";
+    o << "        " << P << "_dims d;\n        setDims(&d, kExpect[i].v);\n        const int got = " << P
+      << "_select(&d);\n";
     o << R"(        if (got != kExpect[i].expected) {
             ++dispatchFailures;
             std::printf("FAIL dispatch probe %d: got %d, expected %d\n", i, got, kExpect[i].expected);
@@ -591,8 +607,8 @@ std::string genTorchOp(const BundleModel& m)
         for (std::size_t ax = 0; ax < a.spec->shape.size(); ++ax) {
             LinearDim ld;
             if (asLinearDim(a.spec->shape[ax].text(), &ld) && p.dim(ld.name) && !inferred.count(ld.name))
-                inferred[ld.name] = a.name + ".size(" + std::to_string(ax) + ")" +
-                                    (ld.factor != 1 ? " / " + std::to_string(ld.factor) : "");
+                inferred[ld.name] = a.name + ".size(" + std::to_string(ax) + ")"
+                    + (ld.factor != 1 ? " / " + std::to_string(ld.factor) : "");
         }
     }
     std::vector<std::string> explicitDims;
@@ -604,10 +620,13 @@ std::string genTorchOp(const BundleModel& m)
         if (a.tensor && a.output)
             outputs.push_back(a.spec);
     std::ostringstream o;
-    o << "/* " << P << "_op.cpp: PyTorch custom op torch.ops." << P << ".run (plus run_candidate, run_fallback, select).\n"
+    o << "/* " << P << "_op.cpp: PyTorch custom op torch.ops." << P
+      << ".run (plus run_candidate, run_fallback, select).\n"
       << " * Launches on PyTorch's current stream; the workspace comes from PyTorch's caching allocator, which is\n"
-      << " * CUDA-graph safe (graph-private pools), so the op can be captured by torch.cuda.graphs / torch.compile. */\n";
-    o << "#include <ATen/ATen.h>\n#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n#include <torch/library.h>\n\n";
+      << " * CUDA-graph safe (graph-private pools), so the op can be captured by torch.cuda.graphs / torch.compile. "
+         "*/\n";
+    o << "#include <ATen/ATen.h>\n#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n#include "
+         "<torch/library.h>\n\n";
     o << "#include <tuple>\n#include <vector>\n\n#include \"" << P << ".h\"\n#include \"kl_expr.h\"\n\n";
     o << "namespace {\n\n";
     std::string sig;
@@ -645,27 +664,28 @@ std::string genTorchOp(const BundleModel& m)
             firstInput = a.name;
         o << "    TORCH_CHECK(" << a.name << ".is_cuda() && " << a.name << ".is_contiguous(), \"" << P << ": " << a.name
           << " must be a contiguous CUDA tensor\");\n";
-        o << "    TORCH_CHECK(" << a.name << ".scalar_type() == " << torchType(a.spec->dtype) << ", \"" << P << ": " << a.name
-          << " must be " << dtypeName(a.spec->dtype) << "\");\n";
-        o << "    TORCH_CHECK(" << a.name << ".dim() == " << a.spec->shape.size() << ", \"" << P << ": " << a.name << " must have "
-          << a.spec->shape.size() << " dims\");\n";
+        o << "    TORCH_CHECK(" << a.name << ".scalar_type() == " << torchType(a.spec->dtype) << ", \"" << P << ": "
+          << a.name << " must be " << dtypeName(a.spec->dtype) << "\");\n";
+        o << "    TORCH_CHECK(" << a.name << ".dim() == " << a.spec->shape.size() << ", \"" << P << ": " << a.name
+          << " must have " << a.spec->shape.size() << " dims\");\n";
     }
     // Dims are read only after the ranks are checked, so a wrong tensor gets a clear message.
     o << "    " << P << "_dims dims;\n";
     for (const auto& d : p.dims)
-        o << "    dims." << cIdent(d.name) << " = " << (inferred.count(d.name) ? inferred[d.name] : cIdent(d.name) + "_")
-          << ";\n";
+        o << "    dims." << cIdent(d.name) << " = "
+          << (inferred.count(d.name) ? inferred[d.name] : cIdent(d.name) + "_") << ";\n";
     o << dimLocals(p, "(&dims)", "    ");
     for (const auto& a : params) {
         if (!a.tensor || a.output)
             continue;
         for (std::size_t ax = 0; ax < a.spec->shape.size(); ++ax)
             o << "    TORCH_CHECK(" << a.name << ".size(" << ax << ") == (int64_t)("
-              << toCExpression(a.spec->shape[ax].text(), dimsOnly(p), "shape") << "), \"" << P << ": " << a.name << ".size("
-              << ax << ") must be " << a.spec->shape[ax].text() << "\");\n";
+              << toCExpression(a.spec->shape[ax].text(), dimsOnly(p), "shape") << "), \"" << P << ": " << a.name
+              << ".size(" << ax << ") must be " << a.spec->shape[ax].text() << "\");\n";
     }
     if (firstInput.empty())
-        throw InputError("problem '" + p.name + "' has no input tensor: the PyTorch op needs one for device and stream");
+        throw InputError(
+            "problem '" + p.name + "' has no input tensor: the PyTorch op needs one for device and stream");
     o << "    const c10::cuda::CUDAGuard guard(" << firstInput << ".device());\n";
     std::vector<std::string> outNames;
     for (const auto& a : params) {
@@ -673,13 +693,15 @@ std::string genTorchOp(const BundleModel& m)
             continue;
         o << "    at::Tensor " << a.name << " = at::empty({";
         for (std::size_t ax = 0; ax < a.spec->shape.size(); ++ax)
-            o << (ax ? ", " : "") << "(int64_t)(" << toCExpression(a.spec->shape[ax].text(), dimsOnly(p), "shape") << ")";
+            o << (ax ? ", " : "") << "(int64_t)(" << toCExpression(a.spec->shape[ax].text(), dimsOnly(p), "shape")
+              << ")";
         o << "}, " << firstInput << ".options().dtype(" << torchType(a.spec->dtype) << "));\n";
         outNames.push_back(a.name);
     }
     o << "    const size_t ws_bytes = " << P << "_workspace_bytes(&dims);\n";
     o << "    TORCH_CHECK(ws_bytes != (size_t)-1, \"" << P << ": no workspace size for this shape\");\n";
-    o << "    at::Tensor ws = at::empty({(int64_t)(ws_bytes ? ws_bytes : 1)}, " << firstInput << ".options().dtype(at::kByte));\n";
+    o << "    at::Tensor ws = at::empty({(int64_t)(ws_bytes ? ws_bytes : 1)}, " << firstInput
+      << ".options().dtype(at::kByte));\n";
     o << "    cudaStream_t stream = at::cuda::getCurrentCUDAStream();\n";
     std::string cargs = "&dims";
     for (const auto& a : params) {
@@ -689,8 +711,9 @@ std::string genTorchOp(const BundleModel& m)
             cargs += ", (" + a.cType + ")" + a.name;
     }
     cargs += ", ws.data_ptr(), ws_bytes, stream";
-    o << "    int rc;\n    if (which == 0)\n        rc = " << P << "_run_fallback(" << cargs << ");\n    else if (which == 1)\n        rc = " << P
-      << "_run_candidate(" << cargs << ");\n    else\n        rc = " << P << "_run(" << cargs << ");\n";
+    o << "    int rc;\n    if (which == 0)\n        rc = " << P << "_run_fallback(" << cargs
+      << ");\n    else if (which == 1)\n        rc = " << P << "_run_candidate(" << cargs
+      << ");\n    else\n        rc = " << P << "_run(" << cargs << ");\n";
     o << "    TORCH_CHECK(rc == 0, \"" << P << ": \", " << P << "_error_string(rc));\n";
     if (outNames.size() == 1)
         o << "    return " << outNames[0] << ";\n}\n\n";
@@ -708,23 +731,24 @@ std::string genTorchOp(const BundleModel& m)
     }
     for (const auto& d : explicitDims)
         fwd += ", " + cIdent(d) + "_";
-    for (const auto& [fn, which] : std::vector<std::pair<std::string, int>>{{"run", 2}, {"run_candidate", 1}, {"run_fallback", 0}})
+    for (const auto& [fn, which] :
+        std::vector<std::pair<std::string, int>> { { "run", 2 }, { "run_candidate", 1 }, { "run_fallback", 0 } })
         o << ret << " op_" << fn << "(" << sig << ") { return call(" << which << fwd << "); }\n";
     o << "\n/* Which implementation the dispatcher picks for dims in the order";
     for (const auto& d : p.dims)
         o << " " << d.name;
     o << ": 1 candidate, 0 fallback, -1 none. */\n";
-    o << "int64_t op_select(at::IntArrayRef v)\n{\n    TORCH_CHECK((int)v.size() == " << p.dims.size() << ", \"" << P << ".select: expects "
-      << p.dims.size() << " dims\");\n    " << P << "_dims dims;\n";
+    o << "int64_t op_select(at::IntArrayRef v)\n{\n    TORCH_CHECK((int)v.size() == " << p.dims.size() << ", \"" << P
+      << ".select: expects " << p.dims.size() << " dims\");\n    " << P << "_dims dims;\n";
     for (std::size_t d = 0; d < p.dims.size(); ++d)
         o << "    dims." << cIdent(p.dims[d].name) << " = v[" << d << "];\n";
     o << "    return " << P << "_select(&dims);\n}\n\n} // namespace\n\n";
     o << "TORCH_LIBRARY(" << P << ", m)\n{\n";
-    for (const auto& fn : {"run", "run_candidate", "run_fallback"})
+    for (const auto& fn : { "run", "run_candidate", "run_fallback" })
         o << "    m.def(\"" << fn << "(" << schema << ") -> " << schemaRet << "\");\n";
     o << "    m.def(\"select(int[] dims) -> int\", &op_select);\n}\n\n";
     o << "TORCH_LIBRARY_IMPL(" << P << ", CUDA, m)\n{\n";
-    for (const auto& fn : {"run", "run_candidate", "run_fallback"})
+    for (const auto& fn : { "run", "run_candidate", "run_fallback" })
         o << "    m.impl(\"" << fn << "\", &op_" << fn << ");\n";
     o << "}\n";
     return o.str();
@@ -735,9 +759,11 @@ std::string genTorchLoader(const BundleModel& m)
     const std::string& P = m.prefix;
     std::ostringstream o;
     o << "\"\"\"Loads the exported " << m.problem->name << " kernel as a PyTorch op.\n\n"
-      << "    import " << P << "\n    ops = " << P << ".load()          # compiles with torch.utils.cpp_extension on first use\n"
+      << "    import " << P << "\n    ops = " << P
+      << ".load()          # compiles with torch.utils.cpp_extension on first use\n"
       << "    y = ops.run(...)               # the dispatcher: candidate in its verified ranges, fallback elsewhere\n\n"
-      << "Or build with CMake (-DKL_BUILD_TORCH=ON) and pass the library: " << P << ".load(\"build/lib" << P << "_torch.so\")\n"
+      << "Or build with CMake (-DKL_BUILD_TORCH=ON) and pass the library: " << P << ".load(\"build/lib" << P
+      << "_torch.so\")\n"
       << "(or set " << m.upper << "_TORCH_LIBRARY).\n\"\"\"\n";
     o << "import glob\nimport os\n\nimport torch\n\n";
     o << "_HERE = os.path.dirname(os.path.abspath(__file__))\n_ROOT = os.path.dirname(_HERE)\n";
@@ -751,7 +777,8 @@ std::string genTorchLoader(const BundleModel& m)
     o << "    library = library or os.environ.get(\"" << m.upper << "_TORCH_LIBRARY\")\n";
     o << "    if library:\n        torch.ops.load_library(library)\n    else:\n";
     o << "        from torch.utils.cpp_extension import load as _load\n\n";
-    o << "        sources = [os.path.join(_HERE, \"" << P << "_op.cpp\"), os.path.join(_ROOT, \"src\", \"" << P << "_dispatch.c\")]\n";
+    o << "        sources = [os.path.join(_HERE, \"" << P << "_op.cpp\"), os.path.join(_ROOT, \"src\", \"" << P
+      << "_dispatch.c\")]\n";
     o << "        sources += sorted(glob.glob(os.path.join(_ROOT, \"src\", \"*.cu\")))\n";
     o << "        _load(\n            name=\"" << P << "_torch\",\n            sources=sources,\n"
       << "            extra_include_paths=[os.path.join(_ROOT, \"include\"), os.path.join(_ROOT, \"src\")],\n"
@@ -765,7 +792,8 @@ std::string genTorchLoader(const BundleModel& m)
       << "                \"-U__CUDA_NO_HALF2_OPERATORS__\",\n"
       << "            ],\n"
       << "            extra_ldflags=" << (m.libraryFallback ? "[\"-lcublas\"]" : "[]") << ",\n"
-      << "            is_python_module=False,\n            verbose=verbose,\n            build_directory=build_directory,\n        )\n";
+      << "            is_python_module=False,\n            verbose=verbose,\n            "
+         "build_directory=build_directory,\n        )\n";
     o << "    _ops = torch.ops." << P << "\n    return _ops\n\n\n";
     o << "def run(*args, **kwargs):\n    return load().run(*args, **kwargs)\n";
     return o.str();
@@ -775,19 +803,24 @@ std::string genCMake(const BundleModel& m)
 {
     const std::string& P = m.prefix;
     std::ostringstream o;
-    o << "# Builds the exported " << m.problem->name << " kernel as a library (lib" << P << "), its CPU dispatch test and\n"
-      << "# its GPU self-test:  cmake -S . -B build && cmake --build build && ctest --test-dir build --output-on-failure\n";
+    o << "# Builds the exported " << m.problem->name << " kernel as a library (lib" << P
+      << "), its CPU dispatch test and\n"
+      << "# its GPU self-test:  cmake -S . -B build && cmake --build build && ctest --test-dir build "
+         "--output-on-failure\n";
     o << "cmake_minimum_required(VERSION 3.24)\nproject(" << P << " LANGUAGES C CXX CUDA)\n\n";
-    o << "if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)\n  # The architecture the session measured on.\n  set(CMAKE_CUDA_ARCHITECTURES "
+    o << "if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)\n  # The architecture the session measured on.\n  "
+         "set(CMAKE_CUDA_ARCHITECTURES "
       << m.cudaArch << ")\nendif()\n";
-    o << "set(CMAKE_CUDA_STANDARD 17)\nset(CMAKE_CUDA_STANDARD_REQUIRED ON)\nset(CMAKE_CXX_STANDARD 17)\nset(CMAKE_CXX_STANDARD_REQUIRED ON)\n";
+    o << "set(CMAKE_CUDA_STANDARD 17)\nset(CMAKE_CUDA_STANDARD_REQUIRED ON)\nset(CMAKE_CXX_STANDARD "
+         "17)\nset(CMAKE_CXX_STANDARD_REQUIRED ON)\n";
     o << "option(BUILD_SHARED_LIBS \"Build lib" << P << " as a shared library\" OFF)\n";
     o << "option(KL_BUILD_TORCH \"Build the PyTorch op library (needs torch in the Python on PATH)\" OFF)\n\n";
     o << "find_package(CUDAToolkit REQUIRED)\n\n";
-    o << "add_library(" << P << "\n  src/" << P << "_dispatch.c\n  src/" << P << "_candidate.cu\n  src/" << P << "_fallback.cu\n  src/" << P
-      << "_run.cu)\n";
+    o << "add_library(" << P << "\n  src/" << P << "_dispatch.c\n  src/" << P << "_candidate.cu\n  src/" << P
+      << "_fallback.cu\n  src/" << P << "_run.cu)\n";
     o << "set_target_properties(" << P << " PROPERTIES POSITION_INDEPENDENT_CODE ON)\n";
-    o << "target_include_directories(" << P << " PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)\n";
+    o << "target_include_directories(" << P
+      << " PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)\n";
     o << "target_link_libraries(" << P << " PUBLIC CUDA::cudart" << (m.libraryFallback ? " CUDA::cublas" : "") << ")\n";
     o << "if(UNIX)\n  target_link_libraries(" << P << " PRIVATE m)\nendif()\n\n";
     o << "enable_testing()\n";
@@ -795,18 +828,21 @@ std::string genCMake(const BundleModel& m)
     o << "target_include_directories(" << P << "_dispatch_test PRIVATE include src)\n";
     o << "if(UNIX)\n  target_link_libraries(" << P << "_dispatch_test PRIVATE m)\nendif()\n";
     o << "add_test(NAME dispatch COMMAND " << P << "_dispatch_test)\n\n";
-    o << "add_executable(" << P << "_selftest test/selftest.cu)\ntarget_link_libraries(" << P << "_selftest PRIVATE " << P << ")\n";
+    o << "add_executable(" << P << "_selftest test/selftest.cu)\ntarget_link_libraries(" << P << "_selftest PRIVATE "
+      << P << ")\n";
     o << "add_test(NAME selftest COMMAND " << P << "_selftest)\n";
     o << "set_tests_properties(selftest PROPERTIES SKIP_RETURN_CODE 77)\n\n";
     o << "if(KL_BUILD_TORCH)\n  find_package(Python3 REQUIRED COMPONENTS Interpreter)\n"
       << "  execute_process(COMMAND ${Python3_EXECUTABLE} -c \"import torch; print(torch.utils.cmake_prefix_path)\"\n"
-      << "                  OUTPUT_VARIABLE KL_TORCH_PREFIX OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)\n"
+      << "                  OUTPUT_VARIABLE KL_TORCH_PREFIX OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL "
+         "ANY)\n"
       << "  list(APPEND CMAKE_PREFIX_PATH ${KL_TORCH_PREFIX})\n  find_package(Torch REQUIRED)\n"
       << "  add_library(" << P << "_torch SHARED torch/" << P << "_op.cpp)\n"
       << "  target_include_directories(" << P << "_torch PRIVATE src)\n"
       << "  target_link_libraries(" << P << "_torch PRIVATE " << P << " ${TORCH_LIBRARIES})\n"
       << "  set_target_properties(" << P << " PROPERTIES POSITION_INDEPENDENT_CODE ON)\nendif()\n\n";
-    o << "install(TARGETS " << P << ")\ninstall(FILES include/" << P << ".h include/" << P << "_dispatch.h TYPE INCLUDE)\n";
+    o << "install(TARGETS " << P << ")\ninstall(FILES include/" << P << ".h include/" << P
+      << "_dispatch.h TYPE INCLUDE)\n";
     return o.str();
 }
 
@@ -823,13 +859,15 @@ std::string genReadme(const BundleModel& m)
         o << "\n";
     }
     o << m.problem->description << "\n\n";
-    o << "Exported by KernelLoop from session `" << m.session->id << "`. `manifest.json` records the lineage, hypotheses,"
+    o << "Exported by KernelLoop from session `" << m.session->id
+      << "`. `manifest.json` records the lineage, hypotheses,"
       << " parameters, device, per-shape correctness and timing with confidence intervals, the referee's record and"
       << " the sha256 of every file.\n\n";
     o << "## Dispatch\n\nThe candidate runs only where it was verified and measured faster; the fallback ("
       << plan.fallbackDescription << ") serves every other shape.\n\n";
     if (plan.dispatch.candidateRegions.empty())
-        o << "- no region: the candidate was never measured surely faster, so the dispatcher always uses the fallback\n";
+        o << "- no region: the candidate was never measured surely faster, so the dispatcher always uses the "
+             "fallback\n";
     for (const auto& r : plan.dispatch.candidateRegions)
         o << "- candidate: " << r.label(plan.dispatch.dims) << "\n";
     for (const auto& r : plan.dispatch.lossRegions)
@@ -837,8 +875,10 @@ std::string genReadme(const BundleModel& m)
     o << "- fallback: everything else\n\n";
     o << "## Build and test\n\n```sh\ncmake -S . -B build -DCMAKE_BUILD_TYPE=Release\ncmake --build build -j\n"
          "ctest --test-dir build --output-on-failure   # dispatch (CPU) and selftest (GPU)\n```\n\n";
-    o << "## C API\n\n`include/" << P << ".h`: size the workspace once with `" << P << "_workspace_bytes()`, then call `" << P
-      << "_run()` on your stream. No allocation or synchronization happens inside, so it can be captured in a CUDA graph.\n\n";
+    o << "## C API\n\n`include/" << P << ".h`: size the workspace once with `" << P
+      << "_workspace_bytes()`, then call `" << P
+      << "_run()` on your stream. No allocation or synchronization happens inside, so it can be captured in a CUDA "
+         "graph.\n\n";
     o << "## PyTorch\n\n```python\nimport sys; sys.path.insert(0, \"torch\")\nimport " << P << "\nops = " << P
       << ".load()\nout = ops.run(...)  # see torch/" << P << "_op.cpp for the signature\n```\n";
     return o.str();

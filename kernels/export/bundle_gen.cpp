@@ -15,159 +15,161 @@ namespace kl::exporter::detail {
 
 namespace {
 
-std::string fmtDouble(double v)
-{
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.6g", v);
-    return buf;
-}
+    std::string fmtDouble(double v)
+    {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.6g", v);
+        return buf;
+    }
 
-std::string cString(const std::string& s)
-{
-    std::string out = "\"";
-    for (char c : s) {
-        if (c == '"' || c == '\\')
-            out += '\\';
-        if (c == '\n') {
-            out += "\\n";
-            continue;
+    std::string cString(const std::string& s)
+    {
+        std::string out = "\"";
+        for (char c : s) {
+            if (c == '"' || c == '\\')
+                out += '\\';
+            if (c == '\n') {
+                out += "\\n";
+                continue;
+            }
+            out += c;
         }
-        out += c;
+        return out + "\"";
     }
-    return out + "\"";
-}
 
-const std::set<std::string>& reservedNames()
-{
-    static const std::set<std::string> names = {
-        "dims", "workspace", "workspace_bytes", "stream", "auto", "break", "case", "char", "const", "continue",
-        "default", "do", "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long",
-        "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
-        "union", "unsigned", "void", "volatile", "while", "class", "new", "delete", "this", "template", "namespace",
-        "operator", "private", "public", "bool", "true", "false", "out", "self", "torch"};
-    return names;
-}
-
-std::string dimVar(const std::string& d) { return "kl_d_" + cIdent(d); }
-
-// Expression identifiers inside generated host code: dims as locals, parameters as their baked value.
-IdentifierMap identMap(const Problem& p, const ParamValues* params, const std::string& what)
-{
-    return [&p, params, what](const std::string& name) -> std::string {
-        if (p.dim(name))
-            return dimVar(name);
-        if (params) {
-            const auto it = params->find(name);
-            if (it != params->end())
-                return std::to_string(it->second) + ".0";
-        }
-        throw InputError(what + ": '" + name + "' is neither a dim of problem '" + p.name + "' nor a parameter");
-    };
-}
-
-bool boundBy(const std::string& expr, const Problem& p, const ParamValues* params)
-{
-    for (const auto& id : expressionIdentifiers(expr))
-        if (!p.dim(id) && !(params && params->count(id)))
-            return false;
-    return true;
-}
-
-std::string dimLocals(const Problem& p, const std::string& dimsPtr, const std::string& indent)
-{
-    std::string s;
-    for (const auto& d : p.dims)
-        s += indent + "const double " + dimVar(d.name) + " = (double)" + dimsPtr + "->" + cIdent(d.name) + ";\n";
-    for (const auto& d : p.dims)
-        s += indent + "(void)" + dimVar(d.name) + ";\n";
-    return s;
-}
-
-
-
-std::string paramList(const BundleModel& m)
-{
-    std::string s = "const " + m.prefix + "_dims* dims";
-    for (const auto& a : apiParams(*m.problem))
-        s += ", " + a.cType + " " + a.name;
-    return s + ", void* workspace, size_t workspace_bytes, cudaStream_t stream";
-}
-
-std::string argList(const BundleModel& m)
-{
-    std::string s = "dims";
-    for (const auto& a : apiParams(*m.problem))
-        s += ", " + a.name;
-    return s + ", workspace, workspace_bytes, stream";
-}
-
-std::string workspaceSizeBody(const BundleModel& m, const KernelImpl& k)
-{
-    std::string s = dimLocals(*m.problem, "dims", "    ");
-    s += "    size_t kl_total = 0;\n    long long kl_bytes = 0;\n";
-    for (const auto& w : k.spec.workspaces) {
-        const std::string e = toCExpression(w.bytes.text(), identMap(*m.problem, &k.params, "workspace " + w.name),
-                                            "workspace " + w.name);
-        s += "    /* " + w.name + ": " + commentSafe(w.bytes.text()) + " bytes */\n";
-        s += "    if (!klx_to_int(" + e + ", 0, LLONG_MAX, &kl_bytes)) return (size_t)-1;\n";
-        s += "    kl_total += ((size_t)kl_bytes + 255u) & ~(size_t)255u;\n";
+    const std::set<std::string>& reservedNames()
+    {
+        static const std::set<std::string> names = { "dims", "workspace", "workspace_bytes", "stream", "auto", "break",
+            "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float", "for",
+            "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof",
+            "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "class", "new",
+            "delete", "this", "template", "namespace", "operator", "private", "public", "bool", "true", "false", "out",
+            "self", "torch" };
+        return names;
     }
-    if (k.spec.workspaces.empty())
-        s += "    (void)kl_bytes;\n";
-    return s + "    return kl_total;\n";
-}
 
-std::string supportsBody(const BundleModel& m, const KernelImpl& k)
-{
-    std::string s = dimLocals(*m.problem, "dims", "    ");
-    for (const auto& c : k.spec.constraints) {
-        if (!boundBy(c.expr.text(), *m.problem, &k.params)) {
-            s += "    /* not checked here (names no dim or parameter): " + commentSafe(c.expr.text()) + " */\n";
-            continue;
-        }
-        const std::string e = toCExpression(c.expr.text(), identMap(*m.problem, &k.params, "constraint"), "constraint");
-        s += "    if (!((" + e + ") != 0.0)) {\n        if (why) *why = " +
-             cString("the " + k.role + "'s constraint '" + c.expr.text() + "' does not hold") +
-             ";\n        return 0;\n    }\n";
+    std::string dimVar(const std::string& d)
+    {
+        return "kl_d_" + cIdent(d);
     }
-    // Kernel arguments are ints: a dim the kernel receives must fit.
-    for (const auto& d : m.problem->dims)
-        s += "    if (dims->" + cIdent(d.name) + " > INT_MAX) {\n        if (why) *why = " +
-             cString(d.name + " does not fit the kernel's int argument") + ";\n        return 0;\n    }\n";
-    return s + "    return 1;\n";
-}
 
-bool validProblemShape(const Problem& p, const Shape& s)
-{
-    std::string why;
-    for (const auto& d : p.dims) {
-        const auto it = s.dims.find(d.name);
-        if (it == s.dims.end() || it->second < d.min || it->second > d.max)
-            return false;
-        if (d.multipleOf > 1 && it->second % d.multipleOf != 0)
-            return false;
+    // Expression identifiers inside generated host code: dims as locals, parameters as their baked value.
+    IdentifierMap identMap(const Problem& p, const ParamValues* params, const std::string& what)
+    {
+        return [&p, params, what](const std::string& name) -> std::string {
+            if (p.dim(name))
+                return dimVar(name);
+            if (params) {
+                const auto it = params->find(name);
+                if (it != params->end())
+                    return std::to_string(it->second) + ".0";
+            }
+            throw InputError(what + ": '" + name + "' is neither a dim of problem '" + p.name + "' nor a parameter");
+        };
     }
-    const Bindings b = s.bindings();
-    for (const auto& c : p.dimConstraints) {
-        try {
-            if (!c.evaluateBool(b))
+
+    bool boundBy(const std::string& expr, const Problem& p, const ParamValues* params)
+    {
+        for (const auto& id : expressionIdentifiers(expr))
+            if (!p.dim(id) && !(params && params->count(id)))
                 return false;
-        } catch (const ExprError&) {
-            return false;
-        }
+        return true;
     }
-    return true;
-}
 
-bool implSupports(const BundleModel& m, const KernelImpl& k, const Shape& s)
-{
-    for (const auto& d : m.problem->dims) {
-        const auto it = s.dims.find(d.name);
-        if (it == s.dims.end() || it->second > INT_MAX)
-            return false;
+    std::string dimLocals(const Problem& p, const std::string& dimsPtr, const std::string& indent)
+    {
+        std::string s;
+        for (const auto& d : p.dims)
+            s += indent + "const double " + dimVar(d.name) + " = (double)" + dimsPtr + "->" + cIdent(d.name) + ";\n";
+        for (const auto& d : p.dims)
+            s += indent + "(void)" + dimVar(d.name) + ";\n";
+        return s;
     }
-    return k.spec.satisfies(k.params, s.bindings());
-}
+
+    std::string paramList(const BundleModel& m)
+    {
+        std::string s = "const " + m.prefix + "_dims* dims";
+        for (const auto& a : apiParams(*m.problem))
+            s += ", " + a.cType + " " + a.name;
+        return s + ", void* workspace, size_t workspace_bytes, cudaStream_t stream";
+    }
+
+    std::string argList(const BundleModel& m)
+    {
+        std::string s = "dims";
+        for (const auto& a : apiParams(*m.problem))
+            s += ", " + a.name;
+        return s + ", workspace, workspace_bytes, stream";
+    }
+
+    std::string workspaceSizeBody(const BundleModel& m, const KernelImpl& k)
+    {
+        std::string s = dimLocals(*m.problem, "dims", "    ");
+        s += "    size_t kl_total = 0;\n    long long kl_bytes = 0;\n";
+        for (const auto& w : k.spec.workspaces) {
+            const std::string e = toCExpression(
+                w.bytes.text(), identMap(*m.problem, &k.params, "workspace " + w.name), "workspace " + w.name);
+            s += "    /* " + w.name + ": " + commentSafe(w.bytes.text()) + " bytes */\n";
+            s += "    if (!klx_to_int(" + e + ", 0, LLONG_MAX, &kl_bytes)) return (size_t)-1;\n";
+            s += "    kl_total += ((size_t)kl_bytes + 255u) & ~(size_t)255u;\n";
+        }
+        if (k.spec.workspaces.empty())
+            s += "    (void)kl_bytes;\n";
+        return s + "    return kl_total;\n";
+    }
+
+    std::string supportsBody(const BundleModel& m, const KernelImpl& k)
+    {
+        std::string s = dimLocals(*m.problem, "dims", "    ");
+        for (const auto& c : k.spec.constraints) {
+            if (!boundBy(c.expr.text(), *m.problem, &k.params)) {
+                s += "    /* not checked here (names no dim or parameter): " + commentSafe(c.expr.text()) + " */\n";
+                continue;
+            }
+            const std::string e
+                = toCExpression(c.expr.text(), identMap(*m.problem, &k.params, "constraint"), "constraint");
+            s += "    if (!((" + e + ") != 0.0)) {\n        if (why) *why = "
+                + cString("the " + k.role + "'s constraint '" + c.expr.text() + "' does not hold")
+                + ";\n        return 0;\n    }\n";
+        }
+        // Kernel arguments are ints: a dim the kernel receives must fit.
+        for (const auto& d : m.problem->dims)
+            s += "    if (dims->" + cIdent(d.name) + " > INT_MAX) {\n        if (why) *why = "
+                + cString(d.name + " does not fit the kernel's int argument") + ";\n        return 0;\n    }\n";
+        return s + "    return 1;\n";
+    }
+
+    bool validProblemShape(const Problem& p, const Shape& s)
+    {
+        std::string why;
+        for (const auto& d : p.dims) {
+            const auto it = s.dims.find(d.name);
+            if (it == s.dims.end() || it->second < d.min || it->second > d.max)
+                return false;
+            if (d.multipleOf > 1 && it->second % d.multipleOf != 0)
+                return false;
+        }
+        const Bindings b = s.bindings();
+        for (const auto& c : p.dimConstraints) {
+            try {
+                if (!c.evaluateBool(b))
+                    return false;
+            } catch (const ExprError&) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    bool implSupports(const BundleModel& m, const KernelImpl& k, const Shape& s)
+    {
+        for (const auto& d : m.problem->dims) {
+            const auto it = s.dims.find(d.name);
+            if (it == s.dims.end() || it->second > INT_MAX)
+                return false;
+        }
+        return k.spec.satisfies(k.params, s.bindings());
+    }
 
 } // namespace
 
@@ -278,15 +280,15 @@ int addDeviceQualifiers(std::string& src)
         }
         if (c == '{') {
             const std::string head = headText(stmtStart, i);
-            const bool isNamespace = head.find("namespace") != std::string::npos ||
-                                     (head.find("extern") != std::string::npos && head.find("\"C\"") != std::string::npos &&
-                                      head.find(')') == std::string::npos);
+            const bool isNamespace = head.find("namespace") != std::string::npos
+                || (head.find("extern") != std::string::npos && head.find("\"C\"") != std::string::npos
+                    && head.find(')') == std::string::npos);
             if (depth == 0 && !isNamespace) {
                 // A function definition when the head ends with ')' plus qualifiers.
                 std::string h = head;
                 while (!h.empty() && std::isspace(static_cast<unsigned char>(h.back())))
                     h.pop_back();
-                for (const char* q : {"const", "noexcept", "override"}) {
+                for (const char* q : { "const", "noexcept", "override" }) {
                     const std::string qs(q);
                     if (h.size() >= qs.size() && h.compare(h.size() - qs.size(), qs.size(), qs) == 0) {
                         h.resize(h.size() - qs.size());
@@ -294,11 +296,10 @@ int addDeviceQualifiers(std::string& src)
                             h.pop_back();
                     }
                 }
-                const bool isFunction = !h.empty() && h.back() == ')' && h.find('=') == std::string::npos &&
-                                        h.find("struct ") == std::string::npos && h.find("class ") == std::string::npos;
-                const bool annotated = head.find("__device__") != std::string::npos ||
-                                       head.find("__global__") != std::string::npos ||
-                                       head.find("__host__") != std::string::npos;
+                const bool isFunction = !h.empty() && h.back() == ')' && h.find('=') == std::string::npos
+                    && h.find("struct ") == std::string::npos && h.find("class ") == std::string::npos;
+                const bool annotated = head.find("__device__") != std::string::npos
+                    || head.find("__global__") != std::string::npos || head.find("__host__") != std::string::npos;
                 if (isFunction && !annotated) {
                     std::size_t at = stmtStart;
                     while (at < i && std::isspace(static_cast<unsigned char>(src[at])))
@@ -385,7 +386,8 @@ std::string genDispatchHeader(const BundleModel& m)
     o << "size_t " << P << "_workspace_bytes(const " << P << "_dims* dims);\n";
     o << "size_t " << P << "_candidate_workspace_bytes(const " << P << "_dims* dims);\n";
     o << "size_t " << P << "_fallback_workspace_bytes(const " << P << "_dims* dims);\n";
-    o << "/* The dispatch table: boxes (per dim [lo, hi], in the order of " << P << "_dims) that go to the candidate. */\n";
+    o << "/* The dispatch table: boxes (per dim [lo, hi], in the order of " << P
+      << "_dims) that go to the candidate. */\n";
     o << "int " << P << "_region_count(void);\n";
     o << "int " << P << "_region(int index, long long* lo, long long* hi);\n";
     o << "int " << P << "_dim_count(void);\n";
@@ -410,9 +412,13 @@ std::string genApiHeader(const BundleModel& m)
           << " shapes where the candidate was not surely faster or not correct)\n";
     o << " *   everywhere else  ->  fallback: " << commentSafe(plan.fallbackDescription) << "\n";
     o << " *   The candidate is also used only where its own constraints hold and the shape is in the problem's\n"
-         " *   validity range; " << P << "_select_why() says why a shape went where it did.\n *\n";
-    o << " * Usage: size the workspace with " << P << "_workspace_bytes() and allocate it once, outside the hot path;\n"
-         " * then call " << P << "_run() on your stream. It allocates nothing and never synchronizes, so it can be\n"
+         " *   validity range; "
+      << P << "_select_why() says why a shape went where it did.\n *\n";
+    o << " * Usage: size the workspace with " << P
+      << "_workspace_bytes() and allocate it once, outside the hot path;\n"
+         " * then call "
+      << P
+      << "_run() on your stream. It allocates nothing and never synchronizes, so it can be\n"
          " * captured into a CUDA graph (the workspace's address is then fixed, as graphs require).\n";
     if (m.libraryFallback)
         o << " * The cuBLAS fallback needs " << P << "_init() once per thread before the first run or capture.\n";
@@ -457,8 +463,8 @@ std::string genDispatchC(const BundleModel& m)
     o << "/* " << P << "_dispatch.c: the dispatch table and shape checks. Plain C (also valid C++), no CUDA.\n"
       << m.banner << " */\n";
     o << "#include \"" << P << "_dispatch.h\"\n#include \"kl_expr.h\"\n\n#include <limits.h>\n#include <stddef.h>\n\n";
-    o << "typedef struct " << P << "_region_row {\n    long long lo[" << std::max<std::size_t>(nd, 1) << "];\n    long long hi["
-      << std::max<std::size_t>(nd, 1) << "];\n} " << P << "_region_row;\n\n";
+    o << "typedef struct " << P << "_region_row {\n    long long lo[" << std::max<std::size_t>(nd, 1)
+      << "];\n    long long hi[" << std::max<std::size_t>(nd, 1) << "];\n} " << P << "_region_row;\n\n";
     o << "/* Where candidate " << m.candidate->id << " was verified and measured faster than the baseline. */\n";
     o << "static const " << P << "_region_row " << P << "_regions[] = {\n";
     if (plan.candidateRegions.empty())
@@ -484,9 +490,11 @@ std::string genDispatchC(const BundleModel& m)
     o << "const char* " << P << "_dim_name(int index) { return index >= 0 && index < " << nd << " ? " << P
       << "_dim_names[index] : NULL; }\n";
     o << "int " << P << "_region_count(void) { return " << P << "_n_regions; }\n\n";
-    o << "int " << P << "_region(int index, long long* lo, long long* hi)\n{\n    int d;\n    if (index < 0 || index >= " << P
+    o << "int " << P
+      << "_region(int index, long long* lo, long long* hi)\n{\n    int d;\n    if (index < 0 || index >= " << P
       << "_n_regions) return 0;\n    for (d = 0; d < " << nd << "; ++d) {\n        if (lo) lo[d] = " << P
-      << "_regions[index].lo[d];\n        if (hi) hi[d] = " << P << "_regions[index].hi[d];\n    }\n    return 1;\n}\n\n";
+      << "_regions[index].lo[d];\n        if (hi) hi[d] = " << P
+      << "_regions[index].hi[d];\n    }\n    return 1;\n}\n\n";
 
     // Problem validity.
     o << "int " << P << "_valid(const " << P << "_dims* dims, const char** why)\n{\n";
@@ -494,28 +502,31 @@ std::string genDispatchC(const BundleModel& m)
     for (const auto& d : m.problem->dims) {
         o << "    if (dims->" << cIdent(d.name) << " < " << d.min << "LL || dims->" << cIdent(d.name) << " > " << d.max
           << "LL) {\n        if (why) *why = "
-          << cString(d.name + " is outside the problem's range [" + std::to_string(d.min) + ", " + std::to_string(d.max) + "]")
+          << cString(d.name + " is outside the problem's range [" + std::to_string(d.min) + ", " + std::to_string(d.max)
+                 + "]")
           << ";\n        return 0;\n    }\n";
         if (d.multipleOf > 1)
             o << "    if (dims->" << cIdent(d.name) << " % " << d.multipleOf << "LL != 0) {\n        if (why) *why = "
-              << cString(d.name + " is not a multiple of " + std::to_string(d.multipleOf)) << ";\n        return 0;\n    }\n";
+              << cString(d.name + " is not a multiple of " + std::to_string(d.multipleOf))
+              << ";\n        return 0;\n    }\n";
     }
     for (const auto& c : m.problem->dimConstraints) {
-        const std::string e = toCExpression(c.text(), identMap(*m.problem, nullptr, "problem constraint"), "problem constraint");
+        const std::string e
+            = toCExpression(c.text(), identMap(*m.problem, nullptr, "problem constraint"), "problem constraint");
         o << "    if (!((" << e << ") != 0.0)) {\n        if (why) *why = "
           << cString("the problem's constraint '" + c.text() + "' does not hold") << ";\n        return 0;\n    }\n";
     }
     o << "    return 1;\n}\n\n";
 
-    o << "int " << P << "_candidate_supports(const " << P << "_dims* dims, const char** why)\n{\n" << supportsBody(m, m.cand)
-      << "}\n\n";
+    o << "int " << P << "_candidate_supports(const " << P << "_dims* dims, const char** why)\n{\n"
+      << supportsBody(m, m.cand) << "}\n\n";
     o << "int " << P << "_fallback_supports(const " << P << "_dims* dims, const char** why)\n{\n";
     if (m.libraryFallback) {
         o << dimLocals(*m.problem, "dims", "    ");
         for (const auto& d : m.problem->dims)
             o << "    if (dims->" << cIdent(d.name) << " < 0 || dims->" << cIdent(d.name)
-              << " > INT_MAX) {\n        if (why) *why = " << cString(d.name + " does not fit the library's int argument")
-              << ";\n        return 0;\n    }\n";
+              << " > INT_MAX) {\n        if (why) *why = "
+              << cString(d.name + " does not fit the library's int argument") << ";\n        return 0;\n    }\n";
         o << "    return 1;\n";
     } else {
         o << supportsBody(m, m.fallback);
@@ -523,7 +534,8 @@ std::string genDispatchC(const BundleModel& m)
     o << "}\n\n";
 
     o << "int " << P << "_select_why(const " << P << "_dims* dims, const char** why)\n{\n";
-    o << "    const char* kl_unused = NULL;\n    long long kl_v[" << std::max<std::size_t>(nd, 1) << "];\n    int kl_i, kl_d;\n";
+    o << "    const char* kl_unused = NULL;\n    long long kl_v[" << std::max<std::size_t>(nd, 1)
+      << "];\n    int kl_i, kl_d;\n";
     o << "    if (!why) why = &kl_unused;\n";
     o << "    if (!dims) {\n        *why = \"no dims\";\n        return " << U << "_IMPL_NONE;\n    }\n";
     for (std::size_t d = 0; d < nd; ++d)
@@ -534,19 +546,23 @@ std::string genDispatchC(const BundleModel& m)
     o << "        for (kl_i = 0; kl_i < " << P << "_n_regions; ++kl_i) {\n            int kl_inside = 1;\n";
     o << "            for (kl_d = 0; kl_d < " << nd << "; ++kl_d)\n                if (kl_v[kl_d] < " << P
       << "_regions[kl_i].lo[kl_d] || kl_v[kl_d] > " << P << "_regions[kl_i].hi[kl_d]) kl_inside = 0;\n";
-    o << "            if (kl_inside) {\n                *why = \"inside a region where the candidate was verified and measured faster\";\n"
-         "                return " << U << "_IMPL_CANDIDATE;\n            }\n        }\n";
+    o << "            if (kl_inside) {\n                *why = \"inside a region where the candidate was verified and "
+         "measured faster\";\n"
+         "                return "
+      << U << "_IMPL_CANDIDATE;\n            }\n        }\n";
     o << "        *why = \"outside the regions where the candidate was verified and measured faster\";\n    }\n";
     o << "    {\n        const char* kl_fallback_why = NULL;\n        if (" << P
-      << "_fallback_supports(dims, &kl_fallback_why)) return " << U << "_IMPL_FALLBACK;\n        *why = kl_fallback_why;\n    }\n";
+      << "_fallback_supports(dims, &kl_fallback_why)) return " << U
+      << "_IMPL_FALLBACK;\n        *why = kl_fallback_why;\n    }\n";
     o << "    return " << U << "_IMPL_NONE;\n}\n\n";
     o << "int " << P << "_select(const " << P << "_dims* dims) { return " << P << "_select_why(dims, NULL); }\n\n";
 
-    o << "size_t " << P << "_candidate_workspace_bytes(const " << P << "_dims* dims)\n{\n" << workspaceSizeBody(m, m.cand)
-      << "}\n\n";
+    o << "size_t " << P << "_candidate_workspace_bytes(const " << P << "_dims* dims)\n{\n"
+      << workspaceSizeBody(m, m.cand) << "}\n\n";
     o << "size_t " << P << "_fallback_workspace_bytes(const " << P << "_dims* dims)\n{\n";
     if (m.libraryFallback)
-        o << "    (void)dims;\n    return (size_t)32 << 20; /* cuBLAS workspace on Hopper (NVIDIA recommends 32 MiB) */\n";
+        o << "    (void)dims;\n    return (size_t)32 << 20; /* cuBLAS workspace on Hopper (NVIDIA recommends 32 MiB) "
+             "*/\n";
     else
         o << workspaceSizeBody(m, m.fallback);
     o << "}\n\n";
@@ -571,8 +587,8 @@ std::string genKernelHeader(const BundleModel& m, const KernelImpl& k, const std
           << " helper function(s) that NVRTC compiled as device code (-default-device).\n";
     o << " * Launch plan (the host launcher in the matching .cu runs it):\n";
     for (const auto& l : k.spec.launches) {
-        o << " *   " << l.kernel << " grid=(" << commentSafe(l.grid[0].text()) << ", " << commentSafe(l.grid[1].text()) << ", "
-          << commentSafe(l.grid[2].text()) << ") block=(" << commentSafe(l.block[0].text()) << ", "
+        o << " *   " << l.kernel << " grid=(" << commentSafe(l.grid[0].text()) << ", " << commentSafe(l.grid[1].text())
+          << ", " << commentSafe(l.grid[2].text()) << ") block=(" << commentSafe(l.block[0].text()) << ", "
           << commentSafe(l.block[1].text()) << ", " << commentSafe(l.block[2].text())
           << ") smem=" << commentSafe(l.sharedBytes.text()) << " args=(";
         for (std::size_t i = 0; i < l.args.size(); ++i)
@@ -595,7 +611,9 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
       << " * No allocation, no synchronization, launches only on the caller's stream: CUDA-graph capturable.\n"
       << " * Kernels are launched through cudaLaunchKernel with the launch plan's named arguments, exactly as the\n"
       << " * KernelLoop harness launched them when it measured this kernel.\n */\n";
-    o << "#include \"" << P << ".h\"\n#include \"kl_expr.h\"\n\n#include <cuda_runtime.h>\n#include <limits.h>\n#include <stdint.h>\n#include <atomic>\n\n";
+    o << "#include \"" << P
+      << ".h\"\n#include \"kl_expr.h\"\n\n#include <cuda_runtime.h>\n#include <limits.h>\n#include "
+         "<stdint.h>\n#include <atomic>\n\n";
     std::set<std::string> kernels;
     for (const auto& l : k.spec.launches)
         kernels.insert(l.kernel);
@@ -618,11 +636,13 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
     std::map<std::string, std::string> wsPtr;
     for (const auto& w : k.spec.workspaces) {
         const std::string id = cIdent(w.name);
-        const std::string e = toCExpression(w.bytes.text(), identMap(p, &k.params, "workspace " + w.name), "workspace " + w.name);
-        o << "    /* workspace " << w.name << ": " << commentSafe(w.bytes.text()) << " bytes" << (w.zeroInit ? ", zeroed" : "")
-          << " */\n";
+        const std::string e
+            = toCExpression(w.bytes.text(), identMap(p, &k.params, "workspace " + w.name), "workspace " + w.name);
+        o << "    /* workspace " << w.name << ": " << commentSafe(w.bytes.text()) << " bytes"
+          << (w.zeroInit ? ", zeroed" : "") << " */\n";
         o << "    long long kl_wsb_" << id << " = 0;\n";
-        o << "    if (!klx_to_int(" << e << ", 0, LLONG_MAX, &kl_wsb_" << id << ")) return " << U << "_ERR_UNSUPPORTED_SHAPE;\n";
+        o << "    if (!klx_to_int(" << e << ", 0, LLONG_MAX, &kl_wsb_" << id << ")) return " << U
+          << "_ERR_UNSUPPORTED_SHAPE;\n";
         o << "    void* kl_ws_" << id << " = kl_ws + kl_ws_used;\n";
         o << "    kl_ws_used += ((size_t)kl_wsb_" << id << " + 255u) & ~(size_t)255u;\n";
         wsPtr[w.name] = "kl_ws_" + id;
@@ -632,8 +652,9 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
           << "_ERR_WORKSPACE_TOO_SMALL;\n";
         for (const auto& w : k.spec.workspaces)
             if (w.zeroInit)
-                o << "    if (kl_wsb_" << cIdent(w.name) << " > 0 && cudaMemsetAsync(kl_ws_" << cIdent(w.name) << ", 0, (size_t)kl_wsb_"
-                  << cIdent(w.name) << ", stream) != cudaSuccess) return " << U << "_ERR_LAUNCH;\n";
+                o << "    if (kl_wsb_" << cIdent(w.name) << " > 0 && cudaMemsetAsync(kl_ws_" << cIdent(w.name)
+                  << ", 0, (size_t)kl_wsb_" << cIdent(w.name) << ", stream) != cudaSuccess) return " << U
+                  << "_ERR_LAUNCH;\n";
     }
     int step = 0;
     for (const auto& l : k.spec.launches) {
@@ -642,9 +663,10 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
             return toCExpression(e.text(), identMap(p, &k.params, what), what);
         };
         o << "    /* launch " << step << " of " << k.spec.launches.size() << ": " << l.kernel << " grid=("
-          << commentSafe(l.grid[0].text()) << ", " << commentSafe(l.grid[1].text()) << ", " << commentSafe(l.grid[2].text())
-          << ") block=(" << commentSafe(l.block[0].text()) << ", " << commentSafe(l.block[1].text()) << ", "
-          << commentSafe(l.block[2].text()) << ") smem=" << commentSafe(l.sharedBytes.text())
+          << commentSafe(l.grid[0].text()) << ", " << commentSafe(l.grid[1].text()) << ", "
+          << commentSafe(l.grid[2].text()) << ") block=(" << commentSafe(l.block[0].text()) << ", "
+          << commentSafe(l.block[1].text()) << ", " << commentSafe(l.block[2].text())
+          << ") smem=" << commentSafe(l.sharedBytes.text())
           << "\n       (parameters are baked into the expressions below) */\n    {\n";
         o << "        long long kl_g[3], kl_b[3], kl_smem;\n";
         for (int d = 0; d < 3; ++d) {
@@ -658,7 +680,8 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
           << "_ERR_UNSUPPORTED_SHAPE;\n";
         const std::string kname = P + "_" + k.role + "__" + l.kernel;
         o << "        if (kl_smem > 48 * 1024) {\n"
-             "            /* Opting into more than 48 KiB is a function attribute, not a stream operation: done once per\n"
+             "            /* Opting into more than 48 KiB is a function attribute, not a stream operation: done once "
+             "per\n"
              "               size, before or during capture. */\n"
              "            static std::atomic<long long> kl_smem_opted{0};\n"
              "            if (kl_smem > kl_smem_opted.load()) {\n"
@@ -683,8 +706,9 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
                     if (sc.name == a)
                         s = &sc;
                 if (!s)
-                    throw InputError("launch plan of the " + k.role + ", line " + std::to_string(l.line) + ": argument '" + a +
-                                     "' is not a tensor, workspace, dim, parameter or scalar of problem '" + p.name + "'");
+                    throw InputError("launch plan of the " + k.role + ", line " + std::to_string(l.line)
+                        + ": argument '" + a + "' is not a tensor, workspace, dim, parameter or scalar of problem '"
+                        + p.name + "'");
                 const std::string st = s->dtype == DType::I32 ? "int" : (s->dtype == DType::F64 ? "double" : "float");
                 o << "        " << st << " " << v << " = " << cIdent(a) << ";\n";
             }
@@ -697,7 +721,8 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
             o << "NULL";
         o << "};\n";
         o << "        if (cudaLaunchKernel((const void*)" << kname
-          << ", dim3((unsigned)kl_g[0], (unsigned)kl_g[1], (unsigned)kl_g[2]), dim3((unsigned)kl_b[0], (unsigned)kl_b[1], "
+          << ", dim3((unsigned)kl_g[0], (unsigned)kl_g[1], (unsigned)kl_g[2]), dim3((unsigned)kl_b[0], "
+             "(unsigned)kl_b[1], "
              "(unsigned)kl_b[2]), kl_args, (size_t)kl_smem, stream) != cudaSuccess)\n            return "
           << U << "_ERR_LAUNCH;\n    }\n";
     }
@@ -721,8 +746,8 @@ std::string genCublasLauncher(const BundleModel& m)
             ins.push_back(&t);
     }
     if (!c || ins.size() < 2 || c->shape.size() != 2 || ins[0]->shape.size() != 2 || ins[1]->shape.size() != 2)
-        throw InputError("library baseline '" + p.libraryBaseline + "' of problem '" + p.name +
-                         "' needs inputs A[M,K], B[K,N] or B[N,K] and an output C[M,N]");
+        throw InputError("library baseline '" + p.libraryBaseline + "' of problem '" + p.name
+            + "' needs inputs A[M,K], B[K,N] or B[N,K] and an output C[M,N]");
     const std::string mDim = c->shape[0].text(), nDim = c->shape[1].text();
     const TensorSpec* a = ins[0];
     const TensorSpec* b = ins[1];
@@ -745,22 +770,23 @@ std::string genCublasLauncher(const BundleModel& m)
         case DType::F32:
             return "CUDA_R_32F";
         default:
-            throw InputError("library baseline: dtype " + std::string(dtypeName(t)) + " is not supported by the cuBLAS fallback");
+            throw InputError(
+                "library baseline: dtype " + std::string(dtypeName(t)) + " is not supported by the cuBLAS fallback");
         }
     };
-    auto dimExpr = [&](const std::string& e) {
-        return toCExpression(e, identMap(p, nullptr, "gemm dim"), "gemm dim");
-    };
+    auto dimExpr = [&](const std::string& e) { return toCExpression(e, identMap(p, nullptr, "gemm dim"), "gemm dim"); };
     std::ostringstream o;
     o << "/* " << P << "_fallback.cu: the library fallback, cuBLAS (cublasGemmEx, fp32 accumulation).\n"
       << " * Row-major C[M,N] = A[M,K] * B" << (bTransposed ? "[N,K]^T" : "[K,N]")
       << "; cuBLAS is column-major, so it computes C^T = B^T A^T on the same buffers.\n"
       << " * The handle is per thread and created by " << P << "_init() (or lazily on first use outside capture);\n"
       << " * its workspace is the caller's, so nothing is allocated on the hot path and graph capture works.\n */\n";
-    o << "#include \"" << P << ".h\"\n#include \"kl_expr.h\"\n\n#include <cublas_v2.h>\n#include <cuda_runtime.h>\n#include <limits.h>\n\n";
+    o << "#include \"" << P
+      << ".h\"\n#include \"kl_expr.h\"\n\n#include <cublas_v2.h>\n#include <cuda_runtime.h>\n#include <limits.h>\n\n";
     o << "static thread_local cublasHandle_t kl_handle = nullptr;\n\n";
     o << "extern \"C\" int " << P << "_init(void)\n{\n    if (kl_handle) return " << U << "_OK;\n"
-      << "    return cublasCreate(&kl_handle) == CUBLAS_STATUS_SUCCESS ? " << U << "_OK : " << U << "_ERR_LIBRARY;\n}\n\n";
+      << "    return cublasCreate(&kl_handle) == CUBLAS_STATUS_SUCCESS ? " << U << "_OK : " << U
+      << "_ERR_LIBRARY;\n}\n\n";
     o << "extern \"C\" int " << P << "_run_fallback(" << paramList(m) << ")\n{\n";
     o << "    if (!dims) return " << U << "_ERR_BAD_ARGUMENT;\n";
     o << "    if (!" << P << "_fallback_supports(dims, NULL)) return " << U << "_ERR_UNSUPPORTED_SHAPE;\n";
@@ -805,12 +831,14 @@ std::string genRunCu(const BundleModel& m)
         o << "extern \"C\" int " << P << "_init(void) { return " << U << "_OK; }\n\n";
     o << "extern \"C\" int " << P << "_run(" << paramList(m) << ")\n{\n";
     o << "    switch (" << P << "_select(dims)) {\n    case " << U << "_IMPL_CANDIDATE:\n        return " << P
-      << "_run_candidate(" << argList(m) << ");\n    case " << U << "_IMPL_FALLBACK:\n        return " << P << "_run_fallback("
-      << argList(m) << ");\n    default:\n        return " << U << "_ERR_UNSUPPORTED_SHAPE;\n    }\n}\n\n";
+      << "_run_candidate(" << argList(m) << ");\n    case " << U << "_IMPL_FALLBACK:\n        return " << P
+      << "_run_fallback(" << argList(m) << ");\n    default:\n        return " << U
+      << "_ERR_UNSUPPORTED_SHAPE;\n    }\n}\n\n";
     o << "extern \"C\" const char* " << P << "_error_string(int code)\n{\n    switch (code) {\n";
     o << "    case " << U << "_OK: return \"ok\";\n";
     o << "    case " << U << "_ERR_UNSUPPORTED_SHAPE: return \"shape not supported by the selected implementation\";\n";
-    o << "    case " << U << "_ERR_WORKSPACE_TOO_SMALL: return \"workspace missing or smaller than " << P << "_workspace_bytes()\";\n";
+    o << "    case " << U << "_ERR_WORKSPACE_TOO_SMALL: return \"workspace missing or smaller than " << P
+      << "_workspace_bytes()\";\n";
     o << "    case " << U << "_ERR_LAUNCH: return \"kernel launch failed (see cudaGetLastError)\";\n";
     o << "    case " << U << "_ERR_BAD_ARGUMENT: return \"bad argument\";\n";
     o << "    case " << U << "_ERR_LIBRARY: return \"library call failed\";\n";

@@ -59,7 +59,6 @@ struct DispatchPlan {
 };
 
 // minSpeedup: the lower CI end a shape must clear to count as a win (1.0: surely not slower).
-DispatchPlan buildDispatchPlan(const Problem& problem, const std::vector<ShapeResult>& shapes,
-                               double minSpeedup = 1.0);
+DispatchPlan buildDispatchPlan(const Problem& problem, const std::vector<ShapeResult>& shapes, double minSpeedup = 1.0);
 
 } // namespace kl::exporter

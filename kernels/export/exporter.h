@@ -47,7 +47,8 @@ struct ExportPlan {
 class ExportRefused : public std::runtime_error {
 public:
     ExportRefused(const std::string& what, std::vector<ExportRefusal> refusals)
-        : std::runtime_error(what), m_refusals(std::move(refusals))
+        : std::runtime_error(what)
+        , m_refusals(std::move(refusals))
     {
     }
     const std::vector<ExportRefusal>& refusals() const { return m_refusals; }
@@ -70,8 +71,8 @@ struct ExportResult {
 std::string defaultCandidate(const Session& session, bool anyStatus = false);
 
 // Checks and the dispatch table; throws InputError for an unknown candidate or an unreadable source.
-ExportPlan planExport(const Session& session, const Problem& problem, const std::string& candidateId,
-                      double minSpeedup = 1.0);
+ExportPlan planExport(
+    const Session& session, const Problem& problem, const std::string& candidateId, double minSpeedup = 1.0);
 
 // Plans and writes the bundle. Throws ExportRefused when the plan has refusals and !force, InputError when
 // outDir exists and is not empty without overwrite, or when a file would carry a secret or an absolute path.
@@ -79,15 +80,15 @@ ExportResult exportBundle(const Session& session, const Problem& problem, const 
 
 // Generates the bundle in memory: bundle-relative path -> content (manifest.json included). Used by
 // exportBundle and by tests.
-std::map<std::string, std::string> generateBundle(const Session& session, const Problem& problem,
-                                                  const ExportPlan& plan, bool forced);
+std::map<std::string, std::string> generateBundle(
+    const Session& session, const Problem& problem, const ExportPlan& plan, bool forced);
 
 // Finds the problem folder of a session: its recorded folder when that exists, else <root>/<problemName>
 // for each root; throws InputError listing where it looked.
 std::string resolveProblemFolder(const Session& session, const std::vector<std::filesystem::path>& roots);
 
 // What in `content` looks like a secret or a path of the user's machine; empty when clean.
-std::vector<std::string> findLeaks(const std::string& content, const std::vector<std::string>& secrets,
-                                   const std::vector<std::string>& privatePaths);
+std::vector<std::string> findLeaks(
+    const std::string& content, const std::vector<std::string>& secrets, const std::vector<std::string>& privatePaths);
 
 } // namespace kl::exporter

@@ -8,51 +8,51 @@
 namespace kl::referee {
 namespace {
 
-std::string format(const char* fmt, double a, double b = 0, double c = 0)
-{
-    char buf[256];
-    std::snprintf(buf, sizeof buf, fmt, a, b, c);
-    return buf;
-}
+    std::string format(const char* fmt, double a, double b = 0, double c = 0)
+    {
+        char buf[256];
+        std::snprintf(buf, sizeof buf, fmt, a, b, c);
+        return buf;
+    }
 
-std::optional<double> evaluateFormula(const Expr& e, const Shape& shape)
-{
-    if (e.empty())
-        return std::nullopt;
-    try {
-        const double v = e.evaluate(shape.bindings());
-        if (!std::isfinite(v) || v <= 0)
+    std::optional<double> evaluateFormula(const Expr& e, const Shape& shape)
+    {
+        if (e.empty())
             return std::nullopt;
-        return v;
-    } catch (const ExprError&) {
-        return std::nullopt;
+        try {
+            const double v = e.evaluate(shape.bindings());
+            if (!std::isfinite(v) || v <= 0)
+                return std::nullopt;
+            return v;
+        } catch (const ExprError&) {
+            return std::nullopt;
+        }
     }
-}
 
-double median(std::vector<double> v)
-{
-    if (v.empty())
-        return 0;
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-void checkFloor(
-    const char* what, const TimingStats& t, double floorSeconds, const ShapeResult& s, std::vector<VerdictReason>& out)
-{
-    if (floorSeconds <= 0 || t.medianUs <= 0)
-        return;
-    const double floorUs = floorSeconds * 1e6;
-    if (t.medianUs < floorUs) {
-        out.push_back({rule::BelowRoofline,
-            s.shape.label() + ": " + what
-                + format(" median %.3f us is below the roofline floor %.3f us (%.2fx faster than the "
-                         "hardware allows): the measurement missed work or the output was not computed",
-                    t.medianUs, floorUs, floorUs / t.medianUs),
-            0, true});
+    double median(std::vector<double> v)
+    {
+        if (v.empty())
+            return 0;
+        std::sort(v.begin(), v.end());
+        const std::size_t n = v.size();
+        return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
     }
-}
+
+    void checkFloor(const char* what, const TimingStats& t, double floorSeconds, const ShapeResult& s,
+        std::vector<VerdictReason>& out)
+    {
+        if (floorSeconds <= 0 || t.medianUs <= 0)
+            return;
+        const double floorUs = floorSeconds * 1e6;
+        if (t.medianUs < floorUs) {
+            out.push_back({ rule::BelowRoofline,
+                s.shape.label() + ": " + what
+                    + format(" median %.3f us is below the roofline floor %.3f us (%.2fx faster than the "
+                             "hardware allows): the measurement missed work or the output was not computed",
+                        t.medianUs, floorUs, floorUs / t.medianUs),
+                0, true });
+        }
+    }
 
 } // namespace
 
@@ -90,11 +90,11 @@ std::vector<VerdictReason> checkPhysics(
         && settings.jumpFactor > 1.0) {
         const double jump = evaluation.objective / *settings.bestObjective;
         if (jump > settings.jumpFactor) {
-            out.push_back({rule::SuspiciousJump,
+            out.push_back({ rule::SuspiciousJump,
                 format("objective %.3f is %.2fx the current best (review threshold %.2fx): a human "
                        "confirms large wins before they are accepted",
                     evaluation.objective, jump, settings.jumpFactor),
-                0, false});
+                0, false });
         }
     }
 
@@ -113,7 +113,7 @@ std::vector<VerdictReason> checkPhysics(
         if (const auto it = settings.bestShapeSpeedups.find(s.shape.label());
             it != settings.bestShapeSpeedups.end() && it->second > 0)
             reference = it->second;
-        gains.push_back({&s, s.speedup / reference, s.shape.weight > 0 ? s.shape.weight : 1.0});
+        gains.push_back({ &s, s.speedup / reference, s.shape.weight > 0 ? s.shape.weight : 1.0 });
     }
     if (gains.size() >= 2) {
         double totalLog = 0;
@@ -133,12 +133,12 @@ std::vector<VerdictReason> checkPhysics(
         const double share = totalLog > 0 ? top->weight * std::log(top->gain) / totalLog : 0;
         if (overall >= settings.minGainForShapeCheck && othersMedian > 0
             && top->gain / othersMedian >= settings.singleShapeRatio && share > settings.singleShapeShare) {
-            out.push_back({rule::SingleShapeSpeedup,
+            out.push_back({ rule::SingleShapeSpeedup,
                 top->shape->shape.label()
                     + format(" gains %.2fx while the other shapes' median gain is %.2fx; that one shape "
                              "carries %.0f%% of the improvement (special-casing a tuned shape?)",
                         top->gain, othersMedian, 100.0 * share),
-                0, false});
+                0, false });
         }
     }
     return out;

@@ -16,32 +16,32 @@ namespace kl::referee {
 
 // ---- rule ids -------------------------------------------------------------------------------------------
 namespace rule {
-inline constexpr const char* MutableGlobal = "static.mutable-global";
-inline constexpr const char* TimerRead = "static.timer-read";
-inline constexpr const char* EarlyExit = "static.early-exit";
-inline constexpr const char* Include = "static.include";
-inline constexpr const char* HostCode = "static.host-code";
-inline constexpr const char* Printf = "static.printf";
-inline constexpr const char* TokenPaste = "static.token-paste";
-inline constexpr const char* MacroExpansion = "static.macro-expansion";
-inline constexpr const char* ShapeSpecialCase = "static.shape-special-case";
-inline constexpr const char* LowerPrecision = "static.lower-precision";
-inline constexpr const char* BelowRoofline = "physics.below-roofline";
-inline constexpr const char* SuspiciousJump = "physics.suspicious-jump";
-inline constexpr const char* SingleShapeSpeedup = "physics.single-shape-speedup";
-inline constexpr const char* HeldOutShape = "dynamic.held-out-shape";
-inline constexpr const char* StateBetweenLaunches = "dynamic.state-between-launches";
-inline constexpr const char* TimedOutputWrong = "dynamic.timed-output-wrong";
-inline constexpr const char* KernelMismatch = "dynamic.kernel-mismatch";
-inline constexpr const char* Canary = "dynamic.canary";
-inline constexpr const char* InputModified = "dynamic.input-modified";
-inline constexpr const char* Coverage = "dynamic.coverage";
-inline constexpr const char* RelL2 = "correctness.rel-l2";
-inline constexpr const char* NonFinite = "correctness.non-finite";
-inline constexpr const char* MaxAbs = "correctness.max-abs";
-inline constexpr const char* LaunchFailed = "launch.failed";
-inline constexpr const char* LaunchInvalidConfig = "launch.invalid-config";
-inline constexpr const char* GraphCaptureFailed = "graph.capture-failed";
+    inline constexpr const char* MutableGlobal = "static.mutable-global";
+    inline constexpr const char* TimerRead = "static.timer-read";
+    inline constexpr const char* EarlyExit = "static.early-exit";
+    inline constexpr const char* Include = "static.include";
+    inline constexpr const char* HostCode = "static.host-code";
+    inline constexpr const char* Printf = "static.printf";
+    inline constexpr const char* TokenPaste = "static.token-paste";
+    inline constexpr const char* MacroExpansion = "static.macro-expansion";
+    inline constexpr const char* ShapeSpecialCase = "static.shape-special-case";
+    inline constexpr const char* LowerPrecision = "static.lower-precision";
+    inline constexpr const char* BelowRoofline = "physics.below-roofline";
+    inline constexpr const char* SuspiciousJump = "physics.suspicious-jump";
+    inline constexpr const char* SingleShapeSpeedup = "physics.single-shape-speedup";
+    inline constexpr const char* HeldOutShape = "dynamic.held-out-shape";
+    inline constexpr const char* StateBetweenLaunches = "dynamic.state-between-launches";
+    inline constexpr const char* TimedOutputWrong = "dynamic.timed-output-wrong";
+    inline constexpr const char* KernelMismatch = "dynamic.kernel-mismatch";
+    inline constexpr const char* Canary = "dynamic.canary";
+    inline constexpr const char* InputModified = "dynamic.input-modified";
+    inline constexpr const char* Coverage = "dynamic.coverage";
+    inline constexpr const char* RelL2 = "correctness.rel-l2";
+    inline constexpr const char* NonFinite = "correctness.non-finite";
+    inline constexpr const char* MaxAbs = "correctness.max-abs";
+    inline constexpr const char* LaunchFailed = "launch.failed";
+    inline constexpr const char* LaunchInvalidConfig = "launch.invalid-config";
+    inline constexpr const char* GraphCaptureFailed = "graph.capture-failed";
 } // namespace rule
 
 enum class RuleStage { Static, Dynamic, Physics };
@@ -99,10 +99,10 @@ std::vector<VerdictReason> checkPhysics(
 // ---- dynamic: turns what the harness observed on the GPU into reasons ----------------------------------
 // CorrectnessStats::distribution labels the harness writes so the referee can tell checks apart:
 namespace check {
-inline constexpr const char* OrderA = "order:A"; // first run on fresh buffers
-inline constexpr const char* OrderB = "order:B"; // a different input set in between
-inline constexpr const char* OrderARepeat = "order:A'"; // A's values again, at fresh addresses
-inline constexpr const char* TimedPrefix = "timed"; // re-check of the outputs of a timed run ("timed:3")
+    inline constexpr const char* OrderA = "order:A"; // first run on fresh buffers
+    inline constexpr const char* OrderB = "order:B"; // a different input set in between
+    inline constexpr const char* OrderARepeat = "order:A'"; // A's values again, at fresh addresses
+    inline constexpr const char* TimedPrefix = "timed"; // re-check of the outputs of a timed run ("timed:3")
 } // namespace check
 
 struct DynamicObservations {

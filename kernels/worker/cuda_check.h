@@ -2,7 +2,6 @@
 // Driver API error handling for the worker. A sticky error (illegal address, launch failure, trap) leaves
 // the context unusable: the worker reports it as fatal and exits so the client restarts a clean one.
 #include <cuda.h>
-
 #include <stdexcept>
 #include <string>
 
@@ -10,7 +9,11 @@ namespace kl::worker {
 
 class CudaError : public std::runtime_error {
 public:
-    CudaError(CUresult code, const std::string& what) : std::runtime_error(what), m_code(code) {}
+    CudaError(CUresult code, const std::string& what)
+        : std::runtime_error(what)
+        , m_code(code)
+    {
+    }
     CUresult code() const { return m_code; }
     bool sticky() const;
 

@@ -10,54 +10,54 @@
 namespace kl::worker {
 
 namespace {
-std::mutex g_mutex;
-std::vector<KernelRecord> g_records;
-std::size_t g_dropped = 0;
-bool g_started = false;
-bool g_failed = false;
-std::string g_error;
+    std::mutex g_mutex;
+    std::vector<KernelRecord> g_records;
+    std::size_t g_dropped = 0;
+    bool g_started = false;
+    bool g_failed = false;
+    std::string g_error;
 
 #ifdef KL_WORKER_HAVE_CUPTI
-constexpr std::size_t kBufferBytes = 8u << 20;
+    constexpr std::size_t kBufferBytes = 8u << 20;
 
-void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* maxNumRecords)
-{
-    *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
-    *size = kBufferBytes;
-    *maxNumRecords = 0;
-}
-
-void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t streamId, uint8_t* buffer, size_t, size_t validSize)
-{
-    CUpti_Activity* record = nullptr;
-    std::lock_guard lock(g_mutex);
-    while (cuptiActivityGetNextRecord(buffer, validSize, &record) == CUPTI_SUCCESS) {
-        if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL)
-            continue;
-        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-        KernelRecord r;
-        r.name = k->name ? k->name : "";
-        r.startNs = k->start;
-        r.endNs = k->end;
-        r.grid[0] = k->gridX;
-        r.grid[1] = k->gridY;
-        r.grid[2] = k->gridZ;
-        r.block[0] = k->blockX;
-        r.block[1] = k->blockY;
-        r.block[2] = k->blockZ;
-        r.registers = k->registersPerThread;
-        r.staticShared = k->staticSharedMemory;
-        r.dynamicShared = k->dynamicSharedMemory;
-        r.stream = k->streamId;
-        r.correlation = k->correlationId;
-        r.deviceLaunched = k->isDeviceLaunched != 0;
-        g_records.push_back(std::move(r));
+    void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* maxNumRecords)
+    {
+        *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+        *size = kBufferBytes;
+        *maxNumRecords = 0;
     }
-    size_t dropped = 0;
-    if (cuptiActivityGetNumDroppedRecords(ctx, streamId, &dropped) == CUPTI_SUCCESS)
-        g_dropped += dropped;
-    std::free(buffer);
-}
+
+    void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t streamId, uint8_t* buffer, size_t, size_t validSize)
+    {
+        CUpti_Activity* record = nullptr;
+        std::lock_guard lock(g_mutex);
+        while (cuptiActivityGetNextRecord(buffer, validSize, &record) == CUPTI_SUCCESS) {
+            if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL)
+                continue;
+            const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+            KernelRecord r;
+            r.name = k->name ? k->name : "";
+            r.startNs = k->start;
+            r.endNs = k->end;
+            r.grid[0] = k->gridX;
+            r.grid[1] = k->gridY;
+            r.grid[2] = k->gridZ;
+            r.block[0] = k->blockX;
+            r.block[1] = k->blockY;
+            r.block[2] = k->blockZ;
+            r.registers = k->registersPerThread;
+            r.staticShared = k->staticSharedMemory;
+            r.dynamicShared = k->dynamicSharedMemory;
+            r.stream = k->streamId;
+            r.correlation = k->correlationId;
+            r.deviceLaunched = k->isDeviceLaunched != 0;
+            g_records.push_back(std::move(r));
+        }
+        size_t dropped = 0;
+        if (cuptiActivityGetNumDroppedRecords(ctx, streamId, &dropped) == CUPTI_SUCCESS)
+            g_dropped += dropped;
+        std::free(buffer);
+    }
 #endif
 } // namespace
 

@@ -24,324 +24,333 @@ namespace kl::worker {
 
 namespace {
 
-constexpr std::uint64_t kGuardBytes = 4096;
-constexpr std::uint64_t kAlign = 256;
+    constexpr std::uint64_t kGuardBytes = 4096;
+    constexpr std::uint64_t kAlign = 256;
 
-std::uint64_t alignUp(std::uint64_t v, std::uint64_t a)
-{
-    return (v + a - 1) / a * a;
-}
-
-double nowSeconds()
-{
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string geometryText(const unsigned g[3], const unsigned b[3])
-{
-    std::ostringstream s;
-    s << "grid=(" << g[0] << "," << g[1] << "," << g[2] << ") block=(" << b[0] << "," << b[1] << "," << b[2] << ")";
-    return s.str();
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Kernel plans: a loaded CUBIN plus the @kl launch plan.
-
-struct BoundArg {
-    enum Kind { Ptr, I32, F32 } kind = Ptr;
-    std::string name;
-    std::int32_t i = 0;
-    float f = 0;
-};
-
-struct BoundStep {
-    CUfunction fn = nullptr;
-    std::string symbol;
-    unsigned grid[3] = {1, 1, 1};
-    unsigned block[3] = {1, 1, 1};
-    unsigned smem = 0;
-    std::vector<BoundArg> args;
-};
-
-class KernelBound final : public BoundPlan {
-public:
-    std::vector<BoundStep> steps;
-    std::vector<WorkspaceNeed> ws;
-
-    void run(CUstream s, const BufferMap& buffers) const override
+    std::uint64_t alignUp(std::uint64_t v, std::uint64_t a)
     {
-        for (const auto& w : ws)
-            if (w.zeroInit && w.bytes)
-                KL_CU(cuMemsetD8Async(buffers.at(w.name), 0, w.bytes, s));
-        for (const auto& st : steps) {
-            std::uint64_t storage[32];
-            void* argv[32];
-            for (std::size_t i = 0; i < st.args.size(); ++i) {
-                const auto& a = st.args[i];
-                switch (a.kind) {
-                case BoundArg::Ptr: {
-                    const CUdeviceptr p = buffers.at(a.name);
-                    std::memcpy(&storage[i], &p, sizeof(p));
-                    break;
-                }
-                case BoundArg::I32:
-                    std::memcpy(&storage[i], &a.i, sizeof(a.i));
-                    break;
-                case BoundArg::F32:
-                    std::memcpy(&storage[i], &a.f, sizeof(a.f));
-                    break;
-                }
-                argv[i] = &storage[i];
-            }
-            launchLedger().note(st.symbol, st.grid, st.block);
-            KL_CU(cuLaunchKernel(st.fn, st.grid[0], st.grid[1], st.grid[2], st.block[0], st.block[1], st.block[2],
-                                 st.smem, s, argv, nullptr));
-        }
-    }
-    const std::vector<WorkspaceNeed>& workspaces() const override { return ws; }
-    std::vector<std::string> symbols() const override
-    {
-        std::vector<std::string> out;
-        for (const auto& s : steps)
-            out.push_back(s.symbol);
-        return out;
-    }
-};
-
-class KernelPlan final : public Plan {
-public:
-    KernelPlan(CUmodule mod, KernelSpec spec, ParamValues params, const std::map<std::string, std::string>& lowered,
-               const DeviceInfo& dev, std::string label)
-        : m_module(mod), m_spec(std::move(spec)), m_params(std::move(params)), m_dev(dev), m_label(std::move(label))
-    {
-        try {
-            resolveFunctions(lowered);
-        } catch (...) {
-            cuModuleUnload(m_module); // the destructor does not run for a throwing constructor
-            m_module = nullptr;
-            throw;
-        }
+        return (v + a - 1) / a * a;
     }
 
-    void resolveFunctions(const std::map<std::string, std::string>& lowered)
+    double nowSeconds()
     {
-        for (const auto& step : m_spec.launches) {
-            if (step.kernel.rfind("kl_h_", 0) == 0)
-                throw LaunchConfigError("kernel names starting with kl_h_ are reserved for the harness");
-            if (m_fns.count(step.kernel))
-                continue;
-            Fn f;
-            auto it = lowered.find(step.kernel);
-            f.symbol = it != lowered.end() ? it->second : step.kernel;
-            KL_CU(cuModuleGetFunction(&f.fn, m_module, f.symbol.c_str()));
-            KL_CU(cuFuncGetAttribute(&f.maxThreads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f.fn));
-            KL_CU(cuFuncGetAttribute(&f.staticSmem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f.fn));
-            m_fns[step.kernel] = f;
-        }
-    }
-    ~KernelPlan() override
-    {
-        if (m_module)
-            cuModuleUnload(m_module);
-    }
-    std::string label() const override { return m_label; }
-
-    std::unique_ptr<BoundPlan> bind(const Problem& p, const Shape& s) const override
-    {
-        auto b = std::make_unique<KernelBound>();
-        const Bindings dims = s.bindings();
-        std::string why;
-        if (!m_spec.satisfies(m_params, dims, &why))
-            throw LaunchConfigError(m_label + ": " + why + " for shape " + s.label());
-        const Bindings vars = bindingsFor(m_params, dims);
-        auto evalInt = [&](const Expr& e, const std::string& what, int line) -> std::int64_t {
-            try {
-                return e.evaluateInt(vars);
-            } catch (const std::exception& ex) {
-                throw LaunchConfigError(m_label + " line " + std::to_string(line) + ": " + what + " '" + e.text() +
-                                        "': " + ex.what());
-            }
-        };
-        for (const auto& w : m_spec.workspaces) {
-            const std::int64_t bytes = evalInt(w.bytes, "workspace bytes", w.line);
-            if (bytes < 0 || bytes > (std::int64_t{64} << 30))
-                throw LaunchConfigError(m_label + ": workspace " + w.name + " has " + std::to_string(bytes) + " bytes");
-            b->ws.push_back({w.name, static_cast<std::uint64_t>(bytes), w.zeroInit});
-        }
-        for (const auto& step : m_spec.launches) {
-            const Fn& fn = m_fns.at(step.kernel);
-            BoundStep st;
-            st.fn = fn.fn;
-            st.symbol = fn.symbol;
-            std::int64_t threads = 1;
-            for (int d = 0; d < 3; ++d) {
-                const std::int64_t g = evalInt(step.grid[d], "grid", step.line);
-                const std::int64_t bl = evalInt(step.block[d], "block", step.line);
-                const std::int64_t gmax = d == 0 ? INT32_MAX : 65535;
-                const std::int64_t bmax = d == 2 ? 64 : 1024;
-                if (g < 1 || g > gmax)
-                    throw LaunchConfigError(m_label + " line " + std::to_string(step.line) + ": grid dimension " +
-                                            std::to_string(d) + " = " + std::to_string(g) + " is outside [1, " +
-                                            std::to_string(gmax) + "] for shape " + s.label());
-                if (bl < 1 || bl > bmax)
-                    throw LaunchConfigError(m_label + " line " + std::to_string(step.line) + ": block dimension " +
-                                            std::to_string(d) + " = " + std::to_string(bl) + " is outside [1, " +
-                                            std::to_string(bmax) + "]");
-                st.grid[d] = static_cast<unsigned>(g);
-                st.block[d] = static_cast<unsigned>(bl);
-                threads *= bl;
-            }
-            if (threads > fn.maxThreads)
-                throw LaunchConfigError(m_label + " line " + std::to_string(step.line) + ": " + std::to_string(threads) +
-                                        " threads per block, but " + step.kernel + " can run at most " +
-                                        std::to_string(fn.maxThreads) + " (registers)");
-            const std::int64_t smem = evalInt(step.sharedBytes, "smem", step.line);
-            if (smem < 0 || smem + fn.staticSmem > m_dev.sharedPerBlockOptin)
-                throw LaunchConfigError(m_label + " line " + std::to_string(step.line) + ": " + std::to_string(smem) +
-                                        " bytes of dynamic shared memory exceed the device limit of " +
-                                        std::to_string(m_dev.sharedPerBlockOptin - fn.staticSmem));
-            st.smem = static_cast<unsigned>(smem);
-            if (smem > 48 * 1024)
-                KL_CU(cuFuncSetAttribute(fn.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem)));
-            if (step.args.size() > 32)
-                throw LaunchConfigError(m_label + ": more than 32 kernel arguments");
-            for (const auto& a : step.args) {
-                BoundArg arg;
-                arg.name = a;
-                if (p.tensor(a)) {
-                    arg.kind = BoundArg::Ptr;
-                } else if (std::any_of(b->ws.begin(), b->ws.end(), [&](const WorkspaceNeed& w) { return w.name == a; })) {
-                    arg.kind = BoundArg::Ptr;
-                } else if (s.dims.count(a)) {
-                    const std::int64_t v = s.dims.at(a);
-                    if (v > INT32_MAX)
-                        throw LaunchConfigError("dim " + a + " does not fit an int argument");
-                    arg.kind = BoundArg::I32;
-                    arg.i = static_cast<std::int32_t>(v);
-                } else if (const ScalarSpec* sc = [&]() -> const ScalarSpec* {
-                               for (const auto& x : p.scalars)
-                                   if (x.name == a)
-                                       return &x;
-                               return nullptr;
-                           }()) {
-                    if (sc->dtype == DType::I32) {
-                        arg.kind = BoundArg::I32;
-                        arg.i = static_cast<std::int32_t>(sc->value);
-                    } else {
-                        arg.kind = BoundArg::F32;
-                        arg.f = static_cast<float>(sc->value);
-                    }
-                } else if (m_params.count(a)) {
-                    arg.kind = BoundArg::I32;
-                    arg.i = static_cast<std::int32_t>(m_params.at(a));
-                } else {
-                    throw LaunchConfigError(m_label + " line " + std::to_string(step.line) + ": kernel argument '" + a +
-                                            "' is not a tensor, workspace, dim, scalar or parameter of " + p.name);
-                }
-                st.args.push_back(arg);
-            }
-            b->steps.push_back(std::move(st));
-        }
-        return b;
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     }
 
-private:
-    struct Fn {
+    std::string geometryText(const unsigned g[3], const unsigned b[3])
+    {
+        std::ostringstream s;
+        s << "grid=(" << g[0] << "," << g[1] << "," << g[2] << ") block=(" << b[0] << "," << b[1] << "," << b[2] << ")";
+        return s.str();
+    }
+
+    // ---------------------------------------------------------------------------------------------------------
+    // Kernel plans: a loaded CUBIN plus the @kl launch plan.
+
+    struct BoundArg {
+        enum Kind { Ptr, I32, F32 } kind = Ptr;
+        std::string name;
+        std::int32_t i = 0;
+        float f = 0;
+    };
+
+    struct BoundStep {
         CUfunction fn = nullptr;
         std::string symbol;
-        int maxThreads = 1024;
-        int staticSmem = 0;
+        unsigned grid[3] = { 1, 1, 1 };
+        unsigned block[3] = { 1, 1, 1 };
+        unsigned smem = 0;
+        std::vector<BoundArg> args;
     };
-    CUmodule m_module;
-    KernelSpec m_spec;
-    ParamValues m_params;
-    DeviceInfo m_dev;
-    std::string m_label;
-    std::map<std::string, Fn> m_fns;
-};
+
+    class KernelBound final : public BoundPlan {
+    public:
+        std::vector<BoundStep> steps;
+        std::vector<WorkspaceNeed> ws;
+
+        void run(CUstream s, const BufferMap& buffers) const override
+        {
+            for (const auto& w : ws)
+                if (w.zeroInit && w.bytes)
+                    KL_CU(cuMemsetD8Async(buffers.at(w.name), 0, w.bytes, s));
+            for (const auto& st : steps) {
+                std::uint64_t storage[32];
+                void* argv[32];
+                for (std::size_t i = 0; i < st.args.size(); ++i) {
+                    const auto& a = st.args[i];
+                    switch (a.kind) {
+                    case BoundArg::Ptr: {
+                        const CUdeviceptr p = buffers.at(a.name);
+                        std::memcpy(&storage[i], &p, sizeof(p));
+                        break;
+                    }
+                    case BoundArg::I32:
+                        std::memcpy(&storage[i], &a.i, sizeof(a.i));
+                        break;
+                    case BoundArg::F32:
+                        std::memcpy(&storage[i], &a.f, sizeof(a.f));
+                        break;
+                    }
+                    argv[i] = &storage[i];
+                }
+                launchLedger().note(st.symbol, st.grid, st.block);
+                KL_CU(cuLaunchKernel(st.fn, st.grid[0], st.grid[1], st.grid[2], st.block[0], st.block[1], st.block[2],
+                    st.smem, s, argv, nullptr));
+            }
+        }
+        const std::vector<WorkspaceNeed>& workspaces() const override { return ws; }
+        std::vector<std::string> symbols() const override
+        {
+            std::vector<std::string> out;
+            for (const auto& s : steps)
+                out.push_back(s.symbol);
+            return out;
+        }
+    };
+
+    class KernelPlan final : public Plan {
+    public:
+        KernelPlan(CUmodule mod, KernelSpec spec, ParamValues params, const std::map<std::string, std::string>& lowered,
+            const DeviceInfo& dev, std::string label)
+            : m_module(mod)
+            , m_spec(std::move(spec))
+            , m_params(std::move(params))
+            , m_dev(dev)
+            , m_label(std::move(label))
+        {
+            try {
+                resolveFunctions(lowered);
+            } catch (...) {
+                cuModuleUnload(m_module); // the destructor does not run for a throwing constructor
+                m_module = nullptr;
+                throw;
+            }
+        }
+
+        void resolveFunctions(const std::map<std::string, std::string>& lowered)
+        {
+            for (const auto& step : m_spec.launches) {
+                if (step.kernel.rfind("kl_h_", 0) == 0)
+                    throw LaunchConfigError("kernel names starting with kl_h_ are reserved for the harness");
+                if (m_fns.count(step.kernel))
+                    continue;
+                Fn f;
+                auto it = lowered.find(step.kernel);
+                f.symbol = it != lowered.end() ? it->second : step.kernel;
+                KL_CU(cuModuleGetFunction(&f.fn, m_module, f.symbol.c_str()));
+                KL_CU(cuFuncGetAttribute(&f.maxThreads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f.fn));
+                KL_CU(cuFuncGetAttribute(&f.staticSmem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f.fn));
+                m_fns[step.kernel] = f;
+            }
+        }
+        ~KernelPlan() override
+        {
+            if (m_module)
+                cuModuleUnload(m_module);
+        }
+        std::string label() const override { return m_label; }
+
+        std::unique_ptr<BoundPlan> bind(const Problem& p, const Shape& s) const override
+        {
+            auto b = std::make_unique<KernelBound>();
+            const Bindings dims = s.bindings();
+            std::string why;
+            if (!m_spec.satisfies(m_params, dims, &why))
+                throw LaunchConfigError(m_label + ": " + why + " for shape " + s.label());
+            const Bindings vars = bindingsFor(m_params, dims);
+            auto evalInt = [&](const Expr& e, const std::string& what, int line) -> std::int64_t {
+                try {
+                    return e.evaluateInt(vars);
+                } catch (const std::exception& ex) {
+                    throw LaunchConfigError(
+                        m_label + " line " + std::to_string(line) + ": " + what + " '" + e.text() + "': " + ex.what());
+                }
+            };
+            for (const auto& w : m_spec.workspaces) {
+                const std::int64_t bytes = evalInt(w.bytes, "workspace bytes", w.line);
+                if (bytes < 0 || bytes > (std::int64_t { 64 } << 30))
+                    throw LaunchConfigError(
+                        m_label + ": workspace " + w.name + " has " + std::to_string(bytes) + " bytes");
+                b->ws.push_back({ w.name, static_cast<std::uint64_t>(bytes), w.zeroInit });
+            }
+            for (const auto& step : m_spec.launches) {
+                const Fn& fn = m_fns.at(step.kernel);
+                BoundStep st;
+                st.fn = fn.fn;
+                st.symbol = fn.symbol;
+                std::int64_t threads = 1;
+                for (int d = 0; d < 3; ++d) {
+                    const std::int64_t g = evalInt(step.grid[d], "grid", step.line);
+                    const std::int64_t bl = evalInt(step.block[d], "block", step.line);
+                    const std::int64_t gmax = d == 0 ? INT32_MAX : 65535;
+                    const std::int64_t bmax = d == 2 ? 64 : 1024;
+                    if (g < 1 || g > gmax)
+                        throw LaunchConfigError(m_label + " line " + std::to_string(step.line) + ": grid dimension "
+                            + std::to_string(d) + " = " + std::to_string(g) + " is outside [1, " + std::to_string(gmax)
+                            + "] for shape " + s.label());
+                    if (bl < 1 || bl > bmax)
+                        throw LaunchConfigError(m_label + " line " + std::to_string(step.line) + ": block dimension "
+                            + std::to_string(d) + " = " + std::to_string(bl) + " is outside [1, " + std::to_string(bmax)
+                            + "]");
+                    st.grid[d] = static_cast<unsigned>(g);
+                    st.block[d] = static_cast<unsigned>(bl);
+                    threads *= bl;
+                }
+                if (threads > fn.maxThreads)
+                    throw LaunchConfigError(m_label + " line " + std::to_string(step.line) + ": "
+                        + std::to_string(threads) + " threads per block, but " + step.kernel + " can run at most "
+                        + std::to_string(fn.maxThreads) + " (registers)");
+                const std::int64_t smem = evalInt(step.sharedBytes, "smem", step.line);
+                if (smem < 0 || smem + fn.staticSmem > m_dev.sharedPerBlockOptin)
+                    throw LaunchConfigError(m_label + " line " + std::to_string(step.line) + ": " + std::to_string(smem)
+                        + " bytes of dynamic shared memory exceed the device limit of "
+                        + std::to_string(m_dev.sharedPerBlockOptin - fn.staticSmem));
+                st.smem = static_cast<unsigned>(smem);
+                if (smem > 48 * 1024)
+                    KL_CU(cuFuncSetAttribute(
+                        fn.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem)));
+                if (step.args.size() > 32)
+                    throw LaunchConfigError(m_label + ": more than 32 kernel arguments");
+                for (const auto& a : step.args) {
+                    BoundArg arg;
+                    arg.name = a;
+                    if (p.tensor(a)) {
+                        arg.kind = BoundArg::Ptr;
+                    } else if (std::any_of(
+                                   b->ws.begin(), b->ws.end(), [&](const WorkspaceNeed& w) { return w.name == a; })) {
+                        arg.kind = BoundArg::Ptr;
+                    } else if (s.dims.count(a)) {
+                        const std::int64_t v = s.dims.at(a);
+                        if (v > INT32_MAX)
+                            throw LaunchConfigError("dim " + a + " does not fit an int argument");
+                        arg.kind = BoundArg::I32;
+                        arg.i = static_cast<std::int32_t>(v);
+                    } else if (const ScalarSpec* sc = [&]() -> const ScalarSpec* {
+                                   for (const auto& x : p.scalars)
+                                       if (x.name == a)
+                                           return &x;
+                                   return nullptr;
+                               }()) {
+                        if (sc->dtype == DType::I32) {
+                            arg.kind = BoundArg::I32;
+                            arg.i = static_cast<std::int32_t>(sc->value);
+                        } else {
+                            arg.kind = BoundArg::F32;
+                            arg.f = static_cast<float>(sc->value);
+                        }
+                    } else if (m_params.count(a)) {
+                        arg.kind = BoundArg::I32;
+                        arg.i = static_cast<std::int32_t>(m_params.at(a));
+                    } else {
+                        throw LaunchConfigError(m_label + " line " + std::to_string(step.line) + ": kernel argument '"
+                            + a + "' is not a tensor, workspace, dim, scalar or parameter of " + p.name);
+                    }
+                    st.args.push_back(arg);
+                }
+                b->steps.push_back(std::move(st));
+            }
+            return b;
+        }
+
+    private:
+        struct Fn {
+            CUfunction fn = nullptr;
+            std::string symbol;
+            int maxThreads = 1024;
+            int staticSmem = 0;
+        };
+        CUmodule m_module;
+        KernelSpec m_spec;
+        ParamValues m_params;
+        DeviceInfo m_dev;
+        std::string m_label;
+        std::map<std::string, Fn> m_fns;
+    };
 
 #ifdef KL_WORKER_HAVE_CUBLAS
-// C[M,N] = A[M,K] * B[N,K]^T in bf16 with fp32 accumulation: the library baseline an exported dispatcher
-// falls back to. Row-major C is column-major C^T = B * A^T, so cuBLAS sees op(B)=T, op(A)=N.
-class CublasGemmBound final : public BoundPlan {
-public:
-    cublasHandle_t handle = nullptr;
-    std::string a, b, c;
-    int m = 0, n = 0, k = 0;
-    std::vector<WorkspaceNeed> none;
-    void run(CUstream s, const BufferMap& buffers) const override
-    {
-        cublasSetStream(handle, s);
-        const float alpha = 1.0f, beta = 0.0f;
-        const auto st = cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha,
-                                     reinterpret_cast<const void*>(buffers.at(b)), CUDA_R_16BF, k,
-                                     reinterpret_cast<const void*>(buffers.at(a)), CUDA_R_16BF, k, &beta,
-                                     reinterpret_cast<void*>(buffers.at(c)), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                                     CUBLAS_GEMM_DEFAULT);
-        if (st != CUBLAS_STATUS_SUCCESS)
-            throw std::runtime_error("cublasGemmEx failed with status " + std::to_string(static_cast<int>(st)));
-    }
-    const std::vector<WorkspaceNeed>& workspaces() const override { return none; }
-    std::vector<std::string> symbols() const override { return {}; }
-};
+    // C[M,N] = A[M,K] * B[N,K]^T in bf16 with fp32 accumulation: the library baseline an exported dispatcher
+    // falls back to. Row-major C is column-major C^T = B * A^T, so cuBLAS sees op(B)=T, op(A)=N.
+    class CublasGemmBound final : public BoundPlan {
+    public:
+        cublasHandle_t handle = nullptr;
+        std::string a, b, c;
+        int m = 0, n = 0, k = 0;
+        std::vector<WorkspaceNeed> none;
+        void run(CUstream s, const BufferMap& buffers) const override
+        {
+            cublasSetStream(handle, s);
+            const float alpha = 1.0f, beta = 0.0f;
+            const auto st = cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha,
+                reinterpret_cast<const void*>(buffers.at(b)), CUDA_R_16BF, k,
+                reinterpret_cast<const void*>(buffers.at(a)), CUDA_R_16BF, k, &beta,
+                reinterpret_cast<void*>(buffers.at(c)), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            if (st != CUBLAS_STATUS_SUCCESS)
+                throw std::runtime_error("cublasGemmEx failed with status " + std::to_string(static_cast<int>(st)));
+        }
+        const std::vector<WorkspaceNeed>& workspaces() const override { return none; }
+        std::vector<std::string> symbols() const override { return {}; }
+    };
 
-class CublasGemmPlan final : public Plan {
-public:
-    explicit CublasGemmPlan(cublasHandle_t h) : m_handle(h) {}
-    std::string label() const override { return "library:cublas_gemm_bf16"; }
-    std::unique_ptr<BoundPlan> bind(const Problem& p, const Shape& s) const override
-    {
-        auto b = std::make_unique<CublasGemmBound>();
-        b->handle = m_handle;
-        std::vector<const TensorSpec*> in, out;
-        for (const auto& t : p.tensors)
-            (t.role == TensorRole::Input ? in : out).push_back(&t);
-        if (in.size() != 2 || out.size() != 1 || !s.dims.count("M") || !s.dims.count("N") || !s.dims.count("K"))
-            throw LaunchConfigError("cublas_gemm_bf16 needs inputs A[M,K], B[N,K], output C[M,N] and dims M, N, K");
-        b->a = in[0]->name;
-        b->b = in[1]->name;
-        b->c = out[0]->name;
-        b->m = static_cast<int>(s.dims.at("M"));
-        b->n = static_cast<int>(s.dims.at("N"));
-        b->k = static_cast<int>(s.dims.at("K"));
-        return b;
-    }
+    class CublasGemmPlan final : public Plan {
+    public:
+        explicit CublasGemmPlan(cublasHandle_t h)
+            : m_handle(h)
+        {
+        }
+        std::string label() const override { return "library:cublas_gemm_bf16"; }
+        std::unique_ptr<BoundPlan> bind(const Problem& p, const Shape& s) const override
+        {
+            auto b = std::make_unique<CublasGemmBound>();
+            b->handle = m_handle;
+            std::vector<const TensorSpec*> in, out;
+            for (const auto& t : p.tensors)
+                (t.role == TensorRole::Input ? in : out).push_back(&t);
+            if (in.size() != 2 || out.size() != 1 || !s.dims.count("M") || !s.dims.count("N") || !s.dims.count("K"))
+                throw LaunchConfigError("cublas_gemm_bf16 needs inputs A[M,K], B[N,K], output C[M,N] and dims M, N, K");
+            b->a = in[0]->name;
+            b->b = in[1]->name;
+            b->c = out[0]->name;
+            b->m = static_cast<int>(s.dims.at("M"));
+            b->n = static_cast<int>(s.dims.at("N"));
+            b->k = static_cast<int>(s.dims.at("K"));
+            return b;
+        }
 
-private:
-    cublasHandle_t m_handle;
-};
+    private:
+        cublasHandle_t m_handle;
+    };
 #endif
 
-struct TensorSize {
-    const TensorSpec* spec;
-    std::uint64_t elements;
-    std::uint64_t bytes;
-};
+    struct TensorSize {
+        const TensorSpec* spec;
+        std::uint64_t elements;
+        std::uint64_t bytes;
+    };
 
-std::vector<TensorSize> tensorSizes(const Problem& p, const Shape& s)
-{
-    std::vector<TensorSize> out;
-    const Bindings b = s.bindings();
-    for (const auto& t : p.tensors) {
-        std::uint64_t n = 1;
-        for (const auto& e : t.shape)
-            n *= static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.evaluateInt(b)));
-        out.push_back({&t, n, n * dtypeBytes(t.dtype)});
+    std::vector<TensorSize> tensorSizes(const Problem& p, const Shape& s)
+    {
+        std::vector<TensorSize> out;
+        const Bindings b = s.bindings();
+        for (const auto& t : p.tensors) {
+            std::uint64_t n = 1;
+            for (const auto& e : t.shape)
+                n *= static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.evaluateInt(b)));
+            out.push_back({ &t, n, n * dtypeBytes(t.dtype) });
+        }
+        return out;
     }
-    return out;
-}
 
-struct Guarded {
-    CUdeviceptr ptr = 0;
-    std::uint64_t bytes = 0;
-    CUdeviceptr pre = 0;
-    CUdeviceptr post = 0;
-};
+    struct Guarded {
+        CUdeviceptr ptr = 0;
+        std::uint64_t bytes = 0;
+        CUdeviceptr pre = 0;
+        CUdeviceptr post = 0;
+    };
 
-std::uint64_t guardedFootprint(std::uint64_t bytes)
-{
-    return 2 * kGuardBytes + alignUp(bytes, kAlign) + 2 * kAlign;
-}
+    std::uint64_t guardedFootprint(std::uint64_t bytes)
+    {
+        return 2 * kGuardBytes + alignUp(bytes, kAlign) + 2 * kAlign;
+    }
 
 } // namespace
 
@@ -366,7 +375,8 @@ LaunchLedger& launchLedger()
     return ledger;
 }
 
-Engine::Engine() : m_rng(std::random_device{}())
+Engine::Engine()
+    : m_rng(std::random_device {}())
 {
     KL_CU(cuInit(0));
     int index = 0;
@@ -415,8 +425,8 @@ Engine::Engine() : m_rng(std::random_device{}())
     if (cuDeviceGetUuid(&uuid, m_dev) == CUDA_SUCCESS) {
         char buf[64];
         const auto* u = reinterpret_cast<const unsigned char*>(uuid.bytes);
-        std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                      u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+        std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+            u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
         m_device.uuid = buf;
     }
     char pci[64] = {};
@@ -487,7 +497,7 @@ void Engine::measureCopyBandwidth()
     cuEventDestroy(e1);
     const double med = std::min(percentile(kernelMs, 0.5), percentile(driverMs, 0.5));
     std::fprintf(stderr, "[worker] copy 1 GiB: kernel %.3f ms, cuMemcpyDtoD %.3f ms\n", percentile(kernelMs, 0.5),
-                 percentile(driverMs, 0.5));
+        percentile(driverMs, 0.5));
     if (med > 0)
         m_device.measuredCopyBandwidth = 2.0 * static_cast<double>(bytes) / (med * 1e-3);
 }
@@ -510,8 +520,8 @@ void Engine::arenaReserve(std::uint64_t bytes)
     const CUresult r = cuMemAlloc(&m_arena, want);
     if (r != CUDA_SUCCESS) {
         m_arena = 0;
-        throw std::runtime_error("cannot allocate " + std::to_string(want >> 20) + " MiB of device memory: " +
-                                 cuErrorText(r));
+        throw std::runtime_error(
+            "cannot allocate " + std::to_string(want >> 20) + " MiB of device memory: " + cuErrorText(r));
     }
     m_arenaBytes = want;
 }
@@ -535,8 +545,8 @@ CUdeviceptr Engine::arenaAlloc(std::uint64_t bytes)
 // ---------------------------------------------------------------------------------------------------------
 // Plans and problems
 
-std::shared_ptr<Plan> Engine::compilePlan(const std::string& source, const ParamValues& params,
-                                          const std::string& name, CompileReport* report, std::string* key)
+std::shared_ptr<Plan> Engine::compilePlan(const std::string& source, const ParamValues& params, const std::string& name,
+    CompileReport* report, std::string* key)
 {
     KernelSpec spec = parseKernelSpec(source);
     CompileJob job;
@@ -559,13 +569,13 @@ std::shared_ptr<Plan> Engine::compilePlan(const std::string& source, const Param
     return std::make_shared<KernelPlan>(mod, std::move(spec), params, m->loweredNames, m_device, name);
 }
 
-const LoadedProblem& Engine::loadProblem(const Problem& p, const std::string& referenceSource,
-                                         const std::string& baselineSource)
+const LoadedProblem& Engine::loadProblem(
+    const Problem& p, const std::string& referenceSource, const std::string& baselineSource)
 {
     LoadedProblem lp;
     lp.problem = p;
-    lp.reference = compilePlan(referenceSource, parseKernelSpec(referenceSource).defaults(), p.name + "/reference.cu",
-                               &lp.referenceCompile);
+    lp.reference = compilePlan(
+        referenceSource, parseKernelSpec(referenceSource).defaults(), p.name + "/reference.cu", &lp.referenceCompile);
     if (!lp.reference)
         throw InputError(p.name + "/reference.cu does not compile:\n" + lp.referenceCompile.log);
     if (!p.libraryBaseline.empty()) {
@@ -586,8 +596,8 @@ const LoadedProblem& Engine::loadProblem(const Problem& p, const std::string& re
 #endif
     }
     if (!lp.baseline) {
-        lp.baseline = compilePlan(baselineSource, parseKernelSpec(baselineSource).defaults(), p.name + "/baseline.cu",
-                                  &lp.baselineCompile);
+        lp.baseline = compilePlan(
+            baselineSource, parseKernelSpec(baselineSource).defaults(), p.name + "/baseline.cu", &lp.baselineCompile);
         if (!lp.baseline)
             throw InputError(p.name + "/baseline.cu does not compile:\n" + lp.baselineCompile.log);
         lp.baselineKind = "baseline.cu";
@@ -602,8 +612,7 @@ const LoadedProblem* Engine::problem(const std::string& name) const
     return it == m_problems.end() ? nullptr : &it->second;
 }
 
-std::shared_ptr<Plan> Engine::candidatePlan(const CandidateModuleSpec& spec, CompileReport* report,
-                                            std::string* keyOut)
+std::shared_ptr<Plan> Engine::candidatePlan(const CandidateModuleSpec& spec, CompileReport* report, std::string* keyOut)
 {
     if (keyOut)
         *keyOut = spec.key;
@@ -649,40 +658,40 @@ std::shared_ptr<Plan> Engine::candidatePlan(const CandidateModuleSpec& spec, Com
 
 namespace {
 
-struct CheckSpec {
-    std::string name;
-    Distribution dist;
-    std::uint64_t seed;
-    int inputSet; // 0: P, 1: P'
-    int outputSet; // 0: Q, 1: Q'
-    int refSet; // 0: R1, 1: R2
-    bool computeRef;
-    int poisonVariant;
-};
+    struct CheckSpec {
+        std::string name;
+        Distribution dist;
+        std::uint64_t seed;
+        int inputSet; // 0: P, 1: P'
+        int outputSet; // 0: Q, 1: Q'
+        int refSet; // 0: R1, 1: R2
+        bool computeRef;
+        int poisonVariant;
+    };
 
-VerdictReason reason(const std::string& rule, const std::string& msg, bool blocking = true)
-{
-    VerdictReason r;
-    r.rule = rule;
-    r.message = msg;
-    r.blocking = blocking;
-    return r;
-}
+    VerdictReason reason(const std::string& rule, const std::string& msg, bool blocking = true)
+    {
+        VerdictReason r;
+        r.rule = rule;
+        r.message = msg;
+        r.blocking = blocking;
+        return r;
+    }
 
-void addReason(std::vector<VerdictReason>& out, VerdictReason r)
-{
-    for (const auto& x : out)
-        if (x.rule == r.rule)
-            return; // the first instance carries the message; per-shape numbers are in the shape results
-    out.push_back(std::move(r));
-}
+    void addReason(std::vector<VerdictReason>& out, VerdictReason r)
+    {
+        for (const auto& x : out)
+            if (x.rule == r.rule)
+                return; // the first instance carries the message; per-shape numbers are in the shape results
+        out.push_back(std::move(r));
+    }
 
-std::string fmt(double v)
-{
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.3g", v);
-    return buf;
-}
+    std::string fmt(double v)
+    {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%.3g", v);
+        return buf;
+    }
 
 } // namespace
 
@@ -714,9 +723,9 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             cb = candidate.bind(p, shape);
         } catch (const LaunchConfigError& e) {
             sr.correct = false;
-            addReason(out.reasons, reason("launch.invalid-config",
-                                          sr.heldOut ? "the launch plan cannot run a held-out shape of the validity range"
-                                                     : e.what()));
+            addReason(out.reasons,
+                reason("launch.invalid-config",
+                    sr.heldOut ? "the launch plan cannot run a held-out shape of the validity range" : e.what()));
             (sr.heldOut ? anyHeldOutFailed : anyVisibleFailed) = true;
             out.shapes.push_back(sr);
             continue;
@@ -782,11 +791,11 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
 
         const std::uint64_t seedA = o.seed ^ (0x51ED2701ull * (si + 1));
         const std::vector<CheckSpec> checks = {
-            {"order:A", Distribution::Normal, seedA, 0, 0, 0, true, 0},
-            {"order:B", Distribution::Normal, seedA ^ 0xB0B0B0B0ull, 0, 0, 1, true, 1},
-            {"order:A'", Distribution::Normal, seedA, 1, 1, 0, false, 1},
-            {"large", Distribution::Large, seedA ^ 0x1A26Eull, 0, 0, 1, true, 0},
-            {"outliers", Distribution::Outliers, seedA ^ 0x0D71E25ull, 0, 0, 1, true, 1},
+            { "order:A", Distribution::Normal, seedA, 0, 0, 0, true, 0 },
+            { "order:B", Distribution::Normal, seedA ^ 0xB0B0B0B0ull, 0, 0, 1, true, 1 },
+            { "order:A'", Distribution::Normal, seedA, 1, 1, 0, false, 1 },
+            { "large", Distribution::Large, seedA ^ 0x1A26Eull, 0, 0, 1, true, 0 },
+            { "outliers", Distribution::Outliers, seedA ^ 0x0D71E25ull, 0, 0, 1, true, 1 },
         };
         auto merged = [](const BufferMap& a, const BufferMap& b, const BufferMap& c) {
             BufferMap m = a;
@@ -800,34 +809,34 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                 if (t.spec->role != TensorRole::Input || t.elements == 0)
                     continue;
                 m_harness.fill(m_stream, inputs[set].at(t.spec->name), t.elements, t.spec->dtype, dist,
-                               seed ^ (0x9E3779B97F4A7C15ull * (ti + 1)), t.spec->scale);
+                    seed ^ (0x9E3779B97F4A7C15ull * (ti + 1)), t.spec->scale);
             }
         };
         auto prepareOutputs = [&](int set, int variant) {
             for (const auto& t : sizes)
                 if (t.spec->role == TensorRole::Output && t.elements)
                     m_harness.poison(m_stream, outputs[set].at(t.spec->name), t.elements, t.spec->dtype,
-                                     HarnessKernels::poisonPattern(t.spec->dtype, variant));
+                        HarnessKernels::poisonPattern(t.spec->dtype, variant));
             for (const auto& w : cb->workspaces())
                 if (!w.zeroInit && w.bytes >= 4)
-                    KL_CU(cuMemsetD32Async(work.at(w.name), 0x7FA5C3E1u ^ static_cast<unsigned>(variant), w.bytes / 4,
-                                           m_stream));
+                    KL_CU(cuMemsetD32Async(
+                        work.at(w.name), 0x7FA5C3E1u ^ static_cast<unsigned>(variant), w.bytes / 4, m_stream));
             m_harness.canaryFill(m_stream, guardRegions, kGuardBytes / 4);
         };
         auto hashInputs = [&](int set, CUdeviceptr slot) {
             for (std::size_t ti = 0; ti < sizes.size(); ++ti)
                 if (sizes[ti].spec->role == TensorRole::Input)
-                    m_harness.hash(m_stream, inputs[set].at(sizes[ti].spec->name), sizes[ti].bytes, ti * 0x100000001ull,
-                                   slot);
+                    m_harness.hash(
+                        m_stream, inputs[set].at(sizes[ti].spec->name), sizes[ti].bytes, ti * 0x100000001ull, slot);
         };
         // Each reference output's sum of squares, once per reference run: refStats[refSet] + 8 * output index.
-        CUdeviceptr refStats[2] = {0, 0};
+        CUdeviceptr refStats[2] = { 0, 0 };
         auto referenceStats = [&](int refSet, CUdeviceptr area) {
             int oi = 0;
             for (const auto& t : sizes)
                 if (t.spec->role == TensorRole::Output && t.elements)
-                    m_harness.sumSquares(m_stream, refs[refSet].at(t.spec->name), t.elements, t.spec->dtype,
-                                         area + 8 * oi++);
+                    m_harness.sumSquares(
+                        m_stream, refs[refSet].at(t.spec->name), t.elements, t.spec->dtype, area + 8 * oi++);
             refStats[refSet] = area;
         };
         auto compareOutputs = [&](int outSet, int refSet, int variant, CUdeviceptr checkSlots) {
@@ -835,8 +844,8 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             for (const auto& t : sizes)
                 if (t.spec->role == TensorRole::Output && t.elements)
                     m_harness.compare(m_stream, outputs[outSet].at(t.spec->name), refs[refSet].at(t.spec->name),
-                                      t.elements, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, variant),
-                                      checkSlots, refStats[refSet] + 8 * oi++);
+                        t.elements, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, variant), checkSlots,
+                        refStats[refSet] + 8 * oi++);
             m_harness.canaryCheck(m_stream, guardRegions, kGuardBytes / 4, checkSlots + kCanaryBad * 8);
         };
 
@@ -944,28 +953,35 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             cs.inputsUnchanged = s[kHashBefore] == s[kHashAfter];
             cs.seed = seed;
             cs.distribution = name;
-            cs.passed = !cs.nonFinite && cs.fullCoverage && cs.canariesIntact && cs.inputsUnchanged &&
-                        cs.relL2 <= tol.relL2 && cs.maxAbs <= tol.maxAbs && std::isfinite(cs.relL2);
+            cs.passed = !cs.nonFinite && cs.fullCoverage && cs.canariesIntact && cs.inputsUnchanged
+                && cs.relL2 <= tol.relL2 && cs.maxAbs <= tol.maxAbs && std::isfinite(cs.relL2);
             if (!cs.inputsUnchanged)
-                addReason(out.reasons, reason("dynamic.input-modified", "the candidate changed its inputs on " + where));
+                addReason(
+                    out.reasons, reason("dynamic.input-modified", "the candidate changed its inputs on " + where));
             if (!cs.canariesIntact)
-                addReason(out.reasons, reason("dynamic.canary", "the candidate wrote outside its output or workspace "
-                                                                "buffers on " + where + " (" +
-                                                                    std::to_string(s[kCanaryBad]) + " guard words changed)"));
+                addReason(out.reasons,
+                    reason("dynamic.canary",
+                        "the candidate wrote outside its output or workspace "
+                        "buffers on "
+                            + where + " (" + std::to_string(s[kCanaryBad]) + " guard words changed)"));
             if (!cs.fullCoverage)
                 addReason(out.reasons,
-                          reason("dynamic.coverage", std::to_string(s[kPoisonLeft]) + " output elements were never written on " + where));
+                    reason("dynamic.coverage",
+                        std::to_string(s[kPoisonLeft]) + " output elements were never written on " + where));
             if (cs.nonFinite)
-                addReason(out.reasons, reason("correctness.non-finite", "NaN or Inf where the reference is finite on " +
-                                                                            where + " (" + name + " inputs)"));
+                addReason(out.reasons,
+                    reason("correctness.non-finite",
+                        "NaN or Inf where the reference is finite on " + where + " (" + name + " inputs)"));
             if (cs.fullCoverage && !cs.nonFinite && (cs.relL2 > tol.relL2 || !std::isfinite(cs.relL2)))
-                addReason(out.reasons, reason("correctness.rel-l2", "relative L2 error " + fmt(cs.relL2) + " > " +
-                                                                        fmt(tol.relL2) + " on " + where + " (" + name +
-                                                                        " inputs)"));
+                addReason(out.reasons,
+                    reason("correctness.rel-l2",
+                        "relative L2 error " + fmt(cs.relL2) + " > " + fmt(tol.relL2) + " on " + where + " (" + name
+                            + " inputs)"));
             if (cs.fullCoverage && !cs.nonFinite && cs.maxAbs > tol.maxAbs)
-                addReason(out.reasons, reason("correctness.max-abs", "max error " + fmt(cs.maxAbs) + " > " +
-                                                                         fmt(tol.maxAbs) + " on " + where + " (" + name +
-                                                                         " inputs)"));
+                addReason(out.reasons,
+                    reason("correctness.max-abs",
+                        "max error " + fmt(cs.maxAbs) + " > " + fmt(tol.maxAbs) + " on " + where + " (" + name
+                            + " inputs)"));
             sr.checks.push_back(cs);
             return cs.passed;
         };
@@ -979,19 +995,25 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             all = all && ok;
         }
         if (firstPassed && laterFailed)
-            addReason(out.reasons, reason("dynamic.state-between-launches",
-                                          "correct on the first run but wrong on a later run with new values or new "
-                                          "buffer addresses (run order A, B, A') on " + where));
+            addReason(out.reasons,
+                reason("dynamic.state-between-launches",
+                    "correct on the first run but wrong on a later run with new values or new "
+                    "buffer addresses (run order A, B, A') on "
+                        + where));
         if (launchFailed)
             addReason(out.reasons, reason("launch.failed", "the launch failed on " + where + ": " + launchError));
         if (graphFailed)
-            addReason(out.reasons, reason("graph.capture-failed",
-                                          "the launch plan could not be captured into a CUDA graph: " + graphError));
+            addReason(out.reasons,
+                reason(
+                    "graph.capture-failed", "the launch plan could not be captured into a CUDA graph: " + graphError));
         else if (!launchFailed && o.graphCheck) {
             const bool ok = evaluateCheck(graphCheck, "graph:replay", seedA);
             if (!ok)
-                addReason(out.reasons, reason("graph.capture-failed", "the launch plan replayed from a CUDA graph gives "
-                                                                    "wrong results on " + where));
+                addReason(out.reasons,
+                    reason("graph.capture-failed",
+                        "the launch plan replayed from a CUDA graph gives "
+                        "wrong results on "
+                            + where));
             all = all && ok;
         }
         sr.correct = all;
@@ -1000,11 +1022,11 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
         out.shapes.push_back(std::move(sr));
     }
     if (anyHeldOutFailed)
-        addReason(out.reasons, reason("dynamic.held-out-shape",
-                                      anyVisibleFailed
-                                          ? "also fails on held-out shapes drawn from the validity range"
-                                          : "correct on the visible shapes but wrong on a held-out shape drawn from the "
-                                            "validity range (shape withheld): special-casing shapes does not pass"));
+        addReason(out.reasons,
+            reason("dynamic.held-out-shape",
+                anyVisibleFailed ? "also fails on held-out shapes drawn from the validity range"
+                                 : "correct on the visible shapes but wrong on a held-out shape drawn from the "
+                                   "validity range (shape withheld): special-casing shapes does not pass"));
 
     const double cuptiStart = nowSeconds();
     double harnessGpuMs = 0, candidateGpuMs = 0, referenceGpuMs = 0;
@@ -1019,8 +1041,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             if (r.name.rfind("kl_h_", 0) == 0) {
                 harnessGpuMs += ms;
                 harnessByKernel[r.name.substr(5)] += ms;
-            }
-            else if (candidateSymbols.count(r.name))
+            } else if (candidateSymbols.count(r.name))
                 candidateGpuMs += ms;
             else
                 referenceGpuMs += ms;
@@ -1047,11 +1068,12 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
         }
         if (expected != actual || deviceLaunched) {
             std::vector<std::string> extra, missing;
-            std::set_difference(actual.begin(), actual.end(), expected.begin(), expected.end(), std::back_inserter(extra));
-            std::set_difference(expected.begin(), expected.end(), actual.begin(), actual.end(),
-                                std::back_inserter(missing));
-            std::string msg = "kernels that ran differ from the launch plan: " + std::to_string(extra.size()) +
-                              " unexpected, " + std::to_string(missing.size()) + " missing";
+            std::set_difference(
+                actual.begin(), actual.end(), expected.begin(), expected.end(), std::back_inserter(extra));
+            std::set_difference(
+                expected.begin(), expected.end(), actual.begin(), actual.end(), std::back_inserter(missing));
+            std::string msg = "kernels that ran differ from the launch plan: " + std::to_string(extra.size())
+                + " unexpected, " + std::to_string(missing.size()) + " missing";
             if (!extra.empty())
                 msg += "; e.g. ran " + extra.front();
             if (!missing.empty())
@@ -1066,10 +1088,10 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
     // Where a verification's time goes on the GPU (CUPTI's kernel durations): the harness's own kernels, the
     // reference (and anything else) and the candidate.
     std::fprintf(stderr,
-                 "[worker] verify %zu shapes: %.1f ms (CUPTI stop %.1f ms; GPU kernels: harness %.1f ms, reference "
-                 "%.1f ms, candidate %.1f ms;",
-                 o.shapes.size(), (nowSeconds() - verifyStart) * 1e3, (nowSeconds() - cuptiStart) * 1e3, harnessGpuMs,
-                 referenceGpuMs, candidateGpuMs);
+        "[worker] verify %zu shapes: %.1f ms (CUPTI stop %.1f ms; GPU kernels: harness %.1f ms, reference "
+        "%.1f ms, candidate %.1f ms;",
+        o.shapes.size(), (nowSeconds() - verifyStart) * 1e3, (nowSeconds() - cuptiStart) * 1e3, harnessGpuMs,
+        referenceGpuMs, candidateGpuMs);
     for (const auto& [name, ms] : harnessByKernel)
         std::fprintf(stderr, " %s %.1f", name.c_str(), ms);
     std::fprintf(stderr, ")\n");
@@ -1123,7 +1145,8 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         // At least 4 sets, each tensor of each set at its own random offset: a streaming kernel's speed depends on
         // where its buffers sit relative to each other (DRAM channel and bank conflicts, about 1-2% on the H200),
         // and a median over several placements repeats across requests where one placement per request did not.
-        int sets = static_cast<int>(std::clamp<std::uint64_t>((l2x2 + ioBytes - 1) / std::max<std::uint64_t>(ioBytes, 1) + 1, 4, 2048));
+        int sets = static_cast<int>(
+            std::clamp<std::uint64_t>((l2x2 + ioBytes - 1) / std::max<std::uint64_t>(ioBytes, 1) + 1, 4, 2048));
         std::size_t freeMem = 0, totalMem = 0;
         cuMemGetInfo(&freeMem, &totalMem);
         const std::uint64_t budget = static_cast<std::uint64_t>(freeMem + m_arenaBytes) / 2;
@@ -1135,7 +1158,8 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         arenaReset();
         // One slab per tensor holding every set, so filling or poisoning all sets is one launch each.
         std::vector<BufferMap> candSets(sets), baseSets(sets);
-        auto setStride = [](std::uint64_t bytes) { return alignUp(std::max<std::uint64_t>(bytes, 4), kAlign) + 64 * kAlign; };
+        auto setStride
+            = [](std::uint64_t bytes) { return alignUp(std::max<std::uint64_t>(bytes, 4), kAlign) + 64 * kAlign; };
         auto placeSets = [&](CUdeviceptr slab, std::uint64_t stride) {
             std::vector<CUdeviceptr> at(static_cast<std::size_t>(sets));
             for (int k = 0; k < sets; ++k)
@@ -1155,9 +1179,10 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 for (int k = 0; k < sets; ++k)
                     baseSets[k][t.spec->name] = at[k];
                 m_harness.fill(m_stream, slab, slabElems, t.spec->dtype, Distribution::Normal,
-                               o.seed ^ (0x9E3779B97F4A7C15ull * (ti + 1)), t.spec->scale);
+                    o.seed ^ (0x9E3779B97F4A7C15ull * (ti + 1)), t.spec->scale);
             } else {
-                m_harness.poison(m_stream, slab, slabElems, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, 0));
+                m_harness.poison(
+                    m_stream, slab, slabElems, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, 0));
                 if (bb) {
                     const auto bat = placeSets(arenaAlloc(stride * sets), stride);
                     for (int k = 0; k < sets; ++k)
@@ -1218,8 +1243,8 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             }
             const double tC = percentile(estC, 0.5);
             const double tB = bb ? percentile(estB, 0.5) : tC;
-            const bool graphMode =
-                o.graphMode == "always" || (o.graphMode == "auto" && std::min(tC, tB) < o.graphThresholdUs);
+            const bool graphMode
+                = o.graphMode == "always" || (o.graphMode == "auto" && std::min(tC, tB) < o.graphThresholdUs);
 
             struct Timed {
                 const BoundPlan* plan;
@@ -1266,8 +1291,8 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             auto perSampleFor = [&](double us) {
                 return std::clamp(static_cast<int>(std::ceil(200.0 / std::max(us, 0.5))), 1, 1000);
             };
-            Timed cand{cb.get(), &candSets, {}, 1, {}, {}};
-            Timed base{bb.get(), &baseSets, {}, 1, {}, {}};
+            Timed cand { cb.get(), &candSets, {}, 1, {}, {} };
+            Timed base { bb.get(), &baseSets, {}, 1, {}, {} };
             if (graphMode) {
                 const int per = perSampleFor(std::min(tC, tB));
                 buildGraphs(cand, per);
@@ -1339,8 +1364,9 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                     const auto tc = summarize(cand.samples, graphMode, cand.perSample);
                     bool done = relativeHalfWidth(tc) <= o.targetRelHalfWidth;
                     if (bb)
-                        done = done && relativeHalfWidth(summarize(base.samples, graphMode, base.perSample)) <=
-                                           o.targetRelHalfWidth;
+                        done = done
+                            && relativeHalfWidth(summarize(base.samples, graphMode, base.perSample))
+                                <= o.targetRelHalfWidth;
                     if (done || n >= o.maxSamples || nowSeconds() - start > o.maxSecondsPerShape)
                         break;
                 }
@@ -1371,7 +1397,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             if (graphMode) {
                 st.result.graphTiming = st.result.timing;
             } else if (o.graphTiming) {
-                Timed g{cb.get(), &candSets, {}, 1, {}, {}};
+                Timed g { cb.get(), &candSets, {}, 1, {}, {} };
                 try {
                     buildGraphs(g, perSampleFor(tC));
                     for (int i = 0; i < 12; ++i) {
@@ -1414,10 +1440,10 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                             if (!std::exchange(firstOutput, false))
                                 KL_CU(cuMemsetD32Async(checkSlots + kRefSumSq * 8, 0, 2, m_stream));
                             m_harness.sumSquares(m_stream, refOut.at(t.spec->name), t.elements, t.spec->dtype,
-                                                 checkSlots + kRefSumSq * 8);
+                                checkSlots + kRefSumSq * 8);
                             m_harness.compare(m_stream, candSets[pool[j]].at(t.spec->name), refOut.at(t.spec->name),
-                                              t.elements, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, 0),
-                                              checkSlots, checkSlots + kRefSumSq * 8);
+                                t.elements, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, 0), checkSlots,
+                                checkSlots + kRefSumSq * 8);
                         }
                 }
                 KL_CU(cuStreamSynchronize(m_stream));
@@ -1452,15 +1478,17 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 }
                 st.result.correct = allOk;
                 if (!allOk)
-                    addReason(out.reasons, reason("dynamic.timed-output-wrong",
-                                                  "outputs written during the timed runs are wrong on shape " +
-                                                      shape.label() + " although verification passed"));
+                    addReason(out.reasons,
+                        reason("dynamic.timed-output-wrong",
+                            "outputs written during the timed runs are wrong on shape " + shape.label()
+                                + " although verification passed"));
             } else {
                 st.result.correct = true;
             }
-            std::fprintf(stderr, "[worker] time %s: sets %d %s x%d samples %d setup %.1f ms measure %.1f ms tail %.1f ms\n",
-                         shape.label().c_str(), sets, graphMode ? "graph" : "events", cand.perSample,
-                         static_cast<int>(cand.samples.size()), setupMs, measureMs, (nowSeconds() - tailStart) * 1e3);
+            std::fprintf(stderr,
+                "[worker] time %s: sets %d %s x%d samples %d setup %.1f ms measure %.1f ms tail %.1f ms\n",
+                shape.label().c_str(), sets, graphMode ? "graph" : "events", cand.perSample,
+                static_cast<int>(cand.samples.size()), setupMs, measureMs, (nowSeconds() - tailStart) * 1e3);
         } catch (const CudaError& e) {
             for (auto ev : events)
                 cuEventDestroy(ev);
@@ -1504,8 +1532,8 @@ TraceOutcome Engine::trace(const LoadedProblem& lp, const Plan& candidate, const
             const CUdeviceptr ptr = arenaAlloc(std::max<std::uint64_t>(t.bytes, 4));
             bufs[k][t.spec->name] = ptr;
             if (t.elements)
-                m_harness.fill(m_stream, ptr, t.elements, t.spec->dtype, Distribution::Normal, 77 + k * 1000 + ti,
-                               t.spec->scale);
+                m_harness.fill(
+                    m_stream, ptr, t.elements, t.spec->dtype, Distribution::Normal, 77 + k * 1000 + ti, t.spec->scale);
         }
         for (const auto& w : cb->workspaces())
             bufs[k][w.name] = arenaAlloc(std::max<std::uint64_t>(w.bytes, 4));

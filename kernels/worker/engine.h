@@ -10,9 +10,8 @@
 #include "kernels/worker/harness_kernels.h"
 #include "kernels/worker/nvml_monitor.h"
 
-#include <cuda.h>
-
 #include <cstdint>
+#include <cuda.h>
 #include <map>
 #include <memory>
 #include <optional>
@@ -138,13 +137,13 @@ public:
     NvrtcCompiler& compiler() { return *m_compiler; }
     DeviceSample sample() const { return m_nvml.latest(); }
 
-    const LoadedProblem& loadProblem(const Problem& p, const std::string& referenceSource,
-                                     const std::string& baselineSource);
+    const LoadedProblem& loadProblem(
+        const Problem& p, const std::string& referenceSource, const std::string& baselineSource);
     const LoadedProblem* problem(const std::string& name) const;
 
     // Loads (or finds) a candidate's module. Returns its compile report (cacheHit when already loaded).
-    std::shared_ptr<Plan> candidatePlan(const CandidateModuleSpec& spec, CompileReport* report,
-                                        std::string* key = nullptr);
+    std::shared_ptr<Plan> candidatePlan(
+        const CandidateModuleSpec& spec, CompileReport* report, std::string* key = nullptr);
 
     VerifyOutcome verify(const LoadedProblem& lp, const Plan& candidate, const VerifyOptions& o);
     TimeOutcome time(const LoadedProblem& lp, const Plan& candidate, const TimeOptions& o);
@@ -153,7 +152,7 @@ public:
 private:
     void measureCopyBandwidth();
     std::shared_ptr<Plan> compilePlan(const std::string& source, const ParamValues& params, const std::string& name,
-                                      CompileReport* report, std::string* key = nullptr);
+        CompileReport* report, std::string* key = nullptr);
 
     CUdevice m_dev = 0;
     CUcontext m_ctx = nullptr;

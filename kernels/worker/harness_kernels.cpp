@@ -31,8 +31,8 @@ void HarnessKernels::load(NvrtcCompiler& compiler, const std::string& arch)
     job.source = harnessKernelSource();
     job.arch = arch;
     job.name = "kl_harness.cu";
-    job.kernels = {"kl_h_fill",         "kl_h_poison", "kl_h_compare", "kl_h_hash",       "kl_h_canary_fill",
-                   "kl_h_canary_check", "kl_h_copy",   "kl_h_spin",    "kl_h_sum_squares"};
+    job.kernels = { "kl_h_fill", "kl_h_poison", "kl_h_compare", "kl_h_hash", "kl_h_canary_fill", "kl_h_canary_check",
+        "kl_h_copy", "kl_h_spin", "kl_h_sum_squares" };
     auto m = compiler.compile(job);
     if (!m->report.ok)
         throw std::runtime_error("harness kernels failed to compile: " + m->report.log);
@@ -62,84 +62,85 @@ void HarnessKernels::launch(CUfunction f, CUstream s, std::uint64_t n, void** ar
 {
     const unsigned block = 256;
     const std::uint64_t want = (n + block - 1) / block;
-    const unsigned grid = static_cast<unsigned>(std::clamp<std::uint64_t>(want, 1, static_cast<std::uint64_t>(m_smCount) * 16));
+    const unsigned grid
+        = static_cast<unsigned>(std::clamp<std::uint64_t>(want, 1, static_cast<std::uint64_t>(m_smCount) * 16));
     KL_CU(cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, s, args, nullptr));
 }
 
-void HarnessKernels::fill(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, Distribution dist,
-                          std::uint64_t seed, double scale) const
+void HarnessKernels::fill(
+    CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, Distribution dist, std::uint64_t seed, double scale) const
 {
     int dtc = static_cast<int>(dt);
     int distc = static_cast<int>(dist);
     float sc = static_cast<float>(scale);
     float large = static_cast<float>(kLargeFactor);
-    void* args[] = {&p, &n, &dtc, &distc, &seed, &sc, &large};
+    void* args[] = { &p, &n, &dtc, &distc, &seed, &sc, &large };
     launch(m_fill, s, vectorLanes(n, dt), args);
 }
 
 void HarnessKernels::poison(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, std::uint64_t pattern) const
 {
     int dtc = static_cast<int>(dt);
-    void* args[] = {&p, &n, &dtc, &pattern};
+    void* args[] = { &p, &n, &dtc, &pattern };
     launch(m_poison, s, vectorLanes(n, dt), args);
 }
 
 void HarnessKernels::sumSquares(CUstream s, CUdeviceptr ref, std::uint64_t n, DType dt, CUdeviceptr out) const
 {
     int dtc = static_cast<int>(dt);
-    void* args[] = {&ref, &n, &dtc, &out};
+    void* args[] = { &ref, &n, &dtc, &out };
     launch(m_sumSquares, s, vectorLanes(n, dt), args);
 }
 
 void HarnessKernels::compare(CUstream s, CUdeviceptr cand, CUdeviceptr ref, std::uint64_t n, DType dt,
-                             std::uint64_t poisonBits, CUdeviceptr slots, CUdeviceptr refSumSq) const
+    std::uint64_t poisonBits, CUdeviceptr slots, CUdeviceptr refSumSq) const
 {
     int dtc = static_cast<int>(dt);
-    void* args[] = {&cand, &ref, &n, &dtc, &poisonBits, &slots, &refSumSq};
+    void* args[] = { &cand, &ref, &n, &dtc, &poisonBits, &slots, &refSumSq };
     launch(m_compare, s, vectorLanes(n, dt), args);
 }
 
 void HarnessKernels::hash(CUstream s, CUdeviceptr p, std::uint64_t bytes, std::uint64_t salt, CUdeviceptr slot) const
 {
-    void* args[] = {&p, &bytes, &salt, &slot};
+    void* args[] = { &p, &bytes, &salt, &slot };
     launch(m_hash, s, bytes / 16 + 1, args);
 }
 
 namespace {
-constexpr int kMaxGuardsPerLaunch = 64; // KL_MAX_GUARDS in the kernel source
-struct GuardList {
-    CUdeviceptr p[kMaxGuardsPerLaunch];
-};
+    constexpr int kMaxGuardsPerLaunch = 64; // KL_MAX_GUARDS in the kernel source
+    struct GuardList {
+        CUdeviceptr p[kMaxGuardsPerLaunch];
+    };
 } // namespace
 
 void HarnessKernels::canaryFill(CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words) const
 {
     std::uint32_t pattern = kCanaryWord;
     for (std::size_t first = 0; first < regions.size(); first += kMaxGuardsPerLaunch) {
-        GuardList list{};
+        GuardList list {};
         int count = static_cast<int>(std::min<std::size_t>(kMaxGuardsPerLaunch, regions.size() - first));
         std::copy_n(regions.begin() + static_cast<std::ptrdiff_t>(first), count, list.p);
-        void* args[] = {&list, &count, &words, &pattern};
+        void* args[] = { &list, &count, &words, &pattern };
         KL_CU(cuLaunchKernel(m_canaryFill, static_cast<unsigned>(count), 1, 1, 256, 1, 1, 0, s, args, nullptr));
     }
 }
 
-void HarnessKernels::canaryCheck(CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words,
-                                 CUdeviceptr slot) const
+void HarnessKernels::canaryCheck(
+    CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words, CUdeviceptr slot) const
 {
     std::uint32_t pattern = kCanaryWord;
     for (std::size_t first = 0; first < regions.size(); first += kMaxGuardsPerLaunch) {
-        GuardList list{};
+        GuardList list {};
         int count = static_cast<int>(std::min<std::size_t>(kMaxGuardsPerLaunch, regions.size() - first));
         std::copy_n(regions.begin() + static_cast<std::ptrdiff_t>(first), count, list.p);
-        void* args[] = {&list, &count, &words, &pattern, &slot};
+        void* args[] = { &list, &count, &words, &pattern, &slot };
         KL_CU(cuLaunchKernel(m_canaryCheck, static_cast<unsigned>(count), 1, 1, 256, 1, 1, 0, s, args, nullptr));
     }
 }
 
 void HarnessKernels::copy(CUstream s, CUdeviceptr src, CUdeviceptr dst, std::uint64_t n16) const
 {
-    void* args[] = {&src, &dst, &n16};
+    void* args[] = { &src, &dst, &n16 };
     const unsigned block = 256;
     const unsigned grid = static_cast<unsigned>((n16 + block * 4 - 1) / (block * 4));
     KL_CU(cuLaunchKernel(m_copy, grid, 1, 1, block, 1, 1, 0, s, args, nullptr));
@@ -147,7 +148,7 @@ void HarnessKernels::copy(CUstream s, CUdeviceptr src, CUdeviceptr dst, std::uin
 
 void HarnessKernels::spin(CUstream s, std::uint64_t cycles) const
 {
-    void* args[] = {&cycles};
+    void* args[] = { &cycles };
     KL_CU(cuLaunchKernel(m_spin, 1, 1, 1, 1, 1, 1, 0, s, args, nullptr));
 }
 

@@ -5,9 +5,8 @@
 #include "kernels/harness_kernel_source.h"
 #include "kernels/nvrtc_compiler.h"
 
-#include <cuda.h>
-
 #include <cstdint>
+#include <cuda.h>
 #include <string>
 #include <vector>
 
@@ -38,12 +37,12 @@ public:
     ~HarnessKernels();
 
     void fill(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, Distribution dist, std::uint64_t seed,
-              double scale) const;
+        double scale) const;
     void poison(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, std::uint64_t pattern) const;
     // The reference's sum of squares (for the max error's floor) must be in refSumSq before compare() runs.
     void sumSquares(CUstream s, CUdeviceptr ref, std::uint64_t n, DType dt, CUdeviceptr out) const;
     void compare(CUstream s, CUdeviceptr cand, CUdeviceptr ref, std::uint64_t n, DType dt, std::uint64_t poison,
-                 CUdeviceptr slots, CUdeviceptr refSumSq) const;
+        CUdeviceptr slots, CUdeviceptr refSumSq) const;
     void hash(CUstream s, CUdeviceptr p, std::uint64_t bytes, std::uint64_t salt, CUdeviceptr slot) const;
     // Guard regions of `words` 32-bit words each, any number of them, in one launch per 64.
     void canaryFill(CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words) const;

@@ -7,18 +7,19 @@
 namespace kl::worker {
 
 namespace {
-// The few NVML entry points we need, declared here: the CUDA 13 toolkit ships no NVML header, and the library comes with the driver.
-using NvmlInit = int (*)();
-using NvmlShutdown = int (*)();
-using NvmlByPci = int (*)(const char*, void**);
-using NvmlClock = int (*)(void*, int, unsigned*);
-using NvmlTemp = int (*)(void*, int, unsigned*);
-using NvmlPower = int (*)(void*, unsigned*);
-using NvmlReasons = int (*)(void*, unsigned long long*);
-using NvmlDriver = int (*)(char*, unsigned);
-enum { kInit, kShutdown, kByPci, kClock, kMaxClock, kTemp, kPower, kReasons };
-constexpr int kClockSm = 1;
-constexpr int kClockMem = 2;
+    // The few NVML entry points we need, declared here: the CUDA 13 toolkit ships no NVML header, and the library comes
+    // with the driver.
+    using NvmlInit = int (*)();
+    using NvmlShutdown = int (*)();
+    using NvmlByPci = int (*)(const char*, void**);
+    using NvmlClock = int (*)(void*, int, unsigned*);
+    using NvmlTemp = int (*)(void*, int, unsigned*);
+    using NvmlPower = int (*)(void*, unsigned*);
+    using NvmlReasons = int (*)(void*, unsigned long long*);
+    using NvmlDriver = int (*)(char*, unsigned);
+    enum { kInit, kShutdown, kByPci, kClock, kMaxClock, kTemp, kPower, kReasons };
+    constexpr int kClockSm = 1;
+    constexpr int kClockMem = 2;
 } // namespace
 
 NvmlMonitor::~NvmlMonitor()
@@ -42,14 +43,9 @@ bool NvmlMonitor::open(const std::string& pciBusId)
     m_lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!m_lib)
         return false;
-    const char* names[] = {"nvmlInit_v2",
-                           "nvmlShutdown",
-                           "nvmlDeviceGetHandleByPciBusId_v2",
-                           "nvmlDeviceGetClockInfo",
-                           "nvmlDeviceGetMaxClockInfo",
-                           "nvmlDeviceGetTemperature",
-                           "nvmlDeviceGetPowerUsage",
-                           "nvmlDeviceGetCurrentClocksEventReasons"};
+    const char* names[] = { "nvmlInit_v2", "nvmlShutdown", "nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetClockInfo",
+        "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetTemperature", "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetCurrentClocksEventReasons" };
     for (int i = 0; i < 8; ++i)
         m_fns[i] = dlsym(m_lib, names[i]);
     if (!m_fns[kReasons])
@@ -69,11 +65,8 @@ std::string NvmlMonitor::throttleText(unsigned long long r)
         unsigned long long bit;
         const char* name;
     };
-    static const Bit bits[] = {{0x4, "sw-power-cap"},
-                               {0x8, "hw-slowdown"},
-                               {0x20, "sw-thermal"},
-                               {0x40, "hw-thermal"},
-                               {0x80, "hw-power-brake"}};
+    static const Bit bits[] = { { 0x4, "sw-power-cap" }, { 0x8, "hw-slowdown" }, { 0x20, "sw-thermal" },
+        { 0x40, "hw-thermal" }, { 0x80, "hw-power-brake" } };
     std::string out;
     for (const auto& b : bits)
         if (r & b.bit)

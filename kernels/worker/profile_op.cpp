@@ -26,108 +26,114 @@ public:
 
 namespace {
 
-constexpr std::uint64_t kAlign = 256;
+    constexpr std::uint64_t kAlign = 256;
 
-std::uint64_t alignUp(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+    std::uint64_t alignUp(std::uint64_t v, std::uint64_t a)
+    {
+        return (v + a - 1) / a * a;
+    }
 
-// One run of the plan on freshly filled inputs (after a warm-up run) under the range profiler.
-void measureSol(Engine& engine, const Problem& p, const Plan& plan, const Shape& s, PlanProfile& out)
-{
-    const auto bound = plan.bind(p, s);
-    const Bindings b = s.bindings();
-    struct Tensor {
-        const TensorSpec* spec;
-        std::uint64_t elements;
-        std::uint64_t bytes;
-    };
-    std::vector<Tensor> tensors;
-    std::uint64_t total = 0;
-    for (const auto& t : p.tensors) {
-        std::uint64_t n = 1;
-        for (const auto& e : t.shape)
-            n *= static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.evaluateInt(b)));
-        tensors.push_back({&t, n, n * dtypeBytes(t.dtype)});
-        total += alignUp(std::max<std::uint64_t>(n * dtypeBytes(t.dtype), 4), kAlign) + 64 * kAlign;
-    }
-    for (const auto& w : bound->workspaces())
-        total += alignUp(std::max<std::uint64_t>(w.bytes, 4), kAlign) + 64 * kAlign;
-    EngineAccess::arenaReserve(engine, total + 4096 * kAlign);
-    EngineAccess::arenaReset(engine);
-    const CUstream stream = EngineAccess::stream(engine);
-    BufferMap buffers;
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-        const auto& t = tensors[i];
-        const CUdeviceptr ptr = EngineAccess::arenaAlloc(engine, std::max<std::uint64_t>(t.bytes, 4));
-        buffers[t.spec->name] = ptr;
-        if (t.elements)
-            EngineAccess::harness(engine).fill(stream, ptr, t.elements, t.spec->dtype, Distribution::Normal, 991 + i,
-                                               t.spec->scale);
-    }
-    for (const auto& w : bound->workspaces())
-        buffers[w.name] = EngineAccess::arenaAlloc(engine, std::max<std::uint64_t>(w.bytes, 4));
-    bound->run(stream, buffers); // loads lazily loaded code and warms the clocks outside the counters
-    KL_CU(cuCtxSynchronize());
-#ifdef KL_WORKER_HAVE_RANGE_PROFILER
-    const prof::cupti::RangeProfile rp = prof::cupti::profileKernels([&] { bound->run(stream, buffers); });
-    out.solAvailable = rp.available;
-    out.solNote = rp.unavailableReason;
-    out.solPasses = static_cast<int>(rp.passes);
-    for (const auto& k : rp.kernels) {
-        KernelSol ks;
-        ks.name = k.rangeName;
-        ks.durationNs = k.durationNs;
-        ks.dramThroughputPct = k.dramThroughputPct;
-        ks.smThroughputPct = k.smThroughputPct;
-        ks.achievedOccupancyPct = k.achievedOccupancyPct;
-        ks.dramBytes = k.dramBytes;
-        out.sol.push_back(std::move(ks));
-    }
-    if (rp.available && rp.kernels.empty())
-        out.solNote = "the plan launched no kernel the range profiler could see";
-#else
-    out.solAvailable = false;
-    out.solNote = solUnavailableReason();
-#endif
-}
-
-PlanProfile profileOne(Engine& engine, const LoadedProblem& lp, const Plan& plan, const std::string& role,
-                       const Shape& s, const ProfileOpOptions& o, ProfileReport& report)
-{
-    PlanProfile pp;
-    pp.role = role;
-    pp.label = role == "baseline" ? lp.baselineKind : plan.label();
-    if (o.trace) {
-        // Without CUPTI the runs still give CUDA-event times per run, only no kernel records. The first run after
-        // CUPTI switches activity on waits milliseconds before its kernel starts (seen on the H200: 3.6 ms), so
-        // one more run is traced and dropped, and the timeline shows the plan's steady state.
-        const TraceOutcome tr = engine.trace(lp, plan, s, o.launches + 1);
-        pp.launches = o.launches;
-        pp.eventUs.assign(tr.eventUs.begin() + std::min<std::ptrdiff_t>(1, std::ssize(tr.eventUs)), tr.eventUs.end());
-        pp.records = tr.records;
-        std::sort(pp.records.begin(), pp.records.end(),
-                  [](const TracedKernel& a, const TracedKernel& b) { return a.startNs < b.startNs; });
-        if (!pp.records.empty() && pp.records.size() % static_cast<std::size_t>(o.launches + 1) == 0) {
-            const auto perRun = static_cast<std::ptrdiff_t>(pp.records.size() / static_cast<std::size_t>(o.launches + 1));
-            pp.records.erase(pp.records.begin(), pp.records.begin() + perRun);
+    // One run of the plan on freshly filled inputs (after a warm-up run) under the range profiler.
+    void measureSol(Engine& engine, const Problem& p, const Plan& plan, const Shape& s, PlanProfile& out)
+    {
+        const auto bound = plan.bind(p, s);
+        const Bindings b = s.bindings();
+        struct Tensor {
+            const TensorSpec* spec;
+            std::uint64_t elements;
+            std::uint64_t bytes;
+        };
+        std::vector<Tensor> tensors;
+        std::uint64_t total = 0;
+        for (const auto& t : p.tensors) {
+            std::uint64_t n = 1;
+            for (const auto& e : t.shape)
+                n *= static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.evaluateInt(b)));
+            tensors.push_back({ &t, n, n * dtypeBytes(t.dtype) });
+            total += alignUp(std::max<std::uint64_t>(n * dtypeBytes(t.dtype), 4), kAlign) + 64 * kAlign;
         }
-        if (o.launches > 0)
-            pp.kernelsPerRun = static_cast<int>(pp.records.size()) / o.launches;
-        if (report.traceAvailable && pp.records.size() % static_cast<std::size_t>(std::max(o.launches, 1)) != 0)
-            report.traceNote += role + ": " + std::to_string(pp.records.size()) + " kernel records for " +
-                                std::to_string(o.launches) + " runs (records were dropped or a run varied). ";
+        for (const auto& w : bound->workspaces())
+            total += alignUp(std::max<std::uint64_t>(w.bytes, 4), kAlign) + 64 * kAlign;
+        EngineAccess::arenaReserve(engine, total + 4096 * kAlign);
+        EngineAccess::arenaReset(engine);
+        const CUstream stream = EngineAccess::stream(engine);
+        BufferMap buffers;
+        for (std::size_t i = 0; i < tensors.size(); ++i) {
+            const auto& t = tensors[i];
+            const CUdeviceptr ptr = EngineAccess::arenaAlloc(engine, std::max<std::uint64_t>(t.bytes, 4));
+            buffers[t.spec->name] = ptr;
+            if (t.elements)
+                EngineAccess::harness(engine).fill(
+                    stream, ptr, t.elements, t.spec->dtype, Distribution::Normal, 991 + i, t.spec->scale);
+        }
+        for (const auto& w : bound->workspaces())
+            buffers[w.name] = EngineAccess::arenaAlloc(engine, std::max<std::uint64_t>(w.bytes, 4));
+        bound->run(stream, buffers); // loads lazily loaded code and warms the clocks outside the counters
+        KL_CU(cuCtxSynchronize());
+#ifdef KL_WORKER_HAVE_RANGE_PROFILER
+        const prof::cupti::RangeProfile rp = prof::cupti::profileKernels([&] { bound->run(stream, buffers); });
+        out.solAvailable = rp.available;
+        out.solNote = rp.unavailableReason;
+        out.solPasses = static_cast<int>(rp.passes);
+        for (const auto& k : rp.kernels) {
+            KernelSol ks;
+            ks.name = k.rangeName;
+            ks.durationNs = k.durationNs;
+            ks.dramThroughputPct = k.dramThroughputPct;
+            ks.smThroughputPct = k.smThroughputPct;
+            ks.achievedOccupancyPct = k.achievedOccupancyPct;
+            ks.dramBytes = k.dramBytes;
+            out.sol.push_back(std::move(ks));
+        }
+        if (rp.available && rp.kernels.empty())
+            out.solNote = "the plan launched no kernel the range profiler could see";
+#else
+        out.solAvailable = false;
+        out.solNote = solUnavailableReason();
+#endif
     }
-    if (!o.sol) {
-        pp.solNote = "not requested";
-    } else if (const std::string why = solUnavailableReason(); !why.empty()) {
-        pp.solNote = why;
-    } else {
-        measureSol(engine, lp.problem, plan, s, pp);
+
+    PlanProfile profileOne(Engine& engine, const LoadedProblem& lp, const Plan& plan, const std::string& role,
+        const Shape& s, const ProfileOpOptions& o, ProfileReport& report)
+    {
+        PlanProfile pp;
+        pp.role = role;
+        pp.label = role == "baseline" ? lp.baselineKind : plan.label();
+        if (o.trace) {
+            // Without CUPTI the runs still give CUDA-event times per run, only no kernel records. The first run after
+            // CUPTI switches activity on waits milliseconds before its kernel starts (seen on the H200: 3.6 ms), so
+            // one more run is traced and dropped, and the timeline shows the plan's steady state.
+            const TraceOutcome tr = engine.trace(lp, plan, s, o.launches + 1);
+            pp.launches = o.launches;
+            pp.eventUs.assign(
+                tr.eventUs.begin() + std::min<std::ptrdiff_t>(1, std::ssize(tr.eventUs)), tr.eventUs.end());
+            pp.records = tr.records;
+            std::sort(pp.records.begin(), pp.records.end(),
+                [](const TracedKernel& a, const TracedKernel& b) { return a.startNs < b.startNs; });
+            if (!pp.records.empty() && pp.records.size() % static_cast<std::size_t>(o.launches + 1) == 0) {
+                const auto perRun
+                    = static_cast<std::ptrdiff_t>(pp.records.size() / static_cast<std::size_t>(o.launches + 1));
+                pp.records.erase(pp.records.begin(), pp.records.begin() + perRun);
+            }
+            if (o.launches > 0)
+                pp.kernelsPerRun = static_cast<int>(pp.records.size()) / o.launches;
+            if (report.traceAvailable && pp.records.size() % static_cast<std::size_t>(std::max(o.launches, 1)) != 0)
+                report.traceNote += role + ": " + std::to_string(pp.records.size()) + " kernel records for "
+                    + std::to_string(o.launches) + " runs (records were dropped or a run varied). ";
+        }
+        if (!o.sol) {
+            pp.solNote = "not requested";
+        } else if (const std::string why = solUnavailableReason(); !why.empty()) {
+            pp.solNote = why;
+        } else {
+            measureSol(engine, lp.problem, plan, s, pp);
+        }
+        // Counters come in launch order; so do the first run's records: name the ranges after the kernels.
+        for (std::size_t i = 0; i < pp.sol.size() && i < pp.records.size() && static_cast<int>(i) < pp.kernelsPerRun;
+             ++i)
+            pp.sol[i].name = pp.records[i].name;
+        return pp;
     }
-    // Counters come in launch order; so do the first run's records: name the ranges after the kernels.
-    for (std::size_t i = 0; i < pp.sol.size() && i < pp.records.size() && static_cast<int>(i) < pp.kernelsPerRun; ++i)
-        pp.sol[i].name = pp.records[i].name;
-    return pp;
-}
 
 } // namespace
 
@@ -145,8 +151,8 @@ std::string solUnavailableReason()
 #endif
 }
 
-ProfileReport profilePlans(Engine& engine, const LoadedProblem& lp, const Plan& candidate, const Shape& s,
-                           const ProfileOpOptions& o)
+ProfileReport profilePlans(
+    Engine& engine, const LoadedProblem& lp, const Plan& candidate, const Shape& s, const ProfileOpOptions& o)
 {
     ProfileReport report;
     report.shape = s;

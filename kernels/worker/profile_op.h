@@ -14,8 +14,8 @@ struct ProfileOpOptions {
 };
 
 // The report's compile field is left for the caller (the op's compile report).
-ProfileReport profilePlans(Engine& engine, const LoadedProblem& lp, const Plan& candidate, const Shape& s,
-                           const ProfileOpOptions& o);
+ProfileReport profilePlans(
+    Engine& engine, const LoadedProblem& lp, const Plan& candidate, const Shape& s, const ProfileOpOptions& o);
 
 // Why counters cannot be collected in this worker at all ("" when they may be): built without CUPTI, or CUPTI
 // switched off with KL_NO_CUPTI.

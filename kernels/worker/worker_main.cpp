@@ -52,7 +52,7 @@ const kl::worker::LoadedProblem& problemOf(kl::worker::Engine& engine, const Jso
 Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
 {
     const std::string op = req.at("op").get<std::string>();
-    Json res = {{"id", req.value("id", 0)}, {"ok", true}};
+    Json res = { { "id", req.value("id", 0) }, { "ok", true } };
     if (op == "hello") {
         res["protocol"] = kl::wire::kProtocolVersion;
         res["device"] = kl::wire::toJson(engine.device());
@@ -63,8 +63,8 @@ Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
         res["sample"] = kl::wire::toJson(engine.sample());
     } else if (op == "load_problem") {
         const kl::Problem p = kl::problemFromJson(req.at("problem_json"), "load_problem.problem_json");
-        const auto& lp = engine.loadProblem(p, req.at("reference_source").get<std::string>(),
-                                            req.at("baseline_source").get<std::string>());
+        const auto& lp = engine.loadProblem(
+            p, req.at("reference_source").get<std::string>(), req.at("baseline_source").get<std::string>());
         res["problem"] = lp.problem.name;
         res["baseline_kind"] = lp.baselineKind;
         res["reference_compile"] = kl::wire::toJson(lp.referenceCompile);
@@ -89,7 +89,7 @@ Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
                 o.shapes.push_back(kl::wire::shape(s));
                 o.heldOut.push_back(s.value("held_out", false));
             }
-            o.seed = req.value("seed", std::uint64_t{1});
+            o.seed = req.value("seed", std::uint64_t { 1 });
             o.cupti = req.value("cupti", true);
             o.graphCheck = req.value("graph_check", true);
             const auto v = engine.verify(lp, *plan, o);
@@ -113,7 +113,7 @@ Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
             o.graphMode = req.value("graph_mode", "auto");
             o.recheck = req.value("recheck", true);
             o.graphTiming = req.value("graph_timing", true);
-            o.seed = req.value("seed", std::uint64_t{1});
+            o.seed = req.value("seed", std::uint64_t { 1 });
             const bool withSamples = req.value("return_samples", false);
             const auto t = engine.time(lp, *plan, o);
             auto& shapes = res["shapes"] = Json::array();
@@ -174,10 +174,11 @@ int main()
     try {
         engine = std::make_unique<kl::worker::Engine>();
     } catch (const std::exception& e) {
-        send({{"id", 0}, {"ok", false}, {"fatal", true}, {"error", std::string("worker start failed: ") + e.what()}});
+        send({ { "id", 0 }, { "ok", false }, { "fatal", true },
+            { "error", std::string("worker start failed: ") + e.what() } });
         return 3;
     }
-    send({{"id", 0}, {"ok", true}, {"op", "ready"}});
+    send({ { "id", 0 }, { "ok", true }, { "op", "ready" } });
     std::string line;
     bool stop = false;
     while (!stop && std::getline(std::cin, line)) {
@@ -187,7 +188,7 @@ int main()
         try {
             req = Json::parse(line);
         } catch (const std::exception& e) {
-            send({{"id", 0}, {"ok", false}, {"error", std::string("malformed request: ") + e.what()}});
+            send({ { "id", 0 }, { "ok", false }, { "error", std::string("malformed request: ") + e.what() } });
             continue;
         }
         const auto id = req.value("id", 0);
@@ -196,12 +197,12 @@ int main()
         } catch (const kl::worker::CudaError& e) {
             if (e.sticky()) {
                 // The context is unusable; report and die so the client starts a fresh worker.
-                send({{"id", id}, {"ok", false}, {"fatal", true}, {"crashed", true}, {"error", e.what()}});
+                send({ { "id", id }, { "ok", false }, { "fatal", true }, { "crashed", true }, { "error", e.what() } });
                 std::_Exit(4);
             }
-            send({{"id", id}, {"ok", false}, {"error", e.what()}});
+            send({ { "id", id }, { "ok", false }, { "error", e.what() } });
         } catch (const std::exception& e) {
-            send({{"id", id}, {"ok", false}, {"error", e.what()}});
+            send({ { "id", id }, { "ok", false }, { "error", e.what() } });
         }
     }
     engine.reset();

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 namespace {
-kl::Candidate make(const std::string& id, const std::string& parent,
-                   kl::CandidateStatus s = kl::CandidateStatus::Accepted)
+kl::Candidate make(
+    const std::string& id, const std::string& parent, kl::CandidateStatus s = kl::CandidateStatus::Accepted)
 {
     kl::Candidate c;
     c.id = id;
@@ -22,11 +22,11 @@ TEST(CandidateTree, LinksLineageAndFilters)
     t.add(make("c0002", "c0001"));
     t.add(make("c0003", "c0001", kl::CandidateStatus::Rejected));
     t.add(make("c0004", "c0002", kl::CandidateStatus::PendingReview));
-    EXPECT_EQ(t.roots(), (std::vector<std::string>{"c0001"}));
-    EXPECT_EQ(t.children("c0001"), (std::vector<std::string>{"c0002", "c0003"}));
-    EXPECT_EQ(t.lineage("c0004"), (std::vector<std::string>{"c0001", "c0002", "c0004"}));
-    EXPECT_EQ(t.withStatus({kl::CandidateStatus::Rejected, kl::CandidateStatus::PendingReview}),
-              (std::vector<std::string>{"c0003", "c0004"}));
+    EXPECT_EQ(t.roots(), (std::vector<std::string> { "c0001" }));
+    EXPECT_EQ(t.children("c0001"), (std::vector<std::string> { "c0002", "c0003" }));
+    EXPECT_EQ(t.lineage("c0004"), (std::vector<std::string> { "c0001", "c0002", "c0004" }));
+    EXPECT_EQ(t.withStatus({ kl::CandidateStatus::Rejected, kl::CandidateStatus::PendingReview }),
+        (std::vector<std::string> { "c0003", "c0004" }));
     EXPECT_EQ(t.nextId(), "c0005");
 }
 
@@ -46,7 +46,7 @@ TEST(CandidateTree, BestFollowsTheObjectiveAndRollbackKeepsNodes)
     t.add(make("b", "a"));
     t.add(make("c", "b"));
     t.add(make("d", "a", kl::CandidateStatus::Rejected));
-    const std::map<std::string, double> speed = {{"a", 1.0}, {"b", 1.7}, {"c", 1.4}, {"d", 9.0}};
+    const std::map<std::string, double> speed = { { "a", 1.0 }, { "b", 1.7 }, { "c", 1.4 }, { "d", 9.0 } };
     const auto best = t.best([&](const kl::Candidate& c) -> std::optional<double> {
         if (c.status != kl::CandidateStatus::Accepted)
             return std::nullopt;

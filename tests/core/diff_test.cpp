@@ -9,9 +9,10 @@ TEST(Diff, UnifiedDiffHasHunkHeaders)
     const std::string a = "a\nb\nc\nd\ne\nf\ng\nh\ni\nj\n";
     const std::string b = "a\nb\nc\nD\ne\nf\ng\nh\ni\nj\nk\n";
     const std::string d = kl::unifiedDiff(a, b, "old.cu", "new.cu", 1);
-    EXPECT_EQ(d, "--- old.cu\n+++ new.cu\n"
-                 "@@ -3,3 +3,3 @@\n c\n-d\n+D\n e\n"
-                 "@@ -10,1 +10,2 @@\n j\n+k\n");
+    EXPECT_EQ(d,
+        "--- old.cu\n+++ new.cu\n"
+        "@@ -3,3 +3,3 @@\n c\n-d\n+D\n e\n"
+        "@@ -10,1 +10,2 @@\n j\n+k\n");
 }
 
 TEST(Diff, IdenticalTextsHaveNoHunks)
@@ -22,7 +23,7 @@ TEST(Diff, IdenticalTextsHaveNoHunks)
 
 TEST(Diff, EditScriptIsMinimal)
 {
-    const auto lines = kl::diffLines({"a", "b", "c", "a", "b", "b", "a"}, {"c", "b", "a", "b", "a", "c"});
+    const auto lines = kl::diffLines({ "a", "b", "c", "a", "b", "b", "a" }, { "c", "b", "a", "b", "a", "c" });
     int edits = 0;
     for (const auto& l : lines)
         edits += l.kind != kl::DiffLine::Kind::Context;
@@ -32,11 +33,11 @@ TEST(Diff, EditScriptIsMinimal)
 // Property: applying the diff of (a, b) to a gives b, on fresh random texts each run.
 TEST(Diff, RoundTripOnRandomTexts)
 {
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng(std::random_device {}());
     const std::uint32_t seed = rng();
     rng.seed(seed);
     for (int iter = 0; iter < 300; ++iter) {
-        std::vector<std::string> pool = {"int x;", "x += 1;", "}", "{", "", "return y;", "// c", "a[i] = b[i];"};
+        std::vector<std::string> pool = { "int x;", "x += 1;", "}", "{", "", "return y;", "// c", "a[i] = b[i];" };
         auto randomText = [&](int n) {
             std::string s;
             for (int i = 0; i < n; ++i)

@@ -7,7 +7,7 @@ using kl::ExprError;
 
 TEST(Expr, PrecedenceAndIntegerDivision)
 {
-    const kl::Bindings b = {{"T", 4096}, {"BLOCK", 256}, {"H", 8192}};
+    const kl::Bindings b = { { "T", 4096 }, { "BLOCK", 256 }, { "H", 8192 } };
     EXPECT_EQ(Expr::parse("1 + 2 * 3").evaluateInt({}), 7);
     EXPECT_EQ(Expr::parse("(1 + 2) * 3").evaluateInt({}), 9);
     EXPECT_EQ(Expr::parse("7 / 2").evaluateInt({}), 3); // C semantics on integers
@@ -22,7 +22,7 @@ TEST(Expr, PrecedenceAndIntegerDivision)
 
 TEST(Expr, LogicAndComparisons)
 {
-    const kl::Bindings b = {{"BLOCK", 256}, {"VEC", 8}, {"H", 8192}};
+    const kl::Bindings b = { { "BLOCK", 256 }, { "VEC", 8 }, { "H", 8192 } };
     EXPECT_TRUE(Expr::parse("H % (BLOCK * VEC) == 0").evaluateBool(b));
     EXPECT_FALSE(Expr::parse("BLOCK > 256 || VEC < 8").evaluateBool(b));
     EXPECT_TRUE(Expr::parse("BLOCK >= 256 && !(VEC != 8)").evaluateBool(b));
@@ -42,18 +42,18 @@ TEST(Expr, ErrorsNameTheProblem)
     EXPECT_THROW(Expr::parse("foo(1)"), ExprError);
     EXPECT_THROW(Expr::parse("min(1)"), ExprError);
     EXPECT_THROW(Expr::parse("(1 + 2"), ExprError);
-    EXPECT_THROW(Expr::parse("T / 0").evaluate({{"T", 1}}), ExprError);
+    EXPECT_THROW(Expr::parse("T / 0").evaluate({ { "T", 1 } }), ExprError);
     try {
-        Expr::parse("T * X").evaluate({{"T", 1}});
+        Expr::parse("T * X").evaluate({ { "T", 1 } });
         FAIL();
     } catch (const ExprError& e) {
         EXPECT_NE(std::string(e.what()).find("'X'"), std::string::npos);
     }
-    EXPECT_THROW(Expr::parse("T / 3.0").evaluateInt({{"T", 4}}), ExprError);
+    EXPECT_THROW(Expr::parse("T / 3.0").evaluateInt({ { "T", 4 } }), ExprError);
 }
 
 TEST(Expr, IdentifiersAreCollected)
 {
     const auto ids = Expr::parse("ceil_div(T, BLOCK) * max(H, VEC)").identifiers();
-    EXPECT_EQ(ids, (std::vector<std::string>{"BLOCK", "H", "T", "VEC"}));
+    EXPECT_EQ(ids, (std::vector<std::string> { "BLOCK", "H", "T", "VEC" }));
 }

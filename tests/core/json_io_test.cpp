@@ -67,9 +67,9 @@ TEST(EvaluationJson, RoundTrips)
     kl::Evaluation e;
     e.candidateId = "c0003";
     e.verdict = kl::Verdict::Accepted;
-    e.reasons.push_back({"physics.suspicious-jump", "3.1x over best", 0, false});
+    e.reasons.push_back({ "physics.suspicious-jump", "3.1x over best", 0, false });
     kl::ShapeResult r;
-    r.shape.dims = {{"T", 4096}, {"H", 8192}};
+    r.shape.dims = { { "T", 4096 }, { "H", 8192 } };
     r.correct = true;
     kl::TimingStats t;
     t.medianUs = 101.5;

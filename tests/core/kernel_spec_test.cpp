@@ -26,16 +26,16 @@ TEST(KernelSpec, ParsesEveryDirective)
     ASSERT_EQ(spec.constraints.size(), 2u);
     ASSERT_EQ(spec.workspaces.size(), 1u);
     EXPECT_TRUE(spec.workspaces[0].zeroInit);
-    EXPECT_EQ(spec.workspaces[0].bytes.evaluateInt({{"T", 10}}), 40);
+    EXPECT_EQ(spec.workspaces[0].bytes.evaluateInt({ { "T", 10 } }), 40);
     ASSERT_EQ(spec.launches.size(), 1u);
     const auto& l = spec.launches[0];
     EXPECT_EQ(l.kernel, "rmsnorm_kernel");
-    const kl::Bindings b = kl::bindingsFor(spec.defaults(), {{"T", 4096}, {"H", 8192}});
+    const kl::Bindings b = kl::bindingsFor(spec.defaults(), { { "T", 4096 }, { "H", 8192 } });
     EXPECT_EQ(l.grid[0].evaluateInt(b), 4096);
     EXPECT_EQ(l.grid[1].evaluateInt(b), 1);
     EXPECT_EQ(l.block[0].evaluateInt(b), 256);
     EXPECT_EQ(l.sharedBytes.evaluateInt(b), 1024);
-    EXPECT_EQ(l.args, (std::vector<std::string>{"y", "x", "w", "partial", "T", "H", "eps"}));
+    EXPECT_EQ(l.args, (std::vector<std::string> { "y", "x", "w", "partial", "T", "H", "eps" }));
 }
 
 TEST(KernelSpec, SpaceHonoursParameterOnlyConstraints)
@@ -48,9 +48,9 @@ TEST(KernelSpec, SpaceHonoursParameterOnlyConstraints)
     for (const auto& p : space)
         EXPECT_LE(p.at("BLOCK") * p.at("VEC"), 4096);
     std::string why;
-    EXPECT_FALSE(spec.satisfies({{"BLOCK", 256}, {"VEC", 8}}, {{"H", 4100}}, &why));
+    EXPECT_FALSE(spec.satisfies({ { "BLOCK", 256 }, { "VEC", 8 } }, { { "H", 4100 } }, &why));
     EXPECT_NE(why.find("H % VEC"), std::string::npos) << why;
-    EXPECT_TRUE(spec.satisfies({{"BLOCK", 256}, {"VEC", 4}}, {{"H", 4100}}));
+    EXPECT_TRUE(spec.satisfies({ { "BLOCK", 256 }, { "VEC", 4 } }, { { "H", 4100 } }));
 }
 
 TEST(KernelSpec, MalformedAnnotationsNameTheLine)
@@ -75,7 +75,7 @@ TEST(KernelSpec, MalformedAnnotationsNameTheLine)
 
 TEST(KernelSpec, BakedParametersComeFirst)
 {
-    const std::string baked = kl::bakeParameters(kSource, {{"BLOCK", 128}, {"VEC", 4}});
+    const std::string baked = kl::bakeParameters(kSource, { { "BLOCK", 128 }, { "VEC", 4 } });
     EXPECT_LT(baked.find("#define BLOCK 128"), baked.find("#include"));
     EXPECT_NE(baked.find("#define VEC 4"), std::string::npos);
 }

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <gtest/gtest.h>
-#include <random>
 #include <poll.h>
+#include <random>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,7 +48,7 @@ TEST(SessionCrash, KillNineDuringWritesLosesNothingCompleted)
     kl::test::TempDir tmp;
     const fs::path dir = tmp.path() / "s";
     kl::SessionStore::create(dir, kl::test::sampleHeader());
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng(std::random_device {}());
     std::uint64_t everCompleted = 0;
     for (int it = 0; it < iterations; ++it) {
         int fds[2];
@@ -64,7 +64,7 @@ TEST(SessionCrash, KillNineDuringWritesLosesNothingCompleted)
         if (it % 2 == 1) {
             // Every other round waits for the writer's first completed event, so the loop makes progress
             // on a loaded machine; the other rounds kill at any instant, during start-up included.
-            pollfd pfd{fds[0], POLLIN, 0};
+            pollfd pfd { fds[0], POLLIN, 0 };
             if (::poll(&pfd, 1, 5000) == 1 && ::read(fds[0], &firstSeq, sizeof firstSeq) != sizeof firstSeq)
                 firstSeq = 0;
         }

@@ -22,8 +22,8 @@ std::set<std::string> listing(const fs::path& root)
 
 std::string mutate(std::string text, std::mt19937& rng)
 {
-    static const char* hostile[] = {"1e400", "-1", "18446744073709551616", "\"../../etc\"", "null", "[]", "{}",
-                                    "\"\\u0000\"", "true", "\"c0001\"", "99999999999999999999999"};
+    static const char* hostile[] = { "1e400", "-1", "18446744073709551616", "\"../../etc\"", "null", "[]", "{}",
+        "\"\\u0000\"", "true", "\"c0001\"", "99999999999999999999999" };
     const int kind = static_cast<int>(rng() % 6);
     if (text.empty())
         return text;
@@ -79,11 +79,11 @@ TEST(SessionFuzz, CorruptedSessionsFailCleanly)
             store->recordEvaluation(kl::test::sampleEvaluation(p.candidateId, 1.1));
             parent = p.candidateId;
         }
-        store->addHypothesis({"", "pipeline", kl::Author::Human, 0});
+        store->addHypothesis({ "", "pipeline", kl::Author::Human, 0 });
     }
     const std::string journal = kl::readFile(golden / "journal.jsonl");
     const std::string header = kl::readFile(golden / "session.json");
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng(std::random_device {}());
     const std::uint32_t seed = rng();
     rng.seed(seed);
     int loaded = 0, refused = 0;
@@ -107,8 +107,8 @@ TEST(SessionFuzz, CorruptedSessionsFailCleanly)
         } catch (const kl::InputError& e) {
             ++refused;
             const std::string what = e.what();
-            EXPECT_TRUE(what.find("journal.jsonl") != std::string::npos || what.find("session.json") != std::string::npos
-                        || what.find("session") != std::string::npos)
+            EXPECT_TRUE(what.find("journal.jsonl") != std::string::npos
+                || what.find("session.json") != std::string::npos || what.find("session") != std::string::npos)
                 << "seed " << seed << " case " << it << ": error names no file: " << what;
         } catch (const std::exception& e) {
             ADD_FAILURE() << "seed " << seed << " case " << it << ": unexpected exception type: " << e.what();

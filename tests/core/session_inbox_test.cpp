@@ -14,9 +14,9 @@ TEST(SessionInbox, RequestsArriveInOrderOnceAndMalformedOnesAreSetAside)
     kl::test::TempDir tmp;
     const fs::path dir = tmp.path() / "s";
     kl::SessionStore::create(dir, kl::test::sampleHeader());
-    kl::postInboxRequest(dir, {kl::InboxRequest::Kind::Hypothesis, "", false, "pipeline the loads"});
-    kl::postInboxRequest(dir, {kl::InboxRequest::Kind::Review, "c0003", true, "looks right"});
-    kl::postInboxRequest(dir, {kl::InboxRequest::Kind::Branch, "c0002", false, ""});
+    kl::postInboxRequest(dir, { kl::InboxRequest::Kind::Hypothesis, "", false, "pipeline the loads" });
+    kl::postInboxRequest(dir, { kl::InboxRequest::Kind::Review, "c0003", true, "looks right" });
+    kl::postInboxRequest(dir, { kl::InboxRequest::Kind::Branch, "c0002", false, "" });
     std::ofstream(dir / "inbox" / "zzz-bad.json") << R"({"kind": "review", "candidate": "../../x"})";
     std::ofstream(dir / "inbox" / ".tmp-in-progress.json") << "{";
 

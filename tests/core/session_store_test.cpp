@@ -15,7 +15,10 @@ void appendRaw(const fs::path& p, const std::string& text)
     std::ofstream out(p, std::ios::app | std::ios::binary);
     out << text;
 }
-std::string slurp(const fs::path& p) { return kl::readFile(p); }
+std::string slurp(const fs::path& p)
+{
+    return kl::readFile(p);
+}
 } // namespace
 
 TEST(SessionStore, RoundTripsEverything)
@@ -26,7 +29,7 @@ TEST(SessionStore, RoundTripsEverything)
         auto store = kl::SessionStore::create(dir, kl::test::sampleHeader());
         int published = 0;
         store->bus().subscribe([&](const kl::Event&) { ++published; });
-        store->addHypothesis({"", "vectorize the loads", kl::Author::Human, 0});
+        store->addHypothesis({ "", "vectorize the loads", kl::Author::Human, 0 });
         const auto a = store->proposeCandidate(kl::test::sampleCandidate("", 256));
         const auto b = store->proposeCandidate(kl::test::sampleCandidate(a.candidateId, 128));
         store->setStatus(b.candidateId, kl::CandidateStatus::Verifying);
@@ -133,7 +136,8 @@ TEST(SessionStore, HostileIdsNeverBecomePaths)
     c.id = "c0001";
     kl::Json cj = kl::toJson(c);
     cj["id"] = "../../x";
-    const kl::Json ev = {{"seq", 2}, {"t", 5}, {"kind", "candidate-proposed"}, {"candidate", "../../x"}, {"data", cj}};
+    const kl::Json ev
+        = { { "seq", 2 }, { "t", 5 }, { "kind", "candidate-proposed" }, { "candidate", "../../x" }, { "data", cj } };
     appendRaw(dir / "journal.jsonl", ev.dump() + "\n");
     EXPECT_THROW(kl::SessionStore::load(dir), kl::InputError);
     EXPECT_FALSE(fs::exists(tmp.path() / "x"));
@@ -151,8 +155,8 @@ TEST(SessionStore, SecretsAreNeverWritten)
     h.settings.extra["model"] = "gpt-x";
     {
         auto store = kl::SessionStore::create(dir, h);
-        store->agentMessage({{"provider", "openai"}, {"headers", {{"Authorization", "Bearer sk-live-SECRET2"}}},
-                             {"prompt", "hello"}});
+        store->agentMessage({ { "provider", "openai" },
+            { "headers", { { "Authorization", "Bearer sk-live-SECRET2" } } }, { "prompt", "hello" } });
     }
     for (const auto& f : fs::recursive_directory_iterator(dir)) {
         if (!f.is_regular_file())
@@ -183,7 +187,7 @@ TEST(SessionStore, ReviewMovesPendingCandidates)
     auto store = kl::SessionStore::create(dir, kl::test::sampleHeader());
     const auto a = store->proposeCandidate(kl::test::sampleCandidate("", 256));
     store->setStatus(a.candidateId, kl::CandidateStatus::PendingReview, "LLM diff");
-    store->recordReview({a.candidateId, false, "touches the reference", 0});
+    store->recordReview({ a.candidateId, false, "touches the reference", 0 });
     EXPECT_EQ(store->session().tree.at(a.candidateId).status, kl::CandidateStatus::Rejected);
     const kl::Session s = kl::SessionStore::load(dir);
     EXPECT_EQ(s.reviews.size(), 1u);

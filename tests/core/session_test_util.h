@@ -44,7 +44,7 @@ inline Candidate sampleCandidate(const std::string& parent, int block)
     c.parentId = parent;
     c.source = "// @kl:param BLOCK = 256 in [128, 256]\n// @kl:launch k grid=(T) block=(BLOCK) args=(y, x)\n"
                "extern \"C\" __global__ void k(float* y, const float* x) { y[0] = x[0]; }\n";
-    c.params = {{"BLOCK", block}};
+    c.params = { { "BLOCK", block } };
     c.author = Author::Tuner;
     c.agent = "tuner:random";
     return c;
@@ -56,7 +56,7 @@ inline Evaluation sampleEvaluation(const std::string& id, double speedup)
     e.candidateId = id;
     e.verdict = Verdict::Accepted;
     ShapeResult r;
-    r.shape.dims = {{"T", 4096}};
+    r.shape.dims = { { "T", 4096 } };
     r.correct = true;
     TimingStats t;
     t.medianUs = 10;

@@ -2,142 +2,95 @@
 // test and GPU self-test, then ctest: the dispatch test runs, the self-test skips without a GPU), the
 // cuBLAS-fallback gemm bundle through nvcc -c of each .cu.
 #include "export_fixture.h"
-
 #include "kernels/export/exporter.h"
-
-#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <gtest/gtest.h>
 #include <sstream>
 
 namespace kl {
 namespace {
 
-namespace fs = std::filesystem;
-using namespace kl::exporter;
-using namespace kl::test;
+    namespace fs = std::filesystem;
+    using namespace kl::exporter;
+    using namespace kl::test;
 
-int runCommand(const std::string& cmd, std::string* output)
-{
-    const fs::path log = freshTempDir("log");
-    const int rc = std::system((cmd + " > " + log.string() + " 2>&1").c_str());
-    std::ifstream in(log);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    *output = ss.str();
-    fs::remove(log);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
+    int runCommand(const std::string& cmd, std::string* output)
+    {
+        const fs::path log = freshTempDir("log");
+        const int rc = std::system((cmd + " > " + log.string() + " 2>&1").c_str());
+        std::ifstream in(log);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        *output = ss.str();
+        fs::remove(log);
+        return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    }
 
-fs::path exportFixture(const std::string& fixture, const std::vector<ShapeOutcome>& outcomes, BuiltSession& b)
-{
-    b = buildSession(fixture, outcomes);
-    const fs::path out = freshTempDir("build-" + fixture);
-    ExportOptions o;
-    o.outDir = out;
-    exportBundle(SessionStore::load(b.dir), b.problem, o);
-    return out;
-}
-
-TEST(ExportBuild, RmsnormBundleBuildsWithItsOwnCMakeProjectAndPassesCtestOnTheCpu)
-{
-    if (!fs::exists(KL_NVCC))
-        GTEST_SKIP() << "nvcc not found";
-    BuiltSession b;
-    const fs::path out = exportFixture("rmsnorm_fx", rmsnormOutcomes(), b);
-    const fs::path build = out / "build";
-    std::string log;
-    const std::string gen = std::system("command -v ninja > /dev/null 2>&1") == 0 ? " -G Ninja" : "";
-    ASSERT_EQ(runCommand(std::string(KL_CMAKE) + " -S " + out.string() + " -B " + build.string() + gen +
-                             " -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER=" + KL_NVCC,
-                         &log),
-              0)
-        << log;
-    ASSERT_EQ(runCommand(std::string(KL_CMAKE) + " --build " + build.string() + " -j2", &log), 0) << log;
-    ASSERT_EQ(runCommand("cd " + build.string() + " && ctest --output-on-failure", &log), 0) << log;
-    EXPECT_NE(log.find("dispatch"), std::string::npos);
-    EXPECT_TRUE(fs::exists(build / "libkl_rmsnorm_fx.a"));
-    fs::remove_all(out);
-    fs::remove_all(b.dir);
-}
-
-TEST(ExportBuild, GemmBundleWithCublasFallbackCompilesWithNvcc)
-{
-    if (!fs::exists(KL_NVCC))
-        GTEST_SKIP() << "nvcc not found";
-    std::vector<ShapeOutcome> outcomes;
-    for (std::int64_t m : {1, 16, 128, 1024, 16384})
-        outcomes.push_back({{{"M", m}, {"N", 4096}, {"K", 4096}}, true, m <= 16 ? 1.3 : 0.6});
-    outcomes.push_back({{{"M", 8}, {"N", 256}, {"K", 256}}, true, 1.2, 0.02, true});
-    outcomes.push_back({{{"M", 4}, {"N", 16384}, {"K", 16384}}, true, 1.1, 0.02, true});
-    BuiltSession b;
-    const fs::path out = exportFixture("gemm_fx", outcomes, b);
-    const std::string inc = " -I" + (out / "include").string() + " -I" + (out / "src").string();
-    std::string log;
-    EXPECT_TRUE(fs::exists(out / "src/kl_gemm_fx_fallback.cu"));
-    EXPECT_FALSE(fs::exists(out / "src/kl_gemm_fx_fallback.cuh"));
-    for (const char* f : {"src/kl_gemm_fx_candidate.cu", "src/kl_gemm_fx_fallback.cu", "src/kl_gemm_fx_run.cu", "test/selftest.cu"})
-        EXPECT_EQ(runCommand(std::string(KL_NVCC) + " -std=c++17 -arch=sm_90 -Werror all-warnings -c" + inc + " -o " +
-                                 (out / "obj.o").string() + " " + (out / f).string(),
-                             &log),
-                  0)
-            << f << "\n"
-            << log;
-    EXPECT_EQ(runCommand("cc -std=c99 -Wall -Werror -c" + inc + " -o " + (out / "d.o").string() + " " +
-                             (out / "src/kl_gemm_fx_dispatch.c").string(),
-                         &log),
-              0)
-        << log;
-    fs::remove_all(out);
-    fs::remove_all(b.dir);
-}
-
-} // namespace
-} // namespace kl
-
-namespace kl {
-namespace {
-
-// The shipped problems' tunable templates, exported as candidates with their reference or cuBLAS fallback:
-// every launcher compiles with nvcc, warnings as errors.
-TEST(ExportBuild, ShippedProblemTemplatesExportAndCompile)
-{
-    if (!fs::exists(KL_NVCC))
-        GTEST_SKIP() << "nvcc not found";
-    const fs::path problems = fs::path(KL_SOURCE_DIR) / "kernels/problems";
-    int exported = 0;
-    for (const char* name : {"rmsnorm", "softmax", "silu_and_mul", "gemm_bf16"}) {
-        if (!fs::exists(problems / name / "problem.json"))
-            continue;
-        const Problem p = loadProblem((problems / name).string());
-        BuiltSession b = buildSessionFrom(problems / name, problems / name / p.templateFile, syntheticOutcomes(p));
-        const fs::path out = freshTempDir(std::string("real-") + name);
+    fs::path exportFixture(const std::string& fixture, const std::vector<ShapeOutcome>& outcomes, BuiltSession& b)
+    {
+        b = buildSession(fixture, outcomes);
+        const fs::path out = freshTempDir("build-" + fixture);
         ExportOptions o;
         o.outDir = out;
-        ASSERT_NO_THROW(exportBundle(SessionStore::load(b.dir), b.problem, o)) << name;
-        const std::string P = std::string("kl_") + name;
-        const std::string inc = " -I" + (out / "include").string() + " -I" + (out / "src").string();
+        exportBundle(SessionStore::load(b.dir), b.problem, o);
+        return out;
+    }
+
+    TEST(ExportBuild, RmsnormBundleBuildsWithItsOwnCMakeProjectAndPassesCtestOnTheCpu)
+    {
+        if (!fs::exists(KL_NVCC))
+            GTEST_SKIP() << "nvcc not found";
+        BuiltSession b;
+        const fs::path out = exportFixture("rmsnorm_fx", rmsnormOutcomes(), b);
+        const fs::path build = out / "build";
         std::string log;
-        EXPECT_EQ(runCommand("cd " + out.string() + " && " + KL_NVCC + " -std=c++17 -arch=sm_90a -Werror all-warnings -c" + inc +
-                                 " src/" + P + "_candidate.cu src/" + P + "_fallback.cu",
-                             &log),
-                  0)
-            << name << "\n"
+        const std::string gen = std::system("command -v ninja > /dev/null 2>&1") == 0 ? " -G Ninja" : "";
+        ASSERT_EQ(runCommand(std::string(KL_CMAKE) + " -S " + out.string() + " -B " + build.string() + gen
+                          + " -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER=" + KL_NVCC,
+                      &log),
+            0)
             << log;
-        EXPECT_EQ(runCommand("cd " + out.string() + " && cc -std=c99 -Wall -Wextra -Werror" + inc + " -o dt test/dispatch_test.c src/" +
-                                 P + "_dispatch.c -lm && ./dt",
-                             &log),
-                  0)
-            << name << "\n"
-            << log;
-        ++exported;
+        ASSERT_EQ(runCommand(std::string(KL_CMAKE) + " --build " + build.string() + " -j2", &log), 0) << log;
+        ASSERT_EQ(runCommand("cd " + build.string() + " && ctest --output-on-failure", &log), 0) << log;
+        EXPECT_NE(log.find("dispatch"), std::string::npos);
+        EXPECT_TRUE(fs::exists(build / "libkl_rmsnorm_fx.a"));
         fs::remove_all(out);
         fs::remove_all(b.dir);
     }
-    if (exported == 0)
-        GTEST_SKIP() << "no shipped problems in this checkout";
-}
+
+    TEST(ExportBuild, GemmBundleWithCublasFallbackCompilesWithNvcc)
+    {
+        if (!fs::exists(KL_NVCC))
+            GTEST_SKIP() << "nvcc not found";
+        std::vector<ShapeOutcome> outcomes;
+        for (std::int64_t m : { 1, 16, 128, 1024, 16384 })
+            outcomes.push_back({ { { "M", m }, { "N", 4096 }, { "K", 4096 } }, true, m <= 16 ? 1.3 : 0.6 });
+        outcomes.push_back({ { { "M", 8 }, { "N", 256 }, { "K", 256 } }, true, 1.2, 0.02, true });
+        outcomes.push_back({ { { "M", 4 }, { "N", 16384 }, { "K", 16384 } }, true, 1.1, 0.02, true });
+        BuiltSession b;
+        const fs::path out = exportFixture("gemm_fx", outcomes, b);
+        const std::string inc = " -I" + (out / "include").string() + " -I" + (out / "src").string();
+        std::string log;
+        EXPECT_TRUE(fs::exists(out / "src/kl_gemm_fx_fallback.cu"));
+        EXPECT_FALSE(fs::exists(out / "src/kl_gemm_fx_fallback.cuh"));
+        for (const char* f : { "src/kl_gemm_fx_candidate.cu", "src/kl_gemm_fx_fallback.cu", "src/kl_gemm_fx_run.cu",
+                 "test/selftest.cu" })
+            EXPECT_EQ(runCommand(std::string(KL_NVCC) + " -std=c++17 -arch=sm_90 -Werror all-warnings -c" + inc + " -o "
+                              + (out / "obj.o").string() + " " + (out / f).string(),
+                          &log),
+                0)
+                << f << "\n"
+                << log;
+        EXPECT_EQ(runCommand("cc -std=c99 -Wall -Werror -c" + inc + " -o " + (out / "d.o").string() + " "
+                          + (out / "src/kl_gemm_fx_dispatch.c").string(),
+                      &log),
+            0)
+            << log;
+        fs::remove_all(out);
+        fs::remove_all(b.dir);
+    }
 
 } // namespace
 } // namespace kl
@@ -145,29 +98,80 @@ TEST(ExportBuild, ShippedProblemTemplatesExportAndCompile)
 namespace kl {
 namespace {
 
-// The PyTorch op compiles against torch's headers (torch importable, or KL_TORCH_INCLUDE=<torch/include>).
-TEST(ExportBuild, TorchOpCompilesAgainstTorchHeaders)
-{
-    std::string inc;
-    if (const char* e = std::getenv("KL_TORCH_INCLUDE"))
-        inc = e;
-    std::string log;
-    if (inc.empty() && runCommand("python3 -c \"import torch.utils.cpp_extension as c; print(c.include_paths()[0])\"", &log) == 0)
-        inc = log.substr(0, log.find_last_not_of(" \n\r") + 1);
-    if (inc.empty() || !fs::exists(fs::path(inc) / "ATen/ATen.h"))
-        GTEST_SKIP() << "no torch headers (install torch or set KL_TORCH_INCLUDE)";
-    BuiltSession b;
-    const fs::path out = exportFixture("rmsnorm_fx", rmsnormOutcomes(), b);
-    const std::string flags = " -std=c++17 -fsyntax-only -I" + inc + " -I" + inc + "/torch/csrc/api/include -I" +
-                              std::string(KL_CUDA_INCLUDE) + " -I" + (out / "include").string() + " -I" +
-                              (out / "src").string() + " ";
-    EXPECT_EQ(runCommand("c++" + flags + (out / "torch/kl_rmsnorm_fx_op.cpp").string(), &log), 0) << log;
-    // torch.utils.cpp_extension compiles the dispatcher's .c as C++.
-    EXPECT_EQ(runCommand("c++ -x c++ -Wall -Wextra -Werror" + flags + (out / "src/kl_rmsnorm_fx_dispatch.c").string(), &log), 0)
-        << log;
-    fs::remove_all(out);
-    fs::remove_all(b.dir);
-}
+    // The shipped problems' tunable templates, exported as candidates with their reference or cuBLAS fallback:
+    // every launcher compiles with nvcc, warnings as errors.
+    TEST(ExportBuild, ShippedProblemTemplatesExportAndCompile)
+    {
+        if (!fs::exists(KL_NVCC))
+            GTEST_SKIP() << "nvcc not found";
+        const fs::path problems = fs::path(KL_SOURCE_DIR) / "kernels/problems";
+        int exported = 0;
+        for (const char* name : { "rmsnorm", "softmax", "silu_and_mul", "gemm_bf16" }) {
+            if (!fs::exists(problems / name / "problem.json"))
+                continue;
+            const Problem p = loadProblem((problems / name).string());
+            BuiltSession b = buildSessionFrom(problems / name, problems / name / p.templateFile, syntheticOutcomes(p));
+            const fs::path out = freshTempDir(std::string("real-") + name);
+            ExportOptions o;
+            o.outDir = out;
+            ASSERT_NO_THROW(exportBundle(SessionStore::load(b.dir), b.problem, o)) << name;
+            const std::string P = std::string("kl_") + name;
+            const std::string inc = " -I" + (out / "include").string() + " -I" + (out / "src").string();
+            std::string log;
+            EXPECT_EQ(
+                runCommand("cd " + out.string() + " && " + KL_NVCC + " -std=c++17 -arch=sm_90a -Werror all-warnings -c"
+                        + inc + " src/" + P + "_candidate.cu src/" + P + "_fallback.cu",
+                    &log),
+                0)
+                << name << "\n"
+                << log;
+            EXPECT_EQ(runCommand("cd " + out.string() + " && cc -std=c99 -Wall -Wextra -Werror" + inc
+                              + " -o dt test/dispatch_test.c src/" + P + "_dispatch.c -lm && ./dt",
+                          &log),
+                0)
+                << name << "\n"
+                << log;
+            ++exported;
+            fs::remove_all(out);
+            fs::remove_all(b.dir);
+        }
+        if (exported == 0)
+            GTEST_SKIP() << "no shipped problems in this checkout";
+    }
+
+} // namespace
+} // namespace kl
+
+namespace kl {
+namespace {
+
+    // The PyTorch op compiles against torch's headers (torch importable, or KL_TORCH_INCLUDE=<torch/include>).
+    TEST(ExportBuild, TorchOpCompilesAgainstTorchHeaders)
+    {
+        std::string inc;
+        if (const char* e = std::getenv("KL_TORCH_INCLUDE"))
+            inc = e;
+        std::string log;
+        if (inc.empty()
+            && runCommand("python3 -c \"import torch.utils.cpp_extension as c; print(c.include_paths()[0])\"", &log)
+                == 0)
+            inc = log.substr(0, log.find_last_not_of(" \n\r") + 1);
+        if (inc.empty() || !fs::exists(fs::path(inc) / "ATen/ATen.h"))
+            GTEST_SKIP() << "no torch headers (install torch or set KL_TORCH_INCLUDE)";
+        BuiltSession b;
+        const fs::path out = exportFixture("rmsnorm_fx", rmsnormOutcomes(), b);
+        const std::string flags = " -std=c++17 -fsyntax-only -I" + inc + " -I" + inc + "/torch/csrc/api/include -I"
+            + std::string(KL_CUDA_INCLUDE) + " -I" + (out / "include").string() + " -I" + (out / "src").string() + " ";
+        EXPECT_EQ(runCommand("c++" + flags + (out / "torch/kl_rmsnorm_fx_op.cpp").string(), &log), 0) << log;
+        // torch.utils.cpp_extension compiles the dispatcher's .c as C++.
+        EXPECT_EQ(
+            runCommand(
+                "c++ -x c++ -Wall -Wextra -Werror" + flags + (out / "src/kl_rmsnorm_fx_dispatch.c").string(), &log),
+            0)
+            << log;
+        fs::remove_all(out);
+        fs::remove_all(b.dir);
+    }
 
 } // namespace
 } // namespace kl

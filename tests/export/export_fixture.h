@@ -3,8 +3,8 @@
 #include "core/json_io.h"
 #include "core/session_store.h"
 
-#include <filesystem>
 #include <algorithm>
+#include <filesystem>
 #include <random>
 #include <set>
 #include <string>
@@ -39,7 +39,7 @@ inline ShapeResult shapeResult(const ShapeOutcome& o)
     r.shape.dims = o.dims;
     r.heldOut = o.heldOut;
     r.correct = o.correct;
-    for (const char* dist : {"normal", "large", "order:A", "order:B", "order:A'"}) {
+    for (const char* dist : { "normal", "large", "order:A", "order:B", "order:A'" }) {
         CorrectnessStats c;
         c.distribution = dist;
         c.relL2 = o.correct ? 2.1e-3 : 0.4;
@@ -76,15 +76,15 @@ inline ShapeResult shapeResult(const ShapeOutcome& o)
 inline std::vector<ShapeOutcome> rmsnormOutcomes()
 {
     return {
-        {{{"T", 1}, {"H", 1024}}, true, 0.90},
-        {{{"T", 1}, {"H", 16384}}, true, 0.97, 0.04},
-        {{{"T", 128}, {"H", 4096}}, true, 1.30},
-        {{{"T", 4096}, {"H", 4096}}, true, 1.52},
-        {{{"T", 4096}, {"H", 16384}}, true, 1.61},
-        {{{"T", 65536}, {"H", 1024}}, true, 1.21},
-        {{{"T", 65536}, {"H", 16384}}, true, 1.40},
-        {{{"T", 777}, {"H", 6144}}, true, 1.35, 0.02, true},
-        {{{"T", 20000}, {"H", 2048}}, true, 0, 0.02, true},
+        { { { "T", 1 }, { "H", 1024 } }, true, 0.90 },
+        { { { "T", 1 }, { "H", 16384 } }, true, 0.97, 0.04 },
+        { { { "T", 128 }, { "H", 4096 } }, true, 1.30 },
+        { { { "T", 4096 }, { "H", 4096 } }, true, 1.52 },
+        { { { "T", 4096 }, { "H", 16384 } }, true, 1.61 },
+        { { { "T", 65536 }, { "H", 1024 } }, true, 1.21 },
+        { { { "T", 65536 }, { "H", 16384 } }, true, 1.40 },
+        { { { "T", 777 }, { "H", 6144 } }, true, 1.35, 0.02, true },
+        { { { "T", 20000 }, { "H", 2048 } }, true, 0, 0.02, true },
     };
 }
 
@@ -96,7 +96,7 @@ struct BuiltSession {
 };
 
 inline Evaluation evaluationFor(const std::string& id, const std::vector<ShapeOutcome>& outcomes,
-                                Verdict verdict = Verdict::Accepted, std::vector<VerdictReason> reasons = {})
+    Verdict verdict = Verdict::Accepted, std::vector<VerdictReason> reasons = {})
 {
     Evaluation e;
     e.candidateId = id;
@@ -117,12 +117,11 @@ inline Evaluation evaluationFor(const std::string& id, const std::vector<ShapeOu
 }
 
 // A session with a reference root and one tuned candidate evaluated with `outcomes`.
-inline BuiltSession buildSessionFrom(const std::filesystem::path& problemFolder, const std::filesystem::path& candidateFile,
-                                     const std::vector<ShapeOutcome>& outcomes, Verdict verdict = Verdict::Accepted,
-                                     std::vector<VerdictReason> reasons = {},
-                                     const std::string& hypothesisText = "Split the row reduction across blocks",
-                                     const std::string& sourceSuffix = "",
-                                     const std::filesystem::path& sessionDir = {})
+inline BuiltSession buildSessionFrom(const std::filesystem::path& problemFolder,
+    const std::filesystem::path& candidateFile, const std::vector<ShapeOutcome>& outcomes,
+    Verdict verdict = Verdict::Accepted, std::vector<VerdictReason> reasons = {},
+    const std::string& hypothesisText = "Split the row reduction across blocks", const std::string& sourceSuffix = "",
+    const std::filesystem::path& sessionDir = {})
 {
     BuiltSession b;
     b.problem = loadProblem(problemFolder.string());
@@ -171,12 +170,11 @@ inline BuiltSession buildSessionFrom(const std::filesystem::path& problemFolder,
 }
 
 inline BuiltSession buildSession(const std::string& fixture, const std::vector<ShapeOutcome>& outcomes,
-                                 Verdict verdict = Verdict::Accepted, std::vector<VerdictReason> reasons = {},
-                                 const std::string& hypothesisText = "Split the row reduction across blocks",
-                                 const std::string& sourceSuffix = "")
+    Verdict verdict = Verdict::Accepted, std::vector<VerdictReason> reasons = {},
+    const std::string& hypothesisText = "Split the row reduction across blocks", const std::string& sourceSuffix = "")
 {
-    return buildSessionFrom(fixtureDir(fixture), fixtureDir(fixture) / "candidate.cu", outcomes, verdict, std::move(reasons),
-                            hypothesisText, sourceSuffix);
+    return buildSessionFrom(fixtureDir(fixture), fixtureDir(fixture) / "candidate.cu", outcomes, verdict,
+        std::move(reasons), hypothesisText, sourceSuffix);
 }
 
 // Outcomes for any problem: its verify and tuning shapes, the corners of its validity range and two
@@ -206,7 +204,7 @@ inline std::vector<ShapeOutcome> syntheticOutcomes(const Problem& p)
     std::vector<ShapeOutcome> out;
     const std::string first = p.dims.front().name;
     for (const auto& s : shapes)
-        out.push_back({s.dims, true, s.dims.at(first) < 64 ? 0.92 : 1.35});
+        out.push_back({ s.dims, true, s.dims.at(first) < 64 ? 0.92 : 1.35 });
     std::size_t held = 0;
     for (const auto& s : p.verifyShapes)
         if (held < 2 && s.dims.at(first) >= 64 && !std::count_if(out.begin(), out.end(), [&](const ShapeOutcome& o) {

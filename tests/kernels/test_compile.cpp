@@ -4,10 +4,9 @@
 #include "core/kernel_spec.h"
 #include "kernels/nvrtc_compiler.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
+#include <gtest/gtest.h>
 #include <random>
 #include <sstream>
 
@@ -28,8 +27,8 @@ std::filesystem::path problemsDir()
 
 std::filesystem::path freshCacheDir(const std::string& name)
 {
-    auto dir = std::filesystem::temp_directory_path() /
-               ("kl-test-cache-" + name + "-" + std::to_string(std::random_device{}()));
+    auto dir = std::filesystem::temp_directory_path()
+        / ("kl-test-cache-" + name + "-" + std::to_string(std::random_device {}()));
     std::filesystem::remove_all(dir);
     return dir;
 }
@@ -86,7 +85,7 @@ TEST(NvrtcCompile, EveryProblemSourceCompilesToCubin)
             continue;
         const kl::Problem p = kl::loadProblem(entry.path().string());
         ++problems;
-        for (const auto& file : {p.referenceFile, p.baselineFile, p.templateFile}) {
+        for (const auto& file : { p.referenceFile, p.baselineFile, p.templateFile }) {
             const std::string src = readText(entry.path() / file);
             const auto spec = kl::parseKernelSpec(src);
             futures.push_back(compiler.submit(jobFor(src, spec.defaults())));
@@ -99,7 +98,10 @@ TEST(NvrtcCompile, EveryProblemSourceCompilesToCubin)
         EXPECT_TRUE(m->report.ok) << names[i] << ":\n" << m->report.log;
         EXPECT_GT(m->cubin.size(), 1000u) << names[i];
         // A CUBIN is an ELF image: loading it needs no PTX JIT.
-        EXPECT_EQ(m->cubin.substr(0, 4), std::string("\x7f" "ELF")) << names[i];
+        EXPECT_EQ(m->cubin.substr(0, 4),
+            std::string("\x7f"
+                        "ELF"))
+            << names[i];
         ASSERT_FALSE(m->report.kernels.empty()) << names[i];
         for (const auto& k : m->report.kernels) {
             EXPECT_GT(k.registers, 0) << names[i];
@@ -137,14 +139,14 @@ TEST(NvrtcCompile, CacheHitsInMemoryAndOnDisk)
     std::string key;
     {
         kl::NvrtcCompiler compiler(dir, 1);
-        const auto first = compiler.compile(jobFor(src, {{"B", 64}}));
+        const auto first = compiler.compile(jobFor(src, { { "B", 64 } }));
         ASSERT_TRUE(first->report.ok) << first->report.log;
         EXPECT_FALSE(first->report.cacheHit);
-        const auto second = compiler.compile(jobFor(src, {{"B", 64}}));
+        const auto second = compiler.compile(jobFor(src, { { "B", 64 } }));
         EXPECT_TRUE(second->report.cacheHit);
         EXPECT_EQ(second->cubin, first->cubin);
         // Different defines are a different content address.
-        const auto other = compiler.compile(jobFor(src, {{"B", 128}}));
+        const auto other = compiler.compile(jobFor(src, { { "B", 128 } }));
         EXPECT_FALSE(other->report.cacheHit);
         EXPECT_NE(other->key, first->key);
         EXPECT_EQ(compiler.compiles(), 2u);
@@ -152,14 +154,14 @@ TEST(NvrtcCompile, CacheHitsInMemoryAndOnDisk)
     }
     EXPECT_TRUE(std::filesystem::exists(dir / (key + ".cubin")));
     kl::NvrtcCompiler fresh(dir, 1);
-    const auto fromDisk = fresh.compile(jobFor(src, {{"B", 64}}));
+    const auto fromDisk = fresh.compile(jobFor(src, { { "B", 64 } }));
     EXPECT_TRUE(fromDisk->report.cacheHit);
     EXPECT_TRUE(fromDisk->report.ok);
     EXPECT_EQ(fresh.compiles(), 0u);
     // A damaged entry is recompiled, not trusted.
     std::ofstream(dir / (key + ".json")) << "{ not json";
     kl::NvrtcCompiler again(dir, 1);
-    const auto rebuilt = again.compile(jobFor(src, {{"B", 64}}));
+    const auto rebuilt = again.compile(jobFor(src, { { "B", 64 } }));
     EXPECT_TRUE(rebuilt->report.ok);
     EXPECT_EQ(again.compiles(), 1u);
     std::filesystem::remove_all(dir);
@@ -212,7 +214,7 @@ TEST(ShippedSources, PassTheRefereesStaticRules)
         if (!std::filesystem::exists(entry.path() / "problem.json"))
             continue;
         const kl::Problem p = kl::loadProblem(entry.path().string());
-        for (const auto& file : {p.baselineFile, p.templateFile}) {
+        for (const auto& file : { p.baselineFile, p.templateFile }) {
             for (const auto& r : kl::referee::checkSource(readText(entry.path() / file), p))
                 EXPECT_FALSE(r.blocking) << p.name << "/" << file << ": " << r.rule << " line " << r.line << ": "
                                          << r.message;
@@ -229,8 +231,8 @@ TEST(NvrtcCompile, HarnessHelperKernelsCompile)
     kl::CompileJob job;
     job.source = kl::harnessKernelSource();
     job.arch = "sm_90a";
-    job.kernels = {"kl_h_fill", "kl_h_poison", "kl_h_compare", "kl_h_sum_squares", "kl_h_hash",
-                   "kl_h_canary_fill", "kl_h_canary_check", "kl_h_copy", "kl_h_spin"};
+    job.kernels = { "kl_h_fill", "kl_h_poison", "kl_h_compare", "kl_h_sum_squares", "kl_h_hash", "kl_h_canary_fill",
+        "kl_h_canary_check", "kl_h_copy", "kl_h_spin" };
     const auto m = compiler.compile(job);
     EXPECT_TRUE(m->report.ok) << m->report.log;
     EXPECT_EQ(m->loweredNames.size(), job.kernels.size());

@@ -6,10 +6,9 @@
 #include "kernels/worker_client.h"
 #include "kernels/worker_protocol.h"
 
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <cmath>
+#include <gtest/gtest.h>
 #include <random>
 #include <signal.h>
 
@@ -107,7 +106,7 @@ TEST(Wire, Base64RoundTripsBinary)
     std::string bytes;
     for (int i = 0; i < 1000; ++i)
         bytes += static_cast<char>((i * 37) & 255);
-    for (std::size_t n : {0u, 1u, 2u, 3u, 4u, 5u, 999u, 1000u}) {
+    for (std::size_t n : { 0u, 1u, 2u, 3u, 4u, 5u, 999u, 1000u }) {
         const std::string s = bytes.substr(0, n);
         EXPECT_EQ(kl::wire::base64Decode(kl::wire::base64Encode(s)), s) << n;
     }
@@ -120,7 +119,7 @@ TEST(Wire, Base64RoundTripsBinary)
 TEST(Wire, ShapeResultRoundTrips)
 {
     kl::ShapeResult s;
-    s.shape.dims = {{"T", 7}, {"H", 4096}};
+    s.shape.dims = { { "T", 7 }, { "H", 4096 } };
     s.shape.weight = 2;
     s.heldOut = true;
     s.correct = true;
@@ -154,11 +153,11 @@ TEST(Wire, ShapeResultRoundTrips)
 TEST(WorkerClient, StartsAndAnswers)
 {
     kl::WorkerOptions o;
-    o.command = {fakeWorker()};
+    o.command = { fakeWorker() };
     kl::WorkerClient client(o);
     EXPECT_EQ(client.device().name, "Fake GPU");
     EXPECT_EQ(client.device().arch, "sm_90a");
-    const auto r = client.request({{"op", "ping"}}, 5);
+    const auto r = client.request({ { "op", "ping" } }, 5);
     EXPECT_TRUE(r.ok());
     EXPECT_EQ(client.starts(), 1);
 }
@@ -166,17 +165,17 @@ TEST(WorkerClient, StartsAndAnswers)
 TEST(WorkerClient, HangCostsOnlyTheWorker)
 {
     kl::WorkerOptions o;
-    o.command = {fakeWorker()};
+    o.command = { fakeWorker() };
     kl::WorkerClient client(o);
     client.ensureStarted();
     const pid_t first = client.pid();
     const auto t0 = std::chrono::steady_clock::now();
-    const auto r = client.request({{"op", "hang"}}, 0.5);
+    const auto r = client.request({ { "op", "hang" } }, 0.5);
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(r.status, kl::WorkerClient::Status::TimedOut);
     EXPECT_LT(took, 3.0);
     EXPECT_EQ(::kill(first, 0), -1) << "the hung worker was killed";
-    const auto next = client.request({{"op", "ping"}}, 5);
+    const auto next = client.request({ { "op", "ping" } }, 5);
     EXPECT_TRUE(next.ok()) << next.error;
     EXPECT_EQ(client.starts(), 2);
     EXPECT_EQ(client.timeouts(), 1);
@@ -186,18 +185,18 @@ TEST(WorkerClient, HangCostsOnlyTheWorker)
 TEST(WorkerClient, CrashAndStickyErrorRestart)
 {
     kl::WorkerOptions o;
-    o.command = {fakeWorker()};
+    o.command = { fakeWorker() };
     kl::WorkerClient client(o);
-    auto r = client.request({{"op", "crash"}}, 5);
+    auto r = client.request({ { "op", "crash" } }, 5);
     EXPECT_EQ(r.status, kl::WorkerClient::Status::Crashed);
     EXPECT_NE(r.error.find("exit 9"), std::string::npos) << r.error;
-    r = client.request({{"op", "fatal"}}, 5);
+    r = client.request({ { "op", "fatal" } }, 5);
     EXPECT_EQ(r.status, kl::WorkerClient::Status::Crashed);
     EXPECT_NE(r.error.find("ILLEGAL_ADDRESS"), std::string::npos);
-    r = client.request({{"op", "bad"}}, 5);
+    r = client.request({ { "op", "bad" } }, 5);
     EXPECT_EQ(r.status, kl::WorkerClient::Status::Error) << "an ordinary error keeps the worker";
     const pid_t pid = client.pid();
-    r = client.request({{"op", "ping"}}, 5);
+    r = client.request({ { "op", "ping" } }, 5);
     EXPECT_TRUE(r.ok());
     EXPECT_EQ(client.pid(), pid);
     EXPECT_EQ(client.crashes(), 2);
@@ -207,12 +206,12 @@ TEST(WorkerClient, CrashAndStickyErrorRestart)
 TEST(WorkerClient, SetupRequestsAreReplayedAfterRestart)
 {
     kl::WorkerOptions o;
-    o.command = {fakeWorker()};
+    o.command = { fakeWorker() };
     kl::WorkerClient client(o);
-    EXPECT_TRUE(client.addSetup({{"op", "load_problem"}}).ok());
+    EXPECT_TRUE(client.addSetup({ { "op", "load_problem" } }).ok());
     client.ensureStarted();
-    EXPECT_EQ(client.request({{"op", "crash"}}, 5).status, kl::WorkerClient::Status::Crashed);
-    EXPECT_TRUE(client.request({{"op", "noise"}}, 5).body.value("after_noise", false))
+    EXPECT_EQ(client.request({ { "op", "crash" } }, 5).status, kl::WorkerClient::Status::Crashed);
+    EXPECT_TRUE(client.request({ { "op", "noise" } }, 5).body.value("after_noise", false))
         << "stray lines and stale ids are skipped";
     EXPECT_EQ(client.starts(), 2);
 }
@@ -220,9 +219,9 @@ TEST(WorkerClient, SetupRequestsAreReplayedAfterRestart)
 TEST(WorkerClient, MissingBinaryIsAnErrorNotACrash)
 {
     kl::WorkerOptions o;
-    o.command = {"/nonexistent/kloop-worker"};
+    o.command = { "/nonexistent/kloop-worker" };
     kl::WorkerClient client(o);
-    const auto r = client.request({{"op", "ping"}}, 5);
+    const auto r = client.request({ { "op", "ping" } }, 5);
     EXPECT_EQ(r.status, kl::WorkerClient::Status::Error);
     EXPECT_FALSE(r.error.empty());
 }

@@ -4,11 +4,10 @@
 #include "kernels/plan_profile.h"
 #include "kernels/worker_protocol.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <gtest/gtest.h>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
@@ -21,11 +20,11 @@ namespace fs = std::filesystem;
 kl::ProfileReport sampleReport()
 {
     kl::ProfileReport r;
-    r.shape.dims = {{"T", 16384}, {"H", 8192}};
+    r.shape.dims = { { "T", 16384 }, { "H", 8192 } };
     r.compile.ok = true;
     r.compile.compileMs = 12.5;
     r.traceAvailable = true;
-    for (const char* role : {"baseline", "candidate"}) {
+    for (const char* role : { "baseline", "candidate" }) {
         kl::PlanProfile p;
         p.role = role;
         p.label = std::string(role) == "baseline" ? "baseline.cu" : "rmsnorm_template grid=(T) block=(256)";
@@ -49,7 +48,7 @@ kl::ProfileReport sampleReport()
         p.solNote = p.solAvailable ? "" : "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES: ERR_NVGPUCTRPERM";
         p.solPasses = p.solAvailable ? 8 : 0;
         if (p.solAvailable)
-            p.sol.push_back({"candidate_kernel", 248'000, 86.5, 21.25, 93.0, 5.4e8});
+            p.sol.push_back({ "candidate_kernel", 248'000, 86.5, 21.25, 93.0, 5.4e8 });
         r.plans.push_back(p);
     }
     return r;
@@ -129,7 +128,7 @@ TEST(ProfileWire, MalformedRepliesNameTheField)
     j["plans"][0]["records"][1]["end_ns"] = 1;
     expectRejected("end before start", j, "reply.plans[0].records[1].end_ns");
     j = good;
-    j["plans"][1]["records"][0]["grid"] = {1, 2};
+    j["plans"][1]["records"][0]["grid"] = { 1, 2 };
     expectRejected("grid of two", j, "reply.plans[1].records[0].grid");
     j = good;
     j["plans"][0]["sol"]["note"] = "";
@@ -138,7 +137,7 @@ TEST(ProfileWire, MalformedRepliesNameTheField)
     j["plans"][1]["sol"]["kernels"][0]["dram_throughput_pct"] = "high";
     expectRejected("a string for a number", j, "dram_throughput_pct");
     j = good;
-    j["plans"][0]["event_us"] = {1.0, "x"};
+    j["plans"][0]["event_us"] = { 1.0, "x" };
     expectRejected("event time not a number", j, "reply.plans[0].event_us[1]");
     expectRejected("not an object", kl::wire::Json::array(), "reply");
 }
@@ -175,17 +174,17 @@ TEST(ProfileSolCli, ArgumentErrorsAreUsageErrors)
         std::string needle;
     };
     const Case cases[] = {
-        {"profile --sol --problem rmsnorm", "exactly one of --candidate"},
-        {"profile --sol --problem rmsnorm --candidate " + kTemplate + " --session /tmp/x", "exactly one of"},
-        {"profile --sol --candidate " + kTemplate, "--problem is required"},
-        {"profile --sol --problem rmsnorm --candidate " + kTemplate + " --node c0001", "--node selects"},
-        {"profile --sol --problem rmsnorm --session /tmp/x --params BLOCK=256", "--params goes with --candidate"},
-        {"profile --sol --problem rmsnorm --candidate " + kTemplate + " --shape T=16,H", "NAME=VALUE"},
-        {"profile --sol --problem rmsnorm --candidate " + kTemplate + " --shape T=sixteen", "not an integer"},
-        {"profile --sol --problem rmsnorm --candidate " + kTemplate + " --params BLOCK=2x", "not an integer"},
-        {"profile --sol --problem rmsnorm --candidate " + kTemplate + " --launches 0", "--launches"},
-        {"profile --sol --problem rmsnorm --candidate " + kTemplate + " -- ./a.out", "no '-- <command>'"},
-        {"profile sol --problem rmsnorm stray", "unexpected argument"},
+        { "profile --sol --problem rmsnorm", "exactly one of --candidate" },
+        { "profile --sol --problem rmsnorm --candidate " + kTemplate + " --session /tmp/x", "exactly one of" },
+        { "profile --sol --candidate " + kTemplate, "--problem is required" },
+        { "profile --sol --problem rmsnorm --candidate " + kTemplate + " --node c0001", "--node selects" },
+        { "profile --sol --problem rmsnorm --session /tmp/x --params BLOCK=256", "--params goes with --candidate" },
+        { "profile --sol --problem rmsnorm --candidate " + kTemplate + " --shape T=16,H", "NAME=VALUE" },
+        { "profile --sol --problem rmsnorm --candidate " + kTemplate + " --shape T=sixteen", "not an integer" },
+        { "profile --sol --problem rmsnorm --candidate " + kTemplate + " --params BLOCK=2x", "not an integer" },
+        { "profile --sol --problem rmsnorm --candidate " + kTemplate + " --launches 0", "--launches" },
+        { "profile --sol --problem rmsnorm --candidate " + kTemplate + " -- ./a.out", "no '-- <command>'" },
+        { "profile sol --problem rmsnorm stray", "unexpected argument" },
     };
     for (const auto& c : cases) {
         const CliRun r = kloop(c.args);
@@ -215,11 +214,12 @@ TEST(ProfileSolCli, BadInputFailsBeforeAnyGpuWork)
 
 TEST(ProfileSolCli, NoWorkerSaysSoAndWritesNothing)
 {
-    const fs::path trace = fs::temp_directory_path() / ("kl-profile-noworker-" + std::to_string(::getpid()) + ".kltrace");
+    const fs::path trace
+        = fs::temp_directory_path() / ("kl-profile-noworker-" + std::to_string(::getpid()) + ".kltrace");
     fs::remove(trace);
-    const CliRun r = kloop("profile --sol --problem rmsnorm --candidate " + kTemplate + " --shape T=16,H=1024 --out " +
-                            trace.string(),
-                        "KL_WORKER=/nonexistent/kloop-worker");
+    const CliRun r = kloop(
+        "profile --sol --problem rmsnorm --candidate " + kTemplate + " --shape T=16,H=1024 --out " + trace.string(),
+        "KL_WORKER=/nonexistent/kloop-worker");
     EXPECT_EQ(r.code, 1) << r.output;
     EXPECT_NE(r.output.find("no usable CUDA GPU"), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(trace));
@@ -234,7 +234,7 @@ TEST(ProfileSolCli, SessionCandidatesAreFoundBeforeTheWorkerIsAsked)
     EXPECT_NE(r.output.find("has no candidate 'c9999'"), std::string::npos) << r.output;
     // A real node (and the default: the best correct one) gets as far as the worker, and the session's problem is
     // found without --problem.
-    for (const std::string node : {" --node c0002", ""}) {
+    for (const std::string node : { " --node c0002", "" }) {
         r = kloop("profile --sol --session " + session + node + " --shape T=16,H=1024", noWorker);
         EXPECT_EQ(r.code, 1) << r.output;
         EXPECT_NE(r.output.find("no usable CUDA GPU"), std::string::npos) << node << "\n" << r.output;

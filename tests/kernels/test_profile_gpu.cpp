@@ -6,11 +6,10 @@
 #include "kernels/gpu_evaluator.h"
 #include "kernels/plan_profile.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <gtest/gtest.h>
 
 bool klCudaDeviceAvailable();
 
@@ -25,16 +24,19 @@ kl::GpuEvaluatorOptions options()
     kl::GpuEvaluatorOptions o;
     o.compileCacheDir = std::filesystem::temp_directory_path() / "kl-gpu-test-cache";
     if (const char* w = std::getenv("KL_WORKER"))
-        o.worker.command = {w};
+        o.worker.command = { w };
     return o;
 }
 
-kl::Problem rmsnorm() { return kl::loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/rmsnorm"); }
+kl::Problem rmsnorm()
+{
+    return kl::loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/rmsnorm");
+}
 
 kl::Shape shape(std::int64_t t, std::int64_t h)
 {
     kl::Shape s;
-    s.dims = {{"T", t}, {"H", h}};
+    s.dims = { { "T", t }, { "H", h } };
     return s;
 }
 
@@ -80,7 +82,7 @@ TEST(ProfileGpu, RmsnormTemplateAgainstBaselineAtTheDramCeiling)
     }
     // rmsnorm moves at least 4*T*H bytes (x read, y written, bf16): 512 MiB at this shape.
     const double minBytes = 4.0 * static_cast<double>(T * H);
-    for (const kl::PlanProfile* p : {base, cand}) {
+    for (const kl::PlanProfile* p : { base, cand }) {
         if (!p->solAvailable) {
             EXPECT_FALSE(p->solNote.empty()) << p->role << ": counters missing without a reason";
             std::printf("%s: counters unavailable: %s\n", p->role.c_str(), p->solNote.c_str());
@@ -94,8 +96,8 @@ TEST(ProfileGpu, RmsnormTemplateAgainstBaselineAtTheDramCeiling)
         double bytes = 0, ns = 0;
         for (const auto& k : p->sol) {
             std::printf("%s %-28s %9.1f us DRAM %5.1f%% SM %5.1f%% occupancy %5.1f%% DRAM bytes %.3e\n",
-                        p->role.c_str(), k.name.c_str(), k.durationNs / 1e3, k.dramThroughputPct, k.smThroughputPct,
-                        k.achievedOccupancyPct, k.dramBytes);
+                p->role.c_str(), k.name.c_str(), k.durationNs / 1e3, k.dramThroughputPct, k.smThroughputPct,
+                k.achievedOccupancyPct, k.dramBytes);
             EXPECT_GT(k.durationNs, 0);
             EXPECT_GE(k.smThroughputPct, 0);
             EXPECT_LE(k.smThroughputPct, 100.5);
@@ -121,7 +123,7 @@ TEST(ProfileGpu, WithoutCuptiTheWorkerSaysWhyAndStillRunsThePlans)
 {
     REQUIRE_GPU();
     kl::GpuEvaluatorOptions o = options();
-    o.worker.environment.push_back({"KL_NO_CUPTI", "1"});
+    o.worker.environment.push_back({ "KL_NO_CUPTI", "1" });
     kl::GpuEvaluator ev(rmsnorm(), o);
     const kl::ProfileReport r = kl::profileAgainstBaseline(ev, ev.templateCandidate({}, "template"), shape(256, 4096));
     ASSERT_TRUE(r.compile.ok) << r.compile.log;
@@ -141,8 +143,7 @@ TEST(ProfileGpu, AShapeOutsideTheProblemIsAnInputError)
 {
     REQUIRE_GPU();
     kl::GpuEvaluator ev(rmsnorm(), options());
-    EXPECT_THROW(kl::profileAgainstBaseline(ev, ev.templateCandidate({}, "template"), shape(16, 1000)),
-                 kl::InputError);
+    EXPECT_THROW(kl::profileAgainstBaseline(ev, ev.templateCandidate({}, "template"), shape(16, 1000)), kl::InputError);
 }
 
 } // namespace

@@ -3,11 +3,10 @@
 #include "core/json_io.h"
 #include "kernels/gpu_evaluator.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <gtest/gtest.h>
 
 bool klCudaDeviceAvailable();
 
@@ -28,7 +27,7 @@ kl::GpuEvaluatorOptions options()
     o.compileCacheDir = std::filesystem::temp_directory_path() / "kl-gpu-test-cache";
     o.verifyTimeoutSeconds = 60;
     if (const char* w = std::getenv("KL_WORKER"))
-        o.worker.command = {w};
+        o.worker.command = { w };
     return o;
 }
 
@@ -60,23 +59,26 @@ kl::Candidate rmsnormCandidate(const std::string& body, const std::string& id)
 {
     kl::Candidate c;
     c.id = id;
-    c.source = "#include <cuda_bf16.h>\n"
-               "// @kl:launch bad grid=(T) block=(256) smem=0 args=(y, x, w, T, H, eps)\n"
-               "extern \"C\" __global__ void bad(__nv_bfloat16* y, __nv_bfloat16* x, const __nv_bfloat16* w, int T,\n"
-               "                                 int H, float eps) {\n"
-               "  __shared__ float red[256];\n"
-               "  const long long row = blockIdx.x;\n"
-               "  float ss = 0.f;\n"
-               "  for (int i = threadIdx.x; i < H; i += 256) { float v = __bfloat162float(x[row * H + i]); ss += v * v; }\n"
-               "  red[threadIdx.x] = ss; __syncthreads();\n"
-               "  for (int s = 128; s > 0; s /= 2) { if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s]; __syncthreads(); }\n"
-               "  float inv = rsqrtf(red[0] / H + eps);\n" +
-               body + "\n}\n";
+    c.source
+        = "#include <cuda_bf16.h>\n"
+          "// @kl:launch bad grid=(T) block=(256) smem=0 args=(y, x, w, T, H, eps)\n"
+          "extern \"C\" __global__ void bad(__nv_bfloat16* y, __nv_bfloat16* x, const __nv_bfloat16* w, int T,\n"
+          "                                 int H, float eps) {\n"
+          "  __shared__ float red[256];\n"
+          "  const long long row = blockIdx.x;\n"
+          "  float ss = 0.f;\n"
+          "  for (int i = threadIdx.x; i < H; i += 256) { float v = __bfloat162float(x[row * H + i]); ss += v * v; }\n"
+          "  red[threadIdx.x] = ss; __syncthreads();\n"
+          "  for (int s = 128; s > 0; s /= 2) { if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s]; "
+          "__syncthreads(); }\n"
+          "  float inv = rsqrtf(red[0] / H + eps);\n"
+        + body + "\n}\n";
     return c;
 }
 
-const char* kHonestWrite = "  for (int i = threadIdx.x; i < H; i += 256)\n"
-                           "    y[row * H + i] = __float2bfloat16(__bfloat162float(x[row * H + i]) * inv * __bfloat162float(w[i]));";
+const char* kHonestWrite
+    = "  for (int i = threadIdx.x; i < H; i += 256)\n"
+      "    y[row * H + i] = __float2bfloat16(__bfloat162float(x[row * H + i]) * inv * __bfloat162float(w[i]));";
 
 class HarnessGpu : public ::testing::Test {
 protected:
@@ -103,17 +105,17 @@ TEST_F(HarnessGpu, HelloReportsTheDevice)
     EXPECT_GT(d.measuredCopyBandwidth, 1e11);
     EXPECT_FALSE(d.driverVersion.empty());
     std::printf("device %s arch %s sms %d l2 %lld copy %.2f TB/s driver %s cuda %s\n", d.name.c_str(), d.arch.c_str(),
-                d.smCount, static_cast<long long>(d.l2Bytes), d.measuredCopyBandwidth / 1e12, d.driverVersion.c_str(),
-                d.cudaDriverApi.c_str());
+        d.smCount, static_cast<long long>(d.l2Bytes), d.measuredCopyBandwidth / 1e12, d.driverVersion.c_str(),
+        d.cudaDriverApi.c_str());
 }
 
 TEST_F(HarnessGpu, HonestCandidatesPassOnEveryProblem)
 {
     REQUIRE_GPU();
-    for (const char* name : {"rmsnorm", "softmax", "silu_and_mul", "gemm_bf16"}) {
+    for (const char* name : { "rmsnorm", "softmax", "silu_and_mul", "gemm_bf16" }) {
         kl::GpuEvaluator ev(problem(name), options());
-        for (const auto& c : {ev.templateCandidate({}, "template"), ev.baselineCandidate("baseline")}) {
-            const auto e = ev.evaluate(c, quick(), kl::CancelToken{});
+        for (const auto& c : { ev.templateCandidate({}, "template"), ev.baselineCandidate("baseline") }) {
+            const auto e = ev.evaluate(c, quick(), kl::CancelToken {});
             EXPECT_EQ(e.verdict, kl::Verdict::Correct) << name << "/" << c.id << " " << reasonsText(e);
             EXPECT_TRUE(e.correctEverywhere()) << name;
             int timed = 0, heldOut = 0;
@@ -140,9 +142,10 @@ TEST_F(HarnessGpu, WrongResultIsRejectedWithRelL2)
 {
     REQUIRE_GPU();
     auto c = rmsnormCandidate("  for (int i = threadIdx.x; i < H; i += 256)\n"
-                              "    y[row * H + i] = __float2bfloat16(__bfloat162float(x[row * H + i]) * inv * 1.05f * __bfloat162float(w[i]));",
-                              "wrong");
-    const auto e = s_rms->evaluate(c, quick(), kl::CancelToken{});
+                              "    y[row * H + i] = __float2bfloat16(__bfloat162float(x[row * H + i]) * inv * 1.05f * "
+                              "__bfloat162float(w[i]));",
+        "wrong");
+    const auto e = s_rms->evaluate(c, quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << reasonsText(e);
     EXPECT_TRUE(hasRule(e, "correctness.rel-l2")) << reasonsText(e);
 }
@@ -150,10 +153,11 @@ TEST_F(HarnessGpu, WrongResultIsRejectedWithRelL2)
 TEST_F(HarnessGpu, PartialOutputFailsCoverage)
 {
     REQUIRE_GPU();
-    auto c = rmsnormCandidate("  for (int i = threadIdx.x; i < H / 2; i += 256)\n"
-                              "    y[row * H + i] = __float2bfloat16(__bfloat162float(x[row * H + i]) * inv * __bfloat162float(w[i]));",
-                              "partial");
-    const auto e = s_rms->evaluate(c, quick(), kl::CancelToken{});
+    auto c = rmsnormCandidate(
+        "  for (int i = threadIdx.x; i < H / 2; i += 256)\n"
+        "    y[row * H + i] = __float2bfloat16(__bfloat162float(x[row * H + i]) * inv * __bfloat162float(w[i]));",
+        "partial");
+    const auto e = s_rms->evaluate(c, quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected);
     EXPECT_TRUE(hasRule(e, "dynamic.coverage")) << reasonsText(e);
 }
@@ -161,10 +165,10 @@ TEST_F(HarnessGpu, PartialOutputFailsCoverage)
 TEST_F(HarnessGpu, OutOfBoundsWriteTripsCanary)
 {
     REQUIRE_GPU();
-    auto c = rmsnormCandidate(std::string(kHonestWrite) +
-                                  "\n  if (row == T - 1 && threadIdx.x < 8) y[(long long)T * H + threadIdx.x] = __float2bfloat16(1.f);",
-                              "oob");
-    const auto e = s_rms->evaluate(c, quick(), kl::CancelToken{});
+    auto c = rmsnormCandidate(std::string(kHonestWrite)
+            + "\n  if (row == T - 1 && threadIdx.x < 8) y[(long long)T * H + threadIdx.x] = __float2bfloat16(1.f);",
+        "oob");
+    const auto e = s_rms->evaluate(c, quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected);
     EXPECT_TRUE(hasRule(e, "dynamic.canary")) << reasonsText(e);
 }
@@ -172,13 +176,13 @@ TEST_F(HarnessGpu, OutOfBoundsWriteTripsCanary)
 TEST_F(HarnessGpu, ModifiedInputIsCaught)
 {
     REQUIRE_GPU();
-    auto c = rmsnormCandidate(std::string(kHonestWrite) +
-                                  "\n  __syncthreads();\n  if (threadIdx.x == 0) x[row * H] = __float2bfloat16(0.f);",
-                              "mutate");
+    auto c = rmsnormCandidate(
+        std::string(kHonestWrite) + "\n  __syncthreads();\n  if (threadIdx.x == 0) x[row * H] = __float2bfloat16(0.f);",
+        "mutate");
     auto o = options();
     o.staticChecks = false;
     kl::GpuEvaluator ev(problem("rmsnorm"), o);
-    const auto e = ev.evaluate(c, quick(), kl::CancelToken{});
+    const auto e = ev.evaluate(c, quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected);
     EXPECT_TRUE(hasRule(e, "dynamic.input-modified")) << reasonsText(e);
 }
@@ -186,15 +190,16 @@ TEST_F(HarnessGpu, ModifiedInputIsCaught)
 TEST_F(HarnessGpu, StateCarriedBetweenLaunchesIsCaught)
 {
     REQUIRE_GPU();
-    auto c = rmsnormCandidate(std::string(kHonestWrite) +
-                                  "\n  __syncthreads();\n"
-                                  "  if (blockIdx.x == 0 && threadIdx.x == 0) { if (g_calls > 0) y[0] = __float2bfloat16(1000.f); atomicAdd(&g_calls, 1); }",
-                              "stateful");
+    auto c = rmsnormCandidate(std::string(kHonestWrite)
+            + "\n  __syncthreads();\n"
+              "  if (blockIdx.x == 0 && threadIdx.x == 0) { if (g_calls > 0) y[0] = __float2bfloat16(1000.f); "
+              "atomicAdd(&g_calls, 1); }",
+        "stateful");
     c.source = "__device__ int g_calls = 0;\n" + c.source;
     auto o = options();
     o.staticChecks = false; // the static rule would reject the mutable global before the GPU sees it
     kl::GpuEvaluator ev(problem("rmsnorm"), o);
-    const auto e = ev.evaluate(c, quick(), kl::CancelToken{});
+    const auto e = ev.evaluate(c, quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected);
     EXPECT_TRUE(hasRule(e, "dynamic.state-between-launches")) << reasonsText(e);
 }
@@ -202,17 +207,19 @@ TEST_F(HarnessGpu, StateCarriedBetweenLaunchesIsCaught)
 TEST_F(HarnessGpu, SpecialCasedShapesFailHeldOut)
 {
     REQUIRE_GPU();
-    auto c = rmsnormCandidate("  const bool seen = T == 1 || T == 3 || T == 16 || T == 256 || T == 1000 || T == 4096 ||\n"
-                              "                    T == 16384 || T == 65536;\n"
-                              "  for (int i = threadIdx.x; i < H; i += 256)\n"
-                              "    y[row * H + i] = __float2bfloat16(__bfloat162float(x[row * H + i]) * inv * (seen ? 1.f : 1.1f) * __bfloat162float(w[i]));",
-                              "special");
+    auto c
+        = rmsnormCandidate("  const bool seen = T == 1 || T == 3 || T == 16 || T == 256 || T == 1000 || T == 4096 ||\n"
+                           "                    T == 16384 || T == 65536;\n"
+                           "  for (int i = threadIdx.x; i < H; i += 256)\n"
+                           "    y[row * H + i] = __float2bfloat16(__bfloat162float(x[row * H + i]) * inv * (seen ? 1.f "
+                           ": 1.1f) * __bfloat162float(w[i]));",
+            "special");
     auto o = options();
     o.staticChecks = false;
     kl::GpuEvaluator ev(problem("rmsnorm"), o);
     auto opt = quick();
     opt.heldOutCount = 6;
-    const auto e = ev.evaluate(c, opt, kl::CancelToken{});
+    const auto e = ev.evaluate(c, opt, kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected);
     EXPECT_TRUE(hasRule(e, "dynamic.held-out-shape")) << reasonsText(e);
     for (const auto& s : e.shapes) {
@@ -225,15 +232,15 @@ TEST_F(HarnessGpu, SpecialCasedShapesFailHeldOut)
 TEST_F(HarnessGpu, IllegalAddressCostsOnlyTheWorker)
 {
     REQUIRE_GPU();
-    auto c = rmsnormCandidate("  if (threadIdx.x == 0) ((volatile float*)(0x100))[row] = inv;\n" + std::string(kHonestWrite),
-                              "fault");
+    auto c = rmsnormCandidate(
+        "  if (threadIdx.x == 0) ((volatile float*)(0x100))[row] = inv;\n" + std::string(kHonestWrite), "fault");
     const int crashesBefore = s_rms->client().crashes();
-    const auto e = s_rms->evaluate(c, quick(), kl::CancelToken{});
+    const auto e = s_rms->evaluate(c, quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Crashed) << reasonsText(e);
     EXPECT_TRUE(hasRule(e, "worker.crashed"));
     EXPECT_EQ(s_rms->client().crashes(), crashesBefore + 1);
     // The next candidate runs on a fresh worker.
-    const auto ok = s_rms->evaluate(rmsnormCandidate(kHonestWrite, "honest"), quick(), kl::CancelToken{});
+    const auto ok = s_rms->evaluate(rmsnormCandidate(kHonestWrite, "honest"), quick(), kl::CancelToken {});
     EXPECT_EQ(ok.verdict, kl::Verdict::Correct) << reasonsText(ok);
 }
 
@@ -249,12 +256,12 @@ TEST_F(HarnessGpu, HangIsKilledAtTheDeadline)
     // y[0] holds the poison pattern (a NaN), which never equals 12345: the loop never ends.
     auto c = rmsnormCandidate("  while (((volatile float*)y)[0] != 12345.f) { }\n" + std::string(kHonestWrite), "hang");
     const auto t0 = std::chrono::steady_clock::now();
-    const auto e = ev.evaluate(c, quick(), kl::CancelToken{});
+    const auto e = ev.evaluate(c, quick(), kl::CancelToken {});
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(e.verdict, kl::Verdict::TimedOut) << reasonsText(e);
     EXPECT_TRUE(hasRule(e, "worker.timeout"));
     EXPECT_LT(took, 40);
-    const auto ok = ev.evaluate(rmsnormCandidate(kHonestWrite, "honest"), quick(), kl::CancelToken{});
+    const auto ok = ev.evaluate(rmsnormCandidate(kHonestWrite, "honest"), quick(), kl::CancelToken {});
     EXPECT_EQ(ok.verdict, kl::Verdict::Correct) << reasonsText(ok);
     EXPECT_EQ(ev.client().timeouts(), 1);
 }
@@ -263,7 +270,7 @@ TEST_F(HarnessGpu, CompileErrorIsAVerdict)
 {
     REQUIRE_GPU();
     auto c = rmsnormCandidate("  this is not cuda;", "broken");
-    const auto e = s_rms->evaluate(c, quick(), kl::CancelToken{});
+    const auto e = s_rms->evaluate(c, quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::CompileFailed);
     EXPECT_FALSE(e.compile.log.empty());
 }
@@ -276,12 +283,10 @@ TEST_F(HarnessGpu, TraceReturnsCuptiRecordsMatchingTheLaunches)
     const auto c = ev.templateCandidate({}, "trace");
     const auto m = ev.compileModule(c);
     ASSERT_TRUE(m->report.ok);
-    const auto r = ev.client().request({{"op", "trace"},
-                                        {"problem", "rmsnorm"},
-                                        {"candidate", ev.candidateRequest(c, *m)},
-                                        {"shape", {{"dims", {{"T", 4096}, {"H", 8192}}}}},
-                                        {"launches", 20}},
-                                       60);
+    const auto r = ev.client().request(
+        { { "op", "trace" }, { "problem", "rmsnorm" }, { "candidate", ev.candidateRequest(c, *m) },
+            { "shape", { { "dims", { { "T", 4096 }, { "H", 8192 } } } } }, { "launches", 20 } },
+        60);
     ASSERT_TRUE(r.ok()) << r.error;
     EXPECT_EQ(r.body.at("event_us").size(), 20u);
     if (r.body.value("cupti", false)) {

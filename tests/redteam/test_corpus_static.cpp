@@ -103,7 +103,7 @@ TEST(ShippedCandidates, PassTheStaticRulesUntouched)
         if (!std::filesystem::exists(dir.path() / "problem.json"))
             continue;
         const kl::Problem problem = kl::loadProblem(dir.path().string());
-        for (const std::string& file : {problem.baselineFile, problem.templateFile}) {
+        for (const std::string& file : { problem.baselineFile, problem.templateFile }) {
             std::ifstream in(dir.path() / file);
             if (!in)
                 continue;

@@ -21,7 +21,7 @@ kl::CorrectnessStats check(const std::string& distribution, bool passed)
 kl::ShapeResult shape(std::int64_t T, bool heldOut, std::vector<kl::CorrectnessStats> checks)
 {
     kl::ShapeResult s;
-    s.shape.dims = {{"T", T}, {"H", 4096}};
+    s.shape.dims = { { "T", T }, { "H", 4096 } };
     s.heldOut = heldOut;
     s.checks = std::move(checks);
     s.correct = std::all_of(s.checks.begin(), s.checks.end(), [](const auto& c) { return c.passed; });
@@ -44,10 +44,10 @@ TEST(Dynamic, IntegrityFactsNameTheirRules)
     c.fullCoverage = false;
     c.nonFinite = true;
     kl::Evaluation e;
-    e.shapes = {shape(64, false, {c})};
+    e.shapes = { shape(64, false, { c }) };
     EXPECT_EQ(rules(checkDynamic(e, {}, {})),
         (std::vector<std::string> {
-            "dynamic.canary", "dynamic.input-modified", "dynamic.coverage", "correctness.non-finite"}));
+            "dynamic.canary", "dynamic.input-modified", "dynamic.coverage", "correctness.non-finite" }));
     for (const auto& r : checkDynamic(e, {}, {}))
         EXPECT_TRUE(r.blocking);
 }
@@ -55,61 +55,62 @@ TEST(Dynamic, IntegrityFactsNameTheirRules)
 TEST(Dynamic, PlainErrorIsRelL2AndPassingIsClean)
 {
     kl::Evaluation e;
-    e.shapes = {shape(64, false, {check("normal", true), check("large", false)})};
-    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string> {"correctness.rel-l2"});
-    e.shapes = {shape(64, false, {check("normal", true), check("large", true)})};
+    e.shapes = { shape(64, false, { check("normal", true), check("large", false) }) };
+    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string> { "correctness.rel-l2" });
+    e.shapes = { shape(64, false, { check("normal", true), check("large", true) }) };
     EXPECT_TRUE(checkDynamic(e, {}, {}).empty());
 }
 
 TEST(Dynamic, RunOrderExposesState)
 {
     kl::Evaluation e;
-    e.shapes = {shape(64, false, {check("order:A", true), check("order:B", true), check("order:A'", false)})};
-    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string> {"dynamic.state-between-launches"});
-    e.shapes = {shape(64, false, {check("order:A", true), check("order:B", false), check("order:A'", true)})};
-    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string> {"dynamic.state-between-launches"});
+    e.shapes = { shape(64, false, { check("order:A", true), check("order:B", true), check("order:A'", false) }) };
+    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string> { "dynamic.state-between-launches" });
+    e.shapes = { shape(64, false, { check("order:A", true), check("order:B", false), check("order:A'", true) }) };
+    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string> { "dynamic.state-between-launches" });
     // A wrong A is a plain error, not state.
-    e.shapes = {shape(64, false, {check("order:A", false), check("order:B", false), check("order:A'", false)})};
+    e.shapes = { shape(64, false, { check("order:A", false), check("order:B", false), check("order:A'", false) }) };
     EXPECT_EQ(rules(checkDynamic(e, {}, {})),
-        (std::vector<std::string> {"correctness.rel-l2", "correctness.rel-l2", "correctness.rel-l2"}));
+        (std::vector<std::string> { "correctness.rel-l2", "correctness.rel-l2", "correctness.rel-l2" }));
 }
 
 TEST(Dynamic, TimedOutputsWrongWhileChecksPassed)
 {
     kl::Evaluation e;
-    e.shapes = {shape(64, false, {check("normal", true), check("timed:7", false)})};
-    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string> {"dynamic.timed-output-wrong"});
+    e.shapes = { shape(64, false, { check("normal", true), check("timed:7", false) }) };
+    EXPECT_EQ(rules(checkDynamic(e, {}, {})), std::vector<std::string> { "dynamic.timed-output-wrong" });
 }
 
 TEST(Dynamic, HeldOutShapeOnlyWhenEveryShownShapePasses)
 {
     kl::Evaluation e;
-    e.shapes = {shape(64, false, {check("normal", true)}), shape(3001, true, {check("normal", false)})};
+    e.shapes = { shape(64, false, { check("normal", true) }), shape(3001, true, { check("normal", false) }) };
     const auto rs = checkDynamic(e, {}, {});
-    ASSERT_EQ(rules(rs), std::vector<std::string> {"dynamic.held-out-shape"});
+    ASSERT_EQ(rules(rs), std::vector<std::string> { "dynamic.held-out-shape" });
     // The reason reaches agents' prompts, so it must not name the held-out shape.
     EXPECT_EQ(rs[0].message.find("3001"), std::string::npos) << rs[0].message;
     EXPECT_NE(rs[0].message.find("held-out shape"), std::string::npos) << rs[0].message;
-    e.shapes[0] = shape(64, false, {check("normal", false)});
-    EXPECT_EQ(rules(checkDynamic(e, {}, {})), (std::vector<std::string> {"correctness.rel-l2", "correctness.rel-l2"}));
+    e.shapes[0] = shape(64, false, { check("normal", false) });
+    EXPECT_EQ(
+        rules(checkDynamic(e, {}, {})), (std::vector<std::string> { "correctness.rel-l2", "correctness.rel-l2" }));
 }
 
 TEST(Dynamic, KernelRecordsMustMatchThePlan)
 {
     DynamicObservations obs;
-    obs.plannedKernels = {"rmsnorm_kernel"};
-    obs.observedKernels = {"_Z14rmsnorm_kernelP13__nv_bfloat16PKS_S2_iif"};
+    obs.plannedKernels = { "rmsnorm_kernel" };
+    obs.observedKernels = { "_Z14rmsnorm_kernelP13__nv_bfloat16PKS_S2_iif" };
     obs.observedKernelsValid = true;
     EXPECT_TRUE(checkDynamic({}, {}, obs).empty());
     obs.observedKernels
-        = {"rmsnorm_kernel(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, int, int, float)",
-            "rmsnorm_rows(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, int, float)"};
+        = { "rmsnorm_kernel(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, int, int, float)",
+              "rmsnorm_rows(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, int, float)" };
     auto rs = checkDynamic({}, {}, obs);
-    ASSERT_EQ(rules(rs), std::vector<std::string> {"dynamic.kernel-mismatch"});
+    ASSERT_EQ(rules(rs), std::vector<std::string> { "dynamic.kernel-mismatch" });
     EXPECT_NE(rs[0].message.find("rmsnorm_rows"), std::string::npos);
     obs.observedKernels = {};
     rs = checkDynamic({}, {}, obs);
-    ASSERT_EQ(rules(rs), std::vector<std::string> {"dynamic.kernel-mismatch"});
+    ASSERT_EQ(rules(rs), std::vector<std::string> { "dynamic.kernel-mismatch" });
     EXPECT_NE(rs[0].message.find("planned but not run: rmsnorm_kernel"), std::string::npos);
     obs.observedKernelsValid = false; // without CUPTI there is nothing to compare
     EXPECT_TRUE(checkDynamic({}, {}, obs).empty());
@@ -133,11 +134,11 @@ TEST(Dynamic, GraphCapture)
     obs.graphCaptured = false;
     obs.graphError = "operation not permitted when stream is capturing";
     auto rs = checkDynamic({}, {}, obs);
-    ASSERT_EQ(rules(rs), std::vector<std::string> {"graph.capture-failed"});
+    ASSERT_EQ(rules(rs), std::vector<std::string> { "graph.capture-failed" });
     EXPECT_NE(rs[0].message.find("not permitted"), std::string::npos);
     obs.graphCaptured = true;
     obs.graphReplayCorrect = false;
-    EXPECT_EQ(rules(checkDynamic({}, {}, obs)), std::vector<std::string> {"graph.capture-failed"});
+    EXPECT_EQ(rules(checkDynamic({}, {}, obs)), std::vector<std::string> { "graph.capture-failed" });
     obs.graphReplayCorrect = true;
     EXPECT_TRUE(checkDynamic({}, {}, obs).empty());
 }

@@ -13,7 +13,7 @@ kl::Problem rmsnorm()
 {
     kl::Problem p;
     p.name = "rmsnorm";
-    p.dims = {{"T", 1, 65536, 1, true}, {"H", 1024, 16384, 8, true}};
+    p.dims = { { "T", 1, 65536, 1, true }, { "H", 1024, 16384, 8, true } };
     p.bytes = kl::Expr::parse("2*(2*T*H + H)");
     p.flops = kl::Expr::parse("4*T*H");
     return p;
@@ -31,7 +31,7 @@ kl::DeviceInfo h200()
 kl::ShapeResult timed(std::int64_t T, std::int64_t H, double medianUs, double speedup)
 {
     kl::ShapeResult s;
-    s.shape.dims = {{"T", T}, {"H", H}};
+    s.shape.dims = { { "T", T }, { "H", H } };
     s.correct = true;
     s.timing = kl::TimingStats {};
     s.timing->medianUs = medianUs;
@@ -48,11 +48,11 @@ TEST(Physics, RooflineFloorUsesMeasuredBandwidthAndL2)
 {
     const PhysicsSettings settings;
     kl::Shape big;
-    big.dims = {{"T", 4096}, {"H", 8192}};
+    big.dims = { { "T", 4096 }, { "H", 8192 } };
     const double bytes = 2.0 * (2.0 * 4096 * 8192 + 8192);
     EXPECT_DOUBLE_EQ(kl::referee::rooflineFloorSeconds(rmsnorm(), big, h200(), settings), bytes / 4.0e12 * 0.9);
     kl::Shape small; // 2 MiB: fits in L2, so the floor allows L2 bandwidth
-    small.dims = {{"T", 64}, {"H", 8192}};
+    small.dims = { { "T", 64 }, { "H", 8192 } };
     const double smallBytes = 2.0 * (2.0 * 64 * 8192 + 8192);
     EXPECT_DOUBLE_EQ(kl::referee::rooflineFloorSeconds(rmsnorm(), small, h200(), settings),
         smallBytes / (4.0e12 * settings.l2BandwidthFactor) * 0.9);
@@ -68,8 +68,9 @@ TEST(Physics, RooflineFloorUsesMeasuredBandwidthAndL2)
     clocked.smCount = 132;
     clocked.smClockMHz = 1980;
     clocked.measuredCopyBandwidth = 0; // the compute floor alone
-    const double peak = 132 * 1980e6 * PhysicsSettings{}.flopsPerClockPerSm;
-    EXPECT_DOUBLE_EQ(kl::referee::rooflineFloorSeconds(gemm, big, clocked, settings), 2.0 * 4096 * 8192 * 8192 / peak * 0.9);
+    const double peak = 132 * 1980e6 * PhysicsSettings {}.flopsPerClockPerSm;
+    EXPECT_DOUBLE_EQ(
+        kl::referee::rooflineFloorSeconds(gemm, big, clocked, settings), 2.0 * 4096 * 8192 * 8192 / peak * 0.9);
     kl::DeviceInfo unmeasured = h200();
     unmeasured.measuredCopyBandwidth = 0;
     EXPECT_EQ(kl::referee::rooflineFloorSeconds(rmsnorm(), big, unmeasured, settings), 0.0);
@@ -78,13 +79,13 @@ TEST(Physics, RooflineFloorUsesMeasuredBandwidthAndL2)
 TEST(Physics, TimeBelowTheFloorRejects)
 {
     kl::Evaluation e;
-    e.shapes = {timed(4096, 8192, 20.0, 3.0), timed(16384, 8192, 140.0, 1.2)}; // floors 30.2 us and 120.8 us
+    e.shapes = { timed(4096, 8192, 20.0, 3.0), timed(16384, 8192, 140.0, 1.2) }; // floors 30.2 us and 120.8 us
     const auto rs = checkPhysics(e, rmsnorm(), h200(), PhysicsSettings {});
     ASSERT_EQ(count(rs, "physics.below-roofline"), 1);
     EXPECT_TRUE(rs.front().blocking);
     EXPECT_NE(rs.front().message.find("T=4096"), std::string::npos) << rs.front().message;
     // The graph-replay time is held to the same floor.
-    e.shapes = {timed(4096, 8192, 40.0, 1.0)};
+    e.shapes = { timed(4096, 8192, 40.0, 1.0) };
     e.shapes[0].graphTiming = kl::TimingStats {};
     e.shapes[0].graphTiming->medianUs = 5.0;
     EXPECT_EQ(count(checkPhysics(e, rmsnorm(), h200(), PhysicsSettings {}), "physics.below-roofline"), 1);
@@ -95,7 +96,7 @@ TEST(Physics, TimeBelowTheFloorRejects)
 TEST(Physics, JumpOverTheBestGoesToReview)
 {
     kl::Evaluation e;
-    e.shapes = {timed(4096, 8192, 40.0, 3.5)};
+    e.shapes = { timed(4096, 8192, 40.0, 3.5) };
     e.objective = 3.5;
     PhysicsSettings s;
     EXPECT_TRUE(checkPhysics(e, rmsnorm(), h200(), s).empty()) << "no best yet: nothing to jump over";
@@ -112,21 +113,21 @@ TEST(Physics, JumpOverTheBestGoesToReview)
 TEST(Physics, SpeedupCarriedByOneShapeGoesToReview)
 {
     kl::Evaluation e;
-    e.shapes = {timed(4096, 8192, 200.0, 6.0), timed(1024, 8192, 200.0, 1.02), timed(16384, 4096, 300.0, 0.98)};
+    e.shapes = { timed(4096, 8192, 200.0, 6.0), timed(1024, 8192, 200.0, 1.02), timed(16384, 4096, 300.0, 0.98) };
     auto rs = checkPhysics(e, rmsnorm(), h200(), PhysicsSettings {});
     ASSERT_EQ(count(rs, "physics.single-shape-speedup"), 1);
     EXPECT_FALSE(rs.front().blocking);
     EXPECT_NE(rs.front().message.find("T=4096"), std::string::npos);
     // A broad win is not flagged.
-    e.shapes = {timed(4096, 8192, 200.0, 2.0), timed(1024, 8192, 200.0, 2.2), timed(16384, 4096, 300.0, 1.9)};
+    e.shapes = { timed(4096, 8192, 200.0, 2.0), timed(1024, 8192, 200.0, 2.2), timed(16384, 4096, 300.0, 1.9) };
     EXPECT_TRUE(checkPhysics(e, rmsnorm(), h200(), PhysicsSettings {}).empty());
     // Relative to the current best per shape: the same per-shape speedups are lopsided gains.
     PhysicsSettings s;
-    s.bestShapeSpeedups = {{timed(1024, 8192, 0, 0).shape.label(), 2.2}, {timed(16384, 4096, 0, 0).shape.label(), 1.9},
-        {timed(4096, 8192, 0, 0).shape.label(), 0.5}};
+    s.bestShapeSpeedups = { { timed(1024, 8192, 0, 0).shape.label(), 2.2 },
+        { timed(16384, 4096, 0, 0).shape.label(), 1.9 }, { timed(4096, 8192, 0, 0).shape.label(), 0.5 } };
     EXPECT_EQ(count(checkPhysics(e, rmsnorm(), h200(), s), "physics.single-shape-speedup"), 1);
     // Held-out shapes never carry the objective (they are not timed for it).
-    e.shapes = {timed(4096, 8192, 200.0, 6.0), timed(1024, 8192, 200.0, 1.0)};
+    e.shapes = { timed(4096, 8192, 200.0, 6.0), timed(1024, 8192, 200.0, 1.0) };
     e.shapes[0].heldOut = true;
     EXPECT_TRUE(checkPhysics(e, rmsnorm(), h200(), PhysicsSettings {}).empty());
 }

@@ -44,7 +44,7 @@ kl::GpuEvaluator& evaluatorFor(const std::string& problem)
         o.compileCacheDir = std::filesystem::temp_directory_path() / "kl-redteam-cache";
         o.staticChecks = false; // the static rules are proven in CI; here the GPU defences stand alone
         if (const char* w = std::getenv("KL_WORKER"))
-            o.worker.command = {w};
+            o.worker.command = { w };
         e = std::make_unique<kl::GpuEvaluator>(kl::redteam::corpusProblem(problem), o);
     }
     return *e;
@@ -92,7 +92,7 @@ TEST_P(RedteamGpu, Verdict)
     opt.seed = std::getenv("KL_REDTEAM_SEED") ? std::strtoull(std::getenv("KL_REDTEAM_SEED"), nullptr, 10) : 20261130;
     const kl::Evaluation e = evaluatorFor(c.problem).evaluate(cand, opt, kl::CancelToken {});
 
-    Outcome o {c.file, c.cheat, kl::verdictName(e.verdict), e.reasons, false};
+    Outcome o { c.file, c.cheat, kl::verdictName(e.verdict), e.reasons, false };
     if (c.cheat) {
         const bool named = std::any_of(e.reasons.begin(), e.reasons.end(), [&](const kl::VerdictReason& r) {
             return r.blocking && std::find(c.expect.begin(), c.expect.end(), r.rule) != c.expect.end();
@@ -128,8 +128,8 @@ public:
             kl::Json reasons = kl::Json::array();
             for (const auto& r : o.reasons)
                 reasons.push_back(kl::toJson(r));
-            all.push_back({{"file", o.file}, {"kind", o.cheat ? "cheat" : "honest"}, {"verdict", o.verdict},
-                {"as_expected", o.ok}, {"reasons", reasons}});
+            all.push_back({ { "file", o.file }, { "kind", o.cheat ? "cheat" : "honest" }, { "verdict", o.verdict },
+                { "as_expected", o.ok }, { "reasons", reasons } });
         }
         std::filesystem::create_directories(dir);
         std::ofstream(std::filesystem::path(dir) / "redteam-gpu.json") << all.dump(1) << "\n";

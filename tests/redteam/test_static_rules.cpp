@@ -14,10 +14,10 @@ kl::Problem bf16Problem()
 {
     kl::Problem p;
     p.name = "rmsnorm";
-    p.dims = {{"T", 1, 65536, 1, true}, {"H", 1024, 16384, 8, true}};
-    p.tensors = {{"x", kl::DType::BF16, {kl::Expr::parse("T"), kl::Expr::parse("H")}, kl::TensorRole::Input, 1.0},
-        {"w", kl::DType::BF16, {kl::Expr::parse("H")}, kl::TensorRole::Input, 1.0},
-        {"y", kl::DType::BF16, {kl::Expr::parse("T"), kl::Expr::parse("H")}, kl::TensorRole::Output, 1.0}};
+    p.dims = { { "T", 1, 65536, 1, true }, { "H", 1024, 16384, 8, true } };
+    p.tensors = { { "x", kl::DType::BF16, { kl::Expr::parse("T"), kl::Expr::parse("H") }, kl::TensorRole::Input, 1.0 },
+        { "w", kl::DType::BF16, { kl::Expr::parse("H") }, kl::TensorRole::Input, 1.0 },
+        { "y", kl::DType::BF16, { kl::Expr::parse("T"), kl::Expr::parse("H") }, kl::TensorRole::Output, 1.0 } };
     return p;
 }
 
@@ -59,7 +59,7 @@ TEST(Tokenizer, DropsCommentsKeepsStringsAndLines)
     for (const auto& t : toks)
         if (t.kind == TokenKind::Identifier)
             idents.push_back(t.text + "@" + std::to_string(t.line));
-    EXPECT_EQ(idents, (std::vector<std::string> {"int@1", "a@1", "x@3", "b@5"}));
+    EXPECT_EQ(idents, (std::vector<std::string> { "int@1", "a@1", "x@3", "b@5" }));
     const auto str = std::find_if(toks.begin(), toks.end(), [](const auto& t) { return t.kind == TokenKind::String; });
     ASSERT_NE(str, toks.end());
     EXPECT_EQ(str->text, "clock64");
@@ -96,9 +96,9 @@ TEST(StaticRules, MutableDeviceGlobalIsRejectedConstIsFine)
                             "__device__ __align__(16) float staging[8];\n" // 11 mutable
                             "__device__ int brace{3};\n"; // 12 mutable
     const auto rs = checkSource(src, bf16Problem());
-    for (int line : {2, 5, 6, 7, 11, 12})
+    for (int line : { 2, 5, 6, 7, 11, 12 })
         EXPECT_TRUE(has(rs, "static.mutable-global", line)) << line << "\n" << describe(rs);
-    for (int line : {3, 4, 8, 9, 10})
+    for (int line : { 3, 4, 8, 9, 10 })
         EXPECT_FALSE(has(rs, "static.mutable-global", line)) << line << "\n" << describe(rs);
     for (const auto& r : rs)
         EXPECT_TRUE(r.blocking);
@@ -115,7 +115,7 @@ TEST(StaticRules, MacrosAndAttributesDoNotHideGlobals)
           "#define LIMIT 4096\n"
           "__global__ void k(float* y, int T) { if (T == LIMIT) y[0] = hidden + kept[0] + spelled_out; }\n"; // 7
     const auto rs = checkSource(src, bf16Problem());
-    for (int line : {3, 4, 5})
+    for (int line : { 3, 4, 5 })
         EXPECT_TRUE(has(rs, "static.mutable-global", line)) << line << "\n" << describe(rs);
     EXPECT_TRUE(has(rs, "static.shape-special-case", 7)) << describe(rs);
 }
@@ -220,7 +220,7 @@ TEST(StaticRules, IncludeAllowList)
                             "#define HDR <thread>\n"
                             "#include HDR\n"; // 6
     const auto rs = checkSource(src, bf16Problem());
-    EXPECT_EQ(rulesOf(rs), (std::vector<std::string> {"static.include", "static.include", "static.include"}))
+    EXPECT_EQ(rulesOf(rs), (std::vector<std::string> { "static.include", "static.include", "static.include" }))
         << describe(rs);
     EXPECT_TRUE(has(rs, "static.include", 2));
     EXPECT_TRUE(has(rs, "static.include", 3));
@@ -241,7 +241,7 @@ TEST(StaticRules, HostCodeAndPrintf)
                             "__host__ __device__ float twice(float v) { return 2 * v; }\n" // 10 fine
                             "struct NoCopy { NoCopy(const NoCopy&) = delete; };\n"; // 11 fine
     const auto rs = checkSource(src, bf16Problem());
-    for (int line : {3, 4, 5, 7, 9})
+    for (int line : { 3, 4, 5, 7, 9 })
         EXPECT_TRUE(has(rs, "static.host-code", line)) << line << "\n" << describe(rs);
     EXPECT_TRUE(has(rs, "static.printf", 6)) << describe(rs);
     EXPECT_FALSE(has(rs, "static.host-code", 10)) << describe(rs);
@@ -276,9 +276,9 @@ TEST(StaticRules, ShapeSpecialCasesAreFlaggedNotRejected)
                             "    switch (threadIdx.x % 4) { case 2: y[7] = 1; break; default: break; }\n" // 16 fine
                             "}\n";
     const auto rs = checkSource(src, bf16Problem());
-    for (int line : {2, 3, 4, 6, 7, 15})
+    for (int line : { 2, 3, 4, 6, 7, 15 })
         EXPECT_TRUE(has(rs, "static.shape-special-case", line)) << line << "\n" << describe(rs);
-    for (int line : {8, 9, 10, 11, 12, 13, 16})
+    for (int line : { 8, 9, 10, 11, 12, 13, 16 })
         EXPECT_FALSE(has(rs, "static.shape-special-case", line)) << line << "\n" << describe(rs);
     for (const auto& r : rs)
         EXPECT_FALSE(r.blocking) << describe(rs);
@@ -382,8 +382,8 @@ TEST(StaticRules, VerdictFromReasons)
 {
     using kl::referee::verdictFor;
     EXPECT_EQ(verdictFor({}), kl::Verdict::Accepted);
-    EXPECT_EQ(verdictFor({{"static.shape-special-case", "m", 3, false}}), kl::Verdict::PendingReview);
-    EXPECT_EQ(verdictFor({{"static.shape-special-case", "m", 3, false}, {"static.timer-read", "m", 4, true}}),
+    EXPECT_EQ(verdictFor({ { "static.shape-special-case", "m", 3, false } }), kl::Verdict::PendingReview);
+    EXPECT_EQ(verdictFor({ { "static.shape-special-case", "m", 3, false }, { "static.timer-read", "m", 4, true } }),
         kl::Verdict::Rejected);
 }
 
@@ -394,16 +394,16 @@ namespace {
 TEST(StaticRules, MalformedSourcesNeverCrashOrHang)
 {
     const std::vector<std::string> nasty
-        = {"", "\"unterminated", "/* unterminated", "'", "#", "#include", "#include <", "#define", "#define F(",
-            "#define A A\nA", "#define A B\n#define B A\nA B", "#define F(x) F(x)\nF(F(1))", "R\"delim(never closed",
-            "__device__", "__device__ int", "if (", "if (T ==", "min(", "min(T,", "}}}}{{{", "__global__ void k(",
-            "asm(\"%\");", std::string(1, '\0') + "x", "\\\n\\\n\\", "const_cast<", "(*)kX", "__attribute__((((("};
+        = { "", "\"unterminated", "/* unterminated", "'", "#", "#include", "#include <", "#define", "#define F(",
+              "#define A A\nA", "#define A B\n#define B A\nA B", "#define F(x) F(x)\nF(F(1))", "R\"delim(never closed",
+              "__device__", "__device__ int", "if (", "if (T ==", "min(", "min(T,", "}}}}{{{", "__global__ void k(",
+              "asm(\"%\");", std::string(1, '\0') + "x", "\\\n\\\n\\", "const_cast<", "(*)kX", "__attribute__(((((" };
     for (const auto& src : nasty)
         EXPECT_NO_THROW(checkSource(src, bf16Problem())) << src;
     // Pseudo-random token soup: deterministic, so a failure reproduces.
-    const std::vector<std::string> pieces = {"__device__", "int", "x", "T", "==", "4096", "(", ")", "{", "}", ";", "if",
-        "return", "#define M", "\n", "min", ",", "const", "*", "static", "asm(\"exit;\")", "\"s\"", "/*", "*/", "//",
-        "[", "]", "=", "<<<", "##"};
+    const std::vector<std::string> pieces = { "__device__", "int", "x", "T", "==", "4096", "(", ")", "{", "}", ";",
+        "if", "return", "#define M", "\n", "min", ",", "const", "*", "static", "asm(\"exit;\")", "\"s\"", "/*", "*/",
+        "//", "[", "]", "=", "<<<", "##" };
     std::uint32_t state = 12345;
     for (int round = 0; round < 200; ++round) {
         std::string src;
