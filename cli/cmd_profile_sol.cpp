@@ -217,7 +217,7 @@ namespace {
                 r.durationUs = p.sol[i].durationNs >= 0 ? p.sol[i].durationNs / 1e3 : -1;
                 r.bound = prof::rooflineClass(p.sol[i].dramThroughputPct, p.sol[i].smThroughputPct);
             }
-            if (p.kernelsPerRun > 0 && static_cast<int>(i) < p.kernelsPerRun) {
+            if (p.kernelsPerRun > 0 && static_cast<int>(i) < p.kernelsPerRun && i < p.records.size()) {
                 std::vector<double> d;
                 for (std::size_t k = i; k < p.records.size(); k += static_cast<std::size_t>(p.kernelsPerRun))
                     d.push_back(static_cast<double>(p.records[k].endNs - p.records[k].startNs) / 1e3);

@@ -128,7 +128,8 @@ template <int DT> __device__ __forceinline__ void kl_cmp_one(typename KlT<DT>::B
   typedef typename KlT<DT>::S S;
   typedef typename KlT<DT>::B B;
   typedef typename KlT<DT>::C C;
-  if (cb == poison) { ++a.poisoned; return; }
+  // Integer and 8-bit poison patterns are ordinary values: an element the reference also has there is right either way.
+  if (cb == poison) { if (rb != poison) ++a.poisoned; return; }
   const C r = (C)KlT<DT>::val(kl_from_bits<S, B>(rb)), c = (C)KlT<DT>::val(kl_from_bits<S, B>(cb));
   const bool rf = isfinite(r), cf = isfinite(c);
   if (rf && !cf) { ++a.nonfinite; return; }
@@ -139,8 +140,11 @@ template <int DT> __device__ __forceinline__ void kl_cmp_one(typename KlT<DT>::B
   const C d = c - r;
   a.sd += (double)d * d;
   a.sr += (double)r * r;
-  // An approximate quotient is plenty for comparing with a tolerance, and a full division costs more than the load.
-  a.mx = fmaxf(a.mx, __fdividef((float)fabs(d), (float)fmax(fabs(r), (C)floorv)));
+  // An approximate quotient is plenty for comparing with a tolerance, and a full division costs more than the load;
+  // but __fdividef returns 0 for divisors above 2^126, and doubles do not fit a float.
+  const C den = fmax(fabs(r), (C)floorv);
+  const float q = (sizeof(C) == 4 && den < (C)1e37f) ? __fdividef((float)fabs(d), (float)den) : (float)(fabs(d) / den);
+  a.mx = fmaxf(a.mx, q);
 }
 // One pass: squared error and reference sums for the relative L2 error, poison left (coverage), non-finite
 // mismatches, and the max scaled error |c - r| / max(|r|, rms(ref), 1). rms(ref) comes from kl_h_sum_squares,

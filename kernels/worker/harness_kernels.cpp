@@ -168,6 +168,8 @@ std::uint64_t HarnessKernels::poisonPattern(DType dt, int variant)
         return variant ? 0x80000001u : 0x7FFFFFF1u;
     case DType::I64:
         return variant ? 0x8000000000000001ull : 0x7FFFFFFFFFFFFFF1ull;
+    case DType::FP8E4M3:
+        return variant ? 0xFFu : 0x7Fu; // e4m3's two NaN encodings
     default:
         return variant ? 0x5Au : 0xA5u;
     }

@@ -131,6 +131,9 @@ TEST(ProfileWire, MalformedRepliesNameTheField)
     j["plans"][1]["records"][0]["grid"] = { 1, 2 };
     expectRejected("grid of two", j, "reply.plans[1].records[0].grid");
     j = good;
+    j["plans"][1]["kernels_per_run"] = 3;
+    expectRejected("more kernels per run than records", j, "reply.plans[1].kernels_per_run");
+    j = good;
     j["plans"][0]["sol"]["note"] = "";
     expectRejected("no counters, no reason", j, "reply.plans[0].sol");
     j = good;
