@@ -15,6 +15,7 @@
 #include "app/status_field.h"
 #include "app/theme.h"
 #include "app/timeline_panel.h"
+#include "core/gpu_run_lock.h"
 #include "profiler/analysis.h"
 
 #include <QAction>
@@ -651,8 +652,25 @@ void MainWindow::newSessionFromStartPage(const QString& problem)
     startLocalRun(request);
 }
 
+bool MainWindow::followRunningLocalRun()
+{
+    const auto holder = GpuRunLock::holder(localGpuKey());
+    if (!holder || holder->session.empty() || !QFileInfo::exists(QString::fromStdString(holder->session)))
+        return false;
+    const QString dir = QString::fromStdString(holder->session);
+    openSession(dir, OpenMode::Follow);
+    showMessage(tr("This machine's GPU is busy with kloop run (pid %1): following its session %2 instead of starting "
+                   "a second run, which would time against it")
+                    .arg(holder->pid)
+                    .arg(QDir::toNativeSeparators(dir)),
+        15000);
+    return true;
+}
+
 bool MainWindow::startLocalRun(const LocalRunRequest& request)
 {
+    if (followRunningLocalRun())
+        return true;
     QString error;
     if (!m_launcher->start(request, &error)) {
         const QString message = tr("Could not start a session on this machine's GPU: %1").arg(error);

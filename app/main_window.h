@@ -40,6 +40,9 @@ public:
     // Starts kloop run on this machine's GPU and follows the session once it exists; false if it could not
     // start (the start page then says why).
     bool startLocalRun(const LocalRunRequest& request);
+    // When a kloop run already holds this machine's GPU, opens its session in follow mode instead of starting a
+    // second run that would time against it. Returns whether it did.
+    bool followRunningLocalRun();
     LocalRunLauncher* localRun() const { return m_launcher; }
 
     SessionController* controller() const { return m_controller; }

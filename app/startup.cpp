@@ -18,7 +18,9 @@ StartupAction startWorkbench(MainWindow& window, const StartupOptions& options)
         window.showStartPage();
     } else if (localGpuPresent()) {
         // A GPU here: the workbench is for running, so it starts a session on it rather than showing a recording.
-        if (options.autostart && window.startLocalRun(options.run))
+        if (options.autostart && window.followRunningLocalRun())
+            action = StartupAction::FollowedRunningRun;
+        else if (options.autostart && window.startLocalRun(options.run))
             action = StartupAction::StartedLocalRun;
         else
             window.showStartPage();

@@ -21,7 +21,7 @@ struct StartupOptions {
     LocalRunRequest run; // what an automatic run runs
 };
 
-enum class StartupAction { OpenedSession, StartedLocalRun, ReplayedDemo, StartPage };
+enum class StartupAction { OpenedSession, StartedLocalRun, FollowedRunningRun, ReplayedDemo, StartPage };
 
 StartupAction startWorkbench(MainWindow& window, const StartupOptions& options);
 

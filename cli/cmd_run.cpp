@@ -7,6 +7,7 @@
 #include "cli/command.h"
 #include "core/catalogue.h"
 #include "core/errors.h"
+#include "core/gpu_run_lock.h"
 #include "core/json_io.h"
 #include "core/loop_objective.h"
 #include "core/research_loop.h"
@@ -25,6 +26,7 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -288,6 +290,27 @@ namespace {
             problem.tuningShapes = parseShapes(shapesText, problem);
 
 #if KL_FEATURE_CUDA
+        // One run per local GPU: a second one would time its kernels against ours and both sessions would record
+        // contaminated numbers. With KL_WORKER the worker is elsewhere (or a test double) and this GPU is not ours.
+        std::optional<GpuRunLock> gpuLock;
+        if (!std::getenv("KL_WORKER")) {
+            const std::string sessionDir
+                = fs::absolute(resuming ? fs::path(*a.option("resume")) : fs::path(*a.option("session"))).string();
+            GpuRunHolder holder;
+            try {
+                gpuLock = GpuRunLock::tryAcquire(localGpuKey(), sessionDir, &holder);
+            } catch (const std::exception& e) {
+                std::cerr << "kloop run: " << e.what() << "\n";
+                return kExitFailure;
+            }
+            if (!gpuLock) {
+                std::cerr << "kloop run: the GPU is busy: kloop run (pid " << holder.pid << ") is tuning session "
+                          << holder.session
+                          << "; two runs on one GPU would time each other's kernels. Wait for it, stop it, or follow "
+                             "it in the workbench (kernelloop --session DIR)\n";
+                return kExitFailure;
+            }
+        }
         GpuEvaluatorOptions evalOptions;
         if (auto arch = a.option("arch"))
             evalOptions.arch = *arch;

@@ -5,6 +5,7 @@
 // kloop writes.
 #include "agent/llm/llm_agent.h"
 #include "core/diff.h"
+#include "core/gpu_run_lock.h"
 #include "core/json_io.h"
 #include "core/live_agent_stream.h"
 #include "core/session_inbox.h"
@@ -592,4 +593,28 @@ TEST_F(KloopRunLlm, AResumedRunAsksTheSameProviderWithTheSessionsSettings)
     EXPECT_EQ(llmUsageFromEvents(store->events(), &calls).inputTokens, 700 + 720);
     EXPECT_EQ(calls, 2);
     EXPECT_EQ(filesContaining(sessionDir, kApiKey), "");
+}
+
+// Two runs on one GPU would time each other's kernels: the second is refused, named the first, and touches nothing.
+TEST(KloopRunGpuLock, ASecondRunOnABusyGpuIsRefusedAndNamesTheFirst)
+{
+    const fs::path scratch = fs::temp_directory_path() / ("kl-gpu-busy-" + std::to_string(::getpid()));
+    fs::remove_all(scratch);
+    fs::create_directories(scratch);
+    ::setenv("KL_GPU_LOCK_DIR", scratch.c_str(), 1);
+    std::optional<kl::GpuRunLock> held
+        = kl::GpuRunLock::tryAcquire(kl::localGpuKey(), "/sessions/the-first-run", nullptr);
+    ::unsetenv("KL_GPU_LOCK_DIR");
+    ASSERT_TRUE(held);
+    const fs::path second = scratch / "second";
+    // No KL_WORKER: the local GPU, which is what the lock guards.
+    const ProcessResult r = runKloop({ "run", "--problem", "rmsnorm", "--session", second.string(), "--budget", "1" },
+        { { "KL_WORKER", "" }, { "KL_GPU_LOCK_DIR", scratch.string() } }, scratch);
+    EXPECT_EQ(r.exitCode, 1) << r.err;
+    EXPECT_NE(r.err.find("the GPU is busy"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("/sessions/the-first-run"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("pid " + std::to_string(::getpid())), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(second / "journal.jsonl"));
+    held.reset();
+    fs::remove_all(scratch);
 }

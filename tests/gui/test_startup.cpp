@@ -7,6 +7,7 @@
 #include "app/session_controller.h"
 #include "app/start_page.h"
 #include "app/startup.h"
+#include "core/gpu_run_lock.h"
 #include "session_fixture.h"
 
 #include <QDir>
@@ -70,6 +71,8 @@ protected:
         qputenv("KL_FAKE_KLOOP_ARGS", m_argsFile.toUtf8());
         qputenv("KL_FAKE_KLOOP_TEMPLATE", m_template.toUtf8());
         qunsetenv("KL_FAKE_KLOOP_FAIL");
+        // This test's own GPU lock, so a run on the machine (or a parallel test) never decides what it sees.
+        qputenv("KL_GPU_LOCK_DIR", m_tmp.path().toUtf8());
     }
     void TearDown() override
     {
@@ -78,6 +81,7 @@ protected:
         qunsetenv("KL_FAKE_KLOOP_ARGS");
         qunsetenv("KL_FAKE_KLOOP_TEMPLATE");
         qunsetenv("KL_FAKE_KLOOP_FAIL");
+        qunsetenv("KL_GPU_LOCK_DIR");
         for (const char* name : { "KL_WORKER", "KL_CACHE_DIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "KL_CONTEXT_DIRS" })
             qunsetenv(name);
     }
@@ -133,6 +137,27 @@ TEST_F(Startup, WithAGpuTheDefaultLaunchStartsARunAndFollowsIt)
     ASSERT_TRUE(waitUntil([&]() { return w.controller()->session() && w.controller()->session()->tree.size() == all; }))
         << (w.controller()->session() ? w.controller()->session()->tree.size() : 0) << " of " << all;
     EXPECT_TRUE(w.startPage()->notice().isEmpty());
+}
+
+TEST_F(Startup, WhenARunAlreadyHoldsTheGpuItsSessionIsFollowedAndNoSecondRunStarts)
+{
+    setLocalGpuProbe([]() { return true; });
+    // Another kloop run holds the GPU: this test plays it (the lock is per open file, so the window's check from
+    // this process sees it held).
+    auto held = kl::GpuRunLock::tryAcquire(kl::localGpuKey(), m_template.toStdString(), nullptr);
+    ASSERT_TRUE(held);
+    MainWindow w;
+    w.show();
+    QSignalSpy ready(&w, &MainWindow::sessionReady);
+    EXPECT_EQ(startWorkbench(w, options()), StartupAction::FollowedRunningRun);
+    ASSERT_TRUE(ready.wait(15000));
+    EXPECT_EQ(w.controller()->info().directory, m_template);
+    EXPECT_TRUE(w.controller()->info().following);
+    QTest::qWait(800); // the fake kloop would have written its arguments by now
+    EXPECT_TRUE(kloopArgs().isEmpty()) << "a second run was started on a busy GPU";
+    // The start page's New session goes the same way.
+    EXPECT_TRUE(w.startLocalRun(options().run));
+    EXPECT_TRUE(kloopArgs().isEmpty());
 }
 
 TEST_F(Startup, ARunThatCannotStartSaysWhyOnTheStartPage)
