@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -132,7 +134,16 @@ namespace {
     // read-only and steers it through the inbox). The lock dies with the process, kill -9 included.
     void lockJournal(int fd, const fs::path& dir)
     {
-        if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        // A reader that only probes for a writer (the workbench's live-stream check) holds a shared lock for
+        // microseconds: retry briefly before calling the session taken.
+        int rc = -1;
+        for (int attempt = 0; attempt < 20; ++attempt) {
+            rc = ::flock(fd, LOCK_EX | LOCK_NB);
+            if (rc == 0 || errno != EWOULDBLOCK)
+                break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        if (rc != 0) {
             if (errno == EWOULDBLOCK)
                 throw SessionLockedError("session " + dir.string()
                     + " is being written by another process (kloop run?); open it read-only or "
