@@ -271,8 +271,8 @@ PlanProfile planProfile(const Json& j, const std::string& where)
     for (std::size_t i = 0; i < records.size(); ++i)
         p.records.push_back(tracedKernel(records[i], where + ".records[" + std::to_string(i) + "]"));
     if (!p.records.empty() && static_cast<std::size_t>(p.kernelsPerRun) > p.records.size())
-        throw InputError(where + ".kernels_per_run: " + std::to_string(p.kernelsPerRun) + " kernels per run but only " +
-                         std::to_string(p.records.size()) + " records");
+        throw InputError(where + ".kernels_per_run: " + std::to_string(p.kernelsPerRun) + " kernels per run but only "
+            + std::to_string(p.records.size()) + " records");
     const Json& ev = arrayField(j, "event_us", where);
     for (std::size_t i = 0; i < ev.size(); ++i) {
         if (!ev[i].is_number())
