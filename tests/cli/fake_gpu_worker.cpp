@@ -17,12 +17,23 @@
 //           p10/p90 +-0.5%, so two candidates whose efficiencies differ by more than about 1% are told apart
 //           and equal ones are not (the loop's "CI excludes 1.0" rule is exercised both ways).
 //   trace   refused: there are no kernel records without a GPU.
+//   profile (kloop profile --sol) for the baseline, then the candidate: `launches` runs of the plan's kernels (the
+//           @kl:launch kernels, named by the CUBIN symbols the request lowers them to), each run lasting the time
+//           op's median for that plan on that shape, split evenly over its kernels, so baseline/candidate of the
+//           profile equals the time op's speedup. Records start at 1e12 ns, a kernel 1 us after the one before and
+//           a run 10 us after the last; grid/block are the launch line's for the shape and parameters; event_us is
+//           a run's kernel time + 2 us. Counters (unless the request says "sol": false: "not requested"), one
+//           per kernel: DRAM % = its share of bytes(shape) / its time over 4 TB/s, SM % 25, achieved occupancy
+//           80 %, 1 pass. The marker "kl-test-double: no-counters" in the candidate source makes both plans'
+//           counters unavailable with a note naming it (as a worker without counter permission: records stay).
 #include "core/errors.h"
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 #include "kernels/nvrtc_compiler.h"
+#include "kernels/plan_profile.h"
 #include "kernels/worker_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -39,9 +50,16 @@ using kl::wire::Json;
 
 constexpr const char* kWrongResultsMarker = "kl-test-double: wrong-results";
 constexpr const char* kEfficiencyMarker = "kl-test-double: efficiency=";
+constexpr const char* kNoCountersMarker = "kl-test-double: no-counters";
 constexpr double kBandwidthBytesPerSecond = 4.0e12;
 constexpr double kLaunchOverheadUs = 0.5;
 constexpr double kBaselineEfficiency = 0.30;
+constexpr std::uint64_t kTraceStartNs = 1'000'000'000'000ull;
+constexpr std::uint64_t kKernelGapNs = 1'000;
+constexpr std::uint64_t kRunGapNs = 10'000;
+constexpr double kEventOverheadUs = 2.0;
+constexpr double kSmThroughputPct = 25.0;
+constexpr double kAchievedOccupancyPct = 80.0;
 
 kl::DeviceInfo fakeDevice()
 {
@@ -115,7 +133,7 @@ public:
             const auto module = compile(candidate(req.at("candidate")));
             res["report"] = kl::wire::toJson(module->report);
             res["key"] = module->key;
-        } else if (op == "verify" || op == "time") {
+        } else if (op == "verify" || op == "time" || op == "profile") {
             const LoadedProblem& lp = problemOf(req);
             const CandidateRequest c = candidate(req.at("candidate"));
             kl::CompileReport report;
@@ -126,8 +144,10 @@ public:
             res["compile"] = kl::wire::toJson(report);
             if (op == "verify")
                 verify(c, req, res);
-            else
+            else if (op == "time")
                 time(lp, c, req, res);
+            else
+                profile(lp, c, report, req, res);
         } else if (op == "trace") {
             throw kl::InputError("the test double runs no kernels, so it has no kernel records to trace");
         } else if (op == "shutdown") {
@@ -237,6 +257,12 @@ private:
         res["cupti_checked"] = false;
     }
 
+    double latencyUs(const LoadedProblem& lp, const kl::Shape& shape, double eff) const
+    {
+        const double bytes = lp.problem.bytes.empty() ? 0.0 : lp.problem.bytes.evaluate(shape.bindings());
+        return kLaunchOverheadUs + bytes / (kBandwidthBytesPerSecond * eff) * 1e6;
+    }
+
     double efficiency(const LoadedProblem& lp, const CandidateRequest& c) const
     {
         if (c.source == lp.baselineSource)
@@ -277,14 +303,10 @@ private:
         auto& shapes = res["shapes"] = Json::array();
         for (const auto& s : req.at("shapes")) {
             kl::ShapeResult r = shapeResult(s);
-            double bytes = 0;
-            if (!lp.problem.bytes.empty())
-                bytes = lp.problem.bytes.evaluate(r.shape.bindings());
-            auto latencyUs = [&](double e) { return kLaunchOverheadUs + bytes / (kBandwidthBytesPerSecond * e) * 1e6; };
             r.correct = true;
-            r.timing = timing(latencyUs(eff));
+            r.timing = timing(latencyUs(lp, r.shape, eff));
             if (withBaseline) {
-                r.baselineTiming = timing(latencyUs(kBaselineEfficiency));
+                r.baselineTiming = timing(latencyUs(lp, r.shape, kBaselineEfficiency));
                 r.speedup = r.baselineTiming->medianUs / r.timing->medianUs;
                 r.speedupCiLow = r.baselineTiming->ciLowUs / r.timing->ciHighUs;
                 r.speedupCiHigh = r.baselineTiming->ciHighUs / r.timing->ciLowUs;
@@ -298,6 +320,105 @@ private:
             shapes.push_back(j);
         }
         res["reasons"] = Json::array();
+    }
+
+    // One modelled profiled plan: its kernels from the @kl:launch lines, its run time from the timing model.
+    kl::PlanProfile profilePlan(const LoadedProblem& lp, const std::string& role, const std::string& label,
+        const std::string& source, const kl::ParamValues& requestParams,
+        const std::map<std::string, std::string>& lowered, double eff, const kl::Shape& shape, int launches, bool trace,
+        bool sol, const std::string& solUnavailable, std::uint64_t* clockNs) const
+    {
+        const kl::KernelSpec spec = kl::parseKernelSpec(source);
+        if (spec.launches.empty())
+            throw kl::InputError(role + " source has no @kl:launch line");
+        kl::ParamValues params = spec.defaults();
+        for (const auto& [k, v] : requestParams)
+            params[k] = v;
+        const kl::Bindings b = kl::bindingsFor(params, shape.bindings());
+        const double runUs = latencyUs(lp, shape, eff);
+        const double bytes = lp.problem.bytes.empty() ? 0.0 : lp.problem.bytes.evaluate(shape.bindings());
+        const auto kernels = static_cast<double>(spec.launches.size());
+        const auto kernelNs = static_cast<std::uint64_t>(std::llround(runUs / kernels * 1e3));
+
+        kl::PlanProfile pp;
+        pp.role = role;
+        pp.label = label;
+        pp.launches = launches;
+        std::uint32_t correlation = 1;
+        for (int run = 0; run < launches; ++run) {
+            for (const auto& step : spec.launches) {
+                kl::TracedKernel k;
+                const auto sym = lowered.find(step.kernel);
+                k.name = sym != lowered.end() ? sym->second : step.kernel;
+                k.startNs = *clockNs;
+                k.endNs = k.startNs + kernelNs;
+                *clockNs = k.endNs + kKernelGapNs;
+                for (int i = 0; i < 3; ++i) {
+                    try {
+                        k.grid[i] = static_cast<int>(step.grid[i].evaluateInt(b));
+                        k.block[i] = static_cast<int>(step.block[i].evaluateInt(b));
+                    } catch (const std::exception&) {
+                        k.grid[i] = k.block[i] = 1; // an axis the launch line leaves out
+                    }
+                }
+                k.registers = 32;
+                k.stream = 7;
+                k.correlation = correlation++;
+                if (trace)
+                    pp.records.push_back(std::move(k));
+            }
+            pp.eventUs.push_back(static_cast<double>(kernelNs) * kernels / 1e3 + kEventOverheadUs);
+            *clockNs += kRunGapNs;
+        }
+        if (trace)
+            pp.kernelsPerRun = static_cast<int>(spec.launches.size());
+        if (!sol) {
+            pp.solNote = "not requested";
+        } else if (!solUnavailable.empty()) {
+            pp.solNote = solUnavailable;
+        } else {
+            pp.solAvailable = true;
+            pp.solPasses = 1;
+            for (const auto& step : spec.launches) {
+                kl::KernelSol ks;
+                const auto sym = lowered.find(step.kernel);
+                ks.name = sym != lowered.end() ? sym->second : step.kernel;
+                ks.durationNs = static_cast<double>(kernelNs);
+                ks.dramBytes = bytes / kernels;
+                ks.dramThroughputPct = ks.dramBytes / (ks.durationNs * 1e-9) / kBandwidthBytesPerSecond * 100.0;
+                ks.smThroughputPct = kSmThroughputPct;
+                ks.achievedOccupancyPct = kAchievedOccupancyPct;
+                pp.sol.push_back(std::move(ks));
+            }
+        }
+        return pp;
+    }
+
+    void profile(const LoadedProblem& lp, const CandidateRequest& c, const kl::CompileReport& report, const Json& req,
+        Json& res) const
+    {
+        kl::ProfileReport pr;
+        pr.shape = kl::wire::shape(req.at("shape"));
+        if (std::string why; !lp.problem.shapeIsValid(pr.shape, &why))
+            throw kl::InputError("shape " + pr.shape.label() + " does not fit problem " + lp.problem.name + ": " + why);
+        pr.compile = report;
+        const bool sol = req.value("sol", true);
+        const bool trace = req.value("trace", true);
+        const int launches = std::clamp(req.value("launches", 5), 1, 1000);
+        pr.traceAvailable = trace;
+        pr.traceNote = trace ? "" : "not requested";
+        const std::string noCounters = c.source.find(kNoCountersMarker) != std::string::npos
+            ? std::string("the test double models a worker without performance counters (\"") + kNoCountersMarker
+                + "\" in the candidate source)"
+            : std::string();
+        std::uint64_t clockNs = kTraceStartNs;
+        pr.plans.push_back(profilePlan(lp, "baseline", "baseline.cu", lp.baselineSource, {}, {}, kBaselineEfficiency,
+            pr.shape, launches, trace, sol, noCounters, &clockNs));
+        pr.plans.push_back(profilePlan(lp, "candidate", "candidate", c.source, c.params, c.lowered, efficiency(lp, c),
+            pr.shape, launches, trace, sol, noCounters, &clockNs));
+        const Json reportJson = kl::wire::toJson(pr);
+        for (auto it = reportJson.begin(); it != reportJson.end(); ++it)
+            res[it.key()] = it.value();
     }
 
     kl::DeviceInfo m_device = fakeDevice();
