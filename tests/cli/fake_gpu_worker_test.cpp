@@ -162,3 +162,81 @@ TEST_F(FakeGpuWorker, TimesDeterministicallyFromEfficiency)
     const auto bad = time(withMarker(templateSource, "kl-test-double: efficiency=7"));
     EXPECT_EQ(bad.status, WorkerClient::Status::Error);
 }
+
+// The profile op (kloop profile --sol): each plan's kernels from its launch lines, the time op's latency split
+// over them, counters from bytes/time; the request's switches and the no-counters marker.
+TEST_F(FakeGpuWorker, ProfilesEachPlansKernelsFromTheTimingModel)
+{
+    const std::string twoKernels
+        = "// kl-test-double: efficiency=0.5\n"
+          "#include <cuda_bf16.h>\n"
+          "// @kl:launch k_a grid=(T) block=(128) smem=0 args=(y, x, w, T, H, eps)\n"
+          "// @kl:launch k_b grid=(ceil_div(T, 4)) block=(64) smem=0 args=(y, x, w, T, H, eps)\n"
+          "extern \"C\" __global__ void k_a(__nv_bfloat16* y, const __nv_bfloat16* x, "
+          "const __nv_bfloat16* w, int T, int H, float eps) {}\n"
+          "extern \"C\" __global__ void k_b(__nv_bfloat16* y, const __nv_bfloat16* x, "
+          "const __nv_bfloat16* w, int T, int H, float eps) {}\n";
+    const json shape = { { "dims", { { "T", 256 }, { "H", 8192 } } } };
+    auto profile = [&](const std::string& source, bool sol, bool trace) {
+        const auto r
+            = client.request({ { "op", "profile" }, { "problem", problem.name }, { "candidate", candidate(source) },
+                                 { "shape", shape }, { "sol", sol }, { "trace", trace }, { "launches", 3 } },
+                60);
+        EXPECT_TRUE(r.ok()) << r.error;
+        return wire::profileReport(r.body, "profile reply");
+    };
+    const double bytes = 4.0 * 256 * 8192 + 2.0 * 8192;
+    const ProfileReport r = profile(twoKernels, true, true);
+    EXPECT_TRUE(r.compile.ok) << r.compile.log;
+    EXPECT_TRUE(r.traceAvailable);
+    ASSERT_EQ(r.plans.size(), 2u);
+    const PlanProfile& base = r.plans[0];
+    const PlanProfile& cand = r.plans[1];
+    EXPECT_EQ(base.role, "baseline");
+    EXPECT_EQ(cand.role, "candidate");
+    ASSERT_EQ(base.kernelsPerRun, 1);
+    ASSERT_EQ(base.records.size(), 3u);
+    ASSERT_EQ(cand.kernelsPerRun, 2);
+    ASSERT_EQ(cand.records.size(), 6u);
+    EXPECT_EQ(base.records[0].name, "rmsnorm_baseline");
+    for (std::size_t i = 0; i < cand.records.size(); ++i) {
+        const TracedKernel& k = cand.records[i];
+        EXPECT_EQ(k.name, i % 2 ? "k_b" : "k_a");
+        EXPECT_EQ(k.grid[0], i % 2 ? 64 : 256);
+        EXPECT_EQ(k.block[0], i % 2 ? 64 : 128);
+        // Half of 0.5 us + bytes / (4 TB/s * 0.5) each.
+        EXPECT_NEAR(static_cast<double>(k.endNs - k.startNs), (0.5 + bytes / 2e12 * 1e6) / 2 * 1e3, 1.0);
+        if (i > 0) {
+            EXPECT_GT(k.startNs, cand.records[i - 1].endNs);
+        }
+    }
+    EXPECT_GT(cand.records[0].startNs, base.records.back().endNs);
+    EXPECT_NEAR(
+        static_cast<double>(base.records[0].endNs - base.records[0].startNs), (0.5 + bytes / 1.2e12 * 1e6) * 1e3, 1.0);
+    ASSERT_EQ(cand.eventUs.size(), 3u);
+    EXPECT_GT(cand.eventUs[0], 0.5 + bytes / 2e12 * 1e6);
+    ASSERT_TRUE(cand.solAvailable);
+    ASSERT_EQ(cand.sol.size(), 2u);
+    for (const KernelSol& k : cand.sol) {
+        EXPECT_NEAR(k.dramBytes, bytes / 2, 1e-6);
+        EXPECT_NEAR(k.dramThroughputPct, k.dramBytes / (k.durationNs * 1e-9) / 4e12 * 100, 1e-9);
+    }
+
+    const ProfileReport bare = profile(twoKernels, false, false);
+    ASSERT_EQ(bare.plans.size(), 2u);
+    EXPECT_FALSE(bare.traceAvailable);
+    EXPECT_EQ(bare.traceNote, "not requested");
+    EXPECT_TRUE(bare.plans[1].records.empty());
+    EXPECT_EQ(bare.plans[1].eventUs.size(), 3u) << "CUDA-event times come without kernel records";
+    EXPECT_FALSE(bare.plans[1].solAvailable);
+    EXPECT_EQ(bare.plans[1].solNote, "not requested");
+
+    const ProfileReport noCounters = profile(withMarker(twoKernels, "kl-test-double: no-counters"), true, true);
+    ASSERT_EQ(noCounters.plans.size(), 2u);
+    for (const PlanProfile& p : noCounters.plans) {
+        EXPECT_FALSE(p.solAvailable) << p.role;
+        EXPECT_TRUE(p.sol.empty()) << p.role;
+        EXPECT_NE(p.solNote.find("kl-test-double: no-counters"), std::string::npos) << p.solNote;
+        EXPECT_FALSE(p.records.empty()) << p.role << ": records stay, as on a GPU without counter permission";
+    }
+}
