@@ -6,14 +6,6 @@
 
 namespace kl {
 
-struct Expr::Node {
-    enum class Kind { Number, Var, Unary, Binary, Ternary, Call };
-    Kind kind = Kind::Number;
-    double number = 0;
-    std::string name; // variable, operator or function name
-    std::vector<std::shared_ptr<const Node>> args;
-};
-
 namespace {
 
     using NodePtr = std::shared_ptr<const Expr::Node>;

@@ -35,7 +35,16 @@ public:
     std::vector<std::string> identifiers() const;
     bool empty() const { return !m_root; }
 
-    struct Node;
+    // The parsed tree, for code generators (the exporter emits it as C). A Number whose name is "real" was
+    // written with a point or exponent: it makes "/" and "%" real division, as the evaluator does.
+    struct Node {
+        enum class Kind { Number, Var, Unary, Binary, Ternary, Call };
+        Kind kind = Kind::Number;
+        double number = 0;
+        std::string name; // variable, operator or function name
+        std::vector<std::shared_ptr<const Node>> args;
+    };
+    const Node* root() const { return m_root.get(); }
 
 private:
     std::string m_text;

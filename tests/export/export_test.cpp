@@ -142,7 +142,10 @@ namespace {
         const std::vector<std::string> exprs = { "ceil_div(T, BLOCK*VEC)", "T / 3", "T % 7", "(T + 0.5) / 2",
             "T * 4 > 100 ? 1 : 2", "min(T, H) + max(T, 3)", "div(T, 4)", "next_pow2(T)", "H % (VEC * 32) == 0",
             "!(T > 3) || H >= 4096 && T != 5", "-T + pow(2, 3) + sqrt(16) + log2(8)",
-            "floor(T / 2.5) + ceil(T / 2.5) + round(2.5) + abs(-T)" };
+            "floor(T / 2.5) + ceil(T / 2.5) + round(2.5) + abs(-T)",
+            // A real operand makes "/" and "%" real even when both values are whole (7.0 / 2 is 3.5).
+            "T / 2.0", "7.0 / 2 + T % 2.0", "sqrt(16) / 3", "pow(2, -1) * 8 / 3", "(T > 3 ? 2.0 : 2) / 4",
+            "ceil_div(T, 3) / 2" };
         const std::vector<std::pair<double, double>> points
             = { { 1, 1024 }, { 5, 4096 }, { 77, 8190 }, { 4096, 16384 } };
         const ParamValues params { { "BLOCK", 256 }, { "VEC", 8 } };
