@@ -7,6 +7,7 @@
 #include "core/session_store.h"
 #include "kernels/worker_client.h"
 #include "kernels/worker_protocol.h"
+#include "kloop_process.h"
 #include "profiler/analysis.h"
 #include "profiler/importers.h"
 
@@ -32,78 +33,9 @@ using nlohmann::json;
 
 namespace {
 
+using namespace kl::clitest;
+
 const double kRmsnormBytes = 4.0 * 16384 * 8192 + 2.0 * 8192; // the problem's "4*T*H + 2*H" at T=16384, H=8192
-
-struct ProcessResult {
-    int exitCode = -1; // -1: killed by a signal or by the deadline
-    std::string out;
-    std::string err;
-};
-
-std::string slurp(const fs::path& p)
-{
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
-// kloop as a child process (the KloopProcess pattern of kloop_run_llm_test.cpp): output to files, a deadline that
-// fails the test instead of hanging CI. Environment overrides with an empty value remove the variable.
-ProcessResult runKloop(
-    const std::vector<std::string>& args, const std::map<std::string, std::string>& env, const fs::path& scratch)
-{
-    const fs::path outPath = scratch / "kloop.stdout", errPath = scratch / "kloop.stderr";
-    std::vector<std::string> argv { KLOOP_PATH };
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<std::string> envStrings;
-    for (char** e = environ; e && *e; ++e) {
-        const std::string s = *e;
-        if (!env.count(s.substr(0, s.find('='))))
-            envStrings.push_back(s);
-    }
-    for (const auto& [k, v] : env)
-        if (!v.empty())
-            envStrings.push_back(k + "=" + v);
-    std::vector<char*> cargv, cenv;
-    for (auto& a : argv)
-        cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    for (auto& e : envStrings)
-        cenv.push_back(e.data());
-    cenv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid = -1;
-    const int rc = ::posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), cenv.data());
-    posix_spawn_file_actions_destroy(&fa);
-    ProcessResult r;
-    if (rc != 0) {
-        r.err = std::string("cannot start kloop: ") + std::strerror(rc) + "\n";
-        return r;
-    }
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    int status = 0;
-    for (;;) {
-        if (::waitpid(pid, &status, WNOHANG) == pid)
-            break;
-        if (std::chrono::steady_clock::now() > until) {
-            ::kill(pid, SIGKILL);
-            ::waitpid(pid, &status, 0);
-            r.err += "kloop did not finish within the deadline\n";
-            break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (WIFEXITED(status))
-        r.exitCode = WEXITSTATUS(status);
-    r.out = slurp(outPath);
-    r.err += slurp(errPath);
-    return r;
-}
 
 // A row of the printed table: plan, kernel, time us, DRAM %, SM %, occupancy, class.
 struct TableRow {
