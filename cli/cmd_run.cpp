@@ -368,22 +368,9 @@ namespace {
             header.createdMs = nowMs();
             store = SessionStore::create(dir, header);
             // The naive baseline is the root; the tunable template at its defaults branches from it and is the head.
-            CandidateId parent;
-            for (const auto& [file, role] : { std::pair { problem.baselineFile, std::string("baseline") },
-                     std::pair { problem.templateFile, std::string("template") } }) {
-                const fs::path path = folder / file;
-                if (!fs::exists(path))
-                    continue;
-                Candidate c;
-                c.source = readFile(path, 4u << 20);
-                c.parentId = parent;
-                c.author = Author::Human;
-                c.agent = "problem:" + role;
-                c.params = parseKernelSpec(c.source).defaults();
-                parent = store->proposeCandidate(c).candidateId;
-            }
-            if (!parent.empty())
-                store->moveHead(parent, "the template is where tuning starts");
+            const auto seeded = seedProblemCandidates(*store, problem, folder);
+            if (!seeded.empty())
+                store->moveHead(seeded.back().first, "the template is where tuning starts");
         } else if (store->session().device.name != device.name) {
             std::cerr << "kloop run: warning: the session was recorded on " << store->session().device.name
                       << ", this GPU is " << device.name << "\n";

@@ -68,26 +68,8 @@ namespace {
         auto store = SessionStore::create(dir, header);
         // Seed the tree: the naive baseline is the root; the tunable template with its defaults branches from it.
         std::vector<std::string> seeded;
-        CandidateId parent;
-        for (const auto& [file, role] : { std::pair { problem.baselineFile, std::string("baseline") },
-                 std::pair { problem.templateFile, std::string("template") } }) {
-            const fs::path path = folder / file;
-            if (!fs::exists(path))
-                continue;
-            Candidate c;
-            c.source = readFile(path, 4u << 20);
-            c.parentId = parent;
-            c.author = Author::Human;
-            c.agent = "problem:" + role;
-            try {
-                c.params = parseKernelSpec(c.source).defaults();
-            } catch (const InputError& e) {
-                throw InputError(path.string() + ": " + e.what());
-            }
-            const Event e = store->proposeCandidate(c);
-            parent = e.candidateId;
-            seeded.push_back(e.candidateId + " (" + role + ")");
-        }
+        for (const auto& [id, role] : seedProblemCandidates(*store, problem, folder))
+            seeded.push_back(id + " (" + role + ")");
         if (a.has("json")) {
             Json j = { { "session", fs::absolute(dir).string() }, { "id", header.id }, { "problem", problem.name },
                 { "candidates", seeded } };

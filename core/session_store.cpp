@@ -2,6 +2,7 @@
 
 #include "core/errors.h"
 #include "core/json_io.h"
+#include "core/kernel_spec.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -193,6 +194,32 @@ void writeFileAtomic(const fs::path& path, const std::string& content)
         throwErrno("renaming to " + path.string());
     }
     fsyncDir(path.parent_path());
+}
+
+std::vector<std::pair<CandidateId, std::string>> seedProblemCandidates(
+    SessionStore& store, const Problem& problem, const fs::path& problemFolder)
+{
+    std::vector<std::pair<CandidateId, std::string>> seeded;
+    CandidateId parent;
+    for (const auto& [file, role] : { std::pair { problem.baselineFile, std::string("baseline") },
+             std::pair { problem.templateFile, std::string("template") } }) {
+        const fs::path path = problemFolder / file;
+        if (file.empty() || !fs::exists(path))
+            continue;
+        Candidate c;
+        c.source = readFile(path, 4u << 20);
+        c.parentId = parent;
+        c.author = Author::Human;
+        c.agent = "problem:" + role;
+        try {
+            c.params = parseKernelSpec(c.source).defaults();
+        } catch (const InputError& e) {
+            throw InputError(path.string() + ": " + e.what());
+        }
+        parent = store.proposeCandidate(c).candidateId;
+        seeded.emplace_back(parent, role);
+    }
+    return seeded;
 }
 
 std::string readFile(const fs::path& path, std::size_t maxBytes)

@@ -85,6 +85,12 @@ void applyEvent(Session& s, const Event& e);
 // The same in two steps: validate and parse now (throws), change the session later (does not throw).
 std::function<void(Session&)> prepareEvent(const Session& s, const Event& e);
 
+// A new session's first candidates: the problem's naive baseline as the root and its tunable template, at its
+// defaults, as the baseline's child (either is skipped when the problem has no such file). Returns the ids with
+// their roles ("baseline", "template") in that order. Throws InputError naming the file that does not parse.
+std::vector<std::pair<CandidateId, std::string>> seedProblemCandidates(
+    SessionStore& store, const Problem& problem, const std::filesystem::path& problemFolder);
+
 // Atomic file write: temp file in the same directory, fsync, rename, fsync directory.
 void writeFileAtomic(const std::filesystem::path& path, const std::string& content);
 std::string readFile(const std::filesystem::path& path, std::size_t maxBytes = 256u << 20);
