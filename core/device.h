@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace kl {
@@ -44,5 +45,13 @@ struct DeviceSample {
     bool available = false; // false when NVML is missing
     bool throttled() const { return !throttleText.empty(); }
 };
+
+// Architectures as compute capability x10: "sm_90a" -> 90, "sm_100" -> 100, "compute_86" -> 86; nullopt for
+// anything else.
+std::optional<int> archNumber(const std::string& arch);
+// From ccMajor/ccMinor, else from arch; 0 when unknown.
+int archNumber(const DeviceInfo& d);
+// 86 -> "sm_86".
+std::string archName(int arch);
 
 } // namespace kl

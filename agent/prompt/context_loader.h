@@ -47,10 +47,7 @@ std::vector<ContextDoc> loadContextDocs(const std::vector<std::filesystem::path>
 // entry of $KL_CONTEXT_DIRS (colon-separated), then extra.
 std::vector<std::filesystem::path> contextRoots(const std::vector<std::filesystem::path>& extra = {});
 
-// "sm_90a" -> 90, "sm_100" -> 100; nullopt for anything else.
-std::optional<int> archNumber(const std::string& arch);
-// From ccMajor/ccMinor, else from arch; 0 when unknown.
-int archNumber(const DeviceInfo& d);
+using kl::archNumber; // core/device.h
 
 bool docApplies(const ContextDoc& d, int arch, const std::vector<std::string>& problemTags);
 // The documents that apply, ordered rules, hardware, models, notes; then by order, then by path.
