@@ -689,6 +689,13 @@ Problem problemFromJson(const Json& j, const std::string& where)
         if (f->find('/') != std::string::npos || f->find("..") != std::string::npos)
             throw InputError(where + ": source file names must be plain names in the problem folder, got '" + *f + "'");
     p.libraryBaseline = stringOr(j, "library_baseline", "", where);
+    if (j.contains("min_arch")) {
+        const std::string a = string(j, "min_arch", where);
+        const auto n = archNumber(a);
+        if (!n)
+            throw InputError(where + ".min_arch: '" + a + "' is not an architecture like \"sm_80\"");
+        p.minArch = *n;
+    }
     return p;
 }
 
@@ -721,11 +728,14 @@ Json toJson(const Problem& p)
     for (const auto& [d, t] : p.tolerances)
         tol[dtypeName(d)] = { { "rel_l2", t.relL2 }, { "max_abs", t.maxAbs } };
     Json tags = p.tags;
-    return { { "name", p.name }, { "description", p.description }, { "tags", tags }, { "dims", dims },
+    Json j = { { "name", p.name }, { "description", p.description }, { "tags", tags }, { "dims", dims },
         { "dim_constraints", cons }, { "scalars", scalars }, { "tensors", tensors }, { "tuning_shapes", tuning },
         { "verify_shapes", verify }, { "tolerances", tol }, { "flops", p.flops.text() }, { "bytes", p.bytes.text() },
         { "reference", p.referenceFile }, { "baseline", p.baselineFile }, { "template", p.templateFile },
         { "library_baseline", p.libraryBaseline } };
+    if (p.minArch > 0)
+        j["min_arch"] = archName(p.minArch);
+    return j;
 }
 
 Problem loadProblem(const std::string& folder)

@@ -257,6 +257,9 @@ KernelSpec parseKernelSpec(const std::string& source)
                 throw InputError(where + "bad parameter name '" + p.name + "'");
             if (spec.param(p.name))
                 throw InputError(where + "parameter '" + p.name + "' declared twice");
+            if (p.name == kArchIdentifier)
+                throw InputError(
+                    where + "'" + p.name + "' is built in (the device's compute capability x10), not a parameter");
             p.defaultValue = parseInt(rest.substr(eq + 1, in - eq - 1), lineNo);
             std::string list = trim(rest.substr(in + 4));
             if (list.size() < 2 || list.front() != '[' || list.back() != ']')

@@ -22,6 +22,11 @@ namespace kl {
 
 using ParamValues = std::map<std::string, std::int64_t>;
 
+// Built-in identifier: the device's compute capability x10 (75, 86, 90). Constraints name it to gate parameter
+// values on the architecture ("@kl:constraint CLUSTER == 1 || ARCH >= 90"); the device limits bind it
+// (core/loop_device_limits), so no parameter may take the name.
+inline constexpr const char* kArchIdentifier = "ARCH";
+
 struct ParamSpec {
     std::string name;
     std::int64_t defaultValue = 0;

@@ -23,6 +23,32 @@ namespace {
         return VerdictReason { rule, msg, line, true };
     }
 
+    // The constraints that name ARCH, evaluated on this architecture; those naming a dim are checked per shape.
+    std::optional<VerdictReason> checkArch(const KernelSpec& spec, const std::vector<Bindings>& bindingSets, int arch)
+    {
+        for (const ConstraintSpec& c : spec.constraints) {
+            const auto ids = c.expr.identifiers();
+            if (std::find(ids.begin(), ids.end(), kArchIdentifier) == ids.end())
+                continue;
+            for (Bindings b : bindingSets) {
+                b[kArchIdentifier] = arch;
+                if (!std::all_of(ids.begin(), ids.end(), [&](const std::string& id) { return b.count(id) > 0; }))
+                    continue;
+                bool holds = false;
+                try {
+                    holds = c.expr.evaluateBool(b);
+                } catch (const ExprError&) {
+                }
+                if (!holds)
+                    return reason("device.arch",
+                        "constraint '" + c.expr.text() + "' (line " + std::to_string(c.line) + ") does not hold on "
+                            + archName(arch) + " (" + kArchIdentifier + " = " + std::to_string(arch) + ")",
+                        c.line);
+            }
+        }
+        return std::nullopt;
+    }
+
     // Registers are allocated per warp in units of 256 (sm_70 .. sm_90).
     std::int64_t registersPerBlock(int regsPerThread, std::int64_t threads, int warpSize)
     {
@@ -51,6 +77,9 @@ std::optional<VerdictReason> checkDeviceLimits(const KernelSpec& spec, const Par
         bindingSets.push_back(bindingsFor(params, s.bindings()));
     if (bindingSets.empty())
         bindingSets.push_back(bindingsFor(params, {}));
+    if (const int arch = archNumber(device); arch > 0)
+        if (auto why = checkArch(spec, bindingSets, arch))
+            return why;
 
     const std::int64_t smemLimit = device.sharedPerBlockOptin > 0 ? device.sharedPerBlockOptin : device.sharedPerBlock;
     for (const LaunchStep& step : spec.launches) {

@@ -1,5 +1,7 @@
 #include "core/problem.h"
 
+#include "core/device.h"
+
 namespace kl {
 
 namespace {
@@ -116,6 +118,14 @@ bool Problem::shapeIsValid(const Shape& s, std::string* why) const
         }
     }
     return true;
+}
+
+std::string Problem::archRefusal(int arch) const
+{
+    if (supportsArch(arch))
+        return "";
+    return "problem '" + name + "' supports " + archName(minArch)
+        + " and newer (problem.json \"min_arch\"); this device is " + archName(arch);
 }
 
 Tolerance Problem::toleranceFor(DType t) const

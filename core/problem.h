@@ -73,12 +73,16 @@ struct Problem {
     std::string baselineFile = "baseline.cu";
     std::string templateFile = "template.cu";
     std::string libraryBaseline; // e.g. "cublas_gemm_bf16": the fallback an export dispatches to
+    int minArch = 0; // problem.json "min_arch" ("sm_80"): the oldest architecture it supports, x10; 0: any
     std::string folder; // where it was loaded from (not serialized into sessions)
 
     const TensorSpec* tensor(const std::string& n) const;
     const DimSpec* dim(const std::string& n) const;
     bool shapeIsValid(const Shape& s, std::string* why = nullptr) const;
     Tolerance toleranceFor(DType t) const;
+    bool supportsArch(int arch) const { return arch == 0 || arch >= minArch; } // 0: not known, not refused
+    // Empty when the problem runs on arch, else why not, naming problem.json's "min_arch".
+    std::string archRefusal(int arch) const;
 };
 
 } // namespace kl

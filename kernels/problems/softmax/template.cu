@@ -6,17 +6,20 @@
 // PIPE=1 stages rows in shared memory with cp.async, two buffers deep: each row group handles SEQ consecutive
 // rows and the next row's loads are in flight while the current row is reduced and written (on the H200 this
 // wins for rows of 4096, and loses for rows of 32768+, where two row buffers per CTA leave too few CTAs per SM).
+// Clusters need sm_90 (the default CLUSTER=1 runs everywhere; the tuner tries 2..8 where ARCH allows).
+// Before sm_80 there is no cp.async: PIPE=1 stages with plain loads and stores, without the overlap.
 // PIPE=0 loads into registers, one row per group. Rows longer than THREADS*VEC*CACHE*CLUSTER are read in
 // chunks (online max and sum) and, except the last chunk, read a second time (from L2).
 #include <cuda_fp16.h>
 // @kl:param THREADS = 256 in [128, 256, 512, 1024]
 // @kl:param VEC = 8 in [4, 8]
 // @kl:param CACHE = 4 in [2, 4, 8, 16]
-// @kl:param CLUSTER = 8 in [1, 2, 4, 8]
+// @kl:param CLUSTER = 1 in [1, 2, 4, 8]
 // @kl:param MINTPR = 128 in [32, 128]
 // @kl:param MINB = 1 in [1, 2, 4]
 // @kl:param PIPE = 1 in [0, 1]
 // @kl:param SEQ = 2 in [1, 2, 4]
+// @kl:constraint CLUSTER == 1 || ARCH >= 90
 // @kl:constraint MINTPR <= THREADS
 // @kl:constraint PIPE == 1 || (VEC * CACHE / 2 + 24) * THREADS * MINB <= 65536
 // @kl:constraint PIPE == 0 || 40 * THREADS * MINB <= 65536
@@ -132,6 +135,7 @@ __device__ __forceinline__ float2 loadFromCta(const float2* p, unsigned rank)
     return v;
 }
 
+#if __CUDA_ARCH__ >= 800
 __device__ __forceinline__ void copyAsync(V* dst, const V* src)
 {
     const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
@@ -148,6 +152,18 @@ __device__ __forceinline__ void waitCopies()
 {
     asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
 }
+#else
+__device__ __forceinline__ void copyAsync(V* dst, const V* src) { *dst = *src; }
+
+__device__ __forceinline__ void commitCopies() {}
+
+// Each thread reads back only what it stored; the clobber keeps the stores ahead of loadStaged's asm.
+template <int Pending>
+__device__ __forceinline__ void waitCopies()
+{
+    asm volatile("" ::: "memory");
+}
+#endif
 
 // Row max and sum over the row's warps (and CTAs); partials are double-buffered by row parity, so a warp that
 // runs ahead into the next row never overwrites a partial another warp still reads.

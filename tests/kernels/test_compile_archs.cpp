@@ -1,0 +1,269 @@
+// Cheap GPUs: every shipped problem's reference, baseline and template compile at their defaults (NVRTC, no GPU)
+// for each architecture the problem declares among sm_75 .. sm_90a; the architectures it does not declare are
+// skipped only where its sources really do not compile; and the tuner's device-limit pruning drops the
+// parameter values that need a newer architecture (softmax CLUSTER > 1 below sm_90) and keeps them on sm_90.
+#include "agent/tuner/search_space.h"
+#include "core/errors.h"
+#include "core/json_io.h"
+#include "core/kernel_spec.h"
+#include "core/loop_device_limits.h"
+#include "kernels/nvrtc_compiler.h"
+
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <random>
+#include <set>
+#include <sstream>
+
+namespace {
+
+const char* const kArchs[] = { "sm_75", "sm_80", "sm_86", "sm_89", "sm_90a" };
+
+std::string readText(const std::filesystem::path& p)
+{
+    std::ifstream in(p);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+std::filesystem::path problemsDir()
+{
+    return std::filesystem::path(KL_SOURCE_DIR) / "kernels" / "problems";
+}
+
+std::vector<kl::Problem> shippedProblems()
+{
+    std::vector<kl::Problem> out;
+    for (const auto& entry : std::filesystem::directory_iterator(problemsDir()))
+        if (std::filesystem::exists(entry.path() / "problem.json"))
+            out.push_back(kl::loadProblem(entry.path().string()));
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    return out;
+}
+
+kl::CompileJob jobFor(const std::string& source, const std::string& arch)
+{
+    kl::CompileJob job;
+    job.source = source;
+    const kl::KernelSpec spec = kl::parseKernelSpec(source);
+    job.params = spec.defaults();
+    job.arch = arch;
+    for (const auto& l : spec.launches)
+        job.kernels.push_back(l.kernel);
+    return job;
+}
+
+std::filesystem::path freshCacheDir()
+{
+    auto dir
+        = std::filesystem::temp_directory_path() / ("kl-test-cache-archs-" + std::to_string(std::random_device {}()));
+    std::filesystem::remove_all(dir);
+    return dir;
+}
+
+// Device models with the figures the limits read (CUDA programming guide, compute capability tables).
+kl::DeviceInfo deviceModel(int major, int minor, std::int64_t sharedOptinKiB, int maxThreadsPerSm)
+{
+    kl::DeviceInfo d;
+    d.name = "model sm_" + std::to_string(major * 10 + minor);
+    d.ccMajor = major;
+    d.ccMinor = minor;
+    d.arch = "sm_" + std::to_string(major * 10 + minor);
+    d.sharedPerBlock = 48 * 1024;
+    d.sharedPerBlockOptin = sharedOptinKiB * 1024;
+    d.regsPerBlock = 65536;
+    d.regsPerSm = 65536;
+    d.maxThreadsPerBlock = 1024;
+    d.maxThreadsPerSm = maxThreadsPerSm;
+    d.warpSize = 32;
+    return d;
+}
+
+} // namespace
+
+TEST(ProblemArchs, ShippedProblemsDeclareTheirOldestArchitecture)
+{
+    std::map<std::string, int> minArch;
+    for (const auto& p : shippedProblems())
+        minArch[p.name] = p.minArch;
+    // bf16 tensor-core MMA (wmma on __nv_bfloat16) starts at sm_80; the others run on Turing.
+    const std::map<std::string, int> expected
+        = { { "gemm_bf16", 80 }, { "rmsnorm", 75 }, { "silu_and_mul", 75 }, { "softmax", 75 } };
+    EXPECT_EQ(minArch, expected);
+}
+
+TEST(ProblemArchs, EverySourceCompilesAtItsDefaultsOnEveryDeclaredArch)
+{
+    kl::NvrtcCompiler compiler(freshCacheDir(), 2);
+    struct Entry {
+        std::string label;
+        std::future<std::shared_ptr<const kl::CompiledModule>> module;
+    };
+    std::vector<Entry> supported;
+    std::map<std::string, std::vector<Entry>> skipped; // problem@arch -> its sources' compiles
+    std::set<std::string> skippedLabels;
+    for (const auto& p : shippedProblems()) {
+        const std::filesystem::path dir = problemsDir() / p.name;
+        for (const char* arch : kArchs) {
+            const int n = *kl::archNumber(arch);
+            const std::string where = p.name + "@" + arch;
+            if (!p.supportsArch(n)) {
+                const std::string why = p.archRefusal(n);
+                EXPECT_NE(why.find("min_arch"), std::string::npos) << where << ": " << why;
+                EXPECT_NE(why.find(kl::archName(p.minArch)), std::string::npos) << where << ": " << why;
+                skippedLabels.insert(where);
+            } else {
+                EXPECT_EQ(p.archRefusal(n), "") << where;
+            }
+            for (const auto& file : { p.referenceFile, p.baselineFile, p.templateFile }) {
+                const std::string src = readText(dir / file);
+                const kl::KernelSpec spec = kl::parseKernelSpec(src);
+                if (p.supportsArch(n)) {
+                    // The defaults are a valid configuration there: the loop seeds the template with them.
+                    kl::DeviceInfo archOnly;
+                    archOnly.arch = arch;
+                    const auto why = kl::checkDeviceLimits(spec, spec.defaults(), kl::shapesOf(p), archOnly);
+                    EXPECT_FALSE(why.has_value()) << where << " " << file << ": " << (why ? why->message : "");
+                    supported.push_back({ where + " " + file, compiler.submit(jobFor(src, arch)) });
+                } else {
+                    skipped[where].push_back({ where + " " + file, compiler.submit(jobFor(src, arch)) });
+                }
+            }
+        }
+    }
+    // gemm_bf16 is the one problem that does not support sm_75; the skip is reported, not silent.
+    EXPECT_EQ(skippedLabels, (std::set<std::string> { "gemm_bf16@sm_75" }));
+    EXPECT_EQ(supported.size(), (4 * 5 - 1) * 3u);
+    for (auto& e : supported) {
+        const auto m = e.module.get();
+        EXPECT_TRUE(m->report.ok) << e.label << ":\n" << m->report.log;
+        EXPECT_EQ(m->cubin.substr(0, 4),
+            std::string("\x7f"
+                        "ELF"))
+            << e.label;
+        EXPECT_FALSE(m->report.kernels.empty()) << e.label;
+    }
+    // A declared minimum is needed, not merely cautious: some source of the problem fails to compile there.
+    for (auto& [where, entries] : skipped) {
+        bool anyFailed = false;
+        for (auto& e : entries)
+            anyFailed |= !e.module.get()->report.ok;
+        EXPECT_TRUE(anyFailed) << where << " compiles at its defaults: lower the problem's min_arch";
+    }
+}
+
+TEST(ProblemArchs, TunerPrunesClusterSizesBelowSm90AndKeepsThemOnSm90)
+{
+    kl::Problem softmax;
+    for (auto& p : shippedProblems())
+        if (p.name == "softmax")
+            softmax = p;
+    ASSERT_EQ(softmax.name, "softmax");
+    const kl::KernelSpec spec = kl::parseKernelSpec(readText(problemsDir() / "softmax" / softmax.templateFile));
+    const auto shapes = kl::shapesOf(softmax);
+
+    auto clusterSizes = [](const kl::tuner::SearchSpace& s) {
+        std::set<std::int64_t> sizes;
+        for (std::size_t i = 0; i < s.size(); ++i)
+            sizes.insert(s.config(i).at("CLUSTER"));
+        return sizes;
+    };
+    const auto hopper = kl::tuner::SearchSpace::build(spec, shapes, deviceModel(9, 0, 227, 2048));
+    const auto ampere = kl::tuner::SearchSpace::build(spec, shapes, deviceModel(8, 0, 163, 2048));
+    const auto ada = kl::tuner::SearchSpace::build(spec, shapes, deviceModel(8, 9, 99, 1536));
+
+    EXPECT_EQ(clusterSizes(hopper), (std::set<std::int64_t> { 1, 2, 4, 8 }));
+    EXPECT_EQ(hopper.stats().prunedByRule.count("device.arch"), 0u);
+    for (const auto* s : { &ampere, &ada }) {
+        EXPECT_EQ(clusterSizes(*s), (std::set<std::int64_t> { 1 }));
+        // Every configuration that passed the constraints with CLUSTER > 1 is pruned by the architecture rule.
+        EXPECT_EQ(s->stats().prunedByRule.at("device.arch"), hopper.stats().afterConstraints * 3 / 4);
+    }
+    // CLUSTER is the only gated parameter: the sm_90 space is the sm_80 space times the four cluster sizes.
+    EXPECT_EQ(hopper.size(), ampere.size() * 4);
+    EXPECT_GT(ampere.size(), ada.size()) << "163 KB of shared memory per block on sm_80 against 99 KB on sm_89";
+
+    kl::ParamValues clustered = spec.defaults();
+    clustered["CLUSTER"] = 8;
+    const auto verdict = kl::checkDeviceLimits(spec, clustered, shapes, deviceModel(8, 6, 99, 1536));
+    ASSERT_TRUE(verdict.has_value());
+    EXPECT_EQ(verdict->rule, "device.arch");
+    EXPECT_TRUE(verdict->blocking);
+    EXPECT_NE(verdict->message.find("CLUSTER == 1 || ARCH >= 90"), std::string::npos) << verdict->message;
+    EXPECT_NE(verdict->message.find("sm_86"), std::string::npos) << verdict->message;
+    EXPECT_FALSE(kl::checkDeviceLimits(spec, clustered, shapes, deviceModel(9, 0, 227, 2048)));
+}
+
+TEST(ProblemArchs, MinArchRoundTripsAndABadOneNamesTheField)
+{
+    const kl::Json shipped = kl::Json::parse(readText(problemsDir() / "gemm_bf16" / "problem.json"));
+    const kl::Problem p = kl::problemFromJson(shipped, "problem.json");
+    EXPECT_EQ(p.minArch, 80);
+    EXPECT_FALSE(p.supportsArch(75));
+    EXPECT_TRUE(p.supportsArch(80));
+    EXPECT_TRUE(p.supportsArch(120));
+    EXPECT_TRUE(p.supportsArch(0)) << "an unknown architecture is not refused";
+    EXPECT_EQ(p.archRefusal(75),
+        "problem 'gemm_bf16' supports sm_80 and newer (problem.json \"min_arch\"); this device is sm_75");
+    EXPECT_EQ(kl::problemFromJson(kl::toJson(p), "again").minArch, 80);
+
+    kl::Json any = shipped;
+    any.erase("min_arch");
+    const kl::Problem q = kl::problemFromJson(any, "problem.json");
+    EXPECT_EQ(q.minArch, 0);
+    EXPECT_TRUE(q.supportsArch(75));
+    EXPECT_FALSE(kl::toJson(q).contains("min_arch"));
+
+    for (const kl::Json& bad : { kl::Json("ampere"), kl::Json("sm_8"), kl::Json(80) }) {
+        kl::Json j = shipped;
+        j["min_arch"] = bad;
+        try {
+            kl::problemFromJson(j, "p.json");
+            ADD_FAILURE() << "accepted min_arch " << bad.dump();
+        } catch (const kl::InputError& e) {
+            EXPECT_NE(std::string(e.what()).find("p.json.min_arch"), std::string::npos) << e.what();
+        }
+    }
+}
+
+TEST(ProblemArchs, ArchIsBuiltInAndNotAParameter)
+{
+    try {
+        kl::parseKernelSpec("// @kl:param ARCH = 90 in [80, 90]\n// @kl:launch k grid=(1) block=(32) args=(y)\n");
+        ADD_FAILURE() << "a parameter named ARCH was accepted";
+    } catch (const kl::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("line 1"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("built in"), std::string::npos) << e.what();
+    }
+}
+
+TEST(ProblemArchs, ArchConstraintsAreCheckedPerShapeAndOnlyWhereTheArchIsKnown)
+{
+    const kl::KernelSpec spec = kl::parseKernelSpec("// @kl:param WIDE = 0 in [0, 1]\n"
+                                                    "// @kl:constraint WIDE == 0 || ARCH >= 80 || C <= 1024\n"
+                                                    "// @kl:launch k grid=(1) block=(32) args=(y)\n");
+    kl::Shape small, large;
+    small.dims = { { "C", 512 } };
+    large.dims = { { "C", 4096 } };
+    const kl::ParamValues wide = { { "WIDE", 1 } };
+    kl::DeviceInfo turing;
+    turing.arch = "sm_75";
+    kl::DeviceInfo ampere;
+    ampere.ccMajor = 8;
+    ampere.ccMinor = 6;
+    EXPECT_FALSE(kl::checkDeviceLimits(spec, wide, { small }, turing));
+    const auto why = kl::checkDeviceLimits(spec, wide, { small, large }, turing);
+    ASSERT_TRUE(why.has_value());
+    EXPECT_EQ(why->rule, "device.arch");
+    EXPECT_EQ(why->line, 2);
+    EXPECT_EQ(
+        why->message, "constraint 'WIDE == 0 || ARCH >= 80 || C <= 1024' (line 2) does not hold on sm_75 (ARCH = 75)");
+    EXPECT_FALSE(kl::checkDeviceLimits(spec, wide, { small, large }, ampere));
+    EXPECT_FALSE(kl::checkDeviceLimits(spec, { { "WIDE", 0 } }, { large }, turing));
+    EXPECT_FALSE(kl::checkDeviceLimits(spec, wide, { large }, kl::DeviceInfo {}))
+        << "a device of unknown architecture checks no ARCH constraint";
+    // Without ARCH bound, the spec's own check leaves the constraint to the device limits.
+    EXPECT_TRUE(spec.satisfies(wide, large.bindings()));
+}
