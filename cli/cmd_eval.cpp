@@ -4,6 +4,7 @@
 #include "core/catalogue.h"
 #include "core/errors.h"
 #include "core/json_io.h"
+#include "core/loop_device_limits.h"
 #include "kl_build_features.h"
 
 #if KL_FEATURE_CUDA
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 namespace kl::cli {
@@ -36,6 +38,22 @@ namespace {
             }
         }
         return p;
+    }
+
+    // Why the candidate cannot run on the device, found before anything compiles: the problem's "min_arch", then
+    // the device limits (parameter values the architecture lacks, launch geometry, shared memory).
+    [[maybe_unused]] std::optional<std::string> refusalBeforeCompile(
+        const Problem& problem, const Candidate& c, const DeviceInfo& device)
+    {
+        if (std::string why = problem.archRefusal(archNumber(device)); !why.empty())
+            return why;
+        const KernelSpec spec = parseKernelSpec(c.source);
+        ParamValues params = spec.defaults();
+        for (const auto& [name, value] : c.params)
+            params[name] = value;
+        if (auto why = checkDeviceLimits(spec, params, shapesOf(problem), device))
+            return why->rule + ": " + why->message;
+        return std::nullopt;
     }
 
     int runEval(const Args& a)
@@ -68,6 +86,16 @@ namespace {
                     std::cerr << "kloop eval: --compile-only needs --arch (e.g. sm_90a) when no GPU is asked\n";
                     return kExitUsage;
                 }
+                if (!archNumber(o.arch)) {
+                    std::cerr << "kloop eval: --arch '" << o.arch << "' is not an architecture like sm_86 or sm_90a\n";
+                    return kExitUsage;
+                }
+                DeviceInfo target;
+                target.arch = o.arch;
+                if (auto why = refusalBeforeCompile(problem, c, target)) {
+                    std::cerr << "kloop eval: " << *why << " (nothing compiled)\n";
+                    return kExitFailure;
+                }
                 const auto m = ev.compileModule(c);
                 if (a.has("json")) {
                     Json j = { { "ok", m->report.ok }, { "log", m->report.log }, { "compile_ms", m->report.compileMs },
@@ -97,6 +125,10 @@ namespace {
                 std::cerr << "kloop eval: no usable CUDA GPU: " << ex.what()
                           << "\n(--compile-only --arch sm_90a compiles without one; KL_WORKER points at a kloop-worker "
                              "elsewhere)\n";
+                return kExitFailure;
+            }
+            if (auto why = refusalBeforeCompile(problem, c, ev.device())) {
+                std::cerr << "kloop eval: " << *why << " (nothing compiled)\n";
                 return kExitFailure;
             }
             EvaluateOptions opt;
@@ -145,6 +177,8 @@ namespace {
         "  Without candidate.cu the problem's template is evaluated with --params (defaults for the "
         "rest).\n"
         "  --compile-only --arch sm_90a: NVRTC to CUBIN without a GPU; prints registers and spills.\n"
+        "  A device (or --arch) older than the problem's min_arch, or a configuration its architecture\n"
+        "  lacks (a constraint naming ARCH), is refused before compiling.\n"
         "  Exit 0 when the verdict is correct, 1 otherwise.",
         { "json", "compile-only" }, &runEval } };
 

@@ -340,6 +340,10 @@ namespace {
             std::cerr << "kloop run: no usable CUDA GPU: the worker reported no device\n";
             return kExitFailure;
         }
+        if (const std::string why = problem.archRefusal(archNumber(device)); !why.empty()) {
+            std::cerr << "kloop run: " << why << " (nothing compiled, no session written)\n";
+            return kExitFailure;
+        }
 #else
         (void)json;
         (void)store;

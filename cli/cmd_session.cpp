@@ -257,6 +257,7 @@ namespace {
             try {
                 const Problem p = loadProblem(findProblemFolder(name).string());
                 row["description"] = p.description;
+                row["min_arch"] = p.minArch > 0 ? Json(archName(p.minArch)) : Json(nullptr);
                 row["folder"] = findProblemFolder(name).string();
             } catch (const std::exception& e) {
                 row["error"] = e.what();
@@ -267,10 +268,15 @@ namespace {
             std::cout << list.dump(2) << "\n";
             return kExitOk;
         }
-        for (const auto& r : list)
-            std::printf("%-16s %s\n", r["name"].get<std::string>().c_str(),
-                r.contains("error") ? ("unreadable: " + r["error"].get<std::string>()).c_str()
-                                    : r["description"].get<std::string>().c_str());
+        for (const auto& r : list) {
+            const bool readable = !r.contains("error");
+            const std::string archs = !readable ? ""
+                : r["min_arch"].is_null()       ? "any arch"
+                                                : r["min_arch"].get<std::string>() + "+";
+            std::printf("%-16s %-8s %s\n", r["name"].get<std::string>().c_str(), archs.c_str(),
+                readable ? r["description"].get<std::string>().c_str()
+                         : ("unreadable: " + r["error"].get<std::string>()).c_str());
+        }
         return kExitOk;
     }
 

@@ -37,6 +37,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -81,6 +82,12 @@ kl::DeviceInfo fakeDevice()
     d.driverVersion = "none (test double)";
     d.cudaDriverApi = "none (test double)";
     d.nvrtcVersion = kl::nvrtcVersionString();
+    // KL_FAKE_WORKER_ARCH=sm_86: the double poses as an older card, for the architecture refusals' tests.
+    if (const char* arch = std::getenv("KL_FAKE_WORKER_ARCH"); arch && kl::archNumber(arch)) {
+        d.ccMajor = *kl::archNumber(arch) / 10;
+        d.ccMinor = *kl::archNumber(arch) % 10;
+        d.arch = arch;
+    }
     return d;
 }
 
