@@ -39,11 +39,26 @@ __global__ void k(float* d) { unsigned a[4]={0,0,0,0}, b[2]={0,0}; float c[4]={0
  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
  : "+f"(c[0]),"+f"(c[1]),"+f"(c[2]),"+f"(c[3]) : "r"(a[0]),"r"(a[1]),"r"(a[2]),"r"(a[3]),"r"(b[0]),"r"(b[1])); d[threadIdx.x]=c[0]; }
 CU
+cat > "$dir/ldmatrix.cu" <<'CU'
+__global__ void k(unsigned* o) { __shared__ unsigned s[128]; unsigned sa = (unsigned)__cvta_generic_to_shared(s + threadIdx.x % 32 * 4), r;
+ asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r) : "r"(sa)); o[threadIdx.x] = r; }
+CU
+cat > "$dir/f16mma.cu" <<'CU'
+__global__ void k(float* d) { unsigned a[2]={0,0}, b=0; float c[4]={0,0,0,0};
+ asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+ : "+f"(c[0]),"+f"(c[1]),"+f"(c[2]),"+f"(c[3]) : "r"(a[0]),"r"(a[1]),"r"(b)); d[threadIdx.x]=c[0]; }
+CU
+cat > "$dir/bf16mma.cu" <<'CU'
+__global__ void k(float* d) { unsigned a[4]={0,0,0,0}, b[2]={0,0}; float c[4]={0,0,0,0};
+ asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+ : "+f"(c[0]),"+f"(c[1]),"+f"(c[2]),"+f"(c[3]) : "r"(a[0]),"r"(a[1]),"r"(a[2]),"r"(a[3]),"r"(b[0]),"r"(b[1])); d[threadIdx.x]=c[0]; }
+CU
+archs="sm_75 sm_80 sm_86 sm_89 sm_90 sm_90a sm_100a sm_120 sm_120a"
 "$NVCC" --version | tail -1
-printf "%-11s" ""; for a in sm_80 sm_89 sm_90 sm_90a sm_100a sm_120 sm_120a; do printf " %-8s" $a; done; echo
-for f in cpasync bulk multicast cluster fp8mma wgmma setmaxnreg tcgen05; do
+printf "%-11s" ""; for a in $archs; do printf " %-8s" $a; done; echo
+for f in ldmatrix f16mma bf16mma cpasync bulk multicast cluster fp8mma wgmma setmaxnreg tcgen05; do
   printf "%-11s" $f
-  for a in sm_80 sm_89 sm_90 sm_90a sm_100a sm_120 sm_120a; do
+  for a in $archs; do
     if "$NVCC" -arch=$a -cubin -o /dev/null "$dir/$f.cu" 2>/dev/null; then r=ok; else r=no; fi
     printf " %-8s" $r
   done
