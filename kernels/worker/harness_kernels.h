@@ -1,8 +1,10 @@
 #pragma once
 // The harness's own device kernels (fill, poison, compare, hash, canaries, copy), compiled with NVRTC at
-// worker start. Their names start with kl_h_ so kernel records can tell them from candidates.
+// worker start and loaded once per context (the candidate's and the harness's). Their names start with kl_h_ so
+// kernel records can tell them from candidates.
 #include "core/problem.h"
 #include "kernels/harness_kernel_source.h"
+#include "kernels/harness_plan.h"
 #include "kernels/nvrtc_compiler.h"
 
 #include <cstdint>
@@ -33,7 +35,9 @@ using kl::harnessKernelSource;
 
 class HarnessKernels {
 public:
-    void load(NvrtcCompiler& compiler, const std::string& arch); // throws std::runtime_error
+    // In the current context. throws std::runtime_error
+    void load(NvrtcCompiler& compiler, const std::string& arch);
+    void unload(); // with the context it was loaded in current
     ~HarnessKernels();
 
     void fill(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, Distribution dist, std::uint64_t seed,
@@ -48,6 +52,19 @@ public:
     void canaryFill(CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words) const;
     void canaryCheck(CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words, CUdeviceptr slot) const;
     void copy(CUstream s, CUdeviceptr src, CUdeviceptr dst, std::uint64_t bytes16) const;
+
+    // Slabs (kl::SlabLayout) at `base`: every word outside the buffers is a canary; buffers are poisoned or
+    // filled per set, values from (seed, set) so two layouts of the same sets hold the same values.
+    void slabCanaryFill(CUstream s, CUdeviceptr base, const SlabLayout& l) const;
+    void slabCanaryCheck(CUstream s, CUdeviceptr base, const SlabLayout& l, CUdeviceptr slot) const;
+    void slabPoison(
+        CUstream s, CUdeviceptr base, const SlabLayout& l, std::uint64_t n, DType dt, std::uint64_t pattern) const;
+    void slabFill(CUstream s, CUdeviceptr base, const SlabLayout& l, std::uint64_t n, DType dt, Distribution dist,
+        std::uint64_t seed, double scale) const;
+    // count (candidate, reference) pairs of n elements, pointer lists in device memory, pooled into one slot set;
+    // rmsCount elements are behind refSumSq.
+    void comparePairs(CUstream s, CUdeviceptr candPtrs, CUdeviceptr refPtrs, int count, std::uint64_t n, DType dt,
+        std::uint64_t poison, CUdeviceptr slots, CUdeviceptr refSumSq, std::uint64_t rmsCount) const;
     void spin(CUstream s, std::uint64_t cycles) const;
 
     static std::uint64_t poisonPattern(DType dt, int variant);
@@ -59,7 +76,11 @@ private:
     void launch(CUfunction f, CUstream s, std::uint64_t n, void** args) const;
     CUmodule m_module = nullptr;
     CUfunction m_fill = nullptr, m_poison = nullptr, m_compare = nullptr, m_hash = nullptr, m_canaryFill = nullptr,
-               m_canaryCheck = nullptr, m_copy = nullptr, m_spin = nullptr, m_sumSquares = nullptr;
+               m_canaryCheck = nullptr, m_copy = nullptr, m_spin = nullptr, m_sumSquares = nullptr,
+               m_comparePairs = nullptr, m_slabCanaryFill = nullptr, m_slabCanaryCheck = nullptr,
+               m_slabPoison = nullptr, m_slabFill = nullptr;
+    void launchSlab(
+        CUfunction f, CUstream s, const SlabLayout& l, std::uint64_t lanes, bool withLead, void** args) const;
     int m_smCount = 132;
 };
 
