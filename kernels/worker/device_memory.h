@@ -25,7 +25,7 @@ public:
     void reset(std::uint64_t bytes);
     // Maps `bytes` (a multiple of the granularity) behind and ahead of at least one unmapped granule.
     CUdeviceptr map(std::uint64_t bytes);
-    bool contains(CUdeviceptr p) const { return p >= m_va && p < m_va + m_vaBytes; }
+    std::uint64_t capacity() const { return m_physicalBytes; }
 
 private:
     void release();
@@ -51,6 +51,7 @@ public:
     void reset(std::uint64_t bytes, CUstream s);
     CUdeviceptr alloc(std::uint64_t bytes);
     void free();
+    std::uint64_t capacity() const { return m_bytes; }
 
 private:
     CUdeviceptr m_base = 0;

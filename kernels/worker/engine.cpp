@@ -478,12 +478,14 @@ Engine::~Engine()
 #endif
         if (m_cublasWorkspace)
             cuMemFree(m_cublasWorkspace);
-        for (auto e : m_handoffEvents)
+        for (auto e : m_handoffEvents[0])
             cuEventDestroy(e);
         cuStreamDestroy(m_stream);
         if (m_hctx) {
             cuCtxPushCurrent(m_hctx);
             cuCtxSynchronize();
+            for (auto e : m_handoffEvents[1])
+                cuEventDestroy(e);
             m_hmem.free();
             m_hharness.unload();
             cuStreamDestroy(m_hstream);
@@ -498,15 +500,22 @@ Engine::~Engine()
 
 void Engine::handoff(CUstream from, CUstream to)
 {
-    // A ring of events from the candidate's context; cuStreamWaitEvent accepts an event of another context.
-    if (m_handoffEvents.empty()) {
-        ContextScope c(m_ctx);
-        m_handoffEvents.resize(64);
-        for (auto& e : m_handoffEvents)
+    // An event must come from the context of the stream it is recorded on; cuStreamWaitEvent accepts one of
+    // another context. One ring of events per context.
+    const bool fromHarness = from == m_hstream;
+    auto& ring = m_handoffEvents[fromHarness ? 1 : 0];
+    if (ring.empty()) {
+        ContextScope c(fromHarness ? m_hctx : m_ctx);
+        ring.resize(64);
+        for (auto& e : ring)
             KL_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
     }
-    CUevent e = m_handoffEvents[m_handoffNext++ % m_handoffEvents.size()];
-    KL_CU(cuEventRecord(e, from));
+    CUevent e = ring[m_handoffNext[fromHarness ? 1 : 0]++ % ring.size()];
+    {
+        ContextScope f(fromHarness ? m_hctx : m_ctx);
+        KL_CU(cuEventRecord(e, from));
+    }
+    ContextScope t(fromHarness ? m_ctx : m_hctx);
     KL_CU(cuStreamWaitEvent(to, e, 0));
 }
 
@@ -1434,7 +1443,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             (l2x2 + ioBytes - 1) / std::max<std::uint64_t>(ioBytes, 1) + 1, 4, SlabLayout::kMaxSets - 64));
         std::size_t freeMem = 0, totalMem = 0;
         cuMemGetInfo(&freeMem, &totalMem);
-        const std::uint64_t budget = static_cast<std::uint64_t>(freeMem) / 2;
+        const std::uint64_t budget = (static_cast<std::uint64_t>(freeMem) + m_cand.capacity() + m_hmem.capacity()) / 2;
         while (sets > 1 && static_cast<std::uint64_t>(sets + 1) * perSetBytes + fixedBytes > budget)
             --sets;
         // Outputs (and workspaces) rotate with a period coprime to the inputs': a buffer meets new inputs each visit.

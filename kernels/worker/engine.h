@@ -183,8 +183,8 @@ private:
     CUstream m_stream = nullptr;
     CUcontext m_hctx = nullptr; // the harness's: references, compares, slots
     CUstream m_hstream = nullptr;
-    std::vector<CUevent> m_handoffEvents;
-    std::size_t m_handoffNext = 0;
+    std::vector<CUevent> m_handoffEvents[2]; // recorded on the candidate's, the harness's stream
+    std::size_t m_handoffNext[2] = { 0, 0 };
     DeviceInfo m_device;
     std::unique_ptr<NvrtcCompiler> m_compiler;
     HarnessKernels m_harness; // loaded in the candidate's context
