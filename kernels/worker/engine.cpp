@@ -26,19 +26,6 @@ namespace {
 
     constexpr std::uint64_t kAlign = 256;
 
-    // Makes a context current for a scope: modules load, memory allocates and kernels launch in the current one.
-    class ContextScope {
-    public:
-        explicit ContextScope(CUcontext c) { KL_CU(cuCtxPushCurrent(c)); }
-        ~ContextScope()
-        {
-            CUcontext previous = nullptr;
-            cuCtxPopCurrent(&previous);
-        }
-        ContextScope(const ContextScope&) = delete;
-        ContextScope& operator=(const ContextScope&) = delete;
-    };
-
     std::uint64_t alignUp(std::uint64_t v, std::uint64_t a)
     {
         return (v + a - 1) / a * a;
@@ -282,7 +269,7 @@ namespace {
             int staticSmem = 0;
         };
         CUmodule m_module;
-        CUcontext m_context; // the module's: the candidate's or (references) the harness's
+        CUcontext m_context; // the module's, current when it is unloaded
         KernelSpec m_spec;
         ParamValues m_params;
         DeviceInfo m_dev;
@@ -395,13 +382,14 @@ Engine::Engine()
         index = std::atoi(env);
     KL_CU(cuDeviceGet(&m_dev, index));
     KL_CU(cuDevicePrimaryCtxRetain(&m_ctx, m_dev));
-    // The harness's context: a separate GPU address space on the same device for everything a verdict is computed
-    // from. cuCtxCreate makes it current; the candidate's stays the default current one.
-    KL_CU(cuCtxCreate(&m_hctx, nullptr, 0, m_dev));
-    KL_CU(cuStreamCreate(&m_hstream, CU_STREAM_NON_BLOCKING));
     KL_CU(cuCtxSetCurrent(m_ctx));
+    // One context: a second CUDA context on the same device shares the process's GPU address space (measured on
+    // the H200: a kernel in one context read memory allocated in another), so it isolates nothing. Harness memory
+    // is kept out of reach by placement instead (device_memory.h); the harness's work runs on its own stream.
+    KL_CU(cuStreamCreate(&m_hstream, CU_STREAM_NON_BLOCKING));
     KL_CU(cuStreamCreate(&m_stream, CU_STREAM_NON_BLOCKING));
     m_cand.init(m_dev, m_rng());
+    m_hmem.init(m_dev, m_rng());
 
     char name[256] = {};
     KL_CU(cuDeviceGetName(name, sizeof(name), m_dev));
@@ -459,10 +447,7 @@ Engine::Engine()
     m_nvml.startSampler(50);
     m_compiler = std::make_unique<NvrtcCompiler>(defaultCompileCacheDir(), 0);
     m_harness.load(*m_compiler, m_device.arch);
-    {
-        ContextScope h(m_hctx);
-        m_hharness.load(*m_compiler, m_device.arch);
-    }
+    m_hharness.load(*m_compiler, m_device.arch);
     measureCopyBandwidth();
 }
 
@@ -481,18 +466,11 @@ Engine::~Engine()
         for (auto e : m_handoffEvents[0])
             cuEventDestroy(e);
         cuStreamDestroy(m_stream);
-        if (m_hctx) {
-            cuCtxPushCurrent(m_hctx);
-            cuCtxSynchronize();
-            for (auto e : m_handoffEvents[1])
-                cuEventDestroy(e);
-            m_hmem.free();
-            m_hharness.unload();
-            cuStreamDestroy(m_hstream);
-            CUcontext previous = nullptr;
-            cuCtxPopCurrent(&previous);
-            cuCtxDestroy(m_hctx);
-        }
+        for (auto e : m_handoffEvents[1])
+            cuEventDestroy(e);
+        m_hmem.free();
+        m_hharness.unload();
+        cuStreamDestroy(m_hstream);
         m_harness.unload();
         cuDevicePrimaryCtxRelease(m_dev);
     }
@@ -500,22 +478,15 @@ Engine::~Engine()
 
 void Engine::handoff(CUstream from, CUstream to)
 {
-    // An event must come from the context of the stream it is recorded on; cuStreamWaitEvent accepts one of
-    // another context. One ring of events per context.
     const bool fromHarness = from == m_hstream;
     auto& ring = m_handoffEvents[fromHarness ? 1 : 0];
     if (ring.empty()) {
-        ContextScope c(fromHarness ? m_hctx : m_ctx);
         ring.resize(64);
         for (auto& e : ring)
             KL_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
     }
     CUevent e = ring[m_handoffNext[fromHarness ? 1 : 0]++ % ring.size()];
-    {
-        ContextScope f(fromHarness ? m_hctx : m_ctx);
-        KL_CU(cuEventRecord(e, from));
-    }
-    ContextScope t(fromHarness ? m_ctx : m_hctx);
+    KL_CU(cuEventRecord(e, from));
     KL_CU(cuStreamWaitEvent(to, e, 0));
 }
 
@@ -616,8 +587,6 @@ const LoadedProblem& Engine::loadProblem(
     LoadedProblem lp;
     lp.problem = p;
     {
-        // Both reference builds are modules of the harness's context: the candidate's cannot launch or read them.
-        ContextScope h(m_hctx);
         const ParamValues defaults = parseKernelSpec(referenceSource).defaults();
         lp.reference = compilePlan(
             referenceSource, defaults, p.name + "/reference.cu", &lp.referenceCompile, nullptr, { "-DKL_ACC=double" });
@@ -872,7 +841,6 @@ void Engine::calibrateTolerances(LoadedProblem& lp)
     if (shapes.empty() && !p.verifyShapes.empty())
         shapes.push_back(p.verifyShapes.front());
     std::map<std::string, double> relL2, maxAbs;
-    ContextScope h(m_hctx);
     std::uint64_t seed = 0xCA11B8A7Eull;
     for (const auto& shape : shapes) {
         std::unique_ptr<BoundPlan> r64, r32;
@@ -1049,14 +1017,13 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
         const std::uint64_t refStatBytes = static_cast<std::uint64_t>(nChecks) * 8 * nOut;
         std::uint64_t hBytes = slotBytes + refStatBytes + 16 * kAlign;
         for (const auto& t : sizes)
-            hBytes += (t.spec->role == TensorRole::Input ? 1 : 3)
+            hBytes += (t.spec->role == TensorRole::Input ? 1 : 2)
                 * (alignUp(std::max<std::uint64_t>(t.bytes, 4), kAlign) + kAlign);
         for (const auto& w : rb->workspaces())
             hBytes += alignUp(std::max<std::uint64_t>(w.bytes, 4), kAlign) + kAlign;
-        BufferMap hInputs, refs[2], candCopy, refWork;
+        BufferMap hInputs, refs[2], refWork;
         CUdeviceptr slots = 0, refStatArea = 0;
         {
-            ContextScope h(m_hctx);
             m_hmem.reset(hBytes, m_hstream);
             slots = m_hmem.alloc(slotBytes + refStatBytes);
             refStatArea = slots + slotBytes;
@@ -1068,7 +1035,6 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                 } else {
                     refs[0][t.spec->name] = m_hmem.alloc(b);
                     refs[1][t.spec->name] = m_hmem.alloc(b);
-                    candCopy[t.spec->name] = m_hmem.alloc(b);
                 }
             }
             for (const auto& w : rb->workspaces())
@@ -1092,7 +1058,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             m.insert(c.begin(), c.end());
             return m;
         };
-        // The same counter-based values in both contexts: the candidate's copy and the harness's pristine one.
+        // The same counter-based values in the candidate's buffers and the harness's pristine copy.
         auto fillInputs = [&](int set, Distribution dist, std::uint64_t seed, bool harnessToo) {
             for (std::size_t ti = 0; ti < sizes.size(); ++ti) {
                 const auto& t = sizes[ti];
@@ -1102,7 +1068,6 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                 m_harness.fill(
                     m_stream, inputs[set].at(t.spec->name), t.elements, t.spec->dtype, dist, s, t.spec->scale);
                 if (harnessToo) {
-                    ContextScope h(m_hctx);
                     m_hharness.fill(
                         m_hstream, hInputs.at(t.spec->name), t.elements, t.spec->dtype, dist, s, t.spec->scale);
                 }
@@ -1129,12 +1094,11 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                         scratch + word * 8);
         };
         auto toHarness = [&](CUdeviceptr dst, CUdeviceptr src, std::uint64_t bytes) {
-            KL_CU(cuMemcpyPeerAsync(dst, m_hctx, src, m_ctx, bytes, m_stream));
+            KL_CU(cuMemcpyDtoDAsync(dst, src, bytes, m_stream));
         };
         // Each reference output's sum of squares, once per reference run: refStats[refSet] + 8 * output index.
         CUdeviceptr refStats[2] = { 0, 0 };
         auto runReference = [&](int refSet, CUdeviceptr area) {
-            ContextScope h(m_hctx);
             rb->run(m_hstream, merged(hInputs, refs[refSet], refWork));
             int oi = 0;
             for (const auto& t : sizes)
@@ -1146,7 +1110,8 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                 }
             refStats[refSet] = area;
         };
-        // After the candidate: integrity words, then its outputs copied into the harness's context and compared there.
+        // After the candidate: integrity words into the harness's slots, then its outputs compared where they are
+        // (the candidate has finished; nothing it can run sees the reference or the slots).
         auto judgeLaunch = [&](int check, int set, int outSet, int refSet, int variant) {
             hashInputs(set, 1);
             KL_CU(cuMemsetD8Async(scratch + 16, 0, 8, m_stream));
@@ -1154,21 +1119,18 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                 m_harness.slabCanaryCheck(m_stream, cs.base, cs.layout, scratch + 16);
             toHarness(slotOf(check, 0) + kHashAfter * 8, scratch + 8, 8);
             toHarness(slotOf(check, 0) + kCanaryBad * 8, scratch + 16, 8);
-            handoff(m_hstream, m_stream); // the previous check's compare is done with candCopy
-            for (const auto& t : sizes)
-                if (t.spec->role == TensorRole::Output && t.bytes)
-                    toHarness(candCopy.at(t.spec->name), outputs[outSet].at(t.spec->name), t.bytes);
             handoff(m_stream, m_hstream);
-            ContextScope h(m_hctx);
             int oi = 0;
             for (const auto& t : sizes)
                 if (t.spec->role == TensorRole::Output) {
                     if (t.elements)
-                        m_hharness.compare(m_hstream, candCopy.at(t.spec->name), refs[refSet].at(t.spec->name),
+                        m_hharness.compare(m_hstream, outputs[outSet].at(t.spec->name), refs[refSet].at(t.spec->name),
                             t.elements, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, variant),
                             slotOf(check, oi), refStats[refSet] + 8 * oi);
                     ++oi;
                 }
+            // The next launch re-poisons these outputs: it waits until the compare has read them.
+            handoff(m_hstream, m_stream);
         };
 
         bool launchFailed = false;
@@ -1246,7 +1208,6 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
         KL_CU(cuStreamSynchronize(m_hstream));
         std::vector<std::uint64_t> host(static_cast<std::size_t>(nChecks) * nOut * kSlotCount);
         {
-            ContextScope h(m_hctx);
             KL_CU(cuMemcpyDtoH(host.data(), slots, host.size() * 8));
         }
 
@@ -1421,8 +1382,8 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         for (const auto& t : sizes) {
             ioBytes += t.bytes;
             const std::uint64_t b = alignUp(t.bytes, kAlign) + guard;
-            // candidate + baseline copies, and in the harness's context the pristine inputs or references + copies
-            perSetBytes += (t.spec->role == TensorRole::Input ? 3 : 4) * b;
+            // candidate's and baseline's buffers, and the harness's pristine inputs or references
+            perSetBytes += 3 * b;
             if (t.spec->role == TensorRole::Output)
                 outputNames.push_back(t.spec->name);
         }
@@ -1452,7 +1413,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         st.outputSets = outSets;
         st.rotationBytes = static_cast<std::uint64_t>(sets) * ioBytes;
 
-        // Candidate's context: candidate slabs and the baseline's own (pristine, never shared) slabs.
+        // Candidate arena: candidate slabs and the baseline's own (pristine, never shared) slabs.
         const std::uint64_t gran = m_cand.granularity();
         std::vector<CandidateSlab> candSlabs, baseSlabs;
         std::uint64_t candBytes = 2 * gran;
@@ -1497,11 +1458,11 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             for (int k = 0; k < cs.layout.sets(); ++k)
                 (cs.role == TensorRole::Input ? baseIn : baseOut)[k][cs.name] = cs.buffer(k);
 
-        // Harness's context: pristine inputs, the reference's output for each input set (computed when a re-check
-        // first needs it), a copy of each candidate output slab, slots and the compare's pointer lists.
+        // Harness arena: pristine inputs, the reference's output for each input set (computed when a re-check first
+        // needs it), slots and the compare's pointer lists.
         const int nOut = std::max<int>(1, static_cast<int>(outputNames.size()));
         std::map<std::string, SlabLayout> hInLayout, refLayout;
-        std::map<std::string, CUdeviceptr> hInBase, refBase, copyBase;
+        std::map<std::string, CUdeviceptr> hInBase, refBase;
         std::uint64_t hBytes = fixedBytes + static_cast<std::uint64_t>(kMaxChecked) * nOut * kSlotCount * 8
             + 2ull * nOut * outSets * 8 * 2 + nOut * 8 * 2;
         for (const auto& t : sizes) {
@@ -1513,14 +1474,10 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 hBytes += refLayout[t.spec->name].mappedBytes + kAlign;
             }
         }
-        for (const auto& cs : candSlabs)
-            if (cs.role == TensorRole::Output && !cs.workspace)
-                hBytes += cs.layout.mappedBytes + kAlign;
         CUdeviceptr hSlots = 0, hPairs = 0, hRefSumSq = 0;
         BufferMap refWork;
         std::vector<std::vector<BufferMap>> refBufs(1);
         {
-            ContextScope h(m_hctx);
             m_hmem.reset(hBytes, m_hstream);
             hSlots = m_hmem.alloc(static_cast<std::uint64_t>(kMaxChecked) * nOut * kSlotCount * 8);
             hPairs = m_hmem.alloc(2ull * nOut * outSets * 8 * 2);
@@ -1532,9 +1489,6 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 hInBase[name] = m_hmem.alloc(l.mappedBytes);
             for (auto& [name, l] : refLayout)
                 refBase[name] = m_hmem.alloc(l.mappedBytes);
-            for (const auto& cs : candSlabs)
-                if (cs.role == TensorRole::Output && !cs.workspace)
-                    copyBase[cs.name] = m_hmem.alloc(cs.layout.mappedBytes);
             for (const auto& w : rb->workspaces())
                 refWork[w.name] = m_hmem.alloc(std::max<std::uint64_t>(w.bytes, 4));
         }
@@ -1551,7 +1505,6 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                     if (cs.name == t.spec->name && cs.role == TensorRole::Input)
                         m_harness.slabFill(m_stream, cs.base, cs.layout, t.elements, t.spec->dtype,
                             Distribution::Normal, seed, t.spec->scale);
-            ContextScope h(m_hctx);
             m_hharness.slabFill(m_hstream, hInBase.at(t.spec->name), hInLayout.at(t.spec->name), t.elements,
                 t.spec->dtype, Distribution::Normal, seed, t.spec->scale);
         }
@@ -1638,16 +1591,10 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         std::vector<int> checkedBatch;
         std::vector<char> refReady(static_cast<std::size_t>(sets), 0);
         bool refSumDone = false;
-        // Every output the last batch wrote, copied into the harness's context and compared there with the reference
-        // on the pristine copy of the inputs that launch read.
+        // Every output the last batch wrote, compared with the reference on the pristine copy of the inputs that
+        // launch read; the next batch's prepare() waits for the compare.
         auto recheckBatch = [&](int batchIndex) {
-            handoff(m_hstream, m_stream); // the previous re-check is done with the copies
-            for (const auto& cs : candSlabs)
-                if (cs.role == TensorRole::Output && !cs.workspace)
-                    KL_CU(cuMemcpyPeerAsync(
-                        copyBase.at(cs.name), m_hctx, cs.base, m_ctx, cs.layout.mappedBytes, m_stream));
             handoff(m_stream, m_hstream);
-            ContextScope h(m_hctx);
             for (int q = 0; q < outSets; ++q) {
                 const int k = lastInput[static_cast<std::size_t>(q)];
                 if (k < 0 || refReady[static_cast<std::size_t>(k)])
@@ -1682,7 +1629,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 std::vector<std::uint64_t> pairs;
                 for (int q = 0; q < outSets; ++q)
                     if (lastInput[static_cast<std::size_t>(q)] >= 0)
-                        pairs.push_back(copyBase.at(t.spec->name) + cs->layout.bufferOffset(q));
+                        pairs.push_back(cs->buffer(q));
                 const std::size_t count = pairs.size();
                 for (int q = 0; q < outSets; ++q)
                     if (const int k = lastInput[static_cast<std::size_t>(q)]; k >= 0)
@@ -1697,6 +1644,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                         t.elements);
                 ++oi;
             }
+            handoff(m_hstream, m_stream);
             checkedBatch.push_back(batchIndex);
             ++checked;
             // The lists are pageable host memory: the copy above has read them before cuMemcpyHtoDAsync returned.
@@ -1926,7 +1874,6 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 const std::vector<Tolerance> tolerances = outputTolerances(lp, outputNames);
                 std::vector<std::uint64_t> host(static_cast<std::size_t>(checked) * nOut * kSlotCount);
                 {
-                    ContextScope h(m_hctx);
                     KL_CU(cuMemcpyDtoH(host.data(), hSlots, host.size() * 8));
                 }
                 for (int c = 0; c < checked; ++c) {

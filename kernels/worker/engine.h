@@ -80,8 +80,8 @@ struct OutputTolerance {
 
 struct LoadedProblem {
     Problem problem;
-    // Both builds live in the harness's context. The fp64-accumulation build (-DKL_ACC=double) is the judge;
-    // the default (fp32) build only calibrates the tolerances.
+    // The fp64-accumulation build (-DKL_ACC=double) is the judge; the default (fp32) build only calibrates the
+    // tolerances. Both run on the harness's stream, on the harness arena's buffers.
     std::shared_ptr<Plan> reference;
     std::shared_ptr<Plan> referenceFp32;
     std::map<std::string, OutputTolerance> tolerances; // by output tensor name
@@ -165,30 +165,25 @@ public:
     TimeOutcome time(const LoadedProblem& lp, const Plan& candidate, const TimeOptions& o);
     TraceOutcome trace(const LoadedProblem& lp, const Plan& candidate, const Shape& s, int launches);
 
-    // The harness's own context and stream (tests: a harness address is not mapped in the candidate's context).
-    CUcontext harnessContext() const { return m_hctx; }
-    CUcontext candidateContext() const { return m_ctx; }
-
 private:
     void measureCopyBandwidth();
     void calibrateTolerances(LoadedProblem& lp);
     std::vector<Tolerance> outputTolerances(const LoadedProblem& lp, const std::vector<std::string>& names) const;
     std::shared_ptr<Plan> compilePlan(const std::string& source, const ParamValues& params, const std::string& name,
         CompileReport* report, std::string* key = nullptr, const std::vector<std::string>& extraFlags = {});
-    // Orders `to` after everything enqueued on `from` so far (streams of different contexts).
+    // Orders `to` after everything enqueued on `from` so far.
     void handoff(CUstream from, CUstream to);
 
     CUdevice m_dev = 0;
-    CUcontext m_ctx = nullptr; // the candidate's: the primary context (cuBLAS shares it)
-    CUstream m_stream = nullptr;
-    CUcontext m_hctx = nullptr; // the harness's: references, compares, slots
-    CUstream m_hstream = nullptr;
+    CUcontext m_ctx = nullptr; // the primary context (cuBLAS shares it)
+    CUstream m_stream = nullptr; // the candidate's and the baseline's launches
+    CUstream m_hstream = nullptr; // references, compares, calibration
     std::vector<CUevent> m_handoffEvents[2]; // recorded on the candidate's, the harness's stream
     std::size_t m_handoffNext[2] = { 0, 0 };
     DeviceInfo m_device;
     std::unique_ptr<NvrtcCompiler> m_compiler;
-    HarnessKernels m_harness; // loaded in the candidate's context
-    HarnessKernels m_hharness; // loaded in the harness's context
+    HarnessKernels m_harness; // launched on the candidate's stream
+    HarnessKernels m_hharness; // launched on the harness's stream
     NvmlMonitor m_nvml;
     std::map<std::string, LoadedProblem> m_problems;
     std::map<std::string, std::shared_ptr<Plan>> m_modules; // by CUBIN key
@@ -197,9 +192,9 @@ private:
     CUdeviceptr m_cublasWorkspace = 0;
 
     // Candidate memory: slabs behind unmapped guards, re-placed for every shape so addresses change per call.
-    // Harness memory: a plain arena in the harness's context.
+    // Harness memory: its own reservation, mapped at a random offset that changes per call.
     GuardedArena m_cand;
-    LinearArena m_hmem;
+    HarnessArena m_hmem;
     std::mt19937_64 m_rng;
     std::uint64_t m_arenaNeed = 0;
     void arenaReserve(std::uint64_t bytes);
