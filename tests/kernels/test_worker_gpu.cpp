@@ -461,18 +461,22 @@ TEST_F(HarnessGpu, OneWrongOutputAmongSeveralIsJudgedAlone)
     kl::GpuEvaluator ev(p, noStatic());
     const auto honest = ev.evaluate(ev.templateCandidate({}, "honest"), quick(), kl::CancelToken {});
     EXPECT_EQ(honest.verdict, kl::Verdict::Correct) << reasonsText(honest);
-    // b is 0.6% off: pooled with the exact a under the stated 1% it would pass; judged alone with its measured
-    // tolerance (the bf16 rounding floor, since the fp32 reference is exact here) it fails, and the reason says b.
+    // b is 0.6% off, a exact. Pooled into one statistic (0.6% x 3 / sqrt(2^2 + 3^2) = 0.50%) under the stated 1%
+    // it would pass; judged alone (0.60%) against its measured tolerance (the bf16 rounding floor 0.39%, since the
+    // fp32 reference is exact here) it fails.
     kl::Candidate wrong;
     wrong.id = "wrong-b";
     wrong.source = readFile(dir / "wrong_b.cu");
     const auto e = ev.evaluate(wrong, quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << reasonsText(e);
     ASSERT_TRUE(hasRule(e, "correctness.rel-l2")) << reasonsText(e);
-    for (const auto& r : e.reasons)
-        if (r.rule == "correctness.rel-l2") {
-            EXPECT_NE(r.message.find("output 'b'"), std::string::npos) << r.message;
-        }
+    double worst = 0;
+    for (const auto& sh : e.shapes)
+        for (const auto& c : sh.checks)
+            if (!c.passed)
+                worst = std::max(worst, c.relL2);
+    EXPECT_GT(worst, 0.0055) << "b's own error, not diluted by a";
+    EXPECT_LT(worst, 0.01) << "within the stated tolerance: only the measured one catches it";
 }
 
 TEST_F(HarnessGpu, LoadProblemReportsMeasuredTolerances)
