@@ -129,6 +129,8 @@ Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
                 j["throttled"] = s.throttled;
                 j["input_sets"] = s.inputSets;
                 j["rotation_bytes"] = s.rotationBytes;
+                j["output_sets"] = s.outputSets;
+                j["checked_batches"] = s.checkedBatches;
                 if (withSamples) {
                     j["candidate_samples_us"] = s.candidateSamplesUs;
                     j["baseline_samples_us"] = s.baselineSamplesUs;
