@@ -321,24 +321,6 @@ extern "C" __global__ void kl_h_hash(const unsigned char* p, u64 bytes, u64 salt
   for (int o = 16; o > 0; o >>= 1) h += __shfl_xor_sync(0xffffffffu, h, o);
   if ((threadIdx.x & 31) == 0) atomicAdd(slot, h);
 }
-// Guard regions around every output and workspace buffer, all of one check in one launch (block b fills or
-// checks region b): a check has a dozen of them and a launch each cost more than the work.
-#define KL_MAX_GUARDS 64
-struct KlGuards { u32* p[KL_MAX_GUARDS]; };
-extern "C" __global__ void kl_h_canary_fill(KlGuards g, int count, u64 words, u32 pattern) {
-  if ((int)blockIdx.x >= count) return;
-  u32* p = g.p[blockIdx.x];
-  for (u64 i = threadIdx.x; i < words; i += blockDim.x) p[i] = pattern ^ (u32)(i * 2654435761u);
-}
-extern "C" __global__ void kl_h_canary_check(KlGuards g, int count, u64 words, u32 pattern, u64* slot) {
-  u64 bad = 0;
-  if ((int)blockIdx.x < count) {
-    const u32* p = g.p[blockIdx.x];
-    for (u64 i = threadIdx.x; i < words; i += blockDim.x) bad += p[i] != (pattern ^ (u32)(i * 2654435761u));
-  }
-  for (int o = 16; o > 0; o >>= 1) bad += __shfl_xor_sync(0xffffffffu, bad, o);
-  if ((threadIdx.x & 31) == 0 && bad) atomicAdd(slot, bad);
-}
 extern "C" __global__ void kl_h_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n) {
   // One pass, many blocks, four independent 16-byte loads in flight per thread: the copy ceiling.
   const u64 base = (u64)blockIdx.x * blockDim.x * 4 + threadIdx.x;
@@ -354,6 +336,14 @@ extern "C" __global__ void kl_h_spin(u64 cycles) {
 }
 )CUDA";
     return src;
+}
+
+const std::vector<std::string>& harnessKernelNames()
+{
+    static const std::vector<std::string> names = { "kl_h_fill", "kl_h_poison", "kl_h_compare", "kl_h_hash",
+        "kl_h_copy", "kl_h_spin", "kl_h_sum_squares", "kl_h_compare_pairs", "kl_h_slab_canary_fill",
+        "kl_h_slab_canary_check", "kl_h_slab_poison", "kl_h_slab_fill" };
+    return names;
 }
 
 } // namespace kl

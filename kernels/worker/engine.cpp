@@ -447,7 +447,6 @@ Engine::Engine()
     m_nvml.startSampler(50);
     m_compiler = std::make_unique<NvrtcCompiler>(defaultCompileCacheDir(), 0);
     m_harness.load(*m_compiler, m_device.arch);
-    m_hharness.load(*m_compiler, m_device.arch);
     measureCopyBandwidth();
 }
 
@@ -463,14 +462,12 @@ Engine::~Engine()
 #endif
         if (m_cublasWorkspace)
             cuMemFree(m_cublasWorkspace);
-        for (auto e : m_handoffEvents[0])
-            cuEventDestroy(e);
+        for (const auto& ring : m_handoffEvents)
+            for (auto e : ring)
+                cuEventDestroy(e);
         cuStreamDestroy(m_stream);
-        for (auto e : m_handoffEvents[1])
-            cuEventDestroy(e);
-        m_hmem.free();
-        m_hharness.unload();
         cuStreamDestroy(m_hstream);
+        m_hmem.free();
         m_harness.unload();
         cuDevicePrimaryCtxRelease(m_dev);
     }
@@ -879,7 +876,7 @@ void Engine::calibrateTolerances(LoadedProblem& lp)
         for (int d = 0; d < 3; ++d) {
             for (std::size_t ti = 0; ti < sizes.size(); ++ti)
                 if (sizes[ti].spec->role == TensorRole::Input && sizes[ti].elements)
-                    m_hharness.fill(m_hstream, in.at(sizes[ti].spec->name), sizes[ti].elements, sizes[ti].spec->dtype,
+                    m_harness.fill(m_hstream, in.at(sizes[ti].spec->name), sizes[ti].elements, sizes[ti].spec->dtype,
                         dists[d], seed ^ (0x9E3779B97F4A7C15ull * (ti + 1)), sizes[ti].spec->scale);
             BufferMap a = in, b = in;
             a.insert(out64.begin(), out64.end());
@@ -895,8 +892,8 @@ void Engine::calibrateTolerances(LoadedProblem& lp)
                 const CUdeviceptr sl = slots + (static_cast<std::uint64_t>(d) * nOut + oi++) * kSlotCount * 8;
                 if (!t.elements)
                     continue;
-                m_hharness.sumSquares(m_hstream, out64.at(t.spec->name), t.elements, t.spec->dtype, sl + kRefSumSq * 8);
-                m_hharness.compare(m_hstream, out32.at(t.spec->name), out64.at(t.spec->name), t.elements, t.spec->dtype,
+                m_harness.sumSquares(m_hstream, out64.at(t.spec->name), t.elements, t.spec->dtype, sl + kRefSumSq * 8);
+                m_harness.compare(m_hstream, out32.at(t.spec->name), out64.at(t.spec->name), t.elements, t.spec->dtype,
                     HarnessKernels::poisonPattern(t.spec->dtype, 0), sl, sl + kRefSumSq * 8);
             }
         }
@@ -997,7 +994,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
         m_cand.reset(candBytes);
         for (auto& cs : slabs)
             cs.base = mapSlab(cs.layout);
-        // Integrity words the harness's kernels write in the candidate's context after the candidate ran; each is
+        // Integrity words the harness's kernels write in the candidate arena after the candidate ran; each is
         // zeroed right before and copied to the harness's slots right after, so nothing the candidate left counts.
         const CUdeviceptr scratch = m_cand.map(m_cand.granularity());
         BufferMap inputs[2], outputs[2], work[2];
@@ -1068,7 +1065,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                 m_harness.fill(
                     m_stream, inputs[set].at(t.spec->name), t.elements, t.spec->dtype, dist, s, t.spec->scale);
                 if (harnessToo) {
-                    m_hharness.fill(
+                    m_harness.fill(
                         m_hstream, hInputs.at(t.spec->name), t.elements, t.spec->dtype, dist, s, t.spec->scale);
                 }
             }
@@ -1104,7 +1101,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             for (const auto& t : sizes)
                 if (t.spec->role == TensorRole::Output) {
                     if (t.elements)
-                        m_hharness.sumSquares(
+                        m_harness.sumSquares(
                             m_hstream, refs[refSet].at(t.spec->name), t.elements, t.spec->dtype, area + 8 * oi);
                     ++oi;
                 }
@@ -1124,7 +1121,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             for (const auto& t : sizes)
                 if (t.spec->role == TensorRole::Output) {
                     if (t.elements)
-                        m_hharness.compare(m_hstream, outputs[outSet].at(t.spec->name), refs[refSet].at(t.spec->name),
+                        m_harness.compare(m_hstream, outputs[outSet].at(t.spec->name), refs[refSet].at(t.spec->name),
                             t.elements, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, variant),
                             slotOf(check, oi), refStats[refSet] + 8 * oi);
                     ++oi;
@@ -1505,7 +1502,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                     if (cs.name == t.spec->name && cs.role == TensorRole::Input)
                         m_harness.slabFill(m_stream, cs.base, cs.layout, t.elements, t.spec->dtype,
                             Distribution::Normal, seed, t.spec->scale);
-            m_hharness.slabFill(m_hstream, hInBase.at(t.spec->name), hInLayout.at(t.spec->name), t.elements,
+            m_harness.slabFill(m_hstream, hInBase.at(t.spec->name), hInLayout.at(t.spec->name), t.elements,
                 t.spec->dtype, Distribution::Normal, seed, t.spec->scale);
         }
         for (auto* v : { &candSlabs, &baseSlabs })
@@ -1611,7 +1608,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                     for (const auto& t : sizes)
                         if (t.spec->role == TensorRole::Output) {
                             if (t.elements)
-                                m_hharness.sumSquares(
+                                m_harness.sumSquares(
                                     m_hstream, b.at(t.spec->name), t.elements, t.spec->dtype, hRefSumSq + 8 * oi);
                             ++oi;
                         }
@@ -1638,7 +1635,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                     + static_cast<std::uint64_t>(oi) * outSets * 16;
                 KL_CU(cuMemcpyHtoDAsync(lists, pairs.data(), pairs.size() * 8, m_hstream));
                 if (t.elements && count)
-                    m_hharness.comparePairs(m_hstream, lists, lists + count * 8, static_cast<int>(count), t.elements,
+                    m_harness.comparePairs(m_hstream, lists, lists + count * 8, static_cast<int>(count), t.elements,
                         t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, 0),
                         hSlots + (static_cast<std::uint64_t>(checked) * nOut + oi) * kSlotCount * 8, hRefSumSq + 8 * oi,
                         t.elements);

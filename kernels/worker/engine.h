@@ -182,8 +182,7 @@ private:
     std::size_t m_handoffNext[2] = { 0, 0 };
     DeviceInfo m_device;
     std::unique_ptr<NvrtcCompiler> m_compiler;
-    HarnessKernels m_harness; // launched on the candidate's stream
-    HarnessKernels m_hharness; // launched on the harness's stream
+    HarnessKernels m_harness;
     NvmlMonitor m_nvml;
     std::map<std::string, LoadedProblem> m_problems;
     std::map<std::string, std::shared_ptr<Plan>> m_modules; // by CUBIN key

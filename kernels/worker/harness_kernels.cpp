@@ -37,9 +37,7 @@ void HarnessKernels::load(NvrtcCompiler& compiler, const std::string& arch)
     job.source = harnessKernelSource();
     job.arch = arch;
     job.name = "kl_harness.cu";
-    job.kernels = { "kl_h_fill", "kl_h_poison", "kl_h_compare", "kl_h_hash", "kl_h_canary_fill", "kl_h_canary_check",
-        "kl_h_copy", "kl_h_spin", "kl_h_sum_squares", "kl_h_compare_pairs", "kl_h_slab_canary_fill",
-        "kl_h_slab_canary_check", "kl_h_slab_poison", "kl_h_slab_fill" };
+    job.kernels = harnessKernelNames();
     auto m = compiler.compile(job);
     if (!m->report.ok)
         throw std::runtime_error("harness kernels failed to compile: " + m->report.log);
@@ -48,8 +46,6 @@ void HarnessKernels::load(NvrtcCompiler& compiler, const std::string& arch)
     KL_CU(cuModuleGetFunction(&m_poison, m_module, "kl_h_poison"));
     KL_CU(cuModuleGetFunction(&m_compare, m_module, "kl_h_compare"));
     KL_CU(cuModuleGetFunction(&m_hash, m_module, "kl_h_hash"));
-    KL_CU(cuModuleGetFunction(&m_canaryFill, m_module, "kl_h_canary_fill"));
-    KL_CU(cuModuleGetFunction(&m_canaryCheck, m_module, "kl_h_canary_check"));
     KL_CU(cuModuleGetFunction(&m_copy, m_module, "kl_h_copy"));
     KL_CU(cuModuleGetFunction(&m_spin, m_module, "kl_h_spin"));
     KL_CU(cuModuleGetFunction(&m_sumSquares, m_module, "kl_h_sum_squares"));
@@ -116,38 +112,6 @@ void HarnessKernels::hash(CUstream s, CUdeviceptr p, std::uint64_t bytes, std::u
 {
     void* args[] = { &p, &bytes, &salt, &slot };
     launch(m_hash, s, bytes / 16 + 1, args);
-}
-
-namespace {
-    constexpr int kMaxGuardsPerLaunch = 64; // KL_MAX_GUARDS in the kernel source
-    struct GuardList {
-        CUdeviceptr p[kMaxGuardsPerLaunch];
-    };
-} // namespace
-
-void HarnessKernels::canaryFill(CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words) const
-{
-    std::uint32_t pattern = kCanaryWord;
-    for (std::size_t first = 0; first < regions.size(); first += kMaxGuardsPerLaunch) {
-        GuardList list {};
-        int count = static_cast<int>(std::min<std::size_t>(kMaxGuardsPerLaunch, regions.size() - first));
-        std::copy_n(regions.begin() + static_cast<std::ptrdiff_t>(first), count, list.p);
-        void* args[] = { &list, &count, &words, &pattern };
-        KL_CU(cuLaunchKernel(m_canaryFill, static_cast<unsigned>(count), 1, 1, 256, 1, 1, 0, s, args, nullptr));
-    }
-}
-
-void HarnessKernels::canaryCheck(
-    CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words, CUdeviceptr slot) const
-{
-    std::uint32_t pattern = kCanaryWord;
-    for (std::size_t first = 0; first < regions.size(); first += kMaxGuardsPerLaunch) {
-        GuardList list {};
-        int count = static_cast<int>(std::min<std::size_t>(kMaxGuardsPerLaunch, regions.size() - first));
-        std::copy_n(regions.begin() + static_cast<std::ptrdiff_t>(first), count, list.p);
-        void* args[] = { &list, &count, &words, &pattern, &slot };
-        KL_CU(cuLaunchKernel(m_canaryCheck, static_cast<unsigned>(count), 1, 1, 256, 1, 1, 0, s, args, nullptr));
-    }
 }
 
 void HarnessKernels::copy(CUstream s, CUdeviceptr src, CUdeviceptr dst, std::uint64_t n16) const
