@@ -151,10 +151,10 @@ template <int DT> __device__ __forceinline__ void kl_cmp_one(typename KlT<DT>::B
 // run on the reference output before, so cancellation to near zero in a long reduction is judged against the
 // output's typical magnitude.
 template <int DT> __device__ void kl_compare_t(const void* cand, const void* ref, u64 n, u64 poison, u64* slots,
-                                               const u64* refSumSq) {
+                                               const u64* refSumSq, u64 rmsCount) {
   typedef typename KlT<DT>::S S;
   typedef typename KlT<DT>::B B;
-  const double rms = sqrt(__longlong_as_double((long long)*refSumSq) / (double)(n ? n : 1));
+  const double rms = sqrt(__longlong_as_double((long long)*refSumSq) / (double)(rmsCount ? rmsCount : 1));
   const double floorv = fmax(rms, 1.0);
   KlCmp a = {0, 0, 0, 0, 0.f};
   const int per = 16 / sizeof(S);
@@ -224,7 +224,71 @@ extern "C" __global__ void kl_h_poison(void* p, u64 n, int dt, u64 pattern) {
 }
 extern "C" __global__ void kl_h_compare(const void* cand, const void* ref, u64 n, int dt, u64 poison, u64* slots,
                                         const u64* refSumSq) {
-#define KL_CALL(D) kl_compare_t<D>(cand, ref, n, poison, slots, refSumSq)
+#define KL_CALL(D) kl_compare_t<D>(cand, ref, n, poison, slots, refSumSq, n)
+  KL_DISPATCH(KL_CALL)
+#undef KL_CALL
+}
+// Many (candidate, reference) buffer pairs of one output, pooled into one set of slots: pair blockIdx.y. The
+// pointer lists live in the harness's own memory, like everything this kernel reads but the candidate copy.
+extern "C" __global__ void kl_h_compare_pairs(const u64* candPtrs, const u64* refPtrs, u64 n, int dt, u64 poison,
+                                              u64* slots, const u64* refSumSq, u64 rmsCount) {
+  const void* cand = (const void*)candPtrs[blockIdx.y];
+  const void* ref = (const void*)refPtrs[blockIdx.y];
+#define KL_CALL(D) kl_compare_t<D>(cand, ref, n, poison, slots, refSumSq, rmsCount)
+  KL_DISPATCH(KL_CALL)
+#undef KL_CALL
+}
+// A slab (kl::SlabLayout): one tensor's buffers of all sets in one mapping. Set k's buffer starts at
+// lead + k * stride + gap[k] * 256 + pre; every other word of the mapping is a canary.
+#define KL_MAX_SLAB_SETS 2048
+struct KlSlab {
+  unsigned char* base;
+  u64 stride, lead, pre, bufBytes;
+  u32 sets;
+  unsigned char gap[KL_MAX_SLAB_SETS];
+};
+__device__ __forceinline__ u64 kl_slab_offset(const KlSlab& s, u32 k) { return s.lead + k * s.stride + s.gap[k] * 256ull + s.pre; }
+__device__ __forceinline__ u32 kl_canary_word(u32 pattern, u64 w) { return pattern ^ (u32)(w * 2654435761ull) ^ (u32)(w >> 32); }
+// Canary words of the slab: blockIdx.y = k covers set k's stride outside its buffer, y = sets the lead.
+template <bool CHECK> __device__ u64 kl_slab_canaries(const KlSlab& s, u32 pattern) {
+  const u32 k = blockIdx.y;
+  // Words [begin, end) of this part minus the buffer's words [skipBegin, skipEnd): two spans, one index.
+  u64 begin = 0, end = s.lead / 4, skipBegin = end, skipEnd = end;
+  if (k < s.sets) {
+    begin = (s.lead + k * s.stride) / 4;
+    end = begin + s.stride / 4;
+    skipBegin = kl_slab_offset(s, k) / 4;
+    skipEnd = (kl_slab_offset(s, k) + s.bufBytes + 3) / 4;
+  }
+  const u64 first = skipBegin - begin, total = first + (end - skipEnd);
+  u32* w = (u32*)s.base;
+  u64 bad = 0;
+  for (u64 j = kl_tid(); j < total; j += kl_stride()) {
+    const u64 i = j < first ? begin + j : skipEnd + (j - first);
+    if (CHECK) bad += w[i] != kl_canary_word(pattern, i);
+    else w[i] = kl_canary_word(pattern, i);
+  }
+  return bad;
+}
+extern "C" __global__ void kl_h_slab_canary_fill(KlSlab s, u32 pattern) { kl_slab_canaries<false>(s, pattern); }
+extern "C" __global__ void kl_h_slab_canary_check(KlSlab s, u32 pattern, u64* slot) {
+  u64 bad = kl_slab_canaries<true>(s, pattern);
+  for (int o = 16; o > 0; o >>= 1) bad += __shfl_xor_sync(0xffffffffu, bad, o);
+  if ((threadIdx.x & 31) == 0 && bad) atomicAdd(slot, bad);
+}
+// Per-set buffers of a slab: poison each, or fill each from (seed, set) so the values do not depend on the layout.
+extern "C" __global__ void kl_h_slab_poison(KlSlab s, u64 n, int dt, u64 pattern) {
+  if (blockIdx.y >= s.sets) return;
+  void* p = s.base + kl_slab_offset(s, blockIdx.y);
+#define KL_CALL(D) kl_poison_t<D>(p, n, pattern)
+  KL_DISPATCH(KL_CALL)
+#undef KL_CALL
+}
+extern "C" __global__ void kl_h_slab_fill(KlSlab s, u64 n, int dt, int dist, u64 seed, float scale, float large) {
+  if (blockIdx.y >= s.sets) return;
+  void* p = s.base + kl_slab_offset(s, blockIdx.y);
+  const u64 setSeed = seed ^ kl_mix(0x5E75EEDull + blockIdx.y);
+#define KL_CALL(D) kl_fill_t<D>(p, n, dist, setSeed, scale, large)
   KL_DISPATCH(KL_CALL)
 #undef KL_CALL
 }
@@ -257,24 +321,6 @@ extern "C" __global__ void kl_h_hash(const unsigned char* p, u64 bytes, u64 salt
   for (int o = 16; o > 0; o >>= 1) h += __shfl_xor_sync(0xffffffffu, h, o);
   if ((threadIdx.x & 31) == 0) atomicAdd(slot, h);
 }
-// Guard regions around every output and workspace buffer, all of one check in one launch (block b fills or
-// checks region b): a check has a dozen of them and a launch each cost more than the work.
-#define KL_MAX_GUARDS 64
-struct KlGuards { u32* p[KL_MAX_GUARDS]; };
-extern "C" __global__ void kl_h_canary_fill(KlGuards g, int count, u64 words, u32 pattern) {
-  if ((int)blockIdx.x >= count) return;
-  u32* p = g.p[blockIdx.x];
-  for (u64 i = threadIdx.x; i < words; i += blockDim.x) p[i] = pattern ^ (u32)(i * 2654435761u);
-}
-extern "C" __global__ void kl_h_canary_check(KlGuards g, int count, u64 words, u32 pattern, u64* slot) {
-  u64 bad = 0;
-  if ((int)blockIdx.x < count) {
-    const u32* p = g.p[blockIdx.x];
-    for (u64 i = threadIdx.x; i < words; i += blockDim.x) bad += p[i] != (pattern ^ (u32)(i * 2654435761u));
-  }
-  for (int o = 16; o > 0; o >>= 1) bad += __shfl_xor_sync(0xffffffffu, bad, o);
-  if ((threadIdx.x & 31) == 0 && bad) atomicAdd(slot, bad);
-}
 extern "C" __global__ void kl_h_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n) {
   // One pass, many blocks, four independent 16-byte loads in flight per thread: the copy ceiling.
   const u64 base = (u64)blockIdx.x * blockDim.x * 4 + threadIdx.x;
@@ -290,6 +336,14 @@ extern "C" __global__ void kl_h_spin(u64 cycles) {
 }
 )CUDA";
     return src;
+}
+
+const std::vector<std::string>& harnessKernelNames()
+{
+    static const std::vector<std::string> names = { "kl_h_fill", "kl_h_poison", "kl_h_compare", "kl_h_hash",
+        "kl_h_copy", "kl_h_spin", "kl_h_sum_squares", "kl_h_compare_pairs", "kl_h_slab_canary_fill",
+        "kl_h_slab_canary_check", "kl_h_slab_poison", "kl_h_slab_fill" };
+    return names;
 }
 
 } // namespace kl

@@ -3,6 +3,7 @@
 #include "core/errors.h"
 #include "core/json_io.h"
 
+#include <cmath>
 #include <stdexcept>
 
 namespace kl::wire {
@@ -320,6 +321,42 @@ ProfileReport profileReport(const Json& j, const std::string& where)
         r.plans.push_back(std::move(p));
     }
     return r;
+}
+
+namespace {
+    double finiteOr(double v)
+    {
+        return std::isfinite(v) ? v : -1.0; // -1: the fp32 build gave NaN/Inf or unwritten elements
+    }
+} // namespace
+
+Json toJson(const OutputToleranceWire& t)
+{
+    return { { "output", t.output }, { "dtype", t.dtype },
+        { "stated", { { "rel_l2", t.stated.relL2 }, { "max_abs", t.stated.maxAbs } } },
+        { "measured_fp32_vs_fp64",
+            { { "rel_l2", finiteOr(t.measuredRelL2) }, { "max_abs", finiteOr(t.measuredMaxAbs) } } },
+        { "tolerance", { { "rel_l2", t.tolerance.relL2 }, { "max_abs", t.tolerance.maxAbs } } } };
+}
+
+OutputToleranceWire outputTolerance(const Json& j, const std::string& where)
+{
+    if (!j.is_object())
+        throw InputError(where + ": expected an object");
+    auto pair = [&](const char* key, double* relL2, double* maxAbs) {
+        const Json& o = jsonfield::require(j, key, where);
+        if (!o.is_object())
+            throw InputError(where + "." + key + ": expected an object");
+        *relL2 = jsonfield::number(o, "rel_l2", where + "." + key);
+        *maxAbs = jsonfield::number(o, "max_abs", where + "." + key);
+    };
+    OutputToleranceWire t;
+    t.output = jsonfield::string(j, "output", where);
+    t.dtype = jsonfield::string(j, "dtype", where);
+    pair("stated", &t.stated.relL2, &t.stated.maxAbs);
+    pair("measured_fp32_vs_fp64", &t.measuredRelL2, &t.measuredMaxAbs);
+    pair("tolerance", &t.tolerance.relL2, &t.tolerance.maxAbs);
+    return t;
 }
 
 } // namespace kl::wire

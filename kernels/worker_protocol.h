@@ -43,6 +43,18 @@ Shape shape(const Json& j);
 Json toJson(const ParamValues& p);
 ParamValues paramValues(const Json& j);
 
+// load_problem's "tolerances" entries: one output's tolerance as the worker judges it, and what it came from.
+struct OutputToleranceWire {
+    std::string output;
+    std::string dtype;
+    Tolerance stated;
+    double measuredRelL2 = 0; // the reference's fp32 build against its fp64 build
+    double measuredMaxAbs = 0;
+    Tolerance tolerance;
+};
+Json toJson(const OutputToleranceWire& t);
+OutputToleranceWire outputTolerance(const Json& j, const std::string& where); // InputError naming the field
+
 // The profile op's forms. Parsing is strict (InputError naming the field) because the GUI and the CLI read them.
 Json toJson(const TracedKernel& k); // also the trace op's "records" entries
 TracedKernel tracedKernel(const Json& j, const std::string& where);

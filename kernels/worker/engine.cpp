@@ -24,7 +24,6 @@ namespace kl::worker {
 
 namespace {
 
-    constexpr std::uint64_t kGuardBytes = 4096;
     constexpr std::uint64_t kAlign = 256;
 
     std::uint64_t alignUp(std::uint64_t v, std::uint64_t a)
@@ -113,6 +112,7 @@ namespace {
         KernelPlan(CUmodule mod, KernelSpec spec, ParamValues params, const std::map<std::string, std::string>& lowered,
             const DeviceInfo& dev, std::string label)
             : m_module(mod)
+            , m_context(currentContext())
             , m_spec(std::move(spec))
             , m_params(std::move(params))
             , m_dev(dev)
@@ -145,8 +145,17 @@ namespace {
         }
         ~KernelPlan() override
         {
-            if (m_module)
+            if (m_module && m_context && cuCtxPushCurrent(m_context) == CUDA_SUCCESS) {
                 cuModuleUnload(m_module);
+                CUcontext previous = nullptr;
+                cuCtxPopCurrent(&previous);
+            }
+        }
+        static CUcontext currentContext()
+        {
+            CUcontext c = nullptr;
+            cuCtxGetCurrent(&c);
+            return c;
         }
         std::string label() const override { return m_label; }
 
@@ -260,6 +269,7 @@ namespace {
             int staticSmem = 0;
         };
         CUmodule m_module;
+        CUcontext m_context; // the module's, current when it is unloaded
         KernelSpec m_spec;
         ParamValues m_params;
         DeviceInfo m_dev;
@@ -340,18 +350,6 @@ namespace {
         return out;
     }
 
-    struct Guarded {
-        CUdeviceptr ptr = 0;
-        std::uint64_t bytes = 0;
-        CUdeviceptr pre = 0;
-        CUdeviceptr post = 0;
-    };
-
-    std::uint64_t guardedFootprint(std::uint64_t bytes)
-    {
-        return 2 * kGuardBytes + alignUp(bytes, kAlign) + 2 * kAlign;
-    }
-
 } // namespace
 
 // ---------------------------------------------------------------------------------------------------------
@@ -385,7 +383,13 @@ Engine::Engine()
     KL_CU(cuDeviceGet(&m_dev, index));
     KL_CU(cuDevicePrimaryCtxRetain(&m_ctx, m_dev));
     KL_CU(cuCtxSetCurrent(m_ctx));
+    // One context: a second CUDA context on the same device shares the process's GPU address space (measured on
+    // the H200: a kernel in one context read memory allocated in another), so it isolates nothing. Harness memory
+    // is kept out of reach by placement instead (device_memory.h); the harness's work runs on its own stream.
+    KL_CU(cuStreamCreate(&m_hstream, CU_STREAM_NON_BLOCKING));
     KL_CU(cuStreamCreate(&m_stream, CU_STREAM_NON_BLOCKING));
+    m_cand.init(m_dev, m_rng());
+    m_hmem.init(m_dev, m_rng());
 
     char name[256] = {};
     KL_CU(cuDeviceGetName(name, sizeof(name), m_dev));
@@ -456,13 +460,31 @@ Engine::~Engine()
         if (m_cublas)
             cublasDestroy(static_cast<cublasHandle_t>(m_cublas));
 #endif
-        if (m_arena)
-            cuMemFree(m_arena);
         if (m_cublasWorkspace)
             cuMemFree(m_cublasWorkspace);
+        for (const auto& ring : m_handoffEvents)
+            for (auto e : ring)
+                cuEventDestroy(e);
         cuStreamDestroy(m_stream);
+        cuStreamDestroy(m_hstream);
+        m_hmem.free();
+        m_harness.unload();
         cuDevicePrimaryCtxRelease(m_dev);
     }
+}
+
+void Engine::handoff(CUstream from, CUstream to)
+{
+    const bool fromHarness = from == m_hstream;
+    auto& ring = m_handoffEvents[fromHarness ? 1 : 0];
+    if (ring.empty()) {
+        ring.resize(64);
+        for (auto& e : ring)
+            KL_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    }
+    CUevent e = ring[m_handoffNext[fromHarness ? 1 : 0]++ % ring.size()];
+    KL_CU(cuEventRecord(e, from));
+    KL_CU(cuStreamWaitEvent(to, e, 0));
 }
 
 void Engine::measureCopyBandwidth()
@@ -507,51 +529,38 @@ void Engine::measureCopyBandwidth()
 
 void Engine::arenaReserve(std::uint64_t bytes)
 {
-    bytes = alignUp(bytes + (8u << 20), 1u << 20);
-    if (bytes <= m_arenaBytes)
-        return;
-    KL_CU(cuStreamSynchronize(m_stream));
-    if (m_arena) {
-        KL_CU(cuMemFree(m_arena));
-        m_arena = 0;
-        m_arenaBytes = 0;
-    }
-    const std::uint64_t want = std::max<std::uint64_t>(bytes, 512ull << 20);
-    const CUresult r = cuMemAlloc(&m_arena, want);
-    if (r != CUDA_SUCCESS) {
-        m_arena = 0;
-        throw std::runtime_error(
-            "cannot allocate " + std::to_string(want >> 20) + " MiB of device memory: " + cuErrorText(r));
-    }
-    m_arenaBytes = want;
+    // Every buffer of arenaAlloc is its own mapping: room for the rounding of a few dozen of them.
+    m_arenaNeed = bytes + 64 * m_cand.granularity();
 }
 
 void Engine::arenaReset()
 {
-    // A random start so no buffer lands at the address it had in the previous call.
-    m_arenaTop = (m_rng() % 4096) * kAlign;
+    KL_CU(cuStreamSynchronize(m_stream));
+    m_cand.reset(m_arenaNeed);
 }
 
 CUdeviceptr Engine::arenaAlloc(std::uint64_t bytes)
 {
-    const std::uint64_t gap = (m_rng() % 64) * kAlign;
-    const std::uint64_t off = alignUp(m_arenaTop + gap, kAlign);
-    if (off + bytes > m_arenaBytes)
-        throw std::runtime_error("harness arena exhausted (internal sizing error)");
-    m_arenaTop = off + bytes;
-    return m_arena + off;
+    const std::uint64_t mapped = alignUp(std::max<std::uint64_t>(bytes, 4), m_cand.granularity());
+    return m_cand.map(mapped) + mapped - alignUp(std::max<std::uint64_t>(bytes, 4), kAlign);
+}
+
+CUdeviceptr Engine::mapSlab(const SlabLayout& l)
+{
+    return m_cand.map(l.mappedBytes);
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // Plans and problems
 
 std::shared_ptr<Plan> Engine::compilePlan(const std::string& source, const ParamValues& params, const std::string& name,
-    CompileReport* report, std::string* key)
+    CompileReport* report, std::string* key, const std::vector<std::string>& extraFlags)
 {
     KernelSpec spec = parseKernelSpec(source);
     CompileJob job;
     job.source = source;
     job.params = params;
+    job.extraFlags = extraFlags;
     job.arch = m_device.arch;
     job.name = name;
     for (const auto& l : spec.launches)
@@ -574,10 +583,18 @@ const LoadedProblem& Engine::loadProblem(
 {
     LoadedProblem lp;
     lp.problem = p;
-    lp.reference = compilePlan(
-        referenceSource, parseKernelSpec(referenceSource).defaults(), p.name + "/reference.cu", &lp.referenceCompile);
-    if (!lp.reference)
-        throw InputError(p.name + "/reference.cu does not compile:\n" + lp.referenceCompile.log);
+    {
+        const ParamValues defaults = parseKernelSpec(referenceSource).defaults();
+        lp.reference = compilePlan(
+            referenceSource, defaults, p.name + "/reference.cu", &lp.referenceCompile, nullptr, { "-DKL_ACC=double" });
+        if (!lp.reference)
+            throw InputError(
+                p.name + "/reference.cu does not compile with -DKL_ACC=double:\n" + lp.referenceCompile.log);
+        CompileReport fp32;
+        lp.referenceFp32 = compilePlan(referenceSource, defaults, p.name + "/reference.cu", &fp32);
+        if (!lp.referenceFp32)
+            throw InputError(p.name + "/reference.cu does not compile:\n" + fp32.log);
+    }
     if (!p.libraryBaseline.empty()) {
         if (p.libraryBaseline != "cublas_gemm_bf16")
             throw InputError(p.name + ": unknown library_baseline '" + p.libraryBaseline + "'");
@@ -602,6 +619,7 @@ const LoadedProblem& Engine::loadProblem(
             throw InputError(p.name + "/baseline.cu does not compile:\n" + lp.baselineCompile.log);
         lp.baselineKind = "baseline.cu";
     }
+    calibrateTolerances(lp);
     m_problems[p.name] = std::move(lp);
     return m_problems[p.name];
 }
@@ -693,7 +711,219 @@ namespace {
         return buf;
     }
 
+    // What the compare kernel accumulated for one output.
+    struct OutputError {
+        double relL2 = 0;
+        double maxAbs = 0;
+        bool nonFinite = false;
+        std::uint64_t poisonLeft = 0;
+    };
+
+    OutputError readOutputError(const std::uint64_t* s)
+    {
+        OutputError e;
+        double sd, sref;
+        std::memcpy(&sd, &s[kSumSqDiff], 8);
+        std::memcpy(&sref, &s[kSumSqRef], 8);
+        float mx;
+        const auto bits = static_cast<std::uint32_t>(s[kMaxErr]);
+        std::memcpy(&mx, &bits, 4);
+        e.relL2 = sref > 0 ? std::sqrt(sd / sref) : std::sqrt(sd);
+        e.maxAbs = mx;
+        e.nonFinite = s[kNonFinite] != 0;
+        e.poisonLeft = s[kPoisonLeft];
+        return e;
+    }
+
+    // One check judged output by output, each against its own tolerance: the CorrectnessStats carries the worst
+    // output (by error over tolerance) and passes only when every output does; the reasons name the output.
+    struct OutputJudgement {
+        CorrectnessStats stats;
+        std::string worstOutput;
+        std::vector<std::pair<std::string, std::string>> failures; // (rule, detail), first per rule
+    };
+
+    OutputJudgement judgeOutputs(const std::vector<std::string>& names, const std::vector<OutputError>& errors,
+        const std::vector<Tolerance>& tolerances)
+    {
+        OutputJudgement j;
+        j.stats.fullCoverage = true;
+        double worst = -1;
+        bool allPass = true;
+        for (std::size_t i = 0; i < names.size(); ++i) {
+            const OutputError& e = errors[i];
+            const Tolerance& t = tolerances[i];
+            const double ratio = std::max(e.relL2 / std::max(t.relL2, 1e-300), e.maxAbs / std::max(t.maxAbs, 1e-300));
+            const bool finite = std::isfinite(e.relL2);
+            if (ratio > worst || !finite) {
+                worst = finite ? ratio : INFINITY;
+                j.stats.relL2 = e.relL2;
+                j.stats.maxAbs = e.maxAbs;
+                j.worstOutput = names[i];
+            }
+            j.stats.nonFinite = j.stats.nonFinite || e.nonFinite;
+            j.stats.fullCoverage = j.stats.fullCoverage && e.poisonLeft == 0;
+            auto fail = [&](const char* rule, const std::string& detail) {
+                allPass = false;
+                for (const auto& f : j.failures)
+                    if (f.first == rule)
+                        return;
+                j.failures.emplace_back(rule, detail);
+            };
+            if (e.poisonLeft)
+                fail("dynamic.coverage",
+                    std::to_string(e.poisonLeft) + " elements of output '" + names[i] + "' were never written");
+            if (e.nonFinite)
+                fail("correctness.non-finite", "NaN or Inf in output '" + names[i] + "' where the reference is finite");
+            if (!e.poisonLeft && !e.nonFinite && (e.relL2 > t.relL2 || !finite))
+                fail("correctness.rel-l2",
+                    "relative L2 error " + fmt(e.relL2) + " > " + fmt(t.relL2) + " in output '" + names[i] + "'");
+            if (!e.poisonLeft && !e.nonFinite && e.maxAbs > t.maxAbs)
+                fail("correctness.max-abs",
+                    "max error " + fmt(e.maxAbs) + " > " + fmt(t.maxAbs) + " in output '" + names[i] + "'");
+        }
+        j.stats.passed = allPass;
+        return j;
+    }
+
+    // A candidate buffer slab: one tensor's or workspace's buffers for every set.
+    struct CandidateSlab {
+        std::string name;
+        SlabLayout layout;
+        CUdeviceptr base = 0;
+        std::uint64_t elements = 0;
+        DType dtype = DType::U8;
+        TensorRole role = TensorRole::Input;
+        bool workspace = false;
+        bool zeroInit = false;
+        CUdeviceptr buffer(int set) const { return base + layout.bufferOffset(set); }
+    };
+
+    constexpr std::uint32_t kWorkspacePoison = 0x7FA5C3E1u;
+
 } // namespace
+
+std::vector<Tolerance> Engine::outputTolerances(const LoadedProblem& lp, const std::vector<std::string>& names) const
+{
+    std::vector<Tolerance> out;
+    for (const auto& n : names) {
+        auto it = lp.tolerances.find(n);
+        const TensorSpec* t = lp.problem.tensor(n);
+        out.push_back(
+            it != lp.tolerances.end() ? it->second.tolerance : lp.problem.toleranceFor(t ? t->dtype : DType::F32));
+    }
+    return out;
+}
+
+void Engine::calibrateTolerances(LoadedProblem& lp)
+{
+    const Problem& p = lp.problem;
+    for (const auto& t : p.tensors)
+        if (t.role == TensorRole::Output) {
+            OutputTolerance ot;
+            ot.dtype = t.dtype;
+            ot.stated = p.toleranceFor(t.dtype);
+            ot.tolerance = ot.stated;
+            lp.tolerances[t.name] = ot;
+        }
+    // Calibration inputs: the visible verify shapes that stay small, every value distribution the checks use.
+    std::vector<Shape> shapes;
+    for (const auto& s : p.verifyShapes) {
+        std::uint64_t bytes = 0;
+        for (const auto& t : tensorSizes(p, s))
+            bytes += t.bytes;
+        if (bytes <= (256ull << 20))
+            shapes.push_back(s);
+    }
+    if (shapes.empty() && !p.verifyShapes.empty())
+        shapes.push_back(p.verifyShapes.front());
+    std::map<std::string, double> relL2, maxAbs;
+    std::uint64_t seed = 0xCA11B8A7Eull;
+    for (const auto& shape : shapes) {
+        std::unique_ptr<BoundPlan> r64, r32;
+        try {
+            r64 = lp.reference->bind(p, shape);
+            r32 = lp.referenceFp32->bind(p, shape);
+        } catch (const LaunchConfigError&) {
+            continue;
+        }
+        const auto sizes = tensorSizes(p, shape);
+        std::uint64_t need = 64 * kSlotCount * 8;
+        for (const auto& t : sizes)
+            need += (t.spec->role == TensorRole::Output ? 2 : 1)
+                * (alignUp(std::max<std::uint64_t>(t.bytes, 4), kAlign));
+        for (const auto* b : { r64.get(), r32.get() })
+            for (const auto& w : b->workspaces())
+                need += alignUp(std::max<std::uint64_t>(w.bytes, 4), kAlign);
+        m_hmem.reset(need, m_hstream);
+        const int nOut = static_cast<int>(lp.tolerances.size());
+        const CUdeviceptr slots = m_hmem.alloc(3 * static_cast<std::uint64_t>(nOut) * kSlotCount * 8);
+        KL_CU(cuMemsetD8Async(slots, 0, 3 * static_cast<std::uint64_t>(nOut) * kSlotCount * 8, m_hstream));
+        BufferMap in, out64, out32, w64, w32;
+        for (const auto& t : sizes) {
+            if (t.spec->role == TensorRole::Input) {
+                in[t.spec->name] = m_hmem.alloc(std::max<std::uint64_t>(t.bytes, 4));
+            } else {
+                out64[t.spec->name] = m_hmem.alloc(std::max<std::uint64_t>(t.bytes, 4));
+                out32[t.spec->name] = m_hmem.alloc(std::max<std::uint64_t>(t.bytes, 4));
+            }
+        }
+        for (const auto& w : r64->workspaces())
+            w64[w.name] = m_hmem.alloc(std::max<std::uint64_t>(w.bytes, 4));
+        for (const auto& w : r32->workspaces())
+            w32[w.name] = m_hmem.alloc(std::max<std::uint64_t>(w.bytes, 4));
+        const Distribution dists[3] = { Distribution::Normal, Distribution::Large, Distribution::Outliers };
+        for (int d = 0; d < 3; ++d) {
+            for (std::size_t ti = 0; ti < sizes.size(); ++ti)
+                if (sizes[ti].spec->role == TensorRole::Input && sizes[ti].elements)
+                    m_harness.fill(m_hstream, in.at(sizes[ti].spec->name), sizes[ti].elements, sizes[ti].spec->dtype,
+                        dists[d], seed ^ (0x9E3779B97F4A7C15ull * (ti + 1)), sizes[ti].spec->scale);
+            BufferMap a = in, b = in;
+            a.insert(out64.begin(), out64.end());
+            a.insert(w64.begin(), w64.end());
+            b.insert(out32.begin(), out32.end());
+            b.insert(w32.begin(), w32.end());
+            r64->run(m_hstream, a);
+            r32->run(m_hstream, b);
+            int oi = 0;
+            for (const auto& t : sizes) {
+                if (t.spec->role != TensorRole::Output)
+                    continue;
+                const CUdeviceptr sl = slots + (static_cast<std::uint64_t>(d) * nOut + oi++) * kSlotCount * 8;
+                if (!t.elements)
+                    continue;
+                m_harness.sumSquares(m_hstream, out64.at(t.spec->name), t.elements, t.spec->dtype, sl + kRefSumSq * 8);
+                m_harness.compare(m_hstream, out32.at(t.spec->name), out64.at(t.spec->name), t.elements, t.spec->dtype,
+                    HarnessKernels::poisonPattern(t.spec->dtype, 0), sl, sl + kRefSumSq * 8);
+            }
+        }
+        std::vector<std::uint64_t> host(3 * static_cast<std::size_t>(nOut) * kSlotCount);
+        KL_CU(cuStreamSynchronize(m_hstream));
+        KL_CU(cuMemcpyDtoH(host.data(), slots, host.size() * 8));
+        for (int d = 0; d < 3; ++d) {
+            int oi = 0;
+            for (const auto& t : sizes) {
+                if (t.spec->role != TensorRole::Output)
+                    continue;
+                const OutputError e = readOutputError(&host[(static_cast<std::size_t>(d) * nOut + oi++) * kSlotCount]);
+                const bool bad = e.nonFinite || e.poisonLeft;
+                relL2[t.spec->name] = std::max(relL2[t.spec->name], bad ? INFINITY : e.relL2);
+                maxAbs[t.spec->name] = std::max(maxAbs[t.spec->name], bad ? INFINITY : e.maxAbs);
+            }
+        }
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    }
+    for (auto& [name, ot] : lp.tolerances) {
+        if (!relL2.count(name))
+            continue; // no calibration shape ran: the stated tolerance stands
+        ot.measuredRelL2 = relL2[name];
+        ot.measuredMaxAbs = maxAbs[name];
+        ot.tolerance = measuredTolerance(ot.dtype, ot.stated, ot.measuredRelL2, ot.measuredMaxAbs);
+        std::fprintf(stderr,
+            "[worker] %s output %s: fp32 reference vs fp64 rel_l2 %.3g max %.3g -> tolerance %.3g / %.3g\n",
+            p.name.c_str(), name.c_str(), ot.measuredRelL2, ot.measuredMaxAbs, ot.tolerance.relL2, ot.tolerance.maxAbs);
+    }
+}
 
 VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, const VerifyOptions& o)
 {
@@ -703,7 +933,8 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
     auto& ledger = launchLedger();
     const bool cupti = o.cupti && CuptiKernelLog::instance().available();
     if (cupti) {
-        KL_CU(cuCtxSynchronize());
+        KL_CU(cuStreamSynchronize(m_stream));
+        KL_CU(cuStreamSynchronize(m_hstream));
         ledger.launched.clear();
         ledger.active = true;
         CuptiKernelLog::instance().start();
@@ -735,59 +966,80 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
         rb = lp.reference->bind(p, shape);
 
         const auto sizes = tensorSizes(p, shape);
-        std::uint64_t need = 0;
-        int nIn = 0, nOut = 0;
+        // Candidate side: every tensor and workspace a slab of two sets (P/P', Q/Q') behind unmapped guards.
+        std::vector<CandidateSlab> slabs;
+        std::uint64_t candBytes = 2 * m_cand.granularity();
         for (const auto& t : sizes) {
-            if (t.spec->role == TensorRole::Input) {
-                need += 2 * alignUp(t.bytes, kAlign) + 2 * 64 * kAlign;
-                ++nIn;
-            } else {
-                need += 2 * alignUp(t.bytes, kAlign) + 2 * guardedFootprint(t.bytes) + 4 * 64 * kAlign;
-                ++nOut;
-            }
+            CandidateSlab cs;
+            cs.name = t.spec->name;
+            cs.layout = planSlab(t.bytes, 2, m_cand.granularity(), m_rng);
+            cs.elements = t.elements;
+            cs.dtype = t.spec->dtype;
+            cs.role = t.spec->role;
+            candBytes += cs.layout.mappedBytes;
+            slabs.push_back(std::move(cs));
         }
-        for (const auto& w : cb->workspaces())
-            need += guardedFootprint(w.bytes) + 64 * kAlign;
-        for (const auto& w : rb->workspaces())
-            need += alignUp(w.bytes, kAlign) + 64 * kAlign;
-        const int nChecks = 6;
-        const std::uint64_t slotBytes = nChecks * kSlotCount * 8, refStatBytes = nChecks * 8 * std::max(nOut, 1);
-        need += slotBytes + refStatBytes + 64 * kAlign + 4096 * kAlign;
-        arenaReserve(need);
-        arenaReset();
+        for (const auto& w : cb->workspaces()) {
+            CandidateSlab cs;
+            cs.name = w.name;
+            cs.layout = planSlab(w.bytes, 2, m_cand.granularity(), m_rng);
+            cs.elements = w.bytes / 4;
+            cs.dtype = DType::I32;
+            cs.workspace = true;
+            cs.zeroInit = w.zeroInit;
+            candBytes += cs.layout.mappedBytes;
+            slabs.push_back(std::move(cs));
+        }
+        KL_CU(cuStreamSynchronize(m_stream));
+        m_cand.reset(candBytes);
+        for (auto& cs : slabs)
+            cs.base = mapSlab(cs.layout);
+        // Integrity words the harness's kernels write in the candidate arena after the candidate ran; each is
+        // zeroed right before and copied to the harness's slots right after, so nothing the candidate left counts.
+        const CUdeviceptr scratch = m_cand.map(m_cand.granularity());
+        BufferMap inputs[2], outputs[2], work[2];
+        std::vector<std::string> outputNames;
+        for (const auto& cs : slabs)
+            for (int set = 0; set < 2; ++set)
+                (cs.workspace ? work : cs.role == TensorRole::Input ? inputs : outputs)[set][cs.name] = cs.buffer(set);
+        for (const auto& t : sizes)
+            if (t.spec->role == TensorRole::Output)
+                outputNames.push_back(t.spec->name);
+        const int nOut = std::max<int>(1, static_cast<int>(outputNames.size()));
+        const std::vector<Tolerance> tolerances = outputTolerances(lp, outputNames);
 
-        const CUdeviceptr slots = arenaAlloc(slotBytes + refStatBytes);
-        const CUdeviceptr refStatArea = slots + slotBytes;
-        KL_CU(cuMemsetD8Async(slots, 0, slotBytes + refStatBytes, m_stream));
-        BufferMap inputs[2], outputs[2], refs[2], work, refWork;
-        std::vector<Guarded> guards;
-        auto guarded = [&](std::uint64_t bytes) {
-            Guarded g;
-            g.pre = arenaAlloc(guardedFootprint(bytes) - 2 * kAlign);
-            g.ptr = g.pre + kGuardBytes;
-            g.bytes = bytes;
-            g.post = g.ptr + alignUp(bytes, 4);
-            guards.push_back(g);
-            return g;
-        };
-        for (int set = 0; set < 2; ++set)
+        // Harness side: pristine inputs, reference outputs, copies of the candidate's outputs, slots.
+        const int nChecks = 6;
+        const std::uint64_t slotBytes = static_cast<std::uint64_t>(nChecks) * nOut * kSlotCount * 8;
+        const std::uint64_t refStatBytes = static_cast<std::uint64_t>(nChecks) * 8 * nOut;
+        std::uint64_t hBytes = slotBytes + refStatBytes + 16 * kAlign;
+        for (const auto& t : sizes)
+            hBytes += (t.spec->role == TensorRole::Input ? 1 : 2)
+                * (alignUp(std::max<std::uint64_t>(t.bytes, 4), kAlign) + kAlign);
+        for (const auto& w : rb->workspaces())
+            hBytes += alignUp(std::max<std::uint64_t>(w.bytes, 4), kAlign) + kAlign;
+        BufferMap hInputs, refs[2], refWork;
+        CUdeviceptr slots = 0, refStatArea = 0;
+        {
+            m_hmem.reset(hBytes, m_hstream);
+            slots = m_hmem.alloc(slotBytes + refStatBytes);
+            refStatArea = slots + slotBytes;
+            KL_CU(cuMemsetD8Async(slots, 0, slotBytes + refStatBytes, m_hstream));
             for (const auto& t : sizes) {
-                if (t.spec->role == TensorRole::Input)
-                    inputs[set][t.spec->name] = arenaAlloc(std::max<std::uint64_t>(t.bytes, 4));
-                else {
-                    refs[set][t.spec->name] = arenaAlloc(std::max<std::uint64_t>(t.bytes, 4));
-                    outputs[set][t.spec->name] = guarded(t.bytes).ptr;
+                const std::uint64_t b = std::max<std::uint64_t>(t.bytes, 4);
+                if (t.spec->role == TensorRole::Input) {
+                    hInputs[t.spec->name] = m_hmem.alloc(b);
+                } else {
+                    refs[0][t.spec->name] = m_hmem.alloc(b);
+                    refs[1][t.spec->name] = m_hmem.alloc(b);
                 }
             }
-        for (const auto& w : cb->workspaces())
-            work[w.name] = guarded(w.bytes).ptr;
-        std::vector<CUdeviceptr> guardRegions;
-        for (const auto& g : guards) {
-            guardRegions.push_back(g.pre);
-            guardRegions.push_back(g.post);
+            for (const auto& w : rb->workspaces())
+                refWork[w.name] = m_hmem.alloc(std::max<std::uint64_t>(w.bytes, 4));
         }
-        for (const auto& w : rb->workspaces())
-            refWork[w.name] = arenaAlloc(std::max<std::uint64_t>(w.bytes, 4));
+        auto slotOf = [&](int check, int output) {
+            return slots + (static_cast<std::uint64_t>(check) * nOut + output) * kSlotCount * 8;
+        };
 
         const std::uint64_t seedA = o.seed ^ (0x51ED2701ull * (si + 1));
         const std::vector<CheckSpec> checks = {
@@ -803,50 +1055,79 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             m.insert(c.begin(), c.end());
             return m;
         };
-        auto fillInputs = [&](int set, Distribution dist, std::uint64_t seed) {
+        // The same counter-based values in the candidate's buffers and the harness's pristine copy.
+        auto fillInputs = [&](int set, Distribution dist, std::uint64_t seed, bool harnessToo) {
             for (std::size_t ti = 0; ti < sizes.size(); ++ti) {
                 const auto& t = sizes[ti];
                 if (t.spec->role != TensorRole::Input || t.elements == 0)
                     continue;
-                m_harness.fill(m_stream, inputs[set].at(t.spec->name), t.elements, t.spec->dtype, dist,
-                    seed ^ (0x9E3779B97F4A7C15ull * (ti + 1)), t.spec->scale);
+                const std::uint64_t s = seed ^ (0x9E3779B97F4A7C15ull * (ti + 1));
+                m_harness.fill(
+                    m_stream, inputs[set].at(t.spec->name), t.elements, t.spec->dtype, dist, s, t.spec->scale);
+                if (harnessToo) {
+                    m_harness.fill(
+                        m_hstream, hInputs.at(t.spec->name), t.elements, t.spec->dtype, dist, s, t.spec->scale);
+                }
             }
         };
-        auto prepareOutputs = [&](int set, int variant) {
-            for (const auto& t : sizes)
-                if (t.spec->role == TensorRole::Output && t.elements)
-                    m_harness.poison(m_stream, outputs[set].at(t.spec->name), t.elements, t.spec->dtype,
-                        HarnessKernels::poisonPattern(t.spec->dtype, variant));
-            for (const auto& w : cb->workspaces())
-                if (!w.zeroInit && w.bytes >= 4)
-                    KL_CU(cuMemsetD32Async(
-                        work.at(w.name), 0x7FA5C3E1u ^ static_cast<unsigned>(variant), w.bytes / 4, m_stream));
-            m_harness.canaryFill(m_stream, guardRegions, kGuardBytes / 4);
+        // Before every candidate launch: outputs poisoned, workspaces poisoned (or zeroed by the plan), every
+        // canary of every slab written again.
+        auto prepareLaunch = [&](int set, int variant) {
+            for (const auto& cs : slabs) {
+                if (cs.role == TensorRole::Output && !cs.workspace && cs.elements)
+                    m_harness.poison(m_stream, cs.buffer(set), cs.elements, cs.dtype,
+                        HarnessKernels::poisonPattern(cs.dtype, variant));
+                if (cs.workspace && !cs.zeroInit && cs.elements)
+                    m_harness.poison(m_stream, cs.buffer(set), cs.elements, DType::I32,
+                        kWorkspacePoison ^ static_cast<unsigned>(variant));
+                m_harness.slabCanaryFill(m_stream, cs.base, cs.layout);
+            }
         };
-        auto hashInputs = [&](int set, CUdeviceptr slot) {
+        auto hashInputs = [&](int set, int word) {
+            KL_CU(cuMemsetD8Async(scratch + word * 8, 0, 8, m_stream));
             for (std::size_t ti = 0; ti < sizes.size(); ++ti)
                 if (sizes[ti].spec->role == TensorRole::Input)
-                    m_harness.hash(
-                        m_stream, inputs[set].at(sizes[ti].spec->name), sizes[ti].bytes, ti * 0x100000001ull, slot);
+                    m_harness.hash(m_stream, inputs[set].at(sizes[ti].spec->name), sizes[ti].bytes, ti * 0x100000001ull,
+                        scratch + word * 8);
+        };
+        auto toHarness = [&](CUdeviceptr dst, CUdeviceptr src, std::uint64_t bytes) {
+            KL_CU(cuMemcpyDtoDAsync(dst, src, bytes, m_stream));
         };
         // Each reference output's sum of squares, once per reference run: refStats[refSet] + 8 * output index.
         CUdeviceptr refStats[2] = { 0, 0 };
-        auto referenceStats = [&](int refSet, CUdeviceptr area) {
+        auto runReference = [&](int refSet, CUdeviceptr area) {
+            rb->run(m_hstream, merged(hInputs, refs[refSet], refWork));
             int oi = 0;
             for (const auto& t : sizes)
-                if (t.spec->role == TensorRole::Output && t.elements)
-                    m_harness.sumSquares(
-                        m_stream, refs[refSet].at(t.spec->name), t.elements, t.spec->dtype, area + 8 * oi++);
+                if (t.spec->role == TensorRole::Output) {
+                    if (t.elements)
+                        m_harness.sumSquares(
+                            m_hstream, refs[refSet].at(t.spec->name), t.elements, t.spec->dtype, area + 8 * oi);
+                    ++oi;
+                }
             refStats[refSet] = area;
         };
-        auto compareOutputs = [&](int outSet, int refSet, int variant, CUdeviceptr checkSlots) {
+        // After the candidate: integrity words into the harness's slots, then its outputs compared where they are
+        // (the candidate has finished; nothing it can run sees the reference or the slots).
+        auto judgeLaunch = [&](int check, int set, int outSet, int refSet, int variant) {
+            hashInputs(set, 1);
+            KL_CU(cuMemsetD8Async(scratch + 16, 0, 8, m_stream));
+            for (const auto& cs : slabs)
+                m_harness.slabCanaryCheck(m_stream, cs.base, cs.layout, scratch + 16);
+            toHarness(slotOf(check, 0) + kHashAfter * 8, scratch + 8, 8);
+            toHarness(slotOf(check, 0) + kCanaryBad * 8, scratch + 16, 8);
+            handoff(m_stream, m_hstream);
             int oi = 0;
             for (const auto& t : sizes)
-                if (t.spec->role == TensorRole::Output && t.elements)
-                    m_harness.compare(m_stream, outputs[outSet].at(t.spec->name), refs[refSet].at(t.spec->name),
-                        t.elements, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, variant), checkSlots,
-                        refStats[refSet] + 8 * oi++);
-            m_harness.canaryCheck(m_stream, guardRegions, kGuardBytes / 4, checkSlots + kCanaryBad * 8);
+                if (t.spec->role == TensorRole::Output) {
+                    if (t.elements)
+                        m_harness.compare(m_hstream, outputs[outSet].at(t.spec->name), refs[refSet].at(t.spec->name),
+                            t.elements, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, variant),
+                            slotOf(check, oi), refStats[refSet] + 8 * oi);
+                    ++oi;
+                }
+            // The next launch re-poisons these outputs: it waits until the compare has read them.
+            handoff(m_hstream, m_stream);
         };
 
         bool launchFailed = false;
@@ -854,16 +1135,14 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
         int checksRun = 0;
         for (std::size_t ci = 0; ci < checks.size(); ++ci) {
             const auto& c = checks[ci];
-            const CUdeviceptr cs = slots + ci * kSlotCount * 8;
-            fillInputs(c.inputSet, c.dist, c.seed);
-            if (c.computeRef) {
-                rb->run(m_stream, merged(inputs[c.inputSet], refs[c.refSet], refWork));
-                referenceStats(c.refSet, refStatArea + ci * 8 * std::max(nOut, 1));
-            }
-            prepareOutputs(c.outputSet, c.poisonVariant);
-            hashInputs(c.inputSet, cs + kHashBefore * 8);
+            fillInputs(c.inputSet, c.dist, c.seed, c.computeRef);
+            if (c.computeRef)
+                runReference(c.refSet, refStatArea + ci * 8 * nOut);
+            prepareLaunch(c.outputSet, c.poisonVariant);
+            hashInputs(c.inputSet, 0);
+            toHarness(slotOf(static_cast<int>(ci), 0) + kHashBefore * 8, scratch, 8);
             try {
-                cb->run(m_stream, merged(inputs[c.inputSet], outputs[c.outputSet], work));
+                cb->run(m_stream, merged(inputs[c.inputSet], outputs[c.outputSet], work[c.outputSet]));
             } catch (const CudaError& e) {
                 if (e.sticky())
                     throw;
@@ -871,8 +1150,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                 launchError = e.what();
                 break;
             }
-            hashInputs(c.inputSet, cs + kHashAfter * 8);
-            compareOutputs(c.outputSet, c.refSet, c.poisonVariant, cs);
+            judgeLaunch(static_cast<int>(ci), c.inputSet, c.outputSet, c.refSet, c.poisonVariant);
             ++checksRun;
         }
 
@@ -889,7 +1167,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             CUresult r = cuStreamBeginCapture(m_stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
             if (r == CUDA_SUCCESS) {
                 try {
-                    cb->run(m_stream, merged(inputs[1], outputs[1], work));
+                    cb->run(m_stream, merged(inputs[1], outputs[1], work[1]));
                 } catch (const CudaError& e) {
                     graphError = e.what();
                 }
@@ -908,16 +1186,15 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             if (!graphError.empty()) {
                 graphFailed = true;
             } else {
-                const CUdeviceptr cs = slots + graphCheck * kSlotCount * 8;
-                prepareOutputs(1, 0);
-                hashInputs(1, cs + kHashBefore * 8);
+                prepareLaunch(1, 0);
+                hashInputs(1, 0);
+                toHarness(slotOf(graphCheck, 0) + kHashBefore * 8, scratch, 8);
                 KL_CU(cuGraphLaunch(exec, m_stream));
                 // Kernels replayed from the graph show up in CUPTI too.
                 if (ledger.active)
                     for (const auto& st : static_cast<const KernelBound*>(cb.get())->steps)
                         ledger.note(st.symbol, st.grid, st.block);
-                hashInputs(1, cs + kHashAfter * 8);
-                compareOutputs(1, 0, 0, cs);
+                judgeLaunch(graphCheck, 1, 1, 0, 0);
             }
             if (exec)
                 cuGraphExecDestroy(exec);
@@ -925,63 +1202,35 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                 cuGraphDestroy(graph);
         }
         KL_CU(cuStreamSynchronize(m_stream));
-        std::vector<std::uint64_t> host(nChecks * kSlotCount);
-        KL_CU(cuMemcpyDtoH(host.data(), slots, host.size() * 8));
+        KL_CU(cuStreamSynchronize(m_hstream));
+        std::vector<std::uint64_t> host(static_cast<std::size_t>(nChecks) * nOut * kSlotCount);
+        {
+            KL_CU(cuMemcpyDtoH(host.data(), slots, host.size() * 8));
+        }
 
-        DType outType = DType::F32;
-        for (const auto& t : sizes)
-            if (t.spec->role == TensorRole::Output) {
-                outType = t.spec->dtype;
-                break;
-            }
-        const Tolerance tol = p.toleranceFor(outType);
         bool firstPassed = false, laterFailed = false;
         auto evaluateCheck = [&](int ci, const std::string& name, std::uint64_t seed) {
-            const std::uint64_t* s = &host[ci * kSlotCount];
-            CorrectnessStats cs;
-            double sd, sref;
-            std::memcpy(&sd, &s[kSumSqDiff], 8);
-            std::memcpy(&sref, &s[kSumSqRef], 8);
-            float mx;
-            const auto bits = static_cast<std::uint32_t>(s[kMaxErr]);
-            std::memcpy(&mx, &bits, 4);
-            cs.relL2 = sref > 0 ? std::sqrt(sd / sref) : std::sqrt(sd);
-            cs.maxAbs = mx;
-            cs.nonFinite = s[kNonFinite] != 0;
-            cs.fullCoverage = s[kPoisonLeft] == 0;
+            const std::uint64_t* s = &host[static_cast<std::size_t>(ci) * nOut * kSlotCount];
+            std::vector<OutputError> errors;
+            for (int oi = 0; oi < static_cast<int>(outputNames.size()); ++oi)
+                errors.push_back(readOutputError(s + static_cast<std::size_t>(oi) * kSlotCount));
+            OutputJudgement j = judgeOutputs(outputNames, errors, tolerances);
+            CorrectnessStats& cs = j.stats;
             cs.canariesIntact = s[kCanaryBad] == 0;
             cs.inputsUnchanged = s[kHashBefore] == s[kHashAfter];
             cs.seed = seed;
             cs.distribution = name;
-            cs.passed = !cs.nonFinite && cs.fullCoverage && cs.canariesIntact && cs.inputsUnchanged
-                && cs.relL2 <= tol.relL2 && cs.maxAbs <= tol.maxAbs && std::isfinite(cs.relL2);
+            cs.passed = cs.passed && cs.canariesIntact && cs.inputsUnchanged;
             if (!cs.inputsUnchanged)
                 addReason(
                     out.reasons, reason("dynamic.input-modified", "the candidate changed its inputs on " + where));
             if (!cs.canariesIntact)
                 addReason(out.reasons,
                     reason("dynamic.canary",
-                        "the candidate wrote outside its output or workspace "
-                        "buffers on "
-                            + where + " (" + std::to_string(s[kCanaryBad]) + " guard words changed)"));
-            if (!cs.fullCoverage)
-                addReason(out.reasons,
-                    reason("dynamic.coverage",
-                        std::to_string(s[kPoisonLeft]) + " output elements were never written on " + where));
-            if (cs.nonFinite)
-                addReason(out.reasons,
-                    reason("correctness.non-finite",
-                        "NaN or Inf where the reference is finite on " + where + " (" + name + " inputs)"));
-            if (cs.fullCoverage && !cs.nonFinite && (cs.relL2 > tol.relL2 || !std::isfinite(cs.relL2)))
-                addReason(out.reasons,
-                    reason("correctness.rel-l2",
-                        "relative L2 error " + fmt(cs.relL2) + " > " + fmt(tol.relL2) + " on " + where + " (" + name
-                            + " inputs)"));
-            if (cs.fullCoverage && !cs.nonFinite && cs.maxAbs > tol.maxAbs)
-                addReason(out.reasons,
-                    reason("correctness.max-abs",
-                        "max error " + fmt(cs.maxAbs) + " > " + fmt(tol.maxAbs) + " on " + where + " (" + name
-                            + " inputs)"));
+                        "the candidate wrote outside its buffers on " + where + " (" + std::to_string(s[kCanaryBad])
+                            + " guard words changed)"));
+            for (const auto& [rule, detail] : j.failures)
+                addReason(out.reasons, reason(rule, detail + " on " + where + " (" + name + " inputs)"));
             sr.checks.push_back(cs);
             return cs.passed;
         };
@@ -1032,7 +1281,8 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
     double harnessGpuMs = 0, candidateGpuMs = 0, referenceGpuMs = 0;
     std::map<std::string, double> harnessByKernel;
     if (cupti) {
-        KL_CU(cuCtxSynchronize());
+        KL_CU(cuStreamSynchronize(m_stream));
+        KL_CU(cuStreamSynchronize(m_hstream));
         ledger.active = false;
         auto records = CuptiKernelLog::instance().stop();
         out.kernelRecords = records.size();
@@ -1106,6 +1356,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
     TimeOutcome out;
     const Problem& p = lp.problem;
     std::mt19937_64 rng(o.seed ^ 0x7157EEDull);
+    constexpr int kMaxChecked = 16;
     for (std::size_t si = 0; si < o.shapes.size(); ++si) {
         const Shape& shape = o.shapes[si];
         ShapeTiming st;
@@ -1122,92 +1373,184 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             bb = lp.baseline->bind(p, shape);
         rb = lp.reference->bind(p, shape);
         const auto sizes = tensorSizes(p, shape);
-        std::uint64_t ioBytes = 0, setBytes = 0;
+        std::vector<std::string> outputNames;
+        std::uint64_t ioBytes = 0, perSetBytes = 0;
+        const std::uint64_t guard = 2 * SlabLayout::kCanaryBytes + SlabLayout::kMaxGapUnits * kAlign;
         for (const auto& t : sizes) {
             ioBytes += t.bytes;
-            setBytes += alignUp(t.bytes, kAlign) + kAlign * 64;
-            if (t.spec->role == TensorRole::Output && bb)
-                setBytes += alignUp(t.bytes, kAlign) + kAlign * 64;
+            const std::uint64_t b = alignUp(t.bytes, kAlign) + guard;
+            // candidate's and baseline's buffers, and the harness's pristine inputs or references
+            perSetBytes += 3 * b;
+            if (t.spec->role == TensorRole::Output)
+                outputNames.push_back(t.spec->name);
         }
         for (const auto& w : cb->workspaces())
-            setBytes += alignUp(w.bytes, kAlign) + kAlign * 64;
+            perSetBytes += alignUp(w.bytes, kAlign) + guard;
         if (bb)
             for (const auto& w : bb->workspaces())
-                setBytes += alignUp(w.bytes, kAlign) + kAlign * 64;
-        std::uint64_t refBytes = 0;
-        for (const auto& t : sizes)
-            if (t.spec->role == TensorRole::Output)
-                refBytes += alignUp(t.bytes, kAlign) + kAlign * 64;
+                perSetBytes += alignUp(w.bytes, kAlign) + guard;
+        std::uint64_t fixedBytes = 64ull << 20;
         for (const auto& w : rb->workspaces())
-            refBytes += alignUp(w.bytes, kAlign) + kAlign * 64;
+            fixedBytes += alignUp(w.bytes, kAlign) + kAlign;
         // Cold caches: rotate through input sets whose total exceeds 2x L2, so no memset sits in the timed loop.
         const std::uint64_t l2x2 = 2 * static_cast<std::uint64_t>(m_device.l2Bytes);
         // At least 4 sets, each tensor of each set at its own random offset: a streaming kernel's speed depends on
         // where its buffers sit relative to each other (DRAM channel and bank conflicts, about 1-2% on the H200),
         // and a median over several placements repeats across requests where one placement per request did not.
-        int sets = static_cast<int>(
-            std::clamp<std::uint64_t>((l2x2 + ioBytes - 1) / std::max<std::uint64_t>(ioBytes, 1) + 1, 4, 2048));
+        int sets = static_cast<int>(std::clamp<std::uint64_t>(
+            (l2x2 + ioBytes - 1) / std::max<std::uint64_t>(ioBytes, 1) + 1, 4, SlabLayout::kMaxSets - 64));
         std::size_t freeMem = 0, totalMem = 0;
         cuMemGetInfo(&freeMem, &totalMem);
-        const std::uint64_t budget = static_cast<std::uint64_t>(freeMem + m_arenaBytes) / 2;
-        while (sets > 1 && static_cast<std::uint64_t>(sets) * setBytes + refBytes > budget)
+        const std::uint64_t budget = (static_cast<std::uint64_t>(freeMem) + m_cand.capacity() + m_hmem.capacity()) / 2;
+        while (sets > 1 && static_cast<std::uint64_t>(sets + 1) * perSetBytes + fixedBytes > budget)
             --sets;
+        // Outputs (and workspaces) rotate with a period coprime to the inputs': a buffer meets new inputs each visit.
+        const int outSets = outputRotationPeriod(sets, sets);
         st.inputSets = sets;
+        st.outputSets = outSets;
         st.rotationBytes = static_cast<std::uint64_t>(sets) * ioBytes;
-        arenaReserve(static_cast<std::uint64_t>(sets) * setBytes + refBytes + 16 * kSlotCount * 8 + 4096 * kAlign);
-        arenaReset();
-        // One slab per tensor holding every set, so filling or poisoning all sets is one launch each.
-        std::vector<BufferMap> candSets(sets), baseSets(sets);
-        auto setStride
-            = [](std::uint64_t bytes) { return alignUp(std::max<std::uint64_t>(bytes, 4), kAlign) + 64 * kAlign; };
-        auto placeSets = [&](CUdeviceptr slab, std::uint64_t stride) {
-            std::vector<CUdeviceptr> at(static_cast<std::size_t>(sets));
-            for (int k = 0; k < sets; ++k)
-                at[static_cast<std::size_t>(k)] = slab + k * stride + (m_rng() % 64) * kAlign;
-            return at;
+
+        // Candidate arena: candidate slabs and the baseline's own (pristine, never shared) slabs.
+        const std::uint64_t gran = m_cand.granularity();
+        std::vector<CandidateSlab> candSlabs, baseSlabs;
+        std::uint64_t candBytes = 2 * gran;
+        auto addSlab = [&](std::vector<CandidateSlab>& v, const std::string& name, std::uint64_t bytes, int n,
+                           std::uint64_t elements, DType dt, TensorRole role, bool ws, bool zero) {
+            CandidateSlab cs;
+            cs.name = name;
+            cs.layout = planSlab(bytes, n, gran, m_rng);
+            cs.elements = elements;
+            cs.dtype = dt;
+            cs.role = role;
+            cs.workspace = ws;
+            cs.zeroInit = zero;
+            candBytes += cs.layout.mappedBytes;
+            v.push_back(std::move(cs));
         };
+        for (const auto& t : sizes) {
+            const bool in = t.spec->role == TensorRole::Input;
+            addSlab(candSlabs, t.spec->name, t.bytes, in ? sets : outSets, t.elements, t.spec->dtype, t.spec->role,
+                false, false);
+            if (bb)
+                addSlab(baseSlabs, t.spec->name, t.bytes, sets, t.elements, t.spec->dtype, t.spec->role, false, false);
+        }
+        for (const auto& w : cb->workspaces())
+            addSlab(candSlabs, w.name, w.bytes, outSets, w.bytes / 4, DType::I32, TensorRole::Output, true, w.zeroInit);
+        if (bb)
+            for (const auto& w : bb->workspaces())
+                addSlab(
+                    baseSlabs, w.name, w.bytes, sets, w.bytes / 4, DType::I32, TensorRole::Output, true, w.zeroInit);
+        KL_CU(cuStreamSynchronize(m_stream));
+        KL_CU(cuStreamSynchronize(m_hstream));
+        m_cand.reset(candBytes);
+        for (auto* v : { &candSlabs, &baseSlabs })
+            for (auto& cs : *v)
+                cs.base = mapSlab(cs.layout);
+        const CUdeviceptr scratch = m_cand.map(gran);
+        std::vector<BufferMap> candIn(sets), candOut(outSets), baseIn(sets), baseOut(sets);
+        for (const auto& cs : candSlabs)
+            for (int k = 0; k < cs.layout.sets(); ++k)
+                (cs.role == TensorRole::Input ? candIn : candOut)[k][cs.name] = cs.buffer(k);
+        for (const auto& cs : baseSlabs)
+            for (int k = 0; k < cs.layout.sets(); ++k)
+                (cs.role == TensorRole::Input ? baseIn : baseOut)[k][cs.name] = cs.buffer(k);
+
+        // Harness arena: pristine inputs, the reference's output for each input set (computed when a re-check first
+        // needs it), slots and the compare's pointer lists.
+        const int nOut = std::max<int>(1, static_cast<int>(outputNames.size()));
+        std::map<std::string, SlabLayout> hInLayout, refLayout;
+        std::map<std::string, CUdeviceptr> hInBase, refBase;
+        std::uint64_t hBytes = fixedBytes + static_cast<std::uint64_t>(kMaxChecked) * nOut * kSlotCount * 8
+            + 2ull * nOut * outSets * 8 * 2 + nOut * 8 * 2;
+        for (const auto& t : sizes) {
+            if (t.spec->role == TensorRole::Input) {
+                hInLayout[t.spec->name] = packedSlab(t.bytes, sets);
+                hBytes += hInLayout[t.spec->name].mappedBytes + kAlign;
+            } else {
+                refLayout[t.spec->name] = packedSlab(t.bytes, sets);
+                hBytes += refLayout[t.spec->name].mappedBytes + kAlign;
+            }
+        }
+        CUdeviceptr hSlots = 0, hPairs = 0, hRefSumSq = 0;
+        BufferMap refWork;
+        std::vector<std::vector<BufferMap>> refBufs(1);
+        {
+            m_hmem.reset(hBytes, m_hstream);
+            hSlots = m_hmem.alloc(static_cast<std::uint64_t>(kMaxChecked) * nOut * kSlotCount * 8);
+            hPairs = m_hmem.alloc(2ull * nOut * outSets * 8 * 2);
+            hRefSumSq = m_hmem.alloc(nOut * 8);
+            KL_CU(
+                cuMemsetD8Async(hSlots, 0, static_cast<std::uint64_t>(kMaxChecked) * nOut * kSlotCount * 8, m_hstream));
+            KL_CU(cuMemsetD8Async(hRefSumSq, 0, nOut * 8, m_hstream));
+            for (auto& [name, l] : hInLayout)
+                hInBase[name] = m_hmem.alloc(l.mappedBytes);
+            for (auto& [name, l] : refLayout)
+                refBase[name] = m_hmem.alloc(l.mappedBytes);
+            for (const auto& w : rb->workspaces())
+                refWork[w.name] = m_hmem.alloc(std::max<std::uint64_t>(w.bytes, 4));
+        }
+
         const double setupStart = nowSeconds();
+        // Inputs: the same values (from seed and set) in the candidate's, the baseline's and the pristine slabs.
         for (std::size_t ti = 0; ti < sizes.size(); ++ti) {
             const auto& t = sizes[ti];
-            const std::uint64_t stride = setStride(t.bytes);
-            const CUdeviceptr slab = arenaAlloc(stride * sets);
-            const std::uint64_t slabElems = stride * sets / dtypeBytes(t.spec->dtype);
-            const auto at = placeSets(slab, stride);
-            for (int k = 0; k < sets; ++k)
-                candSets[k][t.spec->name] = at[k];
-            if (t.spec->role == TensorRole::Input) {
-                for (int k = 0; k < sets; ++k)
-                    baseSets[k][t.spec->name] = at[k];
-                m_harness.fill(m_stream, slab, slabElems, t.spec->dtype, Distribution::Normal,
-                    o.seed ^ (0x9E3779B97F4A7C15ull * (ti + 1)), t.spec->scale);
-            } else {
-                m_harness.poison(
-                    m_stream, slab, slabElems, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, 0));
-                if (bb) {
-                    const auto bat = placeSets(arenaAlloc(stride * sets), stride);
-                    for (int k = 0; k < sets; ++k)
-                        baseSets[k][t.spec->name] = bat[k];
+            if (t.spec->role != TensorRole::Input || !t.elements)
+                continue;
+            const std::uint64_t seed = o.seed ^ (0x9E3779B97F4A7C15ull * (ti + 1));
+            for (auto* v : { &candSlabs, &baseSlabs })
+                for (const auto& cs : *v)
+                    if (cs.name == t.spec->name && cs.role == TensorRole::Input)
+                        m_harness.slabFill(m_stream, cs.base, cs.layout, t.elements, t.spec->dtype,
+                            Distribution::Normal, seed, t.spec->scale);
+            m_harness.slabFill(m_hstream, hInBase.at(t.spec->name), hInLayout.at(t.spec->name), t.elements,
+                t.spec->dtype, Distribution::Normal, seed, t.spec->scale);
+        }
+        for (auto* v : { &candSlabs, &baseSlabs })
+            for (const auto& cs : *v)
+                m_harness.slabCanaryFill(m_stream, cs.base, cs.layout);
+        // The candidate's input slabs, canaries included, hashed before anything ran and after the last launch.
+        auto hashCandidateInputs = [&]() {
+            KL_CU(cuMemsetD8Async(scratch, 0, 8, m_stream));
+            std::uint64_t salt = 1;
+            for (const auto& cs : candSlabs)
+                if (cs.role == TensorRole::Input)
+                    m_harness.hash(m_stream, cs.base, cs.layout.mappedBytes, salt++ * 0x100000001ull, scratch);
+            KL_CU(cuStreamSynchronize(m_stream));
+            std::uint64_t h = 0;
+            KL_CU(cuMemcpyDtoH(&h, scratch, 8)); // no candidate kernel runs between the hash and this read
+            return h;
+        };
+        const std::uint64_t hashBefore = hashCandidateInputs();
+
+        // Before every batch of timed launches (outside the timed intervals), for candidate and baseline alike:
+        // outputs poisoned, workspaces poisoned unless the plan zeroes them, canaries written again. A batch writes
+        // each output buffer at most once, so every launch finds its outputs and workspaces freshly initialised.
+        std::vector<int> lastInput(static_cast<std::size_t>(outSets), -1);
+        auto prepare = [&]() {
+            for (auto* v : { &candSlabs, &baseSlabs })
+                for (const auto& cs : *v) {
+                    if (cs.role != TensorRole::Output)
+                        continue;
+                    if (!cs.workspace && cs.elements)
+                        m_harness.slabPoison(m_stream, cs.base, cs.layout, cs.elements, cs.dtype,
+                            HarnessKernels::poisonPattern(cs.dtype, 0));
+                    if (cs.workspace && !cs.zeroInit && cs.elements)
+                        m_harness.slabPoison(m_stream, cs.base, cs.layout, cs.elements, DType::I32, kWorkspacePoison);
+                    m_harness.slabCanaryFill(m_stream, cs.base, cs.layout);
                 }
-            }
-        }
-        for (const auto& w : cb->workspaces()) {
-            const auto at = placeSets(arenaAlloc(setStride(w.bytes) * sets), setStride(w.bytes));
-            for (int k = 0; k < sets; ++k)
-                candSets[k][w.name] = at[k];
-        }
-        if (bb)
-            for (const auto& w : bb->workspaces()) {
-                const auto at = placeSets(arenaAlloc(setStride(w.bytes) * sets), setStride(w.bytes));
-                for (int k = 0; k < sets; ++k)
-                    baseSets[k][w.name] = at[k];
-            }
-        BufferMap refOut;
-        for (const auto& t : sizes)
-            if (t.spec->role == TensorRole::Output)
-                refOut[t.spec->name] = arenaAlloc(std::max<std::uint64_t>(t.bytes, 4));
-        for (const auto& w : rb->workspaces())
-            refOut[w.name] = arenaAlloc(std::max<std::uint64_t>(w.bytes, 4));
-        const CUdeviceptr slots = arenaAlloc(16 * kSlotCount * 8);
+            std::fill(lastInput.begin(), lastInput.end(), -1);
+        };
+        std::uint64_t canaryBad = 0;
+        auto checkCanaries = [&]() {
+            KL_CU(cuMemsetD8Async(scratch + 8, 0, 8, m_stream));
+            for (const auto& cs : candSlabs)
+                m_harness.slabCanaryCheck(m_stream, cs.base, cs.layout, scratch + 8);
+        };
+        auto readCanaries = [&]() { // after a synchronize
+            std::uint64_t bad = 0;
+            KL_CU(cuMemcpyDtoH(&bad, scratch + 8, 8));
+            canaryBad += bad;
+        };
 
         std::vector<CUevent> events;
         auto eventAt = [&](std::size_t i) {
@@ -1223,17 +1566,98 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             KL_CU(cuEventElapsedTime(&ms, events[a], events[b]));
             return static_cast<double>(ms) * 1000.0;
         };
-        std::vector<char> used(sets, 0);
+        // Launch j of the candidate: input set j mod sets, output set j mod outSets. The baseline runs half a
+        // rotation behind on its own buffers, so the second of a pair never finds the first's inputs in L2.
+        std::uint64_t candLaunches = 0, baseLaunches = 0;
+        auto launchCandidate = [&]() {
+            const int k = static_cast<int>(candLaunches % sets), q = static_cast<int>(candLaunches % outSets);
+            BufferMap b = candIn[k];
+            b.insert(candOut[q].begin(), candOut[q].end());
+            cb->run(m_stream, b);
+            lastInput[q] = k;
+            ++candLaunches;
+        };
+        auto launchBaseline = [&]() {
+            const int k = static_cast<int>((baseLaunches + sets / 2) % sets);
+            BufferMap b = baseIn[k];
+            b.insert(baseOut[baseLaunches % sets].begin(), baseOut[baseLaunches % sets].end());
+            bb->run(m_stream, b);
+            ++baseLaunches;
+        };
+        int checked = 0;
+        std::vector<int> checkedBatch;
+        std::vector<char> refReady(static_cast<std::size_t>(sets), 0);
+        bool refSumDone = false;
+        // Every output the last batch wrote, compared with the reference on the pristine copy of the inputs that
+        // launch read; the next batch's prepare() waits for the compare.
+        auto recheckBatch = [&](int batchIndex) {
+            handoff(m_stream, m_hstream);
+            for (int q = 0; q < outSets; ++q) {
+                const int k = lastInput[static_cast<std::size_t>(q)];
+                if (k < 0 || refReady[static_cast<std::size_t>(k)])
+                    continue;
+                BufferMap b = refWork;
+                for (const auto& t : sizes)
+                    b[t.spec->name] = t.spec->role == TensorRole::Input
+                        ? hInBase.at(t.spec->name) + hInLayout.at(t.spec->name).bufferOffset(k)
+                        : refBase.at(t.spec->name) + refLayout.at(t.spec->name).bufferOffset(k);
+                rb->run(m_hstream, b);
+                refReady[static_cast<std::size_t>(k)] = 1;
+                if (!refSumDone) {
+                    int oi = 0;
+                    for (const auto& t : sizes)
+                        if (t.spec->role == TensorRole::Output) {
+                            if (t.elements)
+                                m_harness.sumSquares(
+                                    m_hstream, b.at(t.spec->name), t.elements, t.spec->dtype, hRefSumSq + 8 * oi);
+                            ++oi;
+                        }
+                    refSumDone = true;
+                }
+            }
+            int oi = 0;
+            for (const auto& t : sizes) {
+                if (t.spec->role != TensorRole::Output)
+                    continue;
+                const CandidateSlab* cs = nullptr;
+                for (const auto& c : candSlabs)
+                    if (c.name == t.spec->name && !c.workspace)
+                        cs = &c;
+                std::vector<std::uint64_t> pairs;
+                for (int q = 0; q < outSets; ++q)
+                    if (lastInput[static_cast<std::size_t>(q)] >= 0)
+                        pairs.push_back(cs->buffer(q));
+                const std::size_t count = pairs.size();
+                for (int q = 0; q < outSets; ++q)
+                    if (const int k = lastInput[static_cast<std::size_t>(q)]; k >= 0)
+                        pairs.push_back(refBase.at(t.spec->name) + refLayout.at(t.spec->name).bufferOffset(k));
+                const CUdeviceptr lists = hPairs + static_cast<std::uint64_t>(checked % 2) * nOut * outSets * 16
+                    + static_cast<std::uint64_t>(oi) * outSets * 16;
+                KL_CU(cuMemcpyHtoDAsync(lists, pairs.data(), pairs.size() * 8, m_hstream));
+                if (t.elements && count)
+                    m_harness.comparePairs(m_hstream, lists, lists + count * 8, static_cast<int>(count), t.elements,
+                        t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, 0),
+                        hSlots + (static_cast<std::uint64_t>(checked) * nOut + oi) * kSlotCount * 8, hRefSumSq + 8 * oi,
+                        t.elements);
+                ++oi;
+            }
+            handoff(m_hstream, m_stream);
+            checkedBatch.push_back(batchIndex);
+            ++checked;
+            // The lists are pageable host memory: the copy above has read them before cuMemcpyHtoDAsync returned.
+        };
+
         try {
             // Estimate, also the warm-up of module, caches of instruction memory and clocks.
             std::vector<double> estC, estB;
             for (int i = 0; i < 5; ++i) {
+                if (i % outSets == 0)
+                    prepare();
                 KL_CU(cuEventRecord(eventAt(0), m_stream));
-                cb->run(m_stream, candSets[i % sets]);
-                used[i % sets] = 1;
+                launchCandidate();
                 KL_CU(cuEventRecord(eventAt(1), m_stream));
                 if (bb)
-                    bb->run(m_stream, baseSets[i % sets]);
+                    launchBaseline();
                 KL_CU(cuEventRecord(eventAt(2), m_stream));
                 KL_CU(cuEventSynchronize(eventAt(2)));
                 if (i >= 2) {
@@ -1247,33 +1671,31 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 = o.graphMode == "always" || (o.graphMode == "auto" && std::min(tC, tB) < o.graphThresholdUs);
 
             struct Timed {
-                const BoundPlan* plan;
-                std::vector<BufferMap>* bufs;
+                bool isBase = false;
                 std::vector<CUgraphExec> graphs;
+                std::vector<std::vector<int>> graphInputs; // per graph, per launch: the input set (candidate)
                 int perSample = 1;
                 std::vector<double> samples;
-                std::vector<std::vector<int>> graphSets; // the input sets each graph runs
             };
-            // Only a launched graph writes its outputs; a captured one that never ran must not be re-checked.
-            auto launchGraph = [&](Timed& t, std::size_t g) {
-                KL_CU(cuGraphLaunch(t.graphs[g], m_stream));
-                if (t.bufs == &candSets)
-                    for (int k : t.graphSets[g])
-                        used[k] = 1;
-            };
+            // Graph g holds launches g*R .. g*R+R-1 of one cycle: within a batch each graph runs at most once, so each
+            // output buffer is written at most once between two prepare() calls.
             auto buildGraphs = [&](Timed& t, int perSample) {
-                t.perSample = perSample;
-                const int groups = std::min(32, (sets + perSample - 1) / perSample);
+                t.perSample = std::clamp(perSample, 1, outSets);
+                const int groups = std::clamp(outSets / t.perSample, 1, 32);
                 for (int g = 0; g < groups; ++g) {
                     CUgraph graph = nullptr;
                     CUgraphExec exec = nullptr;
-                    std::vector<int> setsOfGraph;
+                    std::vector<int> inputsOfGraph;
                     KL_CU(cuStreamBeginCapture(m_stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
                     try {
-                        for (int r = 0; r < perSample; ++r) {
-                            const int k = (g * perSample + r) % sets;
-                            t.plan->run(m_stream, (*t.bufs)[k]);
-                            setsOfGraph.push_back(k);
+                        for (int r = 0; r < t.perSample; ++r) {
+                            const int j = g * t.perSample + r;
+                            const int k = t.isBase ? (j + sets / 2) % sets : j % sets;
+                            BufferMap b = t.isBase ? baseIn[k] : candIn[k];
+                            const BufferMap& ob = t.isBase ? baseOut[j % sets] : candOut[j];
+                            b.insert(ob.begin(), ob.end());
+                            (t.isBase ? bb : cb)->run(m_stream, b);
+                            inputsOfGraph.push_back(k);
                         }
                     } catch (...) {
                         cuStreamEndCapture(m_stream, &graph);
@@ -1285,48 +1707,56 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                     KL_CU(cuGraphInstantiate(&exec, graph, 0));
                     cuGraphDestroy(graph);
                     t.graphs.push_back(exec);
-                    t.graphSets.push_back(std::move(setsOfGraph));
+                    t.graphInputs.push_back(std::move(inputsOfGraph));
                 }
+            };
+            auto launchGraph = [&](Timed& t, std::size_t g) {
+                KL_CU(cuGraphLaunch(t.graphs[g], m_stream));
+                if (!t.isBase)
+                    for (std::size_t r = 0; r < t.graphInputs[g].size(); ++r)
+                        lastInput[g * t.perSample + r] = t.graphInputs[g][r];
             };
             auto perSampleFor = [&](double us) {
                 return std::clamp(static_cast<int>(std::ceil(200.0 / std::max(us, 0.5))), 1, 1000);
             };
-            Timed cand { cb.get(), &candSets, {}, 1, {}, {} };
-            Timed base { bb.get(), &baseSets, {}, 1, {}, {} };
+            Timed cand, base;
+            base.isBase = true;
+            int batchCap = 1; // samples per batch
             if (graphMode) {
                 const int per = perSampleFor(std::min(tC, tB));
                 buildGraphs(cand, per);
                 if (bb)
                     buildGraphs(base, per);
+                batchCap = static_cast<int>(cand.graphs.size());
             } else {
                 // A few back-to-back launches per event pair: an event between every launch adds a launch bubble
                 // (~2-3 us) that is not the kernel's time.
-                const int per = std::clamp(static_cast<int>(std::ceil(300.0 / std::max(std::min(tC, tB), 1.0))), 1, 16);
+                const int per = std::clamp(
+                    static_cast<int>(std::ceil(300.0 / std::max(std::min(tC, tB), 1.0))), 1, std::min(16, outSets));
                 cand.perSample = per;
                 base.perSample = per;
+                batchCap = std::max(1, outSets / per);
             }
             const double setupMs = (nowSeconds() - setupStart) * 1e3;
             int sampleIndex = 0;
             auto enqueue = [&](Timed& t, std::size_t e0) {
-                // Candidate and baseline share the input sets; the baseline runs half a rotation behind so the
-                // second of a pair never finds the inputs the first just pulled into L2.
-                const bool isBase = &t == &base;
                 KL_CU(cuEventRecord(eventAt(e0), m_stream));
                 if (graphMode) {
                     const std::size_t g = t.graphs.size();
-                    launchGraph(t, (sampleIndex + (isBase ? g / 2 : 0)) % g);
+                    launchGraph(t, static_cast<std::size_t>(sampleIndex) % g);
                 } else {
                     for (int r = 0; r < t.perSample; ++r) {
-                        const int k = (sampleIndex * t.perSample + r + (isBase ? sets / 2 : 0)) % sets;
-                        t.plan->run(m_stream, (*t.bufs)[k]);
-                        if (t.bufs == &candSets)
-                            used[k] = 1;
+                        if (t.isBase)
+                            launchBaseline();
+                        else
+                            launchCandidate();
                     }
                 }
                 KL_CU(cuEventRecord(eventAt(e0 + 1), m_stream));
             };
             // Warm-up at the sample rate, untimed.
-            for (int i = 0; i < 3; ++i) {
+            prepare();
+            for (int i = 0; i < std::min(3, batchCap); ++i) {
                 enqueue(cand, 0);
                 if (bb)
                     enqueue(base, 2);
@@ -1337,8 +1767,10 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             m_nvml.beginWindow();
             const double start = nowSeconds();
             const double pairUs = cand.perSample * (tC + (bb ? tB : 0));
-            const int batch = std::clamp(static_cast<int>(std::ceil(5000.0 / std::max(pairUs, 1.0))), 4, 64);
-            for (;;) {
+            const int batch
+                = std::min(batchCap, std::clamp(static_cast<int>(std::ceil(5000.0 / std::max(pairUs, 1.0))), 4, 64));
+            for (int batchIndex = 0;; ++batchIndex) {
+                prepare();
                 for (int b = 0; b < batch; ++b) {
                     // Alternate which goes first so neither always runs right after the other's cache state.
                     const std::size_t e = static_cast<std::size_t>(b) * 4;
@@ -1352,7 +1784,9 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                     }
                     ++sampleIndex;
                 }
+                checkCanaries();
                 KL_CU(cuStreamSynchronize(m_stream));
+                readCanaries();
                 for (int b = 0; b < batch; ++b) {
                     const std::size_t e = static_cast<std::size_t>(b) * 4;
                     cand.samples.push_back(elapsedUs(e, e + 1) / cand.perSample);
@@ -1360,16 +1794,22 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                         base.samples.push_back(elapsedUs(e + 2, e + 3) / base.perSample);
                 }
                 const int n = static_cast<int>(cand.samples.size());
+                bool done = false;
                 if (n >= o.minSamples) {
                     const auto tc = summarize(cand.samples, graphMode, cand.perSample);
-                    bool done = relativeHalfWidth(tc) <= o.targetRelHalfWidth;
+                    done = relativeHalfWidth(tc) <= o.targetRelHalfWidth;
                     if (bb)
                         done = done
                             && relativeHalfWidth(summarize(base.samples, graphMode, base.perSample))
                                 <= o.targetRelHalfWidth;
-                    if (done || n >= o.maxSamples || nowSeconds() - start > o.maxSecondsPerShape)
-                        break;
+                    done = done || n >= o.maxSamples || nowSeconds() - start > o.maxSecondsPerShape;
                 }
+                // Which batches are re-checked is decided only after they ran: the last one, and a random quarter of
+                // the others (kMaxChecked in all).
+                if (o.recheck && checked < kMaxChecked && (done ? true : checked < kMaxChecked - 1 && rng() % 4 == 0))
+                    recheckBatch(batchIndex);
+                if (done)
+                    break;
             }
             st.after = m_nvml.window();
             st.throttled = st.before.throttled() || st.after.throttled();
@@ -1397,12 +1837,14 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             if (graphMode) {
                 st.result.graphTiming = st.result.timing;
             } else if (o.graphTiming) {
-                Timed g { cb.get(), &candSets, {}, 1, {}, {} };
+                Timed g;
                 try {
                     buildGraphs(g, perSampleFor(tC));
                     for (int i = 0; i < 12; ++i) {
+                        if (i % static_cast<int>(g.graphs.size()) == 0)
+                            prepare();
                         KL_CU(cuEventRecord(eventAt(2 * i), m_stream));
-                        launchGraph(g, i % g.graphs.size());
+                        launchGraph(g, static_cast<std::size_t>(i) % g.graphs.size());
                         KL_CU(cuEventRecord(eventAt(2 * i + 1), m_stream));
                     }
                     KL_CU(cuStreamSynchronize(m_stream));
@@ -1418,77 +1860,55 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                     cuGraphExecDestroy(x);
             }
 
-            // Correctness re-checked on the outputs the timed runs wrote (phase-detecting kernels fail here).
-            if (o.recheck) {
-                std::vector<int> pool;
-                for (int k = 0; k < sets; ++k)
-                    if (used[k])
-                        pool.push_back(k);
-                std::shuffle(pool.begin(), pool.end(), rng);
-                pool.resize(std::min<std::size_t>(pool.size(), 2));
-                KL_CU(cuMemsetD8Async(slots, 0, 16 * kSlotCount * 8, m_stream));
-                for (std::size_t j = 0; j < pool.size(); ++j) {
-                    BufferMap rbufs = candSets[pool[j]];
-                    for (const auto& [name, ptr] : refOut)
-                        rbufs[name] = ptr;
-                    rb->run(m_stream, rbufs);
-                    const CUdeviceptr checkSlots = slots + j * kSlotCount * 8;
-                    bool firstOutput = true;
-                    for (const auto& t : sizes)
-                        if (t.spec->role == TensorRole::Output && t.elements) {
-                            // The stat word is per output: zero it again between outputs.
-                            if (!std::exchange(firstOutput, false))
-                                KL_CU(cuMemsetD32Async(checkSlots + kRefSumSq * 8, 0, 2, m_stream));
-                            m_harness.sumSquares(m_stream, refOut.at(t.spec->name), t.elements, t.spec->dtype,
-                                checkSlots + kRefSumSq * 8);
-                            m_harness.compare(m_stream, candSets[pool[j]].at(t.spec->name), refOut.at(t.spec->name),
-                                t.elements, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, 0), checkSlots,
-                                checkSlots + kRefSumSq * 8);
-                        }
+            checkCanaries();
+            KL_CU(cuStreamSynchronize(m_stream));
+            readCanaries();
+            const bool inputsUnchanged = hashCandidateInputs() == hashBefore;
+            KL_CU(cuStreamSynchronize(m_hstream));
+            st.checkedBatches = checked;
+            bool allOk = inputsUnchanged && canaryBad == 0;
+            if (checked) {
+                const std::vector<Tolerance> tolerances = outputTolerances(lp, outputNames);
+                std::vector<std::uint64_t> host(static_cast<std::size_t>(checked) * nOut * kSlotCount);
+                {
+                    KL_CU(cuMemcpyDtoH(host.data(), hSlots, host.size() * 8));
                 }
-                KL_CU(cuStreamSynchronize(m_stream));
-                std::vector<std::uint64_t> host(16 * kSlotCount);
-                KL_CU(cuMemcpyDtoH(host.data(), slots, host.size() * 8));
-                DType outType = DType::F32;
-                for (const auto& t : sizes)
-                    if (t.spec->role == TensorRole::Output) {
-                        outType = t.spec->dtype;
-                        break;
-                    }
-                const Tolerance tol = p.toleranceFor(outType);
-                bool allOk = true;
-                for (std::size_t j = 0; j < pool.size(); ++j) {
-                    const std::uint64_t* s = &host[j * kSlotCount];
-                    CorrectnessStats cs;
-                    double sd, sref;
-                    std::memcpy(&sd, &s[kSumSqDiff], 8);
-                    std::memcpy(&sref, &s[kSumSqRef], 8);
-                    float mx;
-                    const auto bits = static_cast<std::uint32_t>(s[kMaxErr]);
-                    std::memcpy(&mx, &bits, 4);
-                    cs.relL2 = sref > 0 ? std::sqrt(sd / sref) : std::sqrt(sd);
-                    cs.maxAbs = mx;
-                    cs.nonFinite = s[kNonFinite] != 0;
-                    cs.fullCoverage = s[kPoisonLeft] == 0;
-                    cs.distribution = "timed:" + std::to_string(pool[j]);
+                for (int c = 0; c < checked; ++c) {
+                    std::vector<OutputError> errors;
+                    for (int oi = 0; oi < static_cast<int>(outputNames.size()); ++oi)
+                        errors.push_back(
+                            readOutputError(&host[(static_cast<std::size_t>(c) * nOut + oi) * kSlotCount]));
+                    OutputJudgement j = judgeOutputs(outputNames, errors, tolerances);
+                    CorrectnessStats& cs = j.stats;
+                    cs.canariesIntact = canaryBad == 0;
+                    cs.inputsUnchanged = inputsUnchanged;
+                    cs.distribution = "timed:" + std::to_string(checkedBatch[static_cast<std::size_t>(c)]);
                     cs.seed = o.seed;
-                    cs.passed = !cs.nonFinite && cs.fullCoverage && cs.relL2 <= tol.relL2 && cs.maxAbs <= tol.maxAbs;
+                    cs.passed = cs.passed && cs.canariesIntact && cs.inputsUnchanged;
+                    if (!j.failures.empty())
+                        addReason(out.reasons,
+                            reason("dynamic.timed-output-wrong",
+                                "outputs written during the timed runs are wrong on shape " + shape.label() + ": "
+                                    + j.failures.front().second));
                     allOk = allOk && cs.passed;
                     st.result.checks.push_back(cs);
                 }
-                st.result.correct = allOk;
-                if (!allOk)
-                    addReason(out.reasons,
-                        reason("dynamic.timed-output-wrong",
-                            "outputs written during the timed runs are wrong on shape " + shape.label()
-                                + " although verification passed"));
-            } else {
-                st.result.correct = true;
             }
+            if (!inputsUnchanged)
+                addReason(out.reasons,
+                    reason("dynamic.input-modified",
+                        "the candidate changed its inputs during the timed runs on shape " + shape.label()));
+            if (canaryBad)
+                addReason(out.reasons,
+                    reason("dynamic.canary",
+                        "the candidate wrote outside its buffers during the timed runs on shape " + shape.label() + " ("
+                            + std::to_string(canaryBad) + " guard words changed)"));
+            st.result.correct = allOk;
             std::fprintf(stderr,
-                "[worker] time %s: sets %d %s x%d samples %d setup %.1f ms measure %.1f ms tail %.1f ms\n",
-                shape.label().c_str(), sets, graphMode ? "graph" : "events", cand.perSample,
-                static_cast<int>(cand.samples.size()), setupMs, measureMs, (nowSeconds() - tailStart) * 1e3);
+                "[worker] time %s: sets %d/%d %s x%d samples %d checked %d setup %.1f ms measure %.1f ms tail %.1f "
+                "ms\n",
+                shape.label().c_str(), sets, outSets, graphMode ? "graph" : "events", cand.perSample,
+                static_cast<int>(cand.samples.size()), checked, setupMs, measureMs, (nowSeconds() - tailStart) * 1e3);
         } catch (const CudaError& e) {
             for (auto ev : events)
                 cuEventDestroy(ev);
@@ -1514,33 +1934,47 @@ TraceOutcome Engine::trace(const LoadedProblem& lp, const Plan& candidate, const
     const Problem& p = lp.problem;
     auto cb = candidate.bind(p, s);
     const auto sizes = tensorSizes(p, s);
-    std::uint64_t ioBytes = 0, setBytes = 0;
-    for (const auto& t : sizes) {
+    std::uint64_t ioBytes = 0;
+    for (const auto& t : sizes)
         ioBytes += t.bytes;
-        setBytes += alignUp(t.bytes, kAlign) + 64 * kAlign;
-    }
-    for (const auto& w : cb->workspaces())
-        setBytes += alignUp(w.bytes, kAlign) + 64 * kAlign;
     const int sets = static_cast<int>(std::clamp<std::uint64_t>(
         2 * static_cast<std::uint64_t>(m_device.l2Bytes) / std::max<std::uint64_t>(ioBytes, 1) + 1, 2, 256));
-    arenaReserve(static_cast<std::uint64_t>(sets) * setBytes + 4096 * kAlign);
-    arenaReset();
-    std::vector<BufferMap> bufs(sets);
-    for (int k = 0; k < sets; ++k) {
-        for (std::size_t ti = 0; ti < sizes.size(); ++ti) {
-            const auto& t = sizes[ti];
-            const CUdeviceptr ptr = arenaAlloc(std::max<std::uint64_t>(t.bytes, 4));
-            bufs[k][t.spec->name] = ptr;
-            if (t.elements)
-                m_harness.fill(
-                    m_stream, ptr, t.elements, t.spec->dtype, Distribution::Normal, 77 + k * 1000 + ti, t.spec->scale);
-        }
-        for (const auto& w : cb->workspaces())
-            bufs[k][w.name] = arenaAlloc(std::max<std::uint64_t>(w.bytes, 4));
+    std::vector<CandidateSlab> slabs;
+    std::uint64_t bytes = m_cand.granularity();
+    for (const auto& t : sizes) {
+        CandidateSlab cs;
+        cs.name = t.spec->name;
+        cs.layout = planSlab(t.bytes, sets, m_cand.granularity(), m_rng);
+        cs.elements = t.elements;
+        cs.dtype = t.spec->dtype;
+        cs.role = t.spec->role;
+        bytes += cs.layout.mappedBytes;
+        slabs.push_back(std::move(cs));
+    }
+    for (const auto& w : cb->workspaces()) {
+        CandidateSlab cs;
+        cs.name = w.name;
+        cs.layout = planSlab(w.bytes, sets, m_cand.granularity(), m_rng);
+        cs.workspace = true;
+        bytes += cs.layout.mappedBytes;
+        slabs.push_back(std::move(cs));
+    }
+    KL_CU(cuStreamSynchronize(m_stream));
+    m_cand.reset(bytes);
+    std::vector<BufferMap> bufs(static_cast<std::size_t>(sets));
+    for (std::size_t i = 0; i < slabs.size(); ++i) {
+        auto& cs = slabs[i];
+        cs.base = mapSlab(cs.layout);
+        m_harness.slabCanaryFill(m_stream, cs.base, cs.layout);
+        for (int k = 0; k < sets; ++k)
+            bufs[static_cast<std::size_t>(k)][cs.name] = cs.buffer(k);
+        if (!cs.workspace && cs.elements)
+            m_harness.slabFill(m_stream, cs.base, cs.layout, cs.elements, cs.dtype, Distribution::Normal, 77 + i * 1000,
+                p.tensor(cs.name) ? p.tensor(cs.name)->scale : 1.0);
     }
     for (int i = 0; i < 3; ++i)
         cb->run(m_stream, bufs[i % sets]);
-    KL_CU(cuCtxSynchronize());
+    KL_CU(cuStreamSynchronize(m_stream));
     out.cuptiAvailable = CuptiKernelLog::instance().available();
     if (out.cuptiAvailable)
         CuptiKernelLog::instance().start();

@@ -7,6 +7,7 @@
 #include "core/problem.h"
 #include "kernels/nvrtc_compiler.h"
 #include "kernels/worker/cupti_kernel_log.h"
+#include "kernels/worker/device_memory.h"
 #include "kernels/worker/harness_kernels.h"
 #include "kernels/worker/nvml_monitor.h"
 
@@ -68,9 +69,22 @@ struct CandidateModuleSpec {
     std::map<std::string, std::string> lowered;
 };
 
+// An output's tolerance as judged: measured from the reference's fp32 build against its fp64 build.
+struct OutputTolerance {
+    DType dtype = DType::F32;
+    Tolerance stated; // problem.json
+    double measuredRelL2 = 0; // fp32 build vs fp64 build, worst over the calibration inputs
+    double measuredMaxAbs = 0;
+    Tolerance tolerance; // kl::measuredTolerance of the above
+};
+
 struct LoadedProblem {
     Problem problem;
+    // The fp64-accumulation build (-DKL_ACC=double) is the judge; the default (fp32) build only calibrates the
+    // tolerances. Both run on the harness's stream, on the harness arena's buffers.
     std::shared_ptr<Plan> reference;
+    std::shared_ptr<Plan> referenceFp32;
+    std::map<std::string, OutputTolerance> tolerances; // by output tensor name
     std::shared_ptr<Plan> baseline;
     std::string baselineKind; // "library:cublas_gemm_bf16" or "baseline.cu"
     CompileReport referenceCompile;
@@ -112,6 +126,8 @@ struct ShapeTiming {
     DeviceSample after;
     bool throttled = false;
     int inputSets = 0;
+    int outputSets = 0; // the output rotation period, coprime with inputSets
+    int checkedBatches = 0; // timed batches whose every output was re-checked
     std::uint64_t rotationBytes = 0; // total bytes the rotation cycles through
     std::vector<double> candidateSamplesUs;
     std::vector<double> baselineSamplesUs;
@@ -151,12 +167,19 @@ public:
 
 private:
     void measureCopyBandwidth();
+    void calibrateTolerances(LoadedProblem& lp);
+    std::vector<Tolerance> outputTolerances(const LoadedProblem& lp, const std::vector<std::string>& names) const;
     std::shared_ptr<Plan> compilePlan(const std::string& source, const ParamValues& params, const std::string& name,
-        CompileReport* report, std::string* key = nullptr);
+        CompileReport* report, std::string* key = nullptr, const std::vector<std::string>& extraFlags = {});
+    // Orders `to` after everything enqueued on `from` so far.
+    void handoff(CUstream from, CUstream to);
 
     CUdevice m_dev = 0;
-    CUcontext m_ctx = nullptr;
-    CUstream m_stream = nullptr;
+    CUcontext m_ctx = nullptr; // the primary context (cuBLAS shares it)
+    CUstream m_stream = nullptr; // the candidate's and the baseline's launches
+    CUstream m_hstream = nullptr; // references, compares, calibration
+    std::vector<CUevent> m_handoffEvents[2]; // recorded on the candidate's, the harness's stream
+    std::size_t m_handoffNext[2] = { 0, 0 };
     DeviceInfo m_device;
     std::unique_ptr<NvrtcCompiler> m_compiler;
     HarnessKernels m_harness;
@@ -167,14 +190,17 @@ private:
     void* m_cublas = nullptr;
     CUdeviceptr m_cublasWorkspace = 0;
 
-    // Device memory: one arena, re-carved with random gaps for every shape so addresses change per call.
-    CUdeviceptr m_arena = 0;
-    std::uint64_t m_arenaBytes = 0;
-    std::uint64_t m_arenaTop = 0;
+    // Candidate memory: slabs behind unmapped guards, re-placed for every shape so addresses change per call.
+    // Harness memory: its own reservation, mapped at a random offset that changes per call.
+    GuardedArena m_cand;
+    HarnessArena m_hmem;
     std::mt19937_64 m_rng;
+    std::uint64_t m_arenaNeed = 0;
     void arenaReserve(std::uint64_t bytes);
     void arenaReset();
-    CUdeviceptr arenaAlloc(std::uint64_t bytes);
+    CUdeviceptr arenaAlloc(std::uint64_t bytes); // one buffer in its own guarded mapping, ending at the guard
+    // Maps a slab of `sets` buffers in the candidate arena; the caller fills its canaries.
+    CUdeviceptr mapSlab(const SlabLayout& l);
 
     friend class EngineAccess;
 };

@@ -21,8 +21,14 @@ const char* distributionName(Distribution d)
 
 HarnessKernels::~HarnessKernels()
 {
+    unload();
+}
+
+void HarnessKernels::unload()
+{
     if (m_module)
         cuModuleUnload(m_module);
+    m_module = nullptr;
 }
 
 void HarnessKernels::load(NvrtcCompiler& compiler, const std::string& arch)
@@ -31,8 +37,7 @@ void HarnessKernels::load(NvrtcCompiler& compiler, const std::string& arch)
     job.source = harnessKernelSource();
     job.arch = arch;
     job.name = "kl_harness.cu";
-    job.kernels = { "kl_h_fill", "kl_h_poison", "kl_h_compare", "kl_h_hash", "kl_h_canary_fill", "kl_h_canary_check",
-        "kl_h_copy", "kl_h_spin", "kl_h_sum_squares" };
+    job.kernels = harnessKernelNames();
     auto m = compiler.compile(job);
     if (!m->report.ok)
         throw std::runtime_error("harness kernels failed to compile: " + m->report.log);
@@ -41,11 +46,14 @@ void HarnessKernels::load(NvrtcCompiler& compiler, const std::string& arch)
     KL_CU(cuModuleGetFunction(&m_poison, m_module, "kl_h_poison"));
     KL_CU(cuModuleGetFunction(&m_compare, m_module, "kl_h_compare"));
     KL_CU(cuModuleGetFunction(&m_hash, m_module, "kl_h_hash"));
-    KL_CU(cuModuleGetFunction(&m_canaryFill, m_module, "kl_h_canary_fill"));
-    KL_CU(cuModuleGetFunction(&m_canaryCheck, m_module, "kl_h_canary_check"));
     KL_CU(cuModuleGetFunction(&m_copy, m_module, "kl_h_copy"));
     KL_CU(cuModuleGetFunction(&m_spin, m_module, "kl_h_spin"));
     KL_CU(cuModuleGetFunction(&m_sumSquares, m_module, "kl_h_sum_squares"));
+    KL_CU(cuModuleGetFunction(&m_comparePairs, m_module, "kl_h_compare_pairs"));
+    KL_CU(cuModuleGetFunction(&m_slabCanaryFill, m_module, "kl_h_slab_canary_fill"));
+    KL_CU(cuModuleGetFunction(&m_slabCanaryCheck, m_module, "kl_h_slab_canary_check"));
+    KL_CU(cuModuleGetFunction(&m_slabPoison, m_module, "kl_h_slab_poison"));
+    KL_CU(cuModuleGetFunction(&m_slabFill, m_module, "kl_h_slab_fill"));
     CUdevice dev;
     KL_CU(cuCtxGetDevice(&dev));
     KL_CU(cuDeviceGetAttribute(&m_smCount, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
@@ -106,44 +114,95 @@ void HarnessKernels::hash(CUstream s, CUdeviceptr p, std::uint64_t bytes, std::u
     launch(m_hash, s, bytes / 16 + 1, args);
 }
 
-namespace {
-    constexpr int kMaxGuardsPerLaunch = 64; // KL_MAX_GUARDS in the kernel source
-    struct GuardList {
-        CUdeviceptr p[kMaxGuardsPerLaunch];
-    };
-} // namespace
-
-void HarnessKernels::canaryFill(CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words) const
-{
-    std::uint32_t pattern = kCanaryWord;
-    for (std::size_t first = 0; first < regions.size(); first += kMaxGuardsPerLaunch) {
-        GuardList list {};
-        int count = static_cast<int>(std::min<std::size_t>(kMaxGuardsPerLaunch, regions.size() - first));
-        std::copy_n(regions.begin() + static_cast<std::ptrdiff_t>(first), count, list.p);
-        void* args[] = { &list, &count, &words, &pattern };
-        KL_CU(cuLaunchKernel(m_canaryFill, static_cast<unsigned>(count), 1, 1, 256, 1, 1, 0, s, args, nullptr));
-    }
-}
-
-void HarnessKernels::canaryCheck(
-    CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words, CUdeviceptr slot) const
-{
-    std::uint32_t pattern = kCanaryWord;
-    for (std::size_t first = 0; first < regions.size(); first += kMaxGuardsPerLaunch) {
-        GuardList list {};
-        int count = static_cast<int>(std::min<std::size_t>(kMaxGuardsPerLaunch, regions.size() - first));
-        std::copy_n(regions.begin() + static_cast<std::ptrdiff_t>(first), count, list.p);
-        void* args[] = { &list, &count, &words, &pattern, &slot };
-        KL_CU(cuLaunchKernel(m_canaryCheck, static_cast<unsigned>(count), 1, 1, 256, 1, 1, 0, s, args, nullptr));
-    }
-}
-
 void HarnessKernels::copy(CUstream s, CUdeviceptr src, CUdeviceptr dst, std::uint64_t n16) const
 {
     void* args[] = { &src, &dst, &n16 };
     const unsigned block = 256;
     const unsigned grid = static_cast<unsigned>((n16 + block * 4 - 1) / (block * 4));
     KL_CU(cuLaunchKernel(m_copy, grid, 1, 1, block, 1, 1, 0, s, args, nullptr));
+}
+
+namespace {
+    // Mirrors KlSlab in the kernel source (KL_MAX_SLAB_SETS gap bytes).
+    struct SlabParam {
+        CUdeviceptr base;
+        std::uint64_t stride, lead, pre, bufBytes;
+        std::uint32_t sets;
+        std::uint8_t gap[SlabLayout::kMaxSets];
+    };
+    SlabParam slabParam(CUdeviceptr base, const SlabLayout& l)
+    {
+        SlabParam p {};
+        p.base = base;
+        p.stride = l.stride;
+        p.lead = l.lead;
+        p.pre = l.pre;
+        p.bufBytes = l.bufferBytes;
+        p.sets = static_cast<std::uint32_t>(l.sets());
+        std::copy(l.gapUnits.begin(), l.gapUnits.end(), p.gap);
+        return p;
+    }
+} // namespace
+
+void HarnessKernels::launchSlab(
+    CUfunction f, CUstream s, const SlabLayout& l, std::uint64_t lanes, bool withLead, void** args) const
+{
+    const unsigned block = 256;
+    const unsigned ySets = static_cast<unsigned>(l.sets()) + (withLead ? 1 : 0);
+    const std::uint64_t budget = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(m_smCount) * 16 / ySets);
+    const unsigned gx = static_cast<unsigned>(std::clamp<std::uint64_t>((lanes + block - 1) / block, 1, budget));
+    KL_CU(cuLaunchKernel(f, gx, ySets, 1, block, 1, 1, 0, s, args, nullptr));
+}
+
+void HarnessKernels::slabCanaryFill(CUstream s, CUdeviceptr base, const SlabLayout& l) const
+{
+    SlabParam p = slabParam(base, l);
+    std::uint32_t pattern = kCanaryWord;
+    void* args[] = { &p, &pattern };
+    launchSlab(m_slabCanaryFill, s, l, (l.stride - l.bufferBytes) / 4 + l.lead / 4, true, args);
+}
+
+void HarnessKernels::slabCanaryCheck(CUstream s, CUdeviceptr base, const SlabLayout& l, CUdeviceptr slot) const
+{
+    SlabParam p = slabParam(base, l);
+    std::uint32_t pattern = kCanaryWord;
+    void* args[] = { &p, &pattern, &slot };
+    launchSlab(m_slabCanaryCheck, s, l, (l.stride - l.bufferBytes) / 4 + l.lead / 4, true, args);
+}
+
+void HarnessKernels::slabPoison(
+    CUstream s, CUdeviceptr base, const SlabLayout& l, std::uint64_t n, DType dt, std::uint64_t pattern) const
+{
+    SlabParam p = slabParam(base, l);
+    int dtc = static_cast<int>(dt);
+    void* args[] = { &p, &n, &dtc, &pattern };
+    launchSlab(m_slabPoison, s, l, vectorLanes(n, dt), false, args);
+}
+
+void HarnessKernels::slabFill(CUstream s, CUdeviceptr base, const SlabLayout& l, std::uint64_t n, DType dt,
+    Distribution dist, std::uint64_t seed, double scale) const
+{
+    SlabParam p = slabParam(base, l);
+    int dtc = static_cast<int>(dt);
+    int distc = static_cast<int>(dist);
+    float sc = static_cast<float>(scale);
+    float large = static_cast<float>(kLargeFactor);
+    void* args[] = { &p, &n, &dtc, &distc, &seed, &sc, &large };
+    launchSlab(m_slabFill, s, l, vectorLanes(n, dt), false, args);
+}
+
+void HarnessKernels::comparePairs(CUstream s, CUdeviceptr candPtrs, CUdeviceptr refPtrs, int count, std::uint64_t n,
+    DType dt, std::uint64_t poisonBits, CUdeviceptr slots, CUdeviceptr refSumSq, std::uint64_t rmsCount) const
+{
+    if (count <= 0)
+        return;
+    int dtc = static_cast<int>(dt);
+    void* args[] = { &candPtrs, &refPtrs, &n, &dtc, &poisonBits, &slots, &refSumSq, &rmsCount };
+    const unsigned block = 256;
+    const std::uint64_t budget = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(m_smCount) * 16 / count);
+    const unsigned gx
+        = static_cast<unsigned>(std::clamp<std::uint64_t>((vectorLanes(n, dt) + block - 1) / block, 1, budget));
+    KL_CU(cuLaunchKernel(m_comparePairs, gx, static_cast<unsigned>(count), 1, block, 1, 1, 0, s, args, nullptr));
 }
 
 void HarnessKernels::spin(CUstream s, std::uint64_t cycles) const

@@ -3,6 +3,7 @@
 // worker start. Their names start with kl_h_ so kernel records can tell them from candidates.
 #include "core/problem.h"
 #include "kernels/harness_kernel_source.h"
+#include "kernels/harness_plan.h"
 #include "kernels/nvrtc_compiler.h"
 
 #include <cstdint>
@@ -34,6 +35,7 @@ using kl::harnessKernelSource;
 class HarnessKernels {
 public:
     void load(NvrtcCompiler& compiler, const std::string& arch); // throws std::runtime_error
+    void unload();
     ~HarnessKernels();
 
     void fill(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, Distribution dist, std::uint64_t seed,
@@ -44,10 +46,20 @@ public:
     void compare(CUstream s, CUdeviceptr cand, CUdeviceptr ref, std::uint64_t n, DType dt, std::uint64_t poison,
         CUdeviceptr slots, CUdeviceptr refSumSq) const;
     void hash(CUstream s, CUdeviceptr p, std::uint64_t bytes, std::uint64_t salt, CUdeviceptr slot) const;
-    // Guard regions of `words` 32-bit words each, any number of them, in one launch per 64.
-    void canaryFill(CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words) const;
-    void canaryCheck(CUstream s, const std::vector<CUdeviceptr>& regions, std::uint64_t words, CUdeviceptr slot) const;
     void copy(CUstream s, CUdeviceptr src, CUdeviceptr dst, std::uint64_t bytes16) const;
+
+    // Slabs (kl::SlabLayout) at `base`: every word outside the buffers is a canary; buffers are poisoned or
+    // filled per set, values from (seed, set) so two layouts of the same sets hold the same values.
+    void slabCanaryFill(CUstream s, CUdeviceptr base, const SlabLayout& l) const;
+    void slabCanaryCheck(CUstream s, CUdeviceptr base, const SlabLayout& l, CUdeviceptr slot) const;
+    void slabPoison(
+        CUstream s, CUdeviceptr base, const SlabLayout& l, std::uint64_t n, DType dt, std::uint64_t pattern) const;
+    void slabFill(CUstream s, CUdeviceptr base, const SlabLayout& l, std::uint64_t n, DType dt, Distribution dist,
+        std::uint64_t seed, double scale) const;
+    // count (candidate, reference) pairs of n elements, pointer lists in device memory, pooled into one slot set;
+    // rmsCount elements are behind refSumSq.
+    void comparePairs(CUstream s, CUdeviceptr candPtrs, CUdeviceptr refPtrs, int count, std::uint64_t n, DType dt,
+        std::uint64_t poison, CUdeviceptr slots, CUdeviceptr refSumSq, std::uint64_t rmsCount) const;
     void spin(CUstream s, std::uint64_t cycles) const;
 
     static std::uint64_t poisonPattern(DType dt, int variant);
@@ -58,8 +70,11 @@ private:
     static std::uint64_t vectorLanes(std::uint64_t n, DType dt);
     void launch(CUfunction f, CUstream s, std::uint64_t n, void** args) const;
     CUmodule m_module = nullptr;
-    CUfunction m_fill = nullptr, m_poison = nullptr, m_compare = nullptr, m_hash = nullptr, m_canaryFill = nullptr,
-               m_canaryCheck = nullptr, m_copy = nullptr, m_spin = nullptr, m_sumSquares = nullptr;
+    CUfunction m_fill = nullptr, m_poison = nullptr, m_compare = nullptr, m_hash = nullptr, m_copy = nullptr,
+               m_spin = nullptr, m_sumSquares = nullptr, m_comparePairs = nullptr, m_slabCanaryFill = nullptr,
+               m_slabCanaryCheck = nullptr, m_slabPoison = nullptr, m_slabFill = nullptr;
+    void launchSlab(
+        CUfunction f, CUstream s, const SlabLayout& l, std::uint64_t lanes, bool withLead, void** args) const;
     int m_smCount = 132;
 };
 

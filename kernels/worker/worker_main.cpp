@@ -69,6 +69,11 @@ Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
         res["baseline_kind"] = lp.baselineKind;
         res["reference_compile"] = kl::wire::toJson(lp.referenceCompile);
         res["baseline_compile"] = kl::wire::toJson(lp.baselineCompile);
+        // Each output's tolerance as judged, and what it was derived from (kernels/HARNESS.md, "Measured tolerance").
+        res["tolerances"] = Json::object();
+        for (const auto& [name, t] : lp.tolerances)
+            res["tolerances"][name] = kl::wire::toJson(kl::wire::OutputToleranceWire {
+                name, kl::dtypeName(t.dtype), t.stated, t.measuredRelL2, t.measuredMaxAbs, t.tolerance });
     } else if (op == "compile") {
         kl::CompileReport report;
         std::string key;
@@ -124,6 +129,8 @@ Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
                 j["throttled"] = s.throttled;
                 j["input_sets"] = s.inputSets;
                 j["rotation_bytes"] = s.rotationBytes;
+                j["output_sets"] = s.outputSets;
+                j["checked_batches"] = s.checkedBatches;
                 if (withSamples) {
                     j["candidate_samples_us"] = s.candidateSamplesUs;
                     j["baseline_samples_us"] = s.baselineSamplesUs;

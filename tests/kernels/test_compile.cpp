@@ -225,14 +225,38 @@ TEST(ShippedSources, PassTheRefereesStaticRules)
 
 #include "kernels/harness_kernel_source.h"
 
+// The worker builds every reference twice: -DKL_ACC=double judges, the default fp32 build calibrates tolerances.
+// The two must differ (the macro is really used) and both compile without spills.
+TEST(NvrtcCompile, EveryReferenceCompilesWithFp32AndFp64Accumulation)
+{
+    kl::NvrtcCompiler compiler(freshCacheDir("references"), 2);
+    int problems = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(problemsDir())) {
+        if (!std::filesystem::exists(entry.path() / "problem.json"))
+            continue;
+        const kl::Problem p = kl::loadProblem(entry.path().string());
+        ++problems;
+        const std::string src = readText(entry.path() / p.referenceFile);
+        EXPECT_NE(src.find("KL_ACC"), std::string::npos) << p.name << "/reference.cu has no accumulator macro";
+        kl::CompileJob fp32 = jobFor(src, kl::parseKernelSpec(src).defaults());
+        kl::CompileJob fp64 = fp32;
+        fp64.extraFlags = { "-DKL_ACC=double" };
+        const auto a = compiler.compile(fp32);
+        const auto b = compiler.compile(fp64);
+        ASSERT_TRUE(a->report.ok) << p.name << ":\n" << a->report.log;
+        ASSERT_TRUE(b->report.ok) << p.name << " (KL_ACC=double):\n" << b->report.log;
+        EXPECT_NE(a->cubin, b->cubin) << p.name << ": KL_ACC changes nothing";
+    }
+    EXPECT_EQ(problems, 4);
+}
+
 TEST(NvrtcCompile, HarnessHelperKernelsCompile)
 {
     kl::NvrtcCompiler compiler(freshCacheDir("harness"), 1);
     kl::CompileJob job;
     job.source = kl::harnessKernelSource();
     job.arch = "sm_90a";
-    job.kernels = { "kl_h_fill", "kl_h_poison", "kl_h_compare", "kl_h_sum_squares", "kl_h_hash", "kl_h_canary_fill",
-        "kl_h_canary_check", "kl_h_copy", "kl_h_spin" };
+    job.kernels = kl::harnessKernelNames(); // the list the worker loads
     const auto m = compiler.compile(job);
     EXPECT_TRUE(m->report.ok) << m->report.log;
     EXPECT_EQ(m->loweredNames.size(), job.kernels.size());
