@@ -5,7 +5,6 @@
 #include "app/charts_panel.h"
 #include "app/demo_session.h"
 #include "app/diff_view.h"
-#include "app/export_winner.h"
 #include "app/hypothesis_console.h"
 #include "app/models/candidate_tree_model.h"
 #include "app/models/session_metrics.h"
@@ -16,6 +15,7 @@
 #include "app/theme.h"
 #include "app/timeline_panel.h"
 #include "core/gpu_run_lock.h"
+#include "kernels/export/exporter.h"
 #include "profiler/analysis.h"
 
 #include <QAction>
@@ -30,6 +30,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressBar>
+#include <QPushButton>
 #include <QSettings>
 #include <QStackedWidget>
 #include <QStatusBar>
@@ -521,18 +522,88 @@ void MainWindow::compare(const QString& oldId, const QString& newId)
     showWorkbench();
 }
 
-bool MainWindow::exportTo(const QString& candidateId, const QString& directory, QString* error)
+bool MainWindow::exportTo(const QString& candidateId, const QString& directory, QString* error, bool force)
+{
+    auto fail = [error](const QString& message) {
+        if (error)
+            *error = message;
+        return false;
+    };
+    const SessionSnapshot& s = m_controller->session();
+    if (!s)
+        return fail(tr("No session open"));
+    const std::optional<kl::Problem>& problem = m_controller->info().problem;
+    if (!problem)
+        return fail(tr("The problem '%1' of this session was not found in the catalogue, so its reference kernel "
+                       "(the fallback of the bundle) is not available: nothing was exported")
+                        .arg(QString::fromStdString(s->problemName)));
+    kl::exporter::ExportOptions options;
+    options.candidateId = candidateId.toStdString();
+    options.outDir = directory.toStdString();
+    options.force = force;
+    try {
+        kl::exporter::exportBundle(*s, *problem, options);
+    } catch (const std::exception& e) {
+        return fail(QString::fromStdString(e.what()));
+    }
+    if (error)
+        error->clear();
+    return true;
+}
+
+void MainWindow::exportWithReview(const QString& candidateId, const QString& directory)
 {
     const SessionSnapshot& s = m_controller->session();
-    if (!s) {
-        if (error)
-            *error = tr("No session open");
-        return false;
+    const std::optional<kl::Problem>& problem = m_controller->info().problem;
+    bool force = false;
+    if (s && problem) {
+        kl::exporter::ExportPlan plan;
+        try {
+            plan = kl::exporter::planExport(*s, *problem, candidateId.toStdString());
+        } catch (const std::exception& e) {
+            QMessageBox::warning(this, tr("Export failed"), QString::fromStdString(e.what()));
+            return;
+        }
+        if (!plan.refusals.empty()) {
+            QString reasons;
+            QStringList codes;
+            for (const auto& r : plan.refusals) {
+                reasons += QStringLiteral("<li><b>%1</b>: %2</li>")
+                               .arg(QString::fromStdString(r.code).toHtmlEscaped(),
+                                   QString::fromStdString(r.message).toHtmlEscaped());
+                codes << QString::fromStdString(r.code);
+            }
+            codes.removeDuplicates();
+            QMessageBox refused(QMessageBox::Warning, tr("Export refused"),
+                tr("<p>%1 is not exported, for these reasons:</p><ul>%2</ul>").arg(candidateId, reasons),
+                QMessageBox::Close, this);
+            refused.setObjectName(QStringLiteral("exportRefusedDialog"));
+            QPushButton* forceButton = refused.addButton(tr("Force Export…"), QMessageBox::DestructiveRole);
+            forceButton->setObjectName(QStringLiteral("forceExport"));
+            refused.setDefaultButton(QMessageBox::Close);
+            refused.exec();
+            if (refused.clickedButton() != forceButton)
+                return;
+            QMessageBox confirm(QMessageBox::Warning, tr("Force the export?"),
+                tr("Export %1 despite: %2?\n\nThis is kloop export --force: the bundle's manifest.json and "
+                   "headers will name these reasons, and whoever uses the kernel must check it.")
+                    .arg(candidateId, codes.join(QStringLiteral(", "))),
+                QMessageBox::Cancel, this);
+            confirm.setObjectName(QStringLiteral("exportForceConfirmation"));
+            QPushButton* yes = confirm.addButton(tr("Export Anyway"), QMessageBox::DestructiveRole);
+            confirm.setDefaultButton(QMessageBox::Cancel);
+            confirm.exec();
+            if (confirm.clickedButton() != yes)
+                return;
+            force = true;
+        }
     }
-    const ExportResult r = exportCandidate(*s, candidateId.toStdString(), directory);
-    if (error)
-        *error = r.error;
-    return r.error.isEmpty();
+    QString error;
+    if (exportTo(candidateId, directory, &error, force))
+        showMessage(tr("Exported %1%2 to %3")
+                        .arg(candidateId, force ? tr(" (forced)") : QString(), QDir::toNativeSeparators(directory)));
+    else
+        QMessageBox::warning(this, tr("Export failed"), error);
 }
 
 void MainWindow::exportDialog(const QString& id)
@@ -541,14 +612,14 @@ void MainWindow::exportDialog(const QString& id)
         showMessage(tr("Select a candidate to export"));
         return;
     }
-    const QString dir = QFileDialog::getExistingDirectory(this, tr("Export %1 to").arg(id));
+    // Next to the session rather than in the process's working directory (often a source tree).
+    const QString start
+        = m_controller->isOpen() ? QFileInfo(m_controller->info().directory).absolutePath() : QDir::homePath();
+    const QString dir
+        = QFileDialog::getExistingDirectory(this, tr("Export %1 into (a folder %1 is created there)").arg(id), start);
     if (dir.isEmpty())
         return;
-    QString error;
-    if (exportTo(id, QDir(dir).filePath(id), &error))
-        showMessage(tr("Exported %1 to %2").arg(id, QDir::toNativeSeparators(QDir(dir).filePath(id))));
-    else
-        QMessageBox::warning(this, tr("Export failed"), error);
+    exportWithReview(id, QDir(dir).filePath(id));
 }
 
 void MainWindow::updateStatusBar()

@@ -36,7 +36,12 @@ public:
     void showStartPage();
     void showWorkbench();
     void compare(const QString& oldId, const QString& newId);
-    bool exportTo(const QString& candidateId, const QString& directory, QString* error = nullptr);
+    // Exports through kl_export (the bundle `kloop export` writes). Refused candidates fail with the refusals in
+    // error unless force, which exports anyway and writes the reasons into the bundle (kloop export --force).
+    bool exportTo(const QString& candidateId, const QString& directory, QString* error = nullptr, bool force = false);
+    // The Ctrl+E flow after the folder is chosen: refusals are shown with their reasons, and a forced export
+    // needs a second confirmation that names them.
+    void exportWithReview(const QString& candidateId, const QString& directory);
     // Starts kloop run on this machine's GPU and follows the session once it exists; false if it could not
     // start (the start page then says why).
     bool startLocalRun(const LocalRunRequest& request);

@@ -3,7 +3,6 @@
 #include "app/charts_panel.h"
 #include "app/demo_session.h"
 #include "app/diff_view.h"
-#include "app/export_winner.h"
 #include "app/hypothesis_console.h"
 #include "app/main_window.h"
 #include "app/models/candidate_tree_model.h"
@@ -16,14 +15,18 @@
 #include "app/timeline_panel.h"
 #include "core/session_inbox.h"
 #include "dispatch_latency.h"
+#include "kernels/export/exporter.h"
 #include "session_fixture.h"
 
+#include <QAbstractButton>
+#include <QApplication>
 #include <QDir>
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QImage>
 #include <QLineEdit>
+#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSettings>
@@ -36,6 +39,7 @@
 #include <cstdio>
 #include <ctime>
 #include <gtest/gtest.h>
+#include <set>
 
 using namespace kl::app;
 
@@ -392,27 +396,141 @@ TEST(MainWindow, DockLayoutPersistsInSettings)
     QSettings().clear();
 }
 
-TEST(MainWindow, ExportWritesSourceAndManifest)
+namespace {
+
+// A copy of the recorded H200 session: its best candidate passes kl_export's gate, c0024 is rejected and flagged
+// (physics.single-shape-speedup).
+std::filesystem::path demoCopy(const QTemporaryDir& tmp)
+{
+    const auto dir = std::filesystem::path(tmp.path().toStdString()) / "demo";
+    std::filesystem::copy(std::filesystem::path(KL_SOURCE_DIR) / "resources" / "demo-session", dir,
+        std::filesystem::copy_options::recursive);
+    return dir;
+}
+
+std::set<std::string> filesUnder(const std::filesystem::path& dir)
+{
+    std::set<std::string> files;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+        if (e.is_regular_file())
+            files.insert(std::filesystem::relative(e.path(), dir).generic_string());
+    return files;
+}
+
+// Once the modal message box named `name` opens, hands its text to `seen` and clicks `button` (by its text). Polls
+// from a timer instead of a nested event loop, so several answers can wait at once.
+void answerMessageBox(const QString& name, const QString& button, QString* seen)
+{
+    auto* poll = new QTimer(qApp);
+    auto* clock = new QElapsedTimer;
+    clock->start();
+    QObject::connect(poll, &QTimer::timeout, [poll, clock, name, button, seen]() {
+        auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+        const bool timedOut = clock->elapsed() > 10000;
+        if ((!box || box->objectName() != name) && !timedOut)
+            return;
+        poll->stop();
+        poll->deleteLater();
+        delete clock;
+        if (timedOut) {
+            ADD_FAILURE() << "no message box " << name.toStdString() << " opened";
+            return;
+        }
+        *seen = box->text();
+        for (QAbstractButton* b : box->buttons())
+            if (b->text().remove(QLatin1Char('&')) == button) {
+                b->click();
+                return;
+            }
+        ADD_FAILURE() << "no button " << button.toStdString() << " in " << seen->toStdString();
+        box->reject();
+    });
+    poll->start(10);
+}
+
+} // namespace
+
+TEST(MainWindow, ExportWritesTheKloopExportBundle)
 {
     QTemporaryDir tmp;
-    const auto dir = freshSession(tmp);
+    const auto dir = demoCopy(tmp);
     MainWindow w;
     ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
     const auto best = bestCandidate(*w.controller()->session());
     ASSERT_TRUE(best.has_value());
-    const QString out = tmp.filePath(QStringLiteral("export"));
+    ASSERT_TRUE(w.controller()->info().problem.has_value());
+    const auto out = std::filesystem::path(tmp.path().toStdString()) / "bundle";
     QString error;
-    ASSERT_TRUE(w.exportTo(QString::fromStdString(*best), out, &error)) << error.toStdString();
-    const std::string manifest = kl::readFile(std::filesystem::path(out.toStdString()) / "manifest.json");
-    const auto j = nlohmann::json::parse(manifest);
-    EXPECT_EQ(j.at("candidate").at("id"), *best);
-    EXPECT_EQ(j.at("session"), "gui-fixture");
-    EXPECT_TRUE(j.contains("evaluation"));
-    const std::string source = kl::readFile(std::filesystem::path(out.toStdString()) / (*best + ".cu"));
-    EXPECT_EQ(j.at("sourceSha256"), kl::sha256Hex(source));
-    EXPECT_NE(source.find("#define BLOCK"), std::string::npos);
-    EXPECT_FALSE(w.exportTo(QStringLiteral("c9999"), out, &error));
-    EXPECT_TRUE(error.contains(QStringLiteral("c9999")));
+    ASSERT_TRUE(w.exportTo(QString::fromStdString(*best), QString::fromStdString(out.string()), &error))
+        << error.toStdString();
+
+    // The bundle kloop export writes: the same files as kl_export generates, manifest and hashes included.
+    const auto manifest = nlohmann::json::parse(kl::readFile(out / "manifest.json"));
+    EXPECT_EQ(manifest.at("format"), "kernelloop-export/1");
+    EXPECT_EQ(manifest.at("candidate").at("id"), *best);
+    EXPECT_FALSE(manifest.at("exported").at("forced").get<bool>());
+    const kl::Session& s = *w.controller()->session();
+    const kl::Problem& problem = *w.controller()->info().problem;
+    const auto expected = kl::exporter::generateBundle(s, problem, kl::exporter::planExport(s, problem, *best), false);
+    std::set<std::string> expectedFiles;
+    for (const auto& [path, content] : expected)
+        expectedFiles.insert(path);
+    EXPECT_EQ(filesUnder(out), expectedFiles);
+    EXPECT_TRUE(expectedFiles.count("CMakeLists.txt"));
+    for (const auto& [path, sha] : manifest.at("files").items())
+        EXPECT_EQ(kl::sha256Hex(kl::readFile(out / path)), sha.get<std::string>()) << path;
+
+    EXPECT_FALSE(w.exportTo(QStringLiteral("c9999"), QString::fromStdString((out / "x").string()), &error));
+    EXPECT_TRUE(error.contains(QStringLiteral("c9999"))) << error.toStdString();
+}
+
+TEST(MainWindow, ExportRefusesARejectedFlaggedCandidateAndForcesOnlyAfterAConfirmationNamingTheFlags)
+{
+    QTemporaryDir tmp;
+    const auto dir = demoCopy(tmp);
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
+    const auto out = std::filesystem::path(tmp.path().toStdString()) / "c0024";
+    const QString outDir = QString::fromStdString(out.string());
+
+    QString error;
+    EXPECT_FALSE(w.exportTo(QStringLiteral("c0024"), outDir, &error));
+    EXPECT_TRUE(error.contains(QStringLiteral("not-accepted"))) << error.toStdString();
+    EXPECT_TRUE(error.contains(QStringLiteral("flagged by referee rule physics.single-shape-speedup")))
+        << error.toStdString();
+    EXPECT_FALSE(std::filesystem::exists(out));
+
+    // Ctrl+E: the refusal dialog lists the reasons; closing it writes nothing.
+    QString refusal;
+    answerMessageBox(QStringLiteral("exportRefusedDialog"), QStringLiteral("Close"), &refusal);
+    w.exportWithReview(QStringLiteral("c0024"), outDir);
+    EXPECT_TRUE(refusal.contains(QStringLiteral("physics.single-shape-speedup"))) << refusal.toStdString();
+    EXPECT_TRUE(refusal.contains(QStringLiteral("not-accepted"))) << refusal.toStdString();
+    EXPECT_FALSE(std::filesystem::exists(out));
+
+    // Force, then cancel the confirmation: still nothing.
+    QString confirmation;
+    answerMessageBox(QStringLiteral("exportRefusedDialog"), QStringLiteral("Force Export…"), &refusal);
+    answerMessageBox(QStringLiteral("exportForceConfirmation"), QStringLiteral("Cancel"), &confirmation);
+    w.exportWithReview(QStringLiteral("c0024"), outDir);
+    EXPECT_TRUE(confirmation.contains(QStringLiteral("flagged"))) << confirmation.toStdString();
+    EXPECT_TRUE(confirmation.contains(QStringLiteral("not-accepted"))) << confirmation.toStdString();
+    EXPECT_TRUE(confirmation.contains(QStringLiteral("--force"))) << confirmation.toStdString();
+    EXPECT_FALSE(std::filesystem::exists(out));
+
+    // Force and confirm: the bundle carries the reasons.
+    answerMessageBox(QStringLiteral("exportRefusedDialog"), QStringLiteral("Force Export…"), &refusal);
+    answerMessageBox(QStringLiteral("exportForceConfirmation"), QStringLiteral("Export Anyway"), &confirmation);
+    w.exportWithReview(QStringLiteral("c0024"), outDir);
+    ASSERT_TRUE(std::filesystem::exists(out / "manifest.json"));
+    const auto manifest = nlohmann::json::parse(kl::readFile(out / "manifest.json"));
+    EXPECT_TRUE(manifest.at("exported").at("forced").get<bool>());
+    std::set<std::string> codes;
+    for (const auto& r : manifest.at("exported").at("refusals"))
+        codes.insert(r.at("code").get<std::string>());
+    EXPECT_TRUE(codes.count("flagged"));
+    EXPECT_TRUE(codes.count("not-accepted"));
 }
 
 TEST(MainWindow, ScreenshotsRenderEveryMainView)
