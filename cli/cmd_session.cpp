@@ -90,8 +90,8 @@ namespace {
         for (const auto& [k, v] : c.params)
             params += (params.empty() ? "" : " ") + k + "=" + std::to_string(v);
         std::printf("%*s%s%s  %-14s %-8s %-10s %s%s\n", depth * 2, "", c.id.c_str(), id == s.tree.head() ? "*" : " ",
-            statusName(c.status), authorName(c.author), medianText(s, id).c_str(), params.c_str(),
-            c.statusReason.empty() ? "" : ("  -- " + c.statusReason).c_str());
+            displayState(c).c_str(), authorName(c.author), medianText(s, id).c_str(), params.c_str(),
+            displayReason(c).empty() ? "" : ("  -- " + displayReason(c)).c_str());
         for (const auto& child : s.tree.children(id))
             printTree(s, child, depth + 1);
     }
@@ -109,6 +109,7 @@ namespace {
             Json cands = Json::array();
             for (const auto& id : s.tree.order()) {
                 Json cj = toJson(s.tree.at(id), false);
+                cj["display_state"] = displayState(s.tree.at(id));
                 if (const auto it = s.evaluations.find(id); it != s.evaluations.end())
                     cj["objective"] = it->second.objective;
                 cands.push_back(cj);

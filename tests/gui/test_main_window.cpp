@@ -533,6 +533,27 @@ TEST(MainWindow, ExportRefusesARejectedFlaggedCandidateAndForcesOnlyAfterAConfir
     EXPECT_TRUE(codes.count("not-accepted"));
 }
 
+TEST(MainWindow, TheSeededBaselineIsShownAsBaselineNotRejected)
+{
+    QTemporaryDir tmp;
+    const auto dir = demoCopy(tmp);
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
+    CandidateTreeModel* model = w.candidatePanel()->model();
+    const QString root
+        = model->data(model->indexOf(QStringLiteral("c0001"), CandidateTreeModel::StatusColumn)).toString();
+    EXPECT_TRUE(root.startsWith(QStringLiteral("baseline"))) << root.toStdString();
+    EXPECT_FALSE(root.contains(QStringLiteral("rejected"))) << root.toStdString();
+    const QString tip
+        = model->data(model->indexOf(QStringLiteral("c0001"), CandidateTreeModel::StatusColumn), Qt::ToolTipRole)
+              .toString();
+    EXPECT_FALSE(tip.contains(QStringLiteral("not significantly faster"))) << tip.toStdString();
+    const QString slower
+        = model->data(model->indexOf(QStringLiteral("c0003"), CandidateTreeModel::StatusColumn)).toString();
+    EXPECT_TRUE(slower.startsWith(QStringLiteral("rejected"))) << slower.toStdString();
+}
+
 TEST(MainWindow, ScreenshotsRenderEveryMainView)
 {
     QTemporaryDir tmp;
