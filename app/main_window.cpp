@@ -509,7 +509,8 @@ void MainWindow::onCurrentCandidate(const QString& id)
     }
     const kl::Candidate& parent = s->tree.at(c.parentId);
     m_diff->setTexts(tr("%1 (parent)").arg(QString::fromStdString(parent.id)), parent.source,
-        QStringLiteral("%1 — %2").arg(id, kl::app::statusText(c.status)), c.source);
+        QStringLiteral("%1 — %2").arg(id, stateText(c)), c.source);
+    m_diff->setParameterChanges(kl::paramDiff(parent.params, c.params));
 }
 
 void MainWindow::compare(const QString& oldId, const QString& newId)
@@ -518,7 +519,10 @@ void MainWindow::compare(const QString& oldId, const QString& newId)
     if (!s || !s->tree.contains(oldId.toStdString()) || !s->tree.contains(newId.toStdString()))
         return;
     m_diffShownFor.clear();
-    m_diff->setTexts(oldId, s->tree.at(oldId.toStdString()).source, newId, s->tree.at(newId.toStdString()).source);
+    const kl::Candidate& oldC = s->tree.at(oldId.toStdString());
+    const kl::Candidate& newC = s->tree.at(newId.toStdString());
+    m_diff->setTexts(oldId, oldC.source, newId, newC.source);
+    m_diff->setParameterChanges(kl::paramDiff(oldC.params, newC.params));
     showWorkbench();
 }
 

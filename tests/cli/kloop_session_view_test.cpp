@@ -55,3 +55,30 @@ TEST(KloopSessionShow, TheSeededBaselineIsShownAsBaselineNotRejected)
     fs::remove_all(scratch);
 }
 
+TEST(KloopSessionDiff, ATunerChildShowsItsParameterChangeAboveTheSourceDiff)
+{
+    const fs::path scratch = scratchDir();
+    // c0016 is c0007 with MINB 1 -> 2: same source.
+    const ProcessResult r = runKloop({ "session", "diff", kDemo.string(), "c0016" }, {}, scratch);
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_EQ(r.out, "param MINB 1 -> 2\n(identical sources)\n");
+
+    // Different sources: the parameter lines come first, then the unified diff.
+    const ProcessResult d = runKloop({ "session", "diff", kDemo.string(), "c0001", "c0002" }, {}, scratch);
+    ASSERT_EQ(d.exitCode, 0) << d.err;
+    EXPECT_EQ(d.out.rfind("param CACHE (unset) -> 4\nparam MINB (unset) -> 1\n", 0), 0u) << d.out;
+    const auto firstParam = d.out.find("param ");
+    const auto diffStart = d.out.find("--- c0001/source.cu");
+    ASSERT_NE(diffStart, std::string::npos) << d.out;
+    EXPECT_LT(firstParam, diffStart);
+
+    const ProcessResult j = runKloop({ "session", "diff", kDemo.string(), "c0007", "c0016", "--json" }, {}, scratch);
+    ASSERT_EQ(j.exitCode, 0) << j.err;
+    const auto view = nlohmann::json::parse(j.out);
+    ASSERT_EQ(view.at("params").size(), 1u);
+    EXPECT_EQ(view["params"][0].at("name"), "MINB");
+    EXPECT_EQ(view["params"][0].at("old"), 1);
+    EXPECT_EQ(view["params"][0].at("new"), 2);
+    EXPECT_TRUE(view.at("hunks").empty());
+    fs::remove_all(scratch);
+}

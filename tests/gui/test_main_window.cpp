@@ -25,6 +25,7 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QImage>
+#include <QLabel>
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPlainTextEdit>
@@ -552,6 +553,32 @@ TEST(MainWindow, TheSeededBaselineIsShownAsBaselineNotRejected)
     const QString slower
         = model->data(model->indexOf(QStringLiteral("c0003"), CandidateTreeModel::StatusColumn)).toString();
     EXPECT_TRUE(slower.startsWith(QStringLiteral("rejected"))) << slower.toStdString();
+}
+
+TEST(MainWindow, ATunerChildsDiffShowsItsParameterChangeAboveTheSource)
+{
+    QTemporaryDir tmp;
+    const auto dir = demoCopy(tmp);
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
+    // c0016 is c0007 with MINB 1 -> 2 and the same source.
+    w.candidatePanel()->selectCandidate(QStringLiteral("c0016"));
+    ASSERT_TRUE(waitUntil([&]() { return w.diffView()->parameterText().contains(QStringLiteral("MINB")); }))
+        << w.diffView()->parameterText().toStdString();
+    EXPECT_EQ(w.diffView()->parameterText(), QStringLiteral("Parameters: MINB 1 → 2"));
+    EXPECT_EQ(w.diffView()->changeCount(), 0);
+    EXPECT_EQ(w.diffView()->summaryText(), QStringLiteral("identical sources, 1 parameter(s) changed"));
+    EXPECT_TRUE(w.diffView()->findChild<QLabel*>(QStringLiteral("parameterChanges"))->isVisible());
+
+    // Compare two: c0003 (CACHE 2, ROWS 2, VEC 2) against c0016 (CACHE 4, MINB 2, ROWS 1, VEC 4).
+    w.compare(QStringLiteral("c0003"), QStringLiteral("c0016"));
+    EXPECT_EQ(
+        w.diffView()->parameterText(), QStringLiteral("Parameters: CACHE 2 → 4 · MINB 1 → 2 · ROWS 2 → 1 · VEC 2 → 4"));
+    // A root has no parent: nothing to compare parameters with.
+    w.candidatePanel()->selectCandidate(QStringLiteral("c0001"));
+    ASSERT_TRUE(waitUntil([&]() { return w.diffView()->parameterText().isEmpty(); }));
+    EXPECT_FALSE(w.diffView()->findChild<QLabel*>(QStringLiteral("parameterChanges"))->isVisible());
 }
 
 TEST(MainWindow, ScreenshotsRenderEveryMainView)
