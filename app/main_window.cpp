@@ -494,10 +494,39 @@ void MainWindow::onSessionUpdated(const SessionSnapshot& s)
     }
 }
 
+void MainWindow::showLoopProfile()
+{
+    // A trace the engineer opened is what the panel is about; until then it shows the loop's profile of the
+    // selected candidate, else of the best: the text the agent's prompt carried.
+    const SessionSnapshot& s = m_controller->session();
+    if (!s || !m_timeline->rowModel()->traces().empty())
+        return;
+    auto it = s->profiles.find(m_candidates->currentCandidate().toStdString());
+    if (it == s->profiles.end())
+        if (const auto best = bestCandidate(*s))
+            it = s->profiles.find(*best);
+    if (it == s->profiles.end())
+        return;
+    const QString text = QString::fromStdString(kl::bottleneckSummary(it->second));
+    auto* panel = static_cast<BottleneckPanel*>(m_bottleneck);
+    if (panel->summary() == text)
+        return;
+    const Theme& t = theme();
+    panel->setAnalysis(
+        QStringLiteral("<p><span style='color:%1'>%2</span></p><pre style='white-space:pre-wrap'>%3</pre>")
+            .arg(t.mutedText.name(),
+                tr("Profile of %1 by the research loop (in the agent's prompt)")
+                    .arg(QString::fromStdString(it->first))
+                    .toHtmlEscaped(),
+                text.toHtmlEscaped()),
+        text);
+}
+
 void MainWindow::onCurrentCandidate(const QString& id)
 {
     const SessionSnapshot& s = m_controller->session();
     m_charts->setSelectedCandidate(id);
+    showLoopProfile();
     if (!s || id.isEmpty() || !s->tree.contains(id.toStdString()))
         return;
     const kl::Candidate& c = s->tree.at(id.toStdString());

@@ -78,6 +78,7 @@ private:
     void onOpened(const OpenedSession& info);
     void onSessionUpdated(const SessionSnapshot& s);
     void onCurrentCandidate(const QString& id);
+    void showLoopProfile();
     void updateStatusBar();
     void showMessage(const QString& text, int timeoutMs = 6000);
     void openSessionDialog(OpenMode mode);

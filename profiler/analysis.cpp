@@ -114,21 +114,6 @@ namespace {
 
 } // namespace
 
-std::string rooflineClass(double dramPct, double computePct)
-{
-    if (dramPct < 0 && computePct < 0)
-        return "unknown";
-    // NVIDIA's speed-of-light thresholds (Nsight Compute bottleneck guide).
-    const double d = std::max(dramPct, 0.0), c = std::max(computePct, 0.0);
-    if (d > 60 && c > 60)
-        return "balanced";
-    if (d >= 40 && d >= c)
-        return "memory-bound";
-    if (c >= 40)
-        return "compute-bound";
-    return "latency-bound";
-}
-
 Analysis analyze(const Trace& t, const AnalysisOptions& opts)
 {
     Analysis a;

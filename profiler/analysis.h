@@ -2,6 +2,7 @@
 // Bottleneck analysis of a Trace: per-kernel and per-range statistics, GPU busy/idle with the idle time
 // attributed to its cause, launch-overhead phases, and a roofline class per kernel. The result is a plain value
 // with a JSON form and a compact text rendering meant to be pasted into an agent prompt.
+#include "core/profile_summary.h"
 #include "profiler/trace.h"
 
 #include <nlohmann/json.hpp>
@@ -141,9 +142,8 @@ struct Analysis {
 };
 
 Analysis analyze(const Trace& trace, const AnalysisOptions& opts = {});
-// The class of a kernel from its DRAM and compute (SM) throughput in % of peak, with NVIDIA's speed-of-light
-// thresholds: balanced | memory-bound | compute-bound | latency-bound (unknown when both are < 0).
-std::string rooflineClass(double dramPct, double computePct);
+// The class of a kernel from its DRAM and compute (SM) throughput: core's rule, shared with the agent's profile.
+using kl::rooflineClass;
 nlohmann::json toJson(const Analysis& a);
 // Prompt-ready text, < ~40 lines: bottleneck first, then the figures supporting it.
 std::string toText(const Analysis& a);

@@ -581,6 +581,38 @@ TEST(MainWindow, ATunerChildsDiffShowsItsParameterChangeAboveTheSource)
     EXPECT_FALSE(w.diffView()->findChild<QLabel*>(QStringLiteral("parameterChanges"))->isVisible());
 }
 
+// The research loop journals its profile of each new best; the panel shows the text the agent's prompt carried.
+TEST(MainWindow, TheBottleneckPanelShowsTheLoopsProfileOfTheBest)
+{
+    QTemporaryDir tmp;
+    const auto dir = freshSession(tmp);
+    kl::CandidateProfile profile;
+    {
+        auto store = kl::SessionStore::open(dir);
+        const auto best = bestCandidate(store->session());
+        ASSERT_TRUE(best.has_value());
+        profile.candidateId = *best;
+        profile.shape = "T=16384,H=8192";
+        profile.candidateUs = 120.0;
+        profile.baselineUs = 300.0;
+        profile.kernels.push_back({ "rmsnorm_kernel", 120.0, 71.5, 25.0, 80.0 });
+        kl::Event e;
+        e.kind = kl::EventKind::CandidateProfiled;
+        e.candidateId = *best;
+        e.timeMs = kl::nowMs();
+        e.data = kl::toJson(profile);
+        store->append(e);
+    }
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
+    auto* panel = static_cast<BottleneckPanel*>(w.bottleneckPanel());
+    const QString expected = QString::fromStdString(kl::bottleneckSummary(profile));
+    ASSERT_TRUE(waitUntil([&]() { return panel->summary() == expected; })) << panel->summary().toStdString();
+    EXPECT_TRUE(expected.contains(QStringLiteral("DRAM 71.5% of peak")));
+    EXPECT_TRUE(panel->useButton()->isEnabled());
+}
+
 TEST(MainWindow, ScreenshotsRenderEveryMainView)
 {
     QTemporaryDir tmp;
