@@ -12,13 +12,16 @@ std::string rooflineClass(double dramPct, double smPct)
 {
     if (dramPct < 0 && smPct < 0)
         return "unknown";
-    // NVIDIA's speed-of-light thresholds (Nsight Compute bottleneck guide).
+    // NVIDIA's speed-of-light thresholds (Nsight Compute bottleneck guide): above 60% a pipe is busy. Below 60% on
+    // both, a pipe at 40% or more is the bound only when it clearly leads the other (1.5x); two pipes at similar low
+    // figures (DRAM 33%, SM 41%) mean neither limits the kernel: it is latency-bound, the GPU under-utilised.
     const double d = std::max(dramPct, 0.0), c = std::max(smPct, 0.0);
     if (d > 60 && c > 60)
         return "balanced";
-    if (d >= 40 && d >= c)
+    const bool bothLow = d < 60 && c < 60;
+    if (d >= 40 && d >= c && (!bothLow || d >= 1.5 * c))
         return "memory-bound";
-    if (c >= 40)
+    if (c >= 40 && c > d && (!bothLow || c >= 1.5 * d))
         return "compute-bound";
     return "latency-bound";
 }

@@ -136,7 +136,7 @@ struct Analysis {
     // Host-attributed idle by the innermost CPU op (or range) running on the launching thread at the time.
     std::vector<std::pair<std::string, int64_t>> hostIdleByCpuOp; // top 5, largest first
     std::string bottleneck; // launch-overhead | host-bound | synchronization | memory-bound | compute-bound |
-                            // latency-bound | gpu-bound | no-gpu-work
+                            // latency-bound | gpu-bound | gpu-idle (idle, no CPU records to say why) | no-gpu-work
     std::vector<std::string> findings; // ordered, most important first
     std::vector<std::string> warnings;
 };
