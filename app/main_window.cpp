@@ -29,11 +29,12 @@
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
-#include <QProgressBar>
+#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSettings>
 #include <QStackedWidget>
 #include <QStatusBar>
+#include <QTime>
 #include <QTimer>
 #include <QTreeView>
 #include <QtConcurrent/QtConcurrentRun>
@@ -113,7 +114,8 @@ MainWindow::MainWindow(QWidget* parent)
     , m_gpuLabel(new StatusField(48, this))
     , m_bestLabel(new StatusField(24, this))
     , m_statusTimer(new QTimer(this))
-    , m_budget(new QProgressBar(this))
+    , m_budget(new StatusField(0, this))
+    , m_messages(new QPlainTextEdit(this))
     , m_launcher(new LocalRunLauncher(this))
 {
     setObjectName(QStringLiteral("mainWindow"));
@@ -130,16 +132,20 @@ MainWindow::MainWindow(QWidget* parent)
         = addDock(tr("Bottleneck"), QStringLiteral("bottleneckDock"), m_bottleneck, Qt::RightDockWidgetArea);
     auto* charts = addDock(tr("Charts"), QStringLiteral("chartsDock"), m_charts, Qt::BottomDockWidgetArea);
     auto* timeline = addDock(tr("Timeline"), QStringLiteral("timelineDock"), m_timeline, Qt::BottomDockWidgetArea);
+    m_messages->setObjectName(QStringLiteral("messageLog"));
+    m_messages->setReadOnly(true);
+    m_messages->setPlaceholderText(tr("Errors and warnings appear here, in full."));
+    auto* messages = addDock(tr("Messages"), QStringLiteral("messagesDock"), m_messages, Qt::BottomDockWidgetArea);
     splitDockWidget(review, console, Qt::Vertical);
     tabifyDockWidget(console, bottleneck);
     tabifyDockWidget(charts, timeline);
+    tabifyDockWidget(timeline, messages);
     console->raise();
     charts->raise();
     resizeDocks({ findChild<QDockWidget*>(QStringLiteral("candidatesDock")), review }, { 560, 400 }, Qt::Horizontal);
     resizeDocks({ charts }, { 300 }, Qt::Vertical);
 
-    m_budget->setMaximumWidth(180);
-    m_budget->setTextVisible(true);
+    m_budget->setObjectName(QStringLiteral("budgetField"));
     m_budget->hide();
     statusBar()->addWidget(m_workerLabel, 1);
     statusBar()->addPermanentWidget(m_bestLabel);
@@ -167,9 +173,11 @@ MainWindow::MainWindow(QWidget* parent)
         showMessage(tr("Replay finished"));
     });
     connect(m_controller, &SessionController::failed, this, [this](const QString& message) {
-        showMessage(message, 10000);
-        if (!m_controller->isOpen())
+        if (!m_controller->isOpen()) {
             m_workerLabel->setText(message);
+            showStartPage();
+        }
+        reportProblem(message);
     });
 
     connect(m_candidates, &CandidatePanel::currentCandidateChanged, this, &MainWindow::onCurrentCandidate);
@@ -208,7 +216,7 @@ MainWindow::MainWindow(QWidget* parent)
         if (!path.isEmpty())
             m_timeline->loadTrace(path, append);
     });
-    connect(m_timeline, &TimelinePanel::loadFailed, this, [this](const QString& m) { showMessage(m, 10000); });
+    connect(m_timeline, &TimelinePanel::loadFailed, this, [this](const QString& m) { reportProblem(m); });
     connect(m_timeline, &TimelinePanel::traceLoaded, this, [this](const QString& label) {
         showMessage(tr("Loaded trace %1").arg(label));
         if (auto* dock = findChild<QDockWidget*>(QStringLiteral("timelineDock"))) {
@@ -409,8 +417,10 @@ void MainWindow::createActions()
     });
 }
 
-void MainWindow::openSession(const QString& directory, OpenMode mode, double speed)
+void MainWindow::openSession(const QString& directory, OpenMode requested, double speed)
 {
+    const bool demo = requested == OpenMode::Writable && isBundledDemoSession(directory);
+    const OpenMode mode = demo ? OpenMode::Load : requested;
     m_sessionReadyEmitted = false;
     m_diffShownFor.clear();
     m_speed = speed;
@@ -422,6 +432,8 @@ void MainWindow::openSession(const QString& directory, OpenMode mode, double spe
     m_review->setSession(nullptr);
     m_charts->setSession(nullptr);
     m_controller->open(directory, mode, speed);
+    if (demo)
+        showMessage(tr("The bundled demo session opens read-only; copy its folder to record decisions in it"), 15000);
 }
 
 void MainWindow::showStartPage()
@@ -462,8 +474,9 @@ void MainWindow::onOpened(const OpenedSession& info)
     m_charts->setProblem(info.problem);
     if (!info.replaying)
         addRecent(info.directory);
-    if (!info.warnings.isEmpty())
-        showMessage(info.warnings.join(QStringLiteral("; ")), 10000);
+    m_runStopShown = false;
+    for (const QString& w : info.warnings)
+        reportProblem(w);
     updateStatusBar();
 }
 
@@ -484,6 +497,8 @@ void MainWindow::onSessionUpdated(const SessionSnapshot& s)
         if (c.sourceHash != m_diffSourceHash)
             onCurrentCandidate(current);
     }
+    showLoopProfile();
+    applyRunState();
     if (!m_sessionReadyEmitted || !m_controller->isReplaying())
         updateStatusBar();
     else if (!m_statusTimer->isActive())
@@ -669,6 +684,10 @@ void MainWindow::updateStatusBar()
                      .arg(m_controller->eventsApplied())
                      .arg(info.eventCount)
                      .arg(speed, m_controller->isPaused() ? tr(" · paused (F8)") : QString());
+    } else if (info.following && m_controller->runHasStopped()) {
+        worker = tr("%1 · was following: the run has %2 (%3); nothing reads decisions now: kloop run --resume %4")
+                     .arg(info.displayName, m_controller->runState(), m_controller->runStateReason(),
+                         QDir::toNativeSeparators(info.directory));
     } else if (info.following) {
         worker = tr("%1 · following the running session (kloop run writes it; read-only here)").arg(info.displayName);
     } else if (info.writable) {
@@ -706,9 +725,11 @@ void MainWindow::updateStatusBar()
         }
         const int maxEvals = s->settings.budget.maxEvaluations;
         if (maxEvals > 0) {
-            m_budget->setRange(0, maxEvals);
-            m_budget->setValue(std::min<int>(maxEvals, static_cast<int>(s->evaluations.size())));
-            m_budget->setFormat(tr("budget %v / %m evaluations"));
+            const int used = std::min<int>(maxEvals, static_cast<int>(s->evaluations.size()));
+            m_budget->setText(tr("budget %1 / %2 evaluations").arg(used).arg(maxEvals));
+            // Wide enough for the largest count this budget reaches, so the text is never cut and never jumps.
+            m_budget->setMinimumWidth(
+                m_budget->fontMetrics().horizontalAdvance(tr("budget %1 / %1 evaluations").arg(maxEvals)) + 12);
             m_budget->show();
         } else {
             m_budget->hide();
@@ -725,6 +746,50 @@ QString MainWindow::statusText() const
 void MainWindow::showMessage(const QString& text, int timeoutMs)
 {
     statusBar()->showMessage(text, timeoutMs);
+}
+
+void MainWindow::reportProblem(const QString& text)
+{
+    m_messages->appendPlainText(
+        QStringLiteral("%1  %2").arg(QTime::currentTime().toString(QStringLiteral("HH:mm:ss")), text));
+    if (m_stack->currentWidget() == m_start) {
+        m_start->setNotice(text);
+    } else if (auto* dock = findChild<QDockWidget*>(QStringLiteral("messagesDock"))) {
+        dock->show();
+        dock->raise();
+    }
+    showMessage(tr("%1 (full text under View → Messages)").arg(text.left(120)), 10000);
+}
+
+QString MainWindow::budgetText() const
+{
+    return m_budget->text();
+}
+
+void MainWindow::applyRunState()
+{
+    // Followed run gone: the inbox has no reader, so decisions here would wait unseen.
+    if (!m_controller->info().following)
+        return;
+    if (!m_controller->runHasStopped()) {
+        if (m_runStopShown && m_controller->runState() == QLatin1String("running")) {
+            m_runStopShown = false; // resumed (kloop run --resume): it reads the inbox again
+            m_review->setWritable(m_controller->info().writable);
+            m_console->setWritable(m_controller->info().writable);
+            updateStatusBar();
+        }
+        return;
+    }
+    if (m_runStopShown)
+        return;
+    m_runStopShown = true;
+    m_review->setWritable(false);
+    m_console->setWritable(false);
+    reportProblem(tr("kloop run has %1 (%2): %3 is no longer followed live. Approvals and hypotheses are off; "
+                     "continue the run with kloop run --resume %3 to decide on its candidates.")
+                      .arg(m_controller->runState(), m_controller->runStateReason(),
+                          QDir::toNativeSeparators(m_controller->info().directory)));
+    updateStatusBar();
 }
 
 void MainWindow::openSessionDialog(OpenMode mode)

@@ -10,7 +10,7 @@
 
 class QDockWidget;
 class QLabel;
-class QProgressBar;
+class QPlainTextEdit;
 class QStackedWidget;
 class QTimer;
 
@@ -59,6 +59,9 @@ public:
     StartPage* startPage() const { return m_start; }
     TimelinePanel* timelinePanel() const { return m_timeline; }
     QWidget* bottleneckPanel() const { return m_bottleneck; }
+    // Errors and warnings, with the time they happened, in full: the status bar only says that one arrived.
+    QPlainTextEdit* messageLog() const { return m_messages; }
+    QString budgetText() const;
     QList<QDockWidget*> docks() const;
     QString statusText() const;
 
@@ -81,6 +84,9 @@ private:
     void showLoopProfile();
     void updateStatusBar();
     void showMessage(const QString& text, int timeoutMs = 6000);
+    // Into the message log (raised) and, briefly, the status bar; on the start page also its notice.
+    void reportProblem(const QString& text);
+    void applyRunState();
     void openSessionDialog(OpenMode mode);
     void openTraceDialog();
     void exportDialog(const QString& id);
@@ -101,7 +107,9 @@ private:
     StatusField* m_gpuLabel;
     StatusField* m_bestLabel;
     QTimer* m_statusTimer;
-    QProgressBar* m_budget;
+    StatusField* m_budget;
+    QPlainTextEdit* m_messages;
+    bool m_runStopShown = false;
     LocalRunLauncher* m_launcher;
     QByteArray m_defaultState;
     QByteArray m_workbenchState; // dock layout while the start page hides the docks

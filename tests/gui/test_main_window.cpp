@@ -12,6 +12,8 @@
 #include "app/review_panel.h"
 #include "app/screenshot.h"
 #include "app/session_controller.h"
+#include "app/start_page.h"
+#include "app/status_field.h"
 #include "app/timeline_panel.h"
 #include "core/session_inbox.h"
 #include "dispatch_latency.h"
@@ -695,6 +697,111 @@ TEST(MainWindow, FollowsASessionThatAnotherWriterExtends)
     QTest::qWait(3 * SessionWorker::kFollowPollMs);
     EXPECT_TRUE(w.controller()->isOpen());
     EXPECT_EQ(static_cast<int>(w.controller()->session()->tree.size()), before + 1);
+}
+
+// The followed run stops (budget, Ctrl-C, a crash that still journals its state): the workbench says so, and the
+// review queue and hypothesis box stop sending what nothing would read.
+TEST(MainWindow, AFollowedRunThatStopsIsShownAsStoppedAndDecisionsAreOff)
+{
+    QTemporaryDir tmp;
+    const auto dir = freshSession(tmp);
+    kl::SessionStore::open(dir)->setState("running", "agent tuner:anneal");
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Follow));
+    ReviewPanel* review = w.reviewPanel();
+    ASSERT_TRUE(waitUntil([&]() { return review->model()->rowCount() == 2; }));
+    review->view()->selectRow(0);
+    EXPECT_TRUE(review->approveButton()->isEnabled());
+    EXPECT_TRUE(w.statusText().contains(QStringLiteral("following the running session")))
+        << w.statusText().toStdString();
+
+    kl::SessionStore::open(dir)->setState("stopped", "stopped by the user");
+    ASSERT_TRUE(waitUntil([&]() { return w.statusText().contains(QStringLiteral("the run has stopped")); }))
+        << w.statusText().toStdString();
+    EXPECT_FALSE(w.statusText().contains(QStringLiteral("following the running session")));
+    EXPECT_TRUE(w.statusText().contains(QStringLiteral("kloop run --resume"))) << w.statusText().toStdString();
+    review->view()->selectRow(0);
+    EXPECT_FALSE(review->approveButton()->isEnabled());
+    EXPECT_FALSE(w.hypothesisConsole()->findChild<QPushButton*>(QStringLiteral("sendHypothesis"))->isEnabled());
+    EXPECT_TRUE(w.messageLog()->toPlainText().contains(QStringLiteral("kloop run has stopped (stopped by the user)")))
+        << w.messageLog()->toPlainText().toStdString();
+    EXPECT_TRUE(w.findChild<QDockWidget*>(QStringLiteral("messagesDock"))->isVisible());
+
+    // Resumed: decisions reach the run again.
+    kl::SessionStore::open(dir)->setState("running", "resumed");
+    ASSERT_TRUE(waitUntil([&]() { return w.statusText().contains(QStringLiteral("following the running session")); }));
+    review->view()->selectRow(0);
+    EXPECT_TRUE(review->approveButton()->isEnabled());
+}
+
+TEST(MainWindow, ErrorsAreReadableInFullNotOnlyInTheStatusBar)
+{
+    QTemporaryDir tmp;
+    const auto broken = std::filesystem::path(tmp.path().toStdString()) / "future";
+    std::filesystem::create_directories(broken);
+    kl::writeFileAtomic(broken / "session.json", "{\"schema_version\": 99, \"id\": \"f\"}\n");
+    kl::writeFileAtomic(broken / "journal.jsonl", "");
+    MainWindow w;
+    w.show();
+    QSignalSpy failed(w.controller(), &SessionController::failed);
+    w.openSession(QString::fromStdString(broken.string()), OpenMode::Load);
+    ASSERT_TRUE(failed.wait(5000));
+    const QString message = failed.at(0).at(0).toString();
+    // On the start page, in its word-wrapped notice, and in the message log: whole, not clipped.
+    EXPECT_EQ(w.startPage()->notice(), message);
+    EXPECT_TRUE(w.messageLog()->toPlainText().contains(message)) << w.messageLog()->toPlainText().toStdString();
+
+    // With a session open, a failure lands in the Messages dock, which comes to the front.
+    const auto dir = freshSession(tmp);
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
+    const QString missing = tmp.filePath(QStringLiteral("missing.json"));
+    QSignalSpy loadFailed(w.timelinePanel(), &TimelinePanel::loadFailed);
+    w.timelinePanel()->loadTrace(missing);
+    ASSERT_TRUE(loadFailed.count() > 0 || loadFailed.wait(5000));
+    EXPECT_TRUE(w.messageLog()->toPlainText().contains(loadFailed.at(0).at(0).toString()));
+    EXPECT_TRUE(w.findChild<QDockWidget*>(QStringLiteral("messagesDock"))->isVisible());
+}
+
+TEST(MainWindow, TheBundledDemoSessionOpensReadOnly)
+{
+    const auto demo = std::filesystem::path(KL_SOURCE_DIR) / "resources" / "demo-session";
+    const auto journalSize = std::filesystem::file_size(demo / "journal.jsonl");
+    const auto entries = [&demo]() {
+        std::set<std::string> names;
+        for (const auto& e : std::filesystem::directory_iterator(demo))
+            names.insert(e.path().filename().string());
+        return names;
+    }();
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, demo, OpenMode::Writable));
+    EXPECT_FALSE(w.controller()->isWritable());
+    EXPECT_TRUE(w.statusText().contains(QStringLiteral("read-only"))) << w.statusText().toStdString();
+    EXPECT_FALSE(w.reviewPanel()->approveButton()->isEnabled());
+    EXPECT_EQ(std::filesystem::file_size(demo / "journal.jsonl"), journalSize);
+    w.controller()->close();
+    std::set<std::string> after;
+    for (const auto& e : std::filesystem::directory_iterator(demo))
+        after.insert(e.path().filename().string());
+    EXPECT_EQ(after, entries) << "no lock or inbox left in the shipped folder";
+}
+
+TEST(MainWindow, TheBudgetFieldShowsItsWholeText)
+{
+    QTemporaryDir tmp;
+    const auto dir = freshSession(tmp);
+    MainWindow w;
+    w.resize(1000, 700);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
+    const auto* field = w.findChild<StatusField*>(QStringLiteral("budgetField"));
+    ASSERT_NE(field, nullptr);
+    const int evaluated = static_cast<int>(w.controller()->session()->evaluations.size());
+    EXPECT_EQ(w.budgetText(), QStringLiteral("budget %1 / 40 evaluations").arg(evaluated));
+    ASSERT_TRUE(waitUntil([&]() { return field->isVisible() && field->width() > 0; }));
+    EXPECT_GE(field->width() - 8, field->fontMetrics().horizontalAdvance(w.budgetText())) << "cut off";
+    EXPECT_GE(field->height(), field->fontMetrics().height());
 }
 
 TEST(MainWindow, SteersASessionThatKloopRunIsWritingThroughItsInbox)
