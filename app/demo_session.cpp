@@ -39,6 +39,24 @@ bool extractResourceDir(const QString& resourceDir, const QString& targetDir, QS
     return true;
 }
 
+bool isBundledDemoSession(const QString& dir)
+{
+    const QString canonical = QFileInfo(dir).canonicalFilePath();
+    if (canonical.isEmpty())
+        return false;
+    QStringList bundled { demoSessionDir() };
+    const QDir appDir(QCoreApplication::applicationDirPath());
+    bundled << appDir.absoluteFilePath(QStringLiteral("../share/kernelloop/demo-session"))
+            << appDir.absoluteFilePath(QStringLiteral("demo-session"));
+#ifdef KL_APP_SOURCE_DIR
+    bundled << QStringLiteral(KL_APP_SOURCE_DIR "/resources/demo-session");
+#endif
+    for (const QString& b : bundled)
+        if (!b.isEmpty() && QFileInfo(b).canonicalFilePath() == canonical)
+            return true;
+    return false;
+}
+
 QString demoSessionDir()
 {
     QStringList candidates;

@@ -9,6 +9,10 @@ namespace kl::app {
 // Empty when this build has none.
 QString demoSessionDir();
 
+// Whether dir is the bundled recorded session (any of the places demoSessionDir() looks, or its extracted copy):
+// it opens read-only, so nothing typed in the workbench is appended to the shipped journal.
+bool isBundledDemoSession(const QString& dir);
+
 // Copies a Qt resource folder to a real directory; returns false naming the file that failed.
 bool extractResourceDir(const QString& resourceDir, const QString& targetDir, QString* error = nullptr);
 

@@ -154,6 +154,7 @@ DiffView::DiffView(QWidget* parent)
     , m_oldTitle(new QLabel(this))
     , m_newTitle(new QLabel(this))
     , m_summary(new QLabel(this))
+    , m_params(new QLabel(this))
     , m_left(new CodeView(this))
     , m_right(new CodeView(this))
 {
@@ -188,6 +189,12 @@ DiffView::DiffView(QWidget* parent)
     layout->setContentsMargins(0, 0, 0, 0);
     layout->setSpacing(0);
     layout->addLayout(header);
+    m_params->setObjectName(QStringLiteral("parameterChanges"));
+    m_params->setContentsMargins(8, 2, 8, 4);
+    m_params->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_params->setWordWrap(true);
+    m_params->hide();
+    layout->addWidget(m_params);
     layout->addWidget(splitter, 1);
 
     // Both sides have the same rows, so scrolling one scrolls the other by the same amount.
@@ -212,6 +219,8 @@ void DiffView::clear(const QString& message)
     m_oldTitle->setText(message);
     m_newTitle->clear();
     m_summary->clear();
+    m_params->clear();
+    m_params->hide();
     m_left->setRows(QString(), {});
     m_right->setRows(QString(), {});
 }
@@ -220,6 +229,8 @@ void DiffView::setTexts(
     const QString& oldTitle, const std::string& oldText, const QString& newTitle, const std::string& newText)
 {
     m_rows = sideBySide(oldText, newText);
+    m_params->clear();
+    m_params->hide();
     m_changeStarts.clear();
     m_currentChange = -1;
     m_added = m_removed = 0;
@@ -254,6 +265,27 @@ void DiffView::setTexts(
         m_currentChange = 0;
         scrollToRow(std::max(0, m_changeStarts.front() - 3));
     }
+}
+
+void DiffView::setParameterChanges(const std::vector<kl::ParamChange>& changes)
+{
+    QStringList lines;
+    for (const auto& c : changes)
+        lines << QString::fromStdString(c.text()).replace(QStringLiteral(" -> "), QStringLiteral(" → "));
+    m_params->setText(lines.isEmpty() ? QString() : tr("Parameters: %1").arg(lines.join(QStringLiteral(" · "))));
+    m_params->setVisible(!lines.isEmpty());
+    if (!lines.isEmpty() && m_changeStarts.empty())
+        m_summary->setText(tr("identical sources, %n parameter(s) changed", nullptr, static_cast<int>(lines.size())));
+}
+
+QString DiffView::parameterText() const
+{
+    return m_params->text();
+}
+
+QString DiffView::summaryText() const
+{
+    return m_summary->text();
 }
 
 void DiffView::applyBackgrounds()

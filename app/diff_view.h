@@ -53,6 +53,10 @@ public:
     void setTexts(
         const QString& oldTitle, const std::string& oldText, const QString& newTitle, const std::string& newText);
     void clear(const QString& message = {});
+    // Shown above the source diff (a tuner child differs from its parent only here); call after setTexts.
+    void setParameterChanges(const std::vector<kl::ParamChange>& changes);
+    QString parameterText() const;
+    QString summaryText() const;
 
     int addedLines() const { return m_added; }
     int removedLines() const { return m_removed; }
@@ -72,6 +76,7 @@ private:
     QLabel* m_oldTitle;
     QLabel* m_newTitle;
     QLabel* m_summary;
+    QLabel* m_params;
     CodeView* m_left;
     CodeView* m_right;
     std::vector<SideBySideRow> m_rows;

@@ -5,7 +5,6 @@
 #include "app/charts_panel.h"
 #include "app/demo_session.h"
 #include "app/diff_view.h"
-#include "app/export_winner.h"
 #include "app/hypothesis_console.h"
 #include "app/models/candidate_tree_model.h"
 #include "app/models/session_metrics.h"
@@ -16,6 +15,7 @@
 #include "app/theme.h"
 #include "app/timeline_panel.h"
 #include "core/gpu_run_lock.h"
+#include "kernels/export/exporter.h"
 #include "profiler/analysis.h"
 
 #include <QAction>
@@ -29,10 +29,12 @@
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
-#include <QProgressBar>
+#include <QPlainTextEdit>
+#include <QPushButton>
 #include <QSettings>
 #include <QStackedWidget>
 #include <QStatusBar>
+#include <QTime>
 #include <QTimer>
 #include <QTreeView>
 #include <QtConcurrent/QtConcurrentRun>
@@ -112,7 +114,8 @@ MainWindow::MainWindow(QWidget* parent)
     , m_gpuLabel(new StatusField(48, this))
     , m_bestLabel(new StatusField(24, this))
     , m_statusTimer(new QTimer(this))
-    , m_budget(new QProgressBar(this))
+    , m_budget(new StatusField(0, this))
+    , m_messages(new QPlainTextEdit(this))
     , m_launcher(new LocalRunLauncher(this))
 {
     setObjectName(QStringLiteral("mainWindow"));
@@ -129,16 +132,20 @@ MainWindow::MainWindow(QWidget* parent)
         = addDock(tr("Bottleneck"), QStringLiteral("bottleneckDock"), m_bottleneck, Qt::RightDockWidgetArea);
     auto* charts = addDock(tr("Charts"), QStringLiteral("chartsDock"), m_charts, Qt::BottomDockWidgetArea);
     auto* timeline = addDock(tr("Timeline"), QStringLiteral("timelineDock"), m_timeline, Qt::BottomDockWidgetArea);
+    m_messages->setObjectName(QStringLiteral("messageLog"));
+    m_messages->setReadOnly(true);
+    m_messages->setPlaceholderText(tr("Errors and warnings appear here, in full."));
+    auto* messages = addDock(tr("Messages"), QStringLiteral("messagesDock"), m_messages, Qt::BottomDockWidgetArea);
     splitDockWidget(review, console, Qt::Vertical);
     tabifyDockWidget(console, bottleneck);
     tabifyDockWidget(charts, timeline);
+    tabifyDockWidget(timeline, messages);
     console->raise();
     charts->raise();
     resizeDocks({ findChild<QDockWidget*>(QStringLiteral("candidatesDock")), review }, { 560, 400 }, Qt::Horizontal);
     resizeDocks({ charts }, { 300 }, Qt::Vertical);
 
-    m_budget->setMaximumWidth(180);
-    m_budget->setTextVisible(true);
+    m_budget->setObjectName(QStringLiteral("budgetField"));
     m_budget->hide();
     statusBar()->addWidget(m_workerLabel, 1);
     statusBar()->addPermanentWidget(m_bestLabel);
@@ -166,9 +173,11 @@ MainWindow::MainWindow(QWidget* parent)
         showMessage(tr("Replay finished"));
     });
     connect(m_controller, &SessionController::failed, this, [this](const QString& message) {
-        showMessage(message, 10000);
-        if (!m_controller->isOpen())
+        if (!m_controller->isOpen()) {
             m_workerLabel->setText(message);
+            showStartPage();
+        }
+        reportProblem(message);
     });
 
     connect(m_candidates, &CandidatePanel::currentCandidateChanged, this, &MainWindow::onCurrentCandidate);
@@ -207,7 +216,7 @@ MainWindow::MainWindow(QWidget* parent)
         if (!path.isEmpty())
             m_timeline->loadTrace(path, append);
     });
-    connect(m_timeline, &TimelinePanel::loadFailed, this, [this](const QString& m) { showMessage(m, 10000); });
+    connect(m_timeline, &TimelinePanel::loadFailed, this, [this](const QString& m) { reportProblem(m); });
     connect(m_timeline, &TimelinePanel::traceLoaded, this, [this](const QString& label) {
         showMessage(tr("Loaded trace %1").arg(label));
         if (auto* dock = findChild<QDockWidget*>(QStringLiteral("timelineDock"))) {
@@ -408,8 +417,10 @@ void MainWindow::createActions()
     });
 }
 
-void MainWindow::openSession(const QString& directory, OpenMode mode, double speed)
+void MainWindow::openSession(const QString& directory, OpenMode requested, double speed)
 {
+    const bool demo = requested == OpenMode::Writable && isBundledDemoSession(directory);
+    const OpenMode mode = demo ? OpenMode::Load : requested;
     m_sessionReadyEmitted = false;
     m_diffShownFor.clear();
     m_speed = speed;
@@ -421,6 +432,8 @@ void MainWindow::openSession(const QString& directory, OpenMode mode, double spe
     m_review->setSession(nullptr);
     m_charts->setSession(nullptr);
     m_controller->open(directory, mode, speed);
+    if (demo)
+        showMessage(tr("The bundled demo session opens read-only; copy its folder to record decisions in it"), 15000);
 }
 
 void MainWindow::showStartPage()
@@ -461,8 +474,9 @@ void MainWindow::onOpened(const OpenedSession& info)
     m_charts->setProblem(info.problem);
     if (!info.replaying)
         addRecent(info.directory);
-    if (!info.warnings.isEmpty())
-        showMessage(info.warnings.join(QStringLiteral("; ")), 10000);
+    m_runStopShown = false;
+    for (const QString& w : info.warnings)
+        reportProblem(w);
     updateStatusBar();
 }
 
@@ -483,6 +497,8 @@ void MainWindow::onSessionUpdated(const SessionSnapshot& s)
         if (c.sourceHash != m_diffSourceHash)
             onCurrentCandidate(current);
     }
+    showLoopProfile();
+    applyRunState();
     if (!m_sessionReadyEmitted || !m_controller->isReplaying())
         updateStatusBar();
     else if (!m_statusTimer->isActive())
@@ -493,10 +509,39 @@ void MainWindow::onSessionUpdated(const SessionSnapshot& s)
     }
 }
 
+void MainWindow::showLoopProfile()
+{
+    // A trace the engineer opened is what the panel is about; until then it shows the loop's profile of the
+    // selected candidate, else of the best: the text the agent's prompt carried.
+    const SessionSnapshot& s = m_controller->session();
+    if (!s || !m_timeline->rowModel()->traces().empty())
+        return;
+    auto it = s->profiles.find(m_candidates->currentCandidate().toStdString());
+    if (it == s->profiles.end())
+        if (const auto best = bestCandidate(*s))
+            it = s->profiles.find(*best);
+    if (it == s->profiles.end())
+        return;
+    const QString text = QString::fromStdString(kl::bottleneckSummary(it->second));
+    auto* panel = static_cast<BottleneckPanel*>(m_bottleneck);
+    if (panel->summary() == text)
+        return;
+    const Theme& t = theme();
+    panel->setAnalysis(
+        QStringLiteral("<p><span style='color:%1'>%2</span></p><pre style='white-space:pre-wrap'>%3</pre>")
+            .arg(t.mutedText.name(),
+                tr("Profile of %1 by the research loop (in the agent's prompt)")
+                    .arg(QString::fromStdString(it->first))
+                    .toHtmlEscaped(),
+                text.toHtmlEscaped()),
+        text);
+}
+
 void MainWindow::onCurrentCandidate(const QString& id)
 {
     const SessionSnapshot& s = m_controller->session();
     m_charts->setSelectedCandidate(id);
+    showLoopProfile();
     if (!s || id.isEmpty() || !s->tree.contains(id.toStdString()))
         return;
     const kl::Candidate& c = s->tree.at(id.toStdString());
@@ -508,7 +553,8 @@ void MainWindow::onCurrentCandidate(const QString& id)
     }
     const kl::Candidate& parent = s->tree.at(c.parentId);
     m_diff->setTexts(tr("%1 (parent)").arg(QString::fromStdString(parent.id)), parent.source,
-        QStringLiteral("%1 — %2").arg(id, kl::app::statusText(c.status)), c.source);
+        QStringLiteral("%1 — %2").arg(id, stateText(c)), c.source);
+    m_diff->setParameterChanges(kl::paramDiff(parent.params, c.params));
 }
 
 void MainWindow::compare(const QString& oldId, const QString& newId)
@@ -517,22 +563,95 @@ void MainWindow::compare(const QString& oldId, const QString& newId)
     if (!s || !s->tree.contains(oldId.toStdString()) || !s->tree.contains(newId.toStdString()))
         return;
     m_diffShownFor.clear();
-    m_diff->setTexts(oldId, s->tree.at(oldId.toStdString()).source, newId, s->tree.at(newId.toStdString()).source);
+    const kl::Candidate& oldC = s->tree.at(oldId.toStdString());
+    const kl::Candidate& newC = s->tree.at(newId.toStdString());
+    m_diff->setTexts(oldId, oldC.source, newId, newC.source);
+    m_diff->setParameterChanges(kl::paramDiff(oldC.params, newC.params));
     showWorkbench();
 }
 
-bool MainWindow::exportTo(const QString& candidateId, const QString& directory, QString* error)
+bool MainWindow::exportTo(const QString& candidateId, const QString& directory, QString* error, bool force)
+{
+    auto fail = [error](const QString& message) {
+        if (error)
+            *error = message;
+        return false;
+    };
+    const SessionSnapshot& s = m_controller->session();
+    if (!s)
+        return fail(tr("No session open"));
+    const std::optional<kl::Problem>& problem = m_controller->info().problem;
+    if (!problem)
+        return fail(tr("The problem '%1' of this session was not found in the catalogue, so its reference kernel "
+                       "(the fallback of the bundle) is not available: nothing was exported")
+                        .arg(QString::fromStdString(s->problemName)));
+    kl::exporter::ExportOptions options;
+    options.candidateId = candidateId.toStdString();
+    options.outDir = directory.toStdString();
+    options.force = force;
+    try {
+        kl::exporter::exportBundle(*s, *problem, options);
+    } catch (const std::exception& e) {
+        return fail(QString::fromStdString(e.what()));
+    }
+    if (error)
+        error->clear();
+    return true;
+}
+
+void MainWindow::exportWithReview(const QString& candidateId, const QString& directory)
 {
     const SessionSnapshot& s = m_controller->session();
-    if (!s) {
-        if (error)
-            *error = tr("No session open");
-        return false;
+    const std::optional<kl::Problem>& problem = m_controller->info().problem;
+    bool force = false;
+    if (s && problem) {
+        kl::exporter::ExportPlan plan;
+        try {
+            plan = kl::exporter::planExport(*s, *problem, candidateId.toStdString());
+        } catch (const std::exception& e) {
+            QMessageBox::warning(this, tr("Export failed"), QString::fromStdString(e.what()));
+            return;
+        }
+        if (!plan.refusals.empty()) {
+            QString reasons;
+            QStringList codes;
+            for (const auto& r : plan.refusals) {
+                reasons += QStringLiteral("<li><b>%1</b>: %2</li>")
+                               .arg(QString::fromStdString(r.code).toHtmlEscaped(),
+                                   QString::fromStdString(r.message).toHtmlEscaped());
+                codes << QString::fromStdString(r.code);
+            }
+            codes.removeDuplicates();
+            QMessageBox refused(QMessageBox::Warning, tr("Export refused"),
+                tr("<p>%1 is not exported, for these reasons:</p><ul>%2</ul>").arg(candidateId, reasons),
+                QMessageBox::Close, this);
+            refused.setObjectName(QStringLiteral("exportRefusedDialog"));
+            QPushButton* forceButton = refused.addButton(tr("Force Export…"), QMessageBox::DestructiveRole);
+            forceButton->setObjectName(QStringLiteral("forceExport"));
+            refused.setDefaultButton(QMessageBox::Close);
+            refused.exec();
+            if (refused.clickedButton() != forceButton)
+                return;
+            QMessageBox confirm(QMessageBox::Warning, tr("Force the export?"),
+                tr("Export %1 despite: %2?\n\nThis is kloop export --force: the bundle's manifest.json and "
+                   "headers will name these reasons, and whoever uses the kernel must check it.")
+                    .arg(candidateId, codes.join(QStringLiteral(", "))),
+                QMessageBox::Cancel, this);
+            confirm.setObjectName(QStringLiteral("exportForceConfirmation"));
+            QPushButton* yes = confirm.addButton(tr("Export Anyway"), QMessageBox::DestructiveRole);
+            confirm.setDefaultButton(QMessageBox::Cancel);
+            confirm.exec();
+            if (confirm.clickedButton() != yes)
+                return;
+            force = true;
+        }
     }
-    const ExportResult r = exportCandidate(*s, candidateId.toStdString(), directory);
-    if (error)
-        *error = r.error;
-    return r.error.isEmpty();
+    QString error;
+    if (exportTo(candidateId, directory, &error, force))
+        showMessage(tr("Exported %1%2 to %3")
+                        .arg(candidateId, force ? tr(" (forced)") : QString(), QDir::toNativeSeparators(directory)));
+    else
+        QMessageBox::warning(this, tr("Export failed"), error);
 }
 
 void MainWindow::exportDialog(const QString& id)
@@ -541,14 +660,14 @@ void MainWindow::exportDialog(const QString& id)
         showMessage(tr("Select a candidate to export"));
         return;
     }
-    const QString dir = QFileDialog::getExistingDirectory(this, tr("Export %1 to").arg(id));
+    // Next to the session rather than in the process's working directory (often a source tree).
+    const QString start
+        = m_controller->isOpen() ? QFileInfo(m_controller->info().directory).absolutePath() : QDir::homePath();
+    const QString dir
+        = QFileDialog::getExistingDirectory(this, tr("Export %1 into (a folder %1 is created there)").arg(id), start);
     if (dir.isEmpty())
         return;
-    QString error;
-    if (exportTo(id, QDir(dir).filePath(id), &error))
-        showMessage(tr("Exported %1 to %2").arg(id, QDir::toNativeSeparators(QDir(dir).filePath(id))));
-    else
-        QMessageBox::warning(this, tr("Export failed"), error);
+    exportWithReview(id, QDir(dir).filePath(id));
 }
 
 void MainWindow::updateStatusBar()
@@ -565,6 +684,10 @@ void MainWindow::updateStatusBar()
                      .arg(m_controller->eventsApplied())
                      .arg(info.eventCount)
                      .arg(speed, m_controller->isPaused() ? tr(" · paused (F8)") : QString());
+    } else if (info.following && m_controller->runHasStopped()) {
+        worker = tr("%1 · was following: the run has %2 (%3); nothing reads decisions now: kloop run --resume %4")
+                     .arg(info.displayName, m_controller->runState(), m_controller->runStateReason(),
+                         QDir::toNativeSeparators(info.directory));
     } else if (info.following) {
         worker = tr("%1 · following the running session (kloop run writes it; read-only here)").arg(info.displayName);
     } else if (info.writable) {
@@ -602,9 +725,11 @@ void MainWindow::updateStatusBar()
         }
         const int maxEvals = s->settings.budget.maxEvaluations;
         if (maxEvals > 0) {
-            m_budget->setRange(0, maxEvals);
-            m_budget->setValue(std::min<int>(maxEvals, static_cast<int>(s->evaluations.size())));
-            m_budget->setFormat(tr("budget %v / %m evaluations"));
+            const int used = std::min<int>(maxEvals, static_cast<int>(s->evaluations.size()));
+            m_budget->setText(tr("budget %1 / %2 evaluations").arg(used).arg(maxEvals));
+            // Wide enough for the largest count this budget reaches, so the text is never cut and never jumps.
+            m_budget->setMinimumWidth(
+                m_budget->fontMetrics().horizontalAdvance(tr("budget %1 / %1 evaluations").arg(maxEvals)) + 12);
             m_budget->show();
         } else {
             m_budget->hide();
@@ -621,6 +746,50 @@ QString MainWindow::statusText() const
 void MainWindow::showMessage(const QString& text, int timeoutMs)
 {
     statusBar()->showMessage(text, timeoutMs);
+}
+
+void MainWindow::reportProblem(const QString& text)
+{
+    m_messages->appendPlainText(
+        QStringLiteral("%1  %2").arg(QTime::currentTime().toString(QStringLiteral("HH:mm:ss")), text));
+    if (m_stack->currentWidget() == m_start) {
+        m_start->setNotice(text);
+    } else if (auto* dock = findChild<QDockWidget*>(QStringLiteral("messagesDock"))) {
+        dock->show();
+        dock->raise();
+    }
+    showMessage(tr("%1 (full text under View → Messages)").arg(text.left(120)), 10000);
+}
+
+QString MainWindow::budgetText() const
+{
+    return m_budget->text();
+}
+
+void MainWindow::applyRunState()
+{
+    // Followed run gone: the inbox has no reader, so decisions here would wait unseen.
+    if (!m_controller->info().following)
+        return;
+    if (!m_controller->runHasStopped()) {
+        if (m_runStopShown && m_controller->runState() == QLatin1String("running")) {
+            m_runStopShown = false; // resumed (kloop run --resume): it reads the inbox again
+            m_review->setWritable(m_controller->info().writable);
+            m_console->setWritable(m_controller->info().writable);
+            updateStatusBar();
+        }
+        return;
+    }
+    if (m_runStopShown)
+        return;
+    m_runStopShown = true;
+    m_review->setWritable(false);
+    m_console->setWritable(false);
+    reportProblem(tr("kloop run has %1 (%2): %3 is no longer followed live. Approvals and hypotheses are off; "
+                     "continue the run with kloop run --resume %3 to decide on its candidates.")
+                      .arg(m_controller->runState(), m_controller->runStateReason(),
+                          QDir::toNativeSeparators(m_controller->info().directory)));
+    updateStatusBar();
 }
 
 void MainWindow::openSessionDialog(OpenMode mode)

@@ -10,7 +10,7 @@
 
 class QDockWidget;
 class QLabel;
-class QProgressBar;
+class QPlainTextEdit;
 class QStackedWidget;
 class QTimer;
 
@@ -36,7 +36,12 @@ public:
     void showStartPage();
     void showWorkbench();
     void compare(const QString& oldId, const QString& newId);
-    bool exportTo(const QString& candidateId, const QString& directory, QString* error = nullptr);
+    // Exports through kl_export (the bundle `kloop export` writes). Refused candidates fail with the refusals in
+    // error unless force, which exports anyway and writes the reasons into the bundle (kloop export --force).
+    bool exportTo(const QString& candidateId, const QString& directory, QString* error = nullptr, bool force = false);
+    // The Ctrl+E flow after the folder is chosen: refusals are shown with their reasons, and a forced export
+    // needs a second confirmation that names them.
+    void exportWithReview(const QString& candidateId, const QString& directory);
     // Starts kloop run on this machine's GPU and follows the session once it exists; false if it could not
     // start (the start page then says why).
     bool startLocalRun(const LocalRunRequest& request);
@@ -54,6 +59,9 @@ public:
     StartPage* startPage() const { return m_start; }
     TimelinePanel* timelinePanel() const { return m_timeline; }
     QWidget* bottleneckPanel() const { return m_bottleneck; }
+    // Errors and warnings, with the time they happened, in full: the status bar only says that one arrived.
+    QPlainTextEdit* messageLog() const { return m_messages; }
+    QString budgetText() const;
     QList<QDockWidget*> docks() const;
     QString statusText() const;
 
@@ -73,8 +81,12 @@ private:
     void onOpened(const OpenedSession& info);
     void onSessionUpdated(const SessionSnapshot& s);
     void onCurrentCandidate(const QString& id);
+    void showLoopProfile();
     void updateStatusBar();
     void showMessage(const QString& text, int timeoutMs = 6000);
+    // Into the message log (raised) and, briefly, the status bar; on the start page also its notice.
+    void reportProblem(const QString& text);
+    void applyRunState();
     void openSessionDialog(OpenMode mode);
     void openTraceDialog();
     void exportDialog(const QString& id);
@@ -95,7 +107,9 @@ private:
     StatusField* m_gpuLabel;
     StatusField* m_bestLabel;
     QTimer* m_statusTimer;
-    QProgressBar* m_budget;
+    StatusField* m_budget;
+    QPlainTextEdit* m_messages;
+    bool m_runStopShown = false;
     LocalRunLauncher* m_launcher;
     QByteArray m_defaultState;
     QByteArray m_workbenchState; // dock layout while the start page hides the docks

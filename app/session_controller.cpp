@@ -48,6 +48,8 @@ void SessionController::open(const QString& directory, OpenMode mode, double spe
     ++m_generation;
     m_isOpen = false;
     m_applied = 0;
+    m_runState.clear();
+    m_runStateReason.clear();
     m_paused = false;
     m_speed = speed;
     const std::uint64_t generation = m_generation;
@@ -112,6 +114,16 @@ void SessionController::onUpdated(const FeedUpdate& u)
 {
     m_session = u.session;
     m_applied = u.applied;
+    for (const kl::Event& e : u.events)
+        if (e.kind == kl::EventKind::SessionState && e.data.is_object()) {
+            const auto text = [&e](const char* key) {
+                const auto it = e.data.find(key);
+                return it != e.data.end() && it->is_string() ? QString::fromStdString(it->get<std::string>())
+                                                             : QString();
+            };
+            m_runState = text("state");
+            m_runStateReason = text("reason");
+        }
     emit sessionUpdated(m_session);
     if (!u.events.empty())
         emit eventsArrived(u.events);

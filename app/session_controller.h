@@ -31,6 +31,11 @@ public:
     bool isPaused() const { return m_paused; }
     double speed() const { return m_speed; }
     std::size_t eventsApplied() const { return m_applied; }
+    // The run's state as its journal last recorded it ("running", "stopped", "finished", "failed"; empty before
+    // any), with the reason. In follow mode, anything but "running" means nothing reads the inbox any more.
+    const QString& runState() const { return m_runState; }
+    const QString& runStateReason() const { return m_runStateReason; }
+    bool runHasStopped() const { return !m_runState.isEmpty() && m_runState != QLatin1String("running"); }
 
 signals:
     void opened(const kl::app::OpenedSession& info);
@@ -54,6 +59,8 @@ private:
     bool m_paused = false;
     double m_speed = 1.0;
     std::size_t m_applied = 0;
+    QString m_runState;
+    QString m_runStateReason;
     std::uint64_t m_generation = 0; // updates queued before a close/reopen are dropped
     std::uint64_t m_workerGeneration = 0;
 };

@@ -264,30 +264,7 @@ namespace {
     {
         if (!r.sol)
             return "no counters";
-        const double d = r.sol->dramThroughputPct, c = r.sol->smThroughputPct;
-        char buf[320];
-        if (r.bound == "memory-bound" && d >= 80)
-            std::snprintf(buf, sizeof buf,
-                "at the DRAM ceiling (%.0f%% of peak): only moving fewer bytes (fusion, narrower types, reuse) "
-                "makes it faster",
-                d);
-        else if (r.bound == "memory-bound")
-            std::snprintf(buf, sizeof buf,
-                "memory-bound below the ceiling (DRAM %.0f%%, achieved occupancy %.0f%%): keep more bytes in flight "
-                "(wider or vectorised loads, more independent loads per thread, more warps or blocks per SM)",
-                d, r.sol->achievedOccupancyPct);
-        else if (r.bound == "compute-bound")
-            std::snprintf(buf, sizeof buf,
-                "compute-bound (SM %.0f%%): fewer or cheaper instructions per element, tensor cores where they apply",
-                c);
-        else if (r.bound == "balanced")
-            std::snprintf(buf, sizeof buf, "both DRAM (%.0f%%) and SM (%.0f%%) near their ceilings", d, c);
-        else
-            std::snprintf(buf, sizeof buf,
-                "latency-bound (DRAM %.0f%%, SM %.0f%%): neither unit is busy; more parallelism (blocks, warps, "
-                "independent loads) or fewer dependent stalls and launches",
-                d, c);
-        return buf;
+        return boundAdvice(r.bound, r.sol->dramThroughputPct, r.sol->smThroughputPct, r.sol->achievedOccupancyPct);
     }
 
     std::string writeTrace(

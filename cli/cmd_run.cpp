@@ -17,6 +17,7 @@
 
 #if KL_FEATURE_CUDA
 #include "kernels/gpu_evaluator.h"
+#include "kernels/gpu_profiler.h"
 #endif
 
 #include <atomic>
@@ -401,6 +402,13 @@ namespace {
         } catch (const std::exception&) {
             std::cerr << "kloop run: --compile-threads and --pipeline take numbers\n";
             return kExitUsage;
+        }
+
+        // An LLM agent reads the profile of each new best (DRAM/SM throughput, occupancy, bound) in its next prompt.
+        std::optional<GpuProfiler> profiler;
+        if (llm) {
+            profiler.emplace(evaluator);
+            options.profiler = &*profiler;
         }
 
         const bool tty = ::isatty(STDOUT_FILENO) != 0;

@@ -90,8 +90,8 @@ namespace {
         for (const auto& [k, v] : c.params)
             params += (params.empty() ? "" : " ") + k + "=" + std::to_string(v);
         std::printf("%*s%s%s  %-14s %-8s %-10s %s%s\n", depth * 2, "", c.id.c_str(), id == s.tree.head() ? "*" : " ",
-            statusName(c.status), authorName(c.author), medianText(s, id).c_str(), params.c_str(),
-            c.statusReason.empty() ? "" : ("  -- " + c.statusReason).c_str());
+            displayState(c).c_str(), authorName(c.author), medianText(s, id).c_str(), params.c_str(),
+            displayReason(c).empty() ? "" : ("  -- " + displayReason(c)).c_str());
         for (const auto& child : s.tree.children(id))
             printTree(s, child, depth + 1);
     }
@@ -109,6 +109,7 @@ namespace {
             Json cands = Json::array();
             for (const auto& id : s.tree.order()) {
                 Json cj = toJson(s.tree.at(id), false);
+                cj["display_state"] = displayState(s.tree.at(id));
                 if (const auto it = s.evaluations.find(id); it != s.evaluations.end())
                     cj["objective"] = it->second.objective;
                 cands.push_back(cj);
@@ -177,14 +178,6 @@ namespace {
         return kExitOk;
     }
 
-    std::string withParams(const Candidate& c)
-    {
-        std::string header;
-        for (const auto& [k, v] : c.params)
-            header += "// param " + k + " = " + std::to_string(v) + "\n";
-        return header + c.source;
-    }
-
     int runDiff(const Args& a)
     {
         if (a.positionals().size() != 3 && a.positionals().size() != 2) {
@@ -209,8 +202,9 @@ namespace {
         if (!s.tree.contains(bId))
             throw InputError("no candidate '" + bId + "' in session " + s.id);
         const int context = std::stoi(a.optionOr("context", "3"));
-        const std::string oldText = withParams(s.tree.at(oldId));
-        const std::string newText = withParams(s.tree.at(bId));
+        const std::string& oldText = s.tree.at(oldId).source;
+        const std::string& newText = s.tree.at(bId).source;
+        const std::vector<ParamChange> params = paramDiff(s.tree.at(oldId).params, s.tree.at(bId).params);
         if (a.has("json")) {
             Json hunks = Json::array();
             for (const auto& h : diffHunks(oldText, newText, context)) {
@@ -224,10 +218,20 @@ namespace {
                 hunks.push_back({ { "old_start", h.oldStart }, { "old_count", h.oldCount }, { "new_start", h.newStart },
                     { "new_count", h.newCount }, { "lines", lines } });
             }
-            std::cout << Json { { "old", oldId }, { "new", bId }, { "hunks", hunks } }.dump(2) << "\n";
+            Json paramJson = Json::array();
+            for (const auto& p : params)
+                paramJson.push_back({ { "name", p.name }, { "old", p.oldValue ? Json(*p.oldValue) : Json() },
+                    { "new", p.newValue ? Json(*p.newValue) : Json() } });
+            std::cout << Json { { "old", oldId }, { "new", bId }, { "params", paramJson }, { "hunks", hunks } }.dump(2)
+                      << "\n";
         } else {
+            for (const auto& p : params)
+                std::cout << "param " << p.text() << "\n";
             const std::string d = unifiedDiff(oldText, newText, oldId + "/source.cu", bId + "/source.cu", context);
-            std::cout << (d.empty() ? "(no differences)\n" : d);
+            if (d.empty())
+                std::cout << (params.empty() ? "(no differences)\n" : "(identical sources)\n");
+            else
+                std::cout << d;
         }
         return kExitOk;
     }

@@ -77,4 +77,31 @@ bool isTerminal(CandidateStatus s)
     }
 }
 
+bool isSeededBaseline(const Candidate& c)
+{
+    return c.parentId.empty() && c.agent == kSeededBaselineAgent;
+}
+
+namespace {
+    // Measured and correct: the loop decided on its speed (rules "decide.*"), which for the baseline is moot.
+    bool baselineMeasured(const Candidate& c)
+    {
+        if (!isSeededBaseline(c))
+            return false;
+        if (c.status == CandidateStatus::Accepted)
+            return true;
+        return c.status == CandidateStatus::Rejected && c.statusReason.rfind("decide.", 0) == 0;
+    }
+} // namespace
+
+std::string displayState(const Candidate& c)
+{
+    return baselineMeasured(c) ? "baseline" : statusName(c.status);
+}
+
+std::string displayReason(const Candidate& c)
+{
+    return baselineMeasured(c) ? "the problem's baseline: speedups are measured against it" : c.statusReason;
+}
+
 } // namespace kl

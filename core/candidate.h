@@ -32,6 +32,19 @@ const char* statusName(CandidateStatus s);
 CandidateStatus statusFromName(const std::string& s); // throws InputError
 bool isTerminal(CandidateStatus s);
 
+struct Candidate;
+
+// The root seeded from the problem's baseline file (kloop session new / run): the reference every speedup is
+// measured against.
+inline constexpr const char* kSeededBaselineAgent = "problem:baseline";
+bool isSeededBaseline(const Candidate& c);
+// What a candidate is shown as, on the CLI and in the workbench. The seeded baseline, once measured correct, is
+// "baseline": the loop's decision on it ("not significantly faster than the baseline") compares it with itself.
+// Everything else is its status name.
+std::string displayState(const Candidate& c);
+// The reason shown next to displayState: the statusReason, or what the baseline is for.
+std::string displayReason(const Candidate& c);
+
 struct Candidate {
     CandidateId id;
     CandidateId parentId; // empty for a root

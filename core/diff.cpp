@@ -277,4 +277,33 @@ std::string applyUnifiedDiff(const std::string& oldText, const std::string& diff
     return result;
 }
 
+std::string ParamChange::text() const
+{
+    auto value = [](const std::optional<std::int64_t>& v) { return v ? std::to_string(*v) : std::string("(unset)"); };
+    return name + " " + value(oldValue) + " -> " + value(newValue);
+}
+
+std::vector<ParamChange> paramDiff(
+    const std::map<std::string, std::int64_t>& oldParams, const std::map<std::string, std::int64_t>& newParams)
+{
+    std::vector<ParamChange> changes;
+    auto o = oldParams.begin();
+    auto n = newParams.begin();
+    while (o != oldParams.end() || n != newParams.end()) {
+        if (n == newParams.end() || (o != oldParams.end() && o->first < n->first)) {
+            changes.push_back({ o->first, o->second, std::nullopt });
+            ++o;
+        } else if (o == oldParams.end() || n->first < o->first) {
+            changes.push_back({ n->first, std::nullopt, n->second });
+            ++n;
+        } else {
+            if (o->second != n->second)
+                changes.push_back({ o->first, o->second, n->second });
+            ++o;
+            ++n;
+        }
+    }
+    return changes;
+}
+
 } // namespace kl

@@ -1,5 +1,8 @@
 #pragma once
 // Line-based unified diff (Myers' O(ND) algorithm) between two candidate sources.
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,5 +32,17 @@ std::string unifiedDiff(const std::string& oldText, const std::string& newText, 
 
 // Applies a unified diff; throws InputError naming the hunk that does not apply.
 std::string applyUnifiedDiff(const std::string& oldText, const std::string& diff);
+
+// The parameters two candidates differ in (a tuner child has its parent's source and new values). Shown above
+// the source diff by `kloop session diff` and the workbench.
+struct ParamChange {
+    std::string name;
+    std::optional<std::int64_t> oldValue; // nullopt: not set on the old side
+    std::optional<std::int64_t> newValue;
+    std::string text() const; // "THREADS 256 -> 128", "VEC (unset) -> 4"
+};
+// In name order; parameters with equal values are left out.
+std::vector<ParamChange> paramDiff(
+    const std::map<std::string, std::int64_t>& oldParams, const std::map<std::string, std::int64_t>& newParams);
 
 } // namespace kl

@@ -28,6 +28,7 @@ namespace {
         { EventKind::BestChanged, "best-changed" },
         { EventKind::AgentMessage, "agent-message" },
         { EventKind::Note, "note" },
+        { EventKind::CandidateProfiled, "candidate-profiled" },
     };
 } // namespace
 

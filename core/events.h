@@ -31,6 +31,7 @@ enum class EventKind {
     BestChanged,
     AgentMessage, // prompt/reply/usage records of agents, streamed text
     Note,
+    CandidateProfiled, // the best's speed-of-light profile, as the agent's prompt gets it (CandidateProfile)
 };
 const char* eventKindName(EventKind k);
 EventKind eventKindFromName(const std::string& s); // throws InputError

@@ -301,6 +301,34 @@ void ResearchLoop::setBest(const CandidateId& id, const ObjectiveValue& v)
     m_store.append(e);
     if (session().tree.head() != id)
         m_store.moveHead(id, "new best: proposals branch from it");
+    requestProfile(id);
+}
+
+void ResearchLoop::requestProfile(const CandidateId& id)
+{
+    if (!m_options.profiler || session().profiles.count(id) || !session().tree.contains(id))
+        return;
+    m_profileAwaited = id;
+    std::lock_guard lock(m_mutex);
+    m_profileWanted = session().tree.at(id);
+    m_cv.notify_all();
+}
+
+void ResearchLoop::handleProfiled(const Message& m)
+{
+    if (m.profile) {
+        Event e;
+        e.kind = EventKind::CandidateProfiled;
+        e.candidateId = m.id;
+        e.timeMs = nowMs();
+        e.data = toJson(*m.profile);
+        m_store.append(e);
+    } else {
+        // Not worth stopping the search for: the agent goes on without the profile.
+        m_store.note("profiling " + m.id + " failed: " + m.error, { { "candidate", m.id } });
+    }
+    if (m_profileAwaited == m.id)
+        m_profileAwaited.reset();
 }
 
 void ResearchLoop::emitStep(EventKind kind, const CandidateId& id, nlohmann::json data)
@@ -432,6 +460,9 @@ void ResearchLoop::askAgent(int count)
             latest = &h;
     if (latest)
         ctx.hypothesis = *latest;
+    if (m_best)
+        if (const auto p = s.profiles.find(*m_best); p != s.profiles.end())
+            ctx.bottleneckSummary = bottleneckSummary(p->second);
 
     CancelToken cancel;
     std::vector<Proposal> proposals = m_agent.propose(ctx, cancel);
@@ -492,6 +523,9 @@ void ResearchLoop::handle(Message& m)
             }
         }
         m_result.state = "failed";
+        return;
+    case Message::Kind::Profiled:
+        handleProfiled(m);
         return;
     case Message::Kind::Finished:
         break;
@@ -576,6 +610,9 @@ LoopResult ResearchLoop::run()
     m_agentExhausted = m_agentWaiting = false;
     m_startMs = nowMs();
     restoreFromStore();
+    m_profileAwaited.reset();
+    if (m_best)
+        requestProfile(*m_best); // a resumed session whose best was never profiled
     m_store.setState("running", "agent " + m_agent.name());
 
     std::vector<std::thread> workers;
@@ -626,7 +663,7 @@ LoopResult ResearchLoop::run()
                 ahead = m_jobs.size();
             }
             const int room = std::min(m_options.pipelineDepth - static_cast<int>(ahead), budgetLeft());
-            if (!paused && room > 0 && !m_agentExhausted && !m_agentWaiting) {
+            if (!paused && room > 0 && !m_agentExhausted && !m_agentWaiting && !m_profileAwaited) {
                 try {
                     askAgent(room);
                 } catch (const std::exception& ex) {
@@ -758,6 +795,22 @@ void ResearchLoop::compileWorker()
     }
 }
 
+void ResearchLoop::runProfile(const Candidate& subject, const CancelToken& cancel)
+{
+    Message m;
+    m.kind = Message::Kind::Profiled;
+    m.id = subject.id;
+    try {
+        m.profile = m_options.profiler->profile(subject, cancel);
+        m.profile->candidateId = subject.id;
+    } catch (const std::exception& ex) {
+        m.error = ex.what();
+    }
+    std::lock_guard lock(m_mutex);
+    m_messages.push_back(std::move(m));
+    m_cv.notify_all();
+}
+
 void ResearchLoop::deviceWorker()
 {
     for (;;) {
@@ -771,6 +824,8 @@ void ResearchLoop::deviceWorker()
                     return true;
                 if (m_paused || m_stopRequested)
                     return false;
+                if (m_profileWanted)
+                    return true;
                 // In proposal order: a child is never measured before the parent it is compared with, and
                 // the compile pool, running ahead, normally has the first job ready.
                 ready = m_jobs.begin();
@@ -778,6 +833,14 @@ void ResearchLoop::deviceWorker()
             });
             if (m_shutdown)
                 return;
+            if (m_profileWanted) {
+                Candidate subject = std::move(*m_profileWanted);
+                m_profileWanted.reset();
+                cancel = m_deviceCancel;
+                lock.unlock();
+                runProfile(subject, cancel);
+                continue;
+            }
             job = *ready;
             m_jobs.erase(ready);
             Message m;

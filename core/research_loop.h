@@ -10,6 +10,7 @@
 #include "core/evaluator.h"
 #include "core/loop_measurement_cache.h"
 #include "core/loop_objective.h"
+#include "core/profile_summary.h"
 #include "core/session_store.h"
 
 #include <atomic>
@@ -34,6 +35,9 @@ struct LoopOptions {
     MeasurementCache* cache = nullptr; // the tuning database; nullptr: only this session's records are reused
     std::optional<Budget> budgetOverride; // e.g. a larger budget given when resuming; else the session's
     std::string measurementProtocol; // non-empty when the evaluator measures in a non-default way (tuning-db key)
+    // Profiles each new best on the device thread; its summary goes into the agent's next prompt (the agent is not
+    // asked while the profile of the current best is on its way). nullptr: no profiling.
+    Profiler* profiler = nullptr;
 };
 
 struct LoopResult {
@@ -81,16 +85,18 @@ private:
         std::optional<VerdictReason> pruned; // after compilation: the device cannot run it
     };
     struct Message {
-        enum class Kind { Started, Finished, Failed } kind = Kind::Finished;
+        enum class Kind { Started, Finished, Failed, Profiled } kind = Kind::Finished;
         CandidateId id;
         Candidate candidate;
         Evaluation evaluation;
         bool measured = false; // evaluate() ran (false: compile failure or pruning)
         std::string error;
+        std::optional<CandidateProfile> profile; // Profiled: empty when the profiler failed (error says why)
     };
 
     void compileWorker();
     void deviceWorker();
+    void runProfile(const Candidate& subject, const CancelToken& cancel); // device thread
     void runCommand(std::function<void()> cmd);
 
     // Coordinator-only (run()'s thread, or the caller while no run() is active).
@@ -105,6 +111,8 @@ private:
     const Budget& budget() const;
     void emitStep(EventKind kind, const CandidateId& id, nlohmann::json data);
     void setBest(const CandidateId& id, const ObjectiveValue& v);
+    void requestProfile(const CandidateId& id); // of the best, when a profiler is set and it has none yet
+    void handleProfiled(const Message& m);
     const Session& session() const { return m_store.session(); }
 
     SessionStore& m_store;
@@ -127,6 +135,7 @@ private:
     std::string m_stopReason;
     bool m_paused = false;
     CancelToken m_deviceCancel;
+    std::optional<Candidate> m_profileWanted; // for the device thread: profile this before the next evaluation
 
     // Coordinator state.
     std::optional<CandidateId> m_best;
@@ -138,6 +147,7 @@ private:
     std::int64_t m_startMs = 0;
     std::int64_t m_pausedMs = 0;
     std::int64_t m_pauseStartedMs = 0;
+    std::optional<CandidateId> m_profileAwaited; // the agent's next prompt waits for this profile
     LoopResult m_result;
 };
 

@@ -4,6 +4,7 @@
 #include "core/device.h"
 #include "core/evaluation.h"
 #include "core/problem.h"
+#include "core/profile_summary.h"
 
 #include <map>
 #include <string>
@@ -39,6 +40,7 @@ struct Session {
     std::map<HypothesisId, Hypothesis> hypotheses;
     std::map<CandidateId, Evaluation> evaluations;
     std::vector<ReviewDecision> reviews;
+    std::map<CandidateId, CandidateProfile> profiles; // the latest profile of each profiled candidate
 };
 
 } // namespace kl

@@ -315,6 +315,17 @@ std::function<void(Session&)> prepareEvent(const Session& s, const Event& e)
     case EventKind::HeadMoved:
         requireCandidate();
         return [id](Session& t) { t.tree.setHead(id); };
+    case EventKind::CandidateProfiled: {
+        requireCandidate();
+        CandidateProfile p = candidateProfileFromJson(e.data, where + ".data");
+        if (p.candidateId != id)
+            throw InputError(
+                where + ".data.candidate: '" + p.candidateId + "' is not the event's candidate '" + id + "'");
+        return [p = std::move(p)](Session& t) mutable {
+            const CandidateId key = p.candidateId;
+            t.profiles[key] = std::move(p);
+        };
+    }
     }
     throw InputError(where + ": unhandled event kind");
 }

@@ -114,21 +114,6 @@ namespace {
 
 } // namespace
 
-std::string rooflineClass(double dramPct, double computePct)
-{
-    if (dramPct < 0 && computePct < 0)
-        return "unknown";
-    // NVIDIA's speed-of-light thresholds (Nsight Compute bottleneck guide).
-    const double d = std::max(dramPct, 0.0), c = std::max(computePct, 0.0);
-    if (d > 60 && c > 60)
-        return "balanced";
-    if (d >= 40 && d >= c)
-        return "memory-bound";
-    if (c >= 40)
-        return "compute-bound";
-    return "latency-bound";
-}
-
 Analysis analyze(const Trace& t, const AnalysisOptions& opts)
 {
     Analysis a;
@@ -269,20 +254,8 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts)
                     rowWork.push_back({ t.event(i).start, t.event(i).end, i });
         if (rowWork.empty())
             continue;
-        std::sort(rowWork.begin(), rowWork.end(), [](const Interval& x, const Interval& y) { return x.a < y.a; });
-        int64_t busy = 0, curA = rowWork[0].a, curB = rowWork[0].b;
-        for (size_t k = 1; k < rowWork.size(); ++k) {
-            if (rowWork[k].a > curB) {
-                busy += curB - curA;
-                curA = rowWork[k].a;
-                curB = rowWork[k].b;
-            } else {
-                curB = std::max(curB, rowWork[k].b);
-            }
-        }
-        busy += curB - curA;
         auto& sb = streamBusy[{ row.device, row.tid }];
-        sb.first += busy;
+        sb.first += t.busyNs(ri);
         sb.second += rowWork.size();
         auto& dw = work[row.device];
         dw.insert(dw.end(), rowWork.begin(), rowWork.end());
@@ -588,6 +561,18 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts)
             verdict = "launch-overhead";
         else if (hostSide > idleNs / 3)
             verdict = "host-bound";
+        else if (idle.unattributedNs > idleNs / 2) {
+            // No launch records: the trace cannot say why; calling it GPU-bound would send the search to the
+            // kernels while the GPU mostly waits.
+            verdict = "gpu-idle";
+            a.findings.insert(a.findings.begin(),
+                "The GPU is idle " + pct(idleFrac)
+                    + " of the time and the trace has no CPU launch records to explain "
+                      "it ("
+                    + pct(static_cast<double>(idle.unattributedNs) / static_cast<double>(idleNs))
+                    + " of the idle time unattributed): the cause is outside the trace; capture the CPU side too "
+                      "(PyTorch profiler with CPU activity, nsys --trace=cuda,osrt).");
+        }
     }
     for (size_t pi = 0; pi < a.launchPhases.size() && pi < 2; ++pi) {
         const LaunchPhase& p = a.launchPhases[pi];

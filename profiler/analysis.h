@@ -2,6 +2,7 @@
 // Bottleneck analysis of a Trace: per-kernel and per-range statistics, GPU busy/idle with the idle time
 // attributed to its cause, launch-overhead phases, and a roofline class per kernel. The result is a plain value
 // with a JSON form and a compact text rendering meant to be pasted into an agent prompt.
+#include "core/profile_summary.h"
 #include "profiler/trace.h"
 
 #include <nlohmann/json.hpp>
@@ -135,15 +136,14 @@ struct Analysis {
     // Host-attributed idle by the innermost CPU op (or range) running on the launching thread at the time.
     std::vector<std::pair<std::string, int64_t>> hostIdleByCpuOp; // top 5, largest first
     std::string bottleneck; // launch-overhead | host-bound | synchronization | memory-bound | compute-bound |
-                            // latency-bound | gpu-bound | no-gpu-work
+                            // latency-bound | gpu-bound | gpu-idle (idle, no CPU records to say why) | no-gpu-work
     std::vector<std::string> findings; // ordered, most important first
     std::vector<std::string> warnings;
 };
 
 Analysis analyze(const Trace& trace, const AnalysisOptions& opts = {});
-// The class of a kernel from its DRAM and compute (SM) throughput in % of peak, with NVIDIA's speed-of-light
-// thresholds: balanced | memory-bound | compute-bound | latency-bound (unknown when both are < 0).
-std::string rooflineClass(double dramPct, double computePct);
+// The class of a kernel from its DRAM and compute (SM) throughput: core's rule, shared with the agent's profile.
+using kl::rooflineClass;
 nlohmann::json toJson(const Analysis& a);
 // Prompt-ready text, < ~40 lines: bottleneck first, then the figures supporting it.
 std::string toText(const Analysis& a);

@@ -1,6 +1,7 @@
 #include "profiler/trace.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 
@@ -211,11 +212,124 @@ uint32_t Trace::correlation(const Event& e) const
     return isGpuWork(e.kind) ? 0 : e.aux;
 }
 
+void Trace::dropOutliers()
+{
+    // Clusters of events separated by more than an hour of nothing; the one with most events is the trace.
+    // Clusters far from it with under a tenth of its events are clock glitches (ts = -1e12 us, 0 in a trace on
+    // the epoch clock): kept, they would stretch every span to days.
+    constexpr int64_t kClusterGapNs = 3'600'000'000'000;
+    if (m_events.size() < 2)
+        return;
+    std::vector<uint32_t> order(m_events.size());
+    for (uint32_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+    std::sort(order.begin(), order.end(), [this](uint32_t a, uint32_t b) {
+        return m_events[a].start != m_events[b].start ? m_events[a].start < m_events[b].start : a < b;
+    });
+    struct Cluster {
+        size_t first, last; // positions in order, inclusive
+        int64_t start, end;
+    };
+    std::vector<Cluster> clusters { { 0, 0, m_events[order[0]].start, m_events[order[0]].end } };
+    for (size_t k = 1; k < order.size(); ++k) {
+        const Event& e = m_events[order[k]];
+        Cluster& c = clusters.back();
+        if (e.start - c.end > kClusterGapNs) {
+            clusters.push_back({ k, k, e.start, e.end });
+        } else {
+            c.last = k;
+            c.end = std::max(c.end, e.end);
+        }
+    }
+    if (clusters.size() == 1)
+        return;
+    const auto bulk = std::max_element(clusters.begin(), clusters.end(),
+        [](const Cluster& a, const Cluster& b) { return a.last - a.first < b.last - b.first; });
+    std::vector<uint8_t> drop(m_events.size(), 0);
+    size_t dropped = 0;
+    std::string example;
+    for (const auto& c : clusters) {
+        const size_t n = c.last - c.first + 1;
+        if (&c == &*bulk || n * 10 >= bulk->last - bulk->first + 1)
+            continue; // a second burst of real size is real
+        for (size_t k = c.first; k <= c.last; ++k)
+            drop[order[k]] = 1;
+        if (example.empty()) {
+            const Event& e = m_events[order[c.first]];
+            char buf[160];
+            std::snprintf(buf, sizeof buf, " at %.6g s, %.3g s from the rest", static_cast<double>(e.start) / 1e9,
+                static_cast<double>(e.start < bulk->start ? bulk->start - e.end : e.start - bulk->end) / 1e9);
+            example = "'" + std::string(m_strings.view(e.name)).substr(0, 80) + "'" + buf;
+        }
+        dropped += n;
+    }
+    if (!dropped)
+        return;
+    std::vector<uint32_t> newIndex(m_events.size(), kNone);
+    std::vector<Event> kept;
+    kept.reserve(m_events.size() - dropped);
+    for (uint32_t i = 0; i < m_events.size(); ++i)
+        if (!drop[i]) {
+            newIndex[i] = static_cast<uint32_t>(kept.size());
+            kept.push_back(m_events[i]);
+        }
+    m_events = std::move(kept);
+    std::erase_if(m_links, [&](const Link& l) {
+        return l.launch >= newIndex.size() || l.gpu >= newIndex.size() || newIndex[l.launch] == kNone
+            || newIndex[l.gpu] == kNone;
+    });
+    for (auto& l : m_links) {
+        l.launch = newIndex[l.launch];
+        l.gpu = newIndex[l.gpu];
+    }
+    for (auto& s : m_sol)
+        if (s.event != kNone)
+            s.event = s.event < newIndex.size() ? newIndex[s.event] : kNone;
+    m_meta.warnings.push_back(std::to_string(dropped) + (dropped == 1 ? " event lies" : " events lie")
+        + " more than an hour away from the rest of the trace (" + example
+        + "): a clock glitch; left out of the timeline, spans and busy time");
+}
+
+int64_t Trace::busyNs(uint32_t row) const
+{
+    const Row& r = m_rows[row];
+    if (r.kind == RowKind::CpuThread) {
+        int64_t busy = 0;
+        if (!r.lanes.empty())
+            for (uint32_t i : r.lanes.front())
+                busy += m_events[i].duration();
+        return busy;
+    }
+    // Union of the stream's kernels, copies and memsets. Lanes are in start order, but work of different lanes
+    // overlaps, and annotation ranges projected onto the stream are not work.
+    std::vector<std::pair<int64_t, int64_t>> work;
+    for (const auto& lane : r.lanes)
+        for (uint32_t i : lane)
+            if (isGpuWork(m_events[i].kind))
+                work.emplace_back(m_events[i].start, m_events[i].end);
+    std::sort(work.begin(), work.end());
+    int64_t busy = 0, curA = 0, curB = std::numeric_limits<int64_t>::min();
+    for (const auto& [a, b] : work) {
+        if (a > curB) {
+            if (curB != std::numeric_limits<int64_t>::min())
+                busy += curB - curA;
+            curA = a;
+            curB = b;
+        } else {
+            curB = std::max(curB, b);
+        }
+    }
+    if (curB != std::numeric_limits<int64_t>::min())
+        busy += curB - curA;
+    return busy;
+}
+
 void Trace::finalize()
 {
     if (m_finalized)
         return;
     m_finalized = true;
+    dropOutliers();
     if (!m_events.empty()) {
         int64_t lo = std::numeric_limits<int64_t>::max();
         int64_t hi = std::numeric_limits<int64_t>::min();

@@ -181,6 +181,9 @@ public:
     int64_t startNs() const { return m_start; } // first event after finalize (0 after the shift)
     int64_t endNs() const { return m_end; }
     int64_t timeOffsetNs() const { return m_offset; } // original clock = trace time + offset
+    // Time the row is busy: a GPU stream's union of kernels, copies and memsets (annotation ranges on it are not
+    // work); a CPU thread's summed top-level slices.
+    int64_t busyNs(uint32_t row) const;
 
     // Events of one lane overlapping [t0, t1] (inclusive), in start order; O(log n + k).
     std::vector<uint32_t> eventsInWindow(uint32_t row, uint32_t lane, int64_t t0, int64_t t1) const;
@@ -198,6 +201,7 @@ public:
     size_t memoryBytes() const; // approximate heap footprint
 
 private:
+    void dropOutliers(); // finalize(): events far from all the others, with a warning
     StringTable m_strings;
     std::vector<Event> m_events;
     std::vector<KernelInfo> m_kernels;

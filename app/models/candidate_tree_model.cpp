@@ -7,6 +7,15 @@
 
 namespace kl::app {
 
+namespace {
+    // The colour and dot of what the candidate is shown as: the measured baseline is a reference, not a
+    // rejection.
+    kl::CandidateStatus shownStatus(const kl::Candidate& c)
+    {
+        return kl::displayState(c) == statusName(c.status) ? c.status : kl::CandidateStatus::Approved;
+    }
+} // namespace
+
 CandidateTreeModel::CandidateTreeModel(QObject* parent)
     : QAbstractItemModel(parent)
 {
@@ -216,10 +225,10 @@ QVariant CandidateTreeModel::data(const QModelIndex& index, int role) const
             if (role == SortRole)
                 return static_cast<int>(c.status);
             if (!c.statusReason.empty() && !kl::isTerminal(c.status))
-                return statusText(c.status);
-            if (!c.statusReason.empty())
-                return QString(statusText(c.status) + QStringLiteral(": ") + firstLine(c.statusReason, 60));
-            return statusText(c.status);
+                return stateText(c);
+            if (const std::string reason = kl::displayReason(c); !reason.empty())
+                return QString(stateText(c) + QStringLiteral(": ") + firstLine(reason, 60));
+            return stateText(c);
         case AuthorColumn:
             return authorText(c);
         case HypothesisColumn: {
@@ -245,11 +254,11 @@ QVariant CandidateTreeModel::data(const QModelIndex& index, int role) const
         }
     }
     if (role == Qt::DecorationRole && column == IdColumn)
-        return statusIcon(c.status);
+        return statusIcon(shownStatus(c));
     if (role == Qt::ForegroundRole) {
         if (column == StatusColumn)
-            return statusColor(c.status);
-        if (kl::isTerminal(c.status) && c.status != kl::CandidateStatus::Accepted)
+            return statusColor(shownStatus(c));
+        if (kl::isTerminal(c.status) && c.status != kl::CandidateStatus::Accepted && !kl::isSeededBaseline(c))
             return theme().mutedText;
         return {};
     }
@@ -261,9 +270,9 @@ QVariant CandidateTreeModel::data(const QModelIndex& index, int role) const
     if (role == Qt::TextAlignmentRole && (column == LatencyColumn || column == SpeedupColumn))
         return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
     if (role == Qt::ToolTipRole) {
-        QString tip = QStringLiteral("<b>%1</b> — %2").arg(QString::fromStdString(node.id), statusText(c.status));
-        if (!c.statusReason.empty())
-            tip += QStringLiteral("<br>%1").arg(QString::fromStdString(c.statusReason).toHtmlEscaped());
+        QString tip = QStringLiteral("<b>%1</b> — %2").arg(QString::fromStdString(node.id), stateText(c));
+        if (const std::string reason = kl::displayReason(c); !reason.empty())
+            tip += QStringLiteral("<br>%1").arg(QString::fromStdString(reason).toHtmlEscaped());
         if (!c.params.empty()) {
             QStringList params;
             for (const auto& [name, value] : c.params)
@@ -271,7 +280,10 @@ QVariant CandidateTreeModel::data(const QModelIndex& index, int role) const
             tip += QStringLiteral("<br><tt>%1</tt>").arg(params.join(QLatin1Char(' ')));
         }
         if (eval) {
+            const bool baseline = kl::displayState(c) != statusName(c.status);
             for (const auto& reason : eval->reasons) {
+                if (baseline && reason.rule.rfind("decide.", 0) == 0)
+                    continue; // the loop compared the baseline with itself
                 tip += QStringLiteral("<br>• <tt>%1</tt> %2")
                            .arg(QString::fromStdString(reason.rule),
                                QString::fromStdString(reason.message).toHtmlEscaped());

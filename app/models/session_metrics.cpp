@@ -132,6 +132,12 @@ QString statusText(kl::CandidateStatus s)
     return QStringLiteral("unknown");
 }
 
+QString stateText(const kl::Candidate& c)
+{
+    const std::string shown = kl::displayState(c);
+    return shown == kl::statusName(c.status) ? statusText(c.status) : QString::fromStdString(shown);
+}
+
 QString authorText(const kl::Candidate& c)
 {
     QString who;

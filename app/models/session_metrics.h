@@ -31,6 +31,7 @@ std::optional<double> relL2Tolerance(const kl::Problem& p);
 std::vector<const kl::Evaluation*> evaluationsInOrder(const kl::Session& s);
 
 QString statusText(kl::CandidateStatus s); // "pending review"
+QString stateText(const kl::Candidate& c); // kl::displayState in words: "baseline", "pending review"
 QString authorText(const kl::Candidate& c); // "LLM (openai/gpt-x)"
 QString formatLatency(double us); // "12.4 µs", "1.31 ms"
 QString formatSpeedup(double x); // "1.84×"

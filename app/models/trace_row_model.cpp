@@ -42,10 +42,7 @@ void TraceRowModel::setTraces(std::vector<TimelineTrace> traces)
                 v.name = m_traces[t].label + QStringLiteral(" · ") + v.name;
             for (const auto& lane : row.lanes)
                 v.events += lane.size();
-            if (!row.lanes.empty()) {
-                for (std::uint32_t e : row.lanes.front())
-                    v.busyNs += trace.event(e).duration();
-            }
+            v.busyNs = trace.busyNs(r);
             rows.push_back(std::move(v));
         }
         // GPU streams first (where kernels run), then CPU threads; both in the trace's own order.

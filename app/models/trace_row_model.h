@@ -23,7 +23,7 @@ struct VisualRow {
     bool visible = true;
     QString name;
     std::size_t events = 0;
-    std::int64_t busyNs = 0; // union of lane-0 event time (the row's outermost activity)
+    std::int64_t busyNs = 0; // kl::prof::Trace::busyNs: GPU work only on a stream, top-level slices on a thread
 };
 
 class TraceRowModel : public QAbstractTableModel {

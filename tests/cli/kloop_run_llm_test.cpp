@@ -8,6 +8,7 @@
 #include "core/gpu_run_lock.h"
 #include "core/json_io.h"
 #include "core/live_agent_stream.h"
+#include "core/profile_summary.h"
 #include "core/session_inbox.h"
 #include "core/session_store.h"
 #include "kloop_process.h"
@@ -189,6 +190,61 @@ bool hasRule(const Evaluation& e, const std::string& rule)
 }
 
 } // namespace
+
+// Profiles reach the agent on their own: the loop profiles each new best with the worker's speed-of-light op (the
+// test double models it) and the next prompt carries the summary, the same text the workbench's panel shows.
+TEST_F(KloopRunLlm, TheProfileOfTheNewBestIsInTheNextPrompt)
+{
+    const std::string good = "NOTE: 512 threads per row\n```kl-diff\n"
+        + unifiedDiff(templateSource, fasterKernel(), "a/candidate.cu", "b/candidate.cu") + "```\n";
+    server.enqueue(test::openAiStream(test::piecesOf(good, 64), 1000, 100));
+    for (int i = 0; i < 8; ++i)
+        server.enqueue(test::openAiStream({ "I have no further idea." }, 10, 5));
+    // baseline + template + the good candidate + one more call
+    const ProcessResult r = runKloop(runArgs("openai", 4), environment("OPENAI_API_KEY"), scratch);
+    ASSERT_EQ(r.exitCode, 0) << "stdout:\n" << r.out << "\nstderr:\n" << r.err;
+
+    auto store = SessionStore::open(sessionDir);
+    const Session& s = store->session();
+    const std::vector<CandidateId> llm = llmCandidates(s);
+    ASSERT_EQ(llm.size(), 1u) << r.err;
+    ASSERT_EQ(s.tree.at(llm[0]).status, CandidateStatus::Accepted) << s.tree.at(llm[0]).statusReason;
+    // Each best was profiled and journaled: the template, then the LLM's candidate.
+    const CandidateId templateId = s.tree.order().at(1);
+    EXPECT_TRUE(s.profiles.count(templateId));
+    ASSERT_TRUE(s.profiles.count(llm[0]));
+    const CandidateProfile& profile = s.profiles.at(llm[0]);
+    ASSERT_FALSE(profile.kernels.empty());
+    const ProfiledKernel& k = profile.kernels.front();
+    EXPECT_EQ(k.name, "rmsnorm_template");
+    EXPECT_GT(k.dramPct, 40.0) << "the double's efficiency marker 0.90 gives ~90% of its bandwidth";
+    EXPECT_EQ(k.smPct, 25.0);
+    EXPECT_GT(k.occupancyPct, 0.0);
+    EXPECT_GT(profile.baselineUs, profile.candidateUs);
+    const std::string summary = bottleneckSummary(profile);
+    EXPECT_NE(summary.find("DRAM"), std::string::npos) << summary;
+    EXPECT_NE(summary.find("SM 25.0%"), std::string::npos) << summary;
+    EXPECT_NE(summary.find("achieved occupancy"), std::string::npos) << summary;
+    EXPECT_NE(summary.find("Bound: memory-bound"), std::string::npos) << summary;
+    EXPECT_NE(summary.find("What limits it"), std::string::npos) << summary;
+
+    auto promptOf = [](const test::RecordedRequest& req) {
+        std::string text;
+        const json body = json::parse(req.body);
+        for (const auto& m : body.at("messages"))
+            text += m.value("content", "") + "\n";
+        return text;
+    };
+    const auto reqs = server.requests();
+    ASSERT_GE(reqs.size(), 2u);
+    // The first prompt goes out before anything was measured; the second, after the good candidate became the best,
+    // carries its profile, word for word.
+    EXPECT_EQ(promptOf(reqs[0]).find("Profiler bottleneck summary"), std::string::npos);
+    const std::string second = promptOf(reqs[1]);
+    EXPECT_NE(second.find("Profiler bottleneck summary"), std::string::npos) << second;
+    const std::string text = summary.substr(0, summary.find_last_not_of('\n') + 1);
+    EXPECT_NE(second.find(text), std::string::npos) << "summary:\n" << summary << "\nprompt:\n" << second;
+}
 
 TEST_F(KloopRunLlm, OpenAiRepliesBecomeCandidatesCompiledVerifiedTimedAndRecorded)
 {

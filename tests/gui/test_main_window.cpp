@@ -3,7 +3,6 @@
 #include "app/charts_panel.h"
 #include "app/demo_session.h"
 #include "app/diff_view.h"
-#include "app/export_winner.h"
 #include "app/hypothesis_console.h"
 #include "app/main_window.h"
 #include "app/models/candidate_tree_model.h"
@@ -13,17 +12,24 @@
 #include "app/review_panel.h"
 #include "app/screenshot.h"
 #include "app/session_controller.h"
+#include "app/start_page.h"
+#include "app/status_field.h"
 #include "app/timeline_panel.h"
 #include "core/session_inbox.h"
 #include "dispatch_latency.h"
+#include "kernels/export/exporter.h"
 #include "session_fixture.h"
 
+#include <QAbstractButton>
+#include <QApplication>
 #include <QDir>
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QImage>
+#include <QLabel>
 #include <QLineEdit>
+#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSettings>
@@ -36,6 +42,7 @@
 #include <cstdio>
 #include <ctime>
 #include <gtest/gtest.h>
+#include <set>
 
 using namespace kl::app;
 
@@ -392,27 +399,220 @@ TEST(MainWindow, DockLayoutPersistsInSettings)
     QSettings().clear();
 }
 
-TEST(MainWindow, ExportWritesSourceAndManifest)
+namespace {
+
+// A copy of the recorded H200 session: its best candidate passes kl_export's gate, c0024 is rejected and flagged
+// (physics.single-shape-speedup).
+std::filesystem::path demoCopy(const QTemporaryDir& tmp)
+{
+    const auto dir = std::filesystem::path(tmp.path().toStdString()) / "demo";
+    std::filesystem::copy(std::filesystem::path(KL_SOURCE_DIR) / "resources" / "demo-session", dir,
+        std::filesystem::copy_options::recursive);
+    return dir;
+}
+
+std::set<std::string> filesUnder(const std::filesystem::path& dir)
+{
+    std::set<std::string> files;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+        if (e.is_regular_file())
+            files.insert(std::filesystem::relative(e.path(), dir).generic_string());
+    return files;
+}
+
+// Once the modal message box named `name` opens, hands its text to `seen` and clicks `button` (by its text). Polls
+// from a timer instead of a nested event loop, so several answers can wait at once.
+void answerMessageBox(const QString& name, const QString& button, QString* seen)
+{
+    auto* poll = new QTimer(qApp);
+    auto* clock = new QElapsedTimer;
+    clock->start();
+    QObject::connect(poll, &QTimer::timeout, [poll, clock, name, button, seen]() {
+        auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+        const bool timedOut = clock->elapsed() > 10000;
+        if ((!box || box->objectName() != name) && !timedOut)
+            return;
+        poll->stop();
+        poll->deleteLater();
+        delete clock;
+        if (timedOut) {
+            ADD_FAILURE() << "no message box " << name.toStdString() << " opened";
+            return;
+        }
+        *seen = box->text();
+        for (QAbstractButton* b : box->buttons())
+            if (b->text().remove(QLatin1Char('&')) == button) {
+                b->click();
+                return;
+            }
+        ADD_FAILURE() << "no button " << button.toStdString() << " in " << seen->toStdString();
+        box->reject();
+    });
+    poll->start(10);
+}
+
+} // namespace
+
+TEST(MainWindow, ExportWritesTheKloopExportBundle)
 {
     QTemporaryDir tmp;
-    const auto dir = freshSession(tmp);
+    const auto dir = demoCopy(tmp);
     MainWindow w;
     ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
     const auto best = bestCandidate(*w.controller()->session());
     ASSERT_TRUE(best.has_value());
-    const QString out = tmp.filePath(QStringLiteral("export"));
+    ASSERT_TRUE(w.controller()->info().problem.has_value());
+    const auto out = std::filesystem::path(tmp.path().toStdString()) / "bundle";
     QString error;
-    ASSERT_TRUE(w.exportTo(QString::fromStdString(*best), out, &error)) << error.toStdString();
-    const std::string manifest = kl::readFile(std::filesystem::path(out.toStdString()) / "manifest.json");
-    const auto j = nlohmann::json::parse(manifest);
-    EXPECT_EQ(j.at("candidate").at("id"), *best);
-    EXPECT_EQ(j.at("session"), "gui-fixture");
-    EXPECT_TRUE(j.contains("evaluation"));
-    const std::string source = kl::readFile(std::filesystem::path(out.toStdString()) / (*best + ".cu"));
-    EXPECT_EQ(j.at("sourceSha256"), kl::sha256Hex(source));
-    EXPECT_NE(source.find("#define BLOCK"), std::string::npos);
-    EXPECT_FALSE(w.exportTo(QStringLiteral("c9999"), out, &error));
-    EXPECT_TRUE(error.contains(QStringLiteral("c9999")));
+    ASSERT_TRUE(w.exportTo(QString::fromStdString(*best), QString::fromStdString(out.string()), &error))
+        << error.toStdString();
+
+    // The bundle kloop export writes: the same files as kl_export generates, manifest and hashes included.
+    const auto manifest = nlohmann::json::parse(kl::readFile(out / "manifest.json"));
+    EXPECT_EQ(manifest.at("format"), "kernelloop-export/1");
+    EXPECT_EQ(manifest.at("candidate").at("id"), *best);
+    EXPECT_FALSE(manifest.at("exported").at("forced").get<bool>());
+    const kl::Session& s = *w.controller()->session();
+    const kl::Problem& problem = *w.controller()->info().problem;
+    const auto expected = kl::exporter::generateBundle(s, problem, kl::exporter::planExport(s, problem, *best), false);
+    std::set<std::string> expectedFiles;
+    for (const auto& [path, content] : expected)
+        expectedFiles.insert(path);
+    EXPECT_EQ(filesUnder(out), expectedFiles);
+    EXPECT_TRUE(expectedFiles.count("CMakeLists.txt"));
+    for (const auto& [path, sha] : manifest.at("files").items())
+        EXPECT_EQ(kl::sha256Hex(kl::readFile(out / path)), sha.get<std::string>()) << path;
+
+    EXPECT_FALSE(w.exportTo(QStringLiteral("c9999"), QString::fromStdString((out / "x").string()), &error));
+    EXPECT_TRUE(error.contains(QStringLiteral("c9999"))) << error.toStdString();
+}
+
+TEST(MainWindow, ExportRefusesARejectedFlaggedCandidateAndForcesOnlyAfterAConfirmationNamingTheFlags)
+{
+    QTemporaryDir tmp;
+    const auto dir = demoCopy(tmp);
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
+    const auto out = std::filesystem::path(tmp.path().toStdString()) / "c0024";
+    const QString outDir = QString::fromStdString(out.string());
+
+    QString error;
+    EXPECT_FALSE(w.exportTo(QStringLiteral("c0024"), outDir, &error));
+    EXPECT_TRUE(error.contains(QStringLiteral("not-accepted"))) << error.toStdString();
+    EXPECT_TRUE(error.contains(QStringLiteral("flagged by referee rule physics.single-shape-speedup")))
+        << error.toStdString();
+    EXPECT_FALSE(std::filesystem::exists(out));
+
+    // Ctrl+E: the refusal dialog lists the reasons; closing it writes nothing.
+    QString refusal;
+    answerMessageBox(QStringLiteral("exportRefusedDialog"), QStringLiteral("Close"), &refusal);
+    w.exportWithReview(QStringLiteral("c0024"), outDir);
+    EXPECT_TRUE(refusal.contains(QStringLiteral("physics.single-shape-speedup"))) << refusal.toStdString();
+    EXPECT_TRUE(refusal.contains(QStringLiteral("not-accepted"))) << refusal.toStdString();
+    EXPECT_FALSE(std::filesystem::exists(out));
+
+    // Force, then cancel the confirmation: still nothing.
+    QString confirmation;
+    answerMessageBox(QStringLiteral("exportRefusedDialog"), QStringLiteral("Force Export…"), &refusal);
+    answerMessageBox(QStringLiteral("exportForceConfirmation"), QStringLiteral("Cancel"), &confirmation);
+    w.exportWithReview(QStringLiteral("c0024"), outDir);
+    EXPECT_TRUE(confirmation.contains(QStringLiteral("flagged"))) << confirmation.toStdString();
+    EXPECT_TRUE(confirmation.contains(QStringLiteral("not-accepted"))) << confirmation.toStdString();
+    EXPECT_TRUE(confirmation.contains(QStringLiteral("--force"))) << confirmation.toStdString();
+    EXPECT_FALSE(std::filesystem::exists(out));
+
+    // Force and confirm: the bundle carries the reasons.
+    answerMessageBox(QStringLiteral("exportRefusedDialog"), QStringLiteral("Force Export…"), &refusal);
+    answerMessageBox(QStringLiteral("exportForceConfirmation"), QStringLiteral("Export Anyway"), &confirmation);
+    w.exportWithReview(QStringLiteral("c0024"), outDir);
+    ASSERT_TRUE(std::filesystem::exists(out / "manifest.json"));
+    const auto manifest = nlohmann::json::parse(kl::readFile(out / "manifest.json"));
+    EXPECT_TRUE(manifest.at("exported").at("forced").get<bool>());
+    std::set<std::string> codes;
+    for (const auto& r : manifest.at("exported").at("refusals"))
+        codes.insert(r.at("code").get<std::string>());
+    EXPECT_TRUE(codes.count("flagged"));
+    EXPECT_TRUE(codes.count("not-accepted"));
+}
+
+TEST(MainWindow, TheSeededBaselineIsShownAsBaselineNotRejected)
+{
+    QTemporaryDir tmp;
+    const auto dir = demoCopy(tmp);
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
+    CandidateTreeModel* model = w.candidatePanel()->model();
+    const QString root
+        = model->data(model->indexOf(QStringLiteral("c0001"), CandidateTreeModel::StatusColumn)).toString();
+    EXPECT_TRUE(root.startsWith(QStringLiteral("baseline"))) << root.toStdString();
+    EXPECT_FALSE(root.contains(QStringLiteral("rejected"))) << root.toStdString();
+    const QString tip
+        = model->data(model->indexOf(QStringLiteral("c0001"), CandidateTreeModel::StatusColumn), Qt::ToolTipRole)
+              .toString();
+    EXPECT_FALSE(tip.contains(QStringLiteral("not significantly faster"))) << tip.toStdString();
+    const QString slower
+        = model->data(model->indexOf(QStringLiteral("c0003"), CandidateTreeModel::StatusColumn)).toString();
+    EXPECT_TRUE(slower.startsWith(QStringLiteral("rejected"))) << slower.toStdString();
+}
+
+TEST(MainWindow, ATunerChildsDiffShowsItsParameterChangeAboveTheSource)
+{
+    QTemporaryDir tmp;
+    const auto dir = demoCopy(tmp);
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
+    // c0016 is c0007 with MINB 1 -> 2 and the same source.
+    w.candidatePanel()->selectCandidate(QStringLiteral("c0016"));
+    ASSERT_TRUE(waitUntil([&]() { return w.diffView()->parameterText().contains(QStringLiteral("MINB")); }))
+        << w.diffView()->parameterText().toStdString();
+    EXPECT_EQ(w.diffView()->parameterText(), QStringLiteral("Parameters: MINB 1 → 2"));
+    EXPECT_EQ(w.diffView()->changeCount(), 0);
+    EXPECT_EQ(w.diffView()->summaryText(), QStringLiteral("identical sources, 1 parameter(s) changed"));
+    EXPECT_TRUE(w.diffView()->findChild<QLabel*>(QStringLiteral("parameterChanges"))->isVisible());
+
+    // Compare two: c0003 (CACHE 2, ROWS 2, VEC 2) against c0016 (CACHE 4, MINB 2, ROWS 1, VEC 4).
+    w.compare(QStringLiteral("c0003"), QStringLiteral("c0016"));
+    EXPECT_EQ(
+        w.diffView()->parameterText(), QStringLiteral("Parameters: CACHE 2 → 4 · MINB 1 → 2 · ROWS 2 → 1 · VEC 2 → 4"));
+    // A root has no parent: nothing to compare parameters with.
+    w.candidatePanel()->selectCandidate(QStringLiteral("c0001"));
+    ASSERT_TRUE(waitUntil([&]() { return w.diffView()->parameterText().isEmpty(); }));
+    EXPECT_FALSE(w.diffView()->findChild<QLabel*>(QStringLiteral("parameterChanges"))->isVisible());
+}
+
+// The research loop journals its profile of each new best; the panel shows the text the agent's prompt carried.
+TEST(MainWindow, TheBottleneckPanelShowsTheLoopsProfileOfTheBest)
+{
+    QTemporaryDir tmp;
+    const auto dir = freshSession(tmp);
+    kl::CandidateProfile profile;
+    {
+        auto store = kl::SessionStore::open(dir);
+        const auto best = bestCandidate(store->session());
+        ASSERT_TRUE(best.has_value());
+        profile.candidateId = *best;
+        profile.shape = "T=16384,H=8192";
+        profile.candidateUs = 120.0;
+        profile.baselineUs = 300.0;
+        profile.kernels.push_back({ "rmsnorm_kernel", 120.0, 71.5, 25.0, 80.0 });
+        kl::Event e;
+        e.kind = kl::EventKind::CandidateProfiled;
+        e.candidateId = *best;
+        e.timeMs = kl::nowMs();
+        e.data = kl::toJson(profile);
+        store->append(e);
+    }
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
+    auto* panel = static_cast<BottleneckPanel*>(w.bottleneckPanel());
+    const QString expected = QString::fromStdString(kl::bottleneckSummary(profile));
+    ASSERT_TRUE(waitUntil([&]() { return panel->summary() == expected; })) << panel->summary().toStdString();
+    EXPECT_TRUE(expected.contains(QStringLiteral("DRAM 71.5% of peak")));
+    EXPECT_TRUE(panel->useButton()->isEnabled());
 }
 
 TEST(MainWindow, ScreenshotsRenderEveryMainView)
@@ -497,6 +697,111 @@ TEST(MainWindow, FollowsASessionThatAnotherWriterExtends)
     QTest::qWait(3 * SessionWorker::kFollowPollMs);
     EXPECT_TRUE(w.controller()->isOpen());
     EXPECT_EQ(static_cast<int>(w.controller()->session()->tree.size()), before + 1);
+}
+
+// The followed run stops (budget, Ctrl-C, a crash that still journals its state): the workbench says so, and the
+// review queue and hypothesis box stop sending what nothing would read.
+TEST(MainWindow, AFollowedRunThatStopsIsShownAsStoppedAndDecisionsAreOff)
+{
+    QTemporaryDir tmp;
+    const auto dir = freshSession(tmp);
+    kl::SessionStore::open(dir)->setState("running", "agent tuner:anneal");
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Follow));
+    ReviewPanel* review = w.reviewPanel();
+    ASSERT_TRUE(waitUntil([&]() { return review->model()->rowCount() == 2; }));
+    review->view()->selectRow(0);
+    EXPECT_TRUE(review->approveButton()->isEnabled());
+    EXPECT_TRUE(w.statusText().contains(QStringLiteral("following the running session")))
+        << w.statusText().toStdString();
+
+    kl::SessionStore::open(dir)->setState("stopped", "stopped by the user");
+    ASSERT_TRUE(waitUntil([&]() { return w.statusText().contains(QStringLiteral("the run has stopped")); }))
+        << w.statusText().toStdString();
+    EXPECT_FALSE(w.statusText().contains(QStringLiteral("following the running session")));
+    EXPECT_TRUE(w.statusText().contains(QStringLiteral("kloop run --resume"))) << w.statusText().toStdString();
+    review->view()->selectRow(0);
+    EXPECT_FALSE(review->approveButton()->isEnabled());
+    EXPECT_FALSE(w.hypothesisConsole()->findChild<QPushButton*>(QStringLiteral("sendHypothesis"))->isEnabled());
+    EXPECT_TRUE(w.messageLog()->toPlainText().contains(QStringLiteral("kloop run has stopped (stopped by the user)")))
+        << w.messageLog()->toPlainText().toStdString();
+    EXPECT_TRUE(w.findChild<QDockWidget*>(QStringLiteral("messagesDock"))->isVisible());
+
+    // Resumed: decisions reach the run again.
+    kl::SessionStore::open(dir)->setState("running", "resumed");
+    ASSERT_TRUE(waitUntil([&]() { return w.statusText().contains(QStringLiteral("following the running session")); }));
+    review->view()->selectRow(0);
+    EXPECT_TRUE(review->approveButton()->isEnabled());
+}
+
+TEST(MainWindow, ErrorsAreReadableInFullNotOnlyInTheStatusBar)
+{
+    QTemporaryDir tmp;
+    const auto broken = std::filesystem::path(tmp.path().toStdString()) / "future";
+    std::filesystem::create_directories(broken);
+    kl::writeFileAtomic(broken / "session.json", "{\"schema_version\": 99, \"id\": \"f\"}\n");
+    kl::writeFileAtomic(broken / "journal.jsonl", "");
+    MainWindow w;
+    w.show();
+    QSignalSpy failed(w.controller(), &SessionController::failed);
+    w.openSession(QString::fromStdString(broken.string()), OpenMode::Load);
+    ASSERT_TRUE(failed.wait(5000));
+    const QString message = failed.at(0).at(0).toString();
+    // On the start page, in its word-wrapped notice, and in the message log: whole, not clipped.
+    EXPECT_EQ(w.startPage()->notice(), message);
+    EXPECT_TRUE(w.messageLog()->toPlainText().contains(message)) << w.messageLog()->toPlainText().toStdString();
+
+    // With a session open, a failure lands in the Messages dock, which comes to the front.
+    const auto dir = freshSession(tmp);
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
+    const QString missing = tmp.filePath(QStringLiteral("missing.json"));
+    QSignalSpy loadFailed(w.timelinePanel(), &TimelinePanel::loadFailed);
+    w.timelinePanel()->loadTrace(missing);
+    ASSERT_TRUE(loadFailed.count() > 0 || loadFailed.wait(5000));
+    EXPECT_TRUE(w.messageLog()->toPlainText().contains(loadFailed.at(0).at(0).toString()));
+    EXPECT_TRUE(w.findChild<QDockWidget*>(QStringLiteral("messagesDock"))->isVisible());
+}
+
+TEST(MainWindow, TheBundledDemoSessionOpensReadOnly)
+{
+    const auto demo = std::filesystem::path(KL_SOURCE_DIR) / "resources" / "demo-session";
+    const auto journalSize = std::filesystem::file_size(demo / "journal.jsonl");
+    const auto entries = [&demo]() {
+        std::set<std::string> names;
+        for (const auto& e : std::filesystem::directory_iterator(demo))
+            names.insert(e.path().filename().string());
+        return names;
+    }();
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, demo, OpenMode::Writable));
+    EXPECT_FALSE(w.controller()->isWritable());
+    EXPECT_TRUE(w.statusText().contains(QStringLiteral("read-only"))) << w.statusText().toStdString();
+    EXPECT_FALSE(w.reviewPanel()->approveButton()->isEnabled());
+    EXPECT_EQ(std::filesystem::file_size(demo / "journal.jsonl"), journalSize);
+    w.controller()->close();
+    std::set<std::string> after;
+    for (const auto& e : std::filesystem::directory_iterator(demo))
+        after.insert(e.path().filename().string());
+    EXPECT_EQ(after, entries) << "no lock or inbox left in the shipped folder";
+}
+
+TEST(MainWindow, TheBudgetFieldShowsItsWholeText)
+{
+    QTemporaryDir tmp;
+    const auto dir = freshSession(tmp);
+    MainWindow w;
+    w.resize(1000, 700);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, dir, OpenMode::Load));
+    const auto* field = w.findChild<StatusField*>(QStringLiteral("budgetField"));
+    ASSERT_NE(field, nullptr);
+    const int evaluated = static_cast<int>(w.controller()->session()->evaluations.size());
+    EXPECT_EQ(w.budgetText(), QStringLiteral("budget %1 / 40 evaluations").arg(evaluated));
+    ASSERT_TRUE(waitUntil([&]() { return field->isVisible() && field->width() > 0; }));
+    EXPECT_GE(field->width() - 8, field->fontMetrics().horizontalAdvance(w.budgetText())) << "cut off";
+    EXPECT_GE(field->height(), field->fontMetrics().height());
 }
 
 TEST(MainWindow, SteersASessionThatKloopRunIsWritingThroughItsInbox)

@@ -1,9 +1,11 @@
 #include "profiler/analysis.h"
 #include "profiler/importers.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 using namespace kl::prof;
 
@@ -293,4 +295,131 @@ TEST(RealFixtures, PyTorchTransformerPrefillAndDecode)
             linked += t.launchOf(i) != kNone;
         }
     EXPECT_EQ(linked, gpu);
+}
+
+namespace {
+
+// The QA trial's GPU-only trace: 20 kernels of 1 ms every 10 ms on stream 7, no CPU events; `extra` adds events.
+Trace gpuOnlyTrace(const std::string& extra = {})
+{
+    std::string json = "{\"traceEvents\":[";
+    for (int i = 0; i < 20; ++i)
+        json += (i ? "," : "") + std::string("{\"ph\":\"X\",\"name\":\"big_gemm\",\"cat\":\"kernel\",\"ts\":")
+            + std::to_string(i * 10000) + ",\"dur\":1000,\"pid\":0,\"tid\":7,\"args\":{\"device\":0,\"stream\":7}}";
+    json += extra + "]}";
+    const std::string path = ::testing::TempDir() + "kl_gpu_only_" + std::to_string(::getpid()) + ".json";
+    std::ofstream(path) << json;
+    Trace t = importTraceFile(path);
+    std::remove(path.c_str());
+    return t;
+}
+
+} // namespace
+
+TEST(Analysis, AMostlyIdleGpuOnlyTraceIsReportedAsUnexplainedIdleNotGpuBound)
+{
+    const Analysis a = analyze(gpuOnlyTrace());
+    ASSERT_EQ(a.devices.size(), 1u);
+    EXPECT_NEAR(a.devices[0].busyPct, 100.0 * 20 / 191, 0.01); // 20 ms busy of 191 ms
+    EXPECT_EQ(a.devices[0].idle.unattributedNs, a.devices[0].windowNs - a.devices[0].busyNs);
+    EXPECT_EQ(a.bottleneck, "gpu-idle");
+    ASSERT_FALSE(a.findings.empty());
+    EXPECT_NE(a.findings[0].find("no CPU launch records"), std::string::npos) << a.findings[0];
+    EXPECT_NE(toText(a).find("Bottleneck: gpu-idle"), std::string::npos);
+}
+
+TEST(Analysis, ABusyGpuOnlyTraceIsStillGpuBound)
+{
+    // Back-to-back kernels: no idle to explain, so the verdict stays with the GPU.
+    Builder b;
+    for (int i = 0; i < 10; ++i) {
+        Event k;
+        k.start = i * 100 * us;
+        k.end = k.start + 99 * us;
+        k.row = b.gpu;
+        k.name = b.t.strings().intern("big_gemm");
+        b.t.addKernel(k, KernelInfo {});
+    }
+    b.t.finalize();
+    EXPECT_EQ(analyze(b.t).bottleneck, "gpu-bound");
+}
+
+TEST(TraceModel, AnEventFarFromTheRestIsWarnedAboutAndLeftOutOfSpans)
+{
+    const Trace t = gpuOnlyTrace(",{\"ph\":\"X\",\"name\":\"glitch\",\"cat\":\"kernel\",\"ts\":-1e12,\"dur\":5,"
+                                 "\"pid\":0,\"tid\":7,\"args\":{\"device\":0,\"stream\":7}}");
+    EXPECT_EQ(t.endNs() - t.startNs(), 191'000'000) << "the span is the 20 kernels', not 1,000,000 s";
+    bool warned = false;
+    for (const auto& w : t.meta().warnings)
+        warned |= w.find("1 event lies more than an hour away") != std::string::npos
+            && w.find("'glitch'") != std::string::npos;
+    EXPECT_TRUE(warned) << ::testing::PrintToString(t.meta().warnings);
+    std::size_t kernels = 0;
+    for (const auto& e : t.events())
+        kernels += e.kind == EventKind::Kernel;
+    EXPECT_EQ(kernels, 20u);
+    const Analysis a = analyze(t);
+    EXPECT_EQ(a.devices[0].windowNs, 191'000'000);
+    EXPECT_NEAR(a.devices[0].busyPct, 100.0 * 20 / 191, 0.01);
+    bool reported = false;
+    for (const auto& w : a.warnings)
+        reported |= w.find("clock glitch") != std::string::npos;
+    EXPECT_TRUE(reported) << "the analysis passes the trace's warning on";
+}
+
+TEST(TraceModel, TwoRealBurstsAnHourApartAreBothKept)
+{
+    // A second burst with as many events is a second phase of the run, not a glitch.
+    std::string extra;
+    for (int i = 0; i < 20; ++i)
+        extra += ",{\"ph\":\"X\",\"name\":\"later\",\"cat\":\"kernel\",\"ts\":" + std::to_string(7.2e9 + i * 10000)
+            + ",\"dur\":1000,\"pid\":0,\"tid\":7,\"args\":{\"device\":0,\"stream\":7}}";
+    const Trace t = gpuOnlyTrace(extra);
+    EXPECT_EQ(t.eventCount(), 40u);
+    EXPECT_GT(t.endNs() - t.startNs(), int64_t(7'000'000'000'000));
+}
+
+TEST(TraceModel, BusyTimeOfAGpuStreamIsItsWorkNotItsAnnotationRanges)
+{
+    Trace t = importTraceFile(
+        std::string(KL_SOURCE_DIR) + "/tests/profiler/data/h200_transformer_prefill_decode.pt.trace.json.gz");
+    const Analysis a = analyze(t);
+    bool checked = false;
+    for (uint32_t r = 0; r < t.rows().size(); ++r) {
+        const Row& row = t.rows()[r];
+        if (row.kind != RowKind::GpuStream || row.tid != 7)
+            continue;
+        int64_t annotated = 0;
+        for (const auto& lane : row.lanes)
+            for (uint32_t e : lane)
+                if (t.event(e).kind == EventKind::GpuAnnotation)
+                    annotated += t.event(e).duration();
+        EXPECT_GT(annotated, int64_t(1'000'000'000)) << "the fixture's stream 7 has > 1 s of annotation ranges";
+        const int64_t busy = t.busyNs(r);
+        EXPECT_GT(busy, 9'700'000);
+        EXPECT_LT(busy, 9'900'000);
+        ASSERT_FALSE(a.devices.empty());
+        for (const auto& s : a.devices[0].streams) {
+            if (s.stream == 7) {
+                EXPECT_EQ(s.busyNs, busy) << "one rule for the analysis and the workbench's Busy column";
+            }
+        }
+        checked = true;
+    }
+    EXPECT_TRUE(checked);
+}
+
+TEST(Analysis, TheNaiveBaselineWithBothPipesLowIsNotComputeBound)
+{
+    Trace t = importTraceFile(std::string(KL_SOURCE_DIR) + "/tests/profiler/data/h200_profile_sol_rmsnorm.kltrace");
+    const Analysis a = analyze(t);
+    bool sawBaseline = false;
+    for (const auto& k : a.kernels) {
+        if (k.roofline.basis != "sol-counters" || k.roofline.dramPct >= 40 || k.roofline.computePct < 40)
+            continue;
+        sawBaseline = true; // DRAM ~33 %, SM ~41 %
+        EXPECT_EQ(k.roofline.bound, "latency-bound") << k.name;
+    }
+    EXPECT_TRUE(sawBaseline);
+    EXPECT_NE(a.bottleneck, "compute-bound");
 }

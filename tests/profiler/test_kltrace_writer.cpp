@@ -139,12 +139,23 @@ namespace {
     TEST(RooflineClass, NsightThresholds)
     {
         EXPECT_EQ(rooflineClass(88, 20), "memory-bound");
-        EXPECT_EQ(rooflineClass(45, 42), "memory-bound");
+        EXPECT_EQ(rooflineClass(45, 25), "memory-bound"); // below 60% but clearly the leading pipe
+        EXPECT_EQ(rooflineClass(25, 45), "compute-bound");
         EXPECT_EQ(rooflineClass(10, 94), "compute-bound");
         EXPECT_EQ(rooflineClass(70, 75), "balanced");
         EXPECT_EQ(rooflineClass(20, 15), "latency-bound");
         EXPECT_EQ(rooflineClass(-1, -1), "unknown");
         EXPECT_EQ(rooflineClass(50, -1), "memory-bound");
+    }
+
+    // Both pipes low and close (the naive rmsnorm baseline on the H200: DRAM 33.1%, SM 41.1%): neither limits the
+    // kernel, whichever figure is higher; Nsight Compute calls this latency-bound.
+    TEST(RooflineClass, BothPipesLowAndCloseIsLatencyBound)
+    {
+        EXPECT_EQ(rooflineClass(33.1, 41.1), "latency-bound");
+        EXPECT_EQ(rooflineClass(45, 42), "latency-bound");
+        EXPECT_EQ(rooflineClass(41.1, 33.1), "latency-bound");
+        EXPECT_EQ(rooflineClass(30, 59), "compute-bound");
     }
 
 } // namespace
