@@ -353,12 +353,24 @@ std::unique_ptr<SessionStore> SessionStore::create(const fs::path& dir, const Se
     s.reviews.clear();
     if (s.createdMs == 0)
         s.createdMs = nowMs();
-    writeFileAtomic(dir / kHeaderFile, headerToJson(s).dump(2) + "\n");
+    // The writer lock comes before any file is written: two creators racing for one directory would otherwise
+    // both pass the emptiness check above and write two session-created events.
     std::unique_ptr<SessionStore> store(new SessionStore(dir, s));
     store->m_journalFd = ::open((dir / kJournalFile).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (store->m_journalFd < 0)
         throwErrno("creating " + (dir / kJournalFile).string());
-    lockJournal(store->m_journalFd, dir);
+    try {
+        lockJournal(store->m_journalFd, dir);
+    } catch (const SessionLockedError&) {
+        throw SessionLockedError(dir.string() + " is being created or written by another process; choose a new "
+                                                "session directory");
+    }
+    struct stat journalStat {};
+    if (::fstat(store->m_journalFd, &journalStat) != 0)
+        throwErrno("reading " + (dir / kJournalFile).string());
+    if (journalStat.st_size != 0 || fs::exists(dir / kHeaderFile, ec))
+        throw InputError(dir.string() + " was created by another process meanwhile; choose a new session directory");
+    writeFileAtomic(dir / kHeaderFile, headerToJson(s).dump(2) + "\n");
     fsyncDir(dir);
     Event e;
     e.kind = EventKind::SessionCreated;
