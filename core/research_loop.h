@@ -127,6 +127,7 @@ private:
     std::string m_stopReason;
     bool m_paused = false;
     CancelToken m_deviceCancel;
+    CancelToken m_agentCancel; // handed to Agent::propose; a stop cancels it, so an outstanding LLM request ends
 
     // Coordinator state.
     std::optional<CandidateId> m_best;

@@ -515,3 +515,81 @@ TEST(KloopRunGpuLock, ASecondRunOnABusyGpuIsRefusedAndNamesTheFirst)
     held.reset();
     fs::remove_all(scratch);
 }
+
+namespace {
+
+// Waits until the server has received n requests; false after the deadline.
+bool waitForRequests(const test::LoopbackServer& server, std::size_t n, std::chrono::seconds deadline)
+{
+    const auto until = std::chrono::steady_clock::now() + deadline;
+    while (server.requests().size() < n) {
+        if (std::chrono::steady_clock::now() > until)
+            return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+}
+
+test::ScriptedResponse neverAnswers()
+{
+    test::ScriptedResponse r;
+    r.delayBeforeHeadersMs = 10 * 60 * 1000;
+    return r;
+}
+
+} // namespace
+
+// QA row 213: a stop used to leave the LLM request running for minutes (the loop's cancel token was never
+// cancelled). Ctrl-C and SIGTERM now end the request within a second, the journal says so, and --resume continues.
+TEST_F(KloopRunLlm, CtrlCOrSigtermDuringAnUnansweredRequestStopsAtOnceAndResumeContinues)
+{
+    const auto stopDuringRequest = [&](const std::vector<std::string>& args, int sig, std::size_t requestsBefore) {
+        server.enqueue(neverAnswers());
+        KloopProcess kloop(args, environment("OPENAI_API_KEY"), scratch);
+        EXPECT_TRUE(waitForRequests(server, requestsBefore + 1, std::chrono::seconds(60))) << kloop.err();
+        std::this_thread::sleep_for(std::chrono::milliseconds(300)); // well inside the transfer
+        const auto signalled = std::chrono::steady_clock::now();
+        kloop.sendSignal(sig);
+        const ProcessResult r = kloop.wait(std::chrono::seconds(20));
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+        EXPECT_LT(seconds, 2.0) << "signal " << sig;
+        EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+        EXPECT_EQ(summaryOf(r).value("state", ""), "stopped") << r.out;
+        return summaryOf(r).value("reason", "");
+    };
+
+    EXPECT_EQ(stopDuringRequest(runArgs("openai", 3), SIGINT, 0), "interrupted (Ctrl-C)");
+    {
+        auto store = SessionStore::open(sessionDir);
+        const std::vector<Event> events = store->events();
+        const auto errors = agentRecords(events, "llm.error");
+        ASSERT_EQ(errors.size(), 1u);
+        EXPECT_EQ(errors[0].value("kind", ""), "cancelled");
+        bool noted = false;
+        std::string lastState;
+        for (const auto& e : events) {
+            if (e.kind == EventKind::Note
+                && e.data.value("text", "").find("stopped while the agent was working: interrupted (Ctrl-C)")
+                    != std::string::npos)
+                noted = true;
+            if (e.kind == EventKind::SessionState)
+                lastState = e.data.value("state", "");
+        }
+        EXPECT_TRUE(noted);
+        EXPECT_EQ(lastState, "stopped");
+        EXPECT_TRUE(llmCandidates(store->session()).empty());
+    }
+    const std::vector<std::string> resume { "run", "--resume", sessionDir.string(), "--budget", "3", "--json" };
+    EXPECT_EQ(stopDuringRequest(resume, SIGTERM, 1), "terminated by a signal");
+
+    // Resumed with a provider that answers: the LLM's candidate is evaluated and the run finishes on its budget.
+    const std::string good = "NOTE: 512 threads per row\n```kl-candidate\n" + fasterKernel() + "```\n";
+    server.enqueue(test::openAiStream(test::piecesOf(good, 64), 700, 500));
+    const ProcessResult r = runKloop(resume, environment("OPENAI_API_KEY"), scratch);
+    ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+    EXPECT_EQ(summaryOf(r).value("state", ""), "finished") << r.out;
+    auto store = SessionStore::open(sessionDir);
+    const std::vector<CandidateId> llm = llmCandidates(store->session());
+    ASSERT_EQ(llm.size(), 1u);
+    EXPECT_EQ(store->session().tree.at(llm[0]).status, CandidateStatus::Accepted);
+}
