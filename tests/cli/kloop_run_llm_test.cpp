@@ -593,3 +593,43 @@ TEST_F(KloopRunLlm, CtrlCOrSigtermDuringAnUnansweredRequestStopsAtOnceAndResumeC
     ASSERT_EQ(llm.size(), 1u);
     EXPECT_EQ(store->session().tree.at(llm[0]).status, CandidateStatus::Accepted);
 }
+
+// QA row 248: a 256 MB streamed reply cost 5.7 GB and 1.5 GB of journal. A reply past max_reply_bytes (default
+// 1 MiB) is aborted and recorded as a failed attempt with the reason; the journal stays small.
+TEST_F(KloopRunLlm, AFloodedReplyIsAbortedAtTheSizeCapAndJournaledBounded)
+{
+    // 48 MiB of deltas per attempt, no code block: each attempt floods.
+    const std::string piece(64 * 1024, 'x');
+    const std::vector<std::string> pieces(768, piece);
+    for (int i = 0; i < 3; ++i)
+        server.enqueue(test::openAiStream(pieces));
+    for (int i = 0; i < 6; ++i)
+        server.enqueue(test::openAiStream({ "I have no further idea." }, 10, 5));
+
+    const ProcessResult r = runKloop(runArgs("openai", 3), environment("OPENAI_API_KEY"), scratch);
+    ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+    std::printf("peak RSS of kloop: %.0f MiB, journal %.2f MiB\n", r.maxRssKb / 1024.0,
+        static_cast<double>(fs::file_size(sessionDir / "journal.jsonl")) / (1 << 20));
+    EXPECT_LT(fs::file_size(sessionDir / "journal.jsonl"), 4u << 20);
+    EXPECT_LT(r.maxRssKb, 1024 * 1024) << "a capped reply must not cost a GiB";
+
+    auto store = SessionStore::open(sessionDir);
+    const std::vector<Event> events = store->events();
+    const auto rejected = agentRecords(events, "llm.reply-rejected");
+    ASSERT_GE(rejected.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(rejected[i].value("kind", ""), "reply-too-large");
+        EXPECT_NE(rejected[i].value("message", "").find("max_reply_bytes"), std::string::npos);
+    }
+    // The model was told, in the same call, and the journaled request names the omitted reply instead of holding it.
+    const auto reqs = server.requests();
+    ASSERT_GE(reqs.size(), 2u);
+    EXPECT_NE(json::parse(reqs[1].body)["messages"].back().value("content", "").find("cut off"), std::string::npos);
+    const auto requests = agentRecords(events, "llm.request");
+    ASSERT_GE(requests.size(), 2u);
+    for (const auto& m : requests[1]["messages"]) {
+        if (m.value("role", "") == "assistant") {
+            EXPECT_FALSE(m.contains("content")) << m.dump();
+        }
+    }
+}
