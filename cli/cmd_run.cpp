@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -104,16 +105,23 @@ namespace {
     // One line per event on a pipe; a redrawn bar on a terminal.
     class Progress {
     public:
-        Progress(bool json, bool tty, int budget)
+        Progress(bool json, bool tty, int budget, std::string sessionDir)
             : m_json(json)
             , m_tty(tty)
             , m_budget(budget)
+            , m_sessionDir(std::move(sessionDir))
         {
         }
 
         void onEvent(const Event& e)
         {
             std::lock_guard lock(m_mutex);
+            // The run waits for the engineer here: say so on stderr (stdout may be the JSON event stream).
+            if (e.kind == EventKind::CandidateStatus && e.data.value("status", std::string()) == "pending-review")
+                std::cerr << (m_tty && !m_json ? "\r\033[K" : "") << "kloop run: " << e.candidateId
+                          << " waits for your review: approve or reject it in the workbench (kernelloop --session "
+                          << m_sessionDir << "); the run continues when you decide\n"
+                          << std::flush;
             if (m_json) {
                 std::cout << eventToJson(e).dump() << "\n" << std::flush;
                 return;
@@ -177,6 +185,7 @@ namespace {
         bool m_json;
         bool m_tty;
         int m_budget;
+        std::string m_sessionDir;
         int m_done = 0;
         std::string m_best;
         double m_bestObjective = 0;
@@ -192,21 +201,9 @@ namespace {
             return kExitUsage;
         }
         Budget budget;
-        try {
-            if (auto b = a.option("budget"))
-                budget.maxEvaluations = std::stoi(*b);
-            if (auto m = a.option("minutes"))
-                budget.maxMinutes = std::stod(*m);
-            if (auto c = a.option("converge"))
-                budget.convergenceWindow = std::stoi(*c);
-        } catch (const std::exception&) {
-            std::cerr << "kloop run: --budget, --minutes and --converge take numbers\n";
-            return kExitUsage;
-        }
-        if (budget.maxEvaluations < 0 || budget.maxMinutes < 0 || budget.convergenceWindow < 0) {
-            std::cerr << "kloop run: --budget, --minutes and --converge must not be negative\n";
-            return kExitUsage;
-        }
+        budget.maxEvaluations = static_cast<int>(a.integer("budget", budget.maxEvaluations, 0, 1'000'000'000));
+        budget.maxMinutes = a.real("minutes", budget.maxMinutes, 0, 1e9);
+        budget.convergenceWindow = static_cast<int>(a.integer("converge", budget.convergenceWindow, 0, 1'000'000'000));
 
         std::unique_ptr<SessionStore> store;
         std::string agentSpec = a.optionOr("agent", "tuner:bayes");
@@ -221,6 +218,13 @@ namespace {
             const Session& s = store->session();
             if (!a.option("agent"))
                 agentSpec = s.settings.agent;
+            if (agentSpec.empty()) {
+                std::cerr << "kloop run: session " << dir.string()
+                          << " records no agent (kloop session new without --agent); say which one runs it, e.g. "
+                             "kloop run --resume "
+                          << dir.string() << " --agent tuner:bayes (or llm:<provider>, llm:<provider>+tuner:bayes)\n";
+                return kExitUsage;
+            }
             problemArg = !s.problemFolder.empty() && fs::exists(s.problemFolder) ? s.problemFolder : s.problemName;
             if (shapesText.empty() && s.settings.extra.count("tuning_shapes"))
                 shapesText = s.settings.extra.at("tuning_shapes");
@@ -251,12 +255,7 @@ namespace {
                     liveStream = std::make_unique<LiveStreamWriter>(store->dir());
                 return liveStream.get();
             });
-        try {
-            agentOptions.seed = std::stoull(a.optionOr("seed", "1"));
-        } catch (const std::exception&) {
-            std::cerr << "kloop run: --seed takes a number\n";
-            return kExitUsage;
-        }
+        agentOptions.seed = static_cast<std::uint64_t>(a.integer("seed", 1, 0, std::numeric_limits<long long>::max()));
         if (store)
             agentOptions.extra = store->session().settings.extra;
         for (const auto& [flag, key] : { std::pair { "llm-settings", "llm.settings_file" },
@@ -274,6 +273,18 @@ namespace {
             return kExitUsage;
         }
         const bool llm = agentSpec.find("llm:") != std::string::npos;
+        if (llm) {
+            // Before anything is measured: a missing model or key would otherwise surface after the baseline and
+            // the template were timed.
+            try {
+                llm::LlmClient(
+                    llmAgentSettingsFor(agentSpec.substr(0, agentSpec.find('+')), agentOptions.extra).provider)
+                    .checkConfig();
+            } catch (const llm::LlmError& e) {
+                std::cerr << "kloop run: " << e.what() << "\n";
+                return kExitFailure;
+            }
+        }
         if (llm && !a.has("auto-approve") && !(store && store->session().settings.autoApproveLlm))
             std::cerr << "kloop run: LLM proposals wait for the engineer's review (kernelloop workbench); pass "
                          "--auto-approve to evaluate them unattended (the referee still gates every candidate)\n";
@@ -391,16 +402,11 @@ namespace {
         options.budgetOverride = budget;
         options.evaluate.heldOutShapes = !a.has("no-held-out");
         options.measurementProtocol = quick ? "quick" : "";
-        try {
-            options.compileThreads = std::stoi(a.optionOr("compile-threads", "4"));
-            options.pipelineDepth = std::stoi(a.optionOr("pipeline", "4"));
-        } catch (const std::exception&) {
-            std::cerr << "kloop run: --compile-threads and --pipeline take numbers\n";
-            return kExitUsage;
-        }
+        options.compileThreads = static_cast<int>(a.integer("compile-threads", 4, 1, 256));
+        options.pipelineDepth = static_cast<int>(a.integer("pipeline", 4, 1, 1024));
 
         const bool tty = ::isatty(STDOUT_FILENO) != 0;
-        Progress progress(json, tty, budget.maxEvaluations);
+        Progress progress(json, tty, budget.maxEvaluations, store->dir().string());
         const auto token = store->bus().subscribe([&](const Event& e) { progress.onEvent(e); });
 
         ResearchLoop loop(*store, evaluator, *agent, options);
@@ -520,7 +526,10 @@ namespace {
         "resumes. --json prints one JSON "
         "object per event\nand a final {\"summary\": ...}. Exit codes: 0 finished or stopped, 1 failure (no GPU, "
         "evaluator failure),\n2 usage.",
-        { "json", "no-tuning-db", "no-held-out", "auto-approve", "quick" }, &runGuarded } };
+        { "json", "no-tuning-db", "no-held-out", "auto-approve", "quick" },
+        { "problem", "agent", "session", "resume", "budget", "minutes", "converge", "objective", "shapes", "seed",
+            "tuning-db", "compile-threads", "pipeline", "arch", "id", "llm-settings", "llm-model", "llm-base-url" },
+        &runGuarded } };
 
 } // namespace
 } // namespace kl::cli

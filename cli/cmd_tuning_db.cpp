@@ -114,17 +114,18 @@ namespace {
     const CommandRegistration regList { { "tuning-db list", "list the recorded spaces of the tuning database",
         "kloop tuning-db list [--db FILE] [--json]\nDefault database: $KL_TUNING_DB or "
         "~/.cache/kernelloop/tuning.jsonl.",
-        { "json" }, [](const Args& a) { return guarded(&runList, a); } } };
+        { "json" }, { "db" }, [](const Args& a) { return guarded(&runList, a); } } };
     const CommandRegistration regExport { { "tuning-db export", "write one recorded space as a Kernel Tuner cache file",
         "kloop tuning-db export --space PREFIX --out FILE.json [--db FILE] [--kernel NAME]\n\"time\" is the "
         "workload-weighted sum of the per-shape median times in ms; failures are Kernel Tuner's *FailedConfig strings.",
-        {}, [](const Args& a) { return guarded(&runExport, a); } } };
+        {}, { "space", "out", "db", "kernel" }, [](const Args& a) { return guarded(&runExport, a); } } };
     const CommandRegistration regImport { { "tuning-db import",
         "import a Kernel Tuner cache file (a killed run's file without closing braces is fine)",
         "kloop tuning-db import CACHE.json --problem NAME|DIR --device NAME [--source FILE.cu] [--driver V] "
         "[--cuda V] [--db FILE]\nRecords every configuration under the problem's shapes and the source's hash (the "
         "problem's template by default).",
-        {}, [](const Args& a) { return guarded(&runImport, a); } } };
+        {}, { "problem", "device", "source", "driver", "cuda", "db" },
+        [](const Args& a) { return guarded(&runImport, a); } } };
 
 } // namespace
 } // namespace kl::cli

@@ -362,10 +362,10 @@ std::unique_ptr<SessionStore> SessionStore::create(const fs::path& dir, const Se
     try {
         lockJournal(store->m_journalFd, dir);
     } catch (const SessionLockedError&) {
-        throw SessionLockedError(dir.string() + " is being created or written by another process; choose a new "
-                                                "session directory");
+        throw SessionLockedError(
+            dir.string() + " is being created or written by another process; choose a new session directory");
     }
-    struct stat journalStat {};
+    struct stat journalStat { };
     if (::fstat(store->m_journalFd, &journalStat) != 0)
         throwErrno("reading " + (dir / kJournalFile).string());
     if (journalStat.st_size != 0 || fs::exists(dir / kHeaderFile, ec))

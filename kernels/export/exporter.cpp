@@ -75,8 +75,8 @@ namespace {
         fs::create_directories(staging, ec);
         if (ec)
             throw InputError("export: cannot create " + staging.string() + ": " + ec.message());
-        writeFileAtomic(staging / kPartialMarker, "an interrupted kloop export; the next export to "
-                + out.filename().string() + " removes it\n");
+        writeFileAtomic(staging / kPartialMarker,
+            "an interrupted kloop export; the next export to " + out.filename().string() + " removes it\n");
         for (const auto& [path, content] : files) {
             fs::create_directories((staging / path).parent_path());
             writeFileAtomic(staging / path, content);

@@ -47,7 +47,93 @@ struct KloopCli : ::testing::Test {
     ProcessResult kloop(const std::vector<std::string>& args) const { return runKloop(args, environment(), scratch); }
 };
 
+// The command paths `kloop --help` lists.
+std::vector<std::string> listedCommands(const std::string& help)
+{
+    std::vector<std::string> out;
+    std::istringstream lines(help);
+    std::string line;
+    bool inList = false;
+    while (std::getline(lines, line)) {
+        if (line == "Commands:") {
+            inList = true;
+            continue;
+        }
+        if (!inList || line.rfind("  ", 0) != 0)
+            continue;
+        const std::string rest = line.substr(2);
+        out.push_back(rest.substr(0, rest.find("  ")));
+    }
+    return out;
+}
+
+std::vector<std::string> words(const std::string& path)
+{
+    std::vector<std::string> w;
+    std::istringstream s(path);
+    for (std::string x; s >> x;)
+        w.push_back(x);
+    return w;
+}
+
 } // namespace
+
+// Issue 14 and QA rows 101, 197: a typo such as --budjet must not run with the default budget.
+TEST_F(KloopCli, EveryCommandRejectsUnknownOptionsAndMissingValuesWithExitTwo)
+{
+    const ProcessResult help = kloop({ "--help" });
+    ASSERT_EQ(help.exitCode, 0) << help.err;
+    const std::vector<std::string> commands = listedCommands(help.out);
+    // One option that takes a value, per command that has one.
+    const std::map<std::string, std::string> valueOption { { "eval", "arch" }, { "export", "out" }, { "problems", "" },
+        { "profile", "out" }, { "profile sol", "out" }, { "prompt", "problem" }, { "run", "budget" },
+        { "session diff", "context" }, { "session list", "" }, { "session new", "problem" }, { "session show", "" },
+        { "trace analyze", "work" }, { "trace export", "out" }, { "trace info", "" }, { "tuning-db export", "space" },
+        { "tuning-db import", "problem" }, { "tuning-db list", "db" }, { "version", "" } };
+    ASSERT_GE(commands.size(), 18u) << help.out;
+    for (const std::string& c : commands) {
+        ASSERT_TRUE(valueOption.count(c)) << "a new command '" << c << "': add it to this test";
+        std::vector<std::string> args = words(c);
+        args.insert(args.end(), { "--frobnicate", "3" });
+        const ProcessResult r = kloop(args);
+        EXPECT_EQ(r.exitCode, 2) << c << ": " << r.out << r.err;
+        EXPECT_NE(r.err.find("unknown option --frobnicate"), std::string::npos) << c << ": " << r.err;
+        EXPECT_NE(r.err.find("kloop " + c + ":"), std::string::npos) << r.err;
+        if (valueOption.at(c).empty())
+            continue;
+        std::vector<std::string> missing = words(c);
+        missing.push_back("--" + valueOption.at(c));
+        const ProcessResult m = kloop(missing);
+        EXPECT_EQ(m.exitCode, 2) << c << ": " << m.out << m.err;
+        EXPECT_NE(m.err.find("--" + valueOption.at(c) + " needs a value"), std::string::npos) << c << ": " << m.err;
+    }
+    // A value option followed by another option has no value (it used to swallow "--json").
+    const ProcessResult swallowed = kloop({ "session", "new", (scratch / "s").string(), "--problem", "--json" });
+    EXPECT_EQ(swallowed.exitCode, 2) << swallowed.err;
+    EXPECT_NE(swallowed.err.find("--problem needs a value"), std::string::npos) << swallowed.err;
+    EXPECT_FALSE(fs::exists(scratch / "s"));
+    // The typo of the issue: nothing is created.
+    const ProcessResult typo
+        = kloop({ "session", "new", (scratch / "t").string(), "--problem", "rmsnorm", "--bogus", "3" });
+    EXPECT_EQ(typo.exitCode, 2);
+    EXPECT_FALSE(fs::exists(scratch / "t"));
+}
+
+// QA row 185: NaN passed the "< 0" check.
+TEST_F(KloopCli, RunRejectsNonFiniteAndNegativeNumbersBeforeAnythingRuns)
+{
+    for (const std::string minutes : { "nan", "inf", "-1", "2x", "" }) {
+        const ProcessResult r = kloop({ "run", "--problem", "rmsnorm", "--agent", "tuner:random", "--session",
+            (scratch / "s").string(), "--minutes=" + minutes });
+        EXPECT_EQ(r.exitCode, 2) << minutes << ": " << r.err;
+        EXPECT_NE(r.err.find("--minutes"), std::string::npos) << r.err;
+        EXPECT_FALSE(fs::exists(scratch / "s" / "journal.jsonl")) << minutes;
+    }
+    const ProcessResult budget = kloop({ "run", "--problem", "rmsnorm", "--agent", "tuner:random", "--session",
+        (scratch / "s").string(), "--budget", "5e3" });
+    EXPECT_EQ(budget.exitCode, 2) << budget.err;
+    EXPECT_NE(budget.err.find("--budget takes a whole number, got '5e3'"), std::string::npos) << budget.err;
+}
 
 // QA row 244: two `kloop session new` on one directory both succeeded and left a journal no command could load.
 TEST_F(KloopCli, TwoConcurrentSessionNewOnOneDirectoryExactlyOneSucceedsAndTheJournalLoads)
@@ -62,8 +148,9 @@ TEST_F(KloopCli, TwoConcurrentSessionNewOnOneDirectoryExactlyOneSucceedsAndTheJo
         const ProcessResult r2 = second.wait();
         ASSERT_NE(r1.exitCode, -1) << r1.err;
         ASSERT_NE(r2.exitCode, -1) << r2.err;
-        EXPECT_EQ((r1.exitCode == 0) + (r2.exitCode == 0), 1)
-            << "trial " << trial << ":\n" << r1.out << r1.err << "\n---\n" << r2.out << r2.err;
+        EXPECT_EQ((r1.exitCode == 0) + (r2.exitCode == 0), 1) << "trial " << trial << ":\n"
+                                                              << r1.out << r1.err << "\n---\n"
+                                                              << r2.out << r2.err;
         const ProcessResult& loser = r1.exitCode == 0 ? r2 : r1;
         EXPECT_EQ(loser.exitCode, 1) << loser.err;
         EXPECT_TRUE(loser.err.find("another process") != std::string::npos
@@ -114,3 +201,75 @@ TEST_F(KloopCli, TwoSessionStoreCreatorsReleasedAtOnceExactlyOneSucceeds)
     }
 }
 
+// Issue 23, Messages; QA Part 1 friction 3 and 4, row 61.
+TEST_F(KloopCli, SessionNewSaysHowToRunItAndResumeNamesTheAgentToPass)
+{
+    const fs::path dir = scratch / "rms";
+    const ProcessResult created = kloop({ "session", "new", dir.string(), "--problem", "rmsnorm" });
+    ASSERT_EQ(created.exitCode, 0) << created.err;
+    EXPECT_NE(created.out.find("next: kloop run --resume " + dir.string() + " --agent tuner:bayes"), std::string::npos)
+        << created.out;
+    const ProcessResult resumed = kloop({ "run", "--resume", dir.string() });
+    EXPECT_EQ(resumed.exitCode, 2) << resumed.err;
+    EXPECT_EQ(resumed.err.find("unknown agent ''"), std::string::npos) << resumed.err;
+    EXPECT_NE(resumed.err.find("--agent tuner:bayes"), std::string::npos) << resumed.err;
+    // Following the hint runs the session (the worker test double stands in for the GPU).
+    const ProcessResult run
+        = kloop({ "run", "--resume", dir.string(), "--agent", "tuner:random", "--budget", "3", "--no-tuning-db" });
+    EXPECT_EQ(run.exitCode, 0) << run.out << run.err;
+
+    const ProcessResult created2
+        = kloop({ "session", "new", (scratch / "llm").string(), "--problem", "rmsnorm", "--agent", "tuner:bayes" });
+    ASSERT_EQ(created2.exitCode, 0) << created2.err;
+    EXPECT_NE(created2.out.find("next: kloop run --resume " + (scratch / "llm").string() + "   "), std::string::npos)
+        << created2.out;
+}
+
+TEST_F(KloopCli, ADirectoryGivenAsTheCandidateFileIsNamedAsSuch)
+{
+    fs::create_directories(scratch / "x.cu");
+    const ProcessResult r
+        = kloop({ "eval", "rmsnorm", (scratch / "x.cu").string(), "--compile-only", "--arch", "sm_90a" });
+    EXPECT_EQ(r.exitCode, 1) << r.err;
+    EXPECT_NE(r.err.find("x.cu is a directory"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("@kl:launch"), std::string::npos) << r.err;
+}
+
+TEST_F(KloopCli, VersionAndGroupHelpWork)
+{
+    const ProcessResult v = kloop({ "--version" });
+    EXPECT_EQ(v.exitCode, 0) << v.err;
+    EXPECT_EQ(v.out, kloop({ "version" }).out);
+    for (const std::string group : { "session", "trace", "tuning-db" }) {
+        const ProcessResult h = kloop({ group, "--help" });
+        EXPECT_EQ(h.exitCode, 0) << group << ": " << h.err;
+        EXPECT_NE(h.out.find("  " + group + " "), std::string::npos) << h.out;
+        EXPECT_EQ(kloop({ "help", group }).exitCode, 0);
+    }
+    EXPECT_NE(kloop({ "session", "--help" }).out.find("session new"), std::string::npos);
+    const ProcessResult nope = kloop({ "help", "nope" });
+    EXPECT_EQ(nope.exitCode, 2);
+    EXPECT_NE(nope.err.find("unknown command 'nope'"), std::string::npos) << nope.err;
+}
+
+// QA Part 1 "progress output": carriage returns in a CI log, and "error:" instead of the command's name.
+TEST_F(KloopCli, TraceProgressToAFileIsPlainLinesAndErrorsNameTheCommand)
+{
+    const fs::path trace = fs::path(KL_SOURCE_DIR) / "resources" / "demo-session" / "traces";
+    fs::path file;
+    for (const auto& e : fs::directory_iterator(trace))
+        if (e.path().string().find(".json.gz") != std::string::npos)
+            file = e.path();
+    ASSERT_FALSE(file.empty());
+    const ProcessResult r = kloop({ "trace", "analyze", file.string() });
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_NE(r.err.find("% "), std::string::npos) << "progress is still reported: " << r.err;
+    EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;
+    std::ofstream(scratch / "garbage.json") << "{ not a trace";
+    for (const std::string cmd : { "analyze", "info" }) {
+        const ProcessResult bad = kloop({ "trace", cmd, (scratch / "garbage.json").string() });
+        EXPECT_EQ(bad.exitCode, 1) << bad.err;
+        EXPECT_NE(bad.err.find("kloop trace " + cmd + ": "), std::string::npos) << bad.err;
+        EXPECT_EQ(bad.err.find("error: "), std::string::npos) << bad.err;
+    }
+}

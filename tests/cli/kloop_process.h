@@ -106,7 +106,7 @@ public:
         if (m_pid > 0) {
             const auto until = std::chrono::steady_clock::now() + deadline;
             int status = 0;
-            struct rusage usage {};
+            struct rusage usage { };
             for (;;) {
                 if (::wait4(m_pid, &status, WNOHANG, &usage) == m_pid)
                     break;

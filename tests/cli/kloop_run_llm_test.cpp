@@ -427,6 +427,10 @@ TEST_F(KloopRunLlm, WithoutAutoApproveProposalsWaitForTheEngineersReviewThroughT
     const ProcessResult r = kloop.wait();
     ASSERT_EQ(r.exitCode, 0) << "stdout:\n" << r.out << "\nstderr:\n" << r.err;
     EXPECT_NE(r.err.find("wait for the engineer's review"), std::string::npos) << r.err;
+    // Each pending review is announced on the terminal, with where to decide it (QA Part 1: the run went silent).
+    EXPECT_NE(r.err.find(first + " waits for your review"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(second + " waits for your review"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("kernelloop --session " + sessionDir.string()), std::string::npos) << r.err;
     EXPECT_EQ(summaryOf(r).value("reason", ""), "the agent has nothing left to propose");
 
     auto store = SessionStore::open(sessionDir);
@@ -454,6 +458,29 @@ TEST_F(KloopRunLlm, AMissingKeyFailsBeforeAnyRequest)
     EXPECT_NE(r.err.find("needs an API key"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("ANTHROPIC_API_KEY"), std::string::npos) << r.err;
     EXPECT_TRUE(server.requests().empty());
+}
+
+// QA rows 201 and 203: the hint named --model (ignored, so following it gave the same error), and the error came
+// only after the baseline and the template were measured.
+TEST_F(KloopRunLlm, AMissingModelFailsBeforeAnythingIsMeasuredAndNamesTheRealFlag)
+{
+    std::vector<std::string> args = runArgs("openai", 3);
+    const auto model = std::find(args.begin(), args.end(), "--llm-model");
+    ASSERT_NE(model, args.end());
+    args.erase(model, model + 2);
+    const ProcessResult r = runKloop(args, environment("OPENAI_API_KEY"), scratch);
+    EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find("has no model set"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--llm-model NAME"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("--model NAME"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(sessionDir)) << "nothing is created or measured before the check";
+    EXPECT_TRUE(server.requests().empty());
+
+    args.insert(args.end(), { "--model", "gpt-4o" });
+    const ProcessResult wrongFlag = runKloop(args, environment("OPENAI_API_KEY"), scratch);
+    EXPECT_EQ(wrongFlag.exitCode, 2) << wrongFlag.err;
+    EXPECT_NE(wrongFlag.err.find("unknown option --model"), std::string::npos) << wrongFlag.err;
+    EXPECT_FALSE(fs::exists(sessionDir));
 }
 
 TEST_F(KloopRunLlm, AResumedRunAsksTheSameProviderWithTheSessionsSettings)

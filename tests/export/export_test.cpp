@@ -464,8 +464,7 @@ namespace {
     {
         std::vector<std::string> names;
         for (const auto& e : fs::directory_iterator(out.parent_path()))
-            if (e.path().filename().string().find(out.filename().string()) != std::string::npos
-                && e.path() != out)
+            if (e.path().filename().string().find(out.filename().string()) != std::string::npos && e.path() != out)
                 names.push_back(e.path().filename().string());
         return names;
     }
@@ -495,6 +494,24 @@ namespace {
         EXPECT_EQ(files, r.files.size());
         fs::remove_all(parent);
         fs::remove_all(b.dir);
+    }
+
+    // QA row 135: the hint named --problems, which does not exist.
+    TEST(Export, AMissingProblemFolderNamesTheFlagThatExists)
+    {
+        Session s;
+        s.id = "lost";
+        s.problemName = "nonexistent_problem";
+        s.problemFolder = "/nonexistent/x";
+        try {
+            resolveProblemFolder(s, { fs::path(KL_SOURCE_DIR) / "kernels" / "problems" });
+            FAIL();
+        } catch (const InputError& e) {
+            const std::string what = e.what();
+            EXPECT_NE(what.find("pass --problem NAME|DIR"), std::string::npos) << what;
+            EXPECT_EQ(what.find("--problems"), std::string::npos) << what;
+            EXPECT_NE(what.find("/nonexistent/x"), std::string::npos) << what;
+        }
     }
 
     TEST(Export, NoSecretPromptOrLocalPathReachesTheBundle)
@@ -648,7 +665,6 @@ namespace {
         fs::remove_all(b.dir);
     }
 
-
     // kill -9 at any instant of `kloop export --overwrite` leaves a complete bundle at the destination (the old one
     // or the new one), never the old manifest over a partial set of files.
     TEST(ExportCli, KillNineDuringOverwriteNeverLeavesAPartialBundle)
@@ -676,8 +692,8 @@ namespace {
             ASSERT_EQ(incompleteness(out), "") << "after a kill at " << i << "/" << kTrials << " of an export";
         }
         // The next --overwrite clears whatever the kills left beside the bundle.
-        ASSERT_EQ(runCommand(kloop.string() + " export " + b.dir.string() + " --out " + out.string() + " --overwrite",
-                      &log),
+        ASSERT_EQ(
+            runCommand(kloop.string() + " export " + b.dir.string() + " --out " + out.string() + " --overwrite", &log),
             0)
             << log;
         EXPECT_EQ(incompleteness(out), "");
