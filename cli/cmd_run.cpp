@@ -206,16 +206,19 @@ namespace {
         budget.convergenceWindow = static_cast<int>(a.integer("converge", budget.convergenceWindow, 0, 1'000'000'000));
 
         std::unique_ptr<SessionStore> store;
+        // A resumed session is read here and opened for writing only once the GPU is there: opening cuts a torn
+        // journal tail, and a run that cannot start must not change the session.
+        std::optional<Session> recorded;
         std::string agentSpec = a.optionOr("agent", "tuner:bayes");
         std::string problemArg;
         std::string shapesText = a.optionOr("shapes", "");
         if (resuming) {
             const fs::path dir = *a.option("resume");
             LoadReport report;
-            store = SessionStore::open(dir, &report);
+            recorded = SessionStore::load(dir, &report);
             for (const auto& w : report.warnings)
                 std::cerr << "kloop run: " << w << "\n";
-            const Session& s = store->session();
+            const Session& s = *recorded;
             if (!a.option("agent"))
                 agentSpec = s.settings.agent;
             if (agentSpec.empty()) {
@@ -256,14 +259,14 @@ namespace {
                 return liveStream.get();
             });
         agentOptions.seed = static_cast<std::uint64_t>(a.integer("seed", 1, 0, std::numeric_limits<long long>::max()));
-        if (store)
-            agentOptions.extra = store->session().settings.extra;
+        if (recorded)
+            agentOptions.extra = recorded->settings.extra;
         for (const auto& [flag, key] : { std::pair { "llm-settings", "llm.settings_file" },
                  std::pair { "llm-model", "llm.model" }, std::pair { "llm-base-url", "llm.base_url" } })
             if (auto v = a.option(flag))
                 agentOptions.extra[key] = *v;
         // The LLM agent records in each proposal whether it waits for review; with auto-approve it does not.
-        if (a.has("auto-approve") || (store && store->session().settings.autoApproveLlm))
+        if (a.has("auto-approve") || (recorded && recorded->settings.autoApproveLlm))
             agentOptions.extra["llm.auto_approve"] = "true";
         std::unique_ptr<Agent> agent;
         try {
@@ -285,7 +288,7 @@ namespace {
                 return kExitFailure;
             }
         }
-        if (llm && !a.has("auto-approve") && !(store && store->session().settings.autoApproveLlm))
+        if (llm && !a.has("auto-approve") && !(recorded && recorded->settings.autoApproveLlm))
             std::cerr << "kloop run: LLM proposals wait for the engineer's review (kernelloop workbench); pass "
                          "--auto-approve to evaluate them unattended (the referee still gates every candidate)\n";
         const std::string objective = a.optionOr("objective", "weighted-geomean-speedup");
@@ -328,8 +331,8 @@ namespace {
         // --quick: for sweeps; correctness is still verified on every shape, the timing protocol is lighter.
         // Its measurements are keyed apart in the tuning database, so a full run never reuses them.
         const bool quick = a.has("quick")
-            || (store && store->session().settings.extra.count("protocol")
-                && store->session().settings.extra.at("protocol") == "quick");
+            || (recorded && recorded->settings.extra.count("protocol")
+                && recorded->settings.extra.at("protocol") == "quick");
         if (quick) {
             evalOptions.cupti = false;
             evalOptions.graphCheck = false;
@@ -354,6 +357,7 @@ namespace {
 #else
         (void)json;
         (void)store;
+        (void)recorded;
         std::cerr << "kloop run: this build has no CUDA support (the CUDA toolkit was not found at configure time), so "
                      "there is no GPU to run on\n";
         return kExitFailure;
@@ -382,7 +386,10 @@ namespace {
             const auto seeded = seedProblemCandidates(*store, problem, folder);
             if (!seeded.empty())
                 store->moveHead(seeded.back().first, "the template is where tuning starts");
-        } else if (store->session().device.name != device.name) {
+        } else {
+            store = SessionStore::open(*a.option("resume")); // its warnings were printed when it was read
+        }
+        if (resuming && store->session().device.name != device.name) {
             std::cerr << "kloop run: warning: the session was recorded on " << store->session().device.name
                       << ", this GPU is " << device.name << "\n";
         }
@@ -392,7 +399,13 @@ namespace {
             const fs::path dbPath
                 = a.option("tuning-db") ? fs::path(*a.option("tuning-db")) : defaultTuningDatabasePath();
             std::vector<std::string> warnings;
-            db = TuningDatabase::open(dbPath, &warnings);
+            try {
+                db = TuningDatabase::open(dbPath, &warnings);
+            } catch (const InputError& e) {
+                // The default database is shared by every run: one bad file must not look like a dead end.
+                throw InputError(std::string(e.what())
+                    + " (--no-tuning-db runs without it, --tuning-db FILE uses another; nothing is reused then)");
+            }
             for (const auto& w : warnings)
                 std::cerr << "kloop run: " << w << "\n";
         }

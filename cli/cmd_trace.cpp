@@ -6,6 +6,7 @@
 #include "profiler/importers.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <unistd.h>
@@ -17,6 +18,8 @@ namespace {
     // log gets no carriage returns.
     prof::Trace load(const std::string& path, bool quiet)
     {
+        if (std::filesystem::is_directory(path))
+            throw InputError(path + " is a directory, not a trace file");
         prof::ImportOptions opts;
         const bool tty = ::isatty(STDERR_FILENO) != 0;
         int lastTenth = -1;

@@ -341,6 +341,8 @@ std::unique_ptr<SessionStore> SessionStore::create(const fs::path& dir, const Se
     if (!isSafeId(header.id))
         throw InputError("session id '" + header.id + "' must be 1-64 letters, digits, '_' or '-'");
     std::error_code ec;
+    if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+        throw InputError(dir.string() + " is a file; a session is a new (or empty) directory");
     if (fs::exists(dir, ec) && !fs::is_empty(dir, ec))
         throw InputError(dir.string() + " already exists and is not empty; choose a new session directory");
     fs::create_directories(dir / "candidates", ec);
@@ -382,6 +384,9 @@ std::unique_ptr<SessionStore> SessionStore::create(const fs::path& dir, const Se
 Session SessionStore::load(const fs::path& dir, LoadReport* report, std::vector<Event>* events)
 {
     const fs::path headerPath = dir / kHeaderFile;
+    std::error_code ec;
+    if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+        throw InputError("not a KernelLoop session: " + dir.string() + " is a file; a session is a directory");
     std::string headerText;
     try {
         headerText = readFile(headerPath, 16u << 20);

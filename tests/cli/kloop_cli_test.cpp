@@ -133,6 +133,57 @@ TEST_F(KloopCli, RunRejectsNonFiniteAndNegativeNumbersBeforeAnythingRuns)
         (scratch / "s").string(), "--budget", "5e3" });
     EXPECT_EQ(budget.exitCode, 2) << budget.err;
     EXPECT_NE(budget.err.find("--budget takes a whole number, got '5e3'"), std::string::npos) << budget.err;
+    // QA rows 182, 183, 184, 196: too large, fractional, trailing garbage, a negative seed read as 2^64-1.
+    for (const auto& [option, value] : std::vector<std::pair<std::string, std::string>> {
+             { "budget", "99999999999" }, { "budget", "2.5" }, { "budget", "10abc" }, { "seed", "-1" } }) {
+        const ProcessResult r = kloop({ "run", "--problem", "rmsnorm", "--agent", "tuner:random", "--session",
+            (scratch / "s").string(), "--" + option, value });
+        EXPECT_EQ(r.exitCode, 2) << option << " " << value << ": " << r.err;
+        EXPECT_NE(r.err.find("--" + option), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find(value), std::string::npos) << r.err;
+    }
+    // QA row 177.
+    const ProcessResult speedup
+        = kloop({ "export", (scratch / "none").string(), "--out", (scratch / "b").string(), "--min-speedup", "-5" });
+    EXPECT_EQ(speedup.exitCode, 2) << speedup.err;
+    EXPECT_NE(speedup.err.find("--min-speedup must be in 0.."), std::string::npos) << speedup.err;
+}
+
+// QA rows 107, 219, 142: a file where a directory belongs (and the reverse) is named as such.
+TEST_F(KloopCli, AFileWhereADirectoryBelongsIsNamedAsSuch)
+{
+    std::ofstream(scratch / "existing.json") << "{}";
+    const ProcessResult show = kloop({ "session", "show", (scratch / "existing.json").string() });
+    EXPECT_EQ(show.exitCode, 1);
+    EXPECT_NE(show.err.find("existing.json is a file; a session is a directory"), std::string::npos) << show.err;
+    const ProcessResult created
+        = kloop({ "session", "new", (scratch / "existing.json").string(), "--problem", "rmsnorm" });
+    EXPECT_EQ(created.exitCode, 1);
+    EXPECT_NE(created.err.find("existing.json is a file"), std::string::npos) << created.err;
+    EXPECT_EQ(created.err.find("not empty"), std::string::npos) << created.err;
+    const ProcessResult trace = kloop({ "trace", "analyze", scratch.string() });
+    EXPECT_EQ(trace.exitCode, 1);
+    EXPECT_NE(trace.err.find("is a directory, not a trace file"), std::string::npos) << trace.err;
+}
+
+// QA row 139: `kloop run --resume` on a session with a torn journal tail cut the tail before finding no GPU.
+TEST_F(KloopCli, AResumeThatCannotStartLeavesTheSessionUntouched)
+{
+    const fs::path dir = scratch / "torn";
+    ASSERT_EQ(kloop({ "session", "new", dir.string(), "--problem", "rmsnorm", "--agent", "tuner:random" }).exitCode, 0);
+    {
+        std::ofstream(dir / "journal.jsonl", std::ios::app) << R"({"seq":99,"kind":"no)";
+    }
+    const std::string before = slurp(dir / "journal.jsonl");
+    auto env = environment();
+    env["KL_WORKER"] = (scratch / "no-such-worker").string();
+    const ProcessResult r = runKloop({ "run", "--resume", dir.string(), "--budget", "3" }, env, scratch);
+    EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find("no usable CUDA GPU"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("torn"), std::string::npos) << "the torn tail is reported: " << r.err;
+    const std::string after = slurp(dir / "journal.jsonl");
+    EXPECT_TRUE(after == before) << "a run that could not start changed the journal: " << before.size() << " -> "
+                                 << after.size() << " bytes";
 }
 
 // QA row 244: two `kloop session new` on one directory both succeeded and left a journal no command could load.

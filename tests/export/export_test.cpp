@@ -691,6 +691,27 @@ namespace {
             ::waitpid(pid, nullptr, 0);
             ASSERT_EQ(incompleteness(out), "") << "after a kill at " << i << "/" << kTrials << " of an export";
         }
+        // QA row 246: a killed first export leaves nothing at the destination (only a staging folder beside it),
+        // so the next plain export is no dead end.
+        for (int i = 0; i < 10; ++i) {
+            const fs::path fresh = parent / ("fresh" + std::to_string(i));
+            const std::string cmd = "exec " + kloop.string() + " export " + b.dir.string() + " --out " + fresh.string()
+                + " > /dev/null 2>&1";
+            pid_t pid = -1;
+            const char* argv[] = { "/bin/sh", "-c", cmd.c_str(), nullptr };
+            ASSERT_EQ(::posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+            std::this_thread::sleep_for(oneExport * i / 10);
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, nullptr, 0);
+            if (fs::exists(fresh)) {
+                EXPECT_EQ(incompleteness(fresh), "") << "after a kill at " << i << "/10 of a first export";
+            }
+            EXPECT_EQ(runCommand(kloop.string() + " export " + b.dir.string() + " --out " + fresh.string(), &log),
+                fs::exists(fresh) && !fs::is_empty(fresh) ? 1 : 0)
+                << log;
+            EXPECT_EQ(incompleteness(fresh), "");
+            EXPECT_EQ(entriesBeside(fresh), std::vector<std::string> {});
+        }
         // The next --overwrite clears whatever the kills left beside the bundle.
         ASSERT_EQ(
             runCommand(kloop.string() + " export " + b.dir.string() + " --out " + out.string() + " --overwrite", &log),
