@@ -599,7 +599,9 @@ LoopResult ResearchLoop::run()
             if (awaitsEvaluation(s.tree.at(id).status))
                 unfinished.push_back(id);
         if (!unfinished.empty())
-            m_store.note("resuming: " + std::to_string(unfinished.size()) + " unfinished candidates evaluated first");
+            m_store.note(s.evaluations.empty()
+                    ? "evaluating the " + std::to_string(unfinished.size()) + " candidates the session starts with"
+                    : "resuming: " + std::to_string(unfinished.size()) + " unfinished candidates evaluated first");
         for (const CandidateId& id : unfinished)
             if (budgetLeft() > 0)
                 enqueue(s.tree.at(id));

@@ -268,6 +268,9 @@ TEST_F(KloopCli, SessionNewSaysHowToRunItAndResumeNamesTheAgentToPass)
     const ProcessResult run
         = kloop({ "run", "--resume", dir.string(), "--agent", "tuner:random", "--budget", "3", "--no-tuning-db" });
     EXPECT_EQ(run.exitCode, 0) << run.out << run.err;
+    // A first run is not a resume (QA Part 1: "resuming: 2 unfinished candidates" on a fresh session).
+    EXPECT_NE(run.out.find("evaluating the 2 candidates the session starts with"), std::string::npos) << run.out;
+    EXPECT_EQ(run.out.find("resuming:"), std::string::npos) << run.out;
 
     const ProcessResult created2
         = kloop({ "session", "new", (scratch / "llm").string(), "--problem", "rmsnorm", "--agent", "tuner:bayes" });
