@@ -211,7 +211,7 @@ namespace {
         }
         if (!s.tree.contains(bId))
             throw InputError("no candidate '" + bId + "' in session " + s.id);
-        const int context = std::stoi(a.optionOr("context", "3"));
+        const int context = static_cast<int>(a.integer("context", 3, 0, 100'000));
         const std::string oldText = withParams(s.tree.at(oldId));
         const std::string newText = withParams(s.tree.at(bId));
         if (a.has("json")) {

@@ -44,13 +44,15 @@ namespace {
         return kExitOk;
     }
 
+    // A space by the digest prefix `list` prints, or by the problem name printed next to it when that names one.
     std::string resolveSpace(const TuningDatabase& db, const std::string& prefix)
     {
         std::string found;
         for (const TuningSpace& s : db.spaces())
-            if (s.shapesDigest.rfind(prefix, 0) == 0) {
+            if (s.shapesDigest.rfind(prefix, 0) == 0 || s.problem == prefix) {
                 if (!found.empty())
-                    throw InputError("space prefix '" + prefix + "' is ambiguous");
+                    throw InputError(
+                        "space '" + prefix + "' is ambiguous: give more of the digest kloop tuning-db list prints");
                 found = s.shapesDigest;
             }
         if (found.empty())

@@ -327,3 +327,35 @@ TEST_F(KloopCli, TraceProgressToAFileIsPlainLinesAndErrorsNameTheCommand)
         EXPECT_EQ(bad.err.find("error: "), std::string::npos) << bad.err;
     }
 }
+
+// QA Part 1: `tuning-db export --space rmsnorm` wanted the hash prefix, not the problem name `list` shows with it.
+TEST_F(KloopCli, TuningDbExportTakesTheProblemNameThatListShows)
+{
+    const fs::path db = scratch / "tuning.jsonl";
+    std::ofstream(scratch / "kt.json") << R"({"tune_params_keys": ["THREADS", "VEC", "CACHE", "MINTPR", "MINB"],
+        "cache": {"256,8,4,32,1": {"THREADS": 256, "VEC": 8, "CACHE": 4, "MINTPR": 32, "MINB": 1, "time": 0.012},
+                  "512,8,4,32,1": {"THREADS": 512, "VEC": 8, "CACHE": 4, "MINTPR": 32, "MINB": 1, "time": 0.010}}})";
+    const ProcessResult imported = kloop({ "tuning-db", "import", (scratch / "kt.json").string(), "--problem",
+        "rmsnorm", "--device", "H200", "--db", db.string() });
+    ASSERT_EQ(imported.exitCode, 0) << imported.out << imported.err;
+    const ProcessResult exported = kloop(
+        { "tuning-db", "export", "--space", "rmsnorm", "--out", (scratch / "out.json").string(), "--db", db.string() });
+    ASSERT_EQ(exported.exitCode, 0) << exported.err;
+    EXPECT_NE(exported.out.find("wrote 2 configurations"), std::string::npos) << exported.out;
+    const ProcessResult unknown = kloop(
+        { "tuning-db", "export", "--space", "softmax", "--out", (scratch / "x.json").string(), "--db", db.string() });
+    EXPECT_EQ(unknown.exitCode, 1);
+    EXPECT_NE(unknown.err.find("no recorded space starts with 'softmax'"), std::string::npos) << unknown.err;
+}
+
+// QA rows 240-242: --context was read with stoi (a raw "stoi" for abc, bad_alloc for -5, a crash for INT_MAX).
+TEST_F(KloopCli, SessionDiffContextIsABoundedWholeNumber)
+{
+    const std::string demo = (fs::path(KL_SOURCE_DIR) / "resources" / "demo-session").string();
+    for (const std::string value : { "-5", "abc", "2147483647" }) {
+        const ProcessResult r = kloop({ "session", "diff", demo, "c0002", "c0016", "--context", value });
+        EXPECT_EQ(r.exitCode, 2) << value << ": " << r.err;
+        EXPECT_NE(r.err.find("--context"), std::string::npos) << r.err;
+    }
+    EXPECT_EQ(kloop({ "session", "diff", demo, "c0002", "c0016", "--context", "5" }).exitCode, 0);
+}
