@@ -153,6 +153,22 @@ namespace {
         }
     }
 
+    // What a create killed before its session-created event leaves: nothing recorded, so a new create may reuse it.
+    bool isInterruptedCreate(const fs::path& dir)
+    {
+        std::error_code ec;
+        for (const auto& entry : fs::directory_iterator(dir, ec)) {
+            const std::string name = entry.path().filename().string();
+            const bool ok
+                = (name == "candidates" && fs::is_directory(entry.path(), ec) && fs::is_empty(entry.path(), ec))
+                || (name == kJournalFile && fs::file_size(entry.path(), ec) == 0 && !ec)
+                || name.rfind(kHeaderFile, 0) == 0;
+            if (!ok)
+                return false;
+        }
+        return !ec;
+    }
+
 } // namespace
 
 bool isSafeId(const std::string& id)
@@ -343,7 +359,7 @@ std::unique_ptr<SessionStore> SessionStore::create(const fs::path& dir, const Se
     std::error_code ec;
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
         throw InputError(dir.string() + " is a file; a session is a new (or empty) directory");
-    if (fs::exists(dir, ec) && !fs::is_empty(dir, ec))
+    if (fs::exists(dir, ec) && !fs::is_empty(dir, ec) && !isInterruptedCreate(dir))
         throw InputError(dir.string() + " already exists and is not empty; choose a new session directory");
     fs::create_directories(dir / "candidates", ec);
     if (ec)
@@ -370,7 +386,8 @@ std::unique_ptr<SessionStore> SessionStore::create(const fs::path& dir, const Se
     struct stat journalStat { };
     if (::fstat(store->m_journalFd, &journalStat) != 0)
         throwErrno("reading " + (dir / kJournalFile).string());
-    if (journalStat.st_size != 0 || fs::exists(dir / kHeaderFile, ec))
+    // Whoever held the lock before us either finished (a session-created line) or died before writing one.
+    if (journalStat.st_size != 0)
         throw InputError(dir.string() + " was created by another process meanwhile; choose a new session directory");
     writeFileAtomic(dir / kHeaderFile, headerToJson(s).dump(2) + "\n");
     fsyncDir(dir);

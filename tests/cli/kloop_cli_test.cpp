@@ -359,3 +359,37 @@ TEST_F(KloopCli, SessionDiffContextIsABoundedWholeNumber)
     }
     EXPECT_EQ(kloop({ "session", "diff", demo, "c0002", "c0016", "--context", "5" }).exitCode, 0);
 }
+
+// QA row 245: a `session new` killed before its first event left a folder that every command refused, and that a new
+// `session new` called not empty: only rm -rf helped. Nothing was recorded in it, so a new create takes it over.
+TEST_F(KloopCli, ASessionNewKilledBeforeItsFirstEventCanBeRunAgain)
+{
+    const fs::path dir = scratch / "interrupted";
+    fs::create_directories(dir / "candidates");
+    std::ofstream(dir / "journal.jsonl").flush();
+    std::ofstream(dir / "session.json") << "{\"schema_ver";
+    const ProcessResult r = kloop({ "session", "new", dir.string(), "--problem", "rmsnorm" });
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_EQ(kloop({ "session", "show", dir.string() }).exitCode, 0);
+    // Anything else in the folder is someone's: still refused, and left alone.
+    const fs::path other = scratch / "other";
+    fs::create_directories(other / "candidates");
+    std::ofstream(other / "journal.jsonl").flush();
+    std::ofstream(other / "notes.txt") << "mine";
+    const ProcessResult refused = kloop({ "session", "new", other.string(), "--problem", "rmsnorm" });
+    EXPECT_EQ(refused.exitCode, 1);
+    EXPECT_NE(refused.err.find("not empty"), std::string::npos) << refused.err;
+    EXPECT_EQ(slurp(other / "notes.txt"), "mine");
+    EXPECT_FALSE(fs::exists(other / "session.json"));
+}
+
+// QA row 232: an unreadable tuning database stopped every run without saying how to get past it.
+TEST_F(KloopCli, AnUnreadableTuningDatabaseSaysHowToRunWithoutIt)
+{
+    std::ofstream(scratch / "bad.jsonl") << "this is not json\n";
+    const ProcessResult r = kloop({ "run", "--problem", "rmsnorm", "--agent", "tuner:random", "--session",
+        (scratch / "s").string(), "--budget", "2", "--tuning-db", (scratch / "bad.jsonl").string() });
+    EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find("bad.jsonl"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--no-tuning-db"), std::string::npos) << r.err;
+}
