@@ -197,7 +197,7 @@ namespace {
         const bool resuming = a.has("resume");
         if (!resuming && (!a.option("problem") || !a.option("session"))) {
             std::cerr << "usage: kloop run --problem NAME --agent tuner:<strategy> --session DIR [--budget N] "
-                         "[--minutes M]\n       kloop run --resume DIR [--budget N] [--minutes M]\n";
+                         "[--minutes M]\n       kloop run --resume DIR [--agent SPEC] [--budget N] [--minutes M]\n";
             return kExitUsage;
         }
         Budget budget;
@@ -528,7 +528,8 @@ namespace {
         "URL] "
         "[--json]\n"
         "SPEC: tuner:<strategy>, llm:<provider> or llm:<provider>+tuner:<strategy> (default tuner:bayes).\n"
-        "kloop run --resume DIR [--budget N] [--minutes M] [--json]\n\n"
+        "kloop run --resume DIR [--agent SPEC] [--budget N] [--minutes M] [--json]   (--agent: when the session "
+        "records\n  none, e.g. made by kloop session new)\n\n"
         "Runs propose -> compile -> verify -> time -> decide -> record until the budget (evaluations, minutes), "
         "convergence\n(no accepted improvement in N evaluations), Ctrl-C, or the search space is exhausted. "
         "Strategies: "
