@@ -12,8 +12,10 @@
 #endif
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -64,6 +66,10 @@ namespace {
                 << "usage: kloop eval <problem> [candidate.cu] [--params K=V,...] [--compile-only --arch sm_90a]\n";
             return kExitUsage;
         }
+        EvaluateOptions opt;
+        opt.maxSecondsPerShape = a.real("seconds", 1.0, 0.001, 3600);
+        opt.heldOutCount = static_cast<int>(a.integer("held-out", 4, 0, 1000));
+        opt.seed = static_cast<std::uint64_t>(a.integer("seed", 0, 0, std::numeric_limits<long long>::max()));
         try {
             const Problem problem = loadProblem(findProblemFolder(a.positionals()[0]).string());
             GpuEvaluatorOptions o;
@@ -72,6 +78,8 @@ namespace {
             GpuEvaluator ev(problem, o);
             Candidate c = ev.templateCandidate(parseParams(a.optionOr("params", "")), "cli");
             if (a.positionals().size() > 1) {
+                if (std::filesystem::is_directory(a.positionals()[1]))
+                    throw InputError(a.positionals()[1] + " is a directory, not a candidate .cu file");
                 std::ifstream in(a.positionals()[1]);
                 if (!in)
                     throw InputError(a.positionals()[1] + ": cannot read");
@@ -131,10 +139,6 @@ namespace {
                 std::cerr << "kloop eval: " << *why << " (nothing compiled)\n";
                 return kExitFailure;
             }
-            EvaluateOptions opt;
-            opt.maxSecondsPerShape = std::stod(a.optionOr("seconds", "1.0"));
-            opt.heldOutCount = std::stoi(a.optionOr("held-out", "4"));
-            opt.seed = std::stoull(a.optionOr("seed", "0"));
             const Evaluation e = ev.evaluate(c, opt, CancelToken {});
             if (a.has("json")) {
                 std::cout << toJson(e).dump(2) << "\n";
@@ -180,7 +184,7 @@ namespace {
         "  A device (or --arch) older than the problem's min_arch, or a configuration its architecture\n"
         "  lacks (a constraint naming ARCH), is refused before compiling.\n"
         "  Exit 0 when the verdict is correct, 1 otherwise.",
-        { "json", "compile-only" }, &runEval } };
+        { "json", "compile-only" }, { "arch", "params", "seconds", "held-out", "seed" }, &runEval } };
 
 } // namespace
 } // namespace kl::cli

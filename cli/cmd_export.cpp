@@ -41,6 +41,7 @@ namespace {
             return kExitUsage;
         }
         const bool json = a.has("json");
+        const double minSpeedup = a.real("min-speedup", 1.0, 0, 1e6);
         try {
             LoadReport report;
             const Session s = SessionStore::load(a.positionals()[0], &report);
@@ -52,14 +53,7 @@ namespace {
             o.candidateId = a.optionOr("candidate", "");
             o.force = a.has("force");
             o.overwrite = a.has("overwrite");
-            if (const auto ms = a.option("min-speedup")) {
-                try {
-                    o.minSpeedup = std::stod(*ms);
-                } catch (...) {
-                    std::cerr << "kloop export: --min-speedup expects a number, got '" << *ms << "'\n";
-                    return kExitUsage;
-                }
-            }
+            o.minSpeedup = minSpeedup;
             const exporter::ExportResult r = exporter::exportBundle(s, problem, o);
             const auto& d = r.plan.dispatch;
             if (json) {
@@ -122,7 +116,7 @@ namespace {
         "Refuses candidates that are pending review, flagged, not accepted or not verified on their whole range;\n"
         "--force exports anyway and writes the reasons into the manifest and headers. An existing non-empty DIR needs\n"
         "--overwrite (and must be an earlier bundle). Default candidate: the accepted one with the best objective.",
-        { "json", "force", "overwrite" }, &runExport } };
+        { "json", "force", "overwrite" }, { "out", "candidate", "problem", "min-speedup" }, &runExport } };
 
 } // namespace
 } // namespace kl::cli

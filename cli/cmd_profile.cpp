@@ -86,7 +86,8 @@ namespace {
         }
         std::string lib = findInjectionLibrary(a);
         if (lib.empty()) {
-            std::cerr << "error: libkl_cupti_inject.so not found (this kloop was built without CUPTI, or pass --lib)\n";
+            std::cerr << "kloop profile: libkl_cupti_inject.so not found (this kloop was built without CUPTI, or pass "
+                         "--lib)\n";
             return kExitFailure;
         }
         std::string out = a.optionOr("out", "kloop-profile.kltrace");
@@ -96,7 +97,7 @@ namespace {
 
         pid_t child = fork();
         if (child < 0) {
-            std::cerr << "error: fork failed: " << std::strerror(errno) << "\n";
+            std::cerr << "kloop profile: fork failed: " << std::strerror(errno) << "\n";
             return kExitFailure;
         }
         if (child == 0) {
@@ -120,11 +121,12 @@ namespace {
         if (childRc == 127 && WIFEXITED(status))
             return kExitFailure;
         if (WIFSIGNALED(status))
-            std::cerr << "warning: the target died with signal " << WTERMSIG(status)
+            std::cerr << "kloop profile: warning: the target died with signal " << WTERMSIG(status)
                       << "; keeping the records flushed so far\n";
         std::error_code ec;
         if (!fs::exists(out, ec) && !salvagePartial(out)) {
-            std::cerr << "error: no trace was written (the program never initialised CUDA, or CUPTI failed to load)\n";
+            std::cerr << "kloop profile: no trace was written (the program never initialised CUDA, or CUPTI failed to "
+                         "load)\n";
             return kExitFailure;
         }
         try {
@@ -142,7 +144,7 @@ namespace {
                     std::cout << prof::toText(an);
             }
         } catch (const InputError& e) {
-            std::cerr << "error: the capture is unreadable: " << e.what() << "\n";
+            std::cerr << "kloop profile: the capture is unreadable: " << e.what() << "\n";
             return kExitFailure;
         }
         return childRc == 0 ? kExitOk : kExitFailure;
@@ -159,7 +161,9 @@ namespace {
         "Profiles the problem's baseline and a candidate in the GPU worker: speed-of-light counters (DRAM %, SM %,\n"
         "achieved occupancy) through CUPTI's range profiler, the bottleneck class, and a trace with the rows\n"
         "\"baseline\" and \"candidate\" (see kloop help profile sol).",
-        { "json", "quiet", "sol", "no-counters" }, &runProfile } };
+        { "json", "quiet", "sol", "no-counters" },
+        // --sol hands these to kloop profile sol
+        { "out", "lib", "problem", "candidate", "session", "node", "params", "shape", "launches" }, &runProfile } };
 
 } // namespace
 } // namespace kl::cli

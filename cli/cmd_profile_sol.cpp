@@ -37,10 +37,6 @@ namespace {
         = "usage: kloop profile --sol --problem P (--candidate FILE.cu [--params K=V,...] | --session DIR "
           "[--node ID]) [--shape T=..,H=..] [--launches N] [--no-counters] [--out FILE.kltrace] [--json]\n";
 
-    struct UsageError : std::runtime_error {
-        using std::runtime_error::runtime_error;
-    };
-
     std::map<std::string, std::int64_t> parseAssignments(const std::string& text, const char* option)
     {
         std::map<std::string, std::int64_t> out;
@@ -506,7 +502,8 @@ namespace {
               "Where counters are not available (no permission: ERR_NVGPUCTRPERM; worker built without CUPTI;\n"
               "KL_NO_CUPTI) it says why and still writes the trace. --session DIR takes the candidate --node ID,\n"
               "default the correct one with the best objective. KL_WORKER runs the worker elsewhere.",
-        { "sol", "json", "quiet", "no-counters" }, &runProfileSol } };
+        { "sol", "json", "quiet", "no-counters" },
+        { "out", "problem", "candidate", "session", "node", "params", "shape", "launches" }, &runProfileSol } };
 
 } // namespace
 } // namespace kl::cli

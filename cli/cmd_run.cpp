@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -105,16 +106,23 @@ namespace {
     // One line per event on a pipe; a redrawn bar on a terminal.
     class Progress {
     public:
-        Progress(bool json, bool tty, int budget)
+        Progress(bool json, bool tty, int budget, std::string sessionDir)
             : m_json(json)
             , m_tty(tty)
             , m_budget(budget)
+            , m_sessionDir(std::move(sessionDir))
         {
         }
 
         void onEvent(const Event& e)
         {
             std::lock_guard lock(m_mutex);
+            // The run waits for the engineer here: say so on stderr (stdout may be the JSON event stream).
+            if (e.kind == EventKind::CandidateStatus && e.data.value("status", std::string()) == "pending-review")
+                std::cerr << (m_tty && !m_json ? "\r\033[K" : "") << "kloop run: " << e.candidateId
+                          << " waits for your review: approve or reject it in the workbench (kernelloop --session "
+                          << m_sessionDir << "); the run continues when you decide\n"
+                          << std::flush;
             if (m_json) {
                 std::cout << eventToJson(e).dump() << "\n" << std::flush;
                 return;
@@ -178,6 +186,7 @@ namespace {
         bool m_json;
         bool m_tty;
         int m_budget;
+        std::string m_sessionDir;
         int m_done = 0;
         std::string m_best;
         double m_bestObjective = 0;
@@ -189,39 +198,37 @@ namespace {
         const bool resuming = a.has("resume");
         if (!resuming && (!a.option("problem") || !a.option("session"))) {
             std::cerr << "usage: kloop run --problem NAME --agent tuner:<strategy> --session DIR [--budget N] "
-                         "[--minutes M]\n       kloop run --resume DIR [--budget N] [--minutes M]\n";
+                         "[--minutes M]\n       kloop run --resume DIR [--agent SPEC] [--budget N] [--minutes M]\n";
             return kExitUsage;
         }
         Budget budget;
-        try {
-            if (auto b = a.option("budget"))
-                budget.maxEvaluations = std::stoi(*b);
-            if (auto m = a.option("minutes"))
-                budget.maxMinutes = std::stod(*m);
-            if (auto c = a.option("converge"))
-                budget.convergenceWindow = std::stoi(*c);
-        } catch (const std::exception&) {
-            std::cerr << "kloop run: --budget, --minutes and --converge take numbers\n";
-            return kExitUsage;
-        }
-        if (budget.maxEvaluations < 0 || budget.maxMinutes < 0 || budget.convergenceWindow < 0) {
-            std::cerr << "kloop run: --budget, --minutes and --converge must not be negative\n";
-            return kExitUsage;
-        }
+        budget.maxEvaluations = static_cast<int>(a.integer("budget", budget.maxEvaluations, 0, 1'000'000'000));
+        budget.maxMinutes = a.real("minutes", budget.maxMinutes, 0, 1e9);
+        budget.convergenceWindow = static_cast<int>(a.integer("converge", budget.convergenceWindow, 0, 1'000'000'000));
 
         std::unique_ptr<SessionStore> store;
+        // A resumed session is read here and opened for writing only once the GPU is there: opening cuts a torn
+        // journal tail, and a run that cannot start must not change the session.
+        std::optional<Session> recorded;
         std::string agentSpec = a.optionOr("agent", "tuner:bayes");
         std::string problemArg;
         std::string shapesText = a.optionOr("shapes", "");
         if (resuming) {
             const fs::path dir = *a.option("resume");
             LoadReport report;
-            store = SessionStore::open(dir, &report);
+            recorded = SessionStore::load(dir, &report);
             for (const auto& w : report.warnings)
                 std::cerr << "kloop run: " << w << "\n";
-            const Session& s = store->session();
+            const Session& s = *recorded;
             if (!a.option("agent"))
                 agentSpec = s.settings.agent;
+            if (agentSpec.empty()) {
+                std::cerr << "kloop run: session " << dir.string()
+                          << " records no agent (kloop session new without --agent); say which one runs it, e.g. "
+                             "kloop run --resume "
+                          << dir.string() << " --agent tuner:bayes (or llm:<provider>, llm:<provider>+tuner:bayes)\n";
+                return kExitUsage;
+            }
             problemArg = !s.problemFolder.empty() && fs::exists(s.problemFolder) ? s.problemFolder : s.problemName;
             if (shapesText.empty() && s.settings.extra.count("tuning_shapes"))
                 shapesText = s.settings.extra.at("tuning_shapes");
@@ -252,20 +259,15 @@ namespace {
                     liveStream = std::make_unique<LiveStreamWriter>(store->dir());
                 return liveStream.get();
             });
-        try {
-            agentOptions.seed = std::stoull(a.optionOr("seed", "1"));
-        } catch (const std::exception&) {
-            std::cerr << "kloop run: --seed takes a number\n";
-            return kExitUsage;
-        }
-        if (store)
-            agentOptions.extra = store->session().settings.extra;
+        agentOptions.seed = static_cast<std::uint64_t>(a.integer("seed", 1, 0, std::numeric_limits<long long>::max()));
+        if (recorded)
+            agentOptions.extra = recorded->settings.extra;
         for (const auto& [flag, key] : { std::pair { "llm-settings", "llm.settings_file" },
                  std::pair { "llm-model", "llm.model" }, std::pair { "llm-base-url", "llm.base_url" } })
             if (auto v = a.option(flag))
                 agentOptions.extra[key] = *v;
         // The LLM agent records in each proposal whether it waits for review; with auto-approve it does not.
-        if (a.has("auto-approve") || (store && store->session().settings.autoApproveLlm))
+        if (a.has("auto-approve") || (recorded && recorded->settings.autoApproveLlm))
             agentOptions.extra["llm.auto_approve"] = "true";
         std::unique_ptr<Agent> agent;
         try {
@@ -275,7 +277,19 @@ namespace {
             return kExitUsage;
         }
         const bool llm = agentSpec.find("llm:") != std::string::npos;
-        if (llm && !a.has("auto-approve") && !(store && store->session().settings.autoApproveLlm))
+        if (llm) {
+            // Before anything is measured: a missing model or key would otherwise surface after the baseline and
+            // the template were timed.
+            try {
+                llm::LlmClient(
+                    llmAgentSettingsFor(agentSpec.substr(0, agentSpec.find('+')), agentOptions.extra).provider)
+                    .checkConfig();
+            } catch (const llm::LlmError& e) {
+                std::cerr << "kloop run: " << e.what() << "\n";
+                return kExitFailure;
+            }
+        }
+        if (llm && !a.has("auto-approve") && !(recorded && recorded->settings.autoApproveLlm))
             std::cerr << "kloop run: LLM proposals wait for the engineer's review (kernelloop workbench); pass "
                          "--auto-approve to evaluate them unattended (the referee still gates every candidate)\n";
         const std::string objective = a.optionOr("objective", "weighted-geomean-speedup");
@@ -318,8 +332,8 @@ namespace {
         // --quick: for sweeps; correctness is still verified on every shape, the timing protocol is lighter.
         // Its measurements are keyed apart in the tuning database, so a full run never reuses them.
         const bool quick = a.has("quick")
-            || (store && store->session().settings.extra.count("protocol")
-                && store->session().settings.extra.at("protocol") == "quick");
+            || (recorded && recorded->settings.extra.count("protocol")
+                && recorded->settings.extra.at("protocol") == "quick");
         if (quick) {
             evalOptions.cupti = false;
             evalOptions.graphCheck = false;
@@ -348,6 +362,7 @@ namespace {
 #else
         (void)json;
         (void)store;
+        (void)recorded;
         std::cerr << "kloop run: this build has no CUDA support (the CUDA toolkit was not found at configure time), so "
                      "there is no GPU to run on\n";
         return kExitFailure;
@@ -376,7 +391,10 @@ namespace {
             const auto seeded = seedProblemCandidates(*store, problem, folder);
             if (!seeded.empty())
                 store->moveHead(seeded.back().first, "the template is where tuning starts");
-        } else if (store->session().device.name != device.name) {
+        } else {
+            store = SessionStore::open(*a.option("resume")); // its warnings were printed when it was read
+        }
+        if (resuming && store->session().device.name != device.name) {
             std::cerr << "kloop run: warning: the session was recorded on " << store->session().device.name
                       << ", this GPU is " << device.name << "\n";
         }
@@ -386,7 +404,13 @@ namespace {
             const fs::path dbPath
                 = a.option("tuning-db") ? fs::path(*a.option("tuning-db")) : defaultTuningDatabasePath();
             std::vector<std::string> warnings;
-            db = TuningDatabase::open(dbPath, &warnings);
+            try {
+                db = TuningDatabase::open(dbPath, &warnings);
+            } catch (const InputError& e) {
+                // The default database is shared by every run: one bad file must not look like a dead end.
+                throw InputError(std::string(e.what())
+                    + " (--no-tuning-db runs without it, --tuning-db FILE uses another; nothing is reused then)");
+            }
             for (const auto& w : warnings)
                 std::cerr << "kloop run: " << w << "\n";
         }
@@ -396,13 +420,8 @@ namespace {
         options.budgetOverride = budget;
         options.evaluate.heldOutShapes = !a.has("no-held-out");
         options.measurementProtocol = quick ? "quick" : "";
-        try {
-            options.compileThreads = std::stoi(a.optionOr("compile-threads", "4"));
-            options.pipelineDepth = std::stoi(a.optionOr("pipeline", "4"));
-        } catch (const std::exception&) {
-            std::cerr << "kloop run: --compile-threads and --pipeline take numbers\n";
-            return kExitUsage;
-        }
+        options.compileThreads = static_cast<int>(a.integer("compile-threads", 4, 1, 256));
+        options.pipelineDepth = static_cast<int>(a.integer("pipeline", 4, 1, 1024));
 
         // An LLM agent reads the profile of each new best (DRAM/SM throughput, occupancy, bound) in its next prompt.
         std::optional<GpuProfiler> profiler;
@@ -412,7 +431,7 @@ namespace {
         }
 
         const bool tty = ::isatty(STDOUT_FILENO) != 0;
-        Progress progress(json, tty, budget.maxEvaluations);
+        Progress progress(json, tty, budget.maxEvaluations, store->dir().string());
         const auto token = store->bus().subscribe([&](const Event& e) { progress.onEvent(e); });
 
         ResearchLoop loop(*store, evaluator, *agent, options);
@@ -521,7 +540,8 @@ namespace {
         "URL] "
         "[--json]\n"
         "SPEC: tuner:<strategy>, llm:<provider> or llm:<provider>+tuner:<strategy> (default tuner:bayes).\n"
-        "kloop run --resume DIR [--budget N] [--minutes M] [--json]\n\n"
+        "kloop run --resume DIR [--agent SPEC] [--budget N] [--minutes M] [--json]   (--agent: when the session "
+        "records\n  none, e.g. made by kloop session new)\n\n"
         "Runs propose -> compile -> verify -> time -> decide -> record until the budget (evaluations, minutes), "
         "convergence\n(no accepted improvement in N evaluations), Ctrl-C, or the search space is exhausted. "
         "Strategies: "
@@ -532,7 +552,10 @@ namespace {
         "resumes. --json prints one JSON "
         "object per event\nand a final {\"summary\": ...}. Exit codes: 0 finished or stopped, 1 failure (no GPU, "
         "evaluator failure),\n2 usage.",
-        { "json", "no-tuning-db", "no-held-out", "auto-approve", "quick" }, &runGuarded } };
+        { "json", "no-tuning-db", "no-held-out", "auto-approve", "quick" },
+        { "problem", "agent", "session", "resume", "budget", "minutes", "converge", "objective", "shapes", "seed",
+            "tuning-db", "compile-threads", "pipeline", "arch", "id", "llm-settings", "llm-model", "llm-base-url" },
+        &runGuarded } };
 
 } // namespace
 } // namespace kl::cli

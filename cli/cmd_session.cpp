@@ -79,6 +79,9 @@ namespace {
                       << "\n";
             for (const auto& s : seeded)
                 std::cout << "  " << s << "\n";
+            std::cout << "next: kloop run --resume " << dir.string()
+                      << (header.settings.agent.empty() ? " --agent tuner:bayes (or llm:<provider>)" : "")
+                      << "   (kloop session show " << dir.string() << " lists the candidates)\n";
         }
         return kExitOk;
     }
@@ -201,7 +204,7 @@ namespace {
         }
         if (!s.tree.contains(bId))
             throw InputError("no candidate '" + bId + "' in session " + s.id);
-        const int context = std::stoi(a.optionOr("context", "3"));
+        const int context = static_cast<int>(a.integer("context", 3, 0, 100'000));
         const std::string& oldText = s.tree.at(oldId).source;
         const std::string& newText = s.tree.at(bId).source;
         const std::vector<ParamChange> params = paramDiff(s.tree.at(oldId).params, s.tree.at(bId).params);
@@ -288,23 +291,23 @@ namespace {
         "kloop session new DIR --problem NAME [--id ID] [--json]\n"
         "Creates DIR with session.json and a journal, seeded with the problem's baseline "
         "(root) and its tunable template (child).",
-        { "json" }, &runNew } };
+        { "json" }, { "problem", "id", "agent" }, &runNew } };
     const CommandRegistration regShow { { "session show", "print a session's candidate tree",
         "kloop session show DIR [--json]\n"
         "Loads the session read-only; a torn last journal line is reported, not fatal.",
-        { "json" }, &runShow } };
+        { "json" }, {}, &runShow } };
     const CommandRegistration regList { { "session list", "list the sessions in a folder",
-        "kloop session list [ROOT] [--json]", { "json" }, &runList } };
+        "kloop session list [ROOT] [--json]", { "json" }, {}, &runList } };
     const CommandRegistration regDiff { { "session diff", "unified diff between two candidates",
         "kloop session diff DIR A [B] [--context N] [--json]\n"
         "Without B, compares A with its parent. Parameter values are shown as a header.",
-        { "json" }, &runDiff } };
+        { "json" }, { "context" }, &runDiff } };
     const CommandRegistration regVersion { { "version", "print the version and the build's features",
-        "kloop version [--json]", { "json" }, &runVersion } };
+        "kloop version [--json]", { "json" }, {}, &runVersion } };
     const CommandRegistration regProblems { { "problems", "list the problems in the catalogue",
         "kloop problems [--json]\nSearch path: $KL_PROBLEMS_DIR, then the bundled "
         "kernels/problems.",
-        { "json" }, &runProblems } };
+        { "json" }, {}, &runProblems } };
 
 } // namespace
 } // namespace kl::cli

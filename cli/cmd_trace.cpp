@@ -6,22 +6,38 @@
 #include "profiler/importers.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <unistd.h>
 
 namespace kl::cli {
 namespace {
 
+    // Import progress on stderr: redrawn in place on a terminal; in a file or pipe one plain line per tenth, so a CI
+    // log gets no carriage returns.
     prof::Trace load(const std::string& path, bool quiet)
     {
+        if (std::filesystem::is_directory(path))
+            throw InputError(path + " is a directory, not a trace file");
         prof::ImportOptions opts;
+        const bool tty = ::isatty(STDERR_FILENO) != 0;
+        int lastTenth = -1;
         if (!quiet)
-            opts.progress = [](double f, const std::string& what) {
-                std::fprintf(stderr, "\r%5.1f%% %s", f * 100, what.c_str());
+            opts.progress = [tty, &lastTenth](double f, const std::string& what) {
+                if (tty) {
+                    std::fprintf(stderr, "\r%5.1f%% %s", f * 100, what.c_str());
+                } else {
+                    const int tenth = static_cast<int>(f * 10);
+                    if (tenth == lastTenth)
+                        return;
+                    lastTenth = tenth;
+                    std::fprintf(stderr, "%5.1f%% %s\n", f * 100, what.c_str());
+                }
                 std::fflush(stderr);
             };
         prof::Trace t = prof::importTraceFile(path, opts);
-        if (!quiet)
+        if (!quiet && tty)
             std::fprintf(stderr, "\r%*s\r", 60, "");
         return t;
     }
@@ -72,7 +88,7 @@ namespace {
                 std::cout << prof::toText(an);
             return kExitOk;
         } catch (const InputError& e) {
-            std::cerr << "error: " << e.what() << "\n";
+            std::cerr << "kloop trace analyze: " << e.what() << "\n";
             return kExitFailure;
         }
     }
@@ -90,7 +106,7 @@ namespace {
             std::cerr << "wrote " << *out << " (" << t.eventCount() << " events; open it in https://ui.perfetto.dev)\n";
             return kExitOk;
         } catch (const std::exception& e) {
-            std::cerr << "error: " << e.what() << "\n";
+            std::cerr << "kloop trace export: " << e.what() << "\n";
             return kExitFailure;
         }
     }
@@ -130,7 +146,7 @@ namespace {
             }
             return kExitOk;
         } catch (const InputError& e) {
-            std::cerr << "error: " << e.what() << "\n";
+            std::cerr << "kloop trace info: " << e.what() << "\n";
             return kExitFailure;
         }
     }
@@ -143,14 +159,14 @@ namespace {
         "synchronization or queueing, launch-overhead phases, and a roofline class per kernel where speed-of-light\n"
         "counters (kloop profile captures) or --work (FLOPs and bytes per launch of kernels whose name contains\n"
         "`name`; `tc` = tensor cores) are known. --json prints the structured form.",
-        { "json" }, &runAnalyze } };
+        { "json" }, { "work", "ceilings" }, &runAnalyze } };
     const CommandRegistration regExport { { "trace export", "convert a trace to Chrome trace JSON (opens in Perfetto)",
         "kloop trace export FILE --out TRACE.json\n\nWrites Chrome trace JSON with PyTorch-profiler categories and "
         "ac2g "
         "launch->kernel flows; open it in https://ui.perfetto.dev or chrome://tracing.",
-        {}, &runExport } };
+        {}, { "out" }, &runExport } };
     const CommandRegistration regInfo { { "trace info", "event counts and rows of a trace",
-        "kloop trace info FILE [--json]", { "json" }, &runInfo } };
+        "kloop trace info FILE [--json]", { "json" }, {}, &runInfo } };
 
 } // namespace
 } // namespace kl::cli

@@ -44,13 +44,15 @@ namespace {
         return kExitOk;
     }
 
+    // A space by the digest prefix `list` prints, or by the problem name printed next to it when that names one.
     std::string resolveSpace(const TuningDatabase& db, const std::string& prefix)
     {
         std::string found;
         for (const TuningSpace& s : db.spaces())
-            if (s.shapesDigest.rfind(prefix, 0) == 0) {
+            if (s.shapesDigest.rfind(prefix, 0) == 0 || s.problem == prefix) {
                 if (!found.empty())
-                    throw InputError("space prefix '" + prefix + "' is ambiguous");
+                    throw InputError(
+                        "space '" + prefix + "' is ambiguous: give more of the digest kloop tuning-db list prints");
                 found = s.shapesDigest;
             }
         if (found.empty())
@@ -114,17 +116,18 @@ namespace {
     const CommandRegistration regList { { "tuning-db list", "list the recorded spaces of the tuning database",
         "kloop tuning-db list [--db FILE] [--json]\nDefault database: $KL_TUNING_DB or "
         "~/.cache/kernelloop/tuning.jsonl.",
-        { "json" }, [](const Args& a) { return guarded(&runList, a); } } };
+        { "json" }, { "db" }, [](const Args& a) { return guarded(&runList, a); } } };
     const CommandRegistration regExport { { "tuning-db export", "write one recorded space as a Kernel Tuner cache file",
         "kloop tuning-db export --space PREFIX --out FILE.json [--db FILE] [--kernel NAME]\n\"time\" is the "
         "workload-weighted sum of the per-shape median times in ms; failures are Kernel Tuner's *FailedConfig strings.",
-        {}, [](const Args& a) { return guarded(&runExport, a); } } };
+        {}, { "space", "out", "db", "kernel" }, [](const Args& a) { return guarded(&runExport, a); } } };
     const CommandRegistration regImport { { "tuning-db import",
         "import a Kernel Tuner cache file (a killed run's file without closing braces is fine)",
         "kloop tuning-db import CACHE.json --problem NAME|DIR --device NAME [--source FILE.cu] [--driver V] "
         "[--cuda V] [--db FILE]\nRecords every configuration under the problem's shapes and the source's hash (the "
         "problem's template by default).",
-        {}, [](const Args& a) { return guarded(&runImport, a); } } };
+        {}, { "problem", "device", "source", "driver", "cuda", "db" },
+        [](const Args& a) { return guarded(&runImport, a); } } };
 
 } // namespace
 } // namespace kl::cli

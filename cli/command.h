@@ -4,19 +4,32 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace kl::cli {
 
-// Parsed arguments: positionals in order, --flag value / --flag=value options, and bare --switches.
+// The command line is wrong (unknown option, missing value, bad number): the command prints it and exits 2.
+class UsageError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// Parsed arguments: positionals in order, --option value / --option=value, and bare --switches. Only the declared
+// names are accepted: anything else is a UsageError naming it, so a typo never runs with a default.
 class Args {
 public:
-    Args(std::vector<std::string> argv, std::vector<std::string> switches);
+    Args(const std::vector<std::string>& argv, const std::vector<std::string>& switches,
+        const std::vector<std::string>& options);
     const std::vector<std::string>& positionals() const { return m_positionals; }
     std::optional<std::string> option(const std::string& name) const;
     std::string optionOr(const std::string& name, const std::string& fallback) const;
     bool has(const std::string& name) const; // switch or option present
+    // A numeric option in [min, max] (finite, nothing after the number), or fallback when absent; UsageError
+    // naming the option otherwise.
+    long long integer(const std::string& name, long long fallback, long long min, long long max) const;
+    double real(const std::string& name, double fallback, double min, double max) const;
     const std::vector<std::string>& rest() const { return m_rest; } // after a bare "--"
 
 private:
@@ -30,6 +43,7 @@ struct Command {
     std::string synopsis; // one line for --help
     std::string help; // full text for kloop help <command>
     std::vector<std::string> switches; // flags that take no value, e.g. "json", "resume"
+    std::vector<std::string> options; // flags that take a value, e.g. "problem", "budget"
     std::function<int(const Args&)> run; // returns the exit code
 };
 

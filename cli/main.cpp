@@ -19,6 +19,22 @@ void printUsage()
     std::cout << "\nMost commands take --json for machine-readable output.\n";
 }
 
+// The commands of a group ("session" -> session new/show/list/diff); false when there is no such group.
+bool printGroup(const std::string& group)
+{
+    bool any = false;
+    for (const auto& c : kl::cli::commands())
+        if (c.path.rfind(group + " ", 0) == 0) {
+            if (!any)
+                std::cout << "Usage: kloop " << group << " <command> [options]\n\nCommands:\n";
+            any = true;
+            std::printf("  %-22s %s\n", c.path.c_str(), c.synopsis.c_str());
+        }
+    if (any)
+        std::cout << "\nkloop help " << group << " <command> prints a command's options.\n";
+    return any;
+}
+
 const kl::cli::Command* findCommand(const std::vector<std::string>& words, std::size_t& used)
 {
     const kl::cli::Command* best = nullptr;
@@ -47,6 +63,8 @@ int main(int argc, char** argv)
         printUsage();
         return words.empty() ? kl::cli::kExitUsage : kl::cli::kExitOk;
     }
+    if (words[0] == "--version")
+        words = { "version" };
     if (words[0] == "help") {
         std::vector<std::string> rest(words.begin() + 1, words.end());
         std::size_t used = 0;
@@ -54,12 +72,23 @@ int main(int argc, char** argv)
             std::cout << "kloop " << c->path << " - " << c->synopsis << "\n\n" << c->help << "\n";
             return kl::cli::kExitOk;
         }
-        printUsage();
-        return rest.empty() ? kl::cli::kExitOk : kl::cli::kExitUsage;
+        if (rest.empty()) {
+            printUsage();
+            return kl::cli::kExitOk;
+        }
+        if (printGroup(rest[0]))
+            return kl::cli::kExitOk;
+        std::cerr << "kloop: unknown command '" << rest[0] << "'. Run 'kloop --help'.\n";
+        return kl::cli::kExitUsage;
     }
     std::size_t used = 0;
     const auto* cmd = findCommand(words, used);
     if (!cmd) {
+        // "kloop session --help", "kloop trace": the group's commands.
+        if (printGroup(words[0])) {
+            const bool help = words.size() > 1 && (words[1] == "--help" || words[1] == "-h");
+            return help ? kl::cli::kExitOk : kl::cli::kExitUsage;
+        }
         std::cerr << "kloop: unknown command '" << words[0] << "'. Run 'kloop --help'.\n";
         return kl::cli::kExitUsage;
     }
@@ -70,7 +99,10 @@ int main(int argc, char** argv)
             return kl::cli::kExitOk;
         }
     try {
-        return cmd->run(kl::cli::Args(rest, cmd->switches));
+        return cmd->run(kl::cli::Args(rest, cmd->switches, cmd->options));
+    } catch (const kl::cli::UsageError& e) {
+        std::cerr << "kloop " << cmd->path << ": " << e.what() << " (see kloop " << cmd->path << " --help)\n";
+        return kl::cli::kExitUsage;
     } catch (const std::exception& e) {
         std::cerr << "kloop " << cmd->path << ": " << e.what() << "\n";
         return kl::cli::kExitFailure;

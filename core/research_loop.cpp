@@ -162,6 +162,7 @@ void ResearchLoop::requestStop(const std::string& reason, bool cancelInFlight)
         m_stopRequested = true;
         m_stopReason = reason;
     }
+    m_agentCancel.cancel();
     if (cancelInFlight) {
         m_dropInFlight = true;
         m_deviceCancel.cancel();
@@ -465,6 +466,10 @@ void ResearchLoop::askAgent(int count)
             ctx.bottleneckSummary = bottleneckSummary(p->second);
 
     CancelToken cancel;
+    {
+        std::lock_guard lock(m_mutex);
+        cancel = m_agentCancel;
+    }
     std::vector<Proposal> proposals = m_agent.propose(ctx, cancel);
     bool inFlight;
     {
@@ -605,6 +610,8 @@ LoopResult ResearchLoop::run()
         m_shutdown = false;
         m_dropInFlight = false;
         m_deviceCancel = CancelToken();
+        if (!m_stopRequested)
+            m_agentCancel = CancelToken();
     }
     m_result = LoopResult {};
     m_agentExhausted = m_agentWaiting = false;
@@ -629,7 +636,9 @@ LoopResult ResearchLoop::run()
             if (awaitsEvaluation(s.tree.at(id).status))
                 unfinished.push_back(id);
         if (!unfinished.empty())
-            m_store.note("resuming: " + std::to_string(unfinished.size()) + " unfinished candidates evaluated first");
+            m_store.note(s.evaluations.empty()
+                    ? "evaluating the " + std::to_string(unfinished.size()) + " candidates the session starts with"
+                    : "resuming: " + std::to_string(unfinished.size()) + " unfinished candidates evaluated first");
         for (const CandidateId& id : unfinished)
             if (budgetLeft() > 0)
                 enqueue(s.tree.at(id));
@@ -667,6 +676,18 @@ LoopResult ResearchLoop::run()
                 try {
                     askAgent(room);
                 } catch (const std::exception& ex) {
+                    std::optional<std::string> stop;
+                    {
+                        std::lock_guard lock(m_mutex);
+                        if (m_stopRequested)
+                            stop = m_stopReason;
+                    }
+                    if (stop) {
+                        // The stop cancelled the agent's request: a stop, not an agent failure.
+                        m_store.note("stopped while the agent was working: " + *stop + " (" + ex.what() + ")");
+                        reason = *stop;
+                        break;
+                    }
                     m_store.note(std::string("agent failed: ") + ex.what());
                     reason = std::string("agent failed: ") + ex.what();
                     m_result.state = "failed";
@@ -731,6 +752,7 @@ LoopResult ResearchLoop::run()
         m_running = false;
         m_stopRequested = false;
         m_stopReason.clear();
+        m_agentCancel = CancelToken();
         // Commands that arrived during the drain still run, on this thread.
         m_commands.clear();
         for (auto& cmd : commands)

@@ -136,6 +136,7 @@ private:
     bool m_paused = false;
     CancelToken m_deviceCancel;
     std::optional<Candidate> m_profileWanted; // for the device thread: profile this before the next evaluation
+    CancelToken m_agentCancel; // handed to Agent::propose; a stop cancels it, so an outstanding LLM request ends
 
     // Coordinator state.
     std::optional<CandidateId> m_best;

@@ -153,6 +153,22 @@ namespace {
         }
     }
 
+    // What a create killed before its session-created event leaves: nothing recorded, so a new create may reuse it.
+    bool isInterruptedCreate(const fs::path& dir)
+    {
+        std::error_code ec;
+        for (const auto& entry : fs::directory_iterator(dir, ec)) {
+            const std::string name = entry.path().filename().string();
+            const bool ok
+                = (name == "candidates" && fs::is_directory(entry.path(), ec) && fs::is_empty(entry.path(), ec))
+                || (name == kJournalFile && fs::file_size(entry.path(), ec) == 0 && !ec)
+                || name.rfind(kHeaderFile, 0) == 0;
+            if (!ok)
+                return false;
+        }
+        return !ec;
+    }
+
 } // namespace
 
 bool isSafeId(const std::string& id)
@@ -352,7 +368,9 @@ std::unique_ptr<SessionStore> SessionStore::create(const fs::path& dir, const Se
     if (!isSafeId(header.id))
         throw InputError("session id '" + header.id + "' must be 1-64 letters, digits, '_' or '-'");
     std::error_code ec;
-    if (fs::exists(dir, ec) && !fs::is_empty(dir, ec))
+    if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+        throw InputError(dir.string() + " is a file; a session is a new (or empty) directory");
+    if (fs::exists(dir, ec) && !fs::is_empty(dir, ec) && !isInterruptedCreate(dir))
         throw InputError(dir.string() + " already exists and is not empty; choose a new session directory");
     fs::create_directories(dir / "candidates", ec);
     if (ec)
@@ -364,12 +382,25 @@ std::unique_ptr<SessionStore> SessionStore::create(const fs::path& dir, const Se
     s.reviews.clear();
     if (s.createdMs == 0)
         s.createdMs = nowMs();
-    writeFileAtomic(dir / kHeaderFile, headerToJson(s).dump(2) + "\n");
+    // The writer lock comes before any file is written: two creators racing for one directory would otherwise
+    // both pass the emptiness check above and write two session-created events.
     std::unique_ptr<SessionStore> store(new SessionStore(dir, s));
     store->m_journalFd = ::open((dir / kJournalFile).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (store->m_journalFd < 0)
         throwErrno("creating " + (dir / kJournalFile).string());
-    lockJournal(store->m_journalFd, dir);
+    try {
+        lockJournal(store->m_journalFd, dir);
+    } catch (const SessionLockedError&) {
+        throw SessionLockedError(
+            dir.string() + " is being created or written by another process; choose a new session directory");
+    }
+    struct stat journalStat { };
+    if (::fstat(store->m_journalFd, &journalStat) != 0)
+        throwErrno("reading " + (dir / kJournalFile).string());
+    // Whoever held the lock before us either finished (a session-created line) or died before writing one.
+    if (journalStat.st_size != 0)
+        throw InputError(dir.string() + " was created by another process meanwhile; choose a new session directory");
+    writeFileAtomic(dir / kHeaderFile, headerToJson(s).dump(2) + "\n");
     fsyncDir(dir);
     Event e;
     e.kind = EventKind::SessionCreated;
@@ -381,6 +412,9 @@ std::unique_ptr<SessionStore> SessionStore::create(const fs::path& dir, const Se
 Session SessionStore::load(const fs::path& dir, LoadReport* report, std::vector<Event>* events)
 {
     const fs::path headerPath = dir / kHeaderFile;
+    std::error_code ec;
+    if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+        throw InputError("not a KernelLoop session: " + dir.string() + " is a file; a session is a directory");
     std::string headerText;
     try {
         headerText = readFile(headerPath, 16u << 20);

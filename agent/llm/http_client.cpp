@@ -23,6 +23,8 @@ namespace {
         const BodyChunkFn* onChunk = nullptr;
         Clock::time_point lastByte = Clock::now();
         bool stoppedByCallback = false;
+        std::size_t maxBodyBytes = 0;
+        bool tooLarge = false;
     };
 
     std::string lower(std::string s)
@@ -63,6 +65,10 @@ namespace {
         auto* t = static_cast<Transfer*>(user);
         const size_t n = size * count;
         t->lastByte = Clock::now();
+        if (t->maxBodyBytes > 0 && t->response.body.size() + n > t->maxBodyBytes) {
+            t->tooLarge = true;
+            return 0;
+        }
         t->response.body.append(data, n);
         if (t->onChunk && *t->onChunk && t->response.status >= 200 && t->response.status < 300) {
             if (!(*t->onChunk)(data, n)) {
@@ -103,6 +109,7 @@ HttpResult httpPost(const HttpRequest& req, const BodyChunkFn& onChunk, const Ca
     }
     Transfer t;
     t.onChunk = &onChunk;
+    t.maxBodyBytes = req.maxBodyBytes;
     curl_slist* headers = nullptr;
     for (const auto& [name, value] : req.headers)
         headers = curl_slist_append(headers, (name + ": " + value).c_str());
@@ -175,6 +182,9 @@ HttpResult httpPost(const HttpRequest& req, const BodyChunkFn& onChunk, const Ca
     } else if (idle) {
         result.failure = TransportFailure::Timeout;
         result.error = "no data for " + std::to_string(req.readTimeoutMs) + " ms (read timeout)";
+    } else if (t.tooLarge) {
+        result.failure = TransportFailure::TooLarge;
+        result.error = "the reply passed the limit of " + std::to_string(req.maxBodyBytes) + " bytes";
     } else if (t.stoppedByCallback) {
         result.failure = TransportFailure::None;
     } else if (code != CURLE_OK) {

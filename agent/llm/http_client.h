@@ -19,6 +19,7 @@ struct HttpRequest {
     std::string body;
     int connectTimeoutMs = 10'000;
     int readTimeoutMs = 120'000; // longest silence between two received bytes
+    std::size_t maxBodyBytes = 0; // past it the transfer is aborted (TransportFailure::TooLarge); 0: no limit
 };
 
 struct HttpResponse {
@@ -27,7 +28,7 @@ struct HttpResponse {
     std::string body; // the whole body, also when it was streamed to the callback
 };
 
-enum class TransportFailure { None, Connect, Timeout, Dropped, Cancelled, Other };
+enum class TransportFailure { None, Connect, Timeout, Dropped, Cancelled, TooLarge, Other };
 
 struct HttpResult {
     HttpResponse response;

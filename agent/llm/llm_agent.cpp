@@ -23,6 +23,12 @@ namespace {
             || s == CandidateStatus::Compiling || s == CandidateStatus::Verifying || s == CandidateStatus::Timing;
     }
 
+    // Error texts are journaled and sent back to the model: bounded whatever the reply contained.
+    std::string bounded(const std::string& text, std::size_t max = 4096)
+    {
+        return text.size() <= max ? text : text.substr(0, max) + "... (" + std::to_string(text.size()) + " bytes)";
+    }
+
     std::string readOptional(const fs::path& p)
     {
         std::error_code ec;
@@ -187,9 +193,15 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
             request["system"] = req.system; // the stable part is journaled once per change
             m_lastSystemHash = systemHash;
         }
+        // An earlier reply of this call is journaled once, in its llm.reply record: here it is named, not repeated.
         json msgs = json::array();
+        int replyIndex = 0;
         for (const auto& m : req.messages)
-            msgs.push_back({ { "role", m.role }, { "content", m.content } });
+            if (m.role == "assistant")
+                msgs.push_back({ { "role", m.role }, { "reply_attempt", ++replyIndex },
+                    { "content_sha256", sha256Hex(m.content) }, { "bytes", m.content.size() } });
+            else
+                msgs.push_back({ { "role", m.role }, { "content", m.content } });
         request["messages"] = msgs;
         record(request);
 
@@ -199,7 +211,15 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
         } catch (const llm::LlmError& e) {
             record({ { "type", "llm.error" }, { "call", call }, { "kind", llm::llmErrorKindName(e.kind()) },
                 { "http_status", e.httpStatus() }, { "message", e.what() } });
-            throw;
+            if (e.kind() != llm::LlmError::Kind::ReplyTooLarge)
+                throw;
+            // A flood is a failed attempt of this call, like an unusable reply: recorded, and the model told.
+            rejectAttempt(call, attempt, ctx, llm::llmErrorKindName(e.kind()), e.what());
+            req.messages.push_back({ "assistant", "(reply omitted: it was too long)" });
+            req.messages.push_back({ "user",
+                std::string("Your reply was cut off: ") + e.what()
+                    + "\nReply again with a much shorter answer: exactly one ```kl-candidate or ```kl-diff block." });
+            continue;
         }
         llm::Usage total;
         {
@@ -230,28 +250,32 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
                 { "params", p.candidate.params }, { "needs_review", p.needsReview }, { "note", p.note } });
             return { p };
         } catch (const prompt::ReplyError& e) {
-            record({ { "type", "llm.reply-rejected" }, { "call", call }, { "reply_attempt", attempt },
-                { "kind", e.kind() }, { "message", e.what() } });
-            prompt::FailedAttempt f;
-            f.label = "reply " + std::to_string(attempt) + " of call " + std::to_string(call);
-            f.kind = e.kind();
-            f.hypothesis = ctx.hypothesis ? ctx.hypothesis->text : "";
-            f.detail = e.what();
-            f.timeMs = nowMs();
-            {
-                std::lock_guard lock(m_mutex);
-                m_replyFailures.push_back(f);
-                if (m_replyFailures.size() > 20)
-                    m_replyFailures.erase(m_replyFailures.begin());
-            }
+            rejectAttempt(call, attempt, ctx, e.kind(), e.what());
             req.messages.push_back({ "assistant", reply.text });
             req.messages.push_back({ "user",
-                std::string("Your reply could not be used: ") + e.what()
+                std::string("Your reply could not be used: ") + bounded(e.what())
                     + "\nReply again, following the reply protocol: exactly one "
                       "```kl-candidate or ```kl-diff block." });
         }
     }
     return {};
+}
+
+void LlmAgent::rejectAttempt(
+    int call, int attempt, const AgentContext& ctx, const std::string& kind, const std::string& message)
+{
+    record({ { "type", "llm.reply-rejected" }, { "call", call }, { "reply_attempt", attempt }, { "kind", kind },
+        { "message", bounded(message) } });
+    prompt::FailedAttempt f;
+    f.label = "reply " + std::to_string(attempt) + " of call " + std::to_string(call);
+    f.kind = kind;
+    f.hypothesis = ctx.hypothesis ? ctx.hypothesis->text : "";
+    f.detail = bounded(message);
+    f.timeMs = nowMs();
+    std::lock_guard lock(m_mutex);
+    m_replyFailures.push_back(f);
+    if (m_replyFailures.size() > 20)
+        m_replyFailures.erase(m_replyFailures.begin());
 }
 
 void LlmAgent::observe(const Candidate& c, const Evaluation& e)

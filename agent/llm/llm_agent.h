@@ -52,6 +52,9 @@ public:
 
 private:
     void record(nlohmann::json j) const;
+    // An attempt whose reply cannot be used: journaled (bounded) and shown to the model in later prompts.
+    void rejectAttempt(
+        int call, int attempt, const AgentContext& ctx, const std::string& kind, const std::string& message);
 
     LlmAgentSettings m_settings;
     LlmAgentHooks m_hooks;

@@ -54,6 +54,8 @@ const char* llmErrorKindName(LlmError::Kind k)
         return "bad-response";
     case LlmError::Kind::BadRequest:
         return "bad-request";
+    case LlmError::Kind::ReplyTooLarge:
+        return "reply-too-large";
     }
     return "unknown";
 }
@@ -199,7 +201,8 @@ json toJson(const ProviderSettings& s)
         { "max_tokens_field", s.maxTokensField }, { "connect_timeout_ms", s.connectTimeoutMs },
         { "read_timeout_ms", s.readTimeoutMs }, { "max_attempts", s.maxAttempts },
         { "backoff_base_ms", s.backoffBaseMs }, { "backoff_max_ms", s.backoffMaxMs },
-        { "max_retry_after_ms", s.maxRetryAfterMs }, { "prices", toJson(s.prices) } };
+        { "max_retry_after_ms", s.maxRetryAfterMs }, { "max_reply_bytes", s.maxReplyBytes },
+        { "prices", toJson(s.prices) } };
     if (s.temperature)
         j["temperature"] = *s.temperature;
     return j;
@@ -264,6 +267,8 @@ ProviderSettings providerSettingsFromJson(const json& j, const std::string& wher
             s.backoffMaxMs = integer(k, v, 0, 3'600'000);
         else if (k == "max_retry_after_ms")
             s.maxRetryAfterMs = integer(k, v, 0, 86'400'000);
+        else if (k == "max_reply_bytes")
+            s.maxReplyBytes = integer(k, v, 1024, 1 << 30);
         else if (k == "prices")
             s.prices = priceTableFromJson(v, where + ".prices");
         else if (k == "api_key")
@@ -617,18 +622,16 @@ json LlmClient::requestBody(const ChatRequest& req) const
     return body;
 }
 
-ChatReply LlmClient::complete(const ChatRequest& req, const StreamObserver& obs, const CancelToken& cancel) const
+std::string LlmClient::checkConfig() const
 {
     const auto& s = m_settings;
     if (s.model.empty())
         throw LlmError(LlmError::Kind::Config,
             "provider '" + s.name
-                + "' has no model set (pass --model NAME or set "
-                  "\"model\" in the provider settings)");
+                + "' has no model set (kloop run: pass --llm-model NAME; or set \"model\" in the provider "
+                  "settings, --llm-settings FILE)");
     if (s.baseUrl.empty())
         throw LlmError(LlmError::Kind::Config, "provider '" + s.name + "' has no base URL");
-    if (req.messages.empty())
-        throw LlmError(LlmError::Kind::Config, "a chat request needs at least one message");
     std::string key;
     if (!s.apiKeyEnv.empty()) {
         const char* k = std::getenv(s.apiKeyEnv.c_str());
@@ -640,12 +643,22 @@ ChatReply LlmClient::complete(const ChatRequest& req, const StreamObserver& obs,
                 + "' needs an API key: set the environment "
                   "variable "
                 + (s.apiKeyEnv.empty() ? std::string("(none named)") : s.apiKeyEnv));
+    return key;
+}
+
+ChatReply LlmClient::complete(const ChatRequest& req, const StreamObserver& obs, const CancelToken& cancel) const
+{
+    const auto& s = m_settings;
+    const std::string key = checkConfig();
+    if (req.messages.empty())
+        throw LlmError(LlmError::Kind::Config, "a chat request needs at least one message");
 
     HttpRequest http;
     http.url = endpoint();
     http.body = requestBody(req).dump();
     http.connectTimeoutMs = s.connectTimeoutMs;
     http.readTimeoutMs = s.readTimeoutMs;
+    http.maxBodyBytes = static_cast<std::size_t>(s.maxReplyBytes);
     http.headers.emplace_back("Content-Type", "application/json");
     http.headers.emplace_back("Accept", s.stream ? "text/event-stream" : "application/json");
     if (s.api == ApiKind::AnthropicMessages) {
@@ -689,6 +702,12 @@ ChatReply LlmClient::complete(const ChatRequest& req, const StreamObserver& obs,
 
         if (r.failure == TransportFailure::Cancelled || cancel.cancelled())
             throw LlmError(LlmError::Kind::Cancelled, "the request to " + http.url + " was cancelled");
+        // Not retried: the same prompt would most likely bring the same flood, and each try is paid for.
+        if (r.failure == TransportFailure::TooLarge)
+            throw LlmError(LlmError::Kind::ReplyTooLarge,
+                "the reply from " + http.url + " passed " + std::to_string(s.maxReplyBytes)
+                    + " bytes (max_reply_bytes in the provider settings); the request was aborted",
+                status);
 
         if (status >= 200 && status < 300 && !parseError && !st.streamError) {
             try {

@@ -55,6 +55,9 @@ struct ProviderSettings {
     int backoffBaseMs = 1000;
     int backoffMaxMs = 60'000;
     int maxRetryAfterMs = 300'000; // a longer Retry-After fails the call instead of waiting
+    // A reply (the raw body, streamed or not) past this is aborted: a misbehaving server cannot fill memory and
+    // the journal. Replies are kernels of a few KiB.
+    int maxReplyBytes = 1 << 20;
     PriceTable prices;
 };
 
@@ -109,7 +112,8 @@ public:
         Timeout,
         Cancelled,
         BadResponse,
-        BadRequest
+        BadRequest,
+        ReplyTooLarge
     };
     LlmError(Kind kind, const std::string& message, int httpStatus = 0)
         : std::runtime_error(message)
@@ -137,6 +141,9 @@ class LlmClient {
 public:
     explicit LlmClient(ProviderSettings s);
     const ProviderSettings& settings() const { return m_settings; }
+    // Throws LlmError (Config) when a call could not even start: no model, no base URL, no key in the environment.
+    // Returns the key (empty when none is needed); callers check this before spending anything else.
+    std::string checkConfig() const;
     // Blocks until the reply is complete. Throws LlmError.
     ChatReply complete(const ChatRequest& req, const StreamObserver& obs, const CancelToken& cancel) const;
 

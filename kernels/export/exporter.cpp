@@ -8,9 +8,15 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
 #include <regex>
 #include <set>
+#include <unistd.h>
 
 extern char** environ;
 
@@ -27,6 +33,76 @@ namespace {
     bool isCublasGemm(const std::string& lib)
     {
         return lib.rfind("cublas_gemm", 0) == 0;
+    }
+
+    // A bundle is written into a staging folder beside its destination and swapped in by rename, so a kill at any
+    // instant leaves the old bundle or the new one at the destination, never a mix. The staging folder carries the
+    // marker from its first write on; what a crash leaves behind is recognisable by name and marker, and the next
+    // export to the same destination clears it.
+    constexpr const char* kPartialMarker = ".kl-export-partial";
+
+    std::string stagingPrefix(const fs::path& out)
+    {
+        return "." + out.filename().string() + ".kl-export-";
+    }
+
+    bool isExportedBundle(const fs::path& dir)
+    {
+        std::error_code ec;
+        return fs::exists(dir / "manifest.json", ec) || fs::exists(dir / kPartialMarker, ec);
+    }
+
+    void clearLeftoverStaging(const fs::path& out)
+    {
+        std::error_code ec;
+        const std::string prefix = stagingPrefix(out);
+        for (const auto& entry : fs::directory_iterator(out.parent_path(), ec)) {
+            const std::string name = entry.path().filename().string();
+            if (name.rfind(prefix, 0) == 0 && entry.is_directory(ec))
+                fs::remove_all(entry.path(), ec);
+        }
+    }
+
+    void writeBundleBeside(const fs::path& out, const std::map<std::string, std::string>& files)
+    {
+        std::error_code ec;
+        fs::create_directories(out.parent_path(), ec);
+        if (ec)
+            throw InputError("export: cannot create " + out.parent_path().string() + ": " + ec.message());
+        clearLeftoverStaging(out);
+        const fs::path staging = out.parent_path() / (stagingPrefix(out) + std::to_string(::getpid()));
+        fs::remove_all(staging, ec);
+        fs::create_directories(staging, ec);
+        if (ec)
+            throw InputError("export: cannot create " + staging.string() + ": " + ec.message());
+        writeFileAtomic(staging / kPartialMarker,
+            "an interrupted kloop export; the next export to " + out.filename().string() + " removes it\n");
+        for (const auto& [path, content] : files) {
+            fs::create_directories((staging / path).parent_path());
+            writeFileAtomic(staging / path, content);
+        }
+        fs::remove(staging / kPartialMarker);
+        if (fs::exists(out, ec)) {
+            // One atomic exchange: the destination holds the old bundle or the new one at every instant.
+            if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0) {
+                // A file system without the exchange: two renames, each bundle complete under its own name.
+                const fs::path old = out.parent_path() / (stagingPrefix(out) + "old-" + std::to_string(::getpid()));
+                std::ofstream(out / kPartialMarker) << "the bundle being replaced by an export\n";
+                fs::rename(out, old, ec);
+                if (!ec)
+                    fs::rename(staging, out, ec);
+                if (ec)
+                    throw InputError("export: cannot replace " + out.string() + ": " + ec.message());
+                fs::remove_all(old, ec);
+                return;
+            }
+            fs::remove_all(staging, ec); // now the old bundle
+
+        } else {
+            fs::rename(staging, out, ec);
+            if (ec)
+                throw InputError("export: cannot create " + out.string() + ": " + ec.message());
+        }
     }
 
     std::string shapeList(const std::vector<std::string>& labels, std::size_t max = 6)
@@ -246,7 +322,7 @@ std::string resolveProblemFolder(const Session& s, const std::vector<fs::path>& 
     for (const auto& t : tried)
         where += (where.empty() ? "" : ", ") + t;
     throw InputError("problem '" + s.problemName + "' of session " + s.id + " not found (looked in: " + where
-        + "); pass --problems DIR");
+        + "); pass --problem NAME|DIR (kloop export) or add its folder to KL_PROBLEMS_DIR");
 }
 
 ExportPlan planExport(const Session& s, const Problem& problem, const std::string& candidateId, double minSpeedup)
@@ -647,28 +723,10 @@ ExportResult exportBundle(const Session& s, const Problem& problem, const Export
             throw InputError("export: " + path + " would contain " + leaks.front() + "; nothing was written");
     }
 
-    if (fs::exists(out, ec) && options.overwrite) {
-        // Only what an earlier export wrote is replaced; a directory that holds anything else is refused.
-        const fs::path manifest = out / "manifest.json";
-        if (!fs::is_empty(out, ec) && !fs::exists(manifest, ec))
-            throw InputError("export: " + options.outDir.string()
-                + " is not an exported bundle (no manifest.json); refusing to overwrite it");
-        for (const auto& sub : { "include", "src", "test", "torch" })
-            fs::remove_all(out / sub, ec);
-        for (const auto& f : { "manifest.json", "CMakeLists.txt", "README.md" })
-            fs::remove(out / f, ec);
-    }
-    fs::create_directories(out, ec);
-    if (ec)
-        throw InputError("export: cannot create " + options.outDir.string() + ": " + ec.message());
-    // manifest.json last: a bundle with a manifest is complete.
-    for (const auto& [path, content] : files) {
-        if (path == "manifest.json")
-            continue;
-        fs::create_directories((out / path).parent_path());
-        writeFileAtomic(out / path, content);
-    }
-    writeFileAtomic(out / "manifest.json", files.at("manifest.json"));
+    if (fs::exists(out, ec) && !fs::is_empty(out, ec) && !isExportedBundle(out))
+        throw InputError("export: " + options.outDir.string()
+            + " is not an exported bundle (no manifest.json); refusing to overwrite it");
+    writeBundleBeside(out, files);
     result.outDir = out;
     for (const auto& [path, content] : files) {
         result.files.push_back(path);

@@ -450,6 +450,35 @@ TEST(Provider, ConnectionRefusedIsANetworkError)
     }
 }
 
+// QA row 248: a server that streams without end, or sends one huge body, is cut off at max_reply_bytes once (not
+// retried: every try is paid for), whichever API and mode.
+TEST(Provider, AReplyPastMaxReplyBytesIsAbortedOnceAndNamesTheLimit)
+{
+    LoopbackServer server;
+    const std::vector<std::string> flood(64, std::string(32 * 1024, 'x')); // 2 MiB of deltas
+    server.enqueue(kl::test::openAiStream(flood));
+    server.enqueue(kl::test::openAiWhole(std::string(3 << 20, 'y')));
+    auto s = settingsFor(server, ApiKind::OpenAiChat);
+    s.maxReplyBytes = 256 * 1024;
+    for (const bool stream : { true, false }) {
+        s.stream = stream;
+        try {
+            LlmClient(s).complete(hello(), {}, {});
+            FAIL() << "stream=" << stream;
+        } catch (const LlmError& e) {
+            EXPECT_EQ(e.kind(), LlmError::Kind::ReplyTooLarge) << e.what();
+            EXPECT_NE(std::string(e.what()).find("262144 bytes (max_reply_bytes"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_EQ(server.requests().size(), 2u);
+    // A reply under the cap is untouched.
+    server.enqueue(kl::test::openAiStream(kl::test::piecesOf(std::string(100 * 1024, 'z'), 4096)));
+    s.stream = true;
+    EXPECT_EQ(LlmClient(s).complete(hello(), {}, {}).text.size(), 100u * 1024);
+    EXPECT_EQ(providerSettingsFromJson(nlohmann::json { { "max_reply_bytes", 4096 } }, "t", s).maxReplyBytes, 4096);
+    EXPECT_THROW(providerSettingsFromJson(nlohmann::json { { "max_reply_bytes", 0 } }, "t", s), kl::InputError);
+}
+
 TEST(Provider, MissingKeyOrModelIsAConfigError)
 {
     ProviderSettings s = providerPreset("openai");

@@ -3,6 +3,7 @@
 // them while it runs), and a deadline fails the test instead of hanging CI. Needs KLOOP_PATH defined.
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <spawn.h>
 #include <sstream>
 #include <string>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -26,6 +28,7 @@ struct ProcessResult {
     int exitCode = -1; // -1: killed by a signal or by the deadline
     std::string out;
     std::string err;
+    long maxRssKb = 0; // peak resident memory of kloop
 };
 
 inline std::string slurp(const fs::path& p)
@@ -45,7 +48,9 @@ public:
         : m_outPath(scratch / "kloop.stdout")
         , m_errPath(scratch / "kloop.stderr")
     {
-        std::vector<std::string> argv { KLOOP_PATH };
+        // KLOOP_UNDER_TEST runs another build of kloop (e.g. main's, to see a regression test fail there).
+        const char* other = std::getenv("KLOOP_UNDER_TEST");
+        std::vector<std::string> argv { other && *other ? other : KLOOP_PATH };
         argv.insert(argv.end(), args.begin(), args.end());
         std::vector<std::string> envStrings;
         for (char** e = environ; e && *e; ++e) {
@@ -86,6 +91,12 @@ public:
     KloopProcess& operator=(const KloopProcess&) = delete;
 
     std::string out() const { return slurp(m_outPath); }
+    std::string err() const { return slurp(m_errPath); }
+    void sendSignal(int sig) const
+    {
+        if (m_pid > 0)
+            ::kill(m_pid, sig);
+    }
 
     // Waits until kloop exits; a hang past the deadline fails the test, not the CI job.
     ProcessResult wait(std::chrono::seconds deadline = std::chrono::seconds(90))
@@ -95,18 +106,20 @@ public:
         if (m_pid > 0) {
             const auto until = std::chrono::steady_clock::now() + deadline;
             int status = 0;
+            struct rusage usage { };
             for (;;) {
-                if (::waitpid(m_pid, &status, WNOHANG) == m_pid)
+                if (::wait4(m_pid, &status, WNOHANG, &usage) == m_pid)
                     break;
                 if (std::chrono::steady_clock::now() > until) {
                     ::kill(m_pid, SIGKILL);
-                    ::waitpid(m_pid, &status, 0);
+                    ::wait4(m_pid, &status, 0, &usage);
                     r.err += "kloop did not finish within the deadline\n";
                     break;
                 }
                 std::this_thread::sleep_for(std::chrono::milliseconds(20));
             }
             m_pid = -1;
+            r.maxRssKb = usage.ru_maxrss;
             if (WIFEXITED(status))
                 r.exitCode = WEXITSTATUS(status);
         }

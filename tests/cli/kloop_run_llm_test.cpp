@@ -483,6 +483,10 @@ TEST_F(KloopRunLlm, WithoutAutoApproveProposalsWaitForTheEngineersReviewThroughT
     const ProcessResult r = kloop.wait();
     ASSERT_EQ(r.exitCode, 0) << "stdout:\n" << r.out << "\nstderr:\n" << r.err;
     EXPECT_NE(r.err.find("wait for the engineer's review"), std::string::npos) << r.err;
+    // Each pending review is announced on the terminal, with where to decide it (QA Part 1: the run went silent).
+    EXPECT_NE(r.err.find(first + " waits for your review"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(second + " waits for your review"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("kernelloop --session " + sessionDir.string()), std::string::npos) << r.err;
     EXPECT_EQ(summaryOf(r).value("reason", ""), "the agent has nothing left to propose");
 
     auto store = SessionStore::open(sessionDir);
@@ -510,6 +514,29 @@ TEST_F(KloopRunLlm, AMissingKeyFailsBeforeAnyRequest)
     EXPECT_NE(r.err.find("needs an API key"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("ANTHROPIC_API_KEY"), std::string::npos) << r.err;
     EXPECT_TRUE(server.requests().empty());
+}
+
+// QA rows 201 and 203: the hint named --model (ignored, so following it gave the same error), and the error came
+// only after the baseline and the template were measured.
+TEST_F(KloopRunLlm, AMissingModelFailsBeforeAnythingIsMeasuredAndNamesTheRealFlag)
+{
+    std::vector<std::string> args = runArgs("openai", 3);
+    const auto model = std::find(args.begin(), args.end(), "--llm-model");
+    ASSERT_NE(model, args.end());
+    args.erase(model, model + 2);
+    const ProcessResult r = runKloop(args, environment("OPENAI_API_KEY"), scratch);
+    EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find("has no model set"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--llm-model NAME"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("--model NAME"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(sessionDir)) << "nothing is created or measured before the check";
+    EXPECT_TRUE(server.requests().empty());
+
+    args.insert(args.end(), { "--model", "gpt-4o" });
+    const ProcessResult wrongFlag = runKloop(args, environment("OPENAI_API_KEY"), scratch);
+    EXPECT_EQ(wrongFlag.exitCode, 2) << wrongFlag.err;
+    EXPECT_NE(wrongFlag.err.find("unknown option --model"), std::string::npos) << wrongFlag.err;
+    EXPECT_FALSE(fs::exists(sessionDir));
 }
 
 TEST_F(KloopRunLlm, AResumedRunAsksTheSameProviderWithTheSessionsSettings)
@@ -570,4 +597,122 @@ TEST(KloopRunGpuLock, ASecondRunOnABusyGpuIsRefusedAndNamesTheFirst)
     EXPECT_FALSE(fs::exists(second / "journal.jsonl"));
     held.reset();
     fs::remove_all(scratch);
+}
+
+namespace {
+
+// Waits until the server has received n requests; false after the deadline.
+bool waitForRequests(const test::LoopbackServer& server, std::size_t n, std::chrono::seconds deadline)
+{
+    const auto until = std::chrono::steady_clock::now() + deadline;
+    while (server.requests().size() < n) {
+        if (std::chrono::steady_clock::now() > until)
+            return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+}
+
+test::ScriptedResponse neverAnswers()
+{
+    test::ScriptedResponse r;
+    r.delayBeforeHeadersMs = 10 * 60 * 1000;
+    return r;
+}
+
+} // namespace
+
+// QA row 213: a stop used to leave the LLM request running for minutes (the loop's cancel token was never
+// cancelled). Ctrl-C and SIGTERM now end the request within a second, the journal says so, and --resume continues.
+TEST_F(KloopRunLlm, CtrlCOrSigtermDuringAnUnansweredRequestStopsAtOnceAndResumeContinues)
+{
+    const auto stopDuringRequest = [&](const std::vector<std::string>& args, int sig, std::size_t requestsBefore) {
+        server.enqueue(neverAnswers());
+        KloopProcess kloop(args, environment("OPENAI_API_KEY"), scratch);
+        EXPECT_TRUE(waitForRequests(server, requestsBefore + 1, std::chrono::seconds(60))) << kloop.err();
+        std::this_thread::sleep_for(std::chrono::milliseconds(300)); // well inside the transfer
+        const auto signalled = std::chrono::steady_clock::now();
+        kloop.sendSignal(sig);
+        const ProcessResult r = kloop.wait(std::chrono::seconds(20));
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+        EXPECT_LT(seconds, 2.0) << "signal " << sig;
+        EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+        EXPECT_EQ(summaryOf(r).value("state", ""), "stopped") << r.out;
+        return summaryOf(r).value("reason", "");
+    };
+
+    EXPECT_EQ(stopDuringRequest(runArgs("openai", 3), SIGINT, 0), "interrupted (Ctrl-C)");
+    {
+        auto store = SessionStore::open(sessionDir);
+        const std::vector<Event> events = store->events();
+        const auto errors = agentRecords(events, "llm.error");
+        ASSERT_EQ(errors.size(), 1u);
+        EXPECT_EQ(errors[0].value("kind", ""), "cancelled");
+        bool noted = false;
+        std::string lastState;
+        for (const auto& e : events) {
+            if (e.kind == EventKind::Note
+                && e.data.value("text", "").find("stopped while the agent was working: interrupted (Ctrl-C)")
+                    != std::string::npos)
+                noted = true;
+            if (e.kind == EventKind::SessionState)
+                lastState = e.data.value("state", "");
+        }
+        EXPECT_TRUE(noted);
+        EXPECT_EQ(lastState, "stopped");
+        EXPECT_TRUE(llmCandidates(store->session()).empty());
+    }
+    const std::vector<std::string> resume { "run", "--resume", sessionDir.string(), "--budget", "3", "--json" };
+    EXPECT_EQ(stopDuringRequest(resume, SIGTERM, 1), "terminated by a signal");
+
+    // Resumed with a provider that answers: the LLM's candidate is evaluated and the run finishes on its budget.
+    const std::string good = "NOTE: 512 threads per row\n```kl-candidate\n" + fasterKernel() + "```\n";
+    server.enqueue(test::openAiStream(test::piecesOf(good, 64), 700, 500));
+    const ProcessResult r = runKloop(resume, environment("OPENAI_API_KEY"), scratch);
+    ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+    EXPECT_EQ(summaryOf(r).value("state", ""), "finished") << r.out;
+    auto store = SessionStore::open(sessionDir);
+    const std::vector<CandidateId> llm = llmCandidates(store->session());
+    ASSERT_EQ(llm.size(), 1u);
+    EXPECT_EQ(store->session().tree.at(llm[0]).status, CandidateStatus::Accepted);
+}
+
+// QA row 248: a 256 MB streamed reply cost 5.7 GB and 1.5 GB of journal. A reply past max_reply_bytes (default
+// 1 MiB) is aborted and recorded as a failed attempt with the reason; the journal stays small.
+TEST_F(KloopRunLlm, AFloodedReplyIsAbortedAtTheSizeCapAndJournaledBounded)
+{
+    // 48 MiB of deltas per attempt, no code block: each attempt floods.
+    const std::string piece(64 * 1024, 'x');
+    const std::vector<std::string> pieces(768, piece);
+    for (int i = 0; i < 3; ++i)
+        server.enqueue(test::openAiStream(pieces));
+    for (int i = 0; i < 6; ++i)
+        server.enqueue(test::openAiStream({ "I have no further idea." }, 10, 5));
+
+    const ProcessResult r = runKloop(runArgs("openai", 3), environment("OPENAI_API_KEY"), scratch);
+    ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+    std::printf("peak RSS of kloop: %.0f MiB, journal %.2f MiB\n", r.maxRssKb / 1024.0,
+        static_cast<double>(fs::file_size(sessionDir / "journal.jsonl")) / (1 << 20));
+    EXPECT_LT(fs::file_size(sessionDir / "journal.jsonl"), 4u << 20);
+    EXPECT_LT(r.maxRssKb, 1024 * 1024) << "a capped reply must not cost a GiB";
+
+    auto store = SessionStore::open(sessionDir);
+    const std::vector<Event> events = store->events();
+    const auto rejected = agentRecords(events, "llm.reply-rejected");
+    ASSERT_GE(rejected.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(rejected[i].value("kind", ""), "reply-too-large");
+        EXPECT_NE(rejected[i].value("message", "").find("max_reply_bytes"), std::string::npos);
+    }
+    // The model was told, in the same call, and the journaled request names the omitted reply instead of holding it.
+    const auto reqs = server.requests();
+    ASSERT_GE(reqs.size(), 2u);
+    EXPECT_NE(json::parse(reqs[1].body)["messages"].back().value("content", "").find("cut off"), std::string::npos);
+    const auto requests = agentRecords(events, "llm.request");
+    ASSERT_GE(requests.size(), 2u);
+    for (const auto& m : requests[1]["messages"]) {
+        if (m.value("role", "") == "assistant") {
+            EXPECT_FALSE(m.contains("content")) << m.dump();
+        }
+    }
 }

@@ -6,10 +6,17 @@
 #include "kernels/export/dispatch_plan.h"
 #include "kernels/export/exporter.h"
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <spawn.h>
 #include <sstream>
+#include <sys/wait.h>
+#include <thread>
+
+extern char** environ;
 
 namespace kl {
 namespace {
@@ -438,6 +445,75 @@ namespace {
         fs::remove_all(b.dir);
     }
 
+    // Every file manifest.json lists is there with the hash it lists; "" when so, else what is missing or wrong.
+    std::string incompleteness(const fs::path& bundle)
+    {
+        if (!fs::exists(bundle / "manifest.json"))
+            return "no manifest.json";
+        const Json man = Json::parse(slurp(bundle / "manifest.json"));
+        std::string why;
+        for (const auto& [path, hash] : man.at("files").items())
+            if (!fs::exists(bundle / path))
+                why += path + " missing; ";
+            else if (sha256Hex(slurp(bundle / path)) != hash.get<std::string>())
+                why += path + " differs; ";
+        return why;
+    }
+
+    std::vector<std::string> entriesBeside(const fs::path& out)
+    {
+        std::vector<std::string> names;
+        for (const auto& e : fs::directory_iterator(out.parent_path()))
+            if (e.path().filename().string().find(out.filename().string()) != std::string::npos && e.path() != out)
+                names.push_back(e.path().filename().string());
+        return names;
+    }
+
+    TEST(Export, OverwriteSwapsInAWholeBundleAndClearsWhatAnInterruptedExportLeft)
+    {
+        const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes());
+        const fs::path parent = freshTempDir("swap");
+        const fs::path out = parent / "bundle";
+        exportTo(b, out);
+        ASSERT_EQ(incompleteness(out), "");
+        // What a kill -9 in the middle of the next export leaves beside the bundle: a staging folder with some
+        // files and the partial-export marker.
+        const fs::path leftover = parent / ".bundle.kl-export-4242";
+        fs::create_directories(leftover / "src");
+        std::ofstream(leftover / ".kl-export-partial") << "interrupted";
+        std::ofstream(leftover / "src" / "half.cu") << "__global__ void k(";
+        std::ofstream(out / "src" / "stale.txt") << "old";
+        const ExportResult r = exportTo(b, out, false, true);
+        EXPECT_EQ(incompleteness(out), "");
+        EXPECT_FALSE(fs::exists(out / "src" / "stale.txt")) << "the old bundle is replaced whole";
+        EXPECT_FALSE(fs::exists(out / ".kl-export-partial"));
+        EXPECT_EQ(entriesBeside(out), std::vector<std::string> {}) << "staging and leftovers are gone";
+        std::size_t files = 0;
+        for (const auto& e : fs::recursive_directory_iterator(out))
+            files += e.is_regular_file();
+        EXPECT_EQ(files, r.files.size());
+        fs::remove_all(parent);
+        fs::remove_all(b.dir);
+    }
+
+    // QA row 135: the hint named --problems, which does not exist.
+    TEST(Export, AMissingProblemFolderNamesTheFlagThatExists)
+    {
+        Session s;
+        s.id = "lost";
+        s.problemName = "nonexistent_problem";
+        s.problemFolder = "/nonexistent/x";
+        try {
+            resolveProblemFolder(s, { fs::path(KL_SOURCE_DIR) / "kernels" / "problems" });
+            FAIL();
+        } catch (const InputError& e) {
+            const std::string what = e.what();
+            EXPECT_NE(what.find("pass --problem NAME|DIR"), std::string::npos) << what;
+            EXPECT_EQ(what.find("--problems"), std::string::npos) << what;
+            EXPECT_NE(what.find("/nonexistent/x"), std::string::npos) << what;
+        }
+    }
+
     TEST(Export, NoSecretPromptOrLocalPathReachesTheBundle)
     {
         const std::string key = "sk-kltest0123456789abcdefghijklmnop";
@@ -586,6 +662,64 @@ namespace {
             1);
         EXPECT_NE(log.find("not-evaluated"), std::string::npos) << log;
         fs::remove_all(out);
+        fs::remove_all(b.dir);
+    }
+
+    // kill -9 at any instant of `kloop export --overwrite` leaves a complete bundle at the destination (the old one
+    // or the new one), never the old manifest over a partial set of files.
+    TEST(ExportCli, KillNineDuringOverwriteNeverLeavesAPartialBundle)
+    {
+        const fs::path kloop = fs::path(KL_BINARY_DIR) / "cli" / "kloop";
+        if (!fs::exists(kloop))
+            GTEST_SKIP() << "kloop not built";
+        const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes());
+        const fs::path parent = freshTempDir("kill9");
+        const fs::path out = parent / "bundle";
+        std::string log;
+        const auto t0 = std::chrono::steady_clock::now();
+        ASSERT_EQ(runCommand(kloop.string() + " export " + b.dir.string() + " --out " + out.string(), &log), 0) << log;
+        const auto oneExport = std::chrono::steady_clock::now() - t0;
+        constexpr int kTrials = 40;
+        for (int i = 0; i < kTrials; ++i) {
+            const std::string cmd = "exec " + kloop.string() + " export " + b.dir.string() + " --out " + out.string()
+                + " --overwrite > /dev/null 2>&1";
+            pid_t pid = -1;
+            const char* argv[] = { "/bin/sh", "-c", cmd.c_str(), nullptr };
+            ASSERT_EQ(::posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+            std::this_thread::sleep_for(oneExport * i / kTrials);
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, nullptr, 0);
+            ASSERT_EQ(incompleteness(out), "") << "after a kill at " << i << "/" << kTrials << " of an export";
+        }
+        // QA row 246: a killed first export leaves nothing at the destination (only a staging folder beside it),
+        // so the next plain export is no dead end.
+        for (int i = 0; i < 10; ++i) {
+            const fs::path fresh = parent / ("fresh" + std::to_string(i));
+            const std::string cmd = "exec " + kloop.string() + " export " + b.dir.string() + " --out " + fresh.string()
+                + " > /dev/null 2>&1";
+            pid_t pid = -1;
+            const char* argv[] = { "/bin/sh", "-c", cmd.c_str(), nullptr };
+            ASSERT_EQ(::posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+            std::this_thread::sleep_for(oneExport * i / 10);
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, nullptr, 0);
+            if (fs::exists(fresh)) {
+                EXPECT_EQ(incompleteness(fresh), "") << "after a kill at " << i << "/10 of a first export";
+            }
+            EXPECT_EQ(runCommand(kloop.string() + " export " + b.dir.string() + " --out " + fresh.string(), &log),
+                fs::exists(fresh) && !fs::is_empty(fresh) ? 1 : 0)
+                << log;
+            EXPECT_EQ(incompleteness(fresh), "");
+            EXPECT_EQ(entriesBeside(fresh), std::vector<std::string> {});
+        }
+        // The next --overwrite clears whatever the kills left beside the bundle.
+        ASSERT_EQ(
+            runCommand(kloop.string() + " export " + b.dir.string() + " --out " + out.string() + " --overwrite", &log),
+            0)
+            << log;
+        EXPECT_EQ(incompleteness(out), "");
+        EXPECT_EQ(entriesBeside(out), std::vector<std::string> {});
+        fs::remove_all(parent);
         fs::remove_all(b.dir);
     }
 

@@ -1,0 +1,395 @@
+// kloop's command line as a user meets it, through the real binary: options every command rejects, races between
+// two kloop processes on one session, and the messages that tell a user what to do next.
+#include "core/errors.h"
+#include "core/events.h"
+#include "core/session_store.h"
+#include "kloop_process.h"
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace fs = std::filesystem;
+using namespace kl;
+using namespace kl::clitest;
+
+namespace {
+
+struct KloopCli : ::testing::Test {
+    fs::path scratch;
+
+    void SetUp() override
+    {
+        scratch = fs::temp_directory_path()
+            / ("kl_kloop_cli_" + std::to_string(::getpid()) + "_"
+                + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        fs::remove_all(scratch);
+        fs::create_directories(scratch / "home");
+    }
+    void TearDown() override
+    {
+        if (!HasFailure() && !std::getenv("KL_TEST_KEEP"))
+            fs::remove_all(scratch);
+    }
+    std::map<std::string, std::string> environment() const
+    {
+        return { { "HOME", (scratch / "home").string() }, { "XDG_CACHE_HOME", (scratch / "cache").string() },
+            { "XDG_CONFIG_HOME", (scratch / "config").string() }, { "KL_PROBLEMS_DIR", "" },
+            { "KL_WORKER", KL_FAKE_WORKER_PATH }, { "OPENAI_API_KEY", "sk-test" } };
+    }
+    ProcessResult kloop(const std::vector<std::string>& args) const { return runKloop(args, environment(), scratch); }
+};
+
+// The command paths `kloop --help` lists.
+std::vector<std::string> listedCommands(const std::string& help)
+{
+    std::vector<std::string> out;
+    std::istringstream lines(help);
+    std::string line;
+    bool inList = false;
+    while (std::getline(lines, line)) {
+        if (line == "Commands:") {
+            inList = true;
+            continue;
+        }
+        if (!inList || line.rfind("  ", 0) != 0)
+            continue;
+        const std::string rest = line.substr(2);
+        out.push_back(rest.substr(0, rest.find("  ")));
+    }
+    return out;
+}
+
+std::vector<std::string> words(const std::string& path)
+{
+    std::vector<std::string> w;
+    std::istringstream s(path);
+    for (std::string x; s >> x;)
+        w.push_back(x);
+    return w;
+}
+
+} // namespace
+
+// Issue 14 and QA rows 101, 197: a typo such as --budjet must not run with the default budget.
+TEST_F(KloopCli, EveryCommandRejectsUnknownOptionsAndMissingValuesWithExitTwo)
+{
+    const ProcessResult help = kloop({ "--help" });
+    ASSERT_EQ(help.exitCode, 0) << help.err;
+    const std::vector<std::string> commands = listedCommands(help.out);
+    // One option that takes a value, per command that has one.
+    const std::map<std::string, std::string> valueOption { { "eval", "arch" }, { "export", "out" }, { "problems", "" },
+        { "profile", "out" }, { "profile sol", "out" }, { "prompt", "problem" }, { "run", "budget" },
+        { "session diff", "context" }, { "session list", "" }, { "session new", "problem" }, { "session show", "" },
+        { "trace analyze", "work" }, { "trace export", "out" }, { "trace info", "" }, { "tuning-db export", "space" },
+        { "tuning-db import", "problem" }, { "tuning-db list", "db" }, { "version", "" } };
+    ASSERT_GE(commands.size(), 18u) << help.out;
+    for (const std::string& c : commands) {
+        ASSERT_TRUE(valueOption.count(c)) << "a new command '" << c << "': add it to this test";
+        std::vector<std::string> args = words(c);
+        args.insert(args.end(), { "--frobnicate", "3" });
+        const ProcessResult r = kloop(args);
+        EXPECT_EQ(r.exitCode, 2) << c << ": " << r.out << r.err;
+        EXPECT_NE(r.err.find("unknown option --frobnicate"), std::string::npos) << c << ": " << r.err;
+        EXPECT_NE(r.err.find("kloop " + c + ":"), std::string::npos) << r.err;
+        if (valueOption.at(c).empty())
+            continue;
+        std::vector<std::string> missing = words(c);
+        missing.push_back("--" + valueOption.at(c));
+        const ProcessResult m = kloop(missing);
+        EXPECT_EQ(m.exitCode, 2) << c << ": " << m.out << m.err;
+        EXPECT_NE(m.err.find("--" + valueOption.at(c) + " needs a value"), std::string::npos) << c << ": " << m.err;
+    }
+    // A value option followed by another option has no value (it used to swallow "--json").
+    const ProcessResult swallowed = kloop({ "session", "new", (scratch / "s").string(), "--problem", "--json" });
+    EXPECT_EQ(swallowed.exitCode, 2) << swallowed.err;
+    EXPECT_NE(swallowed.err.find("--problem needs a value"), std::string::npos) << swallowed.err;
+    EXPECT_FALSE(fs::exists(scratch / "s"));
+    // The typo of the issue: nothing is created.
+    const ProcessResult typo
+        = kloop({ "session", "new", (scratch / "t").string(), "--problem", "rmsnorm", "--bogus", "3" });
+    EXPECT_EQ(typo.exitCode, 2);
+    EXPECT_FALSE(fs::exists(scratch / "t"));
+}
+
+// QA row 185: NaN passed the "< 0" check.
+TEST_F(KloopCli, RunRejectsNonFiniteAndNegativeNumbersBeforeAnythingRuns)
+{
+    for (const std::string minutes : { "nan", "inf", "-1", "2x", "" }) {
+        const ProcessResult r = kloop({ "run", "--problem", "rmsnorm", "--agent", "tuner:random", "--session",
+            (scratch / "s").string(), "--minutes=" + minutes });
+        EXPECT_EQ(r.exitCode, 2) << minutes << ": " << r.err;
+        EXPECT_NE(r.err.find("--minutes"), std::string::npos) << r.err;
+        EXPECT_FALSE(fs::exists(scratch / "s" / "journal.jsonl")) << minutes;
+    }
+    const ProcessResult budget = kloop({ "run", "--problem", "rmsnorm", "--agent", "tuner:random", "--session",
+        (scratch / "s").string(), "--budget", "5e3" });
+    EXPECT_EQ(budget.exitCode, 2) << budget.err;
+    EXPECT_NE(budget.err.find("--budget takes a whole number, got '5e3'"), std::string::npos) << budget.err;
+    // QA rows 182, 183, 184, 196: too large, fractional, trailing garbage, a negative seed read as 2^64-1.
+    for (const auto& [option, value] : std::vector<std::pair<std::string, std::string>> {
+             { "budget", "99999999999" }, { "budget", "2.5" }, { "budget", "10abc" }, { "seed", "-1" } }) {
+        const ProcessResult r = kloop({ "run", "--problem", "rmsnorm", "--agent", "tuner:random", "--session",
+            (scratch / "s").string(), "--" + option, value });
+        EXPECT_EQ(r.exitCode, 2) << option << " " << value << ": " << r.err;
+        EXPECT_NE(r.err.find("--" + option), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find(value), std::string::npos) << r.err;
+    }
+    // QA row 177.
+    const ProcessResult speedup
+        = kloop({ "export", (scratch / "none").string(), "--out", (scratch / "b").string(), "--min-speedup", "-5" });
+    EXPECT_EQ(speedup.exitCode, 2) << speedup.err;
+    EXPECT_NE(speedup.err.find("--min-speedup must be in 0.."), std::string::npos) << speedup.err;
+}
+
+// QA rows 107, 219, 142: a file where a directory belongs (and the reverse) is named as such.
+TEST_F(KloopCli, AFileWhereADirectoryBelongsIsNamedAsSuch)
+{
+    std::ofstream(scratch / "existing.json") << "{}";
+    const ProcessResult show = kloop({ "session", "show", (scratch / "existing.json").string() });
+    EXPECT_EQ(show.exitCode, 1);
+    EXPECT_NE(show.err.find("existing.json is a file; a session is a directory"), std::string::npos) << show.err;
+    const ProcessResult created
+        = kloop({ "session", "new", (scratch / "existing.json").string(), "--problem", "rmsnorm" });
+    EXPECT_EQ(created.exitCode, 1);
+    EXPECT_NE(created.err.find("existing.json is a file"), std::string::npos) << created.err;
+    EXPECT_EQ(created.err.find("not empty"), std::string::npos) << created.err;
+    const ProcessResult trace = kloop({ "trace", "analyze", scratch.string() });
+    EXPECT_EQ(trace.exitCode, 1);
+    EXPECT_NE(trace.err.find("is a directory, not a trace file"), std::string::npos) << trace.err;
+}
+
+// QA row 139: `kloop run --resume` on a session with a torn journal tail cut the tail before finding no GPU.
+TEST_F(KloopCli, AResumeThatCannotStartLeavesTheSessionUntouched)
+{
+    const fs::path dir = scratch / "torn";
+    ASSERT_EQ(kloop({ "session", "new", dir.string(), "--problem", "rmsnorm", "--agent", "tuner:random" }).exitCode, 0);
+    {
+        std::ofstream(dir / "journal.jsonl", std::ios::app) << R"({"seq":99,"kind":"no)";
+    }
+    const std::string before = slurp(dir / "journal.jsonl");
+    auto env = environment();
+    env["KL_WORKER"] = (scratch / "no-such-worker").string();
+    const ProcessResult r = runKloop({ "run", "--resume", dir.string(), "--budget", "3" }, env, scratch);
+    EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find("no usable CUDA GPU"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("torn"), std::string::npos) << "the torn tail is reported: " << r.err;
+    const std::string after = slurp(dir / "journal.jsonl");
+    EXPECT_TRUE(after == before) << "a run that could not start changed the journal: " << before.size() << " -> "
+                                 << after.size() << " bytes";
+}
+
+// QA row 244: two `kloop session new` on one directory both succeeded and left a journal no command could load.
+TEST_F(KloopCli, TwoConcurrentSessionNewOnOneDirectoryExactlyOneSucceedsAndTheJournalLoads)
+{
+    for (int trial = 0; trial < 12; ++trial) {
+        const fs::path dir = scratch / ("s" + std::to_string(trial));
+        fs::create_directories(scratch / "a");
+        fs::create_directories(scratch / "b");
+        KloopProcess first({ "session", "new", dir.string(), "--problem", "rmsnorm" }, environment(), scratch / "a");
+        KloopProcess second({ "session", "new", dir.string(), "--problem", "rmsnorm" }, environment(), scratch / "b");
+        const ProcessResult r1 = first.wait();
+        const ProcessResult r2 = second.wait();
+        ASSERT_NE(r1.exitCode, -1) << r1.err;
+        ASSERT_NE(r2.exitCode, -1) << r2.err;
+        EXPECT_EQ((r1.exitCode == 0) + (r2.exitCode == 0), 1) << "trial " << trial << ":\n"
+                                                              << r1.out << r1.err << "\n---\n"
+                                                              << r2.out << r2.err;
+        const ProcessResult& loser = r1.exitCode == 0 ? r2 : r1;
+        EXPECT_EQ(loser.exitCode, 1) << loser.err;
+        EXPECT_TRUE(loser.err.find("another process") != std::string::npos
+            || loser.err.find("already exists") != std::string::npos)
+            << loser.err;
+        std::vector<Event> events;
+        ASSERT_NO_THROW(SessionStore::load(dir, nullptr, &events)) << "trial " << trial;
+        int created = 0;
+        for (const auto& e : events)
+            created += e.kind == EventKind::SessionCreated;
+        EXPECT_EQ(created, 1);
+        EXPECT_EQ(kloop({ "session", "show", dir.string() }).exitCode, 0);
+    }
+}
+
+// The same race without process start-up in between (which on a loaded machine often serialises the two): two
+// creators released at once on one directory.
+TEST_F(KloopCli, TwoSessionStoreCreatorsReleasedAtOnceExactlyOneSucceeds)
+{
+    for (int trial = 0; trial < 40; ++trial) {
+        const fs::path dir = scratch / ("t" + std::to_string(trial));
+        Session header;
+        header.id = "race";
+        header.problemName = "rmsnorm";
+        std::atomic<int> ready { 0 };
+        std::atomic<int> created { 0 };
+        std::vector<std::string> errors(2);
+        std::vector<std::thread> creators;
+        for (int i = 0; i < 2; ++i)
+            creators.emplace_back([&, i] {
+                ready.fetch_add(1);
+                while (ready.load() < 2) { }
+                try {
+                    // Done at once, as `kloop session new` is: the lock is released while the other may still be
+                    // on its way to it.
+                    SessionStore::create(dir, header).reset();
+                    created.fetch_add(1);
+                } catch (const InputError& e) {
+                    errors[static_cast<std::size_t>(i)] = e.what();
+                }
+            });
+        for (auto& t : creators)
+            t.join();
+        EXPECT_EQ(created.load(), 1) << "trial " << trial << ": " << errors[0] << " | " << errors[1];
+        std::vector<Event> events;
+        ASSERT_NO_THROW(SessionStore::load(dir, nullptr, &events)) << "trial " << trial;
+        EXPECT_EQ(events.size(), 1u);
+    }
+}
+
+// Issue 23, Messages; QA Part 1 friction 3 and 4, row 61.
+TEST_F(KloopCli, SessionNewSaysHowToRunItAndResumeNamesTheAgentToPass)
+{
+    const fs::path dir = scratch / "rms";
+    const ProcessResult created = kloop({ "session", "new", dir.string(), "--problem", "rmsnorm" });
+    ASSERT_EQ(created.exitCode, 0) << created.err;
+    EXPECT_NE(created.out.find("next: kloop run --resume " + dir.string() + " --agent tuner:bayes"), std::string::npos)
+        << created.out;
+    const ProcessResult resumed = kloop({ "run", "--resume", dir.string() });
+    EXPECT_EQ(resumed.exitCode, 2) << resumed.err;
+    EXPECT_EQ(resumed.err.find("unknown agent ''"), std::string::npos) << resumed.err;
+    EXPECT_NE(resumed.err.find("--agent tuner:bayes"), std::string::npos) << resumed.err;
+    // Following the hint runs the session (the worker test double stands in for the GPU).
+    const ProcessResult run
+        = kloop({ "run", "--resume", dir.string(), "--agent", "tuner:random", "--budget", "3", "--no-tuning-db" });
+    EXPECT_EQ(run.exitCode, 0) << run.out << run.err;
+    // A first run is not a resume (QA Part 1: "resuming: 2 unfinished candidates" on a fresh session).
+    EXPECT_NE(run.out.find("evaluating the 2 candidates the session starts with"), std::string::npos) << run.out;
+    EXPECT_EQ(run.out.find("resuming:"), std::string::npos) << run.out;
+
+    const ProcessResult created2
+        = kloop({ "session", "new", (scratch / "llm").string(), "--problem", "rmsnorm", "--agent", "tuner:bayes" });
+    ASSERT_EQ(created2.exitCode, 0) << created2.err;
+    EXPECT_NE(created2.out.find("next: kloop run --resume " + (scratch / "llm").string() + "   "), std::string::npos)
+        << created2.out;
+}
+
+TEST_F(KloopCli, ADirectoryGivenAsTheCandidateFileIsNamedAsSuch)
+{
+    fs::create_directories(scratch / "x.cu");
+    const ProcessResult r
+        = kloop({ "eval", "rmsnorm", (scratch / "x.cu").string(), "--compile-only", "--arch", "sm_90a" });
+    EXPECT_EQ(r.exitCode, 1) << r.err;
+    EXPECT_NE(r.err.find("x.cu is a directory"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("@kl:launch"), std::string::npos) << r.err;
+}
+
+TEST_F(KloopCli, VersionAndGroupHelpWork)
+{
+    const ProcessResult v = kloop({ "--version" });
+    EXPECT_EQ(v.exitCode, 0) << v.err;
+    EXPECT_EQ(v.out, kloop({ "version" }).out);
+    for (const std::string group : { "session", "trace", "tuning-db" }) {
+        const ProcessResult h = kloop({ group, "--help" });
+        EXPECT_EQ(h.exitCode, 0) << group << ": " << h.err;
+        EXPECT_NE(h.out.find("  " + group + " "), std::string::npos) << h.out;
+        EXPECT_EQ(kloop({ "help", group }).exitCode, 0);
+    }
+    EXPECT_NE(kloop({ "session", "--help" }).out.find("session new"), std::string::npos);
+    const ProcessResult nope = kloop({ "help", "nope" });
+    EXPECT_EQ(nope.exitCode, 2);
+    EXPECT_NE(nope.err.find("unknown command 'nope'"), std::string::npos) << nope.err;
+}
+
+// QA Part 1 "progress output": carriage returns in a CI log, and "error:" instead of the command's name.
+TEST_F(KloopCli, TraceProgressToAFileIsPlainLinesAndErrorsNameTheCommand)
+{
+    const fs::path trace = fs::path(KL_SOURCE_DIR) / "resources" / "demo-session" / "traces";
+    fs::path file;
+    for (const auto& e : fs::directory_iterator(trace))
+        if (e.path().string().find(".json.gz") != std::string::npos)
+            file = e.path();
+    ASSERT_FALSE(file.empty());
+    const ProcessResult r = kloop({ "trace", "analyze", file.string() });
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_NE(r.err.find("% "), std::string::npos) << "progress is still reported: " << r.err;
+    EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;
+    std::ofstream(scratch / "garbage.json") << "{ not a trace";
+    for (const std::string cmd : { "analyze", "info" }) {
+        const ProcessResult bad = kloop({ "trace", cmd, (scratch / "garbage.json").string() });
+        EXPECT_EQ(bad.exitCode, 1) << bad.err;
+        EXPECT_NE(bad.err.find("kloop trace " + cmd + ": "), std::string::npos) << bad.err;
+        EXPECT_EQ(bad.err.find("error: "), std::string::npos) << bad.err;
+    }
+}
+
+// QA Part 1: `tuning-db export --space rmsnorm` wanted the hash prefix, not the problem name `list` shows with it.
+TEST_F(KloopCli, TuningDbExportTakesTheProblemNameThatListShows)
+{
+    const fs::path db = scratch / "tuning.jsonl";
+    std::ofstream(scratch / "kt.json") << R"({"tune_params_keys": ["THREADS", "VEC", "CACHE", "MINTPR", "MINB"],
+        "cache": {"256,8,4,32,1": {"THREADS": 256, "VEC": 8, "CACHE": 4, "MINTPR": 32, "MINB": 1, "time": 0.012},
+                  "512,8,4,32,1": {"THREADS": 512, "VEC": 8, "CACHE": 4, "MINTPR": 32, "MINB": 1, "time": 0.010}}})";
+    const ProcessResult imported = kloop({ "tuning-db", "import", (scratch / "kt.json").string(), "--problem",
+        "rmsnorm", "--device", "H200", "--db", db.string() });
+    ASSERT_EQ(imported.exitCode, 0) << imported.out << imported.err;
+    const ProcessResult exported = kloop(
+        { "tuning-db", "export", "--space", "rmsnorm", "--out", (scratch / "out.json").string(), "--db", db.string() });
+    ASSERT_EQ(exported.exitCode, 0) << exported.err;
+    EXPECT_NE(exported.out.find("wrote 2 configurations"), std::string::npos) << exported.out;
+    const ProcessResult unknown = kloop(
+        { "tuning-db", "export", "--space", "softmax", "--out", (scratch / "x.json").string(), "--db", db.string() });
+    EXPECT_EQ(unknown.exitCode, 1);
+    EXPECT_NE(unknown.err.find("no recorded space starts with 'softmax'"), std::string::npos) << unknown.err;
+}
+
+// QA rows 240-242: --context was read with stoi (a raw "stoi" for abc, bad_alloc for -5, a crash for INT_MAX).
+TEST_F(KloopCli, SessionDiffContextIsABoundedWholeNumber)
+{
+    const std::string demo = (fs::path(KL_SOURCE_DIR) / "resources" / "demo-session").string();
+    for (const std::string value : { "-5", "abc", "2147483647" }) {
+        const ProcessResult r = kloop({ "session", "diff", demo, "c0002", "c0016", "--context", value });
+        EXPECT_EQ(r.exitCode, 2) << value << ": " << r.err;
+        EXPECT_NE(r.err.find("--context"), std::string::npos) << r.err;
+    }
+    EXPECT_EQ(kloop({ "session", "diff", demo, "c0002", "c0016", "--context", "5" }).exitCode, 0);
+}
+
+// QA row 245: a `session new` killed before its first event left a folder that every command refused, and that a new
+// `session new` called not empty: only rm -rf helped. Nothing was recorded in it, so a new create takes it over.
+TEST_F(KloopCli, ASessionNewKilledBeforeItsFirstEventCanBeRunAgain)
+{
+    const fs::path dir = scratch / "interrupted";
+    fs::create_directories(dir / "candidates");
+    std::ofstream(dir / "journal.jsonl").flush();
+    std::ofstream(dir / "session.json") << "{\"schema_ver";
+    const ProcessResult r = kloop({ "session", "new", dir.string(), "--problem", "rmsnorm" });
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_EQ(kloop({ "session", "show", dir.string() }).exitCode, 0);
+    // Anything else in the folder is someone's: still refused, and left alone.
+    const fs::path other = scratch / "other";
+    fs::create_directories(other / "candidates");
+    std::ofstream(other / "journal.jsonl").flush();
+    std::ofstream(other / "notes.txt") << "mine";
+    const ProcessResult refused = kloop({ "session", "new", other.string(), "--problem", "rmsnorm" });
+    EXPECT_EQ(refused.exitCode, 1);
+    EXPECT_NE(refused.err.find("not empty"), std::string::npos) << refused.err;
+    EXPECT_EQ(slurp(other / "notes.txt"), "mine");
+    EXPECT_FALSE(fs::exists(other / "session.json"));
+}
+
+// QA row 232: an unreadable tuning database stopped every run without saying how to get past it.
+TEST_F(KloopCli, AnUnreadableTuningDatabaseSaysHowToRunWithoutIt)
+{
+    std::ofstream(scratch / "bad.jsonl") << "this is not json\n";
+    const ProcessResult r = kloop({ "run", "--problem", "rmsnorm", "--agent", "tuner:random", "--session",
+        (scratch / "s").string(), "--budget", "2", "--tuning-db", (scratch / "bad.jsonl").string() });
+    EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find("bad.jsonl"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--no-tuning-db"), std::string::npos) << r.err;
+}
