@@ -26,6 +26,11 @@ namespace rule {
     inline constexpr const char* MacroExpansion = "static.macro-expansion";
     inline constexpr const char* ShapeSpecialCase = "static.shape-special-case";
     inline constexpr const char* LowerPrecision = "static.lower-precision";
+    inline constexpr const char* PtxSpecialRegister = "ptx.special-register";
+    inline constexpr const char* PtxEarlyExit = "ptx.early-exit";
+    inline constexpr const char* PtxLowerPrecision = "ptx.lower-precision";
+    inline constexpr const char* PtxMutableGlobal = "ptx.mutable-global";
+    inline constexpr const char* PtxDeviceRuntime = "ptx.device-runtime";
     inline constexpr const char* BelowRoofline = "physics.below-roofline";
     inline constexpr const char* SuspiciousJump = "physics.suspicious-jump";
     inline constexpr const char* SingleShapeSpeedup = "physics.single-shape-speedup";
@@ -42,6 +47,7 @@ namespace rule {
     inline constexpr const char* LaunchFailed = "launch.failed";
     inline constexpr const char* LaunchInvalidConfig = "launch.invalid-config";
     inline constexpr const char* GraphCaptureFailed = "graph.capture-failed";
+    inline constexpr const char* WorkerCrashed = "worker.crashed"; // the harness's verdict on a fault or trap
 } // namespace rule
 
 enum class RuleStage { Static, Dynamic, Physics };
@@ -62,6 +68,14 @@ const RuleInfo* findRule(const std::string& id);
 // (timer registers, trap/exit). Shape names are the problem's dims plus the integer parameters of every
 // __global__ function (and plain aliases of them). Reasons are sorted by line.
 std::vector<VerdictReason> checkSource(const std::string& source, const Problem& problem);
+
+// ---- PTX checks: on the PTX NVRTC produced for the candidate, headers' code included ---------------------
+// Judges the compiled code whatever its spelling: special registers that reveal time or launch identity,
+// trap/exit/assert, floating-point arithmetic below the problem's formats, writable namespace-scope variables
+// (every one is device memory under -default-device), calls out of the module (device launches, heap,
+// printf). Reasons carry the candidate's line where the PTX's .loc points into sourceName.
+std::vector<VerdictReason> checkPtx(
+    const std::string& ptx, const Problem& problem, const std::string& sourceName = "candidate.cu");
 
 // Headers a candidate may include (CUDA's own device headers). Exact names, or prefixes ending in '/'.
 const std::vector<std::string>& includeAllowList();
