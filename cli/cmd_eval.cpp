@@ -2,8 +2,10 @@
 // baseline) and its verdict with every reason. --compile-only works without a GPU (give --arch).
 #include "cli/command.h"
 #include "core/catalogue.h"
+#include "core/current_best.h"
 #include "core/errors.h"
 #include "core/json_io.h"
+#include "core/session_store.h"
 #include "kl_build_features.h"
 
 #if KL_FEATURE_CUDA
@@ -11,6 +13,7 @@
 #endif
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -103,6 +106,13 @@ namespace {
             opt.maxSecondsPerShape = std::stod(a.optionOr("seconds", "1.0"));
             opt.heldOutCount = std::stoi(a.optionOr("held-out", "4"));
             opt.seed = std::stoull(a.optionOr("seed", "0"));
+            if (auto dir = a.option("session")) {
+                // Judged against the session's current best, as the loop would (physics.suspicious-jump,
+                // physics.single-shape-speedup).
+                if (!std::filesystem::exists(std::filesystem::path(*dir) / "session.json"))
+                    throw InputError("--session " + *dir + ": no session.json there");
+                opt.best = currentBestOf(SessionStore::load(*dir));
+            }
             const Evaluation e = ev.evaluate(c, opt, CancelToken {});
             if (a.has("json")) {
                 std::cout << toJson(e).dump(2) << "\n";
@@ -141,7 +151,9 @@ namespace {
 
     CommandRegistration reg { { "eval", "compile, verify and time one candidate with the GPU harness",
         "kloop eval <problem> [candidate.cu] [--params K=V,...] [--seconds S] [--held-out N] "
-        "[--seed N] [--json]\n"
+        "[--seed N] [--session DIR] [--json]\n"
+        "  --session DIR: judge the result against that session's current best (suspicious jumps, one-shape "
+        "wins).\n"
         "  Without candidate.cu the problem's template is evaluated with --params (defaults for the "
         "rest).\n"
         "  --compile-only --arch sm_90a: NVRTC to CUBIN without a GPU; prints registers and spills.\n"

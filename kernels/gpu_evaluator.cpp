@@ -397,6 +397,13 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
 #ifdef KL_HAVE_REFEREE
     if (m_options.physicsChecks) {
         referee::PhysicsSettings ps;
+        ps.kernelsPerCall = static_cast<int>(parseKernelSpec(c.source).launches.size());
+        if (opt.best) {
+            ps.bestObjective = opt.best->objective;
+            ps.bestShapeSpeedups = opt.best->shapeSpeedups;
+            ps.jumpFactor = opt.best->reviewJumpFactor;
+            ps.sourceAlreadyAccepted = opt.best->acceptedSources.count(c.source) > 0;
+        }
         mergeReasons(e.reasons, referee::checkPhysics(e, m_problem, m_device, ps));
     }
 #endif

@@ -91,18 +91,17 @@ TEST(PtxRules, WritableNamespaceScopeVariablesAreRejectedReadOnlyTablesAreNot)
           "\tld.global.u32 \t%r1, [counter];\n\tld.const.f32 %f2, [consts+4];";
     auto rs = checkPtx(module(globals, reads), bf16Problem());
     EXPECT_TRUE(rs.empty()) << describe(rs);
-    for (const char*
-             write : {
-                 "\tst.global.u32 \t[counter], %r4;", // direct
-                 "\tmov.u64 \t%rd14, counter;\n\tatom.global.add.u32 \t%r3, [%rd14], 1;", // atomics through a register
-                 "\tmov.u64 %rd1, counter;\n\tcvta.global.u64 %rd2, %rd1;\n\tadd.s64 %rd3, %rd2, 4;\n\tst.u32 [%rd3], "
-                 "1;", // generic
-                 "\tmov.u64 %rd1, ptrs;\n\tld.global.u64 %rd2, [%rd1];\n\tred.global.add.u32 [%rd2], 1;", // through a
-                                                                                                          // pointer
-                                                                                                          // table
-                 "\tmov.u64 %rd1, counter;\n\tst.global.u64 [%rd9], %rd1;", // the address escapes to memory
-                 "\t{ .reg .b64 t;\n\tmov.b64 t, counter;\n\tst.global.u32 [t], 1; }", // inline-asm register names
-             }) {
+    for (const char* write : {
+             "\tst.global.u32 \t[counter], %r4;", // direct
+             "\tmov.u64 \t%rd14, counter;\n\tatom.global.add.u32 \t%r3, [%rd14], 1;", // atomics through a register
+             "\tmov.u64 %rd1, counter;\n\tcvta.global.u64 %rd2, %rd1;\n\tadd.s64 %rd3, %rd2, 4;\n\tst.u32 [%rd3], "
+             "1;", // generic
+             "\tmov.u64 %rd1, ptrs;\n\tld.global.u64 %rd2, [%rd1];\n\tred.global.add.u32 [%rd2], 1;", // through a
+                                                                                                      // pointer
+                                                                                                      // table
+             "\tmov.u64 %rd1, counter;\n\tst.global.u64 [%rd9], %rd1;", // the address escapes to memory
+             "\t{ .reg .b64 t;\n\tmov.b64 t, counter;\n\tst.global.u32 [t], 1; }", // inline-asm register names
+         }) {
         rs = checkPtx(module(globals, write), bf16Problem());
         ASSERT_EQ(rules(rs), std::vector<std::string> { "ptx.mutable-global" }) << write << "\n" << describe(rs);
         EXPECT_NE(rs[0].message.find("counter"), std::string::npos) << rs[0].message;
