@@ -121,14 +121,15 @@ namespace {
                     int number = 0;
                     while (i < l.size() && std::isspace(static_cast<unsigned char>(l[i])))
                         ++i;
-                    while (i < l.size() && std::isdigit(static_cast<unsigned char>(l[i])))
-                        number = number * 10 + (l[i++] - '0');
+                    const auto digit = [&](int v) { return v > 100000000 ? v : v * 10 + (l[i] - '0'); };
+                    for (; i < l.size() && std::isdigit(static_cast<unsigned char>(l[i])); ++i)
+                        number = digit(number);
                     if (isLoc) {
                         int ln = 0;
                         while (i < l.size() && std::isspace(static_cast<unsigned char>(l[i])))
                             ++i;
-                        while (i < l.size() && std::isdigit(static_cast<unsigned char>(l[i])))
-                            ln = ln * 10 + (l[i++] - '0');
+                        for (; i < l.size() && std::isdigit(static_cast<unsigned char>(l[i])); ++i)
+                            ln = digit(ln);
                         file = number;
                         line = ln;
                     } else if (const auto q = l.find('"', i); q != std::string::npos) {
@@ -499,7 +500,8 @@ namespace {
 
         // A .global variable is state kept between launches when the compiled code writes it, or lets its
         // address escape to memory or to a function (which could write it). Origins of registers are tracked
-        // flow-insensitively per function until nothing changes: conservative, never misses a write.
+        // flow-insensitively per function until nothing changes: conservative, never misses a write through
+        // a register.
         void mutableGlobals()
         {
             if (m_module.globals.empty())
@@ -528,34 +530,45 @@ namespace {
             for (const Statement& s : m_module.statements)
                 if (s.function >= 0 && s.text[0] != '.')
                     code.push_back({ &s, decode(s.text) });
-            for (int pass = 0; pass < 64; ++pass) {
-                bool changed = false;
-                for (const auto& [s, in] : code) {
-                    if (in.operands.empty() || isMemory(in.operands[0]) || in.base == "call" || in.base == "bra"
-                        || in.base == "setp")
-                        continue;
-                    std::set<std::string> from;
-                    if (in.base == "ld" || in.base == "ldu" || in.base == "atom") {
-                        for (std::size_t k = 1; k < in.operands.size(); ++k)
-                            if (isMemory(in.operands[k]))
-                                from = pointees(originsOf(s->function, in.operands[k]));
-                    } else {
-                        for (std::size_t k = 1; k < in.operands.size(); ++k) {
-                            const auto o = originsOf(s->function, in.operands[k]);
-                            from.insert(o.begin(), o.end());
-                        }
-                    }
-                    if (from.empty())
-                        continue;
-                    for (const auto& dest : identifiers(in.operands[0])) {
-                        auto& set = origin[{ s->function, dest }];
-                        const std::size_t before = set.size();
-                        set.insert(from.begin(), from.end());
-                        changed = changed || set.size() != before;
+            // A worklist over def-use edges: a statement is revisited only when a register it reads gained an
+            // origin. Origin sets only grow and are bounded by the globals, so this ends, in time linear in
+            // statements x globals (a pass-until-stable loop would be quadratic on a long reversed chain).
+            std::map<std::pair<int, std::string>, std::vector<std::size_t>> users;
+            for (std::size_t i = 0; i < code.size(); ++i)
+                for (std::size_t k = 1; k < code[i].second.operands.size(); ++k)
+                    for (const auto& id : identifiers(code[i].second.operands[k]))
+                        users[{ code[i].first->function, id }].push_back(i);
+            std::vector<std::size_t> work(code.size());
+            for (std::size_t i = 0; i < code.size(); ++i)
+                work[i] = code.size() - 1 - i;
+            while (!work.empty()) {
+                const std::size_t i = work.back();
+                work.pop_back();
+                const auto& [s, in] = code[i];
+                if (in.operands.empty() || isMemory(in.operands[0]) || in.base == "call" || in.base == "bra"
+                    || in.base == "setp")
+                    continue;
+                std::set<std::string> from;
+                if (in.base == "ld" || in.base == "ldu" || in.base == "atom") {
+                    for (std::size_t k = 1; k < in.operands.size(); ++k)
+                        if (isMemory(in.operands[k]))
+                            from = pointees(originsOf(s->function, in.operands[k]));
+                } else {
+                    for (std::size_t k = 1; k < in.operands.size(); ++k) {
+                        const auto o = originsOf(s->function, in.operands[k]);
+                        from.insert(o.begin(), o.end());
                     }
                 }
-                if (!changed)
-                    break;
+                if (from.empty())
+                    continue;
+                for (const auto& dest : identifiers(in.operands[0])) {
+                    auto& set = origin[{ s->function, dest }];
+                    const std::size_t before = set.size();
+                    set.insert(from.begin(), from.end());
+                    if (set.size() != before)
+                        if (const auto u = users.find({ s->function, dest }); u != users.end())
+                            work.insert(work.end(), u->second.begin(), u->second.end());
+                }
             }
             // Initialisers that hold another global's address let it escape into memory the code may load.
             std::set<std::string> reported;

@@ -3,6 +3,8 @@
 #include "kernels/referee/referee.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <gtest/gtest.h>
 
 namespace {
@@ -174,6 +176,49 @@ TEST(PtxRules, HeaderCodeIsNamedByItsFile)
     ASSERT_EQ(rs.size(), 1u) << describe(rs);
     EXPECT_EQ(rs[0].line, 0);
     EXPECT_NE(rs[0].message.find("cuda_bf16.hpp:830"), std::string::npos) << rs[0].message;
+}
+
+} // namespace
+
+namespace {
+
+// Origins propagate however the statements are ordered: a chain written backwards (as a loop's back edge
+// produces) still reaches the store, and a long one stays fast.
+TEST(PtxRules, MutableGlobalTrackingIsOrderIndependentAndLinear)
+{
+    std::string body = "\tst.global.u32 [%rd1], 1;\n";
+    const int chain = 20000;
+    for (int i = 1; i < chain; ++i)
+        body += "\tadd.s64 %rd" + std::to_string(i) + ", %rd" + std::to_string(i + 1) + ", 4;\n";
+    body += "\tmov.u64 %rd" + std::to_string(chain) + ", counter;\n";
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto rs = checkPtx(module(".global .align 4 .u32 counter;", body), bf16Problem());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(rules(rs), std::vector<std::string> { "ptx.mutable-global" }) << describe(rs);
+    EXPECT_LT(seconds, 5.0);
+}
+
+// The parser takes any text: truncated modules, unbalanced braces and random bytes give reasons or none,
+// never a crash or a hang.
+TEST(PtxRules, MalformedPtxNeverCrashes)
+{
+    const std::string good = module(".global .align 4 .u32 counter;",
+        "\tmov.u64 %rd1, counter;\n\tst.global.u32 [%rd1], 1;\n\tmov.u64 %rd2, %globaltimer;\n\t@%p1 trap;");
+    for (std::size_t cut = 0; cut < good.size(); cut += 7)
+        (void)checkPtx(good.substr(0, cut), bf16Problem());
+    for (const char* text : { "}}}}{{{", "{{{{", ".global", ".global ;", ".extern .func (", "call.uni ;", "[[[[", "@",
+             ".loc", ".file 1 \"", "mov.u64 %rd1, ;", "\t.loc 99999999999999999999 1 1\n\ttrap;" })
+        (void)checkPtx(text, bf16Problem());
+    std::uint32_t seed = 12345;
+    for (int round = 0; round < 200; ++round) {
+        std::string noise(512, ' ');
+        for (char& c : noise) {
+            seed = seed * 1664525u + 1013904223u;
+            c = ".{}[]();,%@$:_ \n\tabcdeglmnoprstux0123456789"[(seed >> 24) % 43];
+        }
+        (void)checkPtx(noise, bf16Problem());
+    }
+    SUCCEED();
 }
 
 } // namespace
