@@ -10,8 +10,12 @@
 
 #if KL_FEATURE_CUDA
 #include "kernels/gpu_evaluator.h"
+#ifdef KL_HAVE_REFEREE
+#include "kernels/referee/referee.h"
+#endif
 #endif
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -72,9 +76,21 @@ namespace {
                     return kExitUsage;
                 }
                 const auto m = ev.compileModule(c);
+                // The referee's static layers need no GPU either: the source rules and the rules on the PTX.
+                std::vector<VerdictReason> reasons;
+#ifdef KL_HAVE_REFEREE
+                reasons = referee::checkSource(c.source, problem);
+                for (auto& r : referee::checkPtx(m->ptx, problem))
+                    reasons.push_back(std::move(r));
+#endif
+                const bool rejected
+                    = std::any_of(reasons.begin(), reasons.end(), [](const VerdictReason& r) { return r.blocking; });
                 if (a.has("json")) {
                     Json j = { { "ok", m->report.ok }, { "log", m->report.log }, { "compile_ms", m->report.compileMs },
                         { "cache_hit", m->report.cacheHit }, { "cubin_bytes", m->cubin.size() }, { "key", m->key } };
+                    j["reasons"] = Json::array();
+                    for (const auto& r : reasons)
+                        j["reasons"].push_back(toJson(r));
                     for (const auto& k : m->report.kernels)
                         j["kernels"].push_back({ { "kernel", k.kernel }, { "registers", k.registers },
                             { "spill_stores", k.spillStores }, { "spill_loads", k.spillLoads },
@@ -89,8 +105,11 @@ namespace {
                                   << " B stack\n";
                     if (!m->report.ok)
                         std::cout << m->report.log << "\n";
+                    for (const auto& r : reasons)
+                        std::cout << "  " << (r.blocking ? "reject " : "review ") << r.rule << ": " << r.message
+                                  << "\n";
                 }
-                return m->report.ok ? kExitOk : kExitFailure;
+                return m->report.ok && !rejected ? kExitOk : kExitFailure;
             }
             try {
                 const DeviceInfo& d = ev.device();
@@ -156,7 +175,8 @@ namespace {
         "wins).\n"
         "  Without candidate.cu the problem's template is evaluated with --params (defaults for the "
         "rest).\n"
-        "  --compile-only --arch sm_90a: NVRTC to CUBIN without a GPU; prints registers and spills.\n"
+        "  --compile-only --arch sm_90a: NVRTC to CUBIN without a GPU; prints registers, spills and the "
+        "referee's source and PTX reasons (exit 1 on a rejecting one).\n"
         "  Exit 0 when the verdict is correct, 1 otherwise.",
         { "json", "compile-only" }, &runEval } };
 

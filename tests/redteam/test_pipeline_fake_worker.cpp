@@ -7,7 +7,10 @@
 #include "tests/redteam/corpus.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
 
 namespace {
 
@@ -92,6 +95,44 @@ TEST(RefereePipeline, TheCurrentBestReachesThePhysicsRules)
 
     opt.best->reviewJumpFactor = 10.0; // the session's factor, not a constant
     EXPECT_FALSE(hasRule(ev.evaluate(fast, opt, kl::CancelToken {}), "physics.suspicious-jump"));
+}
+
+} // namespace
+
+namespace {
+
+// kloop eval --compile-only needs no GPU and reports the referee's static layers, so agents and CI see a
+// ptx.* rejection before any device time is spent.
+std::string run(const std::string& command, int* status)
+{
+    std::string out;
+    FILE* p = ::popen(command.c_str(), "r");
+    if (!p)
+        return out;
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p))
+        out.append(buf, n);
+    *status = ::pclose(p);
+    return out;
+}
+
+TEST(RefereePipeline, CompileOnlyEvalReportsThePtxRules)
+{
+    const std::string kloop = KLOOP_PATH;
+    int status = 0;
+    const std::string cheat = kl::redteam::redteamDir() + "/corpus/cheat/rmsnorm_template_static_cache.cu";
+    const std::string out = run(kloop + " eval rmsnorm " + cheat + " --compile-only --arch sm_90a --json", &status);
+    const auto j = nlohmann::json::parse(out);
+    EXPECT_TRUE(j.at("ok").get<bool>());
+    ASSERT_FALSE(j.at("reasons").empty()) << out;
+    EXPECT_EQ(j.at("reasons")[0].at("rule"), "ptx.mutable-global") << out;
+    EXPECT_NE(WEXITSTATUS(status), 0) << "a rejecting reason fails the command";
+
+    const std::string honest = kl::redteam::redteamDir() + "/corpus/honest/rmsnorm_persistent_smid.cu";
+    const auto clean = nlohmann::json::parse(
+        run(kloop + " eval rmsnorm " + honest + " --compile-only --arch sm_90a --json", &status));
+    EXPECT_TRUE(clean.at("reasons").empty()) << clean.dump();
+    EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 } // namespace
