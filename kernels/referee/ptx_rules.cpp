@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <cxxabi.h>
 #include <map>
 #include <set>
 #include <string_view>
@@ -63,6 +65,19 @@ namespace {
         while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1])))
             --e;
         return std::string(s.substr(b, e - b));
+    }
+
+    // "_ZN8RowCacheILi65536EE3invE" -> "RowCache<65536>::inv": messages name variables as the source does.
+    std::string demangled(const std::string& symbol)
+    {
+        int status = 0;
+        char* text = abi::__cxa_demangle(symbol.c_str(), nullptr, nullptr, &status);
+        std::string out = status == 0 && text ? std::string(text) : symbol;
+        std::free(text);
+        // NVRTC wraps internal-linkage names in a per-file namespace "_INTERNAL_<hash>_candidate_cu_<hash>".
+        if (out.rfind("_INTERNAL_", 0) == 0 && out.find("::") != std::string::npos)
+            out = out.substr(out.find("::") + 2);
+        return out;
     }
 
     class PtxModule {
@@ -576,7 +591,7 @@ namespace {
                 for (const auto& g : gs)
                     if (reported.insert(g).second)
                         add(rule::PtxMutableGlobal, s,
-                            how + " the namespace-scope variable " + g
+                            how + " the namespace-scope variable " + demangled(g)
                                 + " (NVRTC runs with -default-device, so it is device memory that survives the "
                                   "launch): state between launches; use a declared @kl:workspace");
             };

@@ -108,6 +108,12 @@ TEST(PtxRules, WritableNamespaceScopeVariablesAreRejectedReadOnlyTablesAreNot)
         ASSERT_EQ(rules(rs), std::vector<std::string> { "ptx.mutable-global" }) << write << "\n" << describe(rs);
         EXPECT_NE(rs[0].message.find("counter"), std::string::npos) << rs[0].message;
     }
+    // Mangled names are reported as the source spells them.
+    rs = checkPtx(
+        module(".global .align 4 .u32 _ZN8RowCacheILi64EE5callsE;", "\tst.global.u32 [_ZN8RowCacheILi64EE5callsE], 1;"),
+        bf16Problem());
+    ASSERT_EQ(rs.size(), 1u) << describe(rs);
+    EXPECT_NE(rs[0].message.find("RowCache<64>::calls"), std::string::npos) << rs[0].message;
     // Registers are per function: %rd1 of another function holding a table address does not taint this one.
     const std::string twoFunctions
         = ".global .align 4 .u32 counter;\n"
