@@ -415,8 +415,8 @@ namespace {
             if (in.base == "trap" || in.base == "exit" || in.base == "brkpt")
                 add(rule::PtxEarlyExit, s,
                     "'" + in.base + "' ends threads or the grid outside the kernel's control flow; use return");
-            if (in.base == "call" && callTarget(in) == "__assertfail")
-                add(rule::PtxEarlyExit, s, "calls __assertfail (a device assert), which traps the grid when it fails");
+            // A device assert (a call of __assertfail) is allowed: it is the honest debugging idiom, and one
+            // that fires traps the grid, which the harness records as worker.crashed (a rejection).
         }
 
         static std::string callTarget(const Instruction& in)

@@ -27,7 +27,7 @@ const std::vector<RuleInfo>& ruleCatalogue()
         { rule::PtxSpecialRegister, S::Static, true,
             "the compiled PTX reads a register revealing time or launch identity (%globaltimer, %clock*, %pm*, "
             "%gridid)" },
-        { rule::PtxEarlyExit, S::Static, true, "the compiled PTX contains trap, exit, brkpt or a device assert" },
+        { rule::PtxEarlyExit, S::Static, true, "the compiled PTX contains trap, exit or brkpt" },
         { rule::PtxLowerPrecision, S::Static, true,
             "the compiled PTX computes in 16-bit float (unless allow-half-math), accumulates in 16-bit, or uses a "
             "format the problem's tensors do not have (fp8/fp4/int8/tf32)" },

@@ -66,15 +66,20 @@ TEST(PtxRules, TimeAndLaunchIdentityRegistersAreRejectedSmidIsNot)
     EXPECT_TRUE(rs.empty()) << describe(rs);
 }
 
-TEST(PtxRules, TrapExitAndAssertAreRejectedAlsoPredicatedAndInsideInlineAsm)
+TEST(PtxRules, TrapAndExitAreRejectedAlsoPredicatedAndInsideInlineAsmAssertIsNot)
 {
-    for (const char* body : { "\t@%p1 trap;", "\t{ exit; }", "$L__BB0_3:\n\tbrkpt;",
-             "\t{ // callseq 0, 0\n\t.param .b64 param0;\n\tst.param.b64 [param0+0], %rd9;\n\tcall.uni "
-             "\n\t__assertfail, \n\t(\n\tparam0\n\t);\n\t} // callseq 0" }) {
-        const auto rs = checkPtx(
-            module(".extern .func __assertfail\n(\n\t.param .b64 __assertfail_param_0\n)\n;", body), bf16Problem());
+    for (const char* body : { "\t@%p1 trap;", "\t{ exit; }", "$L__BB0_3:\n\tbrkpt;" }) {
+        const auto rs = checkPtx(module("", body), bf16Problem());
         EXPECT_EQ(rules(rs), std::vector<std::string> { "ptx.early-exit" }) << body << "\n" << describe(rs);
     }
+    // A device assert: its strings escape only to __assertfail, and a failing one is a crash, not a pass.
+    const auto assertion = checkPtx(
+        module(".extern .func __assertfail\n(\n\t.param .b64 __assertfail_param_0\n)\n;\n"
+               ".global .align 1 .b8 $str[6] = {84, 32, 62, 32, 48};",
+            "\tmov.u64 %rd8, $str;\n\tcvta.global.u64 %rd9, %rd8;\n\t{ // callseq 0, 0\n\t.param .b64 param0;\n"
+            "\tst.param.b64 [param0+0], %rd9;\n\tcall.uni \n\t__assertfail, \n\t(\n\tparam0\n\t);\n\t} // callseq 0"),
+        bf16Problem());
+    EXPECT_TRUE(assertion.empty()) << describe(assertion);
     // A label or register that merely contains the words is not an instruction.
     const auto rs = checkPtx(module("", "$L__exit_trap:\n\tmov.u64 %rd_exit, %rd1;"), bf16Problem());
     EXPECT_TRUE(rs.empty()) << describe(rs);
