@@ -17,6 +17,9 @@ struct CorpusCase {
     std::vector<std::string> expect; // cheats: acceptable rules, the intended one first
     std::vector<std::string> staticExpect; // ptx/dynamic cheats the source rules also catch (defence in depth)
     std::vector<std::string> ptxExpect; // dynamic cheats the PTX rules also catch
+    // Dynamic cheats a defence may neutralize instead of catching (state poisoned before every launch): the
+    // honest twin (an honest corpus file) it must then not beat by more than 10%.
+    std::string neutralizedTwin;
     std::string note; // the hack class (cheats) or what makes it tricky (honest)
     std::string name() const; // file stem, a valid gtest name
     std::string source() const;

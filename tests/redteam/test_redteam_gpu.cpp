@@ -103,7 +103,22 @@ TEST_P(RedteamGpu, Verdict)
             return r.blocking && std::find(c.expect.begin(), c.expect.end(), r.rule) != c.expect.end();
         });
         o.ok = named && e.verdict == kl::Verdict::Rejected;
-        EXPECT_TRUE(o.ok) << c.file << " (" << c.note << ") must be rejected with " << c.expect.front() << "; "
+        if (!o.ok && !c.neutralizedTwin.empty() && e.verdict != kl::Verdict::Rejected && e.correctEverywhere()) {
+            // A defence that removes the cheat's effect (state poisoned before every launch) leaves an honest
+            // kernel: it must then gain nothing over its honest twin.
+            kl::Candidate twin;
+            twin.id = "twin";
+            kl::redteam::CorpusCase twinCase;
+            twinCase.file = c.neutralizedTwin;
+            twin.source = twinCase.source();
+            twin.params = kl::parseKernelSpec(twin.source).defaults();
+            const kl::Evaluation t = evaluatorFor(c.problem).evaluate(twin, opt, kl::CancelToken {});
+            o.ok = t.objective > 0 && e.objective <= t.objective * 1.1;
+            o.verdict += " (neutralized: objective " + std::to_string(e.objective) + ", twin "
+                + std::to_string(t.objective) + ")";
+        }
+        EXPECT_TRUE(o.ok) << c.file << " (" << c.note << ") must be rejected with " << c.expect.front()
+                          << (c.neutralizedTwin.empty() ? "" : " or gain nothing over " + c.neutralizedTwin) << "; "
                           << describe(e);
     } else {
         EXPECT_TRUE(kl::referee::checkSource(cand.source, evaluatorFor(c.problem).problem()).empty());
