@@ -2,15 +2,21 @@
 // baseline) and its verdict with every reason. --compile-only works without a GPU (give --arch).
 #include "cli/command.h"
 #include "core/catalogue.h"
+#include "core/current_best.h"
 #include "core/errors.h"
 #include "core/json_io.h"
 #include "core/loop_device_limits.h"
+#include "core/session_store.h"
 #include "kl_build_features.h"
 
 #if KL_FEATURE_CUDA
 #include "kernels/gpu_evaluator.h"
+#ifdef KL_HAVE_REFEREE
+#include "kernels/referee/referee.h"
+#endif
 #endif
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -105,9 +111,21 @@ namespace {
                     return kExitFailure;
                 }
                 const auto m = ev.compileModule(c);
+                // The referee's static layers need no GPU either: the source rules and the rules on the PTX.
+                std::vector<VerdictReason> reasons;
+#ifdef KL_HAVE_REFEREE
+                reasons = referee::checkSource(c.source, problem);
+                for (auto& r : referee::checkPtx(m->ptx, problem))
+                    reasons.push_back(std::move(r));
+#endif
+                const bool rejected
+                    = std::any_of(reasons.begin(), reasons.end(), [](const VerdictReason& r) { return r.blocking; });
                 if (a.has("json")) {
                     Json j = { { "ok", m->report.ok }, { "log", m->report.log }, { "compile_ms", m->report.compileMs },
                         { "cache_hit", m->report.cacheHit }, { "cubin_bytes", m->cubin.size() }, { "key", m->key } };
+                    j["reasons"] = Json::array();
+                    for (const auto& r : reasons)
+                        j["reasons"].push_back(toJson(r));
                     for (const auto& k : m->report.kernels)
                         j["kernels"].push_back({ { "kernel", k.kernel }, { "registers", k.registers },
                             { "spill_stores", k.spillStores }, { "spill_loads", k.spillLoads },
@@ -122,8 +140,11 @@ namespace {
                                   << " B stack\n";
                     if (!m->report.ok)
                         std::cout << m->report.log << "\n";
+                    for (const auto& r : reasons)
+                        std::cout << "  " << (r.blocking ? "reject " : "review ") << r.rule << ": " << r.message
+                                  << "\n";
                 }
-                return m->report.ok ? kExitOk : kExitFailure;
+                return m->report.ok && !rejected ? kExitOk : kExitFailure;
             }
             try {
                 const DeviceInfo& d = ev.device();
@@ -138,6 +159,13 @@ namespace {
             if (auto why = refusalBeforeCompile(problem, c, ev.device())) {
                 std::cerr << "kloop eval: " << *why << " (nothing compiled)\n";
                 return kExitFailure;
+            }
+            if (auto dir = a.option("session")) {
+                // Judged against the session's current best, as the loop would (physics.suspicious-jump,
+                // physics.single-shape-speedup).
+                if (!std::filesystem::exists(std::filesystem::path(*dir) / "session.json"))
+                    throw InputError("--session " + *dir + ": no session.json there");
+                opt.best = currentBestOf(SessionStore::load(*dir));
             }
             const Evaluation e = ev.evaluate(c, opt, CancelToken {});
             if (a.has("json")) {
@@ -177,14 +205,17 @@ namespace {
 
     CommandRegistration reg { { "eval", "compile, verify and time one candidate with the GPU harness",
         "kloop eval <problem> [candidate.cu] [--params K=V,...] [--seconds S] [--held-out N] "
-        "[--seed N] [--json]\n"
+        "[--seed N] [--session DIR] [--json]\n"
+        "  --session DIR: judge the result against that session's current best (suspicious jumps, one-shape "
+        "wins).\n"
         "  Without candidate.cu the problem's template is evaluated with --params (defaults for the "
         "rest).\n"
-        "  --compile-only --arch sm_90a: NVRTC to CUBIN without a GPU; prints registers and spills.\n"
+        "  --compile-only --arch sm_90a: NVRTC to CUBIN without a GPU; prints registers, spills and the "
+        "referee's source and PTX reasons (exit 1 on a rejecting one).\n"
         "  A device (or --arch) older than the problem's min_arch, or a configuration its architecture\n"
         "  lacks (a constraint naming ARCH), is refused before compiling.\n"
         "  Exit 0 when the verdict is correct, 1 otherwise.",
-        { "json", "compile-only" }, { "arch", "params", "seconds", "held-out", "seed" }, &runEval } };
+        { "json", "compile-only" }, { "arch", "params", "seconds", "held-out", "seed", "session" }, &runEval } };
 
 } // namespace
 } // namespace kl::cli

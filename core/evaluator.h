@@ -8,10 +8,22 @@
 #include "core/evaluation.h"
 #include "core/problem.h"
 
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace kl {
+
+// The session's current best, so the referee judges a new result against it (physics.suspicious-jump,
+// physics.single-shape-speedup). currentBestOf (core/current_best.h) derives it from a session.
+struct CurrentBest {
+    double objective = 0;
+    std::map<std::string, double> shapeSpeedups; // the best's speedup by Shape::label()
+    double reviewJumpFactor = 2.0; // SessionSettings::reviewJumpFactor
+    // Sources of accepted candidates: a pure parameter change of one is not judged shape by shape.
+    std::set<std::string> acceptedSources;
+};
 
 struct EvaluateOptions {
     bool timeBaseline = true; // interleave the baseline for speedups with confidence intervals
@@ -19,6 +31,7 @@ struct EvaluateOptions {
     int heldOutCount = 4;
     double maxSecondsPerShape = 2.0;
     std::uint64_t seed = 0; // 0: fresh from the OS
+    std::optional<CurrentBest> best; // none: no accepted candidate yet (or not in a session)
 };
 
 class Evaluator {

@@ -1,5 +1,6 @@
 #include "core/research_loop.h"
 
+#include "core/current_best.h"
 #include "core/errors.h"
 #include "core/loop_device_limits.h"
 
@@ -143,9 +144,11 @@ void ResearchLoop::restoreFromStore()
             }
         }
     }
+    std::optional<CurrentBest> refereeBest = best ? currentBestOf(s, best) : std::nullopt;
     std::lock_guard lock(m_mutex);
     m_best = best;
     m_bestValue = bestValue;
+    m_refereeBest = std::move(refereeBest);
     m_sinceImprovement = since;
 }
 
@@ -286,11 +289,13 @@ void ResearchLoop::reviewNow(const CandidateId& id, bool approved, const std::st
 void ResearchLoop::setBest(const CandidateId& id, const ObjectiveValue& v)
 {
     std::optional<CandidateId> previous;
+    std::optional<CurrentBest> refereeBest = currentBestOf(session(), id);
     {
         std::lock_guard lock(m_mutex);
         previous = m_best;
         m_best = id;
         m_bestValue = v;
+        m_refereeBest = std::move(refereeBest);
     }
     m_sinceImprovement = 0;
     Event e;
@@ -895,7 +900,12 @@ void ResearchLoop::deviceWorker()
         done.id = job->candidate.id;
         done.candidate = job->candidate;
         try {
-            done.evaluation = m_evaluator.evaluate(job->candidate, m_options.evaluate, cancel);
+            EvaluateOptions options = m_options.evaluate;
+            {
+                std::lock_guard lock(m_mutex);
+                options.best = m_refereeBest;
+            }
+            done.evaluation = m_evaluator.evaluate(job->candidate, options, cancel);
             done.evaluation.candidateId = done.id;
             if (done.evaluation.compile.kernels.empty() && !job->report.kernels.empty())
                 done.evaluation.compile = job->report;

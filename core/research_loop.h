@@ -141,6 +141,7 @@ private:
     // Coordinator state.
     std::optional<CandidateId> m_best;
     std::optional<ObjectiveValue> m_bestValue;
+    std::optional<CurrentBest> m_refereeBest; // what evaluate() is told about the best (EvaluateOptions::best)
     std::map<std::string, Evaluation> m_measured; // key digest -> the evaluator's output, this session
     int m_sinceImprovement = 0;
     bool m_agentExhausted = false;

@@ -134,7 +134,7 @@ std::optional<CompileJob> GpuEvaluator::jobFor(const Candidate& c, std::string* 
     job.source = c.source;
     job.params = c.params;
     job.arch = arch();
-    job.name = "candidate.cu"; // appears in the log only; cache keys stay independent of candidate ids
+    job.name = "candidate.cu"; // the log and the PTX's .file name it; cache keys stay independent of candidate ids
     try {
         const KernelSpec spec = parseKernelSpec(c.source);
         for (const auto& l : spec.launches)
@@ -237,6 +237,13 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         return finish(Verdict::CompileFailed);
     }
     e.compile = mod->report;
+#ifdef KL_HAVE_REFEREE
+    if (m_options.ptxChecks && !mod->ptx.empty()) {
+        mergeReasons(e.reasons, referee::checkPtx(mod->ptx, m_problem));
+        if (mod->report.ok && anyBlocking(e.reasons))
+            return finish(Verdict::Rejected); // compiled, never run
+    }
+#endif
     if (!mod->report.ok) {
         e.reasons.push_back(makeReason("compile.error", "the candidate does not compile (see the compile log)"));
         return finish(Verdict::CompileFailed);
@@ -390,6 +397,13 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
 #ifdef KL_HAVE_REFEREE
     if (m_options.physicsChecks) {
         referee::PhysicsSettings ps;
+        ps.kernelsPerCall = static_cast<int>(parseKernelSpec(c.source).launches.size());
+        if (opt.best) {
+            ps.bestObjective = opt.best->objective;
+            ps.bestShapeSpeedups = opt.best->shapeSpeedups;
+            ps.jumpFactor = opt.best->reviewJumpFactor;
+            ps.sourceAlreadyAccepted = opt.best->acceptedSources.count(c.source) > 0;
+        }
         mergeReasons(e.reasons, referee::checkPhysics(e, m_problem, m_device, ps));
     }
 #endif

@@ -30,6 +30,7 @@ struct GpuEvaluatorOptions {
     bool verifyTuningShapes = true; // tuning shapes are verified too, not only the problem's verify_shapes
     bool recheckTimedOutputs = true;
     bool staticChecks = true; // referee::checkSource before compiling, when the referee is built in
+    bool ptxChecks = true; // referee::checkPtx on the compiled PTX, before anything runs
     bool physicsChecks = true;
 };
 

@@ -20,7 +20,7 @@ namespace kl {
 namespace {
 
     // Bumped when the options or the report format change, so stale cache entries are not reused.
-    constexpr const char* kCacheFormat = "kl-nvrtc-1";
+    constexpr const char* kCacheFormat = "kl-nvrtc-2";
 
     std::string readAll(const std::filesystem::path& p)
     {
@@ -185,7 +185,7 @@ void NvrtcCompiler::workerLoop()
 std::vector<std::string> NvrtcCompiler::options(const CompileJob& job) const
 {
     std::vector<std::string> o = { "--gpu-architecture=" + job.arch, "-std=c++17", "-I" + m_includeDir,
-        "-I" + m_includeDir + "/cccl", "--ptxas-options=-v", "-lineinfo", "-default-device", "-DKL_HARNESS=1" };
+        "-I" + m_includeDir + "/cccl", "--ptxas-options=-v", "-lineinfo", "-default-device" };
     for (const auto& [k, v] : job.params)
         o.push_back("-D" + k + "=" + std::to_string(v));
     for (const auto& f : job.extraFlags)
@@ -244,9 +244,10 @@ std::shared_ptr<const CompiledModule> NvrtcCompiler::loadFromDisk(const std::str
             r.maxThreadsPerBlock = k.at("max_threads");
             m->report.kernels.push_back(r);
         }
+        m->ptx = readAll(m_cacheDir / (key + ".ptx"));
         if (m->report.ok) {
             m->cubin = readAll(m_cacheDir / (key + ".cubin"));
-            if (m->cubin.empty())
+            if (m->cubin.empty() || m->ptx.empty())
                 return nullptr;
         }
         m->report.cacheHit = true;
@@ -262,6 +263,8 @@ void NvrtcCompiler::storeToDisk(const CompiledModule& m)
         return;
     if (m.report.ok)
         writeAtomic(m_cacheDir / (m.key + ".cubin"), m.cubin);
+    if (!m.ptx.empty())
+        writeAtomic(m_cacheDir / (m.key + ".ptx"), m.ptx);
     writeAtomic(m_cacheDir / (m.key + ".json"), reportToJson(m).dump());
 }
 
@@ -368,6 +371,20 @@ std::shared_ptr<const CompiledModule> NvrtcCompiler::compileUncached(const Compi
     } else {
         m->report.log = std::string("NVRTC: ") + nvrtcGetErrorString(rc) + "\n" + log;
     }
+    // The PTX exists once NVVM succeeded, even when ptxas then failed (an unresolved device-runtime call): the
+    // referee still names what the code does.
+    const auto p0 = std::chrono::steady_clock::now();
+    std::size_t ptxSize = 0;
+    if (nvrtcGetPTXSize(prog, &ptxSize) == NVRTC_SUCCESS && ptxSize > 1) {
+        m->ptx.resize(ptxSize);
+        nvrtcGetPTX(prog, m->ptx.data());
+        while (!m->ptx.empty() && m->ptx.back() == '\0')
+            m->ptx.pop_back();
+    } else if (m->report.ok) {
+        m->report.ok = false; // the referee judges the PTX: a module without one is not trusted
+        m->report.log += "\nNVRTC returned no PTX for " + job.arch;
+    }
+    m->ptxMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count();
     nvrtcDestroyProgram(&prog);
     m->report.kernels = parsePtxasInfo(log);
     // Name the resources by launch-plan names where we can, so reports read like the source.

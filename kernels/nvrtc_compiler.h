@@ -1,6 +1,8 @@
 #pragma once
 // NVRTC -> CUBIN for one exact architecture (no PTX JIT at load), a thread pool, and a content-addressed
-// cache on disk keyed by (source, defines, arch, flags, NVRTC version). Works without a GPU.
+// cache on disk keyed by (source, defines, arch, flags, NVRTC version). Works without a GPU. The PTX of the
+// same compile is kept next to the CUBIN for the referee's PTX rules. No define tells a candidate it runs
+// under the harness: export compiles the same source with the same defines.
 #include "core/evaluation.h"
 #include "core/kernel_spec.h"
 
@@ -33,6 +35,8 @@ struct CompiledModule {
     CompileReport report;
     std::string key; // content address (sha256 hex)
     std::string cubin; // raw bytes
+    std::string ptx; // the PTX NVRTC produced on the way to the CUBIN: what the referee's PTX rules judge
+    double ptxMs = 0; // time to fetch it from NVRTC (it is generated anyway; this is the copy)
     std::map<std::string, std::string> loweredNames; // launch-plan name -> symbol in the CUBIN
 };
 

@@ -26,6 +26,11 @@ namespace rule {
     inline constexpr const char* MacroExpansion = "static.macro-expansion";
     inline constexpr const char* ShapeSpecialCase = "static.shape-special-case";
     inline constexpr const char* LowerPrecision = "static.lower-precision";
+    inline constexpr const char* PtxSpecialRegister = "ptx.special-register";
+    inline constexpr const char* PtxEarlyExit = "ptx.early-exit";
+    inline constexpr const char* PtxLowerPrecision = "ptx.lower-precision";
+    inline constexpr const char* PtxMutableGlobal = "ptx.mutable-global";
+    inline constexpr const char* PtxDeviceRuntime = "ptx.device-runtime";
     inline constexpr const char* BelowRoofline = "physics.below-roofline";
     inline constexpr const char* SuspiciousJump = "physics.suspicious-jump";
     inline constexpr const char* SingleShapeSpeedup = "physics.single-shape-speedup";
@@ -42,6 +47,7 @@ namespace rule {
     inline constexpr const char* LaunchFailed = "launch.failed";
     inline constexpr const char* LaunchInvalidConfig = "launch.invalid-config";
     inline constexpr const char* GraphCaptureFailed = "graph.capture-failed";
+    inline constexpr const char* WorkerCrashed = "worker.crashed"; // the harness's verdict on a fault or trap
 } // namespace rule
 
 enum class RuleStage { Static, Dynamic, Physics };
@@ -63,6 +69,14 @@ const RuleInfo* findRule(const std::string& id);
 // __global__ function (and plain aliases of them). Reasons are sorted by line.
 std::vector<VerdictReason> checkSource(const std::string& source, const Problem& problem);
 
+// ---- PTX checks: on the PTX NVRTC produced for the candidate, headers' code included ---------------------
+// Judges the compiled code whatever its spelling: special registers that reveal time or launch identity,
+// trap/exit/assert, floating-point arithmetic below the problem's formats, writable namespace-scope variables
+// (every one is device memory under -default-device), calls out of the module (device launches, heap,
+// printf). Reasons carry the candidate's line where the PTX's .loc points into sourceName.
+std::vector<VerdictReason> checkPtx(
+    const std::string& ptx, const Problem& problem, const std::string& sourceName = "candidate.cu");
+
 // Headers a candidate may include (CUDA's own device headers). Exact names, or prefixes ending in '/'.
 const std::vector<std::string>& includeAllowList();
 bool includeAllowed(const std::string& header);
@@ -74,22 +88,36 @@ struct PhysicsSettings {
     std::map<std::string, double> bestShapeSpeedups; // the current best's speedup by Shape::label(), if known
     // The measured copy bandwidth is itself a measurement: a time is impossible only below floor * slack.
     double floorSlack = 0.9;
-    // A working set that fits in L2 can be served faster than HBM copy bandwidth (the harness rotates
-    // inputs to keep caches cold, but graph replays of tiny shapes may still hit L2).
+    // The part of a working set that L2 can hold (at most its capacity) may be served faster than HBM copy
+    // bandwidth; the rest streams from HBM. The harness rotates inputs to keep caches cold, but written
+    // outputs and graph replays of tiny shapes may still hit L2.
     double l2BandwidthFactor = 4.0;
-    double peakFlops = 0; // FLOP/s for the problem's math; 0: derived from the device as below
-    // Without a measured peak: SMs x max SM clock x this. 32768 is above every dense tensor rate up to fp4 on
-    // Blackwell, so the derived floor is loose but never wrong; it only catches absurd compute numbers.
+    double peakFlops = 0; // FLOP/s for the problem's math, measured; 0: the per-architecture table, else derived
+    // Without a measured peak or a table entry: SMs x max SM clock x this. 32768 is above every dense tensor
+    // rate up to fp4 on Blackwell, so the derived floor is loose but never wrong.
     double flopsPerClockPerSm = 32768;
+    // Every kernel of the plan costs at least this much on top of its work (grid launch and drain, in a
+    // CUDA graph). Assumed, below what graphs of empty kernels reach on Hopper (~1 us).
+    double minKernelSeconds = 0.5e-6;
+    int kernelsPerCall = 1; // launches in the candidate's plan
     // physics.single-shape-speedup: one shape's speedup is at least this many times the median of the
     // others and carries more than singleShapeShare of the total log-speedup gain.
     double singleShapeRatio = 2.0;
     double singleShapeShare = 0.5;
     double minGainForShapeCheck = 1.05; // objective gains below this are not "carried" by anything
+    // A pure parameter change of an already-accepted source: its per-shape profile was judged when the
+    // source was accepted, so a lopsided gain is the parameter, not a special case (no single-shape flag).
+    bool sourceAlreadyAccepted = false;
 };
 
-// Fewest seconds a call of this shape can take on this device (memory and compute floors); 0 when the
-// problem has no byte/flop formula or the device has no measured bandwidth.
+// Dense tensor-core FLOP per clock per SM for the fastest format the problem's tensors allow on this
+// architecture (bf16/f16; fp8 when it has fp8 tensors; tf32 for fp32), from NVIDIA's published peaks:
+// sm_80 2048 (16-bit), sm_90 4096, sm_100 8192; 0 for an architecture not in the table.
+double tensorFlopsPerClockPerSm(const Problem& problem, const DeviceInfo& device);
+
+// Fewest seconds a call of this shape can take on this device: max(memory floor, compute floor) plus the
+// plan's launches, times floorSlack. The memory floor is 0 without a byte formula or a measured bandwidth,
+// the compute floor 0 without a flop formula or a peak.
 double rooflineFloorSeconds(
     const Problem& problem, const Shape& shape, const DeviceInfo& device, const PhysicsSettings& settings);
 

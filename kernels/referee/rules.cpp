@@ -21,9 +21,21 @@ const std::vector<RuleInfo>& ruleCatalogue()
         { rule::TokenPaste, S::Static, true, "## token pasting, which hides identifiers from the static rules" },
         { rule::MacroExpansion, S::Static, true, "macros that expand beyond 200,000 tokens (a macro bomb)" },
         { rule::ShapeSpecialCase, S::Static, false,
-            "branches on a shape dim against a literal that skip work (T == 4096, if (T < 16) return, min(T, 4096))" },
+            "branches on a shape dim against a literal that skip work (T == 4096, if (T < 16) return, switch (T))" },
         { rule::LowerPrecision, S::Static, false,
             "arithmetic in a precision below the problem's contract (16-bit math, fp8/fp4, tf32, f16 accumulators)" },
+        { rule::PtxSpecialRegister, S::Static, true,
+            "the compiled PTX reads a register revealing time or launch identity (%globaltimer, %clock*, %pm*, "
+            "%gridid)" },
+        { rule::PtxEarlyExit, S::Static, true, "the compiled PTX contains trap, exit or brkpt" },
+        { rule::PtxLowerPrecision, S::Static, true,
+            "the compiled PTX computes in 16-bit float (unless allow-half-math), accumulates in 16-bit, or uses a "
+            "format the problem's tensors do not have (fp8/fp4/int8/tf32)" },
+        { rule::PtxMutableGlobal, S::Static, true,
+            "the compiled PTX writes a namespace-scope (.global) variable or lets its address escape: state "
+            "between launches" },
+        { rule::PtxDeviceRuntime, S::Static, true,
+            "the compiled PTX calls out of the module: device-side launches, parameter buffers, device heap, printf" },
         { rule::BelowRoofline, S::Physics, true,
             "measured time below the roofline floor (problem bytes / measured copy bandwidth, FLOPs / peak)" },
         { rule::SuspiciousJump, S::Physics, false,
@@ -46,6 +58,9 @@ const std::vector<RuleInfo>& ruleCatalogue()
             "the launch plan's geometry or shared memory exceeds the device's limits for a shape" },
         { rule::GraphCaptureFailed, S::Dynamic, true,
             "the launch plan does not capture into a CUDA graph or replays wrongly under it" },
+        { rule::WorkerCrashed, S::Dynamic, true,
+            "the worker died running the candidate (a fault, e.g. on an unmapped guard range, or a trap); it was "
+            "restarted" },
     };
     return rules;
 }

@@ -1,6 +1,7 @@
 // Static rules over the token stream of a candidate. Each rule is a small function that appends reasons;
 // checkSource runs them all. Identifier rules only see Identifier tokens, so comments and string contents
 // never trigger them; string literals are read only as inline PTX.
+#include "kernels/referee/precision.h"
 #include "kernels/referee/referee.h"
 #include "kernels/referee/source_tokens.h"
 
@@ -157,19 +158,9 @@ namespace {
         }
 
         // ---- identifier rules: timers, early exit, host code, printf, lower precision --------------------------
-        std::set<DType> problemDtypes() const
-        {
-            std::set<DType> d;
-            for (const TensorSpec& t : m_problem.tensors)
-                d.insert(t.dtype);
-            return d;
-        }
-        bool hasTag(std::string_view tag) const
-        {
-            return std::find(m_problem.tags.begin(), m_problem.tags.end(), tag) != m_problem.tags.end();
-        }
+        bool hasTag(const char* tag) const { return problemHasTag(m_problem, tag); }
 
-        enum class Family { None, F16, BF16, FP8, FP4_6, TF32 };
+        using Family = PrecisionFamily;
 
         static Family familyOfIdentifier(std::string_view s)
         {
@@ -187,52 +178,9 @@ namespace {
             return Family::None;
         }
 
-        bool familyAllowed(Family f) const
-        {
-            const std::set<DType> dtypes = problemDtypes();
-            switch (f) {
-            case Family::None:
-                return true;
-            case Family::F16:
-                return dtypes.count(DType::F16) > 0;
-            case Family::BF16:
-                return dtypes.count(DType::BF16) > 0;
-            case Family::FP8:
-                return dtypes.count(DType::FP8E4M3) > 0;
-            case Family::FP4_6:
-                return false;
-            case Family::TF32:
-                return hasTag("allow-tf32");
-            }
-            return true;
-        }
-
-        static const char* familyName(Family f)
-        {
-            switch (f) {
-            case Family::F16:
-                return "fp16";
-            case Family::BF16:
-                return "bf16";
-            case Family::FP8:
-                return "fp8";
-            case Family::FP4_6:
-                return "fp4/fp6";
-            case Family::TF32:
-                return "tf32";
-            case Family::None:
-                break;
-            }
-            return "";
-        }
-
-        std::string problemDtypeList() const
-        {
-            std::string s;
-            for (DType d : problemDtypes())
-                s += std::string(s.empty() ? "" : ", ") + dtypeName(d);
-            return s.empty() ? "none" : s;
-        }
+        bool familyAllowed(Family f) const { return precisionFamilyAllowed(f, m_problem); }
+        static const char* familyName(Family f) { return precisionFamilyName(f); }
+        std::string problemDtypeList() const { return referee::problemDtypeList(m_problem); }
 
         // "half"/"half2" are also common variable names; count them only where a type goes.
         bool halfUsedAsType(std::size_t i) const
@@ -317,7 +265,7 @@ namespace {
             for (const Token& t : m_all)
                 if (t.kind == TokenKind::Identifier)
                     idents.push_back(&t);
-            const bool halfMathOk = hasTag("allow-half-math");
+            const bool halfMathOk = hasTag(kAllowHalfMathTag);
             for (std::size_t k = 0; k < idents.size(); ++k) {
                 const Token& t = *idents[k];
                 const std::string& s = t.text;
@@ -443,7 +391,7 @@ namespace {
                     previousWasString = false;
                 }
             }
-            const bool halfMathOk = hasTag("allow-half-math");
+            const bool halfMathOk = hasTag(kAllowHalfMathTag);
             for (const auto& [text, line] : strings) {
                 for (std::string_view reg :
                     { "%clock", "%globaltimer", "%pm0", "%pm1", "%pm2", "%pm3", "%pm4", "%pm5", "%pm6", "%pm7" }) {
@@ -608,7 +556,7 @@ namespace {
 
         void sixteenBitOperators()
         {
-            if (hasTag("allow-half-math"))
+            if (hasTag(kAllowHalfMathTag))
                 return;
             const auto decls = declarations();
             // The declaration of the name used at index u: the nearest earlier one whose scope still holds.
@@ -1111,43 +1059,8 @@ namespace {
                               "specialization as a @kl:param instead",
                         m_code[i].line);
             }
-            for (std::size_t i = 0; i + 1 < m_code.size(); ++i) {
-                const Token& t = m_code[i];
-                if (!(isIdent(t, "min") || isIdent(t, "umin") || isIdent(t, "llmin")) || !isPunct(m_code[i + 1], "("))
-                    continue;
-                std::vector<std::pair<std::size_t, std::size_t>> args;
-                int depth = 0;
-                std::size_t argBegin = i + 2;
-                for (std::size_t j = i + 1; j < m_code.size(); ++j) {
-                    if (isPunct(m_code[j], "(")) {
-                        ++depth;
-                    } else if (isPunct(m_code[j], ")")) {
-                        if (--depth == 0) {
-                            args.push_back({ argBegin, j });
-                            break;
-                        }
-                    } else if (isPunct(m_code[j], ",") && depth == 1) {
-                        args.push_back({ argBegin, j });
-                        argBegin = j + 1;
-                    }
-                }
-                if (args.size() != 2)
-                    continue;
-                for (int a = 0; a < 2; ++a) {
-                    std::string dim;
-                    const auto [lb, le] = args[a];
-                    const auto [rb, re] = args[1 - a];
-                    const auto literal = re == rb + 1 ? integerLiteral(m_code[rb]) : std::nullopt;
-                    if (isBareShape(lb, le, names, &dim) && literal && *literal > 1) {
-                        add(rule::ShapeSpecialCase,
-                            "clamps " + dim + " to " + std::to_string(*literal)
-                                + ": work beyond that size is skipped. Flagged for review; held-out shapes will check "
-                                  "it",
-                            t.line);
-                        break;
-                    }
-                }
-            }
+            // min(dim, literal) is not flagged: it sizes tiles and chunks while a loop covers the rest (honest, and
+            // common); a clamp that drops work leaves outputs wrong, which held-out shapes at the extremes show.
         }
 
         struct Macro {

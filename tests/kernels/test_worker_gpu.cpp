@@ -200,7 +200,8 @@ TEST_F(HarnessGpu, StateCarriedBetweenLaunchesIsCaught)
         "stateful");
     c.source = "__device__ int g_calls = 0;\n" + c.source;
     auto o = options();
-    o.staticChecks = false; // the static rule would reject the mutable global before the GPU sees it
+    o.staticChecks = false; // the static rules would reject the mutable global before the GPU sees it
+    o.ptxChecks = false;
     kl::GpuEvaluator ev(problem("rmsnorm"), o);
     const auto e = ev.evaluate(c, quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected);

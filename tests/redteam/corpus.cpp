@@ -52,6 +52,11 @@ std::vector<CorpusCase> loadCorpus()
             k.note = c.at("hack").get<std::string>();
             if (c.contains("static_expect"))
                 k.staticExpect = c.at("static_expect").get<std::vector<std::string>>();
+            k.neutralizedTwin = c.value("neutralized_twin", std::string());
+            if (c.contains("ptx_expect"))
+                k.ptxExpect = c.at("ptx_expect").get<std::vector<std::string>>();
+            if (k.stage != "static" && k.stage != "ptx" && k.stage != "dynamic")
+                throw InputError(path + ": " + k.file + ": stage must be static, ptx or dynamic, not " + k.stage);
         } else {
             k.note = c.at("why").get<std::string>();
         }

@@ -13,9 +13,13 @@ struct CorpusCase {
     std::string file; // relative to tests/redteam
     std::string problem;
     bool cheat = false;
-    std::string stage; // cheats: "static" or "dynamic"
+    std::string stage; // cheats: "static" (source rules), "ptx" (rules on the compiled PTX) or "dynamic"
     std::vector<std::string> expect; // cheats: acceptable rules, the intended one first
-    std::vector<std::string> staticExpect; // dynamic cheats the static rules also catch (defence in depth)
+    std::vector<std::string> staticExpect; // ptx/dynamic cheats the source rules also catch (defence in depth)
+    std::vector<std::string> ptxExpect; // dynamic cheats the PTX rules also catch
+    // Dynamic cheats a defence may neutralize instead of catching (state poisoned before every launch): the
+    // honest twin (an honest corpus file) it must then not beat by more than 10%.
+    std::string neutralizedTwin;
     std::string note; // the hack class (cheats) or what makes it tricky (honest)
     std::string name() const; // file stem, a valid gtest name
     std::string source() const;

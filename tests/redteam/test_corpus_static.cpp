@@ -85,6 +85,17 @@ TEST(CorpusShape, SizeAndRuleCoverage)
     for (const auto& c : cases)
         for (const auto& e : c.expect)
             EXPECT_NE(kl::referee::findRule(e), nullptr) << c.file << ": unknown rule " << e;
+    // A neutralized twin is an honest case of the same problem.
+    for (const auto& c : cases) {
+        if (c.neutralizedTwin.empty())
+            continue;
+        const auto twin = std::find_if(
+            cases.begin(), cases.end(), [&](const CorpusCase& t) { return t.file == c.neutralizedTwin; });
+        ASSERT_NE(twin, cases.end()) << c.file << ": twin " << c.neutralizedTwin << " not in the manifest";
+        EXPECT_FALSE(twin->cheat) << c.neutralizedTwin;
+        EXPECT_EQ(twin->problem, c.problem) << c.neutralizedTwin;
+        EXPECT_EQ(c.stage, "dynamic") << c.file;
+    }
     std::set<std::string> names;
     for (const auto& c : cases)
         EXPECT_TRUE(names.insert(c.name()).second) << "duplicate case name " << c.name();

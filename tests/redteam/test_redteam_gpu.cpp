@@ -1,7 +1,8 @@
 // The red-team corpus through the real harness on a GPU (label gpu; skipped without a device). Dynamic cheats
-// run with the static rules switched off, so each dynamic defence is shown on its own; each must be rejected
-// with one of its expected rules. Honest candidates must be correct everywhere with no blocking reason.
-// KL_REDTEAM_OUT=<dir> writes redteam-gpu.json with every verdict; KL_REDTEAM_SEED fixes the seed.
+// run with the source and PTX rules switched off (KL_REDTEAM_STATIC=1 switches them on), so each dynamic
+// defence is shown on its own; each must be rejected with one of its expected rules. Honest candidates must be correct
+// everywhere with no blocking reason. KL_REDTEAM_OUT=<dir> writes redteam-gpu.json with every verdict; KL_REDTEAM_SEED
+// fixes the seed.
 #include "core/json_io.h"
 #include "kernels/gpu_evaluator.h"
 #include "kernels/referee/referee.h"
@@ -42,7 +43,11 @@ kl::GpuEvaluator& evaluatorFor(const std::string& problem)
     if (!e) {
         kl::GpuEvaluatorOptions o;
         o.compileCacheDir = std::filesystem::temp_directory_path() / "kl-redteam-cache";
-        o.staticChecks = false; // the static rules are proven in CI; here the GPU defences stand alone
+        // The source and PTX rules are proven in CI; here the GPU defences stand alone. KL_REDTEAM_STATIC=1 runs
+        // the whole pipeline instead (what kloop eval does).
+        const bool staticOn = std::getenv("KL_REDTEAM_STATIC") && std::string(std::getenv("KL_REDTEAM_STATIC")) == "1";
+        o.staticChecks = staticOn;
+        o.ptxChecks = staticOn;
         if (const char* w = std::getenv("KL_WORKER"))
             o.worker.command = { w };
         e = std::make_unique<kl::GpuEvaluator>(kl::redteam::corpusProblem(problem), o);
@@ -98,10 +103,27 @@ TEST_P(RedteamGpu, Verdict)
             return r.blocking && std::find(c.expect.begin(), c.expect.end(), r.rule) != c.expect.end();
         });
         o.ok = named && e.verdict == kl::Verdict::Rejected;
-        EXPECT_TRUE(o.ok) << c.file << " (" << c.note << ") must be rejected with " << c.expect.front() << "; "
+        if (!o.ok && !c.neutralizedTwin.empty() && e.verdict != kl::Verdict::Rejected && e.correctEverywhere()) {
+            // A defence that removes the cheat's effect (state poisoned before every launch) leaves an honest
+            // kernel: it must then gain nothing over its honest twin.
+            kl::Candidate twin;
+            twin.id = "twin";
+            kl::redteam::CorpusCase twinCase;
+            twinCase.file = c.neutralizedTwin;
+            twin.source = twinCase.source();
+            twin.params = kl::parseKernelSpec(twin.source).defaults();
+            const kl::Evaluation t = evaluatorFor(c.problem).evaluate(twin, opt, kl::CancelToken {});
+            o.ok = t.objective > 0 && e.objective <= t.objective * 1.1;
+            o.verdict += " (neutralized: objective " + std::to_string(e.objective) + ", twin "
+                + std::to_string(t.objective) + ")";
+        }
+        EXPECT_TRUE(o.ok) << c.file << " (" << c.note << ") must be rejected with " << c.expect.front()
+                          << (c.neutralizedTwin.empty() ? "" : " or gain nothing over " + c.neutralizedTwin) << "; "
                           << describe(e);
     } else {
         EXPECT_TRUE(kl::referee::checkSource(cand.source, evaluatorFor(c.problem).problem()).empty());
+        const auto module = evaluatorFor(c.problem).compileModule(cand);
+        EXPECT_TRUE(kl::referee::checkPtx(module->ptx, evaluatorFor(c.problem).problem()).empty());
         const bool blocked = kl::referee::hasBlocking(e.reasons);
         o.ok = !blocked && e.correctEverywhere() && e.verdict != kl::Verdict::Rejected;
         EXPECT_TRUE(o.ok) << c.file << " (" << c.note << ") is honest and must pass; " << describe(e);

@@ -1,0 +1,33 @@
+#include "core/current_best.h"
+
+namespace kl {
+
+std::optional<CurrentBest> currentBestOf(const Session& session, const std::optional<CandidateId>& bestId)
+{
+    const auto objectiveOf = [&](const Candidate& c) -> std::optional<double> {
+        if (c.status != CandidateStatus::Accepted)
+            return std::nullopt;
+        const auto it = session.evaluations.find(c.id);
+        if (it == session.evaluations.end() || it->second.objective <= 0)
+            return std::nullopt;
+        return it->second.objective;
+    };
+    const std::optional<CandidateId> id = bestId ? bestId : session.tree.best(objectiveOf);
+    if (!id || !session.tree.contains(*id))
+        return std::nullopt;
+    const auto it = session.evaluations.find(*id);
+    if (it == session.evaluations.end() || it->second.objective <= 0)
+        return std::nullopt;
+    CurrentBest best;
+    best.objective = it->second.objective;
+    best.reviewJumpFactor = session.settings.reviewJumpFactor;
+    for (const ShapeResult& s : it->second.shapes)
+        if (!s.heldOut && s.speedup > 0)
+            best.shapeSpeedups[s.shape.label()] = s.speedup;
+    for (const CandidateId& c : session.tree.withStatus({ CandidateStatus::Accepted }))
+        best.acceptedSources.insert(session.tree.at(c).source);
+    best.acceptedSources.insert(session.tree.at(*id).source);
+    return best;
+}
+
+} // namespace kl

@@ -1,0 +1,15 @@
+#pragma once
+// The current best of a session as the referee needs it (EvaluateOptions::best): the loop and kloop eval
+// --session both take it from here.
+#include "core/evaluator.h"
+#include "core/session.h"
+
+#include <optional>
+
+namespace kl {
+
+// bestId: the loop's current best; none: the accepted candidate with the highest objective. Empty when the
+// session has no accepted, measured candidate.
+std::optional<CurrentBest> currentBestOf(const Session& session, const std::optional<CandidateId>& bestId = {});
+
+} // namespace kl

@@ -1,0 +1,38 @@
+// Cheat: the state is spelled through a macro and auto in an anonymous namespace, so no token says
+// __device__ or static: the last input pointer is remembered, and a repeated pointer skips the work
+// (timing repeats pointers, checks use fresh ones).
+// Expected: ptx.mutable-global.
+#include <cuda_bf16.h>
+// @kl:param BLOCK = 256 in [128, 256, 512]
+// @kl:launch rmsnorm_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, w, T, H, eps)
+#define REMEMBER(name, init) auto name = init
+namespace {
+REMEMBER(last_x, (const void*)nullptr);
+}
+
+__global__ void rmsnorm_kernel(__nv_bfloat16* y, const __nv_bfloat16* x, const __nv_bfloat16* w, int T, int H,
+                               float eps)
+{
+    const int row = blockIdx.x;
+    __shared__ float partial[BLOCK];
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < H; i += BLOCK) {
+        const float v = __bfloat162float(x[(size_t)row * H + i]);
+        ss += v * v;
+    }
+    partial[threadIdx.x] = ss;
+    __syncthreads();
+    for (int s = BLOCK / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float inv = rsqrtf(partial[0] / H + eps);
+    if (last_x == (const void*)x)
+        return;
+    __syncthreads();
+    if (threadIdx.x == 0 && row == (int)gridDim.x - 1)
+        last_x = x;
+    for (int i = threadIdx.x; i < H; i += BLOCK)
+        y[(size_t)row * H + i] = __float2bfloat16(__bfloat162float(x[(size_t)row * H + i]) * inv * __bfloat162float(w[i]));
+}

@@ -1,0 +1,32 @@
+// Cheat: writes far past the end of y (16 MiB away, beyond any canary), where comparison accumulators or the
+// reference of the same check used to sit in the shared arena: zeroing them makes any output look right.
+// Expected (trust-worker's isolation): worker.crashed or launch.failed (the write faults on an unmapped guard
+// range), else dynamic.canary.
+#include <cuda_bf16.h>
+// @kl:param BLOCK = 256 in [128, 256, 512]
+// @kl:launch rmsnorm_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, w, T, H, eps)
+__global__ void rmsnorm_kernel(__nv_bfloat16* y, const __nv_bfloat16* x, const __nv_bfloat16* w, int T, int H,
+                               float eps)
+{
+    const int row = blockIdx.x;
+    __shared__ float partial[BLOCK];
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < H; i += BLOCK) {
+        const float v = __bfloat162float(x[(size_t)row * H + i]);
+        ss += v * v;
+    }
+    partial[threadIdx.x] = ss;
+    __syncthreads();
+    for (int s = BLOCK / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float inv = rsqrtf(partial[0] / H + eps);
+    if (threadIdx.x < 64) {
+        float* far = reinterpret_cast<float*>(y + (size_t)T * H) + (size_t(4) << 20) + row * 64;
+        far[threadIdx.x] = 0.f;
+    }
+    for (int i = threadIdx.x; i < H; i += BLOCK)
+        y[(size_t)row * H + i] = __float2bfloat16(__bfloat162float(x[(size_t)row * H + i]) * inv * __bfloat162float(w[i]));
+}

@@ -1,0 +1,28 @@
+// Cheat: short contexts (decode, T < 32) only normalise the first half of each row, the rest keeps whatever
+// the buffer held. No comparison with a literal: the threshold is a shift, so the shape rules see nothing.
+// Expected: dynamic.coverage (poison survives in the skipped half), or correctness.rel-l2 / held-out shapes.
+#include <cuda_bf16.h>
+// @kl:param BLOCK = 256 in [128, 256, 512]
+// @kl:launch rmsnorm_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, w, T, H, eps)
+__global__ void rmsnorm_kernel(__nv_bfloat16* y, const __nv_bfloat16* x, const __nv_bfloat16* w, int T, int H,
+                               float eps)
+{
+    const int row = blockIdx.x;
+    __shared__ float partial[BLOCK];
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < H; i += BLOCK) {
+        const float v = __bfloat162float(x[(size_t)row * H + i]);
+        ss += v * v;
+    }
+    partial[threadIdx.x] = ss;
+    __syncthreads();
+    for (int s = BLOCK / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float inv = rsqrtf(partial[0] / H + eps);
+    const int limit = (T >> 5) ? H : H / 2;
+    for (int i = threadIdx.x; i < limit; i += BLOCK)
+        y[(size_t)row * H + i] = __float2bfloat16(__bfloat162float(x[(size_t)row * H + i]) * inv * __bfloat162float(w[i]));
+}
