@@ -2,7 +2,10 @@
 
 #include "core/errors.h"
 
+#include <algorithm>
 #include <cctype>
+#include <optional>
+#include <set>
 #include <sstream>
 
 namespace kl {
@@ -138,6 +141,134 @@ namespace {
         }
     }
 
+
+    std::string joined(const std::vector<std::string>& names)
+    {
+        std::string s;
+        for (const auto& n : names)
+            s += (s.empty() ? "" : ", ") + n;
+        return s.empty() ? "none" : s;
+    }
+
+    // The source with comments, string and character literals and preprocessor lines blanked (newlines kept),
+    // so that only code is searched for a kernel's signature.
+    std::string codeOnly(const std::string& src)
+    {
+        std::string out = src;
+        enum class State { Code, Line, Block, String, Char, Directive } st = State::Code;
+        bool lineStart = true;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            const char c = src[i];
+            const char n = i + 1 < src.size() ? src[i + 1] : '\0';
+            if (c == '\n') {
+                if (st == State::Line || (st == State::Directive && (i == 0 || src[i - 1] != '\\')))
+                    st = State::Code;
+                lineStart = true;
+                continue;
+            }
+            switch (st) {
+            case State::Code:
+                if (c == '/' && n == '/')
+                    st = State::Line;
+                else if (c == '/' && n == '*')
+                    st = State::Block;
+                else if (c == '"')
+                    st = State::String;
+                else if (c == '\'')
+                    st = State::Char;
+                else if (c == '#' && lineStart)
+                    st = State::Directive;
+                if (st != State::Code)
+                    out[i] = ' ';
+                break;
+            case State::Block:
+                out[i] = ' ';
+                if (c == '*' && n == '/') {
+                    out[++i] = ' ';
+                    st = State::Code;
+                }
+                break;
+            case State::String:
+            case State::Char:
+                if (c == '\\' && n != '\n' && n != '\0') {
+                    out[i + 1] = ' ';
+                    ++i;
+                } else if (c == (st == State::String ? '"' : '\'')) {
+                    st = State::Code;
+                }
+                out[i] = ' ';
+                break;
+            case State::Line:
+            case State::Directive:
+                out[i] = ' ';
+                break;
+            }
+            if (!std::isspace(static_cast<unsigned char>(c)))
+                lineStart = false;
+        }
+        return out;
+    }
+
+    bool identChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+    struct Signature {
+        std::size_t parameters = 0;
+        int line = 0;
+    };
+
+    // The parameter count of the __global__ function kernel as the code spells it; nullopt where the code does not
+    // (a macro makes the name) or its declarations disagree (overloads).
+    std::optional<Signature> kernelSignature(const std::string& code, const std::string& kernel)
+    {
+        std::optional<Signature> found;
+        for (std::size_t pos = code.find(kernel); pos != std::string::npos; pos = code.find(kernel, pos + 1)) {
+            const std::size_t end = pos + kernel.size();
+            if ((pos > 0 && identChar(code[pos - 1])) || (end < code.size() && identChar(code[end])))
+                continue;
+            std::size_t open = end;
+            while (open < code.size() && std::isspace(static_cast<unsigned char>(code[open])))
+                ++open;
+            if (open >= code.size() || code[open] != '(')
+                continue;
+            const std::size_t declStart = code.find_last_of(";{}", pos);
+            const std::string prefix = code.substr(declStart == std::string::npos ? 0 : declStart + 1,
+                pos - (declStart == std::string::npos ? 0 : declStart + 1));
+            bool global = false;
+            for (std::size_t g = prefix.find("__global__"); g != std::string::npos; g = prefix.find("__global__", g + 1))
+                global |= (g == 0 || !identChar(prefix[g - 1]))
+                    && (g + 10 >= prefix.size() || !identChar(prefix[g + 10]));
+            if (!global)
+                continue;
+            int depth = 0;
+            std::size_t commas = 0, close = open;
+            std::string list;
+            for (; close < code.size(); ++close) {
+                const char c = code[close];
+                if (c == '(' || c == '[' || c == '{' || c == '<')
+                    ++depth;
+                else if (c == ')' || c == ']' || c == '}' || c == '>')
+                    --depth;
+                if (depth == 0)
+                    break;
+                if (close > open)
+                    list += c;
+                if (c == ',' && depth == 1)
+                    ++commas;
+            }
+            if (close >= code.size())
+                return std::nullopt;
+            const std::string params = trim(list);
+            Signature sig;
+            sig.parameters = params.empty() || params == "void" ? 0 : commas + 1;
+            sig.line = 1 + static_cast<int>(std::count(code.begin(), code.begin() + static_cast<std::ptrdiff_t>(pos), '\n'));
+            if (found && found->parameters != sig.parameters)
+                return std::nullopt;
+            if (!found)
+                found = sig;
+        }
+        return found;
+    }
+
 } // namespace
 
 const ParamSpec* KernelSpec::param(const std::string& name) const
@@ -191,6 +322,36 @@ bool KernelSpec::satisfies(const ParamValues& p, const Bindings& dims, std::stri
     return true;
 }
 
+void KernelSpec::requireValidParams(const ParamValues& p, const Bindings& dims) const
+{
+    std::vector<std::string> declared;
+    for (const auto& ps : params)
+        declared.push_back(ps.name);
+    for (const auto& [name, value] : p) {
+        const ParamSpec* ps = param(name);
+        if (!ps)
+            throw InputError("parameter '" + abbreviate(name) + "' is not declared (declared: " + joined(declared) + ")");
+        if (std::find(ps->values.begin(), ps->values.end(), value) == ps->values.end()) {
+            std::vector<std::string> values;
+            for (auto v : ps->values)
+                values.push_back(std::to_string(v));
+            throw InputError(name + "=" + std::to_string(value) + " is not one of the values declared on line "
+                + std::to_string(ps->line) + " [" + joined(values) + "]");
+        }
+    }
+    ParamValues full = defaults();
+    for (const auto& [name, value] : p)
+        full[name] = value;
+    std::string why;
+    if (!satisfies(full, dims, &why))
+        throw InputError("parameters " + [&] {
+            std::string s;
+            for (const auto& [k, v] : full)
+                s += (s.empty() ? "" : ",") + k + "=" + std::to_string(v);
+            return s;
+        }() + ": " + why);
+}
+
 std::size_t KernelSpec::spaceSize() const
 {
     std::size_t n = 1;
@@ -235,11 +396,14 @@ KernelSpec parseKernelSpec(const std::string& source)
     int lineNo = 0;
     while (std::getline(lines, raw)) {
         ++lineNo;
+        // A directive starts its comment ("// @kl:..."); prose that mentions "@kl:" later in a comment is prose.
         const std::string line = trim(raw);
-        const auto at = line.find("@kl:");
-        if (line.rfind("//", 0) != 0 || at == std::string::npos)
+        if (line.rfind("//", 0) != 0)
             continue;
-        const std::string body = line.substr(at + 4);
+        const std::string comment = trim(line.substr(2));
+        if (comment.rfind("@kl:", 0) != 0)
+            continue;
+        const std::string body = comment.substr(4);
         const auto sp = body.find_first_of(" \t");
         const std::string directive = body.substr(0, sp);
         const std::string rest = sp == std::string::npos ? "" : trim(body.substr(sp));
@@ -329,6 +493,52 @@ KernelSpec parseKernelSpec(const std::string& source)
     }
     if (spec.launches.empty())
         throw InputError("no '// @kl:launch' line: the harness needs the launch plan");
+    return spec;
+}
+
+KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
+{
+    KernelSpec spec = parseKernelSpec(source);
+    std::vector<std::string> paramNames, dimNames;
+    for (const auto& p : spec.params)
+        paramNames.push_back(p.name);
+    for (const auto& d : problem.dims)
+        dimNames.push_back(d.name);
+    auto known = [&](const std::string& id) {
+        return spec.param(id) || problem.dim(id);
+    };
+    auto requireKnown = [&](const Expr& e, int line, const std::string& what) {
+        for (const auto& id : e.identifiers())
+            if (!known(id))
+                throw InputError("line " + std::to_string(line) + ": " + what + " '" + abbreviate(e.text())
+                    + "' names '" + abbreviate(id) + "', which is neither a parameter (" + joined(paramNames)
+                    + ") nor a dim (" + joined(dimNames) + ") of " + problem.name);
+    };
+    for (const auto& c : spec.constraints)
+        requireKnown(c.expr, c.line, "@kl:constraint");
+    for (const auto& w : spec.workspaces)
+        requireKnown(w.bytes, w.line, "@kl:workspace " + w.name + " bytes");
+    const std::string code = codeOnly(source);
+    for (const auto& l : spec.launches) {
+        for (int d = 0; d < 3; ++d) {
+            requireKnown(l.grid[d], l.line, "@kl:launch grid");
+            requireKnown(l.block[d], l.line, "@kl:launch block");
+        }
+        requireKnown(l.sharedBytes, l.line, "@kl:launch smem");
+        for (const auto& a : l.args) {
+            const bool scalar = std::any_of(
+                problem.scalars.begin(), problem.scalars.end(), [&](const ScalarSpec& s) { return s.name == a; });
+            const bool workspace = std::any_of(
+                spec.workspaces.begin(), spec.workspaces.end(), [&](const WorkspaceSpec& w) { return w.name == a; });
+            if (!known(a) && !scalar && !workspace && !problem.tensor(a))
+                throw InputError("line " + std::to_string(l.line) + ": @kl:launch argument '" + abbreviate(a)
+                    + "' is not a tensor, workspace, dim, scalar or parameter of " + problem.name);
+        }
+        if (const auto sig = kernelSignature(code, l.kernel); sig && sig->parameters != l.args.size())
+            throw InputError("line " + std::to_string(l.line) + ": @kl:launch passes " + std::to_string(l.args.size())
+                + " arguments to " + l.kernel + ", whose parameter list (line " + std::to_string(sig->line)
+                + ") declares " + std::to_string(sig->parameters));
+    }
     return spec;
 }
 
