@@ -12,6 +12,10 @@ namespace {
 
     using NodePtr = std::shared_ptr<const Expr::Node>;
 
+    const std::map<std::string, std::size_t, std::less<>> kArity = { { "min", 2 }, { "max", 2 }, { "ceil_div", 2 },
+        { "div", 2 }, { "pow", 2 }, { "floor", 1 }, { "ceil", 1 }, { "round", 1 }, { "abs", 1 }, { "log2", 1 },
+        { "sqrt", 1 }, { "next_pow2", 1 } };
+
     // A parsed subtree with its height, so that no tree deeper than Expr::kMaxDepth is ever built.
     struct Sub {
         NodePtr node;
@@ -182,11 +186,8 @@ namespace {
                         if (!eat(")"))
                             fail("expected ')' after arguments of " + id);
                     }
-                    static const std::map<std::string, std::size_t> arity = { { "min", 2 }, { "max", 2 },
-                        { "ceil_div", 2 }, { "div", 2 }, { "pow", 2 }, { "floor", 1 }, { "ceil", 1 }, { "round", 1 },
-                        { "abs", 1 }, { "log2", 1 }, { "sqrt", 1 }, { "next_pow2", 1 } };
-                    const auto it = arity.find(id);
-                    if (it == arity.end())
+                    const auto it = kArity.find(id);
+                    if (it == kArity.end())
                         fail("unknown function '" + id + "'");
                     if (it->second != args.size())
                         fail(id + " takes " + std::to_string(it->second) + " arguments");
@@ -339,6 +340,16 @@ Expr Expr::parse(const std::string& text)
     Parser p(e.m_text);
     e.m_root = p.parseAll();
     return e;
+}
+
+bool Expr::isVariableName(const std::string& name)
+{
+    if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_'))
+        return false;
+    for (char c : name)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_'))
+            return false;
+    return !kArity.count(name) && name != "true" && name != "false";
 }
 
 double Expr::evaluate(const Bindings& vars) const

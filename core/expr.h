@@ -33,6 +33,8 @@ public:
 
     Expr() = default;
     static Expr parse(const std::string& text); // throws ExprError with the column
+    // Whether name can be bound as a variable: an identifier that is not a function or true/false.
+    static bool isVariableName(const std::string& name);
     double evaluate(const Bindings& vars) const; // throws ExprError on unknown names or division by zero
     std::int64_t evaluateInt(const Bindings& vars) const; // throws if the value is not an integer
     bool evaluateBool(const Bindings& vars) const { return evaluate(vars) != 0.0; }

@@ -574,7 +574,7 @@ Problem problemFromJson(const Json& j, const std::string& where)
     Problem p;
     p.name = string(j, "name", where);
     if (!isSafeId(p.name))
-        throw InputError(where + ".name: '" + p.name + "' must be letters, digits, '_' or '-'");
+        throw InputError(where + ".name: '" + abbreviate(p.name) + "' must be letters, digits, '_' or '-'");
     p.description = stringOr(j, "description", "", where);
     if (const Json* tags = optionalArray(j, "tags", where))
         for (const auto& t : *tags) {
@@ -588,6 +588,8 @@ Problem problemFromJson(const Json& j, const std::string& where)
             const std::string w = where + ".dims[" + std::to_string(i++) + "]";
             DimSpec ds;
             ds.name = string(d, "name", w);
+            if (const auto bad = badProblemName(p, ds.name, "dim"))
+                throw InputError(w + ".name: " + *bad);
             ds.min = integer(d, "min", w, 0, std::int64_t(1) << 40);
             ds.max = integer(d, "max", w, ds.min, std::int64_t(1) << 40);
             ds.multipleOf = integerOr(d, "multiple_of", 1, w, 1, std::int64_t(1) << 20);
@@ -614,6 +616,8 @@ Problem problemFromJson(const Json& j, const std::string& where)
             const std::string w = where + ".scalars[" + std::to_string(i++) + "]";
             ScalarSpec sc;
             sc.name = string(s, "name", w);
+            if (const auto bad = badProblemName(p, sc.name, "scalar"))
+                throw InputError(w + ".name: " + *bad);
             const auto dt = dtypeFromName(stringOr(s, "dtype", "f32", w));
             if (!dt || (*dt != DType::F32 && *dt != DType::I32))
                 throw InputError(w + ".dtype: scalars are f32 or i32");
@@ -628,6 +632,8 @@ Problem problemFromJson(const Json& j, const std::string& where)
             const std::string w = where + ".tensors[" + std::to_string(i++) + "]";
             TensorSpec ts;
             ts.name = string(t, "name", w);
+            if (const auto bad = badProblemName(p, ts.name, "tensor"))
+                throw InputError(w + ".name: " + *bad);
             const std::string dt = string(t, "dtype", w);
             const auto d = dtypeFromName(dt);
             if (!d)
@@ -636,6 +642,8 @@ Problem problemFromJson(const Json& j, const std::string& where)
             int k = 0;
             for (const auto& e : arrayField(t, "shape", w)) {
                 const std::string wk = w + ".shape[" + std::to_string(k++) + "]";
+                if (!e.is_string() && !e.is_number_integer())
+                    throw InputError(wk + ": expected an expression string or an integer");
                 try {
                     ts.shape.push_back(Expr::parse(e.is_string() ? e.get<std::string>() : e.dump()));
                 } catch (const ExprError& err) {
@@ -689,6 +697,7 @@ Problem problemFromJson(const Json& j, const std::string& where)
         if (f->find('/') != std::string::npos || f->find("..") != std::string::npos)
             throw InputError(where + ": source file names must be plain names in the problem folder, got '" + *f + "'");
     p.libraryBaseline = stringOr(j, "library_baseline", "", where);
+    validateProblem(p, where);
     return p;
 }
 
