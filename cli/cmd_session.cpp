@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 
 namespace fs = std::filesystem;
 
@@ -208,7 +209,20 @@ namespace {
         }
         if (!s.tree.contains(bId))
             throw InputError("no candidate '" + bId + "' in session " + s.id);
-        const int context = std::stoi(a.optionOr("context", "3"));
+        const std::string contextText = a.optionOr("context", "3");
+        std::size_t used = 0;
+        long long contextLines = -1;
+        try {
+            contextLines = std::stoll(contextText, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != contextText.size() || contextLines < 0) {
+            std::cerr << "kloop session diff: --context expects a number of lines (0 or more), got '"
+                      << abbreviate(contextText) << "'\n";
+            return kExitUsage;
+        }
+        const int context = static_cast<int>(std::min<long long>(contextLines, std::numeric_limits<int>::max()));
         const std::string oldText = withParams(s.tree.at(oldId));
         const std::string newText = withParams(s.tree.at(bId));
         if (a.has("json")) {

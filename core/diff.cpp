@@ -101,6 +101,9 @@ std::vector<DiffHunk> diffHunks(const std::string& oldText, const std::string& n
     const auto lines = diffLines(a, b);
     std::vector<DiffHunk> hunks;
     const int total = static_cast<int>(lines.size());
+    if (context < 0)
+        throw InputError("diff context must not be negative, got " + std::to_string(context));
+    context = std::min(context, total); // more context than lines shows the whole file; keeps 2 * context in range
     int i = 0;
     while (i < total) {
         while (i < total && lines[i].kind == DiffLine::Kind::Context)
