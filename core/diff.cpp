@@ -210,7 +210,7 @@ std::string applyUnifiedDiff(const std::string& oldText, const std::string& diff
         if (minus == std::string::npos || plus == std::string::npos || close == std::string::npos
             || !parseRange(line.substr(minus + 1, line.find(' ', minus) - minus - 1), oldStart, oldCount)
             || !parseRange(line.substr(plus + 1, line.find(' ', plus) - plus - 1), newStart, newCount))
-            throw InputError("diff hunk " + std::to_string(hunkNo) + ": malformed header '" + line + "'");
+            throw InputError("diff hunk " + std::to_string(hunkNo) + ": malformed header '" + abbreviate(line) + "'");
         ++p;
         std::vector<std::string> expectOld, produce;
         while (p < patch.size() && patch[p].rfind("@@", 0) != 0) {
@@ -261,7 +261,7 @@ std::string applyUnifiedDiff(const std::string& oldText, const std::string& diff
                 }
         }
         if (at == std::string::npos)
-            throw InputError("diff hunk " + std::to_string(hunkNo) + " (" + line
+            throw InputError("diff hunk " + std::to_string(hunkNo) + " (" + abbreviate(line)
                 + ") does not apply: its context or removed lines are not in the source");
         for (; srcPos < at; ++srcPos)
             out.push_back(src[srcPos]);

@@ -184,15 +184,17 @@ namespace {
                             args.push_back(ternary());
                         } while (eat(","));
                         if (!eat(")"))
-                            fail("expected ')' after arguments of " + id);
+                            fail("expected ')' after arguments of " + abbreviate(id));
                     }
                     const auto it = kArity.find(id);
                     if (it == kArity.end())
-                        fail("unknown function '" + id + "'");
+                        fail("unknown function '" + abbreviate(id) + "'");
                     if (it->second != args.size())
                         fail(id + " takes " + std::to_string(it->second) + " arguments");
                     return make(Expr::Node::Kind::Call, id, std::move(args));
                 }
+                if (kArity.count(id))
+                    fail("'" + id + "' is a function: call it as " + id + "(...)");
                 if (id == "true")
                     return make(Expr::Node::Kind::Number, {}, {}, 1);
                 if (id == "false")
@@ -227,7 +229,7 @@ namespace {
         case K::Var: {
             const auto it = vars.find(n.name);
             if (it == vars.end())
-                throw err("unknown name '" + n.name + "'");
+                throw err("unknown name '" + abbreviate(n.name) + "'");
             return { it->second, !isInteger(it->second) };
         }
         case K::Unary: {

@@ -191,10 +191,10 @@ Candidate candidateFromJson(const Json& j, const std::string& where)
     Candidate c;
     c.id = string(j, "id", where);
     if (!isSafeId(c.id))
-        throw InputError(where + ".id: '" + c.id + "' is not a safe candidate id");
+        throw InputError(where + ".id: '" + abbreviate(c.id) + "' is not a safe candidate id");
     c.parentId = stringOr(j, "parent", "", where);
     if (!c.parentId.empty() && !isSafeId(c.parentId))
-        throw InputError(where + ".parent: '" + c.parentId + "' is not a safe candidate id");
+        throw InputError(where + ".parent: '" + abbreviate(c.parentId) + "' is not a safe candidate id");
     if (j.contains("params"))
         c.params = paramsFromJson(j.at("params"), where + ".params");
     c.author = authorFromName(stringOr(j, "author", "human", where));
@@ -222,7 +222,7 @@ Hypothesis hypothesisFromJson(const Json& j, const std::string& where)
     Hypothesis h;
     h.id = string(j, "id", where);
     if (!isSafeId(h.id))
-        throw InputError(where + ".id: '" + h.id + "' is not a safe id");
+        throw InputError(where + ".id: '" + abbreviate(h.id) + "' is not a safe id");
     h.text = string(j, "text", where);
     h.author = authorFromName(stringOr(j, "author", "human", where));
     h.createdMs = integerOr(j, "created_ms", 0, where, 0);
@@ -329,7 +329,7 @@ Shape shapeFromJson(const Json& j, const std::string& where)
     if (!dims.is_object() || dims.empty())
         throw InputError(where + ".dims: expected a non-empty object of dim values");
     for (const auto& [k, v] : dims.items())
-        s.dims[k] = jsonfield::asInteger(v, where + ".dims." + k, 0, std::int64_t(1) << 40);
+        s.dims[k] = jsonfield::asInteger(v, where + ".dims." + abbreviate(k), 0, std::int64_t(1) << 40);
     s.weight = numberOr(j, "weight", 1.0, where);
     if (s.weight < 0)
         throw InputError(where + ".weight: must not be negative");
@@ -637,7 +637,7 @@ Problem problemFromJson(const Json& j, const std::string& where)
             const std::string dt = string(t, "dtype", w);
             const auto d = dtypeFromName(dt);
             if (!d)
-                throw InputError(w + ".dtype: unknown dtype '" + dt + "'");
+                throw InputError(w + ".dtype: unknown dtype '" + abbreviate(dt) + "'");
             ts.dtype = *d;
             int k = 0;
             for (const auto& e : arrayField(t, "shape", w)) {
@@ -684,7 +684,7 @@ Problem problemFromJson(const Json& j, const std::string& where)
         for (const auto& [k, v] : tol->items()) {
             const auto d = dtypeFromName(k);
             if (!d)
-                throw InputError(where + ".tolerances: unknown dtype '" + k + "'");
+                throw InputError(where + ".tolerances: unknown dtype '" + abbreviate(k) + "'");
             p.tolerances[*d]
                 = { number(v, "rel_l2", where + ".tolerances." + k), number(v, "max_abs", where + ".tolerances." + k) };
         }
@@ -695,7 +695,7 @@ Problem problemFromJson(const Json& j, const std::string& where)
     p.templateFile = stringOr(j, "template", p.templateFile, where);
     for (const auto* f : { &p.referenceFile, &p.baselineFile, &p.templateFile })
         if (f->find('/') != std::string::npos || f->find("..") != std::string::npos)
-            throw InputError(where + ": source file names must be plain names in the problem folder, got '" + *f + "'");
+            throw InputError(where + ": source file names must be plain names in the problem folder, got '" + abbreviate(*f) + "'");
     p.libraryBaseline = stringOr(j, "library_baseline", "", where);
     validateProblem(p, where);
     return p;

@@ -70,10 +70,10 @@ namespace {
                 break;
             const std::size_t eq = s.find('=', i);
             if (eq == std::string::npos)
-                fail("expects key=value pairs, got '" + s.substr(i) + "'");
+                fail("expects key=value pairs, got '" + abbreviate(s.substr(i)) + "'");
             const std::string key = trim(s.substr(i, eq - i));
             if (!isIdent(key))
-                fail("bad key '" + key + "'");
+                fail("bad key '" + abbreviate(key) + "'");
             i = eq + 1;
             while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
                 ++i;
@@ -137,7 +137,7 @@ namespace {
                 throw std::invalid_argument(s);
             return v;
         } catch (...) {
-            throw InputError("line " + std::to_string(line) + ": '" + trim(s) + "' is not an integer");
+            throw InputError("line " + std::to_string(line) + ": '" + abbreviate(trim(s)) + "' is not an integer");
         }
     }
 
@@ -315,7 +315,7 @@ bool KernelSpec::satisfies(const ParamValues& p, const Bindings& dims, std::stri
         }
         if (!ok) {
             if (why)
-                *why = "constraint '" + c.expr.text() + "' (line " + std::to_string(c.line) + ") does not hold";
+                *why = "constraint '" + abbreviate(c.expr.text()) + "' (line " + std::to_string(c.line) + ") does not hold";
             return false;
         }
     }
@@ -344,12 +344,12 @@ void KernelSpec::requireValidParams(const ParamValues& p, const Bindings& dims) 
         full[name] = value;
     std::string why;
     if (!satisfies(full, dims, &why))
-        throw InputError("parameters " + [&] {
+        throw InputError("parameters " + abbreviate([&] {
             std::string s;
             for (const auto& [k, v] : full)
                 s += (s.empty() ? "" : ",") + k + "=" + std::to_string(v);
             return s;
-        }() + ": " + why);
+        }(), 200) + ": " + why);
 }
 
 std::size_t KernelSpec::spaceSize() const
@@ -418,9 +418,9 @@ KernelSpec parseKernelSpec(const std::string& source)
             p.line = lineNo;
             p.name = trim(rest.substr(0, eq));
             if (!isIdent(p.name))
-                throw InputError(where + "bad parameter name '" + p.name + "'");
+                throw InputError(where + "bad parameter name '" + abbreviate(p.name) + "'");
             if (spec.param(p.name))
-                throw InputError(where + "parameter '" + p.name + "' declared twice");
+                throw InputError(where + "parameter '" + abbreviate(p.name) + "' declared twice");
             p.defaultValue = parseInt(rest.substr(eq + 1, in - eq - 1), lineNo);
             std::string list = trim(rest.substr(in + 4));
             if (list.size() < 2 || list.front() != '[' || list.back() != ']')
@@ -428,14 +428,14 @@ KernelSpec parseKernelSpec(const std::string& source)
             for (const auto& v : splitTopLevel(list.substr(1, list.size() - 2)))
                 p.values.push_back(parseInt(v, lineNo));
             if (p.values.empty())
-                throw InputError(where + "parameter '" + p.name + "' has no values");
+                throw InputError(where + "parameter '" + abbreviate(p.name) + "' has no values");
             if (p.values.size() > 4096)
-                throw InputError(where + "parameter '" + p.name + "' has more than 4096 values");
+                throw InputError(where + "parameter '" + abbreviate(p.name) + "' has more than 4096 values");
             bool hasDefault = false;
             for (auto v : p.values)
                 hasDefault |= v == p.defaultValue;
             if (!hasDefault)
-                throw InputError(where + "default of '" + p.name + "' is not among its values");
+                throw InputError(where + "default of '" + abbreviate(p.name) + "' is not among its values");
             spec.params.push_back(std::move(p));
         } else if (directive == "constraint") {
             if (rest.empty())
@@ -448,7 +448,7 @@ KernelSpec parseKernelSpec(const std::string& source)
             w.line = lineNo;
             w.name = rest.substr(0, sp2);
             if (!isIdent(w.name))
-                throw InputError(where + "bad workspace name '" + w.name + "'");
+                throw InputError(where + "bad workspace name '" + abbreviate(w.name) + "'");
             const auto kv = keyValues(sp2 == std::string::npos ? "" : rest.substr(sp2), lineNo);
             if (!kv.count("bytes"))
                 throw InputError(where + "@kl:workspace needs bytes=EXPR");
@@ -460,7 +460,7 @@ KernelSpec parseKernelSpec(const std::string& source)
             }
             for (const auto& [k, v] : kv)
                 if (k != "bytes" && k != "init")
-                    throw InputError(where + "unknown workspace key '" + k + "'");
+                    throw InputError(where + "unknown workspace key '" + abbreviate(k) + "'");
             spec.workspaces.push_back(std::move(w));
         } else if (directive == "launch") {
             const auto sp2 = rest.find_first_of(" \t");
@@ -468,7 +468,7 @@ KernelSpec parseKernelSpec(const std::string& source)
             s.line = lineNo;
             s.kernel = rest.substr(0, sp2);
             if (!isIdent(s.kernel))
-                throw InputError(where + "bad kernel name '" + s.kernel + "'");
+                throw InputError(where + "bad kernel name '" + abbreviate(s.kernel) + "'");
             const auto kv = keyValues(sp2 == std::string::npos ? "" : rest.substr(sp2), lineNo);
             for (const char* k : { "grid", "block", "args" })
                 if (!kv.count(k))
@@ -479,16 +479,16 @@ KernelSpec parseKernelSpec(const std::string& source)
             for (const auto& a : splitTopLevel(kv.at("args"))) {
                 if (!isIdent(a))
                     throw InputError(
-                        where + "kernel argument '" + a + "' must be a tensor, workspace, dim or scalar name");
+                        where + "kernel argument '" + abbreviate(a) + "' must be a tensor, workspace, dim or scalar name");
                 s.args.push_back(a);
             }
             for (const auto& [k, v] : kv)
                 if (k != "grid" && k != "block" && k != "smem" && k != "args")
-                    throw InputError(where + "unknown launch key '" + k + "'");
+                    throw InputError(where + "unknown launch key '" + abbreviate(k) + "'");
             spec.launches.push_back(std::move(s));
         } else {
             throw InputError(
-                where + "unknown directive '@kl:" + directive + "' (param, constraint, workspace, launch)");
+                where + "unknown directive '@kl:" + abbreviate(directive) + "' (param, constraint, workspace, launch)");
         }
     }
     if (spec.launches.empty())

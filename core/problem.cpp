@@ -110,7 +110,7 @@ bool Problem::shapeIsValid(const Shape& s, std::string* why) const
     }
     for (const auto& [k, v] : s.dims)
         if (!dim(k))
-            return fail("unknown dim " + k);
+            return fail("unknown dim " + abbreviate(k));
     const Bindings b = s.bindings();
     for (const auto& c : dimConstraints) {
         try {

@@ -122,3 +122,13 @@ TEST(ExprLimits, UnaryChainsAreBounded)
         std::string::npos);
     EXPECT_NE(parseError(repeat("1 ? 1 : ", 300) + "1").find("nested more than 256"), std::string::npos);
 }
+
+// Found by the expressions fuzz target: "floor + 1" parsed "floor" as a variable no problem can bind.
+TEST(Expr, FunctionNamesAreNotVariables)
+{
+    EXPECT_NE(parseError("floor + 1").find("'floor' is a function: call it as floor(...)"), std::string::npos);
+    EXPECT_FALSE(Expr::isVariableName("min"));
+    EXPECT_FALSE(Expr::isVariableName("true"));
+    EXPECT_FALSE(Expr::isVariableName("T T"));
+    EXPECT_TRUE(Expr::isVariableName("_T0"));
+}
