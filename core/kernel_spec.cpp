@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -131,9 +132,12 @@ namespace {
     std::int64_t parseInt(const std::string& s, int line)
     {
         try {
+            // Decimal, or hex with 0x: a leading zero is not octal ("010" is ten, as a reader expects).
+            const std::string t = trim(s);
+            const bool hex = t.size() > 2 && t[0] == '0' && (t[1] == 'x' || t[1] == 'X');
             std::size_t used = 0;
-            const long long v = std::stoll(trim(s), &used, 0);
-            if (used != trim(s).size())
+            const long long v = std::stoll(hex ? t.substr(2) : t, &used, hex ? 16 : 10);
+            if (used != t.size() - (hex ? 2 : 0))
                 throw std::invalid_argument(s);
             return v;
         } catch (...) {
@@ -355,8 +359,12 @@ void KernelSpec::requireValidParams(const ParamValues& p, const Bindings& dims) 
 std::size_t KernelSpec::spaceSize() const
 {
     std::size_t n = 1;
-    for (const auto& p : params)
-        n *= std::max<std::size_t>(1, p.values.size());
+    for (const auto& p : params) {
+        const std::size_t k = std::max<std::size_t>(1, p.values.size());
+        if (n > std::numeric_limits<std::size_t>::max() / k)
+            return std::numeric_limits<std::size_t>::max(); // saturates instead of wrapping
+        n *= k;
+    }
     return n;
 }
 
@@ -390,6 +398,9 @@ std::vector<ParamValues> KernelSpec::enumerateSpace(std::size_t limit) const
 
 KernelSpec parseKernelSpec(const std::string& source)
 {
+    if (const auto nul = source.find('\0'); nul != std::string::npos)
+        throw InputError("line " + std::to_string(1 + std::count(source.begin(), source.begin() + static_cast<std::ptrdiff_t>(nul), '\n'))
+            + ": a NUL byte: a candidate is text, and the compiler would stop reading there");
     KernelSpec spec;
     std::istringstream lines(source);
     std::string raw;
@@ -516,6 +527,22 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
     };
     for (const auto& c : spec.constraints)
         requireKnown(c.expr, c.line, "@kl:constraint");
+    const Bindings defaults = bindingsFor(spec.defaults(), {});
+    for (const auto& c : spec.constraints) {
+        const auto ids = c.expr.identifiers();
+        if (!std::all_of(ids.begin(), ids.end(), [&](const std::string& id) { return spec.param(id); }))
+            continue; // one naming dims may exclude the defaults at some shapes
+        std::string why;
+        try {
+            if (!c.expr.evaluateBool(defaults))
+                why = "does not hold";
+        } catch (const ExprError& e) {
+            why = e.what();
+        }
+        if (!why.empty())
+            throw InputError("line " + std::to_string(c.line) + ": @kl:constraint '" + abbreviate(c.expr.text())
+                + "' at the parameters' defaults: " + why);
+    }
     for (const auto& w : spec.workspaces)
         requireKnown(w.bytes, w.line, "@kl:workspace " + w.name + " bytes");
     const std::string code = codeOnly(source);
@@ -534,6 +561,25 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
                 throw InputError("line " + std::to_string(l.line) + ": @kl:launch argument '" + abbreviate(a)
                     + "' is not a tensor, workspace, dim, scalar or parameter of " + problem.name);
         }
+        // The defaults are what is compiled and measured first: the geometry must be a launch at every shape.
+        for (const auto* shapes : { &problem.tuningShapes, &problem.verifyShapes })
+            for (const auto& shape : *shapes) {
+                const Bindings b = bindingsFor(spec.defaults(), shape.bindings());
+                for (const auto& [exprs, what] : { std::pair { l.grid, "grid" }, std::pair { l.block, "block" } })
+                    for (int d = 0; d < 3; ++d) {
+                        std::int64_t v = 0;
+                        try {
+                            v = exprs[d].evaluateInt(b);
+                        } catch (const ExprError& e) {
+                            throw InputError("line " + std::to_string(l.line) + ": @kl:launch " + what + " at "
+                                + shape.label() + " with the defaults: " + e.what());
+                        }
+                        if (v < 1)
+                            throw InputError("line " + std::to_string(l.line) + ": @kl:launch " + what + " '"
+                                + abbreviate(exprs[d].text()) + "' is " + std::to_string(v) + " at " + shape.label()
+                                + " with the defaults; a launch needs at least 1");
+                    }
+            }
         if (const auto sig = kernelSignature(code, l.kernel); sig && sig->parameters != l.args.size())
             throw InputError("line " + std::to_string(l.line) + ": @kl:launch passes " + std::to_string(l.args.size())
                 + " arguments to " + l.kernel + ", whose parameter list (line " + std::to_string(sig->line)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <gtest/gtest.h>
 #include <sstream>
 
@@ -279,4 +280,56 @@ TEST(KernelSpecLimits, DeepOrLongAnnotationExpressionsAreAnErrorNamingTheLine)
         terms += "VEC+";
     const std::string longSource = replaced(rmsnormTemplate(), "VEC * CACHE <= 128", terms + "0 <= 128");
     EXPECT_THROW(kl::parseKernelSpec(longSource), kl::InputError);
+}
+
+// qa row 57: "@kl:constraint VEC > 1000" with the defaults violating it compiled with exit 0.
+TEST(KernelSpecAgainstProblem, DefaultsMustSatisfyTheParameterConstraints)
+{
+    const kl::Problem problem = kl::loadProblem(kProblemsDir + "rmsnorm");
+    const std::string source = replaced(rmsnormTemplate(), "VEC * CACHE <= 128", "VEC > 1000");
+    const std::string why = specError(source, problem);
+    EXPECT_EQ(why, "line 13: @kl:constraint 'VEC > 1000' at the parameters' defaults: does not hold") << why;
+    // A constraint that names a dim may exclude the defaults at some shapes: the tuner filters per shape.
+    EXPECT_EQ(specError(replaced(rmsnormTemplate(), "VEC * CACHE <= 128", "H % (VEC * CACHE * 64) == 0"), problem), "");
+}
+
+// qa rows 66, 67: grid=(T / (VEC - VEC)) and grid=(0) compiled with exit 0.
+TEST(KernelSpecAgainstProblem, LaunchGeometryAtTheDefaultsIsALaunchAtEveryDeclaredShape)
+{
+    const kl::Problem problem = kl::loadProblem(kProblemsDir + "rmsnorm");
+    const std::string source = rmsnormTemplate();
+    const std::string launch = source.substr(source.find(kLaunch));
+    const std::string line = launch.substr(0, launch.find('\n'));
+    const int lineNo = lineOf(source, kLaunch);
+    const std::string byZero
+        = specError(replaced(source, line, kLaunch + "T / (VEC - VEC)) block=(THREADS) args=(y, x, w, T, H, eps)"), problem);
+    EXPECT_EQ(byZero.rfind("line " + std::to_string(lineNo) + ": @kl:launch grid at H=8192,T=16 with the defaults: ", 0), 0u)
+        << byZero;
+    EXPECT_NE(byZero.find("division by zero"), std::string::npos) << byZero;
+    const std::string zero = specError(replaced(source, line, kLaunch + "0) block=(THREADS) args=(y, x, w, T, H, eps)"), problem);
+    EXPECT_NE(zero.find("@kl:launch grid '0' is 0 at H=8192,T=16 with the defaults; a launch needs at least 1"),
+        std::string::npos)
+        << zero;
+}
+
+// qa rows 77, 83, 84: a NUL byte cut the source silently, "010" was octal 8, a 2^96 space wrapped spaceSize().
+TEST(KernelSpec, NulBytesOctalLookingValuesAndHugeSpaces)
+{
+    std::string withNul = std::string("// a comment with a ") + '\0' + " byte\n" + kSource;
+    try {
+        kl::parseKernelSpec(withNul);
+        FAIL() << "accepted a NUL byte";
+    } catch (const kl::InputError& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("line 1: a NUL byte", 0), 0u) << e.what();
+    }
+    const kl::KernelSpec decimal = kl::parseKernelSpec("// @kl:param W = 010 in [2, 4, 010, 0x10]\n" + std::string(kSource));
+    EXPECT_EQ(decimal.param("W")->defaultValue, 10);
+    EXPECT_EQ(decimal.param("W")->values, (std::vector<std::int64_t> { 2, 4, 10, 16 }));
+    std::string huge;
+    std::string values;
+    for (int v = 0; v < 4096; ++v)
+        values += (v ? ", " : "") + std::to_string(v);
+    for (int p = 0; p < 8; ++p)
+        huge += "// @kl:param P" + std::to_string(p) + " = 0 in [" + values + "]\n";
+    EXPECT_EQ(kl::parseKernelSpec(huge + kSource).spaceSize(), std::numeric_limits<std::size_t>::max());
 }
