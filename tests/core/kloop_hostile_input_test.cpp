@@ -192,3 +192,37 @@ TEST(KloopHostileInput, TuningDbImportRefusesUndeclaredValuesAndNonNumericTimes)
         "kt_bad.json.cache[\"1,8,4,32,1\"]: THREADS=1 is not one of the values declared on line 7");
     EXPECT_TRUE(!fs::exists(db) || fs::file_size(db) == 0) << "nothing recorded";
 }
+
+// qa rows 133, 134: `kloop export` of a session whose best candidate carries a 6000-deep or a 600000-term
+// @kl:constraint crashed (SIGSEGV) although `session show` opened it.
+TEST(KloopHostileInput, ExportRefusesABestCandidateWithAHostileConstraint)
+{
+    std::string terms;
+    for (int i = 0; i < 600000; ++i)
+        terms += "1+";
+    for (const std::string& hostile : { nested(6000, "1"), terms + "1" }) {
+        kl::test::TempDir tmp;
+        const fs::path s = tmp.path() / "s";
+        fs::copy(kSource / "resources/demo-session", s, fs::copy_options::recursive);
+        std::istringstream lines(readText(s / "journal.jsonl"));
+        std::string journal, line;
+        bool edited = false;
+        while (std::getline(lines, line)) {
+            if (!edited && line.find("\"candidate-proposed\"") != std::string::npos
+                && line.find("\"candidate\":\"c0016\"") != std::string::npos) {
+                kl::Json j = kl::Json::parse(line);
+                j["data"]["source"] = replaced(
+                    j["data"]["source"].get<std::string>(), "// @kl:constraint", "// @kl:constraint " + hostile + " && ");
+                line = j.dump();
+                edited = true;
+            }
+            journal += line + "\n";
+        }
+        ASSERT_TRUE(edited);
+        writeText(s / "journal.jsonl", journal);
+        ASSERT_EQ(runKloop({ "session", "show", s.string() }, {}, tmp.path()).exitCode, 0);
+        expectRefused(runKloop({ "export", s.string(), "--out", (tmp.path() / "b").string() }, {}, tmp.path()),
+            "kloop export: the candidate's annotations: line 10: @kl:constraint: expression '");
+        EXPECT_FALSE(fs::exists(tmp.path() / "b" / "manifest.json"));
+    }
+}
