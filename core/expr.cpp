@@ -12,9 +12,9 @@ namespace {
 
     using NodePtr = std::shared_ptr<const Expr::Node>;
 
-    const std::map<std::string, std::size_t, std::less<>> kArity = { { "min", 2 }, { "max", 2 }, { "ceil_div", 2 },
-        { "div", 2 }, { "pow", 2 }, { "floor", 1 }, { "ceil", 1 }, { "round", 1 }, { "abs", 1 }, { "log2", 1 },
-        { "sqrt", 1 }, { "next_pow2", 1 } };
+    const std::map<std::string, std::size_t, std::less<>> kArity
+        = { { "min", 2 }, { "max", 2 }, { "ceil_div", 2 }, { "div", 2 }, { "pow", 2 }, { "floor", 1 }, { "ceil", 1 },
+              { "round", 1 }, { "abs", 1 }, { "log2", 1 }, { "sqrt", 1 }, { "next_pow2", 1 } };
 
     // A parsed subtree with its height, so that no tree deeper than Expr::kMaxDepth is ever built.
     struct Sub {

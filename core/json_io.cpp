@@ -695,7 +695,8 @@ Problem problemFromJson(const Json& j, const std::string& where)
     p.templateFile = stringOr(j, "template", p.templateFile, where);
     for (const auto* f : { &p.referenceFile, &p.baselineFile, &p.templateFile })
         if (f->find('/') != std::string::npos || f->find("..") != std::string::npos)
-            throw InputError(where + ": source file names must be plain names in the problem folder, got '" + abbreviate(*f) + "'");
+            throw InputError(
+                where + ": source file names must be plain names in the problem folder, got '" + abbreviate(*f) + "'");
     p.libraryBaseline = stringOr(j, "library_baseline", "", where);
     validateProblem(p, where);
     return p;

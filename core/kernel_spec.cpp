@@ -145,7 +145,6 @@ namespace {
         }
     }
 
-
     std::string joined(const std::vector<std::string>& names)
     {
         std::string s;
@@ -213,7 +212,10 @@ namespace {
         return out;
     }
 
-    bool identChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+    bool identChar(char c)
+    {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    }
 
     struct Signature {
         std::size_t parameters = 0;
@@ -238,9 +240,10 @@ namespace {
             const std::string prefix = code.substr(declStart == std::string::npos ? 0 : declStart + 1,
                 pos - (declStart == std::string::npos ? 0 : declStart + 1));
             bool global = false;
-            for (std::size_t g = prefix.find("__global__"); g != std::string::npos; g = prefix.find("__global__", g + 1))
-                global |= (g == 0 || !identChar(prefix[g - 1]))
-                    && (g + 10 >= prefix.size() || !identChar(prefix[g + 10]));
+            for (std::size_t g = prefix.find("__global__"); g != std::string::npos;
+                 g = prefix.find("__global__", g + 1))
+                global
+                    |= (g == 0 || !identChar(prefix[g - 1])) && (g + 10 >= prefix.size() || !identChar(prefix[g + 10]));
             if (!global)
                 continue;
             int depth = 0;
@@ -264,7 +267,8 @@ namespace {
             const std::string params = trim(list);
             Signature sig;
             sig.parameters = params.empty() || params == "void" ? 0 : commas + 1;
-            sig.line = 1 + static_cast<int>(std::count(code.begin(), code.begin() + static_cast<std::ptrdiff_t>(pos), '\n'));
+            sig.line
+                = 1 + static_cast<int>(std::count(code.begin(), code.begin() + static_cast<std::ptrdiff_t>(pos), '\n'));
             if (found && found->parameters != sig.parameters)
                 return std::nullopt;
             if (!found)
@@ -319,7 +323,8 @@ bool KernelSpec::satisfies(const ParamValues& p, const Bindings& dims, std::stri
         }
         if (!ok) {
             if (why)
-                *why = "constraint '" + abbreviate(c.expr.text()) + "' (line " + std::to_string(c.line) + ") does not hold";
+                *why = "constraint '" + abbreviate(c.expr.text()) + "' (line " + std::to_string(c.line)
+                    + ") does not hold";
             return false;
         }
     }
@@ -334,7 +339,8 @@ void KernelSpec::requireValidParams(const ParamValues& p, const Bindings& dims) 
     for (const auto& [name, value] : p) {
         const ParamSpec* ps = param(name);
         if (!ps)
-            throw InputError("parameter '" + abbreviate(name) + "' is not declared (declared: " + joined(declared) + ")");
+            throw InputError(
+                "parameter '" + abbreviate(name) + "' is not declared (declared: " + joined(declared) + ")");
         if (std::find(ps->values.begin(), ps->values.end(), value) == ps->values.end()) {
             std::vector<std::string> values;
             for (auto v : ps->values)
@@ -348,12 +354,16 @@ void KernelSpec::requireValidParams(const ParamValues& p, const Bindings& dims) 
         full[name] = value;
     std::string why;
     if (!satisfies(full, dims, &why))
-        throw InputError("parameters " + abbreviate([&] {
-            std::string s;
-            for (const auto& [k, v] : full)
-                s += (s.empty() ? "" : ",") + k + "=" + std::to_string(v);
-            return s;
-        }(), 200) + ": " + why);
+        throw InputError("parameters "
+            + abbreviate(
+                [&] {
+                    std::string s;
+                    for (const auto& [k, v] : full)
+                        s += (s.empty() ? "" : ",") + k + "=" + std::to_string(v);
+                    return s;
+                }(),
+                200)
+            + ": " + why);
 }
 
 std::size_t KernelSpec::spaceSize() const
@@ -399,7 +409,8 @@ std::vector<ParamValues> KernelSpec::enumerateSpace(std::size_t limit) const
 KernelSpec parseKernelSpec(const std::string& source)
 {
     if (const auto nul = source.find('\0'); nul != std::string::npos)
-        throw InputError("line " + std::to_string(1 + std::count(source.begin(), source.begin() + static_cast<std::ptrdiff_t>(nul), '\n'))
+        throw InputError("line "
+            + std::to_string(1 + std::count(source.begin(), source.begin() + static_cast<std::ptrdiff_t>(nul), '\n'))
             + ": a NUL byte: a candidate is text, and the compiler would stop reading there");
     KernelSpec spec;
     std::istringstream lines(source);
@@ -489,8 +500,8 @@ KernelSpec parseKernelSpec(const std::string& source)
             s.sharedBytes = parseExprAt(kv.count("smem") ? kv.at("smem") : "0", lineNo, "smem");
             for (const auto& a : splitTopLevel(kv.at("args"))) {
                 if (!isIdent(a))
-                    throw InputError(
-                        where + "kernel argument '" + abbreviate(a) + "' must be a tensor, workspace, dim or scalar name");
+                    throw InputError(where + "kernel argument '" + abbreviate(a)
+                        + "' must be a tensor, workspace, dim or scalar name");
                 s.args.push_back(a);
             }
             for (const auto& [k, v] : kv)
@@ -515,9 +526,7 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
         paramNames.push_back(p.name);
     for (const auto& d : problem.dims)
         dimNames.push_back(d.name);
-    auto known = [&](const std::string& id) {
-        return spec.param(id) || problem.dim(id);
-    };
+    auto known = [&](const std::string& id) { return spec.param(id) || problem.dim(id); };
     auto requireKnown = [&](const Expr& e, int line, const std::string& what) {
         for (const auto& id : e.identifiers())
             if (!known(id))

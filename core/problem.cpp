@@ -151,7 +151,8 @@ void validateProblem(const Problem& p, const std::string& where)
     };
     for (std::size_t i = 0; i < p.tensors.size(); ++i)
         for (std::size_t k = 0; k < p.tensors[i].shape.size(); ++k)
-            requireDimsOnly(p.tensors[i].shape[k], where + ".tensors[" + std::to_string(i) + "].shape[" + std::to_string(k) + "]");
+            requireDimsOnly(
+                p.tensors[i].shape[k], where + ".tensors[" + std::to_string(i) + "].shape[" + std::to_string(k) + "]");
     requireDimsOnly(p.flops, where + ".flops");
     requireDimsOnly(p.bytes, where + ".bytes");
 
@@ -171,8 +172,8 @@ void validateProblem(const Problem& p, const std::string& where)
                         throw InputError(field + "[" + std::to_string(k) + "]" + at + ": " + e.what());
                     }
                     if (extent < 0)
-                        throw InputError(field + "[" + std::to_string(k) + "]" + at + ": '" + abbreviate(t.shape[k].text())
-                            + "' is " + std::to_string(extent) + ", a negative extent");
+                        throw InputError(field + "[" + std::to_string(k) + "]" + at + ": '"
+                            + abbreviate(t.shape[k].text()) + "' is " + std::to_string(extent) + ", a negative extent");
                     elements *= static_cast<double>(extent);
                 }
                 if (elements > kMaxTensorElements)
@@ -202,8 +203,9 @@ void validateProblem(const Problem& p, const std::string& where)
                     + std::to_string(value) + " (nothing could pass it)");
     if (!p.tuningShapes.empty()
         && std::none_of(p.tuningShapes.begin(), p.tuningShapes.end(), [](const Shape& s) { return s.weight > 0; }))
-        throw InputError(where + ".tuning_shapes: every weight is 0; the objective (a weighted geomean over them) "
-                                 "needs one shape with a weight above 0");
+        throw InputError(where
+            + ".tuning_shapes: every weight is 0; the objective (a weighted geomean over them) "
+              "needs one shape with a weight above 0");
 }
 
 Tolerance Problem::toleranceFor(DType t) const

@@ -99,7 +99,8 @@ ParsedReply parseReply(const std::string& reply, const std::string* baseSource)
     if (klBlocks.empty()) {
         std::string msg = "the reply contains no ```kl-candidate or ```kl-diff block";
         if (!otherFences.empty())
-            msg += " (it has a " + abbreviate(otherFences.front()) + " block: label the block ```kl-candidate or ```kl-diff)";
+            msg += " (it has a " + abbreviate(otherFences.front())
+                + " block: label the block ```kl-candidate or ```kl-diff)";
         throw ReplyError("malformed-reply", msg);
     }
     if (klBlocks.size() > 1)

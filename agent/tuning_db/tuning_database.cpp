@@ -436,8 +436,9 @@ std::size_t TuningDatabase::importKernelTunerCache(const nlohmann::json& doc, co
         } else if (t.is_string()) {
             const std::string f = t.get<std::string>();
             if (spec && f != "CompilationFailedConfig" && f != "RuntimeFailedConfig" && f != "InvalidConfig")
-                throw InputError(w + ".time: '" + abbreviate(f) + "' is neither a number of ms nor a Kernel Tuner "
-                    "failure (CompilationFailedConfig, RuntimeFailedConfig, InvalidConfig)");
+                throw InputError(w + ".time: '" + abbreviate(f)
+                    + "' is neither a number of ms nor a Kernel Tuner "
+                      "failure (CompilationFailedConfig, RuntimeFailedConfig, InvalidConfig)");
             e.verdict = f == "CompilationFailedConfig" ? Verdict::CompileFailed
                 : f == "RuntimeFailedConfig"           ? Verdict::Crashed
                                                        : Verdict::Rejected;

@@ -118,8 +118,8 @@ TEST(ExprLimits, UnaryChainsAreBounded)
     EXPECT_NE(parseError(repeat("-", 60000) + "T").find("nested more than 256"), std::string::npos);
     EXPECT_NE(parseError(repeat("!", 300) + "T").find("nested more than 256"), std::string::npos);
     EXPECT_EQ(Expr::parse(repeat("- ", 100) + "T").evaluateInt({ { "T", 3 } }), 3);
-    EXPECT_NE(parseError(repeat("min(1, ", 300) + "1" + repeat(")", 300)).find("nested more than 256"),
-        std::string::npos);
+    EXPECT_NE(
+        parseError(repeat("min(1, ", 300) + "1" + repeat(")", 300)).find("nested more than 256"), std::string::npos);
     EXPECT_NE(parseError(repeat("1 ? 1 : ", 300) + "1").find("nested more than 256"), std::string::npos);
 }
 

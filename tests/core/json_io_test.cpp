@@ -220,8 +220,8 @@ TEST(ProblemValidation, DeeplyNestedJsonIsAnErrorNotACrash)
 {
     const std::size_t depth = 300000;
     for (const char* key : { "flops", "dims", "tuning_shapes", "tolerances" }) {
-        const std::string text = std::string("{\"name\":\"p\",\"") + key + "\":" + std::string(depth, '[')
-            + std::string(depth, ']') + "}";
+        const std::string text
+            = std::string("{\"name\":\"p\",\"") + key + "\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
         kl::Json j = kl::Json::parse(text);
         const std::string why = problemError(j);
         EXPECT_EQ(why.rfind("p.json.", 0), 0u) << key << ": " << why.substr(0, 300);

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <gtest/gtest.h>
+#include <limits>
 #include <sstream>
 
 namespace {
@@ -97,7 +97,10 @@ std::string readText(const std::string& path)
     return s.str();
 }
 
-std::string rmsnormTemplate() { return readText(kProblemsDir + "rmsnorm/template.cu"); }
+std::string rmsnormTemplate()
+{
+    return readText(kProblemsDir + "rmsnorm/template.cu");
+}
 
 std::string replaced(std::string s, const std::string& from, const std::string& to)
 {
@@ -181,13 +184,14 @@ TEST(KernelSpecAgainstProblem, LaunchLineNamingAnUnknownIdentifierIsAnError)
     const std::string source = rmsnormTemplate();
     const std::string launch = source.substr(source.find(kLaunch));
     const std::string line = launch.substr(0, launch.find('\n'));
-    const std::string bogus = replaced(source, line,
-        kLaunch + "ceil_div(T, BOGUS)) block=(THREADS) smem=0 args=(y, x, w, T, H, eps)");
+    const std::string bogus
+        = replaced(source, line, kLaunch + "ceil_div(T, BOGUS)) block=(THREADS) smem=0 args=(y, x, w, T, H, eps)");
     const std::string why = specError(bogus, problem);
     EXPECT_NE(why.find("@kl:launch grid 'ceil_div(T, BOGUS)' names 'BOGUS'"), std::string::npos) << why;
     EXPECT_EQ(why.rfind("line " + std::to_string(lineOf(bogus, "BOGUS")) + ":", 0), 0u) << why;
 
-    const std::string smem = replaced(source, line, kLaunch + "T) block=(THREADS) smem=(Q*4) args=(y, x, w, T, H, eps)");
+    const std::string smem
+        = replaced(source, line, kLaunch + "T) block=(THREADS) smem=(Q*4) args=(y, x, w, T, H, eps)");
     EXPECT_NE(specError(smem, problem).find("@kl:launch smem 'Q*4' names 'Q'"), std::string::npos);
 }
 
@@ -195,7 +199,8 @@ TEST(KernelSpecAgainstProblem, LaunchLineNamingAnUnknownIdentifierIsAnError)
 TEST(KernelSpecAgainstProblem, LaunchArgumentThatNamesNothingIsAnError)
 {
     const kl::Problem problem = kl::loadProblem(kProblemsDir + "rmsnorm");
-    const std::string why = specError(replaced(rmsnormTemplate(), "args=(y, x, w, T, H, eps)", "args=(y, x, w, T, H, zzz)"), problem);
+    const std::string why
+        = specError(replaced(rmsnormTemplate(), "args=(y, x, w, T, H, eps)", "args=(y, x, w, T, H, zzz)"), problem);
     EXPECT_NE(why.find("@kl:launch argument 'zzz' is not a tensor, workspace, dim, scalar or parameter of rmsnorm"),
         std::string::npos)
         << why;
@@ -252,8 +257,8 @@ TEST(KernelSpecParams, ValuesFromOutsideMustBeDeclaredAndSatisfyTheConstraints)
     EXPECT_NE(error({ { "BOGUS", 3 } }).find("parameter 'BOGUS' is not declared (declared: THREADS, VEC, CACHE"),
         std::string::npos)
         << error({ { "BOGUS", 3 } });
-    EXPECT_NE(error({ { "VEC", 3 } }).find("VEC=3 is not one of the values declared on line 8 [2, 4, 8]"),
-        std::string::npos)
+    EXPECT_NE(
+        error({ { "VEC", 3 } }).find("VEC=3 is not one of the values declared on line 8 [2, 4, 8]"), std::string::npos)
         << error({ { "VEC", 3 } });
     EXPECT_NE(error({ { "VEC", 8 }, { "CACHE", 32 } }).find("CACHE=32 is not one of the values"), std::string::npos);
     const std::string violated = error({ { "MINTPR", 256 }, { "THREADS", 64 } });
@@ -301,12 +306,14 @@ TEST(KernelSpecAgainstProblem, LaunchGeometryAtTheDefaultsIsALaunchAtEveryDeclar
     const std::string launch = source.substr(source.find(kLaunch));
     const std::string line = launch.substr(0, launch.find('\n'));
     const int lineNo = lineOf(source, kLaunch);
-    const std::string byZero
-        = specError(replaced(source, line, kLaunch + "T / (VEC - VEC)) block=(THREADS) args=(y, x, w, T, H, eps)"), problem);
-    EXPECT_EQ(byZero.rfind("line " + std::to_string(lineNo) + ": @kl:launch grid at H=8192,T=16 with the defaults: ", 0), 0u)
+    const std::string byZero = specError(
+        replaced(source, line, kLaunch + "T / (VEC - VEC)) block=(THREADS) args=(y, x, w, T, H, eps)"), problem);
+    EXPECT_EQ(
+        byZero.rfind("line " + std::to_string(lineNo) + ": @kl:launch grid at H=8192,T=16 with the defaults: ", 0), 0u)
         << byZero;
     EXPECT_NE(byZero.find("division by zero"), std::string::npos) << byZero;
-    const std::string zero = specError(replaced(source, line, kLaunch + "0) block=(THREADS) args=(y, x, w, T, H, eps)"), problem);
+    const std::string zero
+        = specError(replaced(source, line, kLaunch + "0) block=(THREADS) args=(y, x, w, T, H, eps)"), problem);
     EXPECT_NE(zero.find("@kl:launch grid '0' is 0 at H=8192,T=16 with the defaults; a launch needs at least 1"),
         std::string::npos)
         << zero;
@@ -322,7 +329,8 @@ TEST(KernelSpec, NulBytesOctalLookingValuesAndHugeSpaces)
     } catch (const kl::InputError& e) {
         EXPECT_EQ(std::string(e.what()).rfind("line 1: a NUL byte", 0), 0u) << e.what();
     }
-    const kl::KernelSpec decimal = kl::parseKernelSpec("// @kl:param W = 010 in [2, 4, 010, 0x10]\n" + std::string(kSource));
+    const kl::KernelSpec decimal
+        = kl::parseKernelSpec("// @kl:param W = 010 in [2, 4, 010, 0x10]\n" + std::string(kSource));
     EXPECT_EQ(decimal.param("W")->defaultValue, 10);
     EXPECT_EQ(decimal.param("W")->values, (std::vector<std::int64_t> { 2, 4, 10, 16 }));
     std::string huge;

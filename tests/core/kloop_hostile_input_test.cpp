@@ -54,7 +54,8 @@ fs::path rmsnormCopy(const fs::path& dir, const std::string& name, const std::fu
 
 std::string nested(int depth, const std::string& inner)
 {
-    return std::string(static_cast<std::size_t>(depth), '(') + inner + std::string(static_cast<std::size_t>(depth), ')');
+    return std::string(static_cast<std::size_t>(depth), '(') + inner
+        + std::string(static_cast<std::size_t>(depth), ')');
 }
 
 void expectRefused(const ProcessResult& r, const std::string& message, int exitCode = 1)
@@ -97,9 +98,12 @@ TEST(KloopHostileInput, SessionNewRefusesProblemWithDuplicateDimsOrBadShapes)
 {
     kl::test::TempDir tmp;
     const fs::path dup = rmsnormCopy(tmp.path(), "dup", [](kl::Json& j) { j["dims"].push_back(j["dims"][0]); });
-    expectRefused(runKloop({ "session", "new", (tmp.path() / "s1").string(), "--problem", dup.string() }, {}, tmp.path()),
+    expectRefused(
+        runKloop({ "session", "new", (tmp.path() / "s1").string(), "--problem", dup.string() }, {}, tmp.path()),
         "dup/problem.json.dims[2].name: dim 'T': a dim of that name is declared already");
-    const fs::path shape = rmsnormCopy(tmp.path(), "shape", [](kl::Json& j) { j["tensors"][1]["shape"] = { "Z", "H/0" }; });
+    const fs::path shape = rmsnormCopy(tmp.path(), "shape", [](kl::Json& j) {
+        j["tensors"][1]["shape"] = { "Z", "H/0" };
+    });
     expectRefused(
         runKloop({ "session", "new", (tmp.path() / "s2").string(), "--problem", shape.string() }, {}, tmp.path()),
         "shape/problem.json.tensors[1].shape[0]: 'Z' names 'Z', which is not a dim");
@@ -122,13 +126,16 @@ TEST(KloopHostileInput, EvalRefusesCandidatesWhoseAnnotationsDoNotFitTheProblem)
     kl::test::TempDir tmp;
     const std::string tmpl = readText(kSource / "kernels/problems/rmsnorm/template.cu");
     const std::vector<std::pair<std::string, std::string>> cases = {
-        { replaced(tmpl, "VEC * CACHE <= 128", "VEC * NOPE <= 128"), "line 13: @kl:constraint 'VEC * NOPE <= 128' names 'NOPE'" },
+        { replaced(tmpl, "VEC * CACHE <= 128", "VEC * NOPE <= 128"),
+            "line 13: @kl:constraint 'VEC * NOPE <= 128' names 'NOPE'" },
         { replaced(tmpl, "grid=(ceil_div(T, THREADS /", "grid=(ceil_div(T, BOGUS) + 0 * ceil_div(T, THREADS /"),
             "names 'BOGUS'" },
-        { replaced(tmpl, "args=(y, x, w, T, H, eps)", "args=(y, x)"), "@kl:launch passes 2 arguments to rmsnorm_template" },
+        { replaced(tmpl, "args=(y, x, w, T, H, eps)", "args=(y, x)"),
+            "@kl:launch passes 2 arguments to rmsnorm_template" },
         { replaced(tmpl, "grid=(", "grid=(" + std::string(5000, '(') + "1" + std::string(5000, ')') + " * "),
             "line 14: grid: expression '((((" },
-        { replaced(tmpl, "VEC * CACHE <= 128", nested(5000, "VEC * CACHE <= 128")), "nested more than 256 levels deep" },
+        { replaced(tmpl, "VEC * CACHE <= 128", nested(5000, "VEC * CACHE <= 128")),
+            "nested more than 256 levels deep" },
     };
     for (std::size_t i = 0; i < cases.size(); ++i) {
         const fs::path cand = tmp.path() / ("cand" + std::to_string(i) + ".cu");
@@ -136,7 +143,8 @@ TEST(KloopHostileInput, EvalRefusesCandidatesWhoseAnnotationsDoNotFitTheProblem)
         const ProcessResult r
             = runKloop({ "eval", "rmsnorm", cand.string(), "--compile-only", "--arch", "sm_90a" }, {}, tmp.path());
         EXPECT_EQ(r.exitCode, 1) << i << ": " << r.out.substr(0, 600);
-        EXPECT_NE((r.out + r.err).find(cases[i].second), std::string::npos) << i << ": " << (r.out + r.err).substr(0, 600);
+        EXPECT_NE((r.out + r.err).find(cases[i].second), std::string::npos)
+            << i << ": " << (r.out + r.err).substr(0, 600);
     }
 }
 
@@ -151,8 +159,8 @@ TEST(KloopHostileInput, EvalRefusesParamsThatAreUndeclaredOrOutsideTheirValues)
         { "THREADS=64,MINTPR=256", "constraint 'MINTPR <= THREADS' (line 12) does not hold" },
     };
     for (const auto& [params, message] : cases) {
-        const ProcessResult r = runKloop(
-            { "eval", "rmsnorm", "--compile-only", "--arch", "sm_90a", "--params", params }, {}, tmp.path());
+        const ProcessResult r
+            = runKloop({ "eval", "rmsnorm", "--compile-only", "--arch", "sm_90a", "--params", params }, {}, tmp.path());
         EXPECT_EQ(r.exitCode, 1) << params << ": " << r.out.substr(0, 600);
         EXPECT_NE((r.out + r.err).find(message), std::string::npos) << params << ": " << (r.out + r.err).substr(0, 600);
     }
@@ -164,10 +172,12 @@ TEST(KloopHostileInput, SessionDiffContextIsBoundedAndCheckedAsANumber)
 {
     kl::test::TempDir tmp;
     const std::string demo = (kSource / "resources/demo-session").string();
-    const ProcessResult small = runKloop({ "session", "diff", demo, "c0002", "c0016", "--context", "100000" }, {}, tmp.path());
+    const ProcessResult small
+        = runKloop({ "session", "diff", demo, "c0002", "c0016", "--context", "100000" }, {}, tmp.path());
     ASSERT_EQ(small.exitCode, 0) << small.err;
     for (const char* big : { "2147483647", "2147483646", "99999999999" }) {
-        const ProcessResult r = runKloop({ "session", "diff", demo, "c0002", "c0016", "--context", big }, {}, tmp.path());
+        const ProcessResult r
+            = runKloop({ "session", "diff", demo, "c0002", "c0016", "--context", big }, {}, tmp.path());
         EXPECT_EQ(r.exitCode, 0) << big << ": " << r.err;
         EXPECT_EQ(r.out, small.out) << big;
     }
@@ -183,7 +193,8 @@ TEST(KloopHostileInput, TuningDbImportRefusesUndeclaredValuesAndNonNumericTimes)
     const kl::Json cache = { { "tune_params_keys", { "THREADS", "VEC", "CACHE", "MINTPR", "MINB" } },
         { "cache",
             { { "1,8,4,32,1",
-                { { "THREADS", 1 }, { "VEC", 8 }, { "CACHE", 4 }, { "MINTPR", 32 }, { "MINB", 1 }, { "time", "abc" } } } } } };
+                { { "THREADS", 1 }, { "VEC", 8 }, { "CACHE", 4 }, { "MINTPR", 32 }, { "MINB", 1 },
+                    { "time", "abc" } } } } } };
     writeText(tmp.path() / "kt_bad.json", cache.dump());
     const fs::path db = tmp.path() / "imp.jsonl";
     expectRefused(runKloop({ "tuning-db", "import", (tmp.path() / "kt_bad.json").string(), "--problem", "rmsnorm",
@@ -211,8 +222,8 @@ TEST(KloopHostileInput, ExportRefusesABestCandidateWithAHostileConstraint)
             if (!edited && line.find("\"candidate-proposed\"") != std::string::npos
                 && line.find("\"candidate\":\"c0016\"") != std::string::npos) {
                 kl::Json j = kl::Json::parse(line);
-                j["data"]["source"] = replaced(
-                    j["data"]["source"].get<std::string>(), "// @kl:constraint", "// @kl:constraint " + hostile + " && ");
+                j["data"]["source"] = replaced(j["data"]["source"].get<std::string>(), "// @kl:constraint",
+                    "// @kl:constraint " + hostile + " && ");
                 line = j.dump();
                 edited = true;
             }

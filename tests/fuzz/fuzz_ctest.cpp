@@ -2,15 +2,14 @@
 // (the shipped problems, templates and traces plus tests/fuzz/corpus), within a time budget. A broken property
 // fails the test and leaves the input in the build tree to replay (tests/fuzz/README.md).
 #include "tests/fuzz/fuzz_targets.h"
-
 #include "tests/fuzz/mutator.h"
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <gtest/gtest.h>
+#include <map>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -60,19 +59,22 @@ std::vector<std::string> seedsFor(const std::string& target)
 
 std::vector<std::string> tokensFor(const std::string& target)
 {
-    std::vector<std::string> common = { "(", ")", "[", "]", "{", "}", ",", "\"", "\\", "\n", "//", "0", "-1",
-        "1e308", "9223372036854775807", "-", "+", "*", "/0", "%", "?", ":", "&&", "||", "!", "<=", "T", "H", "\xff",
-        std::string(1, '\0') };
+    std::vector<std::string> common
+        = { "(", ")", "[", "]", "{", "}", ",", "\"", "\\", "\n", "//", "0", "-1", "1e308", "9223372036854775807", "-",
+              "+", "*", "/0", "%", "?", ":", "&&", "||", "!", "<=", "T", "H", "\xff", std::string(1, '\0') };
     const std::map<std::string, std::vector<std::string>> extra = {
         { "expressions", { "min(", "ceil_div(", "next_pow2(", "pow(", "1.5", "BLOCK", ".", "e" } },
         { "annotations",
             { "// @kl:param ", "// @kl:constraint ", "// @kl:launch ", "// @kl:workspace ", " in [", "grid=(",
                 "block=(", "args=(", "smem=", "bytes=", "__global__ void ", "/*", "*/", " @kl:" } },
-        { "problem_json", { "\"dims\":", "\"name\":", "\"shape\":", "\"tensors\":", "\"weight\":", "null", "true", "1e400" } },
+        { "problem_json",
+            { "\"dims\":", "\"name\":", "\"shape\":", "\"tensors\":", "\"weight\":", "null", "true", "1e400" } },
         { "llm_replies",
             { "```kl-candidate\n", "```kl-diff\n", "```\n", "NOTE: ", "--- a/candidate.cu\n", "+++ b/candidate.cu\n",
                 "@@ -1,3 +1,4 @@\n", "+// @kl:constraint ", "-", " ", "// @kl:launch " } },
-        { "traces", { "\"traceEvents\":", "\"ph\":\"X\"", "\"ts\":", "\"dur\":", "-1e12", "\"cat\":\"kernel\"", "\"pid\":", "null" } },
+        { "traces",
+            { "\"traceEvents\":", "\"ph\":\"X\"", "\"ts\":", "\"dur\":", "-1e12", "\"cat\":\"kernel\"",
+                "\"pid\":", "null" } },
     };
     const auto& more = extra.at(target);
     common.insert(common.end(), more.begin(), more.end());
@@ -125,8 +127,23 @@ void fuzz(const Target& target)
 
 } // namespace
 
-TEST(Fuzz, Expressions) { fuzz(targets()[0]); }
-TEST(Fuzz, Annotations) { fuzz(targets()[1]); }
-TEST(Fuzz, ProblemJson) { fuzz(targets()[2]); }
-TEST(Fuzz, LlmReplies) { fuzz(targets()[3]); }
-TEST(Fuzz, Traces) { fuzz(targets()[4]); }
+TEST(Fuzz, Expressions)
+{
+    fuzz(targets()[0]);
+}
+TEST(Fuzz, Annotations)
+{
+    fuzz(targets()[1]);
+}
+TEST(Fuzz, ProblemJson)
+{
+    fuzz(targets()[2]);
+}
+TEST(Fuzz, LlmReplies)
+{
+    fuzz(targets()[3]);
+}
+TEST(Fuzz, Traces)
+{
+    fuzz(targets()[4]);
+}

@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <sstream>
 #include <set>
+#include <sstream>
 
 namespace kl::fuzz {
 
@@ -48,7 +48,10 @@ namespace {
         return best;
     }
 
-    bool sameValue(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+    bool sameValue(double a, double b)
+    {
+        return a == b || (std::isnan(a) && std::isnan(b));
+    }
 
     void checkExpression(std::string_view input)
     {
@@ -170,8 +173,8 @@ namespace {
             s << in.rdbuf();
             return s.str();
         }();
-        static const std::set<std::string> kinds = { "malformed-reply", "diff-does-not-apply", "bad-annotations",
-            "no-change" };
+        static const std::set<std::string> kinds
+            = { "malformed-reply", "diff-does-not-apply", "bad-annotations", "no-change" };
         const std::string reply(input);
         for (const std::string* b : { &base, static_cast<const std::string*>(nullptr) }) {
             try {

@@ -6,7 +6,8 @@
 
 TEST(LlmReply, DeeplyNestedConstraintIsABadAnnotationsReply)
 {
-    const std::string reply = "NOTE: tighter tiles.\n```kl-candidate\n// @kl:param VEC = 8 in [4, 8]\n// @kl:constraint "
+    const std::string reply
+        = "NOTE: tighter tiles.\n```kl-candidate\n// @kl:param VEC = 8 in [4, 8]\n// @kl:constraint "
         + std::string(6000, '(') + "VEC <= 8" + std::string(6000, ')')
         + "\n// @kl:launch k grid=(T) block=(256) args=(y, x, w, T, H, eps)\n"
           "extern \"C\" __global__ void k(void* y, const void* x, const void* w, int T, int H, float eps) {}\n```\n";
