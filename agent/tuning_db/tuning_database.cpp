@@ -417,7 +417,9 @@ std::size_t TuningDatabase::importKernelTunerCache(const nlohmann::json& doc, co
         r.origin = origin;
         r.recordedMs = nowMs();
         Evaluation& e = r.evaluation;
-        const auto& t = entry.contains("time") ? entry["time"] : nlohmann::json();
+        static const nlohmann::json kNoTime;
+        // A reference, not a copy: copying a hostile, deeply nested value recurses once per level.
+        const nlohmann::json& t = entry.contains("time") ? entry["time"] : kNoTime;
         if (t.is_number()) {
             if (spec && !(t.get<double>() >= 0 && std::isfinite(t.get<double>())))
                 throw InputError(w + ".time: " + t.dump() + " is not a time in ms");
@@ -444,6 +446,9 @@ std::size_t TuningDatabase::importKernelTunerCache(const nlohmann::json& doc, co
                                                        : Verdict::Rejected;
             e.reasons.push_back({ "import.kernel-tuner", "Kernel Tuner recorded " + f, 0, true });
         } else {
+            if (spec)
+                throw InputError(w + ".time: expected a number of ms or a Kernel Tuner failure, got "
+                    + (t.is_null() ? std::string("none") : t.type_name()));
             if (warnings)
                 warnings->push_back(w + ": no time; entry skipped");
             continue;

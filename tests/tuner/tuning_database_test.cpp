@@ -214,6 +214,12 @@ TEST(TuningDatabase, KernelTunerEntryWithUndeclaredValuesOrABadTimeIsAnErrorNami
         { "cache", { { "64,1", { { "BLOCK", 64 }, { "THREADS", 1 }, { "time", 1.0 } } } } } });
     EXPECT_NE(why.find("parameter 'THREADS' is not declared (declared: BLOCK, VEC, UNROLL, ROWS)"), std::string::npos)
         << why;
+    // A deeply nested time is refused without being copied (a copy recursed once per level: SIGSEGV).
+    const nlohmann::json deep = nlohmann::json::parse(
+        "{\"tune_params_keys\":[\"BLOCK\"],\"cache\":{\"64\":{\"BLOCK\":64,\"time\":" + std::string(200000, '[')
+        + std::string(200000, ']') + "}}}");
+    why = importError(deep);
+    EXPECT_EQ(why, "kt.json.cache[\"64\"].time: expected a number of ms or a Kernel Tuner failure, got array");
     // A refused file records nothing, not even its good entries.
     ASSERT_EQ(db->spaces().size(), 1u);
     EXPECT_EQ(db->spaces()[0].records, 1u) << "only the one good import above (its two entries are one configuration)";
