@@ -87,7 +87,9 @@ namespace {
         const fs::path source = a.option("source") ? fs::path(*a.option("source")) : folder / problem.templateFile;
         MeasurementKey key;
         key.problem = problem.name;
-        key.sourceHash = sha256Hex(readFile(source));
+        const std::string sourceText = readFile(source);
+        const KernelSpec spec = parseKernelSpec(sourceText, problem);
+        key.sourceHash = sha256Hex(sourceText);
         key.shapes = shapesOf(problem);
         key.device = *a.option("device");
         key.driver = a.optionOr("driver", "");
@@ -95,7 +97,7 @@ namespace {
         auto db = TuningDatabase::open(dbPath(a));
         std::vector<std::string> warnings;
         const std::size_t added
-            = db->importKernelTunerCache(doc, key, "kernel-tuner:" + file.filename().string(), &warnings);
+            = db->importKernelTunerCache(doc, key, "kernel-tuner:" + file.filename().string(), &warnings, &spec);
         for (const auto& w : warnings)
             std::cerr << "warning: " << w << "\n";
         std::cout << "imported " << added << " configurations into " << db->file().string()

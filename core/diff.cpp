@@ -101,6 +101,9 @@ std::vector<DiffHunk> diffHunks(const std::string& oldText, const std::string& n
     const auto lines = diffLines(a, b);
     std::vector<DiffHunk> hunks;
     const int total = static_cast<int>(lines.size());
+    if (context < 0)
+        throw InputError("diff context must not be negative, got " + std::to_string(context));
+    context = std::min(context, total); // more context than lines shows the whole file; keeps 2 * context in range
     int i = 0;
     while (i < total) {
         while (i < total && lines[i].kind == DiffLine::Kind::Context)
@@ -207,7 +210,7 @@ std::string applyUnifiedDiff(const std::string& oldText, const std::string& diff
         if (minus == std::string::npos || plus == std::string::npos || close == std::string::npos
             || !parseRange(line.substr(minus + 1, line.find(' ', minus) - minus - 1), oldStart, oldCount)
             || !parseRange(line.substr(plus + 1, line.find(' ', plus) - plus - 1), newStart, newCount))
-            throw InputError("diff hunk " + std::to_string(hunkNo) + ": malformed header '" + line + "'");
+            throw InputError("diff hunk " + std::to_string(hunkNo) + ": malformed header '" + abbreviate(line) + "'");
         ++p;
         std::vector<std::string> expectOld, produce;
         while (p < patch.size() && patch[p].rfind("@@", 0) != 0) {
@@ -258,7 +261,7 @@ std::string applyUnifiedDiff(const std::string& oldText, const std::string& diff
                 }
         }
         if (at == std::string::npos)
-            throw InputError("diff hunk " + std::to_string(hunkNo) + " (" + line
+            throw InputError("diff hunk " + std::to_string(hunkNo) + " (" + abbreviate(line)
                 + ") does not apply: its context or removed lines are not in the source");
         for (; srcPos < at; ++srcPos)
             out.push_back(src[srcPos]);

@@ -1,5 +1,7 @@
 #include "core/expr.h"
 
+#include "core/errors.h"
+
 #include <cctype>
 #include <cmath>
 #include <set>
@@ -10,6 +12,16 @@ namespace {
 
     using NodePtr = std::shared_ptr<const Expr::Node>;
 
+    const std::map<std::string, std::size_t, std::less<>> kArity
+        = { { "min", 2 }, { "max", 2 }, { "ceil_div", 2 }, { "div", 2 }, { "pow", 2 }, { "floor", 1 }, { "ceil", 1 },
+              { "round", 1 }, { "abs", 1 }, { "log2", 1 }, { "sqrt", 1 }, { "next_pow2", 1 } };
+
+    // A parsed subtree with its height, so that no tree deeper than Expr::kMaxDepth is ever built.
+    struct Sub {
+        NodePtr node;
+        int height = 1;
+    };
+
     class Parser {
     public:
         explicit Parser(const std::string& text)
@@ -19,18 +31,34 @@ namespace {
 
         NodePtr parseAll()
         {
-            NodePtr n = ternary();
+            Sub n = ternary();
             skip();
             if (m_pos != m_s.size())
                 fail("unexpected '" + std::string(1, m_s[m_pos]) + "'");
-            return n;
+            return n.node;
         }
 
     private:
         [[noreturn]] void fail(const std::string& what) const
         {
-            throw ExprError("expression '" + m_s + "', column " + std::to_string(m_pos + 1) + ": " + what);
+            throw ExprError("expression '" + abbreviate(m_s) + "', column " + std::to_string(m_pos + 1) + ": " + what);
         }
+        // The grammar recurses through ternary() and unary(); bounding them bounds the parser's stack.
+        class Nesting {
+        public:
+            explicit Nesting(Parser& p)
+                : m_p(p)
+            {
+                if (++m_p.m_nesting > Expr::kMaxDepth)
+                    m_p.fail("nested more than " + std::to_string(Expr::kMaxDepth) + " levels deep (the limit)");
+            }
+            ~Nesting() { --m_p.m_nesting; }
+            Nesting(const Nesting&) = delete;
+            Nesting& operator=(const Nesting&) = delete;
+
+        private:
+            Parser& m_p;
+        };
         void skip()
         {
             while (m_pos < m_s.size() && std::isspace(static_cast<unsigned char>(m_s[m_pos])))
@@ -53,36 +81,44 @@ namespace {
             m_pos += t.size();
             return true;
         }
-        static NodePtr make(Expr::Node::Kind k, std::string name, std::vector<NodePtr> args, double num = 0)
+        Sub make(Expr::Node::Kind k, std::string name, std::vector<Sub> args, double num = 0) const
         {
             auto n = std::make_shared<Expr::Node>();
             n->kind = k;
             n->name = std::move(name);
-            n->args = std::move(args);
             n->number = num;
-            return n;
+            int height = 1;
+            for (auto& a : args) {
+                height = std::max(height, a.height + 1);
+                n->args.push_back(std::move(a.node));
+            }
+            if (height > Expr::kMaxDepth)
+                fail("more than " + std::to_string(Expr::kMaxDepth)
+                    + " levels deep (the limit; each operator of a chain such as a+b+c is one level)");
+            return { std::move(n), height };
         }
-        NodePtr ternary()
+        Sub ternary()
         {
-            NodePtr c = logicalOr();
+            const Nesting nesting(*this);
+            Sub c = logicalOr();
             if (eat("?")) {
-                NodePtr a = ternary();
+                Sub a = ternary();
                 if (!eat(":"))
                     fail("expected ':'");
-                NodePtr b = ternary();
-                return make(Expr::Node::Kind::Ternary, "?", { c, a, b });
+                Sub b = ternary();
+                return make(Expr::Node::Kind::Ternary, "?", { std::move(c), std::move(a), std::move(b) });
             }
             return c;
         }
-        template <typename Next> NodePtr binaryLevel(std::initializer_list<const char*> ops, Next next)
+        template <typename Next> Sub binaryLevel(std::initializer_list<const char*> ops, Next next)
         {
-            NodePtr lhs = (this->*next)();
+            Sub lhs = (this->*next)();
             for (;;) {
                 bool matched = false;
                 for (const char* op : ops) {
                     if (eat(op)) {
-                        NodePtr rhs = (this->*next)();
-                        lhs = make(Expr::Node::Kind::Binary, op, { lhs, rhs });
+                        Sub rhs = (this->*next)();
+                        lhs = make(Expr::Node::Kind::Binary, op, { std::move(lhs), std::move(rhs) });
                         matched = true;
                         break;
                     }
@@ -91,23 +127,26 @@ namespace {
                     return lhs;
             }
         }
-        NodePtr logicalOr() { return binaryLevel({ "||" }, &Parser::logicalAnd); }
-        NodePtr logicalAnd() { return binaryLevel({ "&&" }, &Parser::equality); }
-        NodePtr equality() { return binaryLevel({ "==", "!=" }, &Parser::relational); }
-        NodePtr relational() { return binaryLevel({ "<=", ">=", "<", ">" }, &Parser::additive); }
-        NodePtr additive() { return binaryLevel({ "+", "-" }, &Parser::multiplicative); }
-        NodePtr multiplicative() { return binaryLevel({ "*", "/", "%" }, &Parser::unary); }
-        NodePtr unary()
+        Sub logicalOr() { return binaryLevel({ "||" }, &Parser::logicalAnd); }
+        Sub logicalAnd() { return binaryLevel({ "&&" }, &Parser::equality); }
+        Sub equality() { return binaryLevel({ "==", "!=" }, &Parser::relational); }
+        Sub relational() { return binaryLevel({ "<=", ">=", "<", ">" }, &Parser::additive); }
+        Sub additive() { return binaryLevel({ "+", "-" }, &Parser::multiplicative); }
+        Sub multiplicative() { return binaryLevel({ "*", "/", "%" }, &Parser::unary); }
+        Sub unary()
         {
-            if (eat("-"))
-                return make(Expr::Node::Kind::Unary, "-", { unary() });
-            if (eat("+"))
-                return unary();
-            if (eat("!"))
-                return make(Expr::Node::Kind::Unary, "!", { unary() });
+            for (const char* op : { "-", "+", "!" }) {
+                if (!eat(op))
+                    continue;
+                const Nesting nesting(*this);
+                Sub operand = unary();
+                if (*op == '+')
+                    return operand;
+                return make(Expr::Node::Kind::Unary, op, { std::move(operand) });
+            }
             return primary();
         }
-        NodePtr primary()
+        Sub primary()
         {
             skip();
             if (m_pos >= m_s.size())
@@ -115,7 +154,7 @@ namespace {
             const char c = m_s[m_pos];
             if (c == '(') {
                 ++m_pos;
-                NodePtr n = ternary();
+                Sub n = ternary();
                 if (!eat(")"))
                     fail("expected ')'");
                 return n;
@@ -139,24 +178,23 @@ namespace {
                     ++m_pos;
                 std::string id = m_s.substr(start, m_pos - start);
                 if (eat("(")) {
-                    std::vector<NodePtr> args;
+                    std::vector<Sub> args;
                     if (!eat(")")) {
                         do {
                             args.push_back(ternary());
                         } while (eat(","));
                         if (!eat(")"))
-                            fail("expected ')' after arguments of " + id);
+                            fail("expected ')' after arguments of " + abbreviate(id));
                     }
-                    static const std::map<std::string, std::size_t> arity = { { "min", 2 }, { "max", 2 },
-                        { "ceil_div", 2 }, { "div", 2 }, { "pow", 2 }, { "floor", 1 }, { "ceil", 1 }, { "round", 1 },
-                        { "abs", 1 }, { "log2", 1 }, { "sqrt", 1 }, { "next_pow2", 1 } };
-                    const auto it = arity.find(id);
-                    if (it == arity.end())
-                        fail("unknown function '" + id + "'");
+                    const auto it = kArity.find(id);
+                    if (it == kArity.end())
+                        fail("unknown function '" + abbreviate(id) + "'");
                     if (it->second != args.size())
                         fail(id + " takes " + std::to_string(it->second) + " arguments");
                     return make(Expr::Node::Kind::Call, id, std::move(args));
                 }
+                if (kArity.count(id))
+                    fail("'" + id + "' is a function: call it as " + id + "(...)");
                 if (id == "true")
                     return make(Expr::Node::Kind::Number, {}, {}, 1);
                 if (id == "false")
@@ -168,6 +206,7 @@ namespace {
 
         const std::string& m_s;
         std::size_t m_pos = 0;
+        int m_nesting = 0;
     };
 
     bool isInteger(double v)
@@ -183,14 +222,14 @@ namespace {
     Value eval(const Expr::Node& n, const Bindings& vars, const std::string& text)
     {
         using K = Expr::Node::Kind;
-        auto err = [&](const std::string& what) { return ExprError("expression '" + text + "': " + what); };
+        auto err = [&](const std::string& what) { return ExprError("expression '" + abbreviate(text) + "': " + what); };
         switch (n.kind) {
         case K::Number:
             return { n.number, n.name == "real" };
         case K::Var: {
             const auto it = vars.find(n.name);
             if (it == vars.end())
-                throw err("unknown name '" + n.name + "'");
+                throw err("unknown name '" + abbreviate(n.name) + "'");
             return { it->second, !isInteger(it->second) };
         }
         case K::Unary: {
@@ -295,11 +334,24 @@ namespace {
 
 Expr Expr::parse(const std::string& text)
 {
+    if (text.size() > kMaxLength)
+        throw ExprError("expression '" + abbreviate(text) + "' is " + std::to_string(text.size())
+            + " characters, more than the limit of " + std::to_string(kMaxLength));
     Expr e;
     e.m_text = text;
     Parser p(e.m_text);
     e.m_root = p.parseAll();
     return e;
+}
+
+bool Expr::isVariableName(const std::string& name)
+{
+    if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_'))
+        return false;
+    for (char c : name)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_'))
+            return false;
+    return !kArity.count(name) && name != "true" && name != "false";
 }
 
 double Expr::evaluate(const Bindings& vars) const
@@ -313,7 +365,7 @@ std::int64_t Expr::evaluateInt(const Bindings& vars) const
 {
     const double v = evaluate(vars);
     if (!isInteger(v))
-        throw ExprError("expression '" + m_text + "' is not an integer here (" + std::to_string(v) + ")");
+        throw ExprError("expression '" + abbreviate(m_text) + "' is not an integer here (" + std::to_string(v) + ")");
     return static_cast<std::int64_t>(v);
 }
 

@@ -24,10 +24,17 @@ public:
 // Grammar: ternary ?:, || && ! == != < <= > >= + - * / % (C semantics on integers),
 // unary -, parentheses, numbers, identifiers and the functions
 // min max ceil_div div floor ceil round abs log2 sqrt pow next_pow2.
+// Expressions come from problem.json, candidates and LLM replies, so their size is bounded: every walk of the
+// tree (evaluation, the exporter, the destructor) recurses at most kMaxDepth levels.
 class Expr {
 public:
+    static constexpr std::size_t kMaxLength = 64 * 1024; // characters
+    static constexpr int kMaxDepth = 256; // tree levels: nesting, and each operator of a chain such as a+b+c
+
     Expr() = default;
     static Expr parse(const std::string& text); // throws ExprError with the column
+    // Whether name can be bound as a variable: an identifier that is not a function or true/false.
+    static bool isVariableName(const std::string& name);
     double evaluate(const Bindings& vars) const; // throws ExprError on unknown names or division by zero
     std::int64_t evaluateInt(const Bindings& vars) const; // throws if the value is not an integer
     bool evaluateBool(const Bindings& vars) const { return evaluate(vars) != 0.0; }

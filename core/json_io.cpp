@@ -191,10 +191,10 @@ Candidate candidateFromJson(const Json& j, const std::string& where)
     Candidate c;
     c.id = string(j, "id", where);
     if (!isSafeId(c.id))
-        throw InputError(where + ".id: '" + c.id + "' is not a safe candidate id");
+        throw InputError(where + ".id: '" + abbreviate(c.id) + "' is not a safe candidate id");
     c.parentId = stringOr(j, "parent", "", where);
     if (!c.parentId.empty() && !isSafeId(c.parentId))
-        throw InputError(where + ".parent: '" + c.parentId + "' is not a safe candidate id");
+        throw InputError(where + ".parent: '" + abbreviate(c.parentId) + "' is not a safe candidate id");
     if (j.contains("params"))
         c.params = paramsFromJson(j.at("params"), where + ".params");
     c.author = authorFromName(stringOr(j, "author", "human", where));
@@ -222,7 +222,7 @@ Hypothesis hypothesisFromJson(const Json& j, const std::string& where)
     Hypothesis h;
     h.id = string(j, "id", where);
     if (!isSafeId(h.id))
-        throw InputError(where + ".id: '" + h.id + "' is not a safe id");
+        throw InputError(where + ".id: '" + abbreviate(h.id) + "' is not a safe id");
     h.text = string(j, "text", where);
     h.author = authorFromName(stringOr(j, "author", "human", where));
     h.createdMs = integerOr(j, "created_ms", 0, where, 0);
@@ -329,7 +329,7 @@ Shape shapeFromJson(const Json& j, const std::string& where)
     if (!dims.is_object() || dims.empty())
         throw InputError(where + ".dims: expected a non-empty object of dim values");
     for (const auto& [k, v] : dims.items())
-        s.dims[k] = jsonfield::asInteger(v, where + ".dims." + k, 0, std::int64_t(1) << 40);
+        s.dims[k] = jsonfield::asInteger(v, where + ".dims." + abbreviate(k), 0, std::int64_t(1) << 40);
     s.weight = numberOr(j, "weight", 1.0, where);
     if (s.weight < 0)
         throw InputError(where + ".weight: must not be negative");
@@ -574,7 +574,7 @@ Problem problemFromJson(const Json& j, const std::string& where)
     Problem p;
     p.name = string(j, "name", where);
     if (!isSafeId(p.name))
-        throw InputError(where + ".name: '" + p.name + "' must be letters, digits, '_' or '-'");
+        throw InputError(where + ".name: '" + abbreviate(p.name) + "' must be letters, digits, '_' or '-'");
     p.description = stringOr(j, "description", "", where);
     if (const Json* tags = optionalArray(j, "tags", where))
         for (const auto& t : *tags) {
@@ -588,6 +588,8 @@ Problem problemFromJson(const Json& j, const std::string& where)
             const std::string w = where + ".dims[" + std::to_string(i++) + "]";
             DimSpec ds;
             ds.name = string(d, "name", w);
+            if (const auto bad = badProblemName(p, ds.name, "dim"))
+                throw InputError(w + ".name: " + *bad);
             ds.min = integer(d, "min", w, 0, std::int64_t(1) << 40);
             ds.max = integer(d, "max", w, ds.min, std::int64_t(1) << 40);
             ds.multipleOf = integerOr(d, "multiple_of", 1, w, 1, std::int64_t(1) << 20);
@@ -614,6 +616,8 @@ Problem problemFromJson(const Json& j, const std::string& where)
             const std::string w = where + ".scalars[" + std::to_string(i++) + "]";
             ScalarSpec sc;
             sc.name = string(s, "name", w);
+            if (const auto bad = badProblemName(p, sc.name, "scalar"))
+                throw InputError(w + ".name: " + *bad);
             const auto dt = dtypeFromName(stringOr(s, "dtype", "f32", w));
             if (!dt || (*dt != DType::F32 && *dt != DType::I32))
                 throw InputError(w + ".dtype: scalars are f32 or i32");
@@ -628,14 +632,18 @@ Problem problemFromJson(const Json& j, const std::string& where)
             const std::string w = where + ".tensors[" + std::to_string(i++) + "]";
             TensorSpec ts;
             ts.name = string(t, "name", w);
+            if (const auto bad = badProblemName(p, ts.name, "tensor"))
+                throw InputError(w + ".name: " + *bad);
             const std::string dt = string(t, "dtype", w);
             const auto d = dtypeFromName(dt);
             if (!d)
-                throw InputError(w + ".dtype: unknown dtype '" + dt + "'");
+                throw InputError(w + ".dtype: unknown dtype '" + abbreviate(dt) + "'");
             ts.dtype = *d;
             int k = 0;
             for (const auto& e : arrayField(t, "shape", w)) {
                 const std::string wk = w + ".shape[" + std::to_string(k++) + "]";
+                if (!e.is_string() && !e.is_number_integer())
+                    throw InputError(wk + ": expected an expression string or an integer");
                 try {
                     ts.shape.push_back(Expr::parse(e.is_string() ? e.get<std::string>() : e.dump()));
                 } catch (const ExprError& err) {
@@ -676,7 +684,7 @@ Problem problemFromJson(const Json& j, const std::string& where)
         for (const auto& [k, v] : tol->items()) {
             const auto d = dtypeFromName(k);
             if (!d)
-                throw InputError(where + ".tolerances: unknown dtype '" + k + "'");
+                throw InputError(where + ".tolerances: unknown dtype '" + abbreviate(k) + "'");
             p.tolerances[*d]
                 = { number(v, "rel_l2", where + ".tolerances." + k), number(v, "max_abs", where + ".tolerances." + k) };
         }
@@ -687,7 +695,8 @@ Problem problemFromJson(const Json& j, const std::string& where)
     p.templateFile = stringOr(j, "template", p.templateFile, where);
     for (const auto* f : { &p.referenceFile, &p.baselineFile, &p.templateFile })
         if (f->find('/') != std::string::npos || f->find("..") != std::string::npos)
-            throw InputError(where + ": source file names must be plain names in the problem folder, got '" + *f + "'");
+            throw InputError(
+                where + ": source file names must be plain names in the problem folder, got '" + abbreviate(*f) + "'");
     p.libraryBaseline = stringOr(j, "library_baseline", "", where);
     if (j.contains("min_arch")) {
         const std::string a = string(j, "min_arch", where);
@@ -696,6 +705,7 @@ Problem problemFromJson(const Json& j, const std::string& where)
             throw InputError(where + ".min_arch: '" + a + "' is not an architecture like \"sm_80\"");
         p.minArch = *n;
     }
+    validateProblem(p, where);
     return p;
 }
 

@@ -2,7 +2,11 @@
 
 #include "core/errors.h"
 
+#include <algorithm>
 #include <cctype>
+#include <limits>
+#include <optional>
+#include <set>
 #include <sstream>
 
 namespace kl {
@@ -67,10 +71,10 @@ namespace {
                 break;
             const std::size_t eq = s.find('=', i);
             if (eq == std::string::npos)
-                fail("expects key=value pairs, got '" + s.substr(i) + "'");
+                fail("expects key=value pairs, got '" + abbreviate(s.substr(i)) + "'");
             const std::string key = trim(s.substr(i, eq - i));
             if (!isIdent(key))
-                fail("bad key '" + key + "'");
+                fail("bad key '" + abbreviate(key) + "'");
             i = eq + 1;
             while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
                 ++i;
@@ -128,14 +132,149 @@ namespace {
     std::int64_t parseInt(const std::string& s, int line)
     {
         try {
+            // Decimal, or hex with 0x: a leading zero is not octal ("010" is ten, as a reader expects).
+            const std::string t = trim(s);
+            const bool hex = t.size() > 2 && t[0] == '0' && (t[1] == 'x' || t[1] == 'X');
             std::size_t used = 0;
-            const long long v = std::stoll(trim(s), &used, 0);
-            if (used != trim(s).size())
+            const long long v = std::stoll(hex ? t.substr(2) : t, &used, hex ? 16 : 10);
+            if (used != t.size() - (hex ? 2 : 0))
                 throw std::invalid_argument(s);
             return v;
         } catch (...) {
-            throw InputError("line " + std::to_string(line) + ": '" + trim(s) + "' is not an integer");
+            throw InputError("line " + std::to_string(line) + ": '" + abbreviate(trim(s)) + "' is not an integer");
         }
+    }
+
+    std::string joined(const std::vector<std::string>& names)
+    {
+        std::string s;
+        for (const auto& n : names)
+            s += (s.empty() ? "" : ", ") + n;
+        return s.empty() ? "none" : s;
+    }
+
+    // The source with comments, string and character literals and preprocessor lines blanked (newlines kept),
+    // so that only code is searched for a kernel's signature.
+    std::string codeOnly(const std::string& src)
+    {
+        std::string out = src;
+        enum class State { Code, Line, Block, String, Char, Directive } st = State::Code;
+        bool lineStart = true;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            const char c = src[i];
+            const char n = i + 1 < src.size() ? src[i + 1] : '\0';
+            if (c == '\n') {
+                if (st == State::Line || (st == State::Directive && (i == 0 || src[i - 1] != '\\')))
+                    st = State::Code;
+                lineStart = true;
+                continue;
+            }
+            switch (st) {
+            case State::Code:
+                if (c == '/' && n == '/')
+                    st = State::Line;
+                else if (c == '/' && n == '*')
+                    st = State::Block;
+                else if (c == '"')
+                    st = State::String;
+                else if (c == '\'')
+                    st = State::Char;
+                else if (c == '#' && lineStart)
+                    st = State::Directive;
+                if (st != State::Code)
+                    out[i] = ' ';
+                break;
+            case State::Block:
+                out[i] = ' ';
+                if (c == '*' && n == '/') {
+                    out[++i] = ' ';
+                    st = State::Code;
+                }
+                break;
+            case State::String:
+            case State::Char:
+                if (c == '\\' && n != '\n' && n != '\0') {
+                    out[i + 1] = ' ';
+                    ++i;
+                } else if (c == (st == State::String ? '"' : '\'')) {
+                    st = State::Code;
+                }
+                out[i] = ' ';
+                break;
+            case State::Line:
+            case State::Directive:
+                out[i] = ' ';
+                break;
+            }
+            if (!std::isspace(static_cast<unsigned char>(c)))
+                lineStart = false;
+        }
+        return out;
+    }
+
+    bool identChar(char c)
+    {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    }
+
+    struct Signature {
+        std::size_t parameters = 0;
+        int line = 0;
+    };
+
+    // The parameter count of the __global__ function kernel as the code spells it; nullopt where the code does not
+    // (a macro makes the name) or its declarations disagree (overloads).
+    std::optional<Signature> kernelSignature(const std::string& code, const std::string& kernel)
+    {
+        std::optional<Signature> found;
+        for (std::size_t pos = code.find(kernel); pos != std::string::npos; pos = code.find(kernel, pos + 1)) {
+            const std::size_t end = pos + kernel.size();
+            if ((pos > 0 && identChar(code[pos - 1])) || (end < code.size() && identChar(code[end])))
+                continue;
+            std::size_t open = end;
+            while (open < code.size() && std::isspace(static_cast<unsigned char>(code[open])))
+                ++open;
+            if (open >= code.size() || code[open] != '(')
+                continue;
+            const std::size_t declStart = code.find_last_of(";{}", pos);
+            const std::string prefix = code.substr(declStart == std::string::npos ? 0 : declStart + 1,
+                pos - (declStart == std::string::npos ? 0 : declStart + 1));
+            bool global = false;
+            for (std::size_t g = prefix.find("__global__"); g != std::string::npos;
+                 g = prefix.find("__global__", g + 1))
+                global
+                    |= (g == 0 || !identChar(prefix[g - 1])) && (g + 10 >= prefix.size() || !identChar(prefix[g + 10]));
+            if (!global)
+                continue;
+            int depth = 0;
+            std::size_t commas = 0, close = open;
+            std::string list;
+            for (; close < code.size(); ++close) {
+                const char c = code[close];
+                if (c == '(' || c == '[' || c == '{' || c == '<')
+                    ++depth;
+                else if (c == ')' || c == ']' || c == '}' || c == '>')
+                    --depth;
+                if (depth == 0)
+                    break;
+                if (close > open)
+                    list += c;
+                if (c == ',' && depth == 1)
+                    ++commas;
+            }
+            if (close >= code.size())
+                return std::nullopt;
+            const std::string params = trim(list);
+            Signature sig;
+            sig.parameters = params.empty() || params == "void" ? 0 : commas + 1;
+            sig.line
+                = 1 + static_cast<int>(std::count(code.begin(), code.begin() + static_cast<std::ptrdiff_t>(pos), '\n'));
+            if (found && found->parameters != sig.parameters)
+                return std::nullopt;
+            if (!found)
+                found = sig;
+        }
+        return found;
     }
 
 } // namespace
@@ -184,18 +323,58 @@ bool KernelSpec::satisfies(const ParamValues& p, const Bindings& dims, std::stri
         }
         if (!ok) {
             if (why)
-                *why = "constraint '" + c.expr.text() + "' (line " + std::to_string(c.line) + ") does not hold";
+                *why = "constraint '" + abbreviate(c.expr.text()) + "' (line " + std::to_string(c.line)
+                    + ") does not hold";
             return false;
         }
     }
     return true;
 }
 
+void KernelSpec::requireValidParams(const ParamValues& p, const Bindings& dims) const
+{
+    std::vector<std::string> declared;
+    for (const auto& ps : params)
+        declared.push_back(ps.name);
+    for (const auto& [name, value] : p) {
+        const ParamSpec* ps = param(name);
+        if (!ps)
+            throw InputError(
+                "parameter '" + abbreviate(name) + "' is not declared (declared: " + joined(declared) + ")");
+        if (std::find(ps->values.begin(), ps->values.end(), value) == ps->values.end()) {
+            std::vector<std::string> values;
+            for (auto v : ps->values)
+                values.push_back(std::to_string(v));
+            throw InputError(name + "=" + std::to_string(value) + " is not one of the values declared on line "
+                + std::to_string(ps->line) + " [" + joined(values) + "]");
+        }
+    }
+    ParamValues full = defaults();
+    for (const auto& [name, value] : p)
+        full[name] = value;
+    std::string why;
+    if (!satisfies(full, dims, &why))
+        throw InputError("parameters "
+            + abbreviate(
+                [&] {
+                    std::string s;
+                    for (const auto& [k, v] : full)
+                        s += (s.empty() ? "" : ",") + k + "=" + std::to_string(v);
+                    return s;
+                }(),
+                200)
+            + ": " + why);
+}
+
 std::size_t KernelSpec::spaceSize() const
 {
     std::size_t n = 1;
-    for (const auto& p : params)
-        n *= std::max<std::size_t>(1, p.values.size());
+    for (const auto& p : params) {
+        const std::size_t k = std::max<std::size_t>(1, p.values.size());
+        if (n > std::numeric_limits<std::size_t>::max() / k)
+            return std::numeric_limits<std::size_t>::max(); // saturates instead of wrapping
+        n *= k;
+    }
     return n;
 }
 
@@ -229,17 +408,24 @@ std::vector<ParamValues> KernelSpec::enumerateSpace(std::size_t limit) const
 
 KernelSpec parseKernelSpec(const std::string& source)
 {
+    if (const auto nul = source.find('\0'); nul != std::string::npos)
+        throw InputError("line "
+            + std::to_string(1 + std::count(source.begin(), source.begin() + static_cast<std::ptrdiff_t>(nul), '\n'))
+            + ": a NUL byte: a candidate is text, and the compiler would stop reading there");
     KernelSpec spec;
     std::istringstream lines(source);
     std::string raw;
     int lineNo = 0;
     while (std::getline(lines, raw)) {
         ++lineNo;
+        // A directive starts its comment ("// @kl:..."); prose that mentions "@kl:" later in a comment is prose.
         const std::string line = trim(raw);
-        const auto at = line.find("@kl:");
-        if (line.rfind("//", 0) != 0 || at == std::string::npos)
+        if (line.rfind("//", 0) != 0)
             continue;
-        const std::string body = line.substr(at + 4);
+        const std::string comment = trim(line.substr(2));
+        if (comment.rfind("@kl:", 0) != 0)
+            continue;
+        const std::string body = comment.substr(4);
         const auto sp = body.find_first_of(" \t");
         const std::string directive = body.substr(0, sp);
         const std::string rest = sp == std::string::npos ? "" : trim(body.substr(sp));
@@ -254,9 +440,9 @@ KernelSpec parseKernelSpec(const std::string& source)
             p.line = lineNo;
             p.name = trim(rest.substr(0, eq));
             if (!isIdent(p.name))
-                throw InputError(where + "bad parameter name '" + p.name + "'");
+                throw InputError(where + "bad parameter name '" + abbreviate(p.name) + "'");
             if (spec.param(p.name))
-                throw InputError(where + "parameter '" + p.name + "' declared twice");
+                throw InputError(where + "parameter '" + abbreviate(p.name) + "' declared twice");
             if (p.name == kArchIdentifier)
                 throw InputError(
                     where + "'" + p.name + "' is built in (the device's compute capability x10), not a parameter");
@@ -267,14 +453,14 @@ KernelSpec parseKernelSpec(const std::string& source)
             for (const auto& v : splitTopLevel(list.substr(1, list.size() - 2)))
                 p.values.push_back(parseInt(v, lineNo));
             if (p.values.empty())
-                throw InputError(where + "parameter '" + p.name + "' has no values");
+                throw InputError(where + "parameter '" + abbreviate(p.name) + "' has no values");
             if (p.values.size() > 4096)
-                throw InputError(where + "parameter '" + p.name + "' has more than 4096 values");
+                throw InputError(where + "parameter '" + abbreviate(p.name) + "' has more than 4096 values");
             bool hasDefault = false;
             for (auto v : p.values)
                 hasDefault |= v == p.defaultValue;
             if (!hasDefault)
-                throw InputError(where + "default of '" + p.name + "' is not among its values");
+                throw InputError(where + "default of '" + abbreviate(p.name) + "' is not among its values");
             spec.params.push_back(std::move(p));
         } else if (directive == "constraint") {
             if (rest.empty())
@@ -287,7 +473,7 @@ KernelSpec parseKernelSpec(const std::string& source)
             w.line = lineNo;
             w.name = rest.substr(0, sp2);
             if (!isIdent(w.name))
-                throw InputError(where + "bad workspace name '" + w.name + "'");
+                throw InputError(where + "bad workspace name '" + abbreviate(w.name) + "'");
             const auto kv = keyValues(sp2 == std::string::npos ? "" : rest.substr(sp2), lineNo);
             if (!kv.count("bytes"))
                 throw InputError(where + "@kl:workspace needs bytes=EXPR");
@@ -299,7 +485,7 @@ KernelSpec parseKernelSpec(const std::string& source)
             }
             for (const auto& [k, v] : kv)
                 if (k != "bytes" && k != "init")
-                    throw InputError(where + "unknown workspace key '" + k + "'");
+                    throw InputError(where + "unknown workspace key '" + abbreviate(k) + "'");
             spec.workspaces.push_back(std::move(w));
         } else if (directive == "launch") {
             const auto sp2 = rest.find_first_of(" \t");
@@ -307,7 +493,7 @@ KernelSpec parseKernelSpec(const std::string& source)
             s.line = lineNo;
             s.kernel = rest.substr(0, sp2);
             if (!isIdent(s.kernel))
-                throw InputError(where + "bad kernel name '" + s.kernel + "'");
+                throw InputError(where + "bad kernel name '" + abbreviate(s.kernel) + "'");
             const auto kv = keyValues(sp2 == std::string::npos ? "" : rest.substr(sp2), lineNo);
             for (const char* k : { "grid", "block", "args" })
                 if (!kv.count(k))
@@ -317,21 +503,101 @@ KernelSpec parseKernelSpec(const std::string& source)
             s.sharedBytes = parseExprAt(kv.count("smem") ? kv.at("smem") : "0", lineNo, "smem");
             for (const auto& a : splitTopLevel(kv.at("args"))) {
                 if (!isIdent(a))
-                    throw InputError(
-                        where + "kernel argument '" + a + "' must be a tensor, workspace, dim or scalar name");
+                    throw InputError(where + "kernel argument '" + abbreviate(a)
+                        + "' must be a tensor, workspace, dim or scalar name");
                 s.args.push_back(a);
             }
             for (const auto& [k, v] : kv)
                 if (k != "grid" && k != "block" && k != "smem" && k != "args")
-                    throw InputError(where + "unknown launch key '" + k + "'");
+                    throw InputError(where + "unknown launch key '" + abbreviate(k) + "'");
             spec.launches.push_back(std::move(s));
         } else {
             throw InputError(
-                where + "unknown directive '@kl:" + directive + "' (param, constraint, workspace, launch)");
+                where + "unknown directive '@kl:" + abbreviate(directive) + "' (param, constraint, workspace, launch)");
         }
     }
     if (spec.launches.empty())
         throw InputError("no '// @kl:launch' line: the harness needs the launch plan");
+    return spec;
+}
+
+KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
+{
+    KernelSpec spec = parseKernelSpec(source);
+    std::vector<std::string> paramNames, dimNames;
+    for (const auto& p : spec.params)
+        paramNames.push_back(p.name);
+    for (const auto& d : problem.dims)
+        dimNames.push_back(d.name);
+    auto known = [&](const std::string& id) { return spec.param(id) || problem.dim(id); };
+    // ARCH is bound only where constraints are checked against a device (loop_device_limits), not in launches.
+    auto requireKnown = [&](const Expr& e, int line, const std::string& what, bool archAllowed = false) {
+        for (const auto& id : e.identifiers())
+            if (!known(id) && !(archAllowed && id == kArchIdentifier))
+                throw InputError("line " + std::to_string(line) + ": " + what + " '" + abbreviate(e.text())
+                    + "' names '" + abbreviate(id) + "', which is neither a parameter (" + joined(paramNames)
+                    + ") nor a dim (" + joined(dimNames) + ") of " + problem.name);
+    };
+    for (const auto& c : spec.constraints)
+        requireKnown(c.expr, c.line, "@kl:constraint", true);
+    const Bindings defaults = bindingsFor(spec.defaults(), {});
+    for (const auto& c : spec.constraints) {
+        const auto ids = c.expr.identifiers();
+        if (!std::all_of(ids.begin(), ids.end(), [&](const std::string& id) { return spec.param(id); }))
+            continue; // one naming dims may exclude the defaults at some shapes
+        std::string why;
+        try {
+            if (!c.expr.evaluateBool(defaults))
+                why = "does not hold";
+        } catch (const ExprError& e) {
+            why = e.what();
+        }
+        if (!why.empty())
+            throw InputError("line " + std::to_string(c.line) + ": @kl:constraint '" + abbreviate(c.expr.text())
+                + "' at the parameters' defaults: " + why);
+    }
+    for (const auto& w : spec.workspaces)
+        requireKnown(w.bytes, w.line, "@kl:workspace " + w.name + " bytes");
+    const std::string code = codeOnly(source);
+    for (const auto& l : spec.launches) {
+        for (int d = 0; d < 3; ++d) {
+            requireKnown(l.grid[d], l.line, "@kl:launch grid");
+            requireKnown(l.block[d], l.line, "@kl:launch block");
+        }
+        requireKnown(l.sharedBytes, l.line, "@kl:launch smem");
+        for (const auto& a : l.args) {
+            const bool scalar = std::any_of(
+                problem.scalars.begin(), problem.scalars.end(), [&](const ScalarSpec& s) { return s.name == a; });
+            const bool workspace = std::any_of(
+                spec.workspaces.begin(), spec.workspaces.end(), [&](const WorkspaceSpec& w) { return w.name == a; });
+            if (!known(a) && !scalar && !workspace && !problem.tensor(a))
+                throw InputError("line " + std::to_string(l.line) + ": @kl:launch argument '" + abbreviate(a)
+                    + "' is not a tensor, workspace, dim, scalar or parameter of " + problem.name);
+        }
+        // The defaults are what is compiled and measured first: the geometry must be a launch at every shape.
+        for (const auto* shapes : { &problem.tuningShapes, &problem.verifyShapes })
+            for (const auto& shape : *shapes) {
+                const Bindings b = bindingsFor(spec.defaults(), shape.bindings());
+                for (const auto& [exprs, what] : { std::pair { l.grid, "grid" }, std::pair { l.block, "block" } })
+                    for (int d = 0; d < 3; ++d) {
+                        std::int64_t v = 0;
+                        try {
+                            v = exprs[d].evaluateInt(b);
+                        } catch (const ExprError& e) {
+                            throw InputError("line " + std::to_string(l.line) + ": @kl:launch " + what + " at "
+                                + shape.label() + " with the defaults: " + e.what());
+                        }
+                        if (v < 1)
+                            throw InputError("line " + std::to_string(l.line) + ": @kl:launch " + what + " '"
+                                + abbreviate(exprs[d].text()) + "' is " + std::to_string(v) + " at " + shape.label()
+                                + " with the defaults; a launch needs at least 1");
+                    }
+            }
+        if (const auto sig = kernelSignature(code, l.kernel); sig && sig->parameters != l.args.size())
+            throw InputError("line " + std::to_string(l.line) + ": @kl:launch passes " + std::to_string(l.args.size())
+                + " arguments to " + l.kernel + ", whose parameter list (line " + std::to_string(sig->line)
+                + ") declares " + std::to_string(sig->parameters));
+    }
     return spec;
 }
 

@@ -12,6 +12,7 @@
 // Parameters reach the code as compile-time defines (-DBLOCK=256). Kernel arguments are named: tensors
 // and workspaces pass as device pointers, dims as int, scalars by their declared type.
 #include "core/expr.h"
+#include "core/problem.h"
 
 #include <cstdint>
 #include <map>
@@ -68,10 +69,18 @@ struct KernelSpec {
     std::size_t spaceSize() const;
     // Constraints evaluated with params and (when given) shape dims; names unbound so far are skipped.
     bool satisfies(const ParamValues& p, const Bindings& dims, std::string* why = nullptr) const;
+    // Values chosen from outside (--params, a tuning database): each names a declared parameter, is one of its
+    // declared values, and the constraints hold. Throws InputError saying which value is wrong.
+    void requireValidParams(const ParamValues& p, const Bindings& dims = {}) const;
 };
 
 // Parses the annotations; throws InputError naming the line on malformed ones.
 KernelSpec parseKernelSpec(const std::string& source);
+
+// The annotations of a candidate for problem: as above, and every name in a constraint, workspace or launch line
+// is a parameter, dim (or, as a kernel argument, a tensor, workspace or scalar) of it, and each launch passes as
+// many arguments as the kernel's parameter list in source declares (when the source spells it out).
+KernelSpec parseKernelSpec(const std::string& source, const Problem& problem);
 
 // The same source with its parameters fixed: "#define NAME VALUE" lines after the annotations.
 std::string bakeParameters(const std::string& source, const ParamValues& params);

@@ -1,6 +1,10 @@
 #include "core/problem.h"
 
 #include "core/device.h"
+#include "core/errors.h"
+
+#include <algorithm>
+#include <cmath>
 
 namespace kl {
 
@@ -107,7 +111,7 @@ bool Problem::shapeIsValid(const Shape& s, std::string* why) const
     }
     for (const auto& [k, v] : s.dims)
         if (!dim(k))
-            return fail("unknown dim " + k);
+            return fail("unknown dim " + abbreviate(k));
     const Bindings b = s.bindings();
     for (const auto& c : dimConstraints) {
         try {
@@ -126,6 +130,91 @@ std::string Problem::archRefusal(int arch) const
         return "";
     return "problem '" + name + "' supports " + archName(minArch)
         + " and newer (problem.json \"min_arch\"); this device is " + archName(arch);
+}
+
+std::optional<std::string> badProblemName(const Problem& p, const std::string& name, const char* kind)
+{
+    if (!Expr::isVariableName(name))
+        return std::string("bad ") + kind + " name '" + abbreviate(name)
+            + "': a name is letters, digits and '_', not starting with a digit, and not a function or true/false";
+    const bool scalar = std::any_of(p.scalars.begin(), p.scalars.end(), [&](const auto& s) { return s.name == name; });
+    if (p.dim(name))
+        return std::string(kind) + " '" + name + "': a dim of that name is declared already";
+    if (scalar)
+        return std::string(kind) + " '" + name + "': a scalar of that name is declared already";
+    if (p.tensor(name))
+        return std::string(kind) + " '" + name + "': a tensor of that name is declared already";
+    return std::nullopt;
+}
+
+void validateProblem(const Problem& p, const std::string& where)
+{
+    std::string dimNames;
+    for (const auto& d : p.dims)
+        dimNames += (dimNames.empty() ? "" : ", ") + d.name;
+    auto requireDimsOnly = [&](const Expr& e, const std::string& field) {
+        for (const auto& id : e.identifiers())
+            if (!p.dim(id))
+                throw InputError(field + ": '" + abbreviate(e.text()) + "' names '" + abbreviate(id)
+                    + "', which is not a dim (dims: " + dimNames + ")");
+    };
+    for (std::size_t i = 0; i < p.tensors.size(); ++i)
+        for (std::size_t k = 0; k < p.tensors[i].shape.size(); ++k)
+            requireDimsOnly(
+                p.tensors[i].shape[k], where + ".tensors[" + std::to_string(i) + "].shape[" + std::to_string(k) + "]");
+    requireDimsOnly(p.flops, where + ".flops");
+    requireDimsOnly(p.bytes, where + ".bytes");
+
+    auto atEveryShape = [&](const std::vector<Shape>& shapes, const std::string& key) {
+        for (std::size_t s = 0; s < shapes.size(); ++s) {
+            const Bindings b = shapes[s].bindings();
+            const std::string at = " at " + key + "[" + std::to_string(s) + "] (" + shapes[s].label() + ")";
+            for (std::size_t i = 0; i < p.tensors.size(); ++i) {
+                const TensorSpec& t = p.tensors[i];
+                const std::string field = where + ".tensors[" + std::to_string(i) + "].shape";
+                double elements = 1;
+                for (std::size_t k = 0; k < t.shape.size(); ++k) {
+                    std::int64_t extent = 0;
+                    try {
+                        extent = t.shape[k].evaluateInt(b);
+                    } catch (const ExprError& e) {
+                        throw InputError(field + "[" + std::to_string(k) + "]" + at + ": " + e.what());
+                    }
+                    if (extent < 0)
+                        throw InputError(field + "[" + std::to_string(k) + "]" + at + ": '"
+                            + abbreviate(t.shape[k].text()) + "' is " + std::to_string(extent) + ", a negative extent");
+                    elements *= static_cast<double>(extent);
+                }
+                if (elements > kMaxTensorElements)
+                    throw InputError(field + at + ": tensor " + t.name + " has " + std::to_string(elements)
+                        + " elements, more than the limit of 2^40");
+            }
+            for (const auto& [formula, key2] : { std::pair { &p.flops, "flops" }, std::pair { &p.bytes, "bytes" } }) {
+                double v = 0;
+                try {
+                    v = formula->evaluate(b);
+                } catch (const ExprError& e) {
+                    throw InputError(where + "." + key2 + at + ": " + e.what());
+                }
+                if (!std::isfinite(v) || v < 0)
+                    throw InputError(where + "." + key2 + at + ": '" + abbreviate(formula->text()) + "' is "
+                        + std::to_string(v) + ", not a count");
+            }
+        }
+    };
+    atEveryShape(p.tuningShapes, "tuning_shapes");
+    atEveryShape(p.verifyShapes, "verify_shapes");
+
+    for (const auto& [dtype, tol] : p.tolerances)
+        for (const auto& [value, key] : { std::pair { tol.relL2, "rel_l2" }, std::pair { tol.maxAbs, "max_abs" } })
+            if (!(value >= 0))
+                throw InputError(where + ".tolerances." + dtypeName(dtype) + "." + key + ": must not be negative, got "
+                    + std::to_string(value) + " (nothing could pass it)");
+    if (!p.tuningShapes.empty()
+        && std::none_of(p.tuningShapes.begin(), p.tuningShapes.end(), [](const Shape& s) { return s.weight > 0; }))
+        throw InputError(where
+            + ".tuning_shapes: every weight is 0; the objective (a weighted geomean over them) "
+              "needs one shape with a weight above 0");
 }
 
 Tolerance Problem::toleranceFor(DType t) const

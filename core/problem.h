@@ -85,4 +85,15 @@ struct Problem {
     std::string archRefusal(int arch) const;
 };
 
+// A tensor larger than any device holds is a mistake in problem.json, not a workload.
+constexpr double kMaxTensorElements = 1099511627776.0; // 2^40
+
+// Why name cannot be a dim, scalar or tensor of p (not a variable name, or already taken), or nullopt.
+std::optional<std::string> badProblemName(const Problem& p, const std::string& name, const char* kind);
+
+// The checks on a parsed problem that span fields: unique names, shapes and formulas naming only dims and
+// evaluating at every declared shape (no division by zero, no negative extent, no tensor above
+// kMaxTensorElements), tolerances not negative, a tuning weight above zero. Throws InputError naming where's field.
+void validateProblem(const Problem& p, const std::string& where);
+
 } // namespace kl

@@ -427,7 +427,7 @@ void ResearchLoop::enqueue(Candidate c)
     early.candidateId = c.id;
     early.startedMs = early.finishedMs = nowMs();
     try {
-        const KernelSpec spec = parseKernelSpec(c.source);
+        const KernelSpec spec = parseKernelSpec(c.source, problem);
         if (auto why = checkDeviceLimits(spec, c.params, shapesOf(problem), m_evaluator.device())) {
             early.verdict = Verdict::Rejected;
             early.reasons.push_back(*why);

@@ -228,7 +228,7 @@ std::vector<std::pair<CandidateId, std::string>> seedProblemCandidates(
         c.author = Author::Human;
         c.agent = "problem:" + role;
         try {
-            c.params = parseKernelSpec(c.source).defaults();
+            c.params = parseKernelSpec(c.source, problem).defaults();
         } catch (const InputError& e) {
             throw InputError(path.string() + ": " + e.what());
         }

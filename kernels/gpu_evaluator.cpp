@@ -136,7 +136,8 @@ std::optional<CompileJob> GpuEvaluator::jobFor(const Candidate& c, std::string* 
     job.arch = arch();
     job.name = "candidate.cu"; // the log and the PTX's .file name it; cache keys stay independent of candidate ids
     try {
-        const KernelSpec spec = parseKernelSpec(c.source);
+        const KernelSpec spec = parseKernelSpec(c.source, m_problem);
+        spec.requireValidParams(c.params);
         for (const auto& l : spec.launches)
             if (std::find(job.kernels.begin(), job.kernels.end(), l.kernel) == job.kernels.end())
                 job.kernels.push_back(l.kernel);

@@ -81,7 +81,7 @@ ParsedReply parseReply(const std::string& reply, const std::string* baseSource)
             openIsKl = b.info == "kl-candidate" || b.info == "kl-diff";
             if (!openIsKl && b.info.rfind("kl-", 0) == 0)
                 throw ReplyError("malformed-reply",
-                    "line " + std::to_string(lineNo) + ": unknown block type '```" + b.info
+                    "line " + std::to_string(lineNo) + ": unknown block type '```" + abbreviate(b.info)
                         + "' (use ```kl-candidate or ```kl-diff)");
             if (!openIsKl)
                 otherFences.push_back(b.info.empty() ? "```" : "```" + b.info);
@@ -99,7 +99,8 @@ ParsedReply parseReply(const std::string& reply, const std::string* baseSource)
     if (klBlocks.empty()) {
         std::string msg = "the reply contains no ```kl-candidate or ```kl-diff block";
         if (!otherFences.empty())
-            msg += " (it has a " + otherFences.front() + " block: label the block ```kl-candidate or ```kl-diff)";
+            msg += " (it has a " + abbreviate(otherFences.front())
+                + " block: label the block ```kl-candidate or ```kl-diff)";
         throw ReplyError("malformed-reply", msg);
     }
     if (klBlocks.size() > 1)
@@ -157,7 +158,7 @@ ParsedReply parseReply(const std::string& reply, const std::string* baseSource)
     for (const auto& step : out.spec.launches)
         if (!codeMentions(out.source, step.kernel))
             throw ReplyError("bad-annotations",
-                "@kl:launch on line " + std::to_string(step.line) + " names kernel '" + step.kernel
+                "@kl:launch on line " + std::to_string(step.line) + " names kernel '" + abbreviate(step.kernel)
                     + "', which the source does not define");
     return out;
 }

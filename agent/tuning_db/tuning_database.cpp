@@ -354,7 +354,7 @@ nlohmann::json TuningDatabase::exportKernelTunerCache(
 }
 
 std::size_t TuningDatabase::importKernelTunerCache(const nlohmann::json& doc, const MeasurementKey& keyTemplate,
-    const std::string& origin, std::vector<std::string>* warnings)
+    const std::string& origin, std::vector<std::string>* warnings, const KernelSpec* spec)
 {
     const std::string where = origin;
     if (!doc.is_object() || !doc.contains("cache") || !doc["cache"].is_object())
@@ -366,19 +366,24 @@ std::size_t TuningDatabase::importKernelTunerCache(const nlohmann::json& doc, co
                 throw InputError(where + ".tune_params_keys: expected strings");
             keys.push_back(k.get<std::string>());
         }
-    std::size_t added = 0;
+    std::vector<TuningRecord> records;
     std::lock_guard lock(m_mutex);
     for (const auto& [id, entry] : doc["cache"].items()) {
-        const std::string w = where + ".cache[\"" + id + "\"]";
+        const std::string w = where + ".cache[\"" + abbreviate(id) + "\"]";
         if (!entry.is_object())
             throw InputError(w + ": expected an object");
         MeasurementKey key = keyTemplate;
         key.params.clear();
         std::vector<std::string> names = keys;
-        if (names.empty())
+        if (names.empty() && spec) {
+            for (const auto& ps : spec->params)
+                if (entry.contains(ps.name))
+                    names.push_back(ps.name);
+        } else if (names.empty()) {
             for (const auto& [n, v] : entry.items())
                 if (v.is_number_integer())
                     names.push_back(n);
+        }
         for (const auto& n : names) {
             if (!entry.contains(n) || !entry[n].is_number()) {
                 if (warnings)
@@ -397,6 +402,13 @@ std::size_t TuningDatabase::importKernelTunerCache(const nlohmann::json& doc, co
         }
         if (key.params.empty())
             continue;
+        if (spec) {
+            try {
+                spec->requireValidParams(key.params);
+            } catch (const InputError& e) {
+                throw InputError(w + ": " + e.what());
+            }
+        }
         TuningRecord r;
         r.key = key;
         r.digest = key.digest();
@@ -405,8 +417,12 @@ std::size_t TuningDatabase::importKernelTunerCache(const nlohmann::json& doc, co
         r.origin = origin;
         r.recordedMs = nowMs();
         Evaluation& e = r.evaluation;
-        const auto& t = entry.contains("time") ? entry["time"] : nlohmann::json();
+        static const nlohmann::json kNoTime;
+        // A reference, not a copy: copying a hostile, deeply nested value recurses once per level.
+        const nlohmann::json& t = entry.contains("time") ? entry["time"] : kNoTime;
         if (t.is_number()) {
+            if (spec && !(t.get<double>() >= 0 && std::isfinite(t.get<double>())))
+                throw InputError(w + ".time: " + t.dump() + " is not a time in ms");
             e.verdict = Verdict::Correct;
             ShapeResult s;
             s.shape = keyTemplate.shapes.empty() ? Shape {} : keyTemplate.shapes.front();
@@ -421,11 +437,18 @@ std::size_t TuningDatabase::importKernelTunerCache(const nlohmann::json& doc, co
             e.shapes.push_back(s);
         } else if (t.is_string()) {
             const std::string f = t.get<std::string>();
+            if (spec && f != "CompilationFailedConfig" && f != "RuntimeFailedConfig" && f != "InvalidConfig")
+                throw InputError(w + ".time: '" + abbreviate(f)
+                    + "' is neither a number of ms nor a Kernel Tuner "
+                      "failure (CompilationFailedConfig, RuntimeFailedConfig, InvalidConfig)");
             e.verdict = f == "CompilationFailedConfig" ? Verdict::CompileFailed
                 : f == "RuntimeFailedConfig"           ? Verdict::Crashed
                                                        : Verdict::Rejected;
             e.reasons.push_back({ "import.kernel-tuner", "Kernel Tuner recorded " + f, 0, true });
         } else {
+            if (spec)
+                throw InputError(w + ".time: expected a number of ms or a Kernel Tuner failure, got "
+                    + (t.is_null() ? std::string("none") : t.type_name()));
             if (warnings)
                 warnings->push_back(w + ": no time; entry skipped");
             continue;
@@ -433,9 +456,14 @@ std::size_t TuningDatabase::importKernelTunerCache(const nlohmann::json& doc, co
         if (entry.contains("compile_time") && entry["compile_time"].is_number())
             e.compile.compileMs = entry["compile_time"].get<double>();
         e.compile.ok = e.verdict != Verdict::CompileFailed;
-        appendLocked(r);
-        ++added;
+        records.push_back(std::move(r));
     }
+    std::size_t added = 0;
+    for (const auto& r : records)
+        if (!m_byDigest.count(r.digest)) { // a cache may list one configuration twice
+            appendLocked(r);
+            ++added;
+        }
     return added;
 }
 

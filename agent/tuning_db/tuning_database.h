@@ -3,6 +3,7 @@
 // device, driver and CUDA versions), in one append-only JSON-lines file shared by all sessions. The loop
 // consults it before evaluating (kl::MeasurementCache), so nothing is measured twice; the search-efficiency
 // benchmark replays strategies over its recorded sweeps. Kernel Tuner cache files import and export.
+#include "core/kernel_spec.h"
 #include "core/loop_measurement_cache.h"
 
 #include <filesystem>
@@ -58,9 +59,11 @@ public:
     // Kernel Tuner cache-file JSON for one recorded space ("time" in ms per configuration).
     nlohmann::json exportKernelTunerCache(const std::string& shapesDigest, const std::string& kernelName = {}) const;
     // Records every entry of a Kernel Tuner cache file under keyTemplate (everything but the parameters).
-    // Returns the number of new records; entries already present are skipped.
+    // Returns the number of new records; entries already present are skipped. With spec (the annotations of the
+    // source the cache measured), an entry whose parameters spec does not declare or allow, or whose time is
+    // neither a number of ms nor a Kernel Tuner failure marker, is an InputError naming it, and nothing is recorded.
     std::size_t importKernelTunerCache(const nlohmann::json& cache, const MeasurementKey& keyTemplate,
-        const std::string& origin, std::vector<std::string>* warnings = nullptr);
+        const std::string& origin, std::vector<std::string>* warnings = nullptr, const KernelSpec* spec = nullptr);
 
 private:
     explicit TuningDatabase(std::filesystem::path file);

@@ -86,3 +86,22 @@ TEST(Diff, PatchWithShiftedLineNumbersStillApplies)
     const std::string patch = "@@ -1,3 +1,3 @@\n one\n-two\n+2\n three\n";
     EXPECT_EQ(kl::applyUnifiedDiff(a, patch), "h1\nh2\none\n2\nthree\n");
 }
+
+// qa row 240: --context 2147483647 overflowed `end + context` and `2 * context` (SIGSEGV).
+TEST(Diff, ContextBeyondTheTextShowsTheWholeTextAndNegativeIsAnError)
+{
+    const std::string a = "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n";
+    const std::string b = "1\n2\nthree\n4\n5\n6\n7\n8\nnine\n10\n";
+    const auto whole = kl::diffHunks(a, b, 10);
+    ASSERT_EQ(whole.size(), 1u);
+    EXPECT_EQ(whole[0].oldStart, 1);
+    EXPECT_EQ(whole[0].oldCount, 10);
+    for (int context : { 2147483647, 2147483646, 1000000000 }) {
+        const auto hunks = kl::diffHunks(a, b, context);
+        ASSERT_EQ(hunks.size(), 1u) << context;
+        EXPECT_EQ(hunks[0].lines.size(), whole[0].lines.size()) << context;
+        EXPECT_EQ(kl::unifiedDiff(a, b, "a", "b", context), kl::unifiedDiff(a, b, "a", "b", 10));
+    }
+    EXPECT_EQ(kl::diffHunks(a, b, 1).size(), 2u);
+    EXPECT_THROW(kl::diffHunks(a, b, -5), kl::InputError);
+}

@@ -57,3 +57,78 @@ TEST(Expr, IdentifiersAreCollected)
     const auto ids = Expr::parse("ceil_div(T, BLOCK) * max(H, VEC)").identifiers();
     EXPECT_EQ(ids, (std::vector<std::string> { "BLOCK", "H", "T", "VEC" }));
 }
+
+namespace {
+std::string repeat(const std::string& s, std::size_t n)
+{
+    std::string out;
+    out.reserve(s.size() * n);
+    for (std::size_t i = 0; i < n; ++i)
+        out += s;
+    return out;
+}
+
+std::string parseError(const std::string& text)
+{
+    try {
+        Expr::parse(text);
+    } catch (const ExprError& e) {
+        return e.what();
+    }
+    return {};
+}
+} // namespace
+
+// qa rows 25, 26, 51, 52, 69: 5000 and 200000 nested parentheses overflowed the stack of the recursive parser.
+TEST(ExprLimits, DeepParenthesesAreAnErrorNamingTheLimit)
+{
+    for (std::size_t depth : { 5000u, 200000u }) {
+        const std::string text = repeat("(", depth) + "T" + repeat(")", depth);
+        const std::string text2 = text.size() > Expr::kMaxLength ? text.substr(0, Expr::kMaxLength) : text;
+        const std::string why = parseError(text2);
+        EXPECT_NE(why.find("nested more than 256 levels deep"), std::string::npos) << why.substr(0, 300);
+        EXPECT_LT(why.size(), 400u) << "the expression is abbreviated in the message";
+    }
+    const std::string ok = repeat("(", 200) + "T" + repeat(")", 200);
+    EXPECT_EQ(Expr::parse(ok).evaluateInt({ { "T", 7 } }), 7);
+}
+
+// qa rows 17, 75, 134: a 500000-term sum made a left-deep tree that the evaluator and destructor recursed over.
+TEST(ExprLimits, LongOperatorChainsAreAnError)
+{
+    const std::string sum = "T" + repeat("+T", 20000);
+    const std::string why = parseError(sum);
+    EXPECT_NE(why.find("more than 256 levels deep"), std::string::npos) << why.substr(0, 300);
+    EXPECT_EQ(Expr::parse("T" + repeat("+T", 200)).evaluateInt({ { "T", 2 } }), 402);
+}
+
+// qa rows 17, 45, 59: a megabyte of text is refused by its length before any parsing.
+TEST(ExprLimits, TextLongerThan64KiBIsAnErrorNamingTheLimit)
+{
+    const std::string why = parseError(repeat("-", 1000000) + "T");
+    EXPECT_NE(why.find("1000001 characters, more than the limit of 65536"), std::string::npos) << why.substr(0, 300);
+    EXPECT_LT(why.size(), 300u);
+    const std::string spaces = repeat(" ", 60000) + "1";
+    EXPECT_EQ(Expr::parse(spaces).evaluateInt({}), 1);
+}
+
+// qa rows 45, 59: chains of unary minus recursed once per sign.
+TEST(ExprLimits, UnaryChainsAreBounded)
+{
+    EXPECT_NE(parseError(repeat("-", 60000) + "T").find("nested more than 256"), std::string::npos);
+    EXPECT_NE(parseError(repeat("!", 300) + "T").find("nested more than 256"), std::string::npos);
+    EXPECT_EQ(Expr::parse(repeat("- ", 100) + "T").evaluateInt({ { "T", 3 } }), 3);
+    EXPECT_NE(
+        parseError(repeat("min(1, ", 300) + "1" + repeat(")", 300)).find("nested more than 256"), std::string::npos);
+    EXPECT_NE(parseError(repeat("1 ? 1 : ", 300) + "1").find("nested more than 256"), std::string::npos);
+}
+
+// Found by the expressions fuzz target: "floor + 1" parsed "floor" as a variable no problem can bind.
+TEST(Expr, FunctionNamesAreNotVariables)
+{
+    EXPECT_NE(parseError("floor + 1").find("'floor' is a function: call it as floor(...)"), std::string::npos);
+    EXPECT_FALSE(Expr::isVariableName("min"));
+    EXPECT_FALSE(Expr::isVariableName("true"));
+    EXPECT_FALSE(Expr::isVariableName("T T"));
+    EXPECT_TRUE(Expr::isVariableName("_T0"));
+}

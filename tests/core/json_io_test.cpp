@@ -91,3 +91,139 @@ TEST(EvaluationJson, RoundTrips)
     EXPECT_EQ(kl::toJson(back), kl::toJson(e));
     EXPECT_EQ(back.shapes[0].checks[0].seed, 0xfeedfacecafebeefull);
 }
+
+namespace {
+// The message problemFromJson gives for j, or "" when it accepts it.
+std::string problemError(const kl::Json& j)
+{
+    try {
+        kl::problemFromJson(j, "p.json");
+    } catch (const kl::InputError& e) {
+        return e.what();
+    }
+    return {};
+}
+
+void expectRefused(const kl::Json& j, const std::string& prefix, const std::string& detail)
+{
+    const std::string why = problemError(j);
+    EXPECT_EQ(why.rfind(prefix, 0), 0u) << why.substr(0, 400);
+    EXPECT_NE(why.find(detail), std::string::npos) << why.substr(0, 400);
+    EXPECT_LT(why.size(), 500u) << "the message abbreviates what it echoes";
+}
+} // namespace
+
+// qa rows 9, 10: a dim or tensor declared twice was accepted.
+TEST(ProblemValidation, DuplicateDimsTensorsAndScalarsAreRefused)
+{
+    auto j = problemJson();
+    j["dims"].push_back(j["dims"][0]);
+    expectRefused(j, "p.json.dims[2].name: ", "dim 'T': a dim of that name is declared already");
+    j = problemJson();
+    j["tensors"].push_back(j["tensors"][0]);
+    expectRefused(j, "p.json.tensors[3].name: ", "tensor 'x': a tensor of that name is declared already");
+    j = problemJson();
+    j["scalars"].push_back({ { "name", "T" }, { "value", 1 } });
+    expectRefused(j, "p.json.scalars[1].name: ", "scalar 'T': a dim of that name is declared already");
+}
+
+// qa rows 6, 7: "T T" and "min" were refused only indirectly ("shape lacks dim T T").
+TEST(ProblemValidation, BadDimNamesSayBadDimName)
+{
+    for (const std::string name : { "T T", "min", "true", "1T", "" }) {
+        auto j = problemJson();
+        j["dims"][0]["name"] = name;
+        expectRefused(j, "p.json.dims[0].name: ", "bad dim name '" + name + "'");
+    }
+    auto j = problemJson();
+    j["tensors"][0]["name"] = "x-1";
+    expectRefused(j, "p.json.tensors[0].name: ", "bad tensor name 'x-1'");
+}
+
+// qa row 16: a 10^6-character name was echoed in full in a 1 MB error line.
+TEST(ProblemValidation, LongNamesAreAbbreviatedInMessages)
+{
+    auto j = problemJson();
+    j["name"] = std::string(1000000, 'a') + "/";
+    expectRefused(j, "p.json.name: 'aaaa", "...(1000001 chars)");
+    j = problemJson();
+    j["dims"][0]["name"] = std::string(1000000, '-');
+    expectRefused(j, "p.json.dims[0].name: bad dim name", "...(1000000 chars)");
+}
+
+// qa rows 37, 39, 43: a tensor shape naming an unknown dim, dividing by zero or negative was accepted.
+TEST(ProblemValidation, TensorShapesNameDimsAndEvaluateAtEveryShape)
+{
+    auto j = problemJson();
+    j["tensors"][1]["shape"] = { "Z" };
+    expectRefused(j, "p.json.tensors[1].shape[0]: 'Z' names 'Z', which is not a dim", "(dims: T, H)");
+    j = problemJson();
+    j["tensors"][2]["shape"] = { "T/0", "H" };
+    expectRefused(j, "p.json.tensors[2].shape[0] at tuning_shapes[0] (H=8192,T=4096): ", "division by zero");
+    j = problemJson();
+    j["tensors"][0]["shape"] = { "T-100000", "H" };
+    expectRefused(j, "p.json.tensors[0].shape[0] at tuning_shapes[0]", "is -95904, a negative extent");
+    j = problemJson();
+    j["tensors"][0]["shape"] = { "T/3.0", "H" };
+    expectRefused(j, "p.json.tensors[0].shape[0] at tuning_shapes[0]", "is not an integer");
+    j = problemJson();
+    j["tensors"][0]["shape"] = kl::Json::array({ kl::Json::array({ "T" }) });
+    expectRefused(j, "p.json.tensors[0].shape[0]: ", "expected an expression string or an integer");
+}
+
+// qa row 19: a 2^80-element tensor (T = H = 2^40) was accepted.
+TEST(ProblemValidation, TensorsAbove2To40ElementsAreRefused)
+{
+    auto j = problemJson();
+    j["dims"][0]["max"] = std::int64_t(1) << 40;
+    j["dims"][1]["max"] = std::int64_t(1) << 40;
+    j["tuning_shapes"][0]["dims"] = { { "T", std::int64_t(1) << 40 }, { "H", std::int64_t(1) << 40 } };
+    expectRefused(j, "p.json.tensors[0].shape at tuning_shapes[0]", "more than the limit of 2^40");
+    j = problemJson();
+    j["tensors"][0]["shape"] = { "T", "H", "65536" }; // 2^41 elements at the tuning shape
+    expectRefused(j, "p.json.tensors[0].shape at tuning_shapes[0]", "tensor x has");
+}
+
+// qa rows 3, 12: flops/bytes naming an unknown identifier or dividing by zero were accepted.
+TEST(ProblemValidation, FlopsAndBytesNameDimsAndEvaluate)
+{
+    auto j = problemJson();
+    j["flops"] = "4*T*H*Q";
+    expectRefused(j, "p.json.flops: '4*T*H*Q' names 'Q', which is not a dim", "");
+    j = problemJson();
+    j["bytes"] = "4*T*H/(T-T)";
+    expectRefused(j, "p.json.bytes at tuning_shapes[0] (H=8192,T=4096): ", "division by zero");
+    j = problemJson();
+    j["bytes"] = "T - 5000";
+    expectRefused(j, "p.json.bytes at tuning_shapes[0]", "not a count");
+}
+
+// qa rows 44, 49: a negative tolerance (nothing passes) and all-zero weights (no objective) were accepted.
+TEST(ProblemValidation, NegativeTolerancesAndAllZeroWeightsAreRefused)
+{
+    auto j = problemJson();
+    j["tolerances"]["bf16"]["rel_l2"] = -1;
+    expectRefused(j, "p.json.tolerances.bf16.rel_l2: must not be negative", "");
+    j = problemJson();
+    j["tolerances"]["bf16"]["max_abs"] = -0.5;
+    expectRefused(j, "p.json.tolerances.bf16.max_abs: must not be negative", "");
+    j = problemJson();
+    j["tuning_shapes"][0]["weight"] = 0;
+    j["tuning_shapes"].push_back({ { "dims", { { "T", 16 }, { "H", 1024 } } }, { "weight", 0 } });
+    expectRefused(j, "p.json.tuning_shapes: every weight is 0", "");
+    j["tuning_shapes"][1]["weight"] = 0.5;
+    EXPECT_EQ(problemError(j), "");
+}
+
+// nlohmann parses iteratively; a 4 MB problem.json of nested arrays must give an error naming the field, not recurse.
+TEST(ProblemValidation, DeeplyNestedJsonIsAnErrorNotACrash)
+{
+    const std::size_t depth = 300000;
+    for (const char* key : { "flops", "dims", "tuning_shapes", "tolerances" }) {
+        const std::string text
+            = std::string("{\"name\":\"p\",\"") + key + "\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
+        kl::Json j = kl::Json::parse(text);
+        const std::string why = problemError(j);
+        EXPECT_EQ(why.rfind("p.json.", 0), 0u) << key << ": " << why.substr(0, 300);
+    }
+}

@@ -323,7 +323,8 @@ kl::Candidate lateCheat(const std::string& misbehave, const std::string& id, int
 kl::GpuEvaluatorOptions noStatic()
 {
     auto o = options();
-    o.staticChecks = false;
+    o.staticChecks = false; // the source and PTX rules would reject these cheats before the GPU sees them
+    o.ptxChecks = false;
     return o;
 }
 

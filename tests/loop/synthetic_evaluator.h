@@ -41,6 +41,9 @@ inline Problem syntheticProblem()
     h.max = 16384;
     h.multipleOf = 256;
     p.dims = { t, h };
+    // The tensors kSyntheticTemplate's launch line passes: a candidate's arguments must name something.
+    p.tensors = { { "y", DType::F32, { Expr::parse("T"), Expr::parse("H") }, TensorRole::Output, 1.0 },
+        { "x", DType::F32, { Expr::parse("T"), Expr::parse("H") }, TensorRole::Input, 1.0 } };
     Shape big;
     big.dims = { { "T", 8192 }, { "H", 4096 } };
     big.weight = 3;

@@ -102,7 +102,8 @@ TEST_P(RedteamGpu, Verdict)
         const bool named = std::any_of(e.reasons.begin(), e.reasons.end(), [&](const kl::VerdictReason& r) {
             return r.blocking && std::find(c.expect.begin(), c.expect.end(), r.rule) != c.expect.end();
         });
-        o.ok = named && e.verdict == kl::Verdict::Rejected;
+        // A fault is a rejection too: a crashed candidate is never accepted, and its worker was restarted.
+        o.ok = named && (e.verdict == kl::Verdict::Rejected || e.verdict == kl::Verdict::Crashed);
         if (!o.ok && !c.neutralizedTwin.empty() && e.verdict != kl::Verdict::Rejected && e.correctEverywhere()) {
             // A defence that removes the cheat's effect (state poisoned before every launch) leaves an honest
             // kernel: it must then gain nothing over its honest twin.

@@ -181,3 +181,51 @@ TEST(TuningDatabase, RecordCostPrefersSpeedupAndRejectsFailures)
     bad.shapes[0].correct = false;
     EXPECT_TRUE(std::isinf(recordCost(bad)));
 }
+
+// qa row 228: a Kernel Tuner cache with THREADS=1 (not a declared value) and time "abc" was imported.
+TEST(TuningDatabase, KernelTunerEntryWithUndeclaredValuesOrABadTimeIsAnErrorNamingTheEntry)
+{
+    const auto dir = freshDir("tdb-kt-bad");
+    auto db = TuningDatabase::open(dir / "a.jsonl");
+    const KernelSpec spec = parseKernelSpec(kSyntheticTemplate);
+    auto cache = [](nlohmann::json entries) {
+        return nlohmann::json { { "tune_params_keys", { "BLOCK", "VEC" } }, { "cache", std::move(entries) } };
+    };
+    auto importError = [&](const nlohmann::json& doc) {
+        try {
+            db->importKernelTunerCache(doc, keyFor(128, 2), "kt.json", nullptr, &spec);
+        } catch (const InputError& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    const nlohmann::json good = { { "BLOCK", 128 }, { "VEC", 2 }, { "time", 0.5 } };
+    std::string why
+        = importError(cache({ { "128,2", good }, { "1,2", { { "BLOCK", 1 }, { "VEC", 2 }, { "time", 0.1 } } } }));
+    EXPECT_EQ(why.rfind("kt.json.cache[\"1,2\"]: BLOCK=1 is not one of the values declared on line 1", 0), 0u) << why;
+    why = importError(
+        cache({ { "128,2", good }, { "8,2", { { "BLOCK", 128 }, { "VEC", 2 }, { "WREG", 3 }, { "time", 1 } } } }));
+    EXPECT_EQ(why, "") << "only the tune_params_keys are parameters";
+    why = importError(cache({ { "256,4", { { "BLOCK", 256 }, { "VEC", 4 }, { "time", "abc" } } } }));
+    EXPECT_EQ(
+        why.rfind("kt.json.cache[\"256,4\"].time: 'abc' is neither a number of ms nor a Kernel Tuner failure", 0), 0u)
+        << why;
+    why = importError(nlohmann::json { { "tune_params_keys", { "BLOCK", "THREADS" } },
+        { "cache", { { "64,1", { { "BLOCK", 64 }, { "THREADS", 1 }, { "time", 1.0 } } } } } });
+    EXPECT_NE(why.find("parameter 'THREADS' is not declared (declared: BLOCK, VEC, UNROLL, ROWS)"), std::string::npos)
+        << why;
+    // A deeply nested time is refused without being copied (a copy recursed once per level: SIGSEGV).
+    const nlohmann::json deep = nlohmann::json::parse(
+        "{\"tune_params_keys\":[\"BLOCK\"],\"cache\":{\"64\":{\"BLOCK\":64,\"time\":" + std::string(200000, '[')
+        + std::string(200000, ']') + "}}}");
+    why = importError(deep);
+    EXPECT_EQ(why, "kt.json.cache[\"64\"].time: expected a number of ms or a Kernel Tuner failure, got array");
+    // A refused file records nothing, not even its good entries.
+    ASSERT_EQ(db->spaces().size(), 1u);
+    EXPECT_EQ(db->spaces()[0].records, 1u) << "only the one good import above (its two entries are one configuration)";
+    EXPECT_EQ(db->importKernelTunerCache(
+                  cache({ { "512,8", { { "BLOCK", 512 }, { "VEC", 8 }, { "time", "InvalidConfig" } } } }),
+                  keyFor(128, 2), "kt.json", nullptr, &spec),
+        1u);
+    std::filesystem::remove_all(dir);
+}
