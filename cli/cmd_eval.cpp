@@ -11,9 +11,7 @@
 
 #if KL_FEATURE_CUDA
 #include "kernels/gpu_evaluator.h"
-#ifdef KL_HAVE_REFEREE
 #include "kernels/referee/referee.h"
-#endif
 #endif
 
 #include <algorithm>
@@ -113,11 +111,9 @@ namespace {
                 const auto m = ev.compileModule(c);
                 // The referee's static layers need no GPU either: the source rules and the rules on the PTX.
                 std::vector<VerdictReason> reasons;
-#ifdef KL_HAVE_REFEREE
                 reasons = referee::checkSource(c.source, problem);
                 for (auto& r : referee::checkPtx(m->ptx, problem))
                     reasons.push_back(std::move(r));
-#endif
                 const bool rejected
                     = std::any_of(reasons.begin(), reasons.end(), [](const VerdictReason& r) { return r.blocking; });
                 if (a.has("json")) {

@@ -6,9 +6,7 @@
 #include "kernels/shape_sampler.h"
 #include "kernels/worker_protocol.h"
 
-#ifdef KL_HAVE_REFEREE
 #include "kernels/referee/referee.h"
-#endif
 
 #include <algorithm>
 #include <chrono>
@@ -64,13 +62,7 @@ namespace {
 
     Verdict verdictOf(const std::vector<VerdictReason>& rs)
     {
-#ifdef KL_HAVE_REFEREE
         return referee::verdictFor(rs, Verdict::Correct);
-#else
-        if (anyBlocking(rs))
-            return Verdict::Rejected;
-        return rs.empty() ? Verdict::Correct : Verdict::PendingReview;
-#endif
     }
 
 } // namespace
@@ -216,13 +208,11 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         return e;
     };
 
-#ifdef KL_HAVE_REFEREE
     if (m_options.staticChecks) {
         mergeReasons(e.reasons, referee::checkSource(c.source, m_problem));
         if (anyBlocking(e.reasons))
             return finish(Verdict::Rejected); // never compiled, never run
     }
-#endif
     try {
         (void)arch(); // starts the worker when the arch is not given: no GPU is a harness fault, not a compile error
     } catch (const std::exception& ex) {
@@ -238,13 +228,11 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         return finish(Verdict::CompileFailed);
     }
     e.compile = mod->report;
-#ifdef KL_HAVE_REFEREE
     if (m_options.ptxChecks && !mod->ptx.empty()) {
         mergeReasons(e.reasons, referee::checkPtx(mod->ptx, m_problem));
         if (mod->report.ok && anyBlocking(e.reasons))
             return finish(Verdict::Rejected); // compiled, never run
     }
-#endif
     if (!mod->report.ok) {
         e.reasons.push_back(makeReason("compile.error", "the candidate does not compile (see the compile log)"));
         return finish(Verdict::CompileFailed);
@@ -312,12 +300,10 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     std::vector<VerdictReason> harnessReasons;
     for (const auto& r : verify.body.value("reasons", nlohmann::json::array()))
         harnessReasons.push_back(wire::verdictReason(r));
-#ifdef KL_HAVE_REFEREE
     {
         referee::DynamicObservations obs; // kernel records and graph capture are judged in the worker
         mergeReasons(e.reasons, referee::checkDynamic(e, m_problem, obs));
     }
-#endif
     mergeReasons(e.reasons, harnessReasons);
     if (anyBlocking(e.reasons) || !e.correctEverywhere())
         return finish(anyBlocking(e.reasons) ? Verdict::Rejected : verdictOf(e.reasons));
@@ -379,12 +365,10 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     harnessReasons.clear();
     for (const auto& r : time.body.value("reasons", nlohmann::json::array()))
         harnessReasons.push_back(wire::verdictReason(r));
-#ifdef KL_HAVE_REFEREE
     {
         referee::DynamicObservations obs;
         mergeReasons(e.reasons, referee::checkDynamic(e, m_problem, obs));
     }
-#endif
     mergeReasons(e.reasons, harnessReasons);
 
     if (opt.timeBaseline) {
@@ -395,7 +379,6 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
             e.objectiveCiHigh = obj->ciHigh;
         }
     }
-#ifdef KL_HAVE_REFEREE
     if (m_options.physicsChecks) {
         referee::PhysicsSettings ps;
         ps.kernelsPerCall = static_cast<int>(parseKernelSpec(c.source).launches.size());
@@ -407,7 +390,6 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         }
         mergeReasons(e.reasons, referee::checkPhysics(e, m_problem, m_device, ps));
     }
-#endif
     return finish(verdictOf(e.reasons));
 }
 

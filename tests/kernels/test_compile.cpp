@@ -204,7 +204,6 @@ TEST(NvrtcCompile, ParallelCompilesOfTheSameKeyCompileOnce)
     EXPECT_EQ(compiler.cacheHits(), 7u);
 }
 
-#ifdef KL_HAVE_REFEREE
 #include "kernels/referee/referee.h"
 
 TEST(ShippedSources, PassTheRefereesStaticRules)
@@ -221,7 +220,6 @@ TEST(ShippedSources, PassTheRefereesStaticRules)
         }
     }
 }
-#endif
 
 #include "kernels/harness_kernel_source.h"
 
