@@ -13,6 +13,7 @@
 
 #if KL_FEATURE_CUDA
 #include "kernels/gpu_evaluator.h"
+#include "kernels/gpu_profiler.h"
 #include "kernels/plan_profile.h"
 #include "kernels/worker_protocol.h"
 #endif
@@ -176,22 +177,9 @@ namespace {
             shape.dims = s.shape;
             return shape;
         }
-        // The largest tuning shape: counters of short kernels are noise, and it is the one most bound by hardware.
-        const Shape* best = nullptr;
-        double bestSize = -1;
-        for (const auto& t : p.tuningShapes) {
-            double size = 1;
-            for (const auto& [k, v] : t.dims)
-                size *= static_cast<double>(v);
-            if (size > bestSize) {
-                best = &t;
-                bestSize = size;
-            }
-        }
-        if (!best)
+        if (p.tuningShapes.empty())
             throw InputError("problem " + p.name + " has no tuning shapes; give --shape");
-        shape.dims = best->dims;
-        return shape;
+        return largestTuningShape(p);
     }
 
     struct KernelRow {
