@@ -3,10 +3,9 @@
 #include "core/errors.h"
 #include "core/json_io.h"
 #include "core/loop_objective.h"
+#include "kernels/referee/referee.h"
 #include "kernels/shape_sampler.h"
 #include "kernels/worker_protocol.h"
-
-#include "kernels/referee/referee.h"
 
 #include <algorithm>
 #include <chrono>

@@ -215,9 +215,9 @@ TEST(TuningDatabase, KernelTunerEntryWithUndeclaredValuesOrABadTimeIsAnErrorNami
     EXPECT_NE(why.find("parameter 'THREADS' is not declared (declared: BLOCK, VEC, UNROLL, ROWS)"), std::string::npos)
         << why;
     // A deeply nested time is refused without being copied (a copy recursed once per level: SIGSEGV).
-    const nlohmann::json deep = nlohmann::json::parse(
-        "{\"tune_params_keys\":[\"BLOCK\"],\"cache\":{\"64\":{\"BLOCK\":64,\"time\":" + std::string(200000, '[')
-        + std::string(200000, ']') + "}}}");
+    const nlohmann::json deep
+        = nlohmann::json::parse("{\"tune_params_keys\":[\"BLOCK\"],\"cache\":{\"64\":{\"BLOCK\":64,\"time\":"
+            + std::string(200000, '[') + std::string(200000, ']') + "}}}");
     why = importError(deep);
     EXPECT_EQ(why, "kt.json.cache[\"64\"].time: expected a number of ms or a Kernel Tuner failure, got array");
     // A refused file records nothing, not even its good entries.
