@@ -7,6 +7,7 @@
 #include "core/session_store.h"
 #include "kl_build_features.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -205,7 +206,25 @@ namespace {
         }
         if (!s.tree.contains(bId))
             throw InputError("no candidate '" + bId + "' in session " + s.id);
-        const int context = static_cast<int>(a.integer("context", 3, 0, 100'000));
+        // Any number of lines is a valid request (more than the text has shows all of it), so a large one is clamped,
+        // not refused; what is not a whole number of lines is.
+        const std::string contextText = a.optionOr("context", "3");
+        std::size_t used = 0;
+        long long contextLines = -1;
+        try {
+            contextLines = std::stoll(contextText, &used);
+        } catch (const std::out_of_range&) {
+            contextLines = std::numeric_limits<long long>::max();
+            used = contextText.size();
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != contextText.size() || contextLines < 0) {
+            std::cerr << "kloop session diff: --context expects a number of lines (0 or more), got '"
+                      << abbreviate(contextText) << "'\n";
+            return kExitUsage;
+        }
+        const int context = static_cast<int>(std::min<long long>(contextLines, std::numeric_limits<int>::max()));
         const std::string& oldText = s.tree.at(oldId).source;
         const std::string& newText = s.tree.at(bId).source;
         const std::vector<ParamChange> params = paramDiff(s.tree.at(oldId).params, s.tree.at(bId).params);

@@ -352,11 +352,13 @@ TEST_F(KloopCli, TuningDbExportTakesTheProblemNameThatListShows)
 TEST_F(KloopCli, SessionDiffContextIsABoundedWholeNumber)
 {
     const std::string demo = (fs::path(KL_SOURCE_DIR) / "resources" / "demo-session").string();
-    for (const std::string value : { "-5", "abc", "2147483647" }) {
+    for (const std::string value : { "-5", "abc", "1.5" }) {
         const ProcessResult r = kloop({ "session", "diff", demo, "c0002", "c0016", "--context", value });
         EXPECT_EQ(r.exitCode, 2) << value << ": " << r.err;
         EXPECT_NE(r.err.find("--context"), std::string::npos) << r.err;
     }
+    // More context than the text has shows all of it (row 240 crashed here).
+    EXPECT_EQ(kloop({ "session", "diff", demo, "c0002", "c0016", "--context", "2147483647" }).exitCode, 0);
     EXPECT_EQ(kloop({ "session", "diff", demo, "c0002", "c0016", "--context", "5" }).exitCode, 0);
 }
 

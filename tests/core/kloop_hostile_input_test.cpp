@@ -181,9 +181,11 @@ TEST(KloopHostileInput, SessionDiffContextIsBoundedAndCheckedAsANumber)
         EXPECT_EQ(r.exitCode, 0) << big << ": " << r.err;
         EXPECT_EQ(r.out, small.out) << big;
     }
-    for (const char* bad : { "-5", "abc", "3x", "" })
+    for (const char* bad : { "-5", "abc", "3x" })
         expectRefused(runKloop({ "session", "diff", demo, "c0002", "c0016", "--context", bad }, {}, tmp.path()),
             "--context expects a number of lines (0 or more), got '" + std::string(bad) + "'", 2);
+    expectRefused(runKloop({ "session", "diff", demo, "c0002", "c0016", "--context", "" }, {}, tmp.path()),
+        "--context needs a value", 2);
 }
 
 // qa row 228: a Kernel Tuner cache with THREADS=1 (not a declared value) and time "abc" was imported, exit 0.
