@@ -9,12 +9,11 @@
 #include "core/session_store.h"
 #include "kernels/gpu_evaluator.h"
 #include "loopback_server.h"
+#include "tests/support/gpu_available.h"
 
 #include <cstdio>
 #include <filesystem>
 #include <gtest/gtest.h>
-
-bool klCudaDeviceAvailable();
 
 namespace fs = std::filesystem;
 using namespace kl;
@@ -22,8 +21,7 @@ using nlohmann::json;
 
 TEST(LlmAgentOnGpu, ScriptedRepliesWithRealKernelsAreCompiledVerifiedAndTimed)
 {
-    if (!klCudaDeviceAvailable())
-        GTEST_SKIP() << "no CUDA device";
+    REQUIRE_GPU();
     const Problem problem = loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/rmsnorm");
     const std::string tmpl = readFile(fs::path(problem.folder) / problem.templateFile);
     auto replace = [](std::string s, const std::string& from, const std::string& to) {

@@ -5,19 +5,14 @@
 #include "core/json_io.h"
 #include "kernels/gpu_evaluator.h"
 #include "kernels/plan_profile.h"
+#include "tests/support/gpu_available.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <gtest/gtest.h>
 
-bool klCudaDeviceAvailable();
-
 namespace {
-
-#define REQUIRE_GPU()                                                                                                  \
-    if (!klCudaDeviceAvailable())                                                                                      \
-    GTEST_SKIP() << "no CUDA device"
 
 kl::GpuEvaluatorOptions options()
 {

@@ -4,6 +4,7 @@
 #include "kernels/gpu_evaluator.h"
 #include "kernels/harness_plan.h"
 #include "kernels/worker_protocol.h"
+#include "tests/support/gpu_available.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -11,13 +12,7 @@
 #include <filesystem>
 #include <gtest/gtest.h>
 
-bool klCudaDeviceAvailable();
-
 namespace {
-
-#define REQUIRE_GPU()                                                                                                  \
-    if (!klCudaDeviceAvailable())                                                                                      \
-    GTEST_SKIP() << "no CUDA device"
 
 kl::Problem problem(const std::string& name)
 {
@@ -87,7 +82,7 @@ class HarnessGpu : public ::testing::Test {
 protected:
     static void SetUpTestSuite()
     {
-        if (klCudaDeviceAvailable())
+        if (kl::test::cudaDeviceAvailable())
             s_rms = std::make_unique<kl::GpuEvaluator>(problem("rmsnorm"), options());
     }
     static void TearDownTestSuite() { s_rms.reset(); }

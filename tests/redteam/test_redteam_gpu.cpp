@@ -7,6 +7,7 @@
 #include "kernels/gpu_evaluator.h"
 #include "kernels/referee/referee.h"
 #include "tests/redteam/corpus.h"
+#include "tests/support/gpu_available.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -15,8 +16,6 @@
 #include <gtest/gtest.h>
 #include <map>
 #include <memory>
-
-bool redteamCudaDeviceAvailable();
 
 namespace {
 
@@ -83,8 +82,7 @@ class RedteamGpu : public ::testing::TestWithParam<CorpusCase> { };
 
 TEST_P(RedteamGpu, Verdict)
 {
-    if (!redteamCudaDeviceAvailable())
-        GTEST_SKIP() << "no CUDA device";
+    REQUIRE_GPU();
     const CorpusCase& c = GetParam();
     kl::Candidate cand;
     cand.id = c.name();

@@ -1,8 +1,12 @@
+#include "tests/support/gpu_available.h"
+
 #include <dlfcn.h>
 
-// True when a CUDA driver and at least one device exist. dlopen keeps libcuda.so.1 out of the test binary's
-// dependencies, so the binary also starts on CI machines without a driver.
-bool redteamCudaDeviceAvailable()
+namespace kl::test {
+
+// dlopen keeps libcuda.so.1 out of the test binary's dependencies, so the binary also starts on CI machines
+// without a driver.
+bool cudaDeviceAvailable()
 {
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib)
@@ -12,3 +16,5 @@ bool redteamCudaDeviceAvailable()
     int n = 0;
     return init && count && init(0) == 0 && count(&n) == 0 && n > 0;
 }
+
+} // namespace kl::test
