@@ -271,20 +271,12 @@ namespace {
             for (const auto& k : p.records)
                 t0 = std::min(t0, k.startNs);
             for (const auto& k : p.records) {
-                prof::KlKernelLine line;
-                line.startNs = static_cast<std::int64_t>(k.startNs - t0);
-                line.endNs = static_cast<std::int64_t>(k.endNs - t0);
-                line.stream = row;
-                line.correlation = k.correlation;
+                KernelRecord line = k;
+                line.startNs = k.startNs - t0;
+                line.endNs = k.endNs - t0;
+                line.stream = static_cast<std::uint32_t>(row);
                 line.name = demangle(k.name);
-                for (int i = 0; i < 3; ++i) {
-                    line.grid[i] = static_cast<std::uint32_t>(k.grid[i]);
-                    line.block[i] = static_cast<std::uint32_t>(k.block[i]);
-                }
-                line.registersPerThread = static_cast<std::uint32_t>(k.registers);
-                line.staticSharedMemory = static_cast<std::uint32_t>(k.staticShared);
-                line.dynamicSharedMemory = static_cast<std::uint32_t>(k.dynamicShared);
-                w.kernel(line);
+                w.kernel(line, 0);
             }
             // Counters belong to the first traced run's kernels (same launch order); untraced they stand alone.
             if (!p.records.empty())

@@ -4,6 +4,7 @@
 // came to the hardware's speed of light (CUPTI range profiler: DRAM and SM throughput %, achieved occupancy).
 // Never part of timing: tracing and counter replay perturb what they watch.
 #include "core/evaluation.h"
+#include "core/gpu_records.h"
 #include "core/kernel_spec.h"
 #include "core/problem.h"
 
@@ -15,20 +16,6 @@ namespace kl {
 
 class GpuEvaluator;
 struct Candidate;
-
-struct TracedKernel {
-    std::string name; // mangled, as CUPTI reports it
-    std::uint64_t startNs = 0; // CUPTI timestamps
-    std::uint64_t endNs = 0;
-    int grid[3] = { 1, 1, 1 };
-    int block[3] = { 1, 1, 1 };
-    int registers = 0;
-    int staticShared = 0;
-    int dynamicShared = 0;
-    std::uint32_t stream = 0;
-    std::uint32_t correlation = 0;
-    bool deviceLaunched = false;
-};
 
 // Speed-of-light counters of one kernel of one run of a plan, in launch order.
 struct KernelSol {
@@ -45,7 +32,7 @@ struct PlanProfile {
     std::string label; // the plan's own description (e.g. "baseline.cu", "library:cublas_gemm_bf16")
     int launches = 0; // traced runs of the plan
     int kernelsPerRun = 0; // 0 when the trace is unavailable
-    std::vector<TracedKernel> records; // launches * kernelsPerRun when traced
+    std::vector<KernelRecord> records; // launches * kernelsPerRun when traced
     std::vector<double> eventUs; // per traced run, CUDA events (also when CUPTI gives no records)
     bool solAvailable = false;
     std::string solNote; // why there are no counters (or a caveat when there are)

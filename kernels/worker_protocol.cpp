@@ -191,7 +191,7 @@ namespace {
 
 } // namespace
 
-Json toJson(const TracedKernel& k)
+Json toJson(const KernelRecord& k)
 {
     return { { "name", k.name }, { "start_ns", k.startNs }, { "end_ns", k.endNs }, { "grid", triple(k.grid) },
         { "block", triple(k.block) }, { "registers", k.registers }, { "static_shared", k.staticShared },
@@ -199,11 +199,11 @@ Json toJson(const TracedKernel& k)
         { "device_launched", k.deviceLaunched } };
 }
 
-TracedKernel tracedKernel(const Json& j, const std::string& where)
+KernelRecord kernelRecord(const Json& j, const std::string& where)
 {
     if (!j.is_object())
         throw InputError(where + ": expected an object");
-    TracedKernel k;
+    KernelRecord k;
     k.name = jsonfield::string(j, "name", where);
     k.startNs = static_cast<std::uint64_t>(jsonfield::integer(j, "start_ns", where, 0));
     k.endNs = static_cast<std::uint64_t>(jsonfield::integer(j, "end_ns", where, 0));
@@ -270,7 +270,7 @@ PlanProfile planProfile(const Json& j, const std::string& where)
     p.kernelsPerRun = static_cast<int>(jsonfield::integerOr(j, "kernels_per_run", 0, where, 0, 1 << 20));
     const Json& records = arrayField(j, "records", where);
     for (std::size_t i = 0; i < records.size(); ++i)
-        p.records.push_back(tracedKernel(records[i], where + ".records[" + std::to_string(i) + "]"));
+        p.records.push_back(kernelRecord(records[i], where + ".records[" + std::to_string(i) + "]"));
     if (!p.records.empty() && static_cast<std::size_t>(p.kernelsPerRun) > p.records.size())
         throw InputError(where + ".kernels_per_run: " + std::to_string(p.kernelsPerRun) + " kernels per run but only "
             + std::to_string(p.records.size()) + " records");

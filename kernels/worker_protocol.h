@@ -56,8 +56,8 @@ Json toJson(const OutputToleranceWire& t);
 OutputToleranceWire outputTolerance(const Json& j, const std::string& where); // InputError naming the field
 
 // The profile op's forms. Parsing is strict (InputError naming the field) because the GUI and the CLI read them.
-Json toJson(const TracedKernel& k); // also the trace op's "records" entries
-TracedKernel tracedKernel(const Json& j, const std::string& where);
+Json toJson(const KernelRecord& k); // also the trace op's "records" entries
+KernelRecord kernelRecord(const Json& j, const std::string& where);
 Json toJson(const KernelSol& k);
 KernelSol kernelSol(const Json& j, const std::string& where);
 Json toJson(const PlanProfile& p);

@@ -31,13 +31,13 @@ void KlTraceWriter::rowName(int32_t device, int64_t stream, const std::string& n
     append(m_text, { { "t", "row" }, { "d", device }, { "q", stream }, { "n", name } });
 }
 
-void KlTraceWriter::kernel(const KlKernelLine& k)
+void KlTraceWriter::kernel(const KernelRecord& k, int32_t device)
 {
     append(m_text,
-        { { "t", "k" }, { "s", k.startNs }, { "e", k.endNs }, { "d", k.device }, { "q", k.stream },
+        { { "t", "k" }, { "s", k.startNs }, { "e", k.endNs }, { "d", device }, { "q", k.stream },
             { "r", k.correlation }, { "n", k.name }, { "g", { k.grid[0], k.grid[1], k.grid[2] } },
-            { "b", { k.block[0], k.block[1], k.block[2] } }, { "reg", k.registersPerThread },
-            { "ss", k.staticSharedMemory }, { "ds", k.dynamicSharedMemory } });
+            { "b", { k.block[0], k.block[1], k.block[2] } }, { "reg", k.registers }, { "ss", k.staticShared },
+            { "ds", k.dynamicShared } });
 }
 
 void KlTraceWriter::sol(const SolMetrics& m, int32_t device, int64_t stream, uint32_t ordinalInRow)

@@ -2,16 +2,13 @@
 // Minimal CUPTI activity capture of kernel records (name, grid, block, start/end) for the worker: the
 // referee compares what actually ran during verification with the launch plan, and the trace op returns
 // the records for timeline views and for checking our event timings against CUPTI's.
-#include "kernels/plan_profile.h"
+#include "core/gpu_records.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace kl::worker {
-
-// The worker records what the client reads back (kernels/plan_profile.h): one type on both sides of the protocol.
-using KernelRecord = kl::TracedKernel;
 
 class CuptiKernelLog {
 public:

@@ -109,7 +109,7 @@ namespace {
                 tr.eventUs.begin() + std::min<std::ptrdiff_t>(1, std::ssize(tr.eventUs)), tr.eventUs.end());
             pp.records = tr.records;
             std::sort(pp.records.begin(), pp.records.end(),
-                [](const TracedKernel& a, const TracedKernel& b) { return a.startNs < b.startNs; });
+                [](const KernelRecord& a, const KernelRecord& b) { return a.startNs < b.startNs; });
             if (!pp.records.empty() && pp.records.size() % static_cast<std::size_t>(o.launches + 1) == 0) {
                 const auto perRun
                     = static_cast<std::ptrdiff_t>(pp.records.size() / static_cast<std::size_t>(o.launches + 1));

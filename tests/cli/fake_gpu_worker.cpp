@@ -354,7 +354,7 @@ private:
         std::uint32_t correlation = 1;
         for (int run = 0; run < launches; ++run) {
             for (const auto& step : spec.launches) {
-                kl::TracedKernel k;
+                kl::KernelRecord k;
                 const auto sym = lowered.find(step.kernel);
                 k.name = sym != lowered.end() ? sym->second : step.kernel;
                 k.startNs = *clockNs;

@@ -200,7 +200,7 @@ TEST_F(FakeGpuWorker, ProfilesEachPlansKernelsFromTheTimingModel)
     ASSERT_EQ(cand.records.size(), 6u);
     EXPECT_EQ(base.records[0].name, "rmsnorm_baseline");
     for (std::size_t i = 0; i < cand.records.size(); ++i) {
-        const TracedKernel& k = cand.records[i];
+        const KernelRecord& k = cand.records[i];
         EXPECT_EQ(k.name, i % 2 ? "k_b" : "k_a");
         EXPECT_EQ(k.grid[0], i % 2 ? 64 : 256);
         EXPECT_EQ(k.block[0], i % 2 ? 64 : 128);

@@ -153,18 +153,18 @@ TEST(Timeline, ProfileSolTraceShowsBaselineAboveCandidateWithCounters)
     w.rowName(0, 1, "baseline");
     w.rowName(0, 2, "candidate");
     for (int run = 0; run < 3; ++run) {
-        kl::prof::KlKernelLine b;
+        kl::KernelRecord b;
         b.startNs = run * 400'000;
         b.endNs = b.startNs + 335'000;
         b.stream = 1;
         b.name = "rmsnorm_baseline";
-        w.kernel(b);
-        kl::prof::KlKernelLine c = b;
+        w.kernel(b, 0);
+        kl::KernelRecord c = b;
         c.startNs = run * 150'000;
         c.endNs = c.startNs + 132'000;
         c.stream = 2;
         c.name = "rmsnorm_template";
-        w.kernel(c);
+        w.kernel(c, 0);
     }
     kl::prof::SolMetrics base;
     base.durationNs = 335'000;

@@ -31,7 +31,7 @@ kl::ProfileReport sampleReport()
         p.launches = 2;
         p.kernelsPerRun = 1;
         for (int i = 0; i < 2; ++i) {
-            kl::TracedKernel k;
+            kl::KernelRecord k;
             k.name = std::string(role) + "_kernel";
             k.startNs = 1'000'000 + 300'000ull * i;
             k.endNs = k.startNs + 250'000;
@@ -96,7 +96,7 @@ TEST(ProfileWire, TheTraceOpsRecordFormIsTheSame)
     // The trace op has always sent these keys; the profile op's records must stay readable by the same code.
     const auto j = kl::wire::Json::parse(R"({"name":"k","start_ns":5,"end_ns":9,"grid":[2,1,1],"block":[64,1,1],
         "registers":40,"static_shared":0,"dynamic_shared":128,"stream":7,"correlation":3,"device_launched":false})");
-    const kl::TracedKernel k = kl::wire::tracedKernel(j, "records[0]");
+    const kl::KernelRecord k = kl::wire::kernelRecord(j, "records[0]");
     EXPECT_EQ(k.endNs - k.startNs, 4u);
     EXPECT_EQ(k.dynamicShared, 128);
     EXPECT_EQ(kl::wire::toJson(k), j);

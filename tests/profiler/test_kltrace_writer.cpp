@@ -11,16 +11,16 @@
 namespace kl::prof {
 namespace {
 
-    KlKernelLine kernel(const std::string& name, int64_t start, int64_t dur, int64_t stream)
+    KernelRecord kernel(const std::string& name, uint64_t start, uint64_t dur, uint32_t stream)
     {
-        KlKernelLine k;
+        KernelRecord k;
         k.startNs = start;
         k.endNs = start + dur;
         k.stream = stream;
         k.name = name;
         k.grid[0] = 16384;
         k.block[0] = 256;
-        k.registersPerThread = 24;
+        k.registers = 24;
         return k;
     }
 
@@ -47,8 +47,8 @@ namespace {
         w.rowName(0, 1, "baseline");
         w.rowName(0, 2, "candidate");
         for (int run = 0; run < 3; ++run) {
-            w.kernel(kernel("rmsnorm_baseline", run * 400'000, 380'000, 1));
-            w.kernel(kernel("rmsnorm_template", run * 300'000, 250'000, 2));
+            w.kernel(kernel("rmsnorm_baseline", run * 400'000, 380'000, 1), 0);
+            w.kernel(kernel("rmsnorm_template", run * 300'000, 250'000, 2), 0);
         }
         w.sol(sol(55.0, 30.0, 60.0, 379'000), 0, 1, 0);
         w.sol(sol(88.0, 20.0, 93.0, 249'000), 0, 2, 0);
