@@ -58,29 +58,14 @@ QStringList problemCatalogueDirs()
 
 std::optional<kl::Problem> findProblem(const kl::Session& s, const QString& sessionDir)
 {
-    QStringList candidates;
-    const QString folder = QString::fromStdString(s.problemFolder);
-    if (!folder.isEmpty()) {
-        if (QFileInfo(folder).isAbsolute())
-            candidates << folder;
-        candidates << QDir(sessionDir).absoluteFilePath(folder);
-        candidates << QDir(sessionDir).absoluteFilePath(QStringLiteral("problem"));
+    std::vector<std::filesystem::path> roots;
+    for (const QString& dir : problemCatalogueDirs())
+        roots.emplace_back(dir.toStdString());
+    try {
+        return kl::loadProblem(kl::findSessionProblemFolder(s, {}, sessionDir.toStdString(), roots).string());
+    } catch (const std::exception&) {
+        return std::nullopt; // without its problem a session only loses the tolerance line
     }
-    for (const QString& dir : problemCatalogueDirs()) {
-        if (!folder.isEmpty())
-            candidates << QDir(dir).absoluteFilePath(QFileInfo(folder).fileName());
-        candidates << QDir(dir).absoluteFilePath(QString::fromStdString(s.problemName));
-    }
-    for (const QString& dir : candidates) {
-        if (!QFileInfo::exists(QDir(dir).absoluteFilePath(QStringLiteral("problem.json"))))
-            continue;
-        try {
-            return kl::loadProblem(dir.toStdString());
-        } catch (const std::exception&) {
-            continue; // a broken catalogue entry only costs the tolerance line
-        }
-    }
-    return std::nullopt;
 }
 
 SessionWorker::SessionWorker(QObject* parent)

@@ -15,22 +15,6 @@ namespace fs = std::filesystem;
 namespace kl::cli {
 namespace {
 
-    Problem problemOf(const Session& s, const Args& a)
-    {
-        if (const auto dir = a.option("problem"))
-            return loadProblem(findProblemFolder(*dir).string());
-        for (const std::string& key : { s.problemFolder, s.problemName }) {
-            if (key.empty())
-                continue;
-            try {
-                return loadProblem(findProblemFolder(key).string());
-            } catch (const InputError&) {
-            }
-        }
-        std::vector<fs::path> roots = problemSearchPath();
-        return loadProblem(exporter::resolveProblemFolder(s, roots));
-    }
-
     int runExport(const Args& a)
     {
         const auto out = a.option("out");
@@ -47,7 +31,8 @@ namespace {
             const Session s = SessionStore::load(a.positionals()[0], &report);
             for (const auto& w : report.warnings)
                 std::cerr << "warning: " << w << "\n";
-            const Problem problem = problemOf(s, a);
+            const Problem problem
+                = loadProblem(findSessionProblemFolder(s, a.option("problem"), a.positionals()[0]).string());
             exporter::ExportOptions o;
             o.outDir = *out;
             o.candidateId = a.optionOr("candidate", "");

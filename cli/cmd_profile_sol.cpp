@@ -129,22 +129,6 @@ namespace {
         return s;
     }
 
-    Problem findProblem(const SolArgs& s, const Session* session)
-    {
-        if (s.problem)
-            return loadProblem(findProblemFolder(*s.problem).string());
-        for (const std::string& key : { session->problemFolder, session->problemName }) {
-            if (key.empty())
-                continue;
-            try {
-                return loadProblem(findProblemFolder(key).string());
-            } catch (const InputError&) {
-            }
-        }
-        throw InputError(
-            "the session's problem '" + session->problemName + "' is not in the catalogue; give --problem");
-    }
-
     // --node, else the correct candidate with the best objective, else the tree's head.
     Candidate sessionCandidate(const Session& s, const std::optional<std::string>& node)
     {
@@ -319,7 +303,9 @@ namespace {
             for (const auto& w : lr.warnings)
                 std::cerr << "warning: " << w << "\n";
         }
-        const Problem problem = findProblem(s, session ? &*session : nullptr);
+        const Problem problem = loadProblem(
+            (session ? findSessionProblemFolder(*session, s.problem, *s.session) : findProblemFolder(*s.problem))
+                .string());
         Shape shape = chooseShape(problem, s);
         if (std::string why; !problem.shapeIsValid(shape, &why))
             throw InputError("--shape " + shape.label() + " does not fit problem " + problem.name + ": " + why);

@@ -42,11 +42,8 @@ namespace {
         if (sessionDir)
             session = SessionStore::load(*sessionDir);
 
-        fs::path folder;
-        if (problemArg)
-            folder = findProblemFolder(*problemArg);
-        else
-            folder = findProblemFolder(session->problemFolder.empty() ? session->problemName : session->problemFolder);
+        const fs::path folder
+            = session ? findSessionProblemFolder(*session, problemArg, *sessionDir) : findProblemFolder(*problemArg);
         const Problem problem = loadProblem(folder.string());
 
         DeviceInfo device;

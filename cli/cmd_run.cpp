@@ -229,7 +229,7 @@ namespace {
                           << dir.string() << " --agent tuner:bayes (or llm:<provider>, llm:<provider>+tuner:bayes)\n";
                 return kExitUsage;
             }
-            problemArg = !s.problemFolder.empty() && fs::exists(s.problemFolder) ? s.problemFolder : s.problemName;
+            problemArg = findSessionProblemFolder(s, {}, dir).string();
             if (shapesText.empty() && s.settings.extra.count("tuning_shapes"))
                 shapesText = s.settings.extra.at("tuning_shapes");
             // Without a new budget the session keeps its own.

@@ -1,6 +1,7 @@
 // kloop session new|show|list|diff, and kloop version.
 #include "cli/command.h"
 #include "core/catalogue.h"
+#include "core/current_best.h"
 #include "core/diff.h"
 #include "core/errors.h"
 #include "core/json_io.h"
@@ -27,16 +28,6 @@ namespace {
         if (id.empty())
             id = "session";
         return id.substr(0, 64);
-    }
-
-    std::optional<double> candidateScore(const Session& s, const Candidate& c)
-    {
-        if (c.status != CandidateStatus::Accepted)
-            return std::nullopt;
-        const auto it = s.evaluations.find(c.id);
-        if (it == s.evaluations.end())
-            return std::nullopt;
-        return it->second.objective;
     }
 
     std::string medianText(const Session& s, const CandidateId& id)
@@ -109,7 +100,7 @@ namespace {
         }
         LoadReport report;
         const Session s = SessionStore::load(a.positionals()[0], &report);
-        const auto best = s.tree.best([&](const Candidate& c) { return candidateScore(s, c); });
+        const auto best = bestAcceptedId(s);
         if (a.has("json")) {
             Json cands = Json::array();
             for (const auto& id : s.tree.order()) {

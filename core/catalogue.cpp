@@ -86,4 +86,49 @@ fs::path findProblemFolder(const std::string& nameOrPath)
     throw InputError("unknown problem '" + nameOrPath + "' (known: " + (known.empty() ? "none" : known) + ")");
 }
 
+fs::path findSessionProblemFolder(const Session& s, const std::optional<std::string>& problemOption,
+    const fs::path& sessionDir, std::vector<fs::path> roots)
+{
+    if (problemOption)
+        return findProblemFolder(*problemOption);
+    if (roots.empty())
+        roots = problemSearchPath();
+    std::vector<fs::path> tried;
+    const auto has = [&](const fs::path& f) {
+        if (std::find(tried.begin(), tried.end(), f) != tried.end())
+            return false;
+        tried.push_back(f);
+        std::error_code ec;
+        return fs::exists(f / "problem.json", ec);
+    };
+    const fs::path recorded = s.problemFolder;
+    std::vector<fs::path> candidates;
+    if (!recorded.empty()) {
+        candidates.push_back(recorded);
+        if (!sessionDir.empty() && recorded.is_relative())
+            candidates.push_back(sessionDir / recorded);
+    }
+    if (!sessionDir.empty())
+        candidates.push_back(sessionDir / "problem");
+    for (const auto& root : roots) {
+        if (!recorded.empty() && recorded.is_relative())
+            candidates.push_back(root / recorded);
+        if (!recorded.empty() && !recorded.filename().empty())
+            candidates.push_back(root / recorded.filename());
+        if (!s.problemName.empty())
+            candidates.push_back(root / s.problemName);
+    }
+    for (const auto& c : candidates) {
+        if (has(c)) {
+            std::error_code ec;
+            return fs::absolute(c, ec);
+        }
+    }
+    std::string where;
+    for (const auto& t : tried)
+        where += (where.empty() ? "" : ", ") + t.string();
+    throw InputError("problem '" + s.problemName + "' of session " + s.id + " not found (looked in: " + where
+        + "); pass --problem NAME|DIR or add its folder to KL_PROBLEMS_DIR");
+}
+
 } // namespace kl

@@ -2,17 +2,21 @@
 
 namespace kl {
 
-std::optional<CurrentBest> currentBestOf(const Session& session, const std::optional<CandidateId>& bestId)
+std::optional<CandidateId> bestAcceptedId(const Session& session)
 {
-    const auto objectiveOf = [&](const Candidate& c) -> std::optional<double> {
+    return session.tree.best([&](const Candidate& c) -> std::optional<double> {
         if (c.status != CandidateStatus::Accepted)
             return std::nullopt;
         const auto it = session.evaluations.find(c.id);
         if (it == session.evaluations.end() || it->second.objective <= 0)
             return std::nullopt;
         return it->second.objective;
-    };
-    const std::optional<CandidateId> id = bestId ? bestId : session.tree.best(objectiveOf);
+    });
+}
+
+std::optional<CurrentBest> currentBestOf(const Session& session, const std::optional<CandidateId>& bestId)
+{
+    const std::optional<CandidateId> id = bestId ? bestId : bestAcceptedId(session);
     if (!id || !session.tree.contains(*id))
         return std::nullopt;
     const auto it = session.evaluations.find(*id);

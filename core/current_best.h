@@ -8,6 +8,9 @@
 
 namespace kl {
 
+// The session's best: the accepted candidate with the highest positive objective, the first in tree order on a tie.
+std::optional<CandidateId> bestAcceptedId(const Session& session);
+
 // bestId: the loop's current best; none: the accepted candidate with the highest objective. Empty when the
 // session has no accepted, measured candidate.
 std::optional<CurrentBest> currentBestOf(const Session& session, const std::optional<CandidateId>& bestId = {});

@@ -98,6 +98,13 @@ std::optional<ObjectiveValue> computeObjective(const Evaluation& e, const std::s
     return ObjectiveValue { std::exp(logValue), std::exp(logValue - h), std::exp(logValue + h) };
 }
 
+BestComparison compareWithBest(const ObjectiveValue& candidate, const std::optional<ObjectiveValue>& best)
+{
+    const ObjectiveValue base = best.value_or(ObjectiveValue { 1.0, 1.0, 1.0 });
+    return { std::log(candidate.value) - std::log(base.value),
+        std::hypot(candidate.logHalfWidth(), base.logHalfWidth()) };
+}
+
 Decision decide(const DecideInput& in)
 {
     Decision d;
@@ -151,17 +158,17 @@ Decision decide(const DecideInput& in)
         return d;
     }
 
-    const ObjectiveValue base = in.best.value_or(ObjectiveValue { 1.0, 1.0, 1.0 });
     const std::string against
         = in.best ? "best " + (in.bestId.empty() ? std::string("so far") : in.bestId) : "the baseline";
-    const double logRatio = std::log(d.objective->value) - std::log(base.value);
-    const double h = std::hypot(d.objective->logHalfWidth(), base.logHalfWidth());
+    const BestComparison vsBest = compareWithBest(*d.objective, in.best);
+    const double logRatio = vsBest.logRatio;
+    const double h = vsBest.logHalfWidth;
     const double ratio = std::exp(logRatio);
     const std::string ratioText
         = fmt("%.3fx, 95%% CI [%.3f, %.3f]", ratio, std::exp(logRatio - h), std::exp(logRatio + h));
-    d.improves = logRatio - h > 0;
+    d.improves = vsBest.improves();
     if (!d.improves) {
-        const bool slower = logRatio + h < 0;
+        const bool slower = vsBest.slower();
         d.reasons.push_back({ slower ? "decide.slower" : "decide.not-significant",
             (slower ? "slower than " : "not significantly faster than ") + against + ": " + ratioText
                 + (slower ? "" : " includes 1.0"),

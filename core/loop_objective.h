@@ -30,6 +30,16 @@ struct ObjectiveValue {
 std::optional<ObjectiveValue> computeObjective(
     const Evaluation& e, const std::string& objective, std::string* why = nullptr);
 
+// A candidate's objective against the best's (the baseline, 1.0, when there is none): the ratio and the half
+// width of its 95% interval in log space. The one "better than the best" rule: the interval lies above 1.0.
+struct BestComparison {
+    double logRatio = 0;
+    double logHalfWidth = 0;
+    bool improves() const { return logRatio - logHalfWidth > 0; }
+    bool slower() const { return logRatio + logHalfWidth < 0; }
+};
+BestComparison compareWithBest(const ObjectiveValue& candidate, const std::optional<ObjectiveValue>& best);
+
 struct DecideInput {
     const Evaluation* evaluation = nullptr; // what the evaluator returned
     std::string objective = "weighted-geomean-speedup";

@@ -123,8 +123,12 @@ void ResearchLoop::restoreFromStore()
 {
     const Session& s = session();
     m_measured.clear();
-    std::optional<CandidateId> best;
+    const std::optional<CandidateId> best = bestAcceptedId(s);
     std::optional<ObjectiveValue> bestValue;
+    if (best) {
+        const Evaluation& e = s.evaluations.at(*best);
+        bestValue = ObjectiveValue { e.objective, e.objectiveCiLow, e.objectiveCiHigh };
+    }
     int since = 0;
     for (const CandidateId& id : s.tree.order()) {
         if (!isRecorded(s, id))
@@ -135,14 +139,8 @@ void ResearchLoop::restoreFromStore()
                        .digest()]
             = rawFromRecorded(it->second);
         ++since;
-        if (c.status == CandidateStatus::Accepted && it->second.objective > 0) {
+        if (c.status == CandidateStatus::Accepted && it->second.objective > 0)
             since = 0;
-            if (!bestValue || it->second.objective > bestValue->value) {
-                best = id;
-                bestValue
-                    = ObjectiveValue { it->second.objective, it->second.objectiveCiLow, it->second.objectiveCiHigh };
-            }
-        }
     }
     std::optional<CurrentBest> refereeBest = best ? currentBestOf(s, best) : std::nullopt;
     std::lock_guard lock(m_mutex);
@@ -273,10 +271,7 @@ void ResearchLoop::reviewNow(const CandidateId& id, bool approved, const std::st
     // Evaluated and flagged: the engineer vouches for it; it still has to beat the best.
     const Evaluation& e = *recordedEval;
     const ObjectiveValue value { e.objective, e.objectiveCiLow, e.objectiveCiHigh };
-    const ObjectiveValue base = m_bestValue.value_or(ObjectiveValue { 1.0, 1.0, 1.0 });
-    const double logRatio = std::log(value.value) - std::log(base.value);
-    const bool improves = e.objective > 0 && logRatio - std::hypot(value.logHalfWidth(), base.logHalfWidth()) > 0;
-    if (!improves) {
+    if (!(e.objective > 0) || !compareWithBest(value, m_bestValue).improves()) {
         m_store.setStatus(id, CandidateStatus::Rejected,
             "approved by the engineer but no longer faster than the best"
                 + (m_best ? " (" + *m_best + ")" : std::string()));

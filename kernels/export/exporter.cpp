@@ -302,29 +302,6 @@ std::string defaultCandidate(const Session& s, bool anyStatus)
     return best;
 }
 
-std::string resolveProblemFolder(const Session& s, const std::vector<fs::path>& roots)
-{
-    std::vector<std::string> tried;
-    auto has = [&](const fs::path& f) {
-        tried.push_back(f.string());
-        std::error_code ec;
-        return fs::exists(f / "problem.json", ec);
-    };
-    if (!s.problemFolder.empty() && has(s.problemFolder))
-        return s.problemFolder;
-    for (const auto& r : roots) {
-        if (!s.problemFolder.empty() && fs::path(s.problemFolder).is_relative() && has(r / s.problemFolder))
-            return (r / s.problemFolder).string();
-        if (has(r / s.problemName))
-            return (r / s.problemName).string();
-    }
-    std::string where;
-    for (const auto& t : tried)
-        where += (where.empty() ? "" : ", ") + t;
-    throw InputError("problem '" + s.problemName + "' of session " + s.id + " not found (looked in: " + where
-        + "); pass --problem NAME|DIR (kloop export) or add its folder to KL_PROBLEMS_DIR");
-}
-
 ExportPlan planExport(const Session& s, const Problem& problem, const std::string& candidateId, double minSpeedup)
 {
     ExportPlan plan;

@@ -83,10 +83,6 @@ ExportResult exportBundle(const Session& session, const Problem& problem, const 
 std::map<std::string, std::string> generateBundle(
     const Session& session, const Problem& problem, const ExportPlan& plan, bool forced);
 
-// Finds the problem folder of a session: its recorded folder when that exists, else <root>/<problemName>
-// for each root; throws InputError listing where it looked.
-std::string resolveProblemFolder(const Session& session, const std::vector<std::filesystem::path>& roots);
-
 // What in `content` looks like a secret or a path of the user's machine; empty when clean.
 std::vector<std::string> findLeaks(
     const std::string& content, const std::vector<std::string>& secrets, const std::vector<std::string>& privatePaths);

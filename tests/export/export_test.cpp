@@ -1,3 +1,4 @@
+#include "core/catalogue.h"
 #include "core/errors.h"
 #include "core/expr.h"
 #include "export_fixture.h"
@@ -504,7 +505,7 @@ namespace {
         s.problemName = "nonexistent_problem";
         s.problemFolder = "/nonexistent/x";
         try {
-            resolveProblemFolder(s, { fs::path(KL_SOURCE_DIR) / "kernels" / "problems" });
+            kl::findSessionProblemFolder(s, {}, {}, { fs::path(KL_SOURCE_DIR) / "kernels" / "problems" });
             FAIL();
         } catch (const InputError& e) {
             const std::string what = e.what();
