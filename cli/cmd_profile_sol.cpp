@@ -4,6 +4,7 @@
 // profiler-only kloop used by the profiler's tests links without the worker.
 #include "cli/command.h"
 #include "core/catalogue.h"
+#include "core/demangle.h"
 #include "core/errors.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
@@ -21,7 +22,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cxxabi.h>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -120,15 +120,6 @@ namespace {
     }
 
 #if KL_FEATURE_CUDA
-    std::string demangle(const std::string& name)
-    {
-        int status = 0;
-        char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
-        std::string s = status == 0 && d ? d : name;
-        std::free(d);
-        return s;
-    }
-
     // --node, else the correct candidate with the best objective, else the tree's head.
     Candidate sessionCandidate(const Session& s, const std::optional<std::string>& node)
     {

@@ -1,24 +1,14 @@
 #include "kernels/gpu_profiler.h"
 
+#include "core/demangle.h"
 #include "core/errors.h"
 #include "kernels/gpu_evaluator.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cxxabi.h>
 
 namespace kl {
 
 namespace {
-
-    std::string demangle(const std::string& name)
-    {
-        int status = 0;
-        char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
-        std::string s = status == 0 && d ? d : name;
-        std::free(d);
-        return s;
-    }
 
     double medianOf(std::vector<double> v)
     {

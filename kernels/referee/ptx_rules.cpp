@@ -1,13 +1,13 @@
 // Rules on the PTX NVRTC produced for a candidate: what the compiled code does, whatever its spelling
 // (macros, auto, templates, spliced literals) and whichever header it came from. PTX is read statement by
 // statement; `.loc` directives (from -lineinfo) map an instruction back to the candidate's line.
+#include "core/demangle.h"
 #include "kernels/referee/precision.h"
 #include "kernels/referee/referee.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <cxxabi.h>
 #include <map>
 #include <set>
 #include <string_view>
@@ -70,10 +70,7 @@ namespace {
     // "_ZN8RowCacheILi65536EE3invE" -> "RowCache<65536>::inv": messages name variables as the source does.
     std::string demangled(const std::string& symbol)
     {
-        int status = 0;
-        char* text = abi::__cxa_demangle(symbol.c_str(), nullptr, nullptr, &status);
-        std::string out = status == 0 && text ? std::string(text) : symbol;
-        std::free(text);
+        std::string out = demangle(symbol);
         // NVRTC wraps internal-linkage names in a per-file namespace "_INTERNAL_<hash>_candidate_cu_<hash>".
         if (out.rfind("_INTERNAL_", 0) == 0 && out.find("::") != std::string::npos)
             out = out.substr(out.find("::") + 2);
