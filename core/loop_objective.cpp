@@ -182,13 +182,6 @@ Decision decide(const DecideInput& in)
         d.verdict = Verdict::PendingReview;
         return d;
     }
-    if (in.reviewJumpFactor > 1.0 && in.best && ratio > in.reviewJumpFactor) {
-        d.reasons.push_back({ "decide.suspicious-jump",
-            fmt("%.2fx over the best exceeds the review threshold %.2fx: waits for review", ratio, in.reviewJumpFactor),
-            0, false });
-        d.verdict = Verdict::PendingReview;
-        return d;
-    }
     d.reasons.push_back({ "decide.faster", "faster than " + against + ": " + ratioText, 0, false });
     d.verdict = Verdict::Accepted;
     return d;

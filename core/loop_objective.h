@@ -45,7 +45,6 @@ struct DecideInput {
     std::string objective = "weighted-geomean-speedup";
     std::optional<ObjectiveValue> best; // the session's best so far; nullopt: compare against the baseline
     std::string bestId; // for messages
-    double reviewJumpFactor = 2.0; // an improvement above this factor goes to a human; <= 1: never
 };
 
 struct Decision {
@@ -57,7 +56,9 @@ struct Decision {
 
 // The rule: accepted only if correct on every verification shape, unflagged, and faster than the best on
 // the objective with the confidence interval of the ratio excluding 1.0. A flagged candidate (non-blocking
-// reason or PendingReview from the referee) that improves waits for a human; it is never auto-accepted.
+// reason or PendingReview from the referee) that improves waits for a human; it is never auto-accepted. A jump
+// too large over the best is one such flag: the referee's physics.suspicious-jump, which the loop feeds the
+// session's best and review factor (EvaluateOptions::best).
 Decision decide(const DecideInput& in);
 
 // The evaluation as recorded: verdict, reasons and objective from the decision.

@@ -371,7 +371,6 @@ void ResearchLoop::recordDecided(Candidate c, Evaluation raw, bool measured)
         in.best = m_bestValue;
         in.bestId = m_best.value_or("");
     }
-    in.reviewJumpFactor = session().settings.reviewJumpFactor;
     const Decision d = decide(in);
     Evaluation rec = applyDecision(raw, d);
     rec.candidateId = c.id;

@@ -82,7 +82,7 @@ TEST(Objective, MissingSpeedupGivesNoObjective)
 TEST(Decide, FasterThanBaselineWithTightIntervalIsAccepted)
 {
     const Evaluation e = evaluationWith({ timedShape(8192, 3, 1.5), timedShape(16, 1, 1.2) });
-    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "", 2.0 });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "" });
     EXPECT_EQ(d.verdict, Verdict::Accepted);
     EXPECT_TRUE(d.improves);
     EXPECT_TRUE(hasRule(d, "decide.faster"));
@@ -92,7 +92,7 @@ TEST(Decide, ImprovementInsideTheConfidenceIntervalIsRejected)
 {
     const Evaluation e = evaluationWith({ timedShape(8192, 1, 1.51, 0.02) });
     const ObjectiveValue best { 1.5, 1.5 * 0.98, 1.5 * 1.02 };
-    const Decision d = decide({ &e, "weighted-geomean-speedup", best, "c0003", 2.0 });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", best, "c0003" });
     EXPECT_EQ(d.verdict, Verdict::Rejected);
     EXPECT_FALSE(d.improves);
     ASSERT_TRUE(hasRule(d, "decide.not-significant"));
@@ -102,7 +102,7 @@ TEST(Decide, ImprovementInsideTheConfidenceIntervalIsRejected)
 TEST(Decide, SlowerThanBestIsRejectedAsSlower)
 {
     const Evaluation e = evaluationWith({ timedShape(8192, 1, 1.2) });
-    const Decision d = decide({ &e, "weighted-geomean-speedup", ObjectiveValue { 1.5, 1.49, 1.51 }, "c0002", 2.0 });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", ObjectiveValue { 1.5, 1.49, 1.51 }, "c0002" });
     EXPECT_EQ(d.verdict, Verdict::Rejected);
     EXPECT_TRUE(hasRule(d, "decide.slower"));
 }
@@ -114,7 +114,7 @@ TEST(Decide, WrongOnAnyVerificationShapeIsRejectedEvenWhenFaster)
     edge.heldOut = true;
     edge.correct = false;
     const Evaluation e = evaluationWith({ timedShape(8192, 1, 3.0), edge });
-    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "", 2.0 });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "" });
     EXPECT_EQ(d.verdict, Verdict::Rejected);
     ASSERT_TRUE(hasRule(d, "decide.incorrect"));
     EXPECT_NE(d.reasons.back().message.find("T=1"), std::string::npos);
@@ -124,42 +124,51 @@ TEST(Decide, RefereeFlagSendsAnImprovementToReviewNeverToAccepted)
 {
     Evaluation e = evaluationWith({ timedShape(8192, 1, 1.8) });
     e.reasons.push_back({ "referee.side-stream", "launches on a second stream", 12, false });
-    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "", 2.0 });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "" });
     EXPECT_EQ(d.verdict, Verdict::PendingReview);
     EXPECT_TRUE(hasRule(d, "referee.side-stream"));
 
     Evaluation pending = evaluationWith({ timedShape(8192, 1, 1.8) }, Verdict::PendingReview);
-    EXPECT_EQ(decide({ &pending, "weighted-geomean-speedup", std::nullopt, "", 2.0 }).verdict, Verdict::PendingReview);
+    EXPECT_EQ(decide({ &pending, "weighted-geomean-speedup", std::nullopt, "" }).verdict, Verdict::PendingReview);
 
     Evaluation slowFlagged = evaluationWith({ timedShape(8192, 1, 0.8) });
     slowFlagged.reasons.push_back({ "referee.side-stream", "launches on a second stream", 12, false });
-    EXPECT_EQ(decide({ &slowFlagged, "weighted-geomean-speedup", std::nullopt, "", 2.0 }).verdict, Verdict::Rejected);
+    EXPECT_EQ(decide({ &slowFlagged, "weighted-geomean-speedup", std::nullopt, "" }).verdict, Verdict::Rejected);
 }
 
 TEST(Decide, BlockingRefereeReasonRejects)
 {
     Evaluation e = evaluationWith({ timedShape(8192, 1, 1.8) });
     e.reasons.push_back({ "static.timer-read", "reads %globaltimer", 3, true });
-    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "", 2.0 });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "" });
     EXPECT_EQ(d.verdict, Verdict::Rejected);
     EXPECT_TRUE(hasRule(d, "static.timer-read"));
 }
 
-TEST(Decide, SuspiciousJumpOverTheBestWaitsForReview)
+// The jump rule is the referee's alone (physics.suspicious-jump, fed the session's best): decide holds a flagged
+// jump for review and adds no jump rule of its own.
+TEST(Decide, TheRefereesSuspiciousJumpWaitsForReviewAndDecideAddsNoSecondJumpRule)
 {
-    const Evaluation e = evaluationWith({ timedShape(8192, 1, 5.0) });
-    const Decision d = decide({ &e, "weighted-geomean-speedup", ObjectiveValue { 2.0, 1.98, 2.02 }, "c0001", 2.0 });
+    Evaluation e = evaluationWith({ timedShape(8192, 1, 5.0) });
+    e.reasons.push_back({ "physics.suspicious-jump", "objective 5.000 is 2.50x the current best", 0, false });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", ObjectiveValue { 2.0, 1.98, 2.02 }, "c0001" });
     EXPECT_EQ(d.verdict, Verdict::PendingReview);
-    EXPECT_TRUE(hasRule(d, "decide.suspicious-jump"));
-    EXPECT_EQ(decide({ &e, "weighted-geomean-speedup", ObjectiveValue { 2.0, 1.98, 2.02 }, "c0001", 0 }).verdict,
-        Verdict::Accepted);
+    EXPECT_TRUE(hasRule(d, "physics.suspicious-jump"));
+    EXPECT_TRUE(hasRule(d, "decide.flagged"));
+    EXPECT_FALSE(hasRule(d, "decide.suspicious-jump"));
+
+    const Evaluation unflagged = evaluationWith({ timedShape(8192, 1, 5.0) });
+    const Decision accepted
+        = decide({ &unflagged, "weighted-geomean-speedup", ObjectiveValue { 2.0, 1.98, 2.02 }, "c0001" });
+    EXPECT_EQ(accepted.verdict, Verdict::Accepted);
+    EXPECT_TRUE(hasRule(accepted, "decide.faster"));
 }
 
 TEST(Decide, HarnessFailuresKeepTheirVerdict)
 {
     for (Verdict v : { Verdict::CompileFailed, Verdict::Crashed, Verdict::TimedOut }) {
         const Evaluation e = evaluationWith({}, v);
-        const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "", 2.0 });
+        const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "" });
         EXPECT_EQ(d.verdict, v);
         EXPECT_FALSE(d.reasons.empty());
     }
@@ -168,7 +177,7 @@ TEST(Decide, HarnessFailuresKeepTheirVerdict)
 TEST(Decide, ApplyDecisionRecordsObjectiveAndReasons)
 {
     const Evaluation e = evaluationWith({ timedShape(8192, 1, 1.5) });
-    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "", 2.0 });
+    const Decision d = decide({ &e, "weighted-geomean-speedup", std::nullopt, "" });
     const Evaluation rec = applyDecision(e, d);
     EXPECT_EQ(rec.verdict, Verdict::Accepted);
     EXPECT_NEAR(rec.objective, 1.5, 1e-12);

@@ -350,6 +350,37 @@ TEST(ResearchLoop, ResumeAfterKillMeasuresNothingTwice)
     std::filesystem::remove_all(snapshot);
 }
 
+// The jump rule is the referee's (physics.suspicious-jump): the loop hands the evaluator the session's current best
+// and review factor with every evaluation, and decide() adds no jump rule of its own.
+TEST(ResearchLoop, HandsTheEvaluatorTheCurrentBestAndItsReviewFactor)
+{
+    SyntheticEvaluatorForTests evaluator;
+    const auto dir = freshDir("best-handed-over");
+    Session header = sessionHeader(evaluator, "scripted");
+    header.settings.reviewJumpFactor = 1.7;
+    auto store = SessionStore::create(dir, header);
+    evaluator.latencyUs = [&](const ParamValues& p, const Shape& s) {
+        return evaluator.baselineUs(s) / (p.at("BLOCK") == 32 ? 1.5 : 4.5); // the second is 3x the first
+    };
+    ScriptedAgentForTests agent({ cfg(32, 1), cfg(128, 1) });
+    ResearchLoop loop(*store, evaluator, agent, sequentialOptions());
+    loop.run();
+    const Session& s = store->session();
+    const auto ids = s.tree.order();
+    ASSERT_EQ(ids.size(), 2u);
+    const auto bests = evaluator.bestsHandedOver();
+    ASSERT_EQ(bests.size(), 2u);
+    EXPECT_FALSE(bests[0]) << "nothing accepted yet";
+    ASSERT_TRUE(bests[1]);
+    EXPECT_DOUBLE_EQ(bests[1]->objective, s.evaluations.at(ids[0]).objective);
+    EXPECT_DOUBLE_EQ(bests[1]->reviewJumpFactor, 1.7);
+    // The synthetic evaluator has no referee: nothing flags the 3x jump, and decide() does not either.
+    EXPECT_EQ(s.tree.at(ids[1]).status, CandidateStatus::Accepted);
+    for (const VerdictReason& r : s.evaluations.at(ids[1]).reasons)
+        EXPECT_EQ(r.rule.find("jump"), std::string::npos) << r.rule;
+    std::filesystem::remove_all(dir);
+}
+
 TEST(ResearchLoop, FlaggedCandidateWaitsForReviewAndApprovalAcceptsIt)
 {
     Fixture f("review");

@@ -108,6 +108,12 @@ public:
         std::lock_guard lock(m_mutex);
         return m_evaluated;
     }
+    // The current best the loop handed over with each evaluation, in order (what the referee's jump rule judges by).
+    std::vector<std::optional<CurrentBest>> bestsHandedOver() const
+    {
+        std::lock_guard lock(m_mutex);
+        return m_bests;
+    }
 
     const DeviceInfo& device() const override { return m_device; }
     const Problem& problem() const override { return m_problem; }
@@ -132,7 +138,7 @@ public:
         return r;
     }
 
-    Evaluation evaluate(const Candidate& c, const EvaluateOptions&, const CancelToken&) override
+    Evaluation evaluate(const Candidate& c, const EvaluateOptions& options, const CancelToken&) override
     {
         const int n = ++evaluateCalls;
         const int concurrent = ++m_inEvaluate;
@@ -143,6 +149,7 @@ public:
         {
             std::lock_guard lock(m_mutex);
             m_evaluated.push_back(c.params);
+            m_bests.push_back(options.best);
         }
         Evaluation e;
         e.candidateId = c.id;
@@ -240,6 +247,7 @@ private:
     DeviceInfo m_device;
     mutable std::mutex m_mutex;
     std::vector<ParamValues> m_evaluated;
+    std::vector<std::optional<CurrentBest>> m_bests;
     std::atomic<int> m_inEvaluate { 0 };
 };
 
