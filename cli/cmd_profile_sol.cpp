@@ -160,7 +160,7 @@ namespace {
     struct KernelRow {
         std::string name;
         double durationUs = -1; // traced median when traced, else the counters' (replayed) duration
-        const KernelSol* sol = nullptr;
+        const SolCounters* sol = nullptr;
         std::string bound = "unknown";
     };
 
@@ -231,13 +231,7 @@ namespace {
     {
         prof::KlTraceWriter w(
             0, "kloop profile --sol " + problem + " " + r.shape.label() + " (each plan's first kernel aligned to t=0)");
-        prof::Device d;
-        d.id = 0;
-        d.name = dev.name;
-        d.smCount = dev.smCount;
-        d.computeMajor = dev.ccMajor;
-        d.computeMinor = dev.ccMinor;
-        w.device(d);
+        w.device(prof::Device { dev, 0 });
         for (std::size_t pi = 0; pi < r.plans.size(); ++pi) {
             const PlanProfile& p = r.plans[pi];
             const std::int64_t row = static_cast<std::int64_t>(pi) + 1;
@@ -256,13 +250,8 @@ namespace {
             // Counters belong to the first traced run's kernels (same launch order); untraced they stand alone.
             if (!p.records.empty())
                 for (std::size_t i = 0; i < p.sol.size(); ++i) {
-                    prof::SolMetrics m;
-                    m.kernelName = demangle(p.sol[i].name);
-                    m.durationNs = p.sol[i].durationNs;
-                    m.dramThroughputPct = p.sol[i].dramThroughputPct;
-                    m.smThroughputPct = p.sol[i].smThroughputPct;
-                    m.achievedOccupancyPct = p.sol[i].achievedOccupancyPct;
-                    m.dramBytes = p.sol[i].dramBytes;
+                    prof::SolMetrics m(p.sol[i]);
+                    m.name = demangle(m.name);
                     w.sol(m, 0, row, static_cast<std::uint32_t>(i));
                 }
             if (!p.solAvailable)

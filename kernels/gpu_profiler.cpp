@@ -26,7 +26,7 @@ namespace {
         for (std::size_t i = 0; i < n; ++i) {
             ProfiledKernel k;
             if (i < p.sol.size()) {
-                const KernelSol& s = p.sol[i];
+                const SolCounters& s = p.sol[i];
                 k.name = s.name;
                 k.durationUs = s.durationNs >= 0 ? s.durationNs / 1e3 : -1;
                 k.dramPct = s.dramThroughputPct;

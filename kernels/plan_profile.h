@@ -17,16 +17,6 @@ namespace kl {
 class GpuEvaluator;
 struct Candidate;
 
-// Speed-of-light counters of one kernel of one run of a plan, in launch order.
-struct KernelSol {
-    std::string name; // the kernel's name where the trace knows it (same launch ordinal), else CUPTI's range name
-    double durationNs = -1;
-    double dramThroughputPct = -1;
-    double smThroughputPct = -1;
-    double achievedOccupancyPct = -1;
-    double dramBytes = -1;
-};
-
 struct PlanProfile {
     std::string role; // "baseline" | "candidate"
     std::string label; // the plan's own description (e.g. "baseline.cu", "library:cublas_gemm_bf16")
@@ -37,7 +27,7 @@ struct PlanProfile {
     bool solAvailable = false;
     std::string solNote; // why there are no counters (or a caveat when there are)
     int solPasses = 0;
-    std::vector<KernelSol> sol; // one run of the plan
+    std::vector<SolCounters> sol; // one run of the plan, in launch order
 };
 
 struct ProfileReport {

@@ -220,18 +220,18 @@ KernelRecord kernelRecord(const Json& j, const std::string& where)
     return k;
 }
 
-Json toJson(const KernelSol& k)
+Json toJson(const SolCounters& k)
 {
     return { { "name", k.name }, { "duration_ns", k.durationNs }, { "dram_throughput_pct", k.dramThroughputPct },
         { "sm_throughput_pct", k.smThroughputPct }, { "achieved_occupancy_pct", k.achievedOccupancyPct },
         { "dram_bytes", k.dramBytes } };
 }
 
-KernelSol kernelSol(const Json& j, const std::string& where)
+SolCounters solCounters(const Json& j, const std::string& where)
 {
     if (!j.is_object())
         throw InputError(where + ": expected an object");
-    KernelSol k;
+    SolCounters k;
     k.name = jsonfield::stringOr(j, "name", "", where);
     k.durationNs = jsonfield::numberOr(j, "duration_ns", -1, where);
     k.dramThroughputPct = jsonfield::numberOr(j, "dram_throughput_pct", -1, where);
@@ -289,7 +289,7 @@ PlanProfile planProfile(const Json& j, const std::string& where)
     p.solPasses = static_cast<int>(jsonfield::integerOr(sol, "passes", 0, sw, 0, 1 << 20));
     const Json& kernels = arrayField(sol, "kernels", sw);
     for (std::size_t i = 0; i < kernels.size(); ++i)
-        p.sol.push_back(kernelSol(kernels[i], sw + ".kernels[" + std::to_string(i) + "]"));
+        p.sol.push_back(solCounters(kernels[i], sw + ".kernels[" + std::to_string(i) + "]"));
     if (!p.solAvailable && p.solNote.empty())
         throw InputError(sw + ": no counters and no note saying why");
     return p;

@@ -58,8 +58,8 @@ OutputToleranceWire outputTolerance(const Json& j, const std::string& where); //
 // The profile op's forms. Parsing is strict (InputError naming the field) because the GUI and the CLI read them.
 Json toJson(const KernelRecord& k); // also the trace op's "records" entries
 KernelRecord kernelRecord(const Json& j, const std::string& where);
-Json toJson(const KernelSol& k);
-KernelSol kernelSol(const Json& j, const std::string& where);
+Json toJson(const SolCounters& k);
+SolCounters solCounters(const Json& j, const std::string& where);
 Json toJson(const PlanProfile& p);
 PlanProfile planProfile(const Json& j, const std::string& where);
 Json toJson(const ProfileReport& r); // the profile op's response fields

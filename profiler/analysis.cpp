@@ -166,7 +166,7 @@ Analysis analyze(const Trace& t, const AnalysisOptions& opts)
     };
     std::unordered_map<std::string, SolAcc> solByName;
     for (const auto& s : t.sol()) {
-        std::string name = s.event < t.eventCount() ? std::string(t.name(t.event(s.event))) : s.kernelName;
+        std::string name = s.event < t.eventCount() ? std::string(t.name(t.event(s.event))) : s.name;
         // Counters of very short kernels are noise (L2 hit rates above 100% on a 2 us kernel).
         if (s.durationNs >= 0 && s.durationNs < 2000)
             continue;

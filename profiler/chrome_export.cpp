@@ -96,9 +96,9 @@ std::string toChromeJson(const Trace& t)
         first = false;
         out += "{\"id\":" + std::to_string(d.id) + ",\"name\":";
         appendEscaped(out, d.name);
-        out += ",\"numSms\":" + std::to_string(d.smCount) + ",\"computeMajor\":" + std::to_string(d.computeMajor)
-            + ",\"computeMinor\":" + std::to_string(d.computeMinor)
-            + ",\"totalGlobalMem\":" + std::to_string(d.totalMemory) + "}";
+        out += ",\"numSms\":" + std::to_string(d.smCount) + ",\"computeMajor\":" + std::to_string(d.ccMajor)
+            + ",\"computeMinor\":" + std::to_string(d.ccMinor)
+            + ",\"totalGlobalMem\":" + std::to_string(d.globalMemBytes) + "}";
     }
     out += "],\"traceEvents\":[\n";
     first = true;

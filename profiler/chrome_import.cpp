@@ -153,11 +153,11 @@ namespace {
                     else if (eq(key, "numSms") && isNumber())
                         d.smCount = static_cast<int32_t>(m_r.readInt64());
                     else if (eq(key, "computeMajor") && isNumber())
-                        d.computeMajor = static_cast<int32_t>(m_r.readInt64());
+                        d.ccMajor = static_cast<int32_t>(m_r.readInt64());
                     else if (eq(key, "computeMinor") && isNumber())
-                        d.computeMinor = static_cast<int32_t>(m_r.readInt64());
+                        d.ccMinor = static_cast<int32_t>(m_r.readInt64());
                     else if (eq(key, "totalGlobalMem") && isNumber())
-                        d.totalMemory = static_cast<uint64_t>(std::max(0.0, m_r.readDouble()));
+                        d.globalMemBytes = static_cast<int64_t>(std::max(0.0, m_r.readDouble()));
                     else
                         m_r.skipValue();
                 }

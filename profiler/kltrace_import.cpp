@@ -217,13 +217,13 @@ Trace importKlTrace(ByteSource& src, const std::string& what, const ImportOption
             d.id = dev;
             d.name = rec.n;
             d.smCount = static_cast<int32_t>(rec.sms);
-            d.computeMajor = static_cast<int32_t>(rec.cc[0]);
-            d.computeMinor = static_cast<int32_t>(rec.cc[1]);
-            d.totalMemory = static_cast<uint64_t>(std::max<int64_t>(rec.mem, 0));
+            d.ccMajor = static_cast<int32_t>(rec.cc[0]);
+            d.ccMinor = static_cast<int32_t>(rec.cc[1]);
+            d.globalMemBytes = static_cast<int64_t>(std::max<int64_t>(rec.mem, 0));
             t.addDevice(std::move(d));
         } else if (ty == "sol") {
             SolMetrics m;
-            m.kernelName = rec.n;
+            m.name = rec.n;
             m.event = static_cast<uint32_t>(rec.i); // kernel ordinal; mapped to an event index below
             m.durationNs = rec.dur;
             m.dramThroughputPct = rec.dram;

@@ -23,7 +23,7 @@ void KlTraceWriter::device(const Device& d)
 {
     append(m_text,
         { { "t", "dev" }, { "id", d.id }, { "d", d.id }, { "n", d.name }, { "sms", d.smCount },
-            { "cc", { d.computeMajor, d.computeMinor } }, { "mem", d.totalMemory } });
+            { "cc", { d.ccMajor, d.ccMinor } }, { "mem", d.globalMemBytes } });
 }
 
 void KlTraceWriter::rowName(int32_t device, int64_t stream, const std::string& name)
@@ -43,7 +43,7 @@ void KlTraceWriter::kernel(const KernelRecord& k, int32_t device)
 void KlTraceWriter::sol(const SolMetrics& m, int32_t device, int64_t stream, uint32_t ordinalInRow)
 {
     append(m_text,
-        { { "t", "sol" }, { "n", m.kernelName }, { "d", device }, { "q", stream }, { "i", ordinalInRow },
+        { { "t", "sol" }, { "n", m.name }, { "d", device }, { "q", stream }, { "i", ordinalInRow },
             { "dur", m.durationNs }, { "dram", m.dramThroughputPct }, { "sm", m.smThroughputPct },
             { "occ", m.achievedOccupancyPct }, { "dramB", m.dramBytes } });
 }

@@ -226,9 +226,9 @@ namespace {
                 d.id = static_cast<int32_t>(s.i64(0));
                 d.name = std::string(s.text(1));
                 d.smCount = static_cast<int32_t>(s.i64(2));
-                d.totalMemory = static_cast<uint64_t>(std::max<int64_t>(s.i64(3), 0));
-                d.computeMajor = static_cast<int32_t>(s.i64(4));
-                d.computeMinor = static_cast<int32_t>(s.i64(5));
+                d.globalMemBytes = static_cast<int64_t>(std::max<int64_t>(s.i64(3), 0));
+                d.ccMajor = static_cast<int32_t>(s.i64(4));
+                d.ccMinor = static_cast<int32_t>(s.i64(5));
                 m_trace.addDevice(std::move(d));
             }
         }

@@ -2,6 +2,9 @@
 // The trace model shared by the importers, the analysis, the CLI and the GUI timeline.
 // Events live in one packed array (32 bytes each); per-row lanes of non-overlapping events, sorted by start,
 // give binary-search window queries and a level-of-detail query that merges sub-pixel events.
+#include "core/device.h"
+#include "core/gpu_records.h"
+
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -9,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace kl::prof {
@@ -66,13 +70,10 @@ struct Row {
     std::vector<std::vector<uint32_t>> lanes;
 };
 
-struct Device {
+// A GPU of the trace: the worker's device record (name, SM count, compute capability, memory; what a trace format
+// carries of it) under the trace's device id.
+struct Device : DeviceInfo {
     int32_t id = 0;
-    std::string name; // "NVIDIA H200"
-    int32_t smCount = 0;
-    int32_t computeMajor = 0;
-    int32_t computeMinor = 0;
-    uint64_t totalMemory = 0;
 };
 
 struct Process {
@@ -115,15 +116,15 @@ struct MemOpInfo {
     uint32_t correlation = 0;
 };
 
-// Speed-of-light counters for one kernel execution (CUPTI range profiler), keyed by the kernel's event index.
-struct SolMetrics {
+// Speed-of-light counters for one kernel execution, keyed by the kernel's event index.
+struct SolMetrics : SolCounters {
+    SolMetrics() = default;
+    explicit SolMetrics(SolCounters counters, uint32_t kernelEvent = kNone)
+        : SolCounters(std::move(counters))
+        , event(kernelEvent)
+    {
+    }
     uint32_t event = kNone;
-    std::string kernelName;
-    double durationNs = -1;
-    double dramThroughputPct = -1;
-    double smThroughputPct = -1;
-    double achievedOccupancyPct = -1; // sm__warps_active.avg.pct_of_peak_sustained_active
-    double dramBytes = -1;
 };
 
 // A drawable item of a level-of-detail query: one event, or a run of events merged because each is narrower

@@ -75,16 +75,7 @@ namespace {
         out.solAvailable = rp.available;
         out.solNote = rp.unavailableReason;
         out.solPasses = static_cast<int>(rp.passes);
-        for (const auto& k : rp.kernels) {
-            KernelSol ks;
-            ks.name = k.rangeName;
-            ks.durationNs = k.durationNs;
-            ks.dramThroughputPct = k.dramThroughputPct;
-            ks.smThroughputPct = k.smThroughputPct;
-            ks.achievedOccupancyPct = k.achievedOccupancyPct;
-            ks.dramBytes = k.dramBytes;
-            out.sol.push_back(std::move(ks));
-        }
+        out.sol = rp.kernels;
         if (rp.available && rp.kernels.empty())
             out.solNote = "the plan launched no kernel the range profiler could see";
 #else

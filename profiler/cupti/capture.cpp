@@ -51,7 +51,7 @@ Trace CuptiCapture::stop()
     return importKlTrace(src, "<in-process capture>");
 }
 
-void attachSol(Trace& trace, const SolResult& sol)
+void attachSol(Trace& trace, const cupti::RangeProfile& sol)
 {
     std::vector<uint32_t> kernels;
     for (uint32_t i = 0; i < trace.eventCount(); ++i)
@@ -60,10 +60,10 @@ void attachSol(Trace& trace, const SolResult& sol)
     std::sort(kernels.begin(), kernels.end(),
         [&](uint32_t a, uint32_t b) { return trace.event(a).start < trace.event(b).start; });
     for (size_t k = 0; k < sol.kernels.size(); ++k) {
-        SolMetrics m = sol.kernels[k];
+        SolMetrics m(sol.kernels[k]);
         if (k < kernels.size()) {
             m.event = kernels[k];
-            m.kernelName = std::string(trace.name(trace.event(kernels[k])));
+            m.name = std::string(trace.name(trace.event(kernels[k])));
         }
         trace.addSol(std::move(m));
     }

@@ -2,6 +2,7 @@
 // In-process CUPTI capture for the GPU worker: trace a candidate's launch plan once (never while timing it:
 // tracing inflates CUDA-graph launches ~100x) and get a Trace back; and speed-of-light counters for a finished
 // candidate through the CUPTI range profiler, where the device and driver allow counter collection.
+#include "profiler/cupti/range_profiler.h"
 #include "profiler/trace.h"
 
 #include <functional>
@@ -35,19 +36,8 @@ private:
     std::string m_lines;
 };
 
-struct SolResult {
-    bool available = false;
-    std::string unavailableReason; // e.g. "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES: counters are admin-only ..."
-    size_t passes = 0;
-    std::vector<SolMetrics> kernels; // in launch order; kernelName = CUPTI's range name (launch ordinal)
-};
-
-// Runs `launch` under the range profiler (one auto range per kernel, kernel replay: CUPTI saves and restores
-// device memory and replays each kernel once per pass), on the calling thread's current CUDA context.
-// Collects gpu__time_duration, dram/sm throughput % of peak, achieved occupancy and DRAM bytes.
-SolResult measureSpeedOfLight(const std::function<void()>& launch, size_t maxKernels = 64);
-
-// Attaches SOL results to the kernels of a trace of the same launch plan, matching by launch order.
-void attachSol(Trace& trace, const SolResult& sol);
+// Speed-of-light counters come from cupti::profileKernels (profiler/cupti/range_profiler.h). This attaches them to
+// the kernels of a trace of the same launch plan, matching by launch order.
+void attachSol(Trace& trace, const cupti::RangeProfile& sol);
 
 } // namespace kl::prof

@@ -232,8 +232,8 @@ RangeProfile profileKernels(const std::function<void()>& launch, size_t maxKerne
             ev.numMetrics = metrics.size();
             ev.pMetricValues = v.data();
             check(cuptiProfilerHostEvaluateToGpuValues(&ev), "cuptiProfilerHostEvaluateToGpuValues");
-            RangeCounters m;
-            m.rangeName = ri.rangeName ? ri.rangeName : std::to_string(r);
+            SolCounters m;
+            m.name = ri.rangeName ? ri.rangeName : std::to_string(r);
             m.durationNs = v[0];
             m.dramThroughputPct = v[1];
             m.smThroughputPct = v[2];

@@ -387,7 +387,7 @@ private:
             pp.solAvailable = true;
             pp.solPasses = 1;
             for (const auto& step : spec.launches) {
-                kl::KernelSol ks;
+                kl::SolCounters ks;
                 const auto sym = lowered.find(step.kernel);
                 ks.name = sym != lowered.end() ? sym->second : step.kernel;
                 ks.durationNs = static_cast<double>(kernelNs);

@@ -217,7 +217,7 @@ TEST_F(FakeGpuWorker, ProfilesEachPlansKernelsFromTheTimingModel)
     EXPECT_GT(cand.eventUs[0], 0.5 + bytes / 2e12 * 1e6);
     ASSERT_TRUE(cand.solAvailable);
     ASSERT_EQ(cand.sol.size(), 2u);
-    for (const KernelSol& k : cand.sol) {
+    for (const SolCounters& k : cand.sol) {
         EXPECT_NEAR(k.dramBytes, bytes / 2, 1e-6);
         EXPECT_NEAR(k.dramThroughputPct, k.dramBytes / (k.durationNs * 1e-9) / 4e12 * 100, 1e-9);
     }

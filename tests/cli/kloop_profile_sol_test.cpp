@@ -196,7 +196,7 @@ TEST_F(KloopProfileSol, TableSpeedupAndTraceFollowTheDoublesTimingModel)
     EXPECT_EQ(kernels.at("candidate"), (std::map<std::string, int> { { "rmsnorm_template", 5 } }));
     ASSERT_EQ(t.sol().size(), 2u);
     for (const auto& s : t.sol())
-        EXPECT_NEAR(s.dramBytes, kRmsnormBytes, 1.0) << s.kernelName;
+        EXPECT_NEAR(s.dramBytes, kRmsnormBytes, 1.0) << s.name;
     const prof::Analysis a = prof::analyze(t);
     ASSERT_EQ(a.kernels.size(), 2u);
     for (const auto& k : a.kernels) {

@@ -62,7 +62,11 @@ struct Builder {
 TEST(Analysis, ManyShortKernelsWithGapsAreLaunchOverhead)
 {
     Builder b;
-    b.t.addDevice({ 0, "NVIDIA H200", 132, 9, 0, 0 });
+    Device h200;
+    h200.name = "NVIDIA H200";
+    h200.smCount = 132;
+    h200.ccMajor = 9;
+    b.t.addDevice(h200);
     b.range("decode", 0, 100 * 6 * us);
     // Each iteration: a 4 us launch call, then the 1 us kernel starts 1 us after the call returns.
     for (int i = 0; i < 100; ++i)

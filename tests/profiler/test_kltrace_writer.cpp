@@ -42,7 +42,7 @@ namespace {
         Device d;
         d.name = "NVIDIA H200";
         d.smCount = 132;
-        d.computeMajor = 9;
+        d.ccMajor = 9;
         w.device(d);
         w.rowName(0, 1, "baseline");
         w.rowName(0, 2, "candidate");
@@ -178,7 +178,7 @@ namespace {
             ASSERT_LT(s.event, t.eventCount());
             const Event& e = t.event(s.event);
             EXPECT_EQ(e.start, 0) << "counters sit on each plan's first traced kernel";
-            EXPECT_EQ(t.name(e), s.kernelName);
+            EXPECT_EQ(t.name(e), s.name);
             // bytes/duration and the DRAM % agree: rmsnorm moves 4*T*H bytes = 512 MiB here.
             EXPECT_NEAR(s.dramBytes, 4.0 * 16384 * 8192, 0.01 * 4.0 * 16384 * 8192);
         }

@@ -107,7 +107,7 @@ TEST(CuptiCaptureGpu, SpeedOfLightSeparatesCopyFromFma)
     if (!haveGpu())
         GTEST_SKIP() << "no CUDA device";
     Buffers buf;
-    SolResult r = measureSpeedOfLight([&] {
+    const cupti::RangeProfile r = cupti::profileKernels([&] {
         g_copy<<<132 * 16, 256>>>(buf.a, buf.b, buf.n);
         g_fma<<<132 * 8, 256>>>(buf.s, 1 << 14);
     });
