@@ -4,7 +4,7 @@
 #include <mutex>
 
 #ifdef KL_WORKER_HAVE_CUPTI
-#include <cupti.h>
+#include "profiler/cupti/kernel_activity.h"
 #endif
 
 namespace kl::worker {
@@ -32,26 +32,8 @@ namespace {
         CUpti_Activity* record = nullptr;
         std::lock_guard lock(g_mutex);
         while (cuptiActivityGetNextRecord(buffer, validSize, &record) == CUPTI_SUCCESS) {
-            if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL)
-                continue;
-            const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-            KernelRecord r;
-            r.name = k->name ? k->name : "";
-            r.startNs = k->start;
-            r.endNs = k->end;
-            r.grid[0] = k->gridX;
-            r.grid[1] = k->gridY;
-            r.grid[2] = k->gridZ;
-            r.block[0] = k->blockX;
-            r.block[1] = k->blockY;
-            r.block[2] = k->blockZ;
-            r.registers = k->registersPerThread;
-            r.staticShared = k->staticSharedMemory;
-            r.dynamicShared = k->dynamicSharedMemory;
-            r.stream = k->streamId;
-            r.correlation = k->correlationId;
-            r.deviceLaunched = k->isDeviceLaunched != 0;
-            g_records.push_back(std::move(r));
+            if (const auto* k = prof::cupti::asKernelActivity(record))
+                g_records.push_back(prof::cupti::kernelRecord(*k));
         }
         size_t dropped = 0;
         if (cuptiActivityGetNumDroppedRecords(ctx, streamId, &dropped) == CUPTI_SUCCESS)

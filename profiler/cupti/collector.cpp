@@ -1,5 +1,7 @@
 #include "profiler/cupti/collector.h"
 
+#include "profiler/cupti/kernel_activity.h"
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -13,8 +15,8 @@
 namespace kl::prof::cupti {
 namespace {
 
-    // The one place to bump when CUPTI's record versions change (CUDA 13.0: Kernel10, Memcpy6, Memset4, Device5).
-    using KernelRecord = CUpti_ActivityKernel10;
+    // The one place to bump when CUPTI's record versions change (CUDA 13.0: Memcpy6, Memset4, Device5; the kernel
+    // record's is in kernel_activity.h).
     using MemcpyRecord = CUpti_ActivityMemcpy6;
     using MemsetRecord = CUpti_ActivityMemset4;
     using DeviceRecord = CUpti_ActivityDevice5;
@@ -72,21 +74,21 @@ namespace {
     void appendRecord(std::string& out, const CUpti_Activity* r)
     {
         char buf[512];
-        switch (r->kind) {
-        case CUPTI_ACTIVITY_KIND_KERNEL:
-        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-            auto* k = reinterpret_cast<const KernelRecord*>(r);
+        if (const KernelActivity* k = asKernelActivity(r)) {
+            const KernelRecord rec = kernelRecord(*k);
             std::snprintf(buf, sizeof buf,
                 "{\"t\":\"k\",\"s\":%llu,\"e\":%llu,\"d\":%u,\"q\":%u,\"r\":%u,\"g\":[%d,%d,%d],\"b\":[%d,%d,%d],"
-                "\"reg\":%u,\"ss\":%d,\"ds\":%d,\"n\":",
-                static_cast<unsigned long long>(k->start), static_cast<unsigned long long>(k->end), k->deviceId,
-                k->streamId, k->correlationId, k->gridX, k->gridY, k->gridZ, k->blockX, k->blockY, k->blockZ,
-                static_cast<unsigned>(k->registersPerThread), k->staticSharedMemory, k->dynamicSharedMemory);
+                "\"reg\":%d,\"ss\":%d,\"ds\":%d,\"n\":",
+                static_cast<unsigned long long>(rec.startNs), static_cast<unsigned long long>(rec.endNs), k->deviceId,
+                rec.stream, rec.correlation, rec.grid[0], rec.grid[1], rec.grid[2], rec.block[0], rec.block[1],
+                rec.block[2], rec.registers, rec.staticShared, rec.dynamicShared);
             out += buf;
+            // Demangled once per name: CUPTI keeps the name alive, so its address identifies it.
             out += jsonEscape(k->name ? demangled(k->name) : std::string("?"));
             out += "}\n";
-            break;
+            return;
         }
+        switch (r->kind) {
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
             auto* m = reinterpret_cast<const MemcpyRecord*>(r);
             std::snprintf(buf, sizeof buf,
