@@ -7,7 +7,6 @@
 
 #include <QCoreApplication>
 #include <QDir>
-#include <QFile>
 #include <QFileInfo>
 #include <QPointer>
 #include <algorithm>
@@ -101,8 +100,7 @@ void SessionWorker::close()
     m_followTimer->stop();
     m_liveTimer->stop();
     m_live.reset();
-    m_journalOffset = 0;
-    m_lastSeq = 0;
+    m_journal.reset();
     if (m_store && m_busToken)
         m_store->bus().unsubscribe(m_busToken);
     m_busToken = 0;
@@ -125,6 +123,7 @@ void SessionWorker::open(const QString& directory, OpenMode mode, double speed, 
     const std::filesystem::path dir = directory.toStdString();
     kl::LoadReport report;
     std::vector<kl::Event> events;
+    kl::JournalReader journal(dir / "journal.jsonl");
     kl::Session full;
     m_steerDir.clear();
     try {
@@ -138,10 +137,10 @@ void SessionWorker::open(const QString& directory, OpenMode mode, double speed, 
                 mode = OpenMode::Follow;
                 report.warnings.push_back("another process (kloop run) is writing this session: following it live; "
                                           "reviews, hypotheses and branches go to the run through its inbox");
-                full = kl::SessionStore::load(dir, &report, &events);
+                full = kl::SessionStore::load(dir, &report, &events, &journal);
             }
         } else {
-            full = kl::SessionStore::load(dir, &report, &events);
+            full = kl::SessionStore::load(dir, &report, &events, &journal);
         }
         if (mode == OpenMode::Follow)
             m_steerDir = dir;
@@ -175,20 +174,7 @@ void SessionWorker::open(const QString& directory, OpenMode mode, double speed, 
     }
 
     if (mode == OpenMode::Follow) {
-        // Start after the lines already applied: skip as many complete lines as events were loaded.
-        m_journalPath = QDir(directory).filePath(QStringLiteral("journal.jsonl"));
-        QFile journal(m_journalPath);
-        if (journal.open(QIODevice::ReadOnly)) {
-            std::size_t lines = 0;
-            while (lines < events.size() && !journal.atEnd()) {
-                const QByteArray line = journal.readLine();
-                if (!line.endsWith('\n'))
-                    break;
-                m_journalOffset += line.size();
-                ++lines;
-            }
-        }
-        m_lastSeq = events.empty() ? 0 : events.back().seq;
+        m_journal = std::move(journal);
         m_followTimer->start();
         m_live = std::make_unique<kl::LiveStreamReader>(dir);
         // Without a running writer, a reply "streaming" in the live file is what a killed run left behind.
@@ -318,30 +304,15 @@ void SessionWorker::onLiveEvent(const kl::Event& e)
 
 void SessionWorker::pollJournal()
 {
-    QFile journal(m_journalPath);
-    if (!journal.open(QIODevice::ReadOnly) || journal.size() <= m_journalOffset)
-        return;
-    journal.seek(m_journalOffset);
-    while (!journal.atEnd()) {
-        const QByteArray line = journal.readLine();
-        if (!line.endsWith('\n'))
-            break; // the writer is mid-line: read it whole next time
-        m_journalOffset += line.size();
-        try {
-            const kl::Event e
-                = kl::eventFromJson(nlohmann::json::parse(line.constData(), line.constData() + line.size()));
-            if (e.seq <= m_lastSeq)
-                continue;
-            m_lastSeq = e.seq;
+    try {
+        m_journal->readAppended([this](kl::Event e) {
             kl::applyEvent(m_session, e);
-            m_unpublished.push_back(e);
+            m_unpublished.push_back(std::move(e));
             m_dirty = true;
-        } catch (const std::exception& ex) {
-            emit failed(tr("%1: a new journal line could not be applied (%2); following stopped")
-                            .arg(m_journalPath, describe(ex)));
-            m_followTimer->stop();
-            break;
-        }
+        });
+    } catch (const std::exception& ex) {
+        emit failed(tr("A new journal line could not be applied (%1); following stopped").arg(describe(ex)));
+        m_followTimer->stop();
     }
     if (m_dirty)
         publish(false);

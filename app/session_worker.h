@@ -3,6 +3,7 @@
 // (scaled) or follows a writable store live, applies each event to its private kl::Session and hands
 // immutable snapshots to the GUI through queued signals, at most one per snapshot interval.
 #include "app/app_types.h"
+#include "core/journal_reader.h"
 #include "core/session_inbox.h"
 #include "core/session_store.h"
 
@@ -76,9 +77,7 @@ private:
     QTimer* m_publishTimer = nullptr; // live: a deferred snapshot after a burst of events
     std::uint64_t m_generation = 0; // bumps on open/close so stale queued live events are dropped
     QTimer* m_followTimer = nullptr;
-    QString m_journalPath;
-    qint64 m_journalOffset = 0; // bytes of the journal already applied (complete lines only)
-    std::uint64_t m_lastSeq = 0;
+    std::optional<kl::JournalReader> m_journal; // follow mode: after the last event applied
     std::unique_ptr<kl::LiveStreamReader> m_live; // follow mode: the agent's reply while it streams
     QTimer* m_liveTimer = nullptr;
 

@@ -1,6 +1,7 @@
 #include "core/session_store.h"
 
 #include "core/errors.h"
+#include "core/journal_reader.h"
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 
@@ -409,7 +410,7 @@ std::unique_ptr<SessionStore> SessionStore::create(const fs::path& dir, const Se
     return store;
 }
 
-Session SessionStore::load(const fs::path& dir, LoadReport* report, std::vector<Event>* events)
+Session SessionStore::load(const fs::path& dir, LoadReport* report, std::vector<Event>* events, JournalReader* journal)
 {
     const fs::path headerPath = dir / kHeaderFile;
     std::error_code ec;
@@ -431,56 +432,25 @@ Session SessionStore::load(const fs::path& dir, LoadReport* report, std::vector<
     }
     Session s = headerFromJson(hj, headerPath.string());
 
-    const fs::path journalPath = dir / kJournalFile;
-    std::string journal;
-    try {
-        journal = readFile(journalPath, kMaxJournalBytes);
-    } catch (const std::exception& e) {
-        throw InputError(std::string("session journal: ") + e.what());
-    }
     LoadReport local;
     LoadReport& rep = report ? *report : local;
-    std::size_t pos = 0;
-    std::uint64_t lineNo = 0;
-    std::uint64_t expectSeq = 1;
-    while (pos < journal.size()) {
-        const std::size_t nl = journal.find('\n', pos);
-        const bool lastLine = nl == std::string::npos;
-        const std::string line = journal.substr(pos, lastLine ? std::string::npos : nl - pos);
-        ++lineNo;
-        pos = lastLine ? journal.size() : nl + 1;
-        if (line.empty())
-            continue;
-        const std::string where = journalPath.string() + " line " + std::to_string(lineNo);
-        Event e;
-        try {
-            e = eventFromJson(Json::parse(line));
-        } catch (const std::exception& err) {
-            if (lastLine) {
-                // The process died mid-write: the event never completed, so nothing recorded is lost.
-                rep.warnings.push_back(where + ": torn last line ignored (" + std::to_string(line.size())
-                    + " bytes; the writer was interrupted)");
-                break;
-            }
-            throw InputError(where + ": " + err.what());
-        }
-        if (e.seq != expectSeq)
-            throw InputError(where + ": event sequence " + std::to_string(e.seq) + " where " + std::to_string(expectSeq)
-                + " was expected (journal edited or corrupted)");
-        ++expectSeq;
-        try {
-            applyEvent(s, e);
-        } catch (const InputError& err) {
-            throw InputError(where + ": " + err.what());
-        } catch (const std::exception& err) {
-            throw InputError(where + ": " + err.what());
-        }
+    JournalReader reader(dir / kJournalFile);
+    reader.readAppended([&](Event e) {
+        applyEvent(s, e);
         ++rep.eventsLoaded;
         if (events)
             events->push_back(std::move(e));
-    }
+    });
+    if (reader.unterminatedBytes() > 0)
+        // The process died mid-write: the event never completed, so nothing recorded is lost.
+        rep.warnings.push_back(reader.path().string() + " line " + std::to_string(reader.linesRead() + 1)
+            + ": torn last line ignored (" + std::to_string(reader.unterminatedBytes())
+            + " bytes; the writer was interrupted)");
+    const fs::path& journalPath = reader.path();
     if (rep.eventsLoaded == 0)
         throw InputError(journalPath.string() + ": empty journal (no session-created event)");
+    if (journal)
+        *journal = std::move(reader);
     return s;
 }
 

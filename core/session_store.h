@@ -23,6 +23,8 @@
 
 namespace kl {
 
+class JournalReader;
+
 struct LoadReport {
     std::vector<std::string> warnings; // e.g. "journal.jsonl line 812: torn last line ignored"
     std::uint64_t eventsLoaded = 0;
@@ -42,9 +44,10 @@ public:
     static std::unique_ptr<SessionStore> create(const std::filesystem::path& dir, const Session& header);
     // Opens for appending; replays the journal into session(). Throws InputError on a bad session.
     static std::unique_ptr<SessionStore> open(const std::filesystem::path& dir, LoadReport* report = nullptr);
-    // Read-only load (no file is touched).
-    static Session load(
-        const std::filesystem::path& dir, LoadReport* report = nullptr, std::vector<Event>* events = nullptr);
+    // Read-only load (no file is touched). *journal, when given, is the reader positioned after the last event
+    // loaded: it reads what a writer appends afterwards (following a running session).
+    static Session load(const std::filesystem::path& dir, LoadReport* report = nullptr,
+        std::vector<Event>* events = nullptr, JournalReader* journal = nullptr);
 
     ~SessionStore();
 

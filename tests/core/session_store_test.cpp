@@ -1,4 +1,5 @@
 #include "core/errors.h"
+#include "core/journal_reader.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
 #include "session_test_util.h"
@@ -83,6 +84,45 @@ TEST(SessionStore, TornLastLineIsReportedAndCutOnReopen)
     const kl::Session s2 = kl::SessionStore::load(dir, &again);
     EXPECT_TRUE(again.warnings.empty());
     EXPECT_EQ(s2.tree.size(), 2u);
+}
+
+// The reader load() hands back follows a writer: it reads only complete lines, continues where it stopped, and
+// refuses a line out of sequence naming the file and line.
+TEST(JournalReader, FollowsAWriterLineByLineFromWhereTheLoadStopped)
+{
+    TempDir tmp;
+    const fs::path dir = tmp.path() / "s";
+    auto writer = kl::SessionStore::create(dir, kl::test::sampleHeader());
+    writer->proposeCandidate(kl::test::sampleCandidate("", 256));
+    kl::JournalReader reader(dir / "journal.jsonl");
+    std::vector<kl::Event> loaded;
+    const kl::Session s = kl::SessionStore::load(dir, nullptr, &loaded, &reader);
+    ASSERT_EQ(loaded.size(), 2u);
+    EXPECT_EQ(s.tree.size(), 1u);
+    std::vector<kl::Event> seen;
+    const auto follow = [&] { return reader.readAppended([&](kl::Event e) { seen.push_back(std::move(e)); }); };
+    EXPECT_EQ(follow(), 0u);
+
+    writer->note("one");
+    writer->note("two");
+    EXPECT_EQ(follow(), 2u);
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_EQ(seen[0].seq, 3u);
+    EXPECT_EQ(seen[1].seq, 4u);
+
+    const std::string next = kl::eventToJson(seen[1]).dump();
+    appendRaw(dir / "journal.jsonl", next.substr(0, next.size() / 2)); // a writer mid-line
+    EXPECT_EQ(follow(), 0u);
+    EXPECT_EQ(reader.unterminatedBytes(), next.size() / 2);
+    appendRaw(dir / "journal.jsonl", next.substr(next.size() / 2) + "\n"); // seq 4 again: out of sequence
+    try {
+        follow();
+        FAIL() << "a repeated sequence number was accepted";
+    } catch (const kl::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("journal.jsonl line 5: event sequence 4 where 5"), std::string::npos)
+            << e.what();
+    }
+    EXPECT_EQ(seen.size(), 2u);
 }
 
 TEST(SessionStore, CorruptionInTheMiddleIsAnErrorNamingFileAndLine)
