@@ -273,9 +273,9 @@ void HypothesisConsole::appendLiveRecord(const kl::LiveStreamRecord& r)
     m_lastLive = m_live;
 }
 
-bool HypothesisConsole::finishLiveReply(const nlohmann::json& reply)
+bool HypothesisConsole::finishLiveReply(const kl::LlmReplyRecord& reply)
 {
-    const std::string stream = stringField(reply, "live_stream").toStdString();
+    const std::string& stream = reply.liveStream;
     if (stream.empty())
         return false;
     m_finishedStreams.insert(stream);
@@ -284,7 +284,7 @@ bool HypothesisConsole::finishLiveReply(const nlohmann::json& reply)
         m_live = LiveReply();
     if (shown.stream.empty())
         return false;
-    const std::string full = stringField(reply, "text").toStdString();
+    const std::string& full = reply.text;
     if (shown.gap || full.compare(0, shown.text.size(), shown.text) != 0)
         return false; // the recorded reply is the truth: show it whole
     // The end of the reply may not have been read live yet.
@@ -317,35 +317,32 @@ void HypothesisConsole::appendAgentMessage(const kl::Event& e)
         }
     };
 
-    if (type == QLatin1String("llm.request")) {
-        QString what = tr("→ %1 asks %2").arg(stringField(d, "provider"), stringField(d, "model"));
-        if (!stringField(d, "hypothesis").isEmpty())
-            what += tr(" · hypothesis %1").arg(stringField(d, "hypothesis"));
-        if (!stringField(d, "base_candidate").isEmpty())
-            what += tr(" · from %1").arg(stringField(d, "base_candidate"));
+    if (const auto request = kl::llmRequestRecord(d)) {
+        QString what
+            = tr("→ %1 asks %2").arg(QString::fromStdString(request->provider), QString::fromStdString(request->model));
+        if (!request->hypothesis.empty())
+            what += tr(" · hypothesis %1").arg(QString::fromStdString(request->hypothesis));
+        if (!request->baseCandidate.empty())
+            what += tr(" · from %1").arg(QString::fromStdString(request->baseCandidate));
         header(what, t.mutedText);
         return;
     }
-    if (type == QLatin1String("llm.reply")) {
-        const bool shownLive = finishLiveReply(d);
-        QString what = tr("← reply from %1").arg(stringField(d, "model"));
-        const auto usage = d.find("usage");
-        if (usage != d.end() && usage->is_object()) {
-            const auto in = usage->find("input_tokens");
-            const auto out = usage->find("output_tokens");
-            if (in != usage->end() && out != usage->end() && in->is_number() && out->is_number())
-                what += tr(" · %1 in / %2 out tokens").arg(in->get<double>()).arg(out->get<double>());
-        }
-        const auto ms = d.find("elapsed_ms");
-        if (ms != d.end() && ms->is_number())
-            what += tr(" · %1 s").arg(ms->get<double>() / 1000.0, 0, 'f', 1);
+    if (const auto reply = kl::llmReplyRecord(d)) {
+        const bool shownLive = finishLiveReply(*reply);
+        QString what = tr("← reply from %1").arg(QString::fromStdString(reply->model));
+        if (reply->usage)
+            what += tr(" · %1 in / %2 out tokens")
+                        .arg(static_cast<double>(reply->usage->inputTokens))
+                        .arg(static_cast<double>(reply->usage->outputTokens));
+        if (reply->elapsedMs)
+            what += tr(" · %1 s").arg(*reply->elapsedMs / 1000.0, 0, 'f', 1);
         if (shownLive) {
             // The text is already there, streamed live: the record only closes it.
             header(what + tr(" · complete"), t.info);
             return;
         }
         header(what, t.info);
-        body(stringField(d, "text"), true);
+        body(QString::fromStdString(reply->text), true);
         m_streaming = false;
         return;
     }
@@ -362,10 +359,10 @@ void HypothesisConsole::appendAgentMessage(const kl::Event& e)
             t.mutedText);
         return;
     }
-    if (type == QLatin1String("llm.error") || type == QLatin1String("llm.reply-rejected")) {
-        if (type == QLatin1String("llm.error") && !stringField(d, "live_stream").isEmpty()) {
-            m_finishedStreams.insert(stringField(d, "live_stream").toStdString());
-            if (m_live.stream == stringField(d, "live_stream").toStdString())
+    if (type == QLatin1String(kl::kLlmErrorType) || type == QLatin1String("llm.reply-rejected")) {
+        if (type == QLatin1String(kl::kLlmErrorType) && !stringField(d, kl::kLiveStreamKey).isEmpty()) {
+            m_finishedStreams.insert(stringField(d, kl::kLiveStreamKey).toStdString());
+            if (m_live.stream == stringField(d, kl::kLiveStreamKey).toStdString())
                 m_live = LiveReply();
         }
         header(tr("%1: %2").arg(type, stringField(d, "message")), t.bad);

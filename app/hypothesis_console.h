@@ -2,6 +2,7 @@
 // The hypothesis console: the engineer types a high-level hypothesis for the chosen agent, and the
 // agents' messages (prompts, streamed replies, usage) from the session's journal stream in below.
 #include "app/app_types.h"
+#include "core/agent_records.h"
 #include "core/events.h"
 
 #include <QWidget>
@@ -49,7 +50,7 @@ private:
     void insertAtEnd(const QString& text);
     void appendHeader(const QString& text, const QColor& colour);
     void appendLiveRecord(const kl::LiveStreamRecord& r);
-    bool finishLiveReply(const nlohmann::json& reply); // true if the live view showed it and is now complete
+    bool finishLiveReply(const kl::LlmReplyRecord& reply); // true if the live view showed it and is now complete
 
     QPlainTextEdit* m_input;
     QComboBox* m_agent;

@@ -1,5 +1,6 @@
 #include "core/live_agent_stream.h"
 
+#include "core/agent_records.h"
 #include "core/errors.h"
 
 #include <algorithm>
@@ -227,23 +228,20 @@ void LiveStreamWriter::end(const std::string& how)
 
 void LiveStreamWriter::observeAgentRecord(json& record)
 {
-    if (!record.is_object())
+    // A record of an unexpected shape still goes to the journal; it only has no live view.
+    if (auto request = llmRequestRecord(record)) {
+        request->liveStream = begin(request->call, request->replyAttempt, request->provider, request->model);
+        record = toJson(*request);
         return;
-    try {
-        const std::string type = record.value("type", std::string());
-        if (type == "llm.request") {
-            record["live_stream"] = begin(record.value("call", 0), record.value("reply_attempt", 1),
-                record.value("provider", std::string()), record.value("model", std::string()));
-        } else if (type == "llm.reply" || type == "llm.error") {
-            const std::string stream = currentStream();
-            if (!stream.empty()) {
-                record["live_stream"] = stream;
-                end(type == "llm.reply" ? "done" : "error");
-            }
-        }
-    } catch (const json::exception&) {
-        // A record of an unexpected shape still goes to the journal; it only has no live view.
     }
+    const std::string type = agentRecordType(record);
+    if (type != kLlmReplyType && type != kLlmErrorType)
+        return;
+    const std::string stream = currentStream();
+    if (stream.empty())
+        return;
+    end(type == kLlmReplyType ? "done" : "error");
+    record[kLiveStreamKey] = stream;
 }
 
 std::string LiveStreamWriter::currentStream() const

@@ -182,34 +182,35 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
 
     const int attempts = std::max(1, m_settings.maxReplyAttempts);
     for (int attempt = 1; attempt <= attempts; ++attempt) {
-        json request = { { "type", "llm.request" }, { "call", call }, { "reply_attempt", attempt },
-            { "provider", m_settings.provider.name }, { "api", llm::apiKindName(m_settings.provider.api) },
-            { "base_url", m_settings.provider.baseUrl.substr(0, m_settings.provider.baseUrl.find('?')) },
-            { "model", m_settings.provider.model }, { "base_candidate", base ? base->id : "" },
-            { "hypothesis", ctx.hypothesis ? ctx.hypothesis->id : "" } };
-        const std::string systemHash = sha256Hex(req.system);
-        request["system_sha256"] = systemHash;
-        if (systemHash != m_lastSystemHash) {
-            request["system"] = req.system; // the stable part is journaled once per change
-            m_lastSystemHash = systemHash;
+        LlmRequestRecord request;
+        request.call = call;
+        request.replyAttempt = attempt;
+        request.provider = m_settings.provider.name;
+        request.api = llm::apiKindName(m_settings.provider.api);
+        request.baseUrl = m_settings.provider.baseUrl.substr(0, m_settings.provider.baseUrl.find('?'));
+        request.model = m_settings.provider.model;
+        request.baseCandidate = base ? base->id : "";
+        request.hypothesis = ctx.hypothesis ? ctx.hypothesis->id : "";
+        request.systemSha256 = sha256Hex(req.system);
+        if (request.systemSha256 != m_lastSystemHash) {
+            request.system = req.system; // the stable part is journaled once per change
+            m_lastSystemHash = request.systemSha256;
         }
         // An earlier reply of this call is journaled once, in its llm.reply record: here it is named, not repeated.
-        json msgs = json::array();
         int replyIndex = 0;
         for (const auto& m : req.messages)
             if (m.role == "assistant")
-                msgs.push_back({ { "role", m.role }, { "reply_attempt", ++replyIndex },
+                request.messages.push_back({ { "role", m.role }, { "reply_attempt", ++replyIndex },
                     { "content_sha256", sha256Hex(m.content) }, { "bytes", m.content.size() } });
             else
-                msgs.push_back({ { "role", m.role }, { "content", m.content } });
-        request["messages"] = msgs;
-        record(request);
+                request.messages.push_back({ { "role", m.role }, { "content", m.content } });
+        record(toJson(request));
 
         llm::ChatReply reply;
         try {
             reply = m_client.complete(req, obs, cancel);
         } catch (const llm::LlmError& e) {
-            record({ { "type", "llm.error" }, { "call", call }, { "kind", llm::llmErrorKindName(e.kind()) },
+            record({ { "type", kLlmErrorType }, { "call", call }, { "kind", llm::llmErrorKindName(e.kind()) },
                 { "http_status", e.httpStatus() }, { "message", e.what() } });
             if (e.kind() != llm::LlmError::Kind::ReplyTooLarge)
                 throw;
@@ -227,10 +228,18 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
             m_usage += reply.usage;
             total = m_usage;
         }
-        record({ { "type", "llm.reply" }, { "call", call }, { "reply_attempt", attempt }, { "model", reply.model },
-            { "text", reply.text }, { "stop_reason", reply.stopReason }, { "http_attempts", reply.attempts },
-            { "elapsed_ms", reply.elapsedMs }, { "usage", llm::toJson(reply.usage) },
-            { "session_usage", llm::toJson(total) }, { "session_calls", call } });
+        LlmReplyRecord replied;
+        replied.call = call;
+        replied.replyAttempt = attempt;
+        replied.model = reply.model;
+        replied.text = reply.text;
+        replied.stopReason = reply.stopReason;
+        replied.httpAttempts = reply.attempts;
+        replied.elapsedMs = reply.elapsedMs;
+        replied.usage = reply.usage;
+        replied.sessionUsage = total;
+        replied.sessionCalls = call;
+        record(toJson(replied));
 
         try {
             prompt::ParsedReply parsed = prompt::parseReply(reply.text, base ? &base->source : nullptr);
@@ -318,19 +327,12 @@ llm::Usage llmUsageFromEvents(const std::vector<Event>& events, int* calls)
     llm::Usage total;
     int n = 0;
     for (const auto& e : events) {
-        if (e.kind != EventKind::AgentMessage || !e.data.is_object() || e.data.value("type", "") != "llm.reply")
+        if (e.kind != EventKind::AgentMessage)
             continue;
-        const auto it = e.data.find("usage");
-        if (it == e.data.end() || !it->is_object())
+        const std::optional<LlmReplyRecord> reply = llmReplyRecord(e.data);
+        if (!reply || !reply->usage)
             continue;
-        llm::Usage u;
-        u.inputTokens = it->value("input_tokens", std::int64_t(0));
-        u.cachedInputTokens = it->value("cached_input_tokens", std::int64_t(0));
-        u.outputTokens = it->value("output_tokens", std::int64_t(0));
-        u.costUsd = it->value("cost_usd", 0.0);
-        u.reported = it->value("reported", false);
-        u.priced = it->value("priced", false);
-        total += u;
+        total += *reply->usage;
         ++n;
     }
     if (calls)

@@ -119,24 +119,6 @@ json toJson(const PriceTable& p)
     return j;
 }
 
-Usage& Usage::operator+=(const Usage& o)
-{
-    inputTokens += o.inputTokens;
-    cachedInputTokens += o.cachedInputTokens;
-    outputTokens += o.outputTokens;
-    costUsd += o.costUsd;
-    reported = reported || o.reported;
-    priced = priced || o.priced;
-    return *this;
-}
-
-json toJson(const Usage& u)
-{
-    return { { "input_tokens", u.inputTokens }, { "cached_input_tokens", u.cachedInputTokens },
-        { "output_tokens", u.outputTokens }, { "cost_usd", u.costUsd }, { "reported", u.reported },
-        { "priced", u.priced } };
-}
-
 // ---- presets and settings ---------------------------------------------------------------------------
 
 namespace {

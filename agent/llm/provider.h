@@ -3,6 +3,7 @@
 // llama.cpp server, Ollama) and the Anthropic Messages API. Streaming, retries, usage and cost.
 // API keys come from the environment variable named in the settings at call time and are never
 // stored in any structure that is recorded.
+#include "core/agent_records.h"
 #include "core/cancel.h"
 
 #include <cstdint>
@@ -80,16 +81,7 @@ struct ChatRequest {
     std::vector<ChatMessage> messages;
 };
 
-struct Usage {
-    std::int64_t inputTokens = 0; // including cached
-    std::int64_t cachedInputTokens = 0;
-    std::int64_t outputTokens = 0;
-    double costUsd = 0;
-    bool reported = false; // the provider sent usage numbers
-    bool priced = false; // a price was known for the model
-    Usage& operator+=(const Usage& o);
-};
-nlohmann::json toJson(const Usage& u);
+using Usage = LlmUsage; // core/agent_records.h: the journal's llm.reply records carry it
 
 struct ChatReply {
     std::string text;
