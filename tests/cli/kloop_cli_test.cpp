@@ -3,7 +3,7 @@
 #include "core/errors.h"
 #include "core/events.h"
 #include "core/session_store.h"
-#include "kloop_process.h"
+#include "tests/support/kloop_process.h"
 
 #include <atomic>
 #include <filesystem>
@@ -174,14 +174,14 @@ TEST_F(KloopCli, AResumeThatCannotStartLeavesTheSessionUntouched)
     {
         std::ofstream(dir / "journal.jsonl", std::ios::app) << R"({"seq":99,"kind":"no)";
     }
-    const std::string before = slurp(dir / "journal.jsonl");
+    const std::string before = kl::test::readTextFile(dir / "journal.jsonl");
     auto env = environment();
     env["KL_WORKER"] = (scratch / "no-such-worker").string();
     const ProcessResult r = runKloop({ "run", "--resume", dir.string(), "--budget", "3" }, env, scratch);
     EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
     EXPECT_NE(r.err.find("no usable CUDA GPU"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("torn"), std::string::npos) << "the torn tail is reported: " << r.err;
-    const std::string after = slurp(dir / "journal.jsonl");
+    const std::string after = kl::test::readTextFile(dir / "journal.jsonl");
     EXPECT_TRUE(after == before) << "a run that could not start changed the journal: " << before.size() << " -> "
                                  << after.size() << " bytes";
 }
@@ -381,7 +381,7 @@ TEST_F(KloopCli, ASessionNewKilledBeforeItsFirstEventCanBeRunAgain)
     const ProcessResult refused = kloop({ "session", "new", other.string(), "--problem", "rmsnorm" });
     EXPECT_EQ(refused.exitCode, 1);
     EXPECT_NE(refused.err.find("not empty"), std::string::npos) << refused.err;
-    EXPECT_EQ(slurp(other / "notes.txt"), "mine");
+    EXPECT_EQ(kl::test::readTextFile(other / "notes.txt"), "mine");
     EXPECT_FALSE(fs::exists(other / "session.json"));
 }
 

@@ -7,9 +7,9 @@
 #include "core/session_store.h"
 #include "kernels/worker_client.h"
 #include "kernels/worker_protocol.h"
-#include "kloop_process.h"
 #include "profiler/analysis.h"
 #include "profiler/importers.h"
+#include "tests/support/kloop_process.h"
 
 #include <chrono>
 #include <csignal>
@@ -145,7 +145,7 @@ struct KloopProfileSol : ::testing::Test {
     fs::path markedTemplate(const std::string& markers) const
     {
         const fs::path p = scratch / "marked.cu";
-        std::ofstream(p) << markers << slurp(templatePath);
+        std::ofstream(p) << markers << kl::test::readTextFile(templatePath);
         return p;
     }
 

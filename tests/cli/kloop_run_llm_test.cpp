@@ -11,8 +11,8 @@
 #include "core/profile_summary.h"
 #include "core/session_inbox.h"
 #include "core/session_store.h"
-#include "kloop_process.h"
 #include "loopback_server.h"
+#include "tests/support/kloop_process.h"
 
 #include <algorithm>
 #include <chrono>
@@ -47,7 +47,7 @@ std::string filesContaining(const fs::path& dir, const std::string& needle)
 {
     std::string hits;
     for (const auto& entry : fs::recursive_directory_iterator(dir))
-        if (entry.is_regular_file() && slurp(entry.path()).find(needle) != std::string::npos)
+        if (entry.is_regular_file() && kl::test::readTextFile(entry.path()).find(needle) != std::string::npos)
             hits += entry.path().string() + " ";
     return hits;
 }

@@ -1,6 +1,6 @@
 // `kloop session show` and `kloop session diff` on the recorded H200 session (resources/demo-session): what a
 // candidate is shown as, and a tuner child's parameter change above its (empty) source diff.
-#include "kloop_process.h"
+#include "tests/support/kloop_process.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -1,6 +1,7 @@
 #include "core/errors.h"
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
+#include "tests/support/text_file.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -89,17 +90,9 @@ TEST(KernelSpec, BakedParametersComeFirst)
 namespace {
 const std::string kProblemsDir = std::string(KL_SOURCE_DIR) + "/kernels/problems/";
 
-std::string readText(const std::string& path)
-{
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
 std::string rmsnormTemplate()
 {
-    return readText(kProblemsDir + "rmsnorm/template.cu");
+    return kl::test::readTextFile(kProblemsDir + "rmsnorm/template.cu");
 }
 
 std::string replaced(std::string s, const std::string& from, const std::string& to)
@@ -137,7 +130,7 @@ TEST(KernelSpecAgainstProblem, EveryShippedSourceIsAccepted)
             continue;
         const kl::Problem problem = kl::loadProblem(entry.path().string());
         for (const auto& file : { problem.referenceFile, problem.baselineFile, problem.templateFile }) {
-            const std::string source = readText((entry.path() / file).string());
+            const std::string source = kl::test::readTextFile((entry.path() / file).string());
             EXPECT_EQ(specError(source, problem), "") << entry.path() / file;
         }
     }

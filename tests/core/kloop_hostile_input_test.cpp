@@ -4,7 +4,8 @@
 #include "core/json_io.h"
 #include "kl_build_features.h"
 #include "session_test_util.h"
-#include "tests/cli/kloop_process.h"
+#include "tests/support/kloop_process.h"
+#include "tests/support/text_file.h"
 
 #include <fstream>
 #include <gtest/gtest.h>
@@ -16,14 +17,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path kSource = KL_SOURCE_DIR;
-
-std::string readText(const fs::path& p)
-{
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 void writeText(const fs::path& p, const std::string& text)
 {
@@ -45,7 +38,7 @@ fs::path rmsnormCopy(const fs::path& dir, const std::string& name, const std::fu
     const fs::path p = dir / name;
     fs::copy(kSource / "kernels/problems/rmsnorm", p, fs::copy_options::recursive);
     if (edit) {
-        kl::Json j = kl::Json::parse(readText(p / "problem.json"));
+        kl::Json j = kl::Json::parse(kl::test::readTextFile(p / "problem.json"));
         edit(j);
         writeText(p / "problem.json", j.dump());
     }
@@ -114,7 +107,8 @@ TEST(KloopHostileInput, SessionNewRefusesATemplateConstraintNamingAnUnknownIdent
 {
     kl::test::TempDir tmp;
     const fs::path p = rmsnormCopy(tmp.path(), "typo");
-    writeText(p / "template.cu", replaced(readText(p / "template.cu"), "MINTPR <= THREADS", "MINTPR <= THREDS"));
+    writeText(p / "template.cu",
+        replaced(kl::test::readTextFile(p / "template.cu"), "MINTPR <= THREADS", "MINTPR <= THREDS"));
     expectRefused(runKloop({ "session", "new", (tmp.path() / "s").string(), "--problem", p.string() }, {}, tmp.path()),
         "typo/template.cu: line 12: @kl:constraint 'MINTPR <= THREDS' names 'THREDS'");
 }
@@ -124,7 +118,7 @@ TEST(KloopHostileInput, SessionNewRefusesATemplateConstraintNamingAnUnknownIdent
 TEST(KloopHostileInput, EvalRefusesCandidatesWhoseAnnotationsDoNotFitTheProblem)
 {
     kl::test::TempDir tmp;
-    const std::string tmpl = readText(kSource / "kernels/problems/rmsnorm/template.cu");
+    const std::string tmpl = kl::test::readTextFile(kSource / "kernels/problems/rmsnorm/template.cu");
     const std::vector<std::pair<std::string, std::string>> cases = {
         { replaced(tmpl, "VEC * CACHE <= 128", "VEC * NOPE <= 128"),
             "line 13: @kl:constraint 'VEC * NOPE <= 128' names 'NOPE'" },
@@ -217,7 +211,7 @@ TEST(KloopHostileInput, ExportRefusesABestCandidateWithAHostileConstraint)
         kl::test::TempDir tmp;
         const fs::path s = tmp.path() / "s";
         fs::copy(kSource / "resources/demo-session", s, fs::copy_options::recursive);
-        std::istringstream lines(readText(s / "journal.jsonl"));
+        std::istringstream lines(kl::test::readTextFile(s / "journal.jsonl"));
         std::string journal, line;
         bool edited = false;
         while (std::getline(lines, line)) {

@@ -3,6 +3,7 @@
 #include "core/json_io.h"
 #include "core/session_store.h"
 #include "session_test_util.h"
+#include "tests/support/text_file.h"
 
 #include <fstream>
 #include <gtest/gtest.h>
@@ -15,10 +16,6 @@ void appendRaw(const fs::path& p, const std::string& text)
 {
     std::ofstream out(p, std::ios::app | std::ios::binary);
     out << text;
-}
-std::string slurp(const fs::path& p)
-{
-    return kl::readFile(p);
 }
 } // namespace
 
@@ -133,7 +130,7 @@ TEST(SessionStore, CorruptionInTheMiddleIsAnErrorNamingFileAndLine)
         auto store = kl::SessionStore::create(dir, kl::test::sampleHeader());
         store->proposeCandidate(kl::test::sampleCandidate("", 256));
     }
-    std::string j = slurp(dir / "journal.jsonl");
+    std::string j = kl::test::readTextFile(dir / "journal.jsonl");
     j.insert(j.find('\n') + 1, "garbage\n");
     kl::writeFileAtomic(dir / "journal.jsonl", j);
     try {
@@ -149,7 +146,7 @@ TEST(SessionStore, FutureVersionIsRefusedClearly)
     TempDir tmp;
     const fs::path dir = tmp.path() / "s";
     kl::SessionStore::create(dir, kl::test::sampleHeader());
-    auto h = kl::Json::parse(slurp(dir / "session.json"));
+    auto h = kl::Json::parse(kl::test::readTextFile(dir / "session.json"));
     h["schema_version"] = 99;
     kl::writeFileAtomic(dir / "session.json", h.dump());
     try {
@@ -201,7 +198,7 @@ TEST(SessionStore, SecretsAreNeverWritten)
     for (const auto& f : fs::recursive_directory_iterator(dir)) {
         if (!f.is_regular_file())
             continue;
-        const std::string text = slurp(f.path());
+        const std::string text = kl::test::readTextFile(f.path());
         EXPECT_EQ(text.find("SECRET"), std::string::npos) << f.path();
     }
     const kl::Session s = kl::SessionStore::load(dir);

@@ -1,31 +1,12 @@
 #pragma once
 #include "core/session_store.h"
+#include "tests/support/temp_dir.h"
 
 #include <filesystem>
 #include <random>
 #include <string>
 
 namespace kl::test {
-
-// A fresh directory under the system temp dir, removed when the object dies.
-class TempDir {
-public:
-    TempDir()
-    {
-        std::random_device rd;
-        m_path = std::filesystem::temp_directory_path() / ("kl-test-" + std::to_string(rd()) + std::to_string(rd()));
-        std::filesystem::create_directories(m_path);
-    }
-    ~TempDir()
-    {
-        std::error_code ec;
-        std::filesystem::remove_all(m_path, ec);
-    }
-    const std::filesystem::path& path() const { return m_path; }
-
-private:
-    std::filesystem::path m_path;
-};
 
 inline Session sampleHeader(const std::string& id = "s1")
 {

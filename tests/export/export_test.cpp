@@ -6,6 +6,7 @@
 #include "kernels/export/c_expr.h"
 #include "kernels/export/dispatch_plan.h"
 #include "kernels/export/exporter.h"
+#include "tests/support/text_file.h"
 
 #include <chrono>
 #include <csignal>
@@ -26,21 +27,13 @@ namespace {
     using namespace kl::exporter;
     using namespace kl::test;
 
-    std::string slurp(const fs::path& p)
-    {
-        std::ifstream in(p, std::ios::binary);
-        std::stringstream ss;
-        ss << in.rdbuf();
-        return ss.str();
-    }
-
     int runCommand(const std::string& cmd, std::string* output = nullptr)
     {
         const fs::path log = freshTempDir("cmd");
         const std::string full = cmd + " > " + log.string() + " 2>&1";
         const int rc = std::system(full.c_str());
         if (output)
-            *output = slurp(log);
+            *output = kl::test::readTextFile(log);
         fs::remove(log);
         return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
     }
@@ -240,7 +233,7 @@ namespace {
                  "test/dispatch_test.c", "torch/kl_rmsnorm_fx_op.cpp", "torch/kl_rmsnorm_fx.py" })
             EXPECT_TRUE(fs::exists(out / f)) << f;
 
-        Json man = Json::parse(slurp(out / "manifest.json"));
+        Json man = Json::parse(kl::test::readTextFile(out / "manifest.json"));
         EXPECT_EQ(man["session_id"], "s-rmsnorm_fx");
         EXPECT_EQ(man["candidate"]["id"], b.candidateId);
         EXPECT_EQ(man["candidate"]["baked_params"]["BLOCK"], 128);
@@ -269,26 +262,26 @@ namespace {
             if (rel == "manifest.json")
                 continue;
             ASSERT_TRUE(man["files"].contains(rel)) << rel;
-            EXPECT_EQ(man["files"][rel], sha256Hex(slurp(entry.path()))) << rel;
+            EXPECT_EQ(man["files"][rel], sha256Hex(kl::test::readTextFile(entry.path()))) << rel;
             ++hashed;
         }
         EXPECT_EQ(hashed, man["files"].size());
 
         // The kernel carries its parameters, its provenance and the ranges.
-        const std::string kernel = slurp(out / "src/kl_rmsnorm_fx_candidate.cuh");
+        const std::string kernel = kl::test::readTextFile(out / "src/kl_rmsnorm_fx_candidate.cuh");
         EXPECT_NE(kernel.find("#define BLOCK 128"), std::string::npos);
         EXPECT_NE(kernel.find("#define VEC 8"), std::string::npos);
         EXPECT_NE(kernel.find("session s-rmsnorm_fx"), std::string::npos);
         EXPECT_NE(kernel.find("sm_90a"), std::string::npos);
         EXPECT_NE(kernel.find("__device__ static inline float warp_sum"), std::string::npos);
-        const std::string api = slurp(out / "include/kl_rmsnorm_fx.h");
+        const std::string api = kl::test::readTextFile(out / "include/kl_rmsnorm_fx.h");
         EXPECT_NE(api.find("T in [128, 65536], H in [1024, 16384]  ->  candidate"), std::string::npos) << api;
         EXPECT_NE(api.find("everywhere else  ->  fallback"), std::string::npos);
         EXPECT_NE(api.find("cudaStream_t stream"), std::string::npos);
         // No allocation or synchronization in the launcher.
         for (const char* f :
             { "src/kl_rmsnorm_fx_candidate.cu", "src/kl_rmsnorm_fx_fallback.cu", "src/kl_rmsnorm_fx_run.cu" }) {
-            const std::string launcher = slurp(out / f);
+            const std::string launcher = kl::test::readTextFile(out / f);
             for (const char* banned : { "cudaMalloc", "Synchronize", "malloc(", "new " })
                 EXPECT_EQ(launcher.find(banned), std::string::npos) << f << " contains " << banned;
         }
@@ -333,7 +326,7 @@ namespace {
             }
             const fs::path out = freshTempDir("approved");
             const ExportResult r = exportTo(b, out);
-            Json man = Json::parse(slurp(out / "manifest.json"));
+            Json man = Json::parse(kl::test::readTextFile(out / "manifest.json"));
             EXPECT_EQ(man["referee"]["reviews"][0]["approved"], true);
             EXPECT_EQ(man["referee"]["reasons"][0]["rule"], "physics.suspicious-jump");
             fs::remove_all(out);
@@ -395,12 +388,12 @@ namespace {
         const fs::path out = freshTempDir("forced");
         const ExportResult r = exportTo(b, out, /*force=*/true);
         EXPECT_TRUE(r.forced);
-        Json man = Json::parse(slurp(out / "manifest.json"));
+        Json man = Json::parse(kl::test::readTextFile(out / "manifest.json"));
         EXPECT_TRUE(man["exported"]["forced"].get<bool>());
         EXPECT_TRUE(man.contains("FORCED_EXPORT"));
         EXPECT_EQ(man["exported"]["refusals"][0]["code"], "incorrect-shape");
         for (const char* f : { "include/kl_rmsnorm_fx.h", "src/kl_rmsnorm_fx_candidate.cuh", "README.md" })
-            EXPECT_NE(slurp(out / f).find("FORCED EXPORT"), std::string::npos) << f;
+            EXPECT_NE(kl::test::readTextFile(out / f).find("FORCED EXPORT"), std::string::npos) << f;
         // The incorrect shape is outside every candidate region.
         for (const auto& reg : r.plan.dispatch.candidateRegions)
             EXPECT_FALSE(reg.contains({ 65536, 16384 }));
@@ -422,7 +415,8 @@ namespace {
         const ExportResult r = exportBundle(s, b.problem, o);
         EXPECT_TRUE(r.forced);
         EXPECT_EQ(r.plan.candidateId, b.candidateId);
-        EXPECT_NE(slurp(o.outDir / "include/kl_rmsnorm_fx.h").find("!!! pending-review"), std::string::npos);
+        EXPECT_NE(
+            kl::test::readTextFile(o.outDir / "include/kl_rmsnorm_fx.h").find("!!! pending-review"), std::string::npos);
         fs::remove_all(o.outDir);
         fs::remove_all(b.dir);
     }
@@ -451,12 +445,12 @@ namespace {
     {
         if (!fs::exists(bundle / "manifest.json"))
             return "no manifest.json";
-        const Json man = Json::parse(slurp(bundle / "manifest.json"));
+        const Json man = Json::parse(kl::test::readTextFile(bundle / "manifest.json"));
         std::string why;
         for (const auto& [path, hash] : man.at("files").items())
             if (!fs::exists(bundle / path))
                 why += path + " missing; ";
-            else if (sha256Hex(slurp(bundle / path)) != hash.get<std::string>())
+            else if (sha256Hex(kl::test::readTextFile(bundle / path)) != hash.get<std::string>())
                 why += path + " differs; ";
         return why;
     }
@@ -535,7 +529,7 @@ namespace {
         for (const auto& entry : fs::recursive_directory_iterator(out)) {
             if (!entry.is_regular_file())
                 continue;
-            const std::string content = slurp(entry.path());
+            const std::string content = kl::test::readTextFile(entry.path());
             for (const auto& f : forbidden)
                 EXPECT_EQ(content.find(f), std::string::npos) << entry.path().filename() << " contains " << f;
             EXPECT_TRUE(findLeaks(content, { key }, { home }).empty()) << entry.path().filename();
@@ -543,7 +537,7 @@ namespace {
         }
         EXPECT_GE(scanned, 15u);
         // The hypothesis is kept, with the path and key redacted.
-        Json man = Json::parse(slurp(out / "manifest.json"));
+        Json man = Json::parse(kl::test::readTextFile(out / "manifest.json"));
         const std::string text = man["hypotheses"][0]["text"];
         EXPECT_NE(text.find("reduction is serial"), std::string::npos);
         EXPECT_NE(text.find("<redacted>"), std::string::npos);

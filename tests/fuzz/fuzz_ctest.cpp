@@ -3,6 +3,7 @@
 // fails the test and leaves the input in the build tree to replay (tests/fuzz/README.md).
 #include "tests/fuzz/fuzz_targets.h"
 #include "tests/fuzz/mutator.h"
+#include "tests/support/text_file.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -19,14 +20,6 @@ namespace {
 
 const fs::path kRoot = KL_SOURCE_DIR;
 
-std::string readText(const fs::path& p)
-{
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
 std::vector<std::string> filesUnder(const fs::path& dir, const std::string& name = {}, const std::string& ext = {})
 {
     std::vector<fs::path> paths;
@@ -38,7 +31,7 @@ std::vector<std::string> filesUnder(const fs::path& dir, const std::string& name
     std::sort(paths.begin(), paths.end()); // the same order, so the same inputs, everywhere
     std::vector<std::string> out;
     for (const auto& p : paths)
-        out.push_back(readText(p));
+        out.push_back(kl::test::readTextFile(p));
     return out;
 }
 

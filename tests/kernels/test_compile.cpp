@@ -3,6 +3,7 @@
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 #include "kernels/nvrtc_compiler.h"
+#include "tests/support/text_file.h"
 
 #include <filesystem>
 #include <fstream>
@@ -11,14 +12,6 @@
 #include <sstream>
 
 namespace {
-
-std::string readText(const std::filesystem::path& p)
-{
-    std::ifstream in(p);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 std::filesystem::path problemsDir()
 {
@@ -86,7 +79,7 @@ TEST(NvrtcCompile, EveryProblemSourceCompilesToCubin)
         const kl::Problem p = kl::loadProblem(entry.path().string());
         ++problems;
         for (const auto& file : { p.referenceFile, p.baselineFile, p.templateFile }) {
-            const std::string src = readText(entry.path() / file);
+            const std::string src = kl::test::readTextFile(entry.path() / file);
             const auto spec = kl::parseKernelSpec(src);
             futures.push_back(compiler.submit(jobFor(src, spec.defaults())));
             names.push_back(p.name + "/" + file);
@@ -114,7 +107,7 @@ TEST(NvrtcCompile, EveryProblemSourceCompilesToCubin)
 TEST(NvrtcCompile, TemplateSpacesAreLargeAndSampledConfigsCompile)
 {
     const auto dir = problemsDir() / "rmsnorm";
-    const std::string src = readText(dir / "template.cu");
+    const std::string src = kl::test::readTextFile(dir / "template.cu");
     const auto spec = kl::parseKernelSpec(src);
     const auto space = spec.enumerateSpace();
     EXPECT_GE(space.size(), 500u) << "the search-efficiency benchmark needs a space of at least 500 configurations";
@@ -214,7 +207,7 @@ TEST(ShippedSources, PassTheRefereesStaticRules)
             continue;
         const kl::Problem p = kl::loadProblem(entry.path().string());
         for (const auto& file : { p.baselineFile, p.templateFile }) {
-            for (const auto& r : kl::referee::checkSource(readText(entry.path() / file), p))
+            for (const auto& r : kl::referee::checkSource(kl::test::readTextFile(entry.path() / file), p))
                 EXPECT_FALSE(r.blocking) << p.name << "/" << file << ": " << r.rule << " line " << r.line << ": "
                                          << r.message;
         }
@@ -234,7 +227,7 @@ TEST(NvrtcCompile, EveryReferenceCompilesWithFp32AndFp64Accumulation)
             continue;
         const kl::Problem p = kl::loadProblem(entry.path().string());
         ++problems;
-        const std::string src = readText(entry.path() / p.referenceFile);
+        const std::string src = kl::test::readTextFile(entry.path() / p.referenceFile);
         EXPECT_NE(src.find("KL_ACC"), std::string::npos) << p.name << "/reference.cu has no accumulator macro";
         kl::CompileJob fp32 = jobFor(src, kl::parseKernelSpec(src).defaults());
         kl::CompileJob fp64 = fp32;

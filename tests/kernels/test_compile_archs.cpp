@@ -8,6 +8,7 @@
 #include "core/kernel_spec.h"
 #include "core/loop_device_limits.h"
 #include "kernels/nvrtc_compiler.h"
+#include "tests/support/text_file.h"
 
 #include <filesystem>
 #include <fstream>
@@ -19,14 +20,6 @@
 namespace {
 
 const char* const kArchs[] = { "sm_75", "sm_80", "sm_86", "sm_89", "sm_90a" };
-
-std::string readText(const std::filesystem::path& p)
-{
-    std::ifstream in(p);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 std::filesystem::path problemsDir()
 {
@@ -118,7 +111,7 @@ TEST(ProblemArchs, EverySourceCompilesAtItsDefaultsOnEveryDeclaredArch)
                 EXPECT_EQ(p.archRefusal(n), "") << where;
             }
             for (const auto& file : { p.referenceFile, p.baselineFile, p.templateFile }) {
-                const std::string src = readText(dir / file);
+                const std::string src = kl::test::readTextFile(dir / file);
                 const kl::KernelSpec spec = kl::parseKernelSpec(src);
                 if (p.supportsArch(n)) {
                     // The defaults are a valid configuration there: the loop seeds the template with them.
@@ -161,7 +154,8 @@ TEST(ProblemArchs, TunerPrunesClusterSizesBelowSm90AndKeepsThemOnSm90)
         if (p.name == "softmax")
             softmax = p;
     ASSERT_EQ(softmax.name, "softmax");
-    const kl::KernelSpec spec = kl::parseKernelSpec(readText(problemsDir() / "softmax" / softmax.templateFile));
+    const kl::KernelSpec spec
+        = kl::parseKernelSpec(kl::test::readTextFile(problemsDir() / "softmax" / softmax.templateFile));
     const auto shapes = kl::shapesOf(softmax);
 
     auto clusterSizes = [](const kl::tuner::SearchSpace& s) {
@@ -198,7 +192,7 @@ TEST(ProblemArchs, TunerPrunesClusterSizesBelowSm90AndKeepsThemOnSm90)
 
 TEST(ProblemArchs, MinArchRoundTripsAndABadOneNamesTheField)
 {
-    const kl::Json shipped = kl::Json::parse(readText(problemsDir() / "gemm_bf16" / "problem.json"));
+    const kl::Json shipped = kl::Json::parse(kl::test::readTextFile(problemsDir() / "gemm_bf16" / "problem.json"));
     const kl::Problem p = kl::problemFromJson(shipped, "problem.json");
     EXPECT_EQ(p.minArch, 80);
     EXPECT_FALSE(p.supportsArch(75));

@@ -1,7 +1,7 @@
 // The declared architectures through the real kloop: `kloop problems` lists them; `kloop eval` and `kloop run`
 // refuse a device older than the problem's min_arch, and a configuration its architecture lacks, before anything
 // compiles (with --compile-only --arch, and against kl_test_fake_worker posing as an older card).
-#include "kloop_process.h"
+#include "tests/support/kloop_process.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -1,6 +1,7 @@
 // The design note and the agents' rules stay in step with the rule catalogue and the corpus.
 #include "kernels/referee/referee.h"
 #include "tests/redteam/corpus.h"
+#include "tests/support/text_file.h"
 
 #include <filesystem>
 #include <fstream>
@@ -12,10 +13,7 @@ namespace {
 
 std::string readText(const std::string& relative)
 {
-    std::ifstream in(std::string(KL_SOURCE_DIR) + "/" + relative);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    return kl::test::readTextFile(std::string(KL_SOURCE_DIR) + "/" + relative);
 }
 
 TEST(RulesDocs, EveryRuleIsDocumentedForEngineersAndAgents)

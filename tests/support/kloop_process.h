@@ -1,6 +1,8 @@
 #pragma once
 // kloop as a child process for the CLI tests: stdout and stderr go to files in a scratch folder (a test can watch
 // them while it runs), and a deadline fails the test instead of hanging CI. Needs KLOOP_PATH defined.
+#include "tests/support/text_file.h"
+
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -30,14 +32,6 @@ struct ProcessResult {
     std::string err;
     long maxRssKb = 0; // peak resident memory of kloop
 };
-
-inline std::string slurp(const fs::path& p)
-{
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 // kloop as a child process; stdout and stderr go to files in scratch so a test can watch them while it runs.
 // Environment overrides with an empty value remove the variable.
@@ -90,8 +84,8 @@ public:
     KloopProcess(const KloopProcess&) = delete;
     KloopProcess& operator=(const KloopProcess&) = delete;
 
-    std::string out() const { return slurp(m_outPath); }
-    std::string err() const { return slurp(m_errPath); }
+    std::string out() const { return kl::test::readTextFile(m_outPath); }
+    std::string err() const { return kl::test::readTextFile(m_errPath); }
     void sendSignal(int sig) const
     {
         if (m_pid > 0)
@@ -123,8 +117,8 @@ public:
             if (WIFEXITED(status))
                 r.exitCode = WEXITSTATUS(status);
         }
-        r.out = slurp(m_outPath);
-        r.err += slurp(m_errPath);
+        r.out = kl::test::readTextFile(m_outPath);
+        r.err += kl::test::readTextFile(m_errPath);
         return r;
     }
 
