@@ -103,3 +103,53 @@ TEST(HopperGemmTemplate, CompilesForSm90aAcrossItsSpaceAndPassesTheReferee)
         std::cout << "[ hopper ] point " << i << " compile " << m->report.compileMs << " ms\n";
     }
 }
+
+TEST(CuteCandidate, CompilesForSm90aWithThePinnedCutlassHeadersAndIsCached)
+{
+    const std::string cutlass = kl::cutlassIncludeDir();
+    ASSERT_FALSE(cutlass.empty()) << "no CUTLASS headers: scripts/install-deps unpacks the pinned nvidia-cutlass wheel "
+                                     "into the build tree (or set CUTLASS_HOME)";
+    EXPECT_NE(cutlass.find("cutlass-4.2.0.0"), std::string::npos) << cutlass; // the pinned release, unless CUTLASS_HOME
+    const std::string src = R"(#include <cute/tensor.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+// @kl:launch cute_tile_copy grid=(ceil_div(N, 64), ceil_div(M, 64)) block=(128) args=(C, A, B, M, N, K)
+extern "C" __global__ void cute_tile_copy(__nv_bfloat16* C, const __nv_bfloat16* A, const __nv_bfloat16* B, int M,
+                                          int N, int K)
+{
+    using namespace cute;
+    using Wgmma = SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>;
+    static_assert(sizeof(typename Wgmma::CRegisters) == 32 * sizeof(float), "m64n64 keeps 32 fp32 per thread");
+    Tensor gA = make_tensor(make_gmem_ptr(A), make_shape(M, K), make_stride(K, Int<1>{}));
+    Tensor gC = make_tensor(make_gmem_ptr(C), make_shape(M, N), make_stride(N, Int<1>{}));
+    Tensor tA = local_tile(gA, make_shape(Int<64>{}, Int<64>{}), make_coord(blockIdx.y, 0));
+    Tensor tC = local_tile(gC, make_shape(Int<64>{}, Int<64>{}), make_coord(blockIdx.y, blockIdx.x));
+    for (int i = threadIdx.x; i < 64 * 64; i += 128) {
+        const int r = i / 64, c = i % 64;
+        if (blockIdx.y * 64 + r < M && blockIdx.x * 64 + c < N && c < K)
+            tC(r, c) = tA(r, c);
+    }
+}
+)";
+    const kl::Problem p = kl::loadProblem(kGemm.string());
+    EXPECT_EQ(reasonsText(kl::referee::checkSource(src, p)), ""); // cute/ and cutlass/ are on the allow-list
+    kl::CompileJob job;
+    job.source = src;
+    job.arch = "sm_90a";
+    job.kernels = { "cute_tile_copy" };
+    const auto cacheDir = freshCacheDir();
+    kl::NvrtcCompiler compiler(cacheDir, 1);
+    bool includesCutlass = false;
+    for (const auto& o : compiler.options(job))
+        includesCutlass |= o == "-I" + cutlass;
+    EXPECT_TRUE(includesCutlass);
+    const auto m = compiler.compile(job);
+    ASSERT_TRUE(m->report.ok) << m->report.log;
+    EXPECT_FALSE(m->cubin.empty());
+    EXPECT_FALSE(m->report.cacheHit);
+    std::cout << "[ cute ] NVRTC compile with CuTe headers: " << m->report.compileMs << " ms\n";
+    // A second compiler on the same cache directory (a later sweep, another process) does not compile again.
+    kl::NvrtcCompiler again(cacheDir, 1);
+    const auto cached = again.compile(job);
+    EXPECT_TRUE(cached->report.cacheHit);
+    EXPECT_EQ(cached->cubin, m->cubin);
+}

@@ -98,9 +98,9 @@ TEST_F(HopperGpu, TmaWgmmaTemplatePassesAtTheDefaultsAndWithSplitK)
 
 TEST_F(HopperGpu, MapTheEncoderWouldRefuseIsAVerdictBeforeLaunch)
 {
-    // The defaults are valid (parsing accepts them); BMAP = 512 exceeds the box limit of 256 at every shape, which
-    // only binding the plan for the device finds.
-    std::string src = replaced(source, "// @kl:param BM = 128", "// @kl:param BMAP = 64 in [64, 512]\n// @kl:param BM = 128");
+    // The default BMAP = BM = 128 is valid (parsing accepts it); BMAP = 512 exceeds the box limit of 256 at every
+    // shape, which only binding the plan for the device finds.
+    std::string src = replaced(source, "// @kl:param BM = 128", "// @kl:param BMAP = 128 in [128, 512]\n// @kl:param BM = 128");
     src = replaced(src, "tensor=A box=(64, BM)", "tensor=A box=(64, BMAP)");
     const auto e = ev->evaluate(candidate(src, { { "BMAP", 512 } }, "badmap"), quick(), kl::CancelToken {});
     EXPECT_NE(e.verdict, kl::Verdict::Correct);
