@@ -709,7 +709,8 @@ Problem problemFromJson(const Json& j, const std::string& where)
         for (const auto& [arch, file] : t->items()) {
             const auto n = archNumber(arch);
             if (!n)
-                throw InputError(where + ".arch_templates: '" + abbreviate(arch) + "' is not an architecture like \"sm_90a\"");
+                throw InputError(
+                    where + ".arch_templates: '" + abbreviate(arch) + "' is not an architecture like \"sm_90a\"");
             if (!file.is_string() || file.get<std::string>().empty()
                 || file.get<std::string>().find('/') != std::string::npos
                 || file.get<std::string>().find("..") != std::string::npos)

@@ -316,8 +316,7 @@ namespace {
                 }
                 names += (names.empty() ? "" : ", ") + std::string(text);
             }
-            throw InputError(
-                where + m.name + " " + key + ": '" + abbreviate(kv.at(key)) + "' is not one of " + names);
+            throw InputError(where + m.name + " " + key + ": '" + abbreviate(kv.at(key)) + "' is not one of " + names);
         };
         using S = TmaSwizzle;
         using I = TmaInterleave;
@@ -331,7 +330,8 @@ namespace {
             std::vector<std::pair<const char*, L>> {
                 { "none", L::None }, { "64B", L::B64 }, { "128B", L::B128 }, { "256B", L::B256 } });
         choose("oob", m.oobFill,
-            std::vector<std::pair<const char*, TmaOobFill>> { { "zero", TmaOobFill::Zero }, { "nan", TmaOobFill::Nan } });
+            std::vector<std::pair<const char*, TmaOobFill>> {
+                { "zero", TmaOobFill::Zero }, { "nan", TmaOobFill::Nan } });
         for (const auto& [k, v] : kv)
             if (k != "tensor" && k != "box" && k != "elemstride" && k != "swizzle" && k != "interleave"
                 && k != "l2promo" && k != "oob")
@@ -354,7 +354,8 @@ std::string clusterProblem(const std::int64_t grid[3], const std::int64_t cluste
         blocks *= cluster[d];
     }
     if (blocks > kMaxClusterBlocks)
-        return "a cluster of " + std::to_string(blocks) + " blocks exceeds the portable " + std::to_string(kMaxClusterBlocks);
+        return "a cluster of " + std::to_string(blocks) + " blocks exceeds the portable "
+            + std::to_string(kMaxClusterBlocks);
     return {};
 }
 
@@ -608,13 +609,14 @@ KernelSpec parseKernelSpec(const std::string& source)
                     throw InputError(where + "@kl:launch pdl must be 0 or 1, not '" + abbreviate(kv.at("pdl")) + "'");
                 s.programmaticLaunch = kv.at("pdl") == "1";
                 if (s.programmaticLaunch && spec.launches.empty())
-                    throw InputError(where + "@kl:launch pdl=1 on the plan's first kernel: programmatic dependent "
-                                             "launch overlaps a kernel with the plan's previous one, and there is none");
+                    throw InputError(where
+                        + "@kl:launch pdl=1 on the plan's first kernel: programmatic dependent "
+                          "launch overlaps a kernel with the plan's previous one, and there is none");
             }
             for (const auto& [k, v] : kv)
                 if (k != "grid" && k != "block" && k != "smem" && k != "args" && k != "cluster" && k != "pdl")
-                    throw InputError(where + "unknown launch key '" + abbreviate(k)
-                        + "' (grid, block, smem, cluster, pdl, args)");
+                    throw InputError(
+                        where + "unknown launch key '" + abbreviate(k) + "' (grid, block, smem, cluster, pdl, args)");
             spec.launches.push_back(std::move(s));
         } else if (directive == "tensormap") {
             TensorMapSpec m = parseTensorMap(rest, lineNo);

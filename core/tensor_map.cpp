@@ -39,9 +39,7 @@ std::uint64_t TensorMapGeometry::boxBytes() const
 TensorMapGeometry resolveTensorMap(const TensorMapSpec& map, const Problem& problem, const Bindings& vars)
 {
     const std::string where = "line " + std::to_string(map.line) + ": @kl:tensormap " + map.name + " ";
-    auto fail = [&](const std::string& field, const std::string& why) {
-        throw InputError(where + field + ": " + why);
-    };
+    auto fail = [&](const std::string& field, const std::string& why) { throw InputError(where + field + ": " + why); };
     const TensorSpec* t = problem.tensor(map.tensor);
     if (!t)
         fail("tensor", "'" + abbreviate(map.tensor) + "' is not a tensor of " + problem.name);
@@ -57,13 +55,16 @@ TensorMapGeometry resolveTensorMap(const TensorMapSpec& map, const Problem& prob
     if (map.interleave != TmaInterleave::None && g.rank < 3)
         fail("interleave", "an interleaved map needs rank 3 or more; " + map.tensor + " has " + std::to_string(g.rank));
     if (static_cast<int>(map.box.size()) != g.rank)
-        fail("box", "has " + std::to_string(map.box.size()) + " extents, but " + map.tensor + " has rank "
+        fail("box",
+            "has " + std::to_string(map.box.size()) + " extents, but " + map.tensor + " has rank "
                 + std::to_string(g.rank) + " (innermost first)");
     if (!map.elementStrides.empty() && static_cast<int>(map.elementStrides.size()) != g.rank)
-        fail("elemstride", "has " + std::to_string(map.elementStrides.size()) + " entries, but " + map.tensor
-                + " has rank " + std::to_string(g.rank));
+        fail("elemstride",
+            "has " + std::to_string(map.elementStrides.size()) + " entries, but " + map.tensor + " has rank "
+                + std::to_string(g.rank));
     if (map.oobFill == TmaOobFill::Nan && !isFloat(t->dtype))
-        fail("oob", std::string("nan fill needs a floating-point tensor; ") + map.tensor + " is " + dtypeName(t->dtype));
+        fail(
+            "oob", std::string("nan fill needs a floating-point tensor; ") + map.tensor + " is " + dtypeName(t->dtype));
     auto value = [&](const Expr& e, const std::string& field) -> std::int64_t {
         try {
             return e.evaluateInt(vars);
@@ -80,21 +81,23 @@ TensorMapGeometry resolveTensorMap(const TensorMapSpec& map, const Problem& prob
         const Expr& extent = t->shape[static_cast<std::size_t>(g.rank - 1 - d)];
         const std::int64_t dim = value(extent, "tensor");
         if (dim < 1 || dim > (std::int64_t { 1 } << 32))
-            fail("tensor", map.tensor + " dimension " + std::to_string(d) + " (innermost first) is "
-                    + std::to_string(dim) + "; a tensor map takes 1 to 2^32");
+            fail("tensor",
+                map.tensor + " dimension " + std::to_string(d) + " (innermost first) is " + std::to_string(dim)
+                    + "; a tensor map takes 1 to 2^32");
         g.globalDim[d] = static_cast<std::uint64_t>(dim);
         if (d > 0) {
             if (stride % strideAlign != 0 || stride >= (std::uint64_t { 1 } << 40))
-                fail("tensor", map.tensor + " dimension " + std::to_string(d) + " has a stride of "
-                        + std::to_string(stride) + " bytes; a tensor map needs a multiple of "
-                        + std::to_string(strideAlign) + " below 2^40");
+                fail("tensor",
+                    map.tensor + " dimension " + std::to_string(d) + " has a stride of " + std::to_string(stride)
+                        + " bytes; a tensor map needs a multiple of " + std::to_string(strideAlign) + " below 2^40");
             g.globalStrideBytes[d - 1] = stride;
         }
         stride *= static_cast<std::uint64_t>(dim);
         const std::string boxField = "box[" + std::to_string(d) + "]";
         const std::int64_t b = value(map.box[static_cast<std::size_t>(d)], boxField);
         if (b < 1 || b > TensorMapSpec::kMaxBox)
-            fail(boxField, "'" + abbreviate(map.box[static_cast<std::size_t>(d)].text()) + "' is " + std::to_string(b)
+            fail(boxField,
+                "'" + abbreviate(map.box[static_cast<std::size_t>(d)].text()) + "' is " + std::to_string(b)
                     + "; a box extent is 1 to 256");
         g.box[d] = static_cast<std::uint32_t>(b);
         std::int64_t es = 1;
@@ -109,10 +112,12 @@ TensorMapGeometry resolveTensorMap(const TensorMapSpec& map, const Problem& prob
     const std::uint64_t innerBytes = g.box[0] * elem;
     if (map.interleave == TmaInterleave::None) {
         if (innerBytes % 16 != 0)
-            fail("box[0]", std::to_string(g.box[0]) + " elements of " + std::to_string(elem) + " bytes are "
+            fail("box[0]",
+                std::to_string(g.box[0]) + " elements of " + std::to_string(elem) + " bytes are "
                     + std::to_string(innerBytes) + " bytes; the innermost box extent must be a multiple of 16 bytes");
         if (const std::uint64_t span = swizzleBytes(map.swizzle); span && innerBytes > span)
-            fail("swizzle", "the innermost box extent is " + std::to_string(innerBytes) + " bytes, wider than the "
+            fail("swizzle",
+                "the innermost box extent is " + std::to_string(innerBytes) + " bytes, wider than the "
                     + std::to_string(span) + "-byte swizzle span");
     } else if (map.interleave == TmaInterleave::B32 && map.swizzle != TmaSwizzle::B32) {
         fail("swizzle", "32-byte interleave needs swizzle=32B");

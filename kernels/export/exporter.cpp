@@ -280,7 +280,10 @@ namespace {
                     smCount |= id == kSmCountIdentifier;
             if (l.hasCluster || l.programmaticLaunch || smCount)
                 throw InputError("the " + role + "'s launch of " + l.kernel + " (line " + std::to_string(l.line)
-                    + ") uses " + (l.hasCluster ? "cluster=" : l.programmaticLaunch ? "pdl=1" : "SM_COUNT")
+                    + ") uses "
+                    + (l.hasCluster                ? "cluster="
+                            : l.programmaticLaunch ? "pdl=1"
+                                                   : "SM_COUNT")
                     + ": exported bundles launch with <<<>>> and do not carry launch attributes yet");
         }
         k.params = k.spec.defaults();

@@ -134,7 +134,8 @@ namespace {
                     } else if (!includeAllowed(m_all[i + 1].text)) {
                         add(rule::Include,
                             "#include <" + m_all[i + 1].text
-                                + "> is not on the allow-list (CUDA fp16/bf16/fp8 headers, cooperative_groups, cub/, cute/, cutlass/, "
+                                + "> is not on the allow-list (CUDA fp16/bf16/fp8 headers, cooperative_groups, cub/, "
+                                  "cute/, cutlass/, "
                                   "cuda/, "
                                   "mma.h, cuda_pipeline.h); candidates are self-contained device code",
                             t.line);

@@ -114,8 +114,8 @@ namespace {
             }
             // core/tensor_map.h's enums list CUDA's values in CUDA's order.
             CUtensorMap map;
-            const CUresult r = cuTensorMapEncodeTiled(&map, tensorMapDataType(g.dtype),
-                static_cast<cuuint32_t>(g.rank), reinterpret_cast<void*>(address), dims, strides, box, elementStrides,
+            const CUresult r = cuTensorMapEncodeTiled(&map, tensorMapDataType(g.dtype), static_cast<cuuint32_t>(g.rank),
+                reinterpret_cast<void*>(address), dims, strides, box, elementStrides,
                 static_cast<CUtensorMapInterleave>(g.interleave), static_cast<CUtensorMapSwizzle>(g.swizzle),
                 static_cast<CUtensorMapL2promotion>(g.l2Promotion),
                 g.oobFill == TmaOobFill::Zero ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE

@@ -45,8 +45,8 @@ std::string error(const std::string& source)
     return {};
 }
 
-kl::TensorMapGeometry resolved(const kl::KernelSpec& spec, const std::string& map, const kl::ParamValues& params,
-    const kl::Bindings& dims)
+kl::TensorMapGeometry resolved(
+    const kl::KernelSpec& spec, const std::string& map, const kl::ParamValues& params, const kl::Bindings& dims)
 {
     return kl::resolveTensorMap(*spec.tensorMap(map), gemm(), kl::bindingsFor(params, dims));
 }
@@ -84,11 +84,11 @@ TEST(TensorMap, MalformedAnnotationsNameTheMapAndTheField)
     EXPECT_NE(error(candidate("tensor=A box=(BK, BM) oob=nope")).find("tmA oob"), std::string::npos);
     EXPECT_NE(error(candidate("tensor=A box=(BK, BM) colour=red")).find("unknown key 'colour'"), std::string::npos);
     EXPECT_NE(error(candidate("box=(BK, BM)")).find("tmA needs tensor="), std::string::npos);
-    EXPECT_NE(error(candidate("tensor=Q box=(BK, BM)")).find("line 3: @kl:tensormap tmA tensor: 'Q'"),
-        std::string::npos);
+    EXPECT_NE(
+        error(candidate("tensor=Q box=(BK, BM)")).find("line 3: @kl:tensormap tmA tensor: 'Q'"), std::string::npos);
     EXPECT_NE(error(candidate("tensor=A box=(BK, BQ)")).find("tmA box 'BQ' names 'BQ'"), std::string::npos);
-    EXPECT_NE(error(candidate("tensor=A box=(BK)")).find("tmA box: has 1 extents, but A has rank 2"),
-        std::string::npos);
+    EXPECT_NE(
+        error(candidate("tensor=A box=(BK)")).find("tmA box: has 1 extents, but A has rank 2"), std::string::npos);
     EXPECT_NE(error(candidate("tensor=A box=(BK, BM) elemstride=(1)")).find("tmA elemstride: has 1 entries"),
         std::string::npos);
     EXPECT_EQ(error(candidate("tensor=A box=(BK, BM) oob=nan")), ""); // bf16 takes nan; integers do not
@@ -107,12 +107,14 @@ TEST(TensorMap, EncoderRulesAreCheckedBeforeAnyDevice)
         return {};
     };
     // The box limit of 256 per dimension.
-    EXPECT_NE(why("tmA", { { "BM", 512 }, { "BK", 64 } }, dims).find("tmA box[1]: 'BM' is 512; a box extent is 1 to 256"),
+    EXPECT_NE(
+        why("tmA", { { "BM", 512 }, { "BK", 64 } }, dims).find("tmA box[1]: 'BM' is 512; a box extent is 1 to 256"),
         std::string::npos);
     // The innermost box extent in bytes: a multiple of 16, and within the swizzle span.
     EXPECT_NE(why("tmA", { { "BM", 64 }, { "BK", 300 } }, dims).find("box[0]"), std::string::npos);
-    EXPECT_NE(why("tmA", { { "BM", 64 }, { "BK", 128 } }, dims).find("tmA swizzle: the innermost box extent is 256 "
-                                                                     "bytes, wider than the 128-byte swizzle span"),
+    EXPECT_NE(why("tmA", { { "BM", 64 }, { "BK", 128 } }, dims)
+                  .find("tmA swizzle: the innermost box extent is 256 "
+                        "bytes, wider than the 128-byte swizzle span"),
         std::string::npos);
     EXPECT_EQ(why("tmA", { { "BM", 64 }, { "BK", 8 } }, dims), "");
     // Row strides: K*2 bytes must be a multiple of 16 (K = 100 is not; gemm_bf16's dims stop it elsewhere).
@@ -120,7 +122,8 @@ TEST(TensorMap, EncoderRulesAreCheckedBeforeAnyDevice)
                   .find("tmA tensor: A dimension 1 has a stride of 200 bytes; a tensor map needs a multiple of 16"),
         std::string::npos);
     // Interleave needs rank 3; the address rule is the worker's, on the buffer it placed.
-    EXPECT_NE(error(candidate("tensor=A box=(BK, BM) interleave=32B swizzle=32B")).find("tmA interleave: an interleaved map needs rank 3"),
+    EXPECT_NE(error(candidate("tensor=A box=(BK, BM) interleave=32B swizzle=32B"))
+                  .find("tmA interleave: an interleaved map needs rank 3"),
         std::string::npos);
     const auto g = resolved(spec, "tmA", spec.defaults(), dims);
     EXPECT_EQ(kl::tensorMapAddressProblem(*spec.tensorMap("tmA"), g, 0x7f0000000100), "");
@@ -149,7 +152,7 @@ TEST(LaunchAttributes, ClusterAndPdlAreParsedAndValidated)
 {
     const std::string two = "// @kl:param BM = 64 in [64, 128]\n"
                             "// @kl:workspace part bytes=M*N*4\n"
-                            "// @kl:launch g grid=(ceil_div(N, 128), ceil_div(M, BM)) block=(128) cluster=(2, 1) "
+                            "// @kl:launch g grid=(2 * ceil_div(N, 128), ceil_div(M, BM)) block=(128) cluster=(2, 1) "
                             "smem=200000 args=(part, A, B, M, N, K)\n"
                             "// @kl:launch r grid=(ceil_div(M * N, 256)) block=(256) pdl=1 args=(C, part, M, N)\n";
     const kl::KernelSpec spec = kl::parseKernelSpec(two, gemm());
@@ -168,14 +171,17 @@ TEST(LaunchAttributes, ClusterAndPdlAreParsedAndValidated)
         return error(s);
     };
     // The plan's first kernel has nothing of the plan to overlap.
-    EXPECT_NE(err("cluster=(2, 1)", "pdl=1").find("line 3: @kl:launch pdl=1 on the plan's first kernel"),
-        std::string::npos);
+    EXPECT_NE(
+        err("cluster=(2, 1)", "pdl=1").find("line 3: @kl:launch pdl=1 on the plan's first kernel"), std::string::npos);
     EXPECT_NE(err("pdl=1", "pdl=yes").find("pdl must be 0 or 1"), std::string::npos);
-    // N = 8192 / 128 = 64 blocks along x is a multiple of 2; 3 is not (the tuning shape is named).
-    EXPECT_NE(err("cluster=(2, 1)", "cluster=(3, 1)").find("grid dimension 0 = 64 is not a multiple of the cluster's 3"),
+    // 2 * 8192 / 128 = 128 blocks along x is a multiple of 2; 3 is not (the tuning shape is named).
+    EXPECT_NE(
+        err("cluster=(2, 1)", "cluster=(3, 1)")
+            .find(
+                "at K=8192,M=16,N=8192 with the defaults: grid dimension 0 = 128 is not a multiple of the cluster's 3"),
         std::string::npos);
-    EXPECT_NE(err("cluster=(2, 1)", "cluster=(4, 4)").find("a cluster of 16 blocks exceeds the portable 8"),
-        std::string::npos);
+    EXPECT_NE(
+        err("cluster=(2, 1)", "cluster=(16)").find("a cluster of 16 blocks exceeds the portable 8"), std::string::npos);
     EXPECT_NE(err("cluster=(2, 1)", "cluster=(0)").find("@kl:launch cluster"), std::string::npos);
     EXPECT_NE(err("cluster=(2, 1)", "cluster=(BQ)").find("@kl:launch cluster 'BQ' names 'BQ'"), std::string::npos);
     EXPECT_NE(err("cluster=(2, 1)", "colour=(2)").find("unknown launch key 'colour'"), std::string::npos);
@@ -187,13 +193,13 @@ TEST(LaunchAttributes, SmCountIsBuiltInForGridsOnly)
                                    "// @kl:launch g grid=(min(ceil_div(M, BM) * ceil_div(N, 128), SM_COUNT)) "
                                    "block=(128) cluster=(2) args=(C, A, B, M, N, K)\n";
     const kl::KernelSpec spec = kl::parseKernelSpec(persistent, gemm());
-    EXPECT_EQ(spec.launches[0].grid[0].evaluateInt({ { "M", 64 }, { "N", 8192 }, { "BM", 64 }, { "SM_COUNT", 132 } }),
-        64);
+    EXPECT_EQ(
+        spec.launches[0].grid[0].evaluateInt({ { "M", 64 }, { "N", 8192 }, { "BM", 64 }, { "SM_COUNT", 132 } }), 64);
     std::string inBlock = persistent;
     inBlock.replace(inBlock.find("block=(128)"), 11, "block=(SM_COUNT)");
     EXPECT_NE(error(inBlock).find("names 'SM_COUNT'"), std::string::npos);
-    EXPECT_NE(error("// @kl:param SM_COUNT = 1 in [1]\n" + persistent).find("'SM_COUNT' is built in"),
-        std::string::npos);
+    EXPECT_NE(
+        error("// @kl:param SM_COUNT = 1 in [1]\n" + persistent).find("'SM_COUNT' is built in"), std::string::npos);
 }
 
 TEST(LaunchAttributes, ClusterProblemNamesTheDimension)

@@ -82,8 +82,8 @@ protected:
 
 TEST_F(HopperGpu, TmaWgmmaTemplatePassesAtTheDefaultsAndWithSplitK)
 {
-    for (const kl::ParamValues& p : { kl::ParamValues {},
-             kl::ParamValues { { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 } } }) {
+    for (const kl::ParamValues& p :
+        { kl::ParamValues {}, kl::ParamValues { { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 } } }) {
         const auto e = ev->evaluate(candidate(source, p, "tma"), quick(), kl::CancelToken {});
         EXPECT_EQ(e.verdict, kl::Verdict::Correct) << reasonsText(e);
         for (const auto& s : e.shapes) {
@@ -100,7 +100,8 @@ TEST_F(HopperGpu, MapTheEncoderWouldRefuseIsAVerdictBeforeLaunch)
 {
     // The default BMAP = BM = 128 is valid (parsing accepts it); BMAP = 512 exceeds the box limit of 256 at every
     // shape, which only binding the plan for the device finds.
-    std::string src = replaced(source, "// @kl:param BM = 128", "// @kl:param BMAP = 128 in [128, 512]\n// @kl:param BM = 128");
+    std::string src
+        = replaced(source, "// @kl:param BM = 128", "// @kl:param BMAP = 128 in [128, 512]\n// @kl:param BM = 128");
     src = replaced(src, "tensor=A box=(64, BM)", "tensor=A box=(64, BMAP)");
     const auto e = ev->evaluate(candidate(src, { { "BMAP", 512 } }, "badmap"), quick(), kl::CancelToken {});
     EXPECT_NE(e.verdict, kl::Verdict::Correct);
@@ -115,7 +116,8 @@ TEST_F(HopperGpu, MapTheEncoderWouldRefuseIsAVerdictBeforeLaunch)
 TEST_F(HopperGpu, TmaReadPastItsTileIsCaught)
 {
     // One row further down: inside the tensor it reads the next tile's rows, past M the copy engine's zero fill.
-    const std::string src = replaced(source, "kb * BK, u.mt * BM, &full[stage]", "kb * BK, u.mt * BM + 1, &full[stage]");
+    const std::string src
+        = replaced(source, "kb * BK, u.mt * BM, &full[stage]", "kb * BK, u.mt * BM + 1, &full[stage]");
     const auto e = ev->evaluate(candidate(src, {}, "shifted"), quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << reasonsText(e);
     EXPECT_FALSE(e.correctEverywhere());

@@ -4,8 +4,8 @@
 //  - TMA (cp.async.bulk.tensor) loads BMx64 tiles of A and BNx64 tiles of B, 128-byte swizzled, into a ring of
 //    STAGES shared-memory stages; each stage has a "full" mbarrier (the copy engine's byte count) and an "empty"
 //    one (every consumer thread arrives once it is done with the stage).
-//  - Warp specialisation: warpgroup 0 produces (one thread issues the copies, setmaxnreg.dec frees its
-//    registers), warpgroups 1..BM/64 consume: each owns 64 rows of the tile and issues wgmma m64nBNk16 from shared
+//  - Warp specialisation: warpgroup 0 produces (one thread issues the copies; with REGSPLIT=1 setmaxnreg.dec gives
+//    its registers to the two consumers' setmaxnreg.inc), warpgroups 1..BM/64 consume: each owns 64 rows of the tile and issues wgmma m64nBNk16 from shared
 //    memory, keeping one k-block of MMAs in flight (wgmma.wait_group 1) before releasing the stage before it.
 //  - Persistent: SM_COUNT blocks walk the work units (tile x k-split) in a grouped raster (GROUP tiles along M
 //    when RASTER=0, along N when RASTER=1) so neighbouring blocks share A or B panels in L2.
@@ -17,9 +17,11 @@
 // @kl:param SPLITK = 1 in [1, 2, 4, 8, 16]
 // @kl:param GROUP = 8 in [1, 4, 8, 16]
 // @kl:param RASTER = 0 in [0, 1]
+// @kl:param REGSPLIT = 0 in [0, 1]
 // @kl:constraint ARCH >= 90
 // @kl:constraint STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES <= 232448
 // @kl:constraint SPLITK == 1 || BM == 64
+// @kl:constraint REGSPLIT == 0 || BM == 128
 // @kl:workspace part bytes=(SPLITK > 1 ? SPLITK * M * N * 4 : 16) init=poison
 // @kl:tensormap tmA tensor=A box=(64, BM) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmB tensor=B box=(64, BN) swizzle=128B l2promo=256B oob=zero
@@ -176,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     int stage = 0;
     unsigned phase = 0;
     if (wg == 0) {
-#if CONSUMERS == 2
+#if REGSPLIT && BM == 128
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
 #endif
         if (t != 0)
@@ -196,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
         return;
     }
-#if CONSUMERS == 2
+#if REGSPLIT && BM == 128
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
 #endif
     const int c = wg - 1, warp = t / 32, lane = t % 32;
