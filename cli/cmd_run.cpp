@@ -388,7 +388,7 @@ namespace {
             header.createdMs = nowMs();
             store = SessionStore::create(dir, header);
             // The naive baseline is the root; the tunable template at its defaults branches from it and is the head.
-            const auto seeded = seedProblemCandidates(*store, problem, folder);
+            const auto seeded = seedProblemCandidates(*store, problem, folder, archNumber(device));
             if (!seeded.empty())
                 store->moveHead(seeded.back().first, "the template is where tuning starts");
         } else {

@@ -705,6 +705,18 @@ Problem problemFromJson(const Json& j, const std::string& where)
             throw InputError(where + ".min_arch: '" + a + "' is not an architecture like \"sm_80\"");
         p.minArch = *n;
     }
+    if (const Json* t = optionalObject(j, "arch_templates", where))
+        for (const auto& [arch, file] : t->items()) {
+            const auto n = archNumber(arch);
+            if (!n)
+                throw InputError(
+                    where + ".arch_templates: '" + abbreviate(arch) + "' is not an architecture like \"sm_90a\"");
+            if (!file.is_string() || file.get<std::string>().empty()
+                || file.get<std::string>().find('/') != std::string::npos
+                || file.get<std::string>().find("..") != std::string::npos)
+                throw InputError(where + ".arch_templates." + arch + ": a plain file name in the problem folder");
+            p.archTemplates[*n] = file.get<std::string>();
+        }
     validateProblem(p, where);
     return p;
 }
@@ -745,6 +757,8 @@ Json toJson(const Problem& p)
         { "library_baseline", p.libraryBaseline } };
     if (p.minArch > 0)
         j["min_arch"] = archName(p.minArch);
+    for (const auto& [arch, file] : p.archTemplates)
+        j["arch_templates"][archName(arch)] = file;
     return j;
 }
 

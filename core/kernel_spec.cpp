@@ -57,12 +57,12 @@ namespace {
     }
 
     // Reads key=(...) or key=token groups from a launch line.
-    std::map<std::string, std::string> keyValues(const std::string& s, int line)
+    std::map<std::string, std::string> keyValues(const std::string& s, int line, const std::string& directive)
     {
         std::map<std::string, std::string> kv;
         std::size_t i = 0;
         auto fail = [&](const std::string& what) {
-            throw InputError("line " + std::to_string(line) + ": @kl:launch " + what);
+            throw InputError("line " + std::to_string(line) + ": @kl:" + directive + " " + what);
         };
         while (i < s.size()) {
             while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
@@ -277,7 +277,95 @@ namespace {
         return found;
     }
 
+    // NAME tensor=T box=(...) [elemstride=(...)] [swizzle=none|32B|64B|128B] [interleave=none|16B|32B]
+    // [l2promo=none|64B|128B|256B] [oob=zero|nan]
+    TensorMapSpec parseTensorMap(const std::string& rest, int line)
+    {
+        const std::string where = "line " + std::to_string(line) + ": @kl:tensormap ";
+        const auto sp = rest.find_first_of(" \t");
+        TensorMapSpec m;
+        m.line = line;
+        m.name = rest.substr(0, sp);
+        if (!isIdent(m.name))
+            throw InputError(where + "bad map name '" + abbreviate(m.name) + "'");
+        const auto kv = keyValues(sp == std::string::npos ? "" : rest.substr(sp), line, "tensormap " + m.name);
+        for (const char* k : { "tensor", "box" })
+            if (!kv.count(k))
+                throw InputError(where + m.name + " needs " + k + "=");
+        m.tensor = kv.at("tensor");
+        auto extents = [&](const std::string& key) {
+            std::vector<Expr> out;
+            const auto parts = splitTopLevel(kv.at(key));
+            if (parts.empty() || parts.size() > static_cast<std::size_t>(TensorMapSpec::kMaxRank))
+                throw InputError(where + m.name + " " + key + ": needs 1 to 5 expressions, innermost first");
+            for (const auto& p : parts)
+                out.push_back(parseExprAt(p, line, "@kl:tensormap " + m.name + " " + key));
+            return out;
+        };
+        m.box = extents("box");
+        if (kv.count("elemstride"))
+            m.elementStrides = extents("elemstride");
+        auto choose = [&](const std::string& key, auto& out, const auto& options) {
+            if (!kv.count(key))
+                return;
+            std::string names;
+            for (const auto& [text, value] : options) {
+                if (kv.at(key) == text) {
+                    out = value;
+                    return;
+                }
+                names += (names.empty() ? "" : ", ") + std::string(text);
+            }
+            throw InputError(where + m.name + " " + key + ": '" + abbreviate(kv.at(key)) + "' is not one of " + names);
+        };
+        using S = TmaSwizzle;
+        using I = TmaInterleave;
+        using L = TmaL2Promotion;
+        choose("swizzle", m.swizzle,
+            std::vector<std::pair<const char*, S>> {
+                { "none", S::None }, { "32B", S::B32 }, { "64B", S::B64 }, { "128B", S::B128 } });
+        choose("interleave", m.interleave,
+            std::vector<std::pair<const char*, I>> { { "none", I::None }, { "16B", I::B16 }, { "32B", I::B32 } });
+        choose("l2promo", m.l2Promotion,
+            std::vector<std::pair<const char*, L>> {
+                { "none", L::None }, { "64B", L::B64 }, { "128B", L::B128 }, { "256B", L::B256 } });
+        choose("oob", m.oobFill,
+            std::vector<std::pair<const char*, TmaOobFill>> {
+                { "zero", TmaOobFill::Zero }, { "nan", TmaOobFill::Nan } });
+        for (const auto& [k, v] : kv)
+            if (k != "tensor" && k != "box" && k != "elemstride" && k != "swizzle" && k != "interleave"
+                && k != "l2promo" && k != "oob")
+                throw InputError(where + m.name + ": unknown key '" + abbreviate(k)
+                    + "' (tensor, box, elemstride, swizzle, interleave, l2promo, oob)");
+        return m;
+    }
+
 } // namespace
+
+std::string clusterProblem(const std::int64_t grid[3], const std::int64_t cluster[3])
+{
+    std::int64_t blocks = 1;
+    for (int d = 0; d < 3; ++d) {
+        if (cluster[d] < 1)
+            return "cluster dimension " + std::to_string(d) + " is " + std::to_string(cluster[d]);
+        if (grid[d] % cluster[d] != 0)
+            return "grid dimension " + std::to_string(d) + " = " + std::to_string(grid[d])
+                + " is not a multiple of the cluster's " + std::to_string(cluster[d]);
+        blocks *= cluster[d];
+    }
+    if (blocks > kMaxClusterBlocks)
+        return "a cluster of " + std::to_string(blocks) + " blocks exceeds the portable "
+            + std::to_string(kMaxClusterBlocks);
+    return {};
+}
+
+const TensorMapSpec* KernelSpec::tensorMap(const std::string& name) const
+{
+    for (const auto& m : tensorMaps)
+        if (m.name == name)
+            return &m;
+    return nullptr;
+}
 
 const ParamSpec* KernelSpec::param(const std::string& name) const
 {
@@ -443,9 +531,11 @@ KernelSpec parseKernelSpec(const std::string& source)
                 throw InputError(where + "bad parameter name '" + abbreviate(p.name) + "'");
             if (spec.param(p.name))
                 throw InputError(where + "parameter '" + abbreviate(p.name) + "' declared twice");
-            if (p.name == kArchIdentifier)
-                throw InputError(
-                    where + "'" + p.name + "' is built in (the device's compute capability x10), not a parameter");
+            if (p.name == kArchIdentifier || p.name == kSmCountIdentifier)
+                throw InputError(where + "'" + p.name + "' is built in ("
+                    + (p.name == kArchIdentifier ? "the device's compute capability x10"
+                                                 : "the device's multiprocessor count")
+                    + "), not a parameter");
             p.defaultValue = parseInt(rest.substr(eq + 1, in - eq - 1), lineNo);
             std::string list = trim(rest.substr(in + 4));
             if (list.size() < 2 || list.front() != '[' || list.back() != ']')
@@ -474,7 +564,7 @@ KernelSpec parseKernelSpec(const std::string& source)
             w.name = rest.substr(0, sp2);
             if (!isIdent(w.name))
                 throw InputError(where + "bad workspace name '" + abbreviate(w.name) + "'");
-            const auto kv = keyValues(sp2 == std::string::npos ? "" : rest.substr(sp2), lineNo);
+            const auto kv = keyValues(sp2 == std::string::npos ? "" : rest.substr(sp2), lineNo, "workspace");
             if (!kv.count("bytes"))
                 throw InputError(where + "@kl:workspace needs bytes=EXPR");
             w.bytes = parseExprAt(kv.at("bytes"), lineNo, "workspace bytes");
@@ -494,7 +584,7 @@ KernelSpec parseKernelSpec(const std::string& source)
             s.kernel = rest.substr(0, sp2);
             if (!isIdent(s.kernel))
                 throw InputError(where + "bad kernel name '" + abbreviate(s.kernel) + "'");
-            const auto kv = keyValues(sp2 == std::string::npos ? "" : rest.substr(sp2), lineNo);
+            const auto kv = keyValues(sp2 == std::string::npos ? "" : rest.substr(sp2), lineNo, "launch");
             for (const char* k : { "grid", "block", "args" })
                 if (!kv.count(k))
                     throw InputError(where + "@kl:launch needs " + k + "=(...)");
@@ -507,13 +597,35 @@ KernelSpec parseKernelSpec(const std::string& source)
                         + "' must be a tensor, workspace, dim or scalar name");
                 s.args.push_back(a);
             }
+            if (kv.count("cluster")) {
+                parseDims(kv.at("cluster"), s.cluster, lineNo, "cluster");
+                s.hasCluster = true;
+            } else {
+                for (auto& c : s.cluster)
+                    c = Expr::parse("1");
+            }
+            if (kv.count("pdl")) {
+                if (kv.at("pdl") != "0" && kv.at("pdl") != "1")
+                    throw InputError(where + "@kl:launch pdl must be 0 or 1, not '" + abbreviate(kv.at("pdl")) + "'");
+                s.programmaticLaunch = kv.at("pdl") == "1";
+                if (s.programmaticLaunch && spec.launches.empty())
+                    throw InputError(where
+                        + "@kl:launch pdl=1 on the plan's first kernel: programmatic dependent "
+                          "launch overlaps a kernel with the plan's previous one, and there is none");
+            }
             for (const auto& [k, v] : kv)
-                if (k != "grid" && k != "block" && k != "smem" && k != "args")
-                    throw InputError(where + "unknown launch key '" + abbreviate(k) + "'");
+                if (k != "grid" && k != "block" && k != "smem" && k != "args" && k != "cluster" && k != "pdl")
+                    throw InputError(
+                        where + "unknown launch key '" + abbreviate(k) + "' (grid, block, smem, cluster, pdl, args)");
             spec.launches.push_back(std::move(s));
+        } else if (directive == "tensormap") {
+            TensorMapSpec m = parseTensorMap(rest, lineNo);
+            if (spec.tensorMap(m.name))
+                throw InputError(where + "tensor map '" + m.name + "' declared twice");
+            spec.tensorMaps.push_back(std::move(m));
         } else {
-            throw InputError(
-                where + "unknown directive '@kl:" + abbreviate(directive) + "' (param, constraint, workspace, launch)");
+            throw InputError(where + "unknown directive '@kl:" + abbreviate(directive)
+                + "' (param, constraint, workspace, tensormap, launch)");
         }
     }
     if (spec.launches.empty())
@@ -531,9 +643,11 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
         dimNames.push_back(d.name);
     auto known = [&](const std::string& id) { return spec.param(id) || problem.dim(id); };
     // ARCH is bound only where constraints are checked against a device (loop_device_limits), not in launches.
-    auto requireKnown = [&](const Expr& e, int line, const std::string& what, bool archAllowed = false) {
+    // SM_COUNT is bound in launch grids only (the worker binds it; a persistent grid is sized by it).
+    auto requireKnown = [&](const Expr& e, int line, const std::string& what, bool archAllowed = false,
+                            bool smCountAllowed = false) {
         for (const auto& id : e.identifiers())
-            if (!known(id) && !(archAllowed && id == kArchIdentifier))
+            if (!known(id) && !(archAllowed && id == kArchIdentifier) && !(smCountAllowed && id == kSmCountIdentifier))
                 throw InputError("line " + std::to_string(line) + ": " + what + " '" + abbreviate(e.text())
                     + "' names '" + abbreviate(id) + "', which is neither a parameter (" + joined(paramNames)
                     + ") nor a dim (" + joined(dimNames) + ") of " + problem.name);
@@ -558,11 +672,26 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
     }
     for (const auto& w : spec.workspaces)
         requireKnown(w.bytes, w.line, "@kl:workspace " + w.name + " bytes");
+    for (const auto& m : spec.tensorMaps) {
+        if (!problem.tensor(m.tensor))
+            throw InputError("line " + std::to_string(m.line) + ": @kl:tensormap " + m.name + " tensor: '"
+                + abbreviate(m.tensor) + "' is not a tensor of " + problem.name);
+        if (problem.tensor(m.name) || known(m.name)
+            || std::any_of(spec.workspaces.begin(), spec.workspaces.end(),
+                [&](const WorkspaceSpec& w) { return w.name == m.name; }))
+            throw InputError("line " + std::to_string(m.line) + ": @kl:tensormap " + m.name
+                + ": the name is taken by a tensor, workspace, dim or parameter");
+        for (const auto& e : m.box)
+            requireKnown(e, m.line, "@kl:tensormap " + m.name + " box");
+        for (const auto& e : m.elementStrides)
+            requireKnown(e, m.line, "@kl:tensormap " + m.name + " elemstride");
+    }
     const std::string code = codeOnly(source);
     for (const auto& l : spec.launches) {
         for (int d = 0; d < 3; ++d) {
-            requireKnown(l.grid[d], l.line, "@kl:launch grid");
+            requireKnown(l.grid[d], l.line, "@kl:launch grid", false, true);
             requireKnown(l.block[d], l.line, "@kl:launch block");
+            requireKnown(l.cluster[d], l.line, "@kl:launch cluster");
         }
         requireKnown(l.sharedBytes, l.line, "@kl:launch smem");
         for (const auto& a : l.args) {
@@ -570,15 +699,25 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
                 problem.scalars.begin(), problem.scalars.end(), [&](const ScalarSpec& s) { return s.name == a; });
             const bool workspace = std::any_of(
                 spec.workspaces.begin(), spec.workspaces.end(), [&](const WorkspaceSpec& w) { return w.name == a; });
-            if (!known(a) && !scalar && !workspace && !problem.tensor(a))
+            if (!known(a) && !scalar && !workspace && !problem.tensor(a) && !spec.tensorMap(a))
                 throw InputError("line " + std::to_string(l.line) + ": @kl:launch argument '" + abbreviate(a)
-                    + "' is not a tensor, workspace, dim, scalar or parameter of " + problem.name);
+                    + "' is not a tensor, workspace, tensor map, dim, scalar or parameter of " + problem.name);
         }
-        // The defaults are what is compiled and measured first: the geometry must be a launch at every shape.
+        // The defaults are what is compiled and measured first: the geometry must be a launch at every shape
+        // (SM_COUNT at its least, 1), and each tensor map encodable.
         for (const auto* shapes : { &problem.tuningShapes, &problem.verifyShapes })
             for (const auto& shape : *shapes) {
-                const Bindings b = bindingsFor(spec.defaults(), shape.bindings());
-                for (const auto& [exprs, what] : { std::pair { l.grid, "grid" }, std::pair { l.block, "block" } })
+                Bindings b = bindingsFor(spec.defaults(), shape.bindings());
+                for (const auto& m : spec.tensorMaps)
+                    try {
+                        resolveTensorMap(m, problem, b);
+                    } catch (const InputError& e) {
+                        throw InputError(std::string(e.what()) + " (at " + shape.label() + " with the defaults)");
+                    }
+                b[kSmCountIdentifier] = 1;
+                std::int64_t grid[3] = { 1, 1, 1 }, cluster[3] = { 1, 1, 1 };
+                for (const auto& [exprs, what] : { std::pair { l.grid, "grid" }, std::pair { l.block, "block" },
+                         std::pair { l.cluster, "cluster" } })
                     for (int d = 0; d < 3; ++d) {
                         std::int64_t v = 0;
                         try {
@@ -591,7 +730,18 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
                             throw InputError("line " + std::to_string(l.line) + ": @kl:launch " + what + " '"
                                 + abbreviate(exprs[d].text()) + "' is " + std::to_string(v) + " at " + shape.label()
                                 + " with the defaults; a launch needs at least 1");
+                        if (exprs == l.cluster)
+                            cluster[d] = v;
+                        else if (exprs == l.grid)
+                            grid[d] = v;
                     }
+                // A grid sized by SM_COUNT meets its cluster shape on a device only (kernels/worker checks it).
+                for (int d = 0; d < 3; ++d)
+                    if (std::ranges::count(l.grid[d].identifiers(), std::string(kSmCountIdentifier)))
+                        grid[d] = cluster[d];
+                if (const std::string why = clusterProblem(grid, cluster); !why.empty())
+                    throw InputError("line " + std::to_string(l.line) + ": @kl:launch cluster at " + shape.label()
+                        + " with the defaults: " + why);
             }
         if (const auto sig = kernelSignature(code, l.kernel); sig && sig->parameters != l.args.size())
             throw InputError("line " + std::to_string(l.line) + ": @kl:launch passes " + std::to_string(l.args.size())

@@ -10,9 +10,13 @@
 //   // @kl:launch rmsnorm_kernel grid=(T) block=(BLOCK) smem=0 args=(y, x, w, T, H, eps)
 //
 // Parameters reach the code as compile-time defines (-DBLOCK=256). Kernel arguments are named: tensors
-// and workspaces pass as device pointers, dims as int, scalars by their declared type.
+// and workspaces pass as device pointers, dims as int, scalars by their declared type, tensor maps
+// (@kl:tensormap, core/tensor_map.h) as a CUtensorMap by value. A launch line may add cluster=(X, Y, Z)
+// (thread-block clusters, sm_90+; the grid a multiple of it) and pdl=1 (programmatic dependent launch: the
+// kernel may start while the plan's previous kernel finishes, and waits with griddepcontrol.wait).
 #include "core/expr.h"
 #include "core/problem.h"
+#include "core/tensor_map.h"
 
 #include <cstdint>
 #include <map>
@@ -27,6 +31,12 @@ using ParamValues = std::map<std::string, std::int64_t>;
 // values on the architecture ("@kl:constraint CLUSTER == 1 || ARCH >= 90"); the device limits bind it
 // (core/loop_device_limits), so no parameter may take the name.
 inline constexpr const char* kArchIdentifier = "ARCH";
+// Built-in identifier for launch grids: the device's multiprocessor count, for persistent kernels
+// ("grid=(min(ceil_div(M, BM) * ceil_div(N, BN), SM_COUNT))"). Bound by the worker; 1 when the defaults are
+// checked without a device.
+inline constexpr const char* kSmCountIdentifier = "SM_COUNT";
+// The most blocks a portable cluster holds (sm_90).
+inline constexpr std::int64_t kMaxClusterBlocks = 8;
 
 struct ParamSpec {
     std::string name;
@@ -40,9 +50,15 @@ struct LaunchStep {
     Expr grid[3];
     Expr block[3];
     Expr sharedBytes;
+    Expr cluster[3]; // all 1 when the line names none
+    bool hasCluster = false;
+    bool programmaticLaunch = false; // pdl=1
     std::vector<std::string> args;
     int line = 0;
 };
+
+// Why a grid cannot be launched in clusters of this shape; empty when it can.
+std::string clusterProblem(const std::int64_t grid[3], const std::int64_t cluster[3]);
 
 struct WorkspaceSpec {
     std::string name;
@@ -61,8 +77,10 @@ struct KernelSpec {
     std::vector<ConstraintSpec> constraints;
     std::vector<WorkspaceSpec> workspaces;
     std::vector<LaunchStep> launches;
+    std::vector<TensorMapSpec> tensorMaps;
 
     const ParamSpec* param(const std::string& name) const;
+    const TensorMapSpec* tensorMap(const std::string& name) const;
     ParamValues defaults() const;
     // Cartesian product of the declared values, filtered by the constraints that name only parameters.
     std::vector<ParamValues> enumerateSpace(std::size_t limit = 1'000'000) const;

@@ -132,6 +132,15 @@ std::string Problem::archRefusal(int arch) const
         + " and newer (problem.json \"min_arch\"); this device is " + archName(arch);
 }
 
+const std::string& Problem::templateFor(int arch) const
+{
+    const std::string* chosen = &templateFile;
+    for (const auto& [needs, file] : archTemplates)
+        if (arch >= needs)
+            chosen = &file;
+    return *chosen;
+}
+
 std::optional<std::string> badProblemName(const Problem& p, const std::string& name, const char* kind)
 {
     if (!Expr::isVariableName(name))

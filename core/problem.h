@@ -72,6 +72,9 @@ struct Problem {
     std::string referenceFile = "reference.cu";
     std::string baselineFile = "baseline.cu";
     std::string templateFile = "template.cu";
+    // problem.json "arch_templates" ({"sm_90a": "template_sm90.cu"}): templates that need a newer architecture than
+    // min_arch; on a device of at least that architecture the newest of them replaces templateFile.
+    std::map<int, std::string> archTemplates;
     std::string libraryBaseline; // e.g. "cublas_gemm_bf16": the fallback an export dispatches to
     int minArch = 0; // problem.json "min_arch" ("sm_80"): the oldest architecture it supports, x10; 0: any
     std::string folder; // where it was loaded from (not serialized into sessions)
@@ -83,6 +86,8 @@ struct Problem {
     bool supportsArch(int arch) const { return arch == 0 || arch >= minArch; } // 0: not known, not refused
     // Empty when the problem runs on arch, else why not, naming problem.json's "min_arch".
     std::string archRefusal(int arch) const;
+    // The template for a device of arch (0: not known, the portable templateFile).
+    const std::string& templateFor(int arch) const;
 };
 
 // A tensor larger than any device holds is a mistake in problem.json, not a workload.

@@ -214,12 +214,12 @@ void writeFileAtomic(const fs::path& path, const std::string& content)
 }
 
 std::vector<std::pair<CandidateId, std::string>> seedProblemCandidates(
-    SessionStore& store, const Problem& problem, const fs::path& problemFolder)
+    SessionStore& store, const Problem& problem, const fs::path& problemFolder, int arch)
 {
     std::vector<std::pair<CandidateId, std::string>> seeded;
     CandidateId parent;
     for (const auto& [file, role] : { std::pair { problem.baselineFile, std::string("baseline") },
-             std::pair { problem.templateFile, std::string("template") } }) {
+             std::pair { problem.templateFor(arch), std::string("template") } }) {
         const fs::path path = problemFolder / file;
         if (file.empty() || !fs::exists(path))
             continue;

@@ -90,9 +90,10 @@ std::function<void(Session&)> prepareEvent(const Session& s, const Event& e);
 
 // A new session's first candidates: the problem's naive baseline as the root and its tunable template, at its
 // defaults, as the baseline's child (either is skipped when the problem has no such file). Returns the ids with
-// their roles ("baseline", "template") in that order. Throws InputError naming the file that does not parse.
+// their roles ("baseline", "template") in that order. Throws InputError naming the file that does not parse. The
+// template is the one for a device of arch (Problem::templateFor; 0: the portable one).
 std::vector<std::pair<CandidateId, std::string>> seedProblemCandidates(
-    SessionStore& store, const Problem& problem, const std::filesystem::path& problemFolder);
+    SessionStore& store, const Problem& problem, const std::filesystem::path& problemFolder, int arch = 0);
 
 // Atomic file write: temp file in the same directory, fsync, rename, fsync directory.
 void writeFileAtomic(const std::filesystem::path& path, const std::string& content);

@@ -14,6 +14,9 @@
 #ifndef KL_CUDA_INCLUDE_DIR
 #define KL_CUDA_INCLUDE_DIR "/usr/local/cuda/include"
 #endif
+#ifndef KL_CUTLASS_INCLUDE_DIR
+#define KL_CUTLASS_INCLUDE_DIR ""
+#endif
 
 namespace kl {
 
@@ -87,6 +90,16 @@ std::string nvrtcVersionString()
     return std::to_string(major) + "." + std::to_string(minor);
 }
 
+std::string cutlassIncludeDir()
+{
+    auto holdsCute = [](const std::string& dir) {
+        return !dir.empty() && std::filesystem::exists(std::filesystem::path(dir) / "cute" / "tensor.hpp");
+    };
+    if (const char* home = std::getenv("CUTLASS_HOME"); home && holdsCute(std::string(home) + "/include"))
+        return std::string(home) + "/include";
+    return holdsCute(KL_CUTLASS_INCLUDE_DIR) ? KL_CUTLASS_INCLUDE_DIR : "";
+}
+
 std::string archForComputeCapability(int major, int minor)
 {
     std::string arch = "sm_" + std::to_string(major) + std::to_string(minor);
@@ -142,6 +155,7 @@ std::filesystem::path defaultCompileCacheDir()
 NvrtcCompiler::NvrtcCompiler(std::filesystem::path cacheDir, unsigned threads)
     : m_cacheDir(std::move(cacheDir))
     , m_includeDir(cudaIncludeDir())
+    , m_cutlassIncludeDir(cutlassIncludeDir())
 {
     if (!m_cacheDir.empty()) {
         std::error_code ec;
@@ -186,6 +200,9 @@ std::vector<std::string> NvrtcCompiler::options(const CompileJob& job) const
 {
     std::vector<std::string> o = { "--gpu-architecture=" + job.arch, "-std=c++17", "-I" + m_includeDir,
         "-I" + m_includeDir + "/cccl", "--ptxas-options=-v", "-lineinfo", "-default-device" };
+    // The path names the pinned release, so the cache key changes with it.
+    if (!m_cutlassIncludeDir.empty())
+        o.push_back("-I" + m_cutlassIncludeDir);
     for (const auto& [k, v] : job.params)
         o.push_back("-D" + k + "=" + std::to_string(v));
     for (const auto& f : job.extraFlags)

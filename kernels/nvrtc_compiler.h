@@ -41,6 +41,9 @@ struct CompiledModule {
 };
 
 std::string nvrtcVersionString();
+// The CUTLASS/CuTe include folder candidates compile against: $CUTLASS_HOME/include, else the build tree's copy
+// from scripts/install-deps; empty when neither holds cute/tensor.hpp.
+std::string cutlassIncludeDir();
 // Arch name NVRTC wants for a compute capability: 9.0 -> sm_90a (the arch-specific target, so wgmma and
 // setmaxnreg work), 10.0 -> sm_100a, others sm_XY.
 std::string archForComputeCapability(int major, int minor);
@@ -75,6 +78,7 @@ private:
 
     std::filesystem::path m_cacheDir;
     std::string m_includeDir;
+    std::string m_cutlassIncludeDir; // empty when no CUTLASS headers are installed
     mutable std::mutex m_mutex;
     std::map<std::string, std::shared_ptr<const CompiledModule>> m_memory;
     std::map<std::string, std::shared_future<std::shared_ptr<const CompiledModule>>> m_inFlight;

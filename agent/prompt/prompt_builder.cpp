@@ -449,11 +449,11 @@ std::vector<FailedAttempt> failuresFromSession(const Session& s, std::size_t max
     return out;
 }
 
-std::optional<Candidate> templateCandidate(const Problem& p)
+std::optional<Candidate> templateCandidate(const Problem& p, int arch)
 {
-    if (p.folder.empty() || p.templateFile.empty())
+    if (p.folder.empty() || p.templateFor(arch).empty())
         return std::nullopt;
-    const fs::path file = fs::path(p.folder) / p.templateFile;
+    const fs::path file = fs::path(p.folder) / p.templateFor(arch);
     std::error_code ec;
     if (!fs::is_regular_file(file, ec))
         return std::nullopt;
@@ -477,7 +477,7 @@ void fillFromSession(PromptInputs& in, const AgentContext& ctx)
     in.bottleneckSummary = ctx.bottleneckSummary;
     if (!ctx.session || ctx.session->tree.empty()) {
         if (!in.base && in.problem)
-            in.base = templateCandidate(*in.problem);
+            in.base = templateCandidate(*in.problem, archNumber(in.device));
         if (!ctx.session)
             return;
     }

@@ -71,6 +71,7 @@ std::vector<FailedAttempt> failuresFromSession(const Session& s, std::size_t max
 void fillFromSession(PromptInputs& in, const AgentContext& ctx);
 
 // The problem's template.cu as a candidate with its default parameters; nullopt when it is missing.
-std::optional<Candidate> templateCandidate(const Problem& p);
+// The problem's template for a device of arch (Problem::templateFor; 0: the portable one) at its defaults.
+std::optional<Candidate> templateCandidate(const Problem& p, int arch = 0);
 
 } // namespace kl::prompt

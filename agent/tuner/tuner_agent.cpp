@@ -62,7 +62,7 @@ namespace {
             if (!parent.empty())
                 source = s.tree.at(parent).source;
             else
-                source = readTemplate(*ctx.problem);
+                source = readTemplate(*ctx.problem, s.device);
             const std::string hash = sha256Hex(source);
             if (hash != m_sourceHash)
                 rebuild(source, hash, *ctx.problem, s);
@@ -112,12 +112,12 @@ namespace {
             return yes;
         }
 
-        static std::string readTemplate(const Problem& p)
+        static std::string readTemplate(const Problem& p, const DeviceInfo& device)
         {
             if (p.folder.empty())
                 throw InputError("tuner: the session has no candidate and problem '" + p.name
                     + "' has no folder to read its template from");
-            const std::filesystem::path path = std::filesystem::path(p.folder) / p.templateFile;
+            const std::filesystem::path path = std::filesystem::path(p.folder) / p.templateFor(archNumber(device));
             try {
                 return readFile(path);
             } catch (const std::exception& ex) {

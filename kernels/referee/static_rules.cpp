@@ -135,6 +135,7 @@ namespace {
                         add(rule::Include,
                             "#include <" + m_all[i + 1].text
                                 + "> is not on the allow-list (CUDA fp16/bf16/fp8 headers, cooperative_groups, cub/, "
+                                  "cute/, cutlass/, "
                                   "cuda/, "
                                   "mma.h, cuda_pipeline.h); candidates are self-contained device code",
                             t.line);
@@ -1177,6 +1178,10 @@ const std::vector<std::string>& includeAllowList()
         "cooperative_groups/",
         "cub/",
         "cuda/",
+        // CUTLASS/CuTe (the pinned release on NVRTC's include path, kernels/nvrtc_compiler.h): the token rules judge
+        // the candidate's own text and the PTX rules what the headers compile to, so the library is not read here.
+        "cute/",
+        "cutlass/",
         "mma.h",
         "cuda_pipeline.h",
         "cuda_pipeline_primitives.h",

@@ -47,10 +47,11 @@ namespace {
     // Kernel plans: a loaded CUBIN plus the @kl launch plan.
 
     struct BoundArg {
-        enum Kind { Ptr, I32, F32 } kind = Ptr;
+        enum Kind { Ptr, I32, F32, TensorMap } kind = Ptr;
         std::string name;
         std::int32_t i = 0;
         float f = 0;
+        std::size_t map = 0; // index into KernelBound::maps
     };
 
     struct BoundStep {
@@ -58,14 +59,79 @@ namespace {
         std::string symbol;
         unsigned grid[3] = { 1, 1, 1 };
         unsigned block[3] = { 1, 1, 1 };
+        unsigned cluster[3] = { 1, 1, 1 };
+        bool hasCluster = false;
+        bool programmaticLaunch = false;
         unsigned smem = 0;
         std::vector<BoundArg> args;
+    };
+
+    CUtensorMapDataType tensorMapDataType(DType t)
+    {
+        switch (t) {
+        case DType::F32:
+            return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+        case DType::F16:
+            return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+        case DType::BF16:
+            return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+        case DType::F64:
+            return CU_TENSOR_MAP_DATA_TYPE_FLOAT64;
+        case DType::I32:
+            return CU_TENSOR_MAP_DATA_TYPE_INT32;
+        case DType::I64:
+            return CU_TENSOR_MAP_DATA_TYPE_INT64;
+        case DType::U8:
+        case DType::FP8E4M3:
+            return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+        }
+        return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    }
+
+    // A declared tensor map at one shape; encoded once per buffer address it meets (each placement and rotation
+    // set), the first time a launch of that buffer is recorded: in the untimed checks and graph captures, never
+    // in a timed replay.
+    struct BoundTensorMap {
+        TensorMapSpec spec;
+        TensorMapGeometry geometry;
+        mutable std::map<CUdeviceptr, CUtensorMap> encoded;
+
+        const CUtensorMap& forAddress(CUdeviceptr address) const
+        {
+            if (auto it = encoded.find(address); it != encoded.end())
+                return it->second;
+            if (const std::string why = tensorMapAddressProblem(spec, geometry, address); !why.empty())
+                throw LaunchConfigError(why);
+            const TensorMapGeometry& g = geometry;
+            cuuint64_t dims[TensorMapSpec::kMaxRank], strides[TensorMapSpec::kMaxRank];
+            cuuint32_t box[TensorMapSpec::kMaxRank], elementStrides[TensorMapSpec::kMaxRank];
+            for (int d = 0; d < g.rank; ++d) {
+                dims[d] = g.globalDim[d];
+                box[d] = g.box[d];
+                elementStrides[d] = g.elementStrides[d];
+                if (d + 1 < g.rank)
+                    strides[d] = g.globalStrideBytes[d];
+            }
+            // core/tensor_map.h's enums list CUDA's values in CUDA's order.
+            CUtensorMap map;
+            const CUresult r = cuTensorMapEncodeTiled(&map, tensorMapDataType(g.dtype), static_cast<cuuint32_t>(g.rank),
+                reinterpret_cast<void*>(address), dims, strides, box, elementStrides,
+                static_cast<CUtensorMapInterleave>(g.interleave), static_cast<CUtensorMapSwizzle>(g.swizzle),
+                static_cast<CUtensorMapL2promotion>(g.l2Promotion),
+                g.oobFill == TmaOobFill::Zero ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE
+                                              : CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA);
+            if (r != CUDA_SUCCESS)
+                throw LaunchConfigError("line " + std::to_string(spec.line) + ": @kl:tensormap " + spec.name
+                    + ": cuTensorMapEncodeTiled refused it (" + cuErrorText(r) + ")");
+            return encoded.emplace(address, map).first->second;
+        }
     };
 
     class KernelBound final : public BoundPlan {
     public:
         std::vector<BoundStep> steps;
         std::vector<WorkspaceNeed> ws;
+        std::vector<BoundTensorMap> maps;
 
         void run(CUstream s, const BufferMap& buffers) const override
         {
@@ -73,7 +139,7 @@ namespace {
                 if (w.zeroInit && w.bytes)
                     KL_CU(cuMemsetD8Async(buffers.at(w.name), 0, w.bytes, s));
             for (const auto& st : steps) {
-                std::uint64_t storage[32];
+                alignas(64) unsigned char storage[32][sizeof(CUtensorMap)];
                 void* argv[32];
                 for (std::size_t i = 0; i < st.args.size(); ++i) {
                     const auto& a = st.args[i];
@@ -89,13 +155,57 @@ namespace {
                     case BoundArg::F32:
                         std::memcpy(&storage[i], &a.f, sizeof(a.f));
                         break;
+                    case BoundArg::TensorMap: {
+                        const BoundTensorMap& m = maps[a.map];
+                        std::memcpy(&storage[i], &m.forAddress(buffers.at(m.spec.tensor)), sizeof(CUtensorMap));
+                        break;
+                    }
                     }
                     argv[i] = &storage[i];
                 }
                 launchLedger().note(st.symbol, st.grid, st.block);
+                launch(st, s, argv);
+            }
+        }
+        static void launch(const BoundStep& st, CUstream s, void** argv)
+        {
+            if (!st.hasCluster && !st.programmaticLaunch) {
                 KL_CU(cuLaunchKernel(st.fn, st.grid[0], st.grid[1], st.grid[2], st.block[0], st.block[1], st.block[2],
                     st.smem, s, argv, nullptr));
+                return;
             }
+            CUlaunchAttribute attrs[2];
+            CUlaunchConfig config = launchConfig(st, s, attrs);
+            KL_CU(cuLaunchKernelEx(&config, st.fn, argv, nullptr));
+        }
+        static CUlaunchConfig launchConfig(const BoundStep& st, CUstream s, CUlaunchAttribute (&attrs)[2])
+        {
+            CUlaunchConfig c {};
+            c.gridDimX = st.grid[0];
+            c.gridDimY = st.grid[1];
+            c.gridDimZ = st.grid[2];
+            c.blockDimX = st.block[0];
+            c.blockDimY = st.block[1];
+            c.blockDimZ = st.block[2];
+            c.sharedMemBytes = st.smem;
+            c.hStream = s;
+            c.attrs = attrs;
+            c.numAttrs = 0;
+            if (st.hasCluster) {
+                CUlaunchAttribute& a = attrs[c.numAttrs++];
+                a = {};
+                a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+                a.value.clusterDim.x = st.cluster[0];
+                a.value.clusterDim.y = st.cluster[1];
+                a.value.clusterDim.z = st.cluster[2];
+            }
+            if (st.programmaticLaunch) {
+                CUlaunchAttribute& a = attrs[c.numAttrs++];
+                a = {};
+                a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+                a.value.programmaticStreamSerializationAllowed = 1;
+            }
+            return c;
         }
         const std::vector<WorkspaceNeed>& workspaces() const override { return ws; }
         std::vector<std::string> symbols() const override
@@ -166,7 +276,8 @@ namespace {
             std::string why;
             if (!m_spec.satisfies(m_params, dims, &why))
                 throw LaunchConfigError(m_label + ": " + why + " for shape " + s.label());
-            const Bindings vars = bindingsFor(m_params, dims);
+            Bindings vars = bindingsFor(m_params, dims);
+            vars[kSmCountIdentifier] = m_dev.smCount;
             auto evalInt = [&](const Expr& e, const std::string& what, int line) -> std::int64_t {
                 try {
                     return e.evaluateInt(vars);
@@ -218,6 +329,7 @@ namespace {
                 if (smem > 48 * 1024)
                     KL_CU(cuFuncSetAttribute(
                         fn.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem)));
+                bindLaunchAttributes(step, st, evalInt, s);
                 if (step.args.size() > 32)
                     throw LaunchConfigError(m_label + ": more than 32 kernel arguments");
                 for (const auto& a : step.args) {
@@ -250,6 +362,9 @@ namespace {
                     } else if (m_params.count(a)) {
                         arg.kind = BoundArg::I32;
                         arg.i = static_cast<std::int32_t>(m_params.at(a));
+                    } else if (const TensorMapSpec* map = m_spec.tensorMap(a)) {
+                        arg.kind = BoundArg::TensorMap;
+                        arg.map = boundMap(*b, *map, p, vars, s);
                     } else {
                         throw LaunchConfigError(m_label + " line " + std::to_string(step.line) + ": kernel argument '"
                             + a + "' is not a tensor, workspace, dim, scalar or parameter of " + p.name);
@@ -262,6 +377,53 @@ namespace {
         }
 
     private:
+        template <class EvalInt>
+        void bindLaunchAttributes(const LaunchStep& step, BoundStep& st, const EvalInt& evalInt, const Shape& s) const
+        {
+            const std::string where = m_label + " line " + std::to_string(step.line) + ": ";
+            if ((step.hasCluster || step.programmaticLaunch) && m_dev.ccMajor < 9)
+                throw LaunchConfigError(where + "clusters and programmatic dependent launch need sm_90 or newer; this "
+                    + "device is " + m_dev.arch);
+            st.programmaticLaunch = step.programmaticLaunch;
+            if (!step.hasCluster)
+                return;
+            std::int64_t grid[3], cluster[3];
+            for (int d = 0; d < 3; ++d) {
+                grid[d] = st.grid[d];
+                cluster[d] = evalInt(step.cluster[d], "cluster", step.line);
+            }
+            if (const std::string why = clusterProblem(grid, cluster); !why.empty())
+                throw LaunchConfigError(where + why + " for shape " + s.label());
+            st.hasCluster = true;
+            for (int d = 0; d < 3; ++d)
+                st.cluster[d] = static_cast<unsigned>(cluster[d]);
+            // A cluster whose blocks cannot be resident together (shared memory, registers) never starts.
+            CUlaunchAttribute attrs[2];
+            CUlaunchConfig config = KernelBound::launchConfig(st, nullptr, attrs);
+            int clusters = 0;
+            KL_CU(cuOccupancyMaxActiveClusters(&clusters, st.fn, &config));
+            if (clusters < 1)
+                throw LaunchConfigError(where + "no cluster of " + std::to_string(cluster[0] * cluster[1] * cluster[2])
+                    + " blocks with " + std::to_string(st.smem) + " bytes of shared memory each fits the device");
+        }
+
+        std::size_t boundMap(
+            KernelBound& b, const TensorMapSpec& map, const Problem& p, const Bindings& vars, const Shape& s) const
+        {
+            for (std::size_t i = 0; i < b.maps.size(); ++i)
+                if (b.maps[i].spec.name == map.name)
+                    return i;
+            BoundTensorMap bm;
+            bm.spec = map;
+            try {
+                bm.geometry = resolveTensorMap(map, p, vars);
+            } catch (const InputError& e) {
+                throw LaunchConfigError(m_label + " " + e.what() + " for shape " + s.label());
+            }
+            b.maps.push_back(std::move(bm));
+            return b.maps.size() - 1;
+        }
+
         struct Fn {
             CUfunction fn = nullptr;
             std::string symbol;

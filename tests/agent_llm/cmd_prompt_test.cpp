@@ -95,3 +95,26 @@ TEST(KloopPrompt, UsesASessionsStateAndRejectsBadArguments)
     EXPECT_EQ(run("prompt --problem " + (kFixtures / "rmsnorm_mini").string() + " --arch hopper", out), 1);
     EXPECT_EQ(run("prompt --problem /nonexistent/problem", out), 1);
 }
+
+TEST(KloopPrompt, HopperPromptCarriesTheTensorMapFormatAndTheSm90Template)
+{
+    const std::string gemm = (fs::path(KL_SOURCE_DIR) / "kernels" / "problems" / "gemm_bf16").string();
+    std::string out;
+    ASSERT_EQ(run("prompt --problem " + gemm + " --arch sm_90a --no-user-context --json", out), 0) << out;
+    const json j = json::parse(out);
+    const std::string sys = j["system"];
+    const std::string user = j["user"];
+    EXPECT_NE(sys.find("hardware/hopper-sm90-candidates.md"), std::string::npos);
+    for (const char* fact :
+        { "// @kl:tensormap tmA tensor=A box=(64, BM) swizzle=128B", "const __grid_constant__ TensorMap",
+            "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", "mbarrier.try_wait.parity.shared::cta.b64",
+            "mbarrier.arrive.expect_tx", "griddepcontrol.wait", "SM_COUNT", "cluster=(2, 1, 1)" })
+        EXPECT_NE(sys.find(fact), std::string::npos) << fact;
+    // The template shown to the model is the sm_90a one on Hopper and the portable one below it.
+    EXPECT_NE(user.find("@kl:tensormap tmA"), std::string::npos);
+    ASSERT_EQ(run("prompt --problem " + gemm + " --arch sm_80 --no-user-context --json", out), 0) << out;
+    const json ampere = json::parse(out);
+    EXPECT_EQ(std::string(ampere["system"]).find("hopper-sm90-candidates.md"), std::string::npos);
+    EXPECT_EQ(std::string(ampere["user"]).find("@kl:tensormap"), std::string::npos);
+    EXPECT_NE(std::string(ampere["user"]).find("wmma::fragment"), std::string::npos);
+}

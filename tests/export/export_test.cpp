@@ -220,6 +220,21 @@ namespace {
 
     // ---- the bundle ----------------------------------------------------------------------------------------
 
+    TEST(Export, HopperCandidateWithTensorMapsIsRefusedNamingTheAnnotation)
+    {
+        // The generated host launcher cannot encode tensor maps or set launch attributes yet: a clear refusal, not a
+        // bundle that would launch the kernel with garbage arguments.
+        const fs::path gemm = fs::path(KL_SOURCE_DIR) / "kernels" / "problems" / "gemm_bf16";
+        const Problem p = loadProblem(gemm.string());
+        const BuiltSession b = buildSessionFrom(gemm, gemm / p.templateFor(90), syntheticOutcomes(p));
+        try {
+            exportTo(b, freshTempDir("hopper"));
+            ADD_FAILURE() << "exported";
+        } catch (const InputError& e) {
+            EXPECT_NE(std::string(e.what()).find("declares @kl:tensormap tmA"), std::string::npos) << e.what();
+        }
+    }
+
     TEST(Export, WritesACompleteBundleWithHashesAndProvenance)
     {
         const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes());

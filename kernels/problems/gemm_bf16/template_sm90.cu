@@ -1,0 +1,277 @@
+// Hopper GEMM (sm_90a): C[M,N] = A[M,K] * B[N,K]^T, bf16 in, fp32 accumulate, bf16 out. Raw PTX rather than
+// CuTe: it compiles with NVRTC in well under a second (a sweep compiles every point) and every instruction the
+// referee reads is in this file.
+//  - TMA (cp.async.bulk.tensor) loads BMx64 tiles of A and BNx64 tiles of B, 128-byte swizzled, into a ring of
+//    STAGES shared-memory stages; each stage has a "full" mbarrier (the copy engine's byte count) and an "empty"
+//    one (every consumer thread arrives once it is done with the stage).
+//  - Warp specialisation: warpgroup 0 produces (one thread issues the copies; with REGSPLIT=1 setmaxnreg.dec gives
+//    its registers to the two consumers' setmaxnreg.inc), warpgroups 1..BM/64 consume: each owns 64 rows of the tile and issues wgmma m64nBNk16 from shared
+//    memory, keeping one k-block of MMAs in flight (wgmma.wait_group 1) before releasing the stage before it.
+//  - Persistent: SM_COUNT blocks walk the work units (tile x k-split) in a grouped raster (GROUP tiles along M
+//    when RASTER=0, along N when RASTER=1) so neighbouring blocks share A or B panels in L2.
+//  - Split-K for skinny M: with SPLITK > 1 each unit writes fp32 partials to the workspace and a second kernel,
+//    launched with programmatic dependent launch, sums them into C.
+// @kl:param BM = 128 in [64, 128]
+// @kl:param BN = 256 in [64, 128, 256]
+// @kl:param STAGES = 4 in [2, 3, 4, 5, 6, 8]
+// @kl:param SPLITK = 1 in [1, 2, 4, 8, 16]
+// @kl:param GROUP = 8 in [1, 4, 8, 16]
+// @kl:param RASTER = 0 in [0, 1]
+// @kl:param REGSPLIT = 0 in [0, 1]
+// @kl:constraint ARCH >= 90
+// @kl:constraint STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES <= 232448
+// @kl:constraint SPLITK == 1 || BM == 64
+// @kl:constraint REGSPLIT == 0 || BM == 128
+// @kl:workspace part bytes=(SPLITK > 1 ? SPLITK * M * N * 4 : 16) init=poison
+// @kl:tensormap tmA tensor=A box=(64, BM) swizzle=128B l2promo=256B oob=zero
+// @kl:tensormap tmB tensor=B box=(64, BN) swizzle=128B l2promo=256B oob=zero
+// @kl:launch gemm_tma_wgmma grid=(min(ceil_div(M, BM) * ceil_div(N, BN) * SPLITK, SM_COUNT)) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) args=(tmA, tmB, C, part, M, N, K)
+// @kl:launch gemm_splitk_reduce grid=(SPLITK > 1 ? ceil_div(M * N, 1024) : 1) block=(256) pdl=1 args=(C, part, M, N)
+#include <cuda_bf16.h>
+
+constexpr int BK = 64; // one 128-byte swizzle row of bf16
+constexpr int CONSUMERS = BM / 64;
+constexpr int THREADS = (CONSUMERS + 1) * 128;
+constexpr unsigned STAGE_BYTES = (BM + BN) * BK * 2;
+
+// The harness passes each @kl:tensormap as a CUtensorMap by value: 128 opaque bytes, 64-byte aligned.
+struct alignas(64) TensorMap {
+    unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void* p)
+{
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity)
+{
+    asm volatile("{\n.reg .pred done;\nwait_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait_%=;\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, int inner, int outer, unsigned long long* bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(smem_u32(dst)), "l"(map), "r"(inner), "r"(outer), "r"(smem_u32(bar))
+                 : "memory");
+}
+
+// K-major operand in 128-byte swizzle: 8-row groups 1024 bytes apart (SBO), leading offset unused.
+__device__ __forceinline__ unsigned long long smem_desc(const void* p)
+{
+    const unsigned long long addr = smem_u32(p);
+    return ((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
+__device__ __forceinline__ void wgmma_n128(float (&d)[64], unsigned long long da, unsigned long long db, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
+__device__ __forceinline__ void wgmma_n256(float (&d)[128], unsigned long long da, unsigned long long db, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], unsigned long long da, unsigned long long db, int accumulate)
+{
+#if BN == 64
+    wgmma_n64(d, da, db, accumulate);
+#elif BN == 128
+    wgmma_n128(d, da, db, accumulate);
+#else
+    wgmma_n256(d, da, db, accumulate);
+#endif
+}
+
+struct Work {
+    int mt, nt, kBegin, kCount, split;
+};
+
+__device__ __forceinline__ Work work_unit(int w, int M, int N, int K)
+{
+    const int mTiles = (M + BM - 1) / BM, nTiles = (N + BN - 1) / BN, tiles = mTiles * nTiles;
+    const int tile = w % tiles, split = w / tiles;
+    // Grouped raster: GROUP consecutive tiles along the major direction share their panel of the other operand.
+    const int major = RASTER == 0 ? mTiles : nTiles, minor = RASTER == 0 ? nTiles : mTiles;
+    const int perGroup = GROUP * minor, first = tile / perGroup * GROUP;
+    const int rows = min(major - first, GROUP);
+    const int a = first + (tile % perGroup) % rows, b = (tile % perGroup) / rows;
+    Work u;
+    u.mt = RASTER == 0 ? a : b;
+    u.nt = RASTER == 0 ? b : a;
+    const int kBlocks = K / BK, per = (kBlocks + SPLITK - 1) / SPLITK;
+    u.kBegin = split * per;
+    u.kCount = max(0, min(kBlocks, u.kBegin + per) - u.kBegin);
+    u.split = split;
+    return u;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    gemm_tma_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ TensorMap tmB,
+                   __nv_bfloat16* __restrict__ C, float* __restrict__ part, int M, int N, int K)
+{
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+    __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem);
+    __nv_bfloat16* sB = sA + STAGES * BM * BK;
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(sB + STAGES * BN * BK);
+    unsigned long long* empty = full + STAGES;
+
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], CONSUMERS * 128);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    const int units = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) * SPLITK;
+    int stage = 0;
+    unsigned phase = 0;
+    if (wg == 0) {
+#if REGSPLIT && BM == 128
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+#endif
+        if (t != 0)
+            return;
+        for (int w = blockIdx.x; w < units; w += gridDim.x) {
+            const Work u = work_unit(w, M, N, K);
+            for (int kb = u.kBegin; kb < u.kBegin + u.kCount; ++kb) {
+                mbar_wait(&empty[stage], phase ^ 1);
+                mbar_expect_tx(&full[stage], STAGE_BYTES);
+                tma_load_2d(sA + stage * BM * BK, &tmA, kb * BK, u.mt * BM, &full[stage]);
+                tma_load_2d(sB + stage * BN * BK, &tmB, kb * BK, u.nt * BN, &full[stage]);
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+#if REGSPLIT && BM == 128
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+#endif
+    const int c = wg - 1, warp = t / 32, lane = t % 32;
+    float acc[BN / 2];
+    for (int w = blockIdx.x; w < units; w += gridDim.x) {
+        const Work u = work_unit(w, M, N, K);
+        int previous = -1;
+        for (int i = 0; i < u.kCount; ++i) {
+            mbar_wait(&full[stage], phase);
+            const unsigned long long da = smem_desc(sA + stage * BM * BK + c * 64 * BK);
+            const unsigned long long db = smem_desc(sB + stage * BN * BK);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk)
+                wgmma_tile(acc, da + 2 * kk, db + 2 * kk, i > 0 || kk > 0); // +32 bytes per k16 step
+            wgmma_commit();
+            wgmma_wait<1>();
+            if (previous >= 0)
+                mbar_arrive(&empty[previous]);
+            previous = stage;
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        wgmma_wait<0>();
+        if (previous >= 0)
+            mbar_arrive(&empty[previous]);
+        if (u.kCount == 0)
+#pragma unroll
+            for (int j = 0; j < BN / 2; ++j)
+                acc[j] = 0.f;
+        // Accumulator layout of m64nNk16: per 8 columns, rows warp*16 + lane/4 (+8), columns (lane%4)*2 (+1).
+        const int row0 = u.mt * BM + c * 64 + warp * 16 + lane / 4;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int col = u.nt * BN + j * 8 + (lane % 4) * 2;
+            if (col >= N)
+                continue;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = row0 + h * 8;
+                if (row >= M)
+                    continue;
+                const float x = acc[j * 4 + h * 2], y = acc[j * 4 + h * 2 + 1];
+                if (SPLITK == 1)
+                    *reinterpret_cast<__nv_bfloat162*>(C + (long long)row * N + col) = __floats2bfloat162_rn(x, y);
+                else
+                    *reinterpret_cast<float2*>(part + ((long long)u.split * M + row) * N + col) = make_float2(x, y);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    gemm_splitk_reduce(__nv_bfloat16* __restrict__ C, const float* __restrict__ part, int M, int N)
+{
+    // Launched with pdl=1: it may start while the GEMM drains; the partials are complete after the wait.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (SPLITK == 1)
+        return;
+    const long long count = (long long)M * N, i = ((long long)blockIdx.x * 256 + threadIdx.x) * 4;
+    if (i >= count)
+        return;
+    float4 sum = *reinterpret_cast<const float4*>(part + i);
+#pragma unroll
+    for (int s = 1; s < SPLITK; ++s) {
+        const float4 v = *reinterpret_cast<const float4*>(part + s * count + i);
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+    }
+    *reinterpret_cast<__nv_bfloat162*>(C + i) = __floats2bfloat162_rn(sum.x, sum.y);
+    *reinterpret_cast<__nv_bfloat162*>(C + i + 2) = __floats2bfloat162_rn(sum.z, sum.w);
+}

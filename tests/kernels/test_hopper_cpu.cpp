@@ -1,0 +1,159 @@
+// Hopper candidates without a GPU: gemm_bf16's sm_90a template (TMA tensor maps, mbarriers, wgmma, setmaxnreg,
+// programmatic dependent launch) compiles with NVRTC at its defaults and at points across its space, emits the
+// instructions it is written for, and passes the referee's source and PTX rules; the problem picks it on sm_90
+// and the portable template below.
+#include "core/device.h"
+#include "core/json_io.h"
+#include "core/kernel_spec.h"
+#include "kernels/nvrtc_compiler.h"
+#include "kernels/referee/referee.h"
+
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <random>
+#include <sstream>
+
+namespace {
+
+const std::filesystem::path kGemm = std::filesystem::path(KL_SOURCE_DIR) / "kernels" / "problems" / "gemm_bf16";
+
+std::string readText(const std::filesystem::path& p)
+{
+    std::ifstream in(p);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+std::filesystem::path freshCacheDir()
+{
+    auto dir
+        = std::filesystem::temp_directory_path() / ("kl-test-cache-hopper-" + std::to_string(std::random_device {}()));
+    std::filesystem::remove_all(dir);
+    return dir;
+}
+
+std::string reasonsText(const std::vector<kl::VerdictReason>& reasons)
+{
+    std::string s;
+    for (const auto& r : reasons)
+        s += r.rule + " line " + std::to_string(r.line) + ": " + r.message + "\n";
+    return s;
+}
+
+} // namespace
+
+TEST(HopperGemmTemplate, ChosenOnSm90AndNotBelow)
+{
+    const kl::Problem p = kl::loadProblem(kGemm.string());
+    EXPECT_EQ(p.templateFor(90), "template_sm90.cu");
+    EXPECT_EQ(p.templateFor(100), "template_sm90.cu");
+    EXPECT_EQ(p.templateFor(89), "template.cu");
+    EXPECT_EQ(p.templateFor(0), "template.cu");
+    // The field round-trips through the session's copy of the problem.
+    EXPECT_EQ(kl::problemFromJson(kl::toJson(p), "copy").archTemplates, p.archTemplates);
+}
+
+TEST(HopperGemmTemplate, CompilesForSm90aAcrossItsSpaceAndPassesTheReferee)
+{
+    const kl::Problem p = kl::loadProblem(kGemm.string());
+    const std::string src = readText(kGemm / p.templateFor(90));
+    const kl::KernelSpec spec = kl::parseKernelSpec(src, p);
+    EXPECT_EQ(spec.tensorMaps.size(), 2u);
+    ASSERT_EQ(spec.launches.size(), 2u);
+    EXPECT_TRUE(spec.launches[1].programmaticLaunch);
+    EXPECT_EQ(reasonsText(kl::referee::checkSource(src, p)), "");
+
+    const std::vector<kl::ParamValues> points = {
+        spec.defaults(),
+        { { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 }, { "GROUP", 1 }, { "RASTER", 1 } },
+        { { "BM", 64 }, { "BN", 64 }, { "STAGES", 2 }, { "SPLITK", 16 }, { "GROUP", 16 }, { "RASTER", 0 } },
+        { { "BM", 128 }, { "BN", 128 }, { "STAGES", 5 }, { "SPLITK", 1 }, { "GROUP", 4 }, { "RASTER", 1 } },
+        { { "BM", 128 }, { "BN", 256 }, { "STAGES", 4 }, { "REGSPLIT", 1 } },
+    };
+    kl::NvrtcCompiler compiler(freshCacheDir(), 2);
+    std::vector<std::future<std::shared_ptr<const kl::CompiledModule>>> modules;
+    for (const auto& point : points) {
+        kl::ParamValues full = spec.defaults();
+        for (const auto& [k, v] : point)
+            full[k] = v;
+        spec.requireValidParams(full);
+        kl::CompileJob job;
+        job.source = src;
+        job.params = full;
+        job.arch = "sm_90a";
+        for (const auto& l : spec.launches)
+            job.kernels.push_back(l.kernel);
+        modules.push_back(compiler.submit(job));
+    }
+    for (std::size_t i = 0; i < modules.size(); ++i) {
+        const auto m = modules[i].get();
+        ASSERT_TRUE(m->report.ok) << "point " << i << ":\n" << m->report.log;
+        EXPECT_FALSE(m->cubin.empty());
+        for (const char* instruction : { "wgmma.mma_async.sync.aligned", "cp.async.bulk.tensor.2d",
+                 "mbarrier.try_wait.parity", "griddepcontrol.wait" })
+            EXPECT_NE(m->ptx.find(instruction), std::string::npos) << "point " << i << " lacks " << instruction;
+        // The register split is a preprocessor branch on the parameters (a constexpr would hide it from #if).
+        const bool regsplit = points[i].count("REGSPLIT") && points[i].at("REGSPLIT") == 1;
+        EXPECT_EQ(m->ptx.find("setmaxnreg.dec.sync.aligned.u32 40") != std::string::npos, regsplit) << "point " << i;
+        EXPECT_EQ(m->ptx.find("setmaxnreg.inc.sync.aligned.u32 232") != std::string::npos, regsplit) << "point " << i;
+        // The accumulators stay in registers: a spill would put every MMA result through local memory.
+        for (const auto& k : m->report.kernels) {
+            EXPECT_EQ(k.spillStores, 0) << "point " << i << " " << k.kernel << "\n" << m->report.log;
+            EXPECT_EQ(k.localBytes, 0) << "point " << i << " " << k.kernel;
+        }
+        EXPECT_EQ(reasonsText(kl::referee::checkPtx(m->ptx, p)), "") << "point " << i;
+        std::cout << "[ hopper ] point " << i << " compile " << m->report.compileMs << " ms\n";
+    }
+}
+
+TEST(CuteCandidate, CompilesForSm90aWithThePinnedCutlassHeadersAndIsCached)
+{
+    const std::string cutlass = kl::cutlassIncludeDir();
+    ASSERT_FALSE(cutlass.empty()) << "no CUTLASS headers: scripts/install-deps unpacks the pinned nvidia-cutlass wheel "
+                                     "into the build tree (or set CUTLASS_HOME)";
+    EXPECT_NE(cutlass.find("cutlass-4.2.0.0"), std::string::npos) << cutlass; // the pinned release, unless CUTLASS_HOME
+    const std::string src = R"(#include <cute/tensor.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+// @kl:launch cute_tile_copy grid=(ceil_div(N, 64), ceil_div(M, 64)) block=(128) args=(C, A, B, M, N, K)
+extern "C" __global__ void cute_tile_copy(__nv_bfloat16* C, const __nv_bfloat16* A, const __nv_bfloat16* B, int M,
+                                          int N, int K)
+{
+    using namespace cute;
+    using Wgmma = SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>;
+    static_assert(sizeof(typename Wgmma::CRegisters) == 32 * sizeof(float), "m64n64 keeps 32 fp32 per thread");
+    Tensor gA = make_tensor(make_gmem_ptr(A), make_shape(M, K), make_stride(K, Int<1>{}));
+    Tensor gC = make_tensor(make_gmem_ptr(C), make_shape(M, N), make_stride(N, Int<1>{}));
+    Tensor tA = local_tile(gA, make_shape(Int<64>{}, Int<64>{}), make_coord(blockIdx.y, 0));
+    Tensor tC = local_tile(gC, make_shape(Int<64>{}, Int<64>{}), make_coord(blockIdx.y, blockIdx.x));
+    for (int i = threadIdx.x; i < 64 * 64; i += 128) {
+        const int r = i / 64, c = i % 64;
+        if (blockIdx.y * 64 + r < M && blockIdx.x * 64 + c < N && c < K)
+            tC(r, c) = tA(r, c);
+    }
+}
+)";
+    const kl::Problem p = kl::loadProblem(kGemm.string());
+    EXPECT_EQ(reasonsText(kl::referee::checkSource(src, p)), ""); // cute/ and cutlass/ are on the allow-list
+    kl::CompileJob job;
+    job.source = src;
+    job.arch = "sm_90a";
+    job.kernels = { "cute_tile_copy" };
+    const auto cacheDir = freshCacheDir();
+    kl::NvrtcCompiler compiler(cacheDir, 1);
+    bool includesCutlass = false;
+    for (const auto& o : compiler.options(job))
+        includesCutlass |= o == "-I" + cutlass;
+    EXPECT_TRUE(includesCutlass);
+    const auto m = compiler.compile(job);
+    ASSERT_TRUE(m->report.ok) << m->report.log;
+    EXPECT_FALSE(m->cubin.empty());
+    EXPECT_FALSE(m->report.cacheHit);
+    std::cout << "[ cute ] NVRTC compile with CuTe headers: " << m->report.compileMs << " ms\n";
+    // A second compiler on the same cache directory (a later sweep, another process) does not compile again.
+    kl::NvrtcCompiler again(cacheDir, 1);
+    const auto cached = again.compile(job);
+    EXPECT_TRUE(cached->report.cacheHit);
+    EXPECT_EQ(cached->cubin, m->cubin);
+}

@@ -1,0 +1,124 @@
+// Hopper candidates on an sm_90 GPU: gemm_bf16's TMA/wgmma template passes the harness (every check, graph
+// capture, held-out shapes) at its defaults and with split-K + programmatic dependent launch; a tensor map the
+// encoder would refuse at the chosen parameters is a launch verdict before anything runs; a TMA candidate that
+// reads past its tile is caught by the checks.
+#include "core/device.h"
+#include "core/json_io.h"
+#include "core/session_store.h"
+#include "kernels/gpu_evaluator.h"
+#include "tests/support/gpu_available.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <gtest/gtest.h>
+
+namespace {
+
+kl::GpuEvaluatorOptions options()
+{
+    kl::GpuEvaluatorOptions o;
+    o.compileCacheDir = std::filesystem::temp_directory_path() / "kl-gpu-test-cache";
+    o.verifyTimeoutSeconds = 60;
+    if (const char* w = std::getenv("KL_WORKER"))
+        o.worker.command = { w };
+    return o;
+}
+
+kl::EvaluateOptions quick()
+{
+    kl::EvaluateOptions e;
+    e.maxSecondsPerShape = 0.2;
+    e.heldOutCount = 3;
+    e.seed = 4242;
+    return e;
+}
+
+std::string reasonsText(const kl::Evaluation& e)
+{
+    std::string s = std::string("verdict ") + kl::verdictName(e.verdict) + ":";
+    for (const auto& r : e.reasons)
+        s += "\n  " + r.rule + ": " + r.message;
+    if (!e.compile.ok)
+        s += "\n" + e.compile.log;
+    return s;
+}
+
+std::string replaced(std::string s, const std::string& from, const std::string& to)
+{
+    const auto at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos)
+        s.replace(at, from.size(), to);
+    return s;
+}
+
+class HopperGpu : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        if (!kl::test::cudaDeviceAvailable())
+            GTEST_SKIP() << "no CUDA device";
+        ev = std::make_unique<kl::GpuEvaluator>(
+            kl::loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/gemm_bf16"), options());
+        if (kl::archNumber(ev->device()) < 90)
+            GTEST_SKIP() << "needs sm_90, the device is " << ev->device().arch;
+        source = kl::readFile(std::filesystem::path(ev->problem().folder) / ev->problem().templateFor(90));
+    }
+    kl::Candidate candidate(const std::string& src, const kl::ParamValues& params, const std::string& id) const
+    {
+        kl::Candidate c;
+        c.id = id;
+        c.source = src;
+        c.params = params;
+        return c;
+    }
+    std::unique_ptr<kl::GpuEvaluator> ev;
+    std::string source;
+};
+
+} // namespace
+
+TEST_F(HopperGpu, TmaWgmmaTemplatePassesAtTheDefaultsAndWithSplitK)
+{
+    for (const kl::ParamValues& p :
+        { kl::ParamValues {}, kl::ParamValues { { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 } } }) {
+        const auto e = ev->evaluate(candidate(source, p, "tma"), quick(), kl::CancelToken {});
+        EXPECT_EQ(e.verdict, kl::Verdict::Correct) << reasonsText(e);
+        for (const auto& s : e.shapes) {
+            EXPECT_TRUE(s.correct) << s.shape.label();
+            if (s.timing)
+                std::printf("[ hopper ] %s SPLITK=%lld %s: %.2f us, cuBLAS %.2f us, %.3fx\n", s.shape.label().c_str(),
+                    static_cast<long long>(p.count("SPLITK") ? p.at("SPLITK") : 1), s.heldOut ? "held-out" : "",
+                    s.timing->medianUs, s.baselineTiming ? s.baselineTiming->medianUs : 0.0, s.speedup);
+        }
+    }
+}
+
+TEST_F(HopperGpu, MapTheEncoderWouldRefuseIsAVerdictBeforeLaunch)
+{
+    // The default BMAP = BM = 128 is valid (parsing accepts it); BMAP = 512 exceeds the box limit of 256 at every
+    // shape, which only binding the plan for the device finds.
+    std::string src
+        = replaced(source, "// @kl:param BM = 128", "// @kl:param BMAP = 128 in [128, 512]\n// @kl:param BM = 128");
+    src = replaced(src, "tensor=A box=(64, BM)", "tensor=A box=(64, BMAP)");
+    const auto e = ev->evaluate(candidate(src, { { "BMAP", 512 } }, "badmap"), quick(), kl::CancelToken {});
+    EXPECT_NE(e.verdict, kl::Verdict::Correct);
+    EXPECT_NE(e.verdict, kl::Verdict::Crashed) << reasonsText(e);
+    const std::string text = reasonsText(e);
+    EXPECT_NE(text.find("launch.invalid-config"), std::string::npos) << text;
+    EXPECT_NE(text.find("@kl:tensormap tmA box[1]: 'BMAP' is 512"), std::string::npos) << text;
+    // The same map at its valid default still works.
+    EXPECT_EQ(ev->evaluate(candidate(src, {}, "goodmap"), quick(), kl::CancelToken {}).verdict, kl::Verdict::Correct);
+}
+
+TEST_F(HopperGpu, TmaReadPastItsTileIsCaught)
+{
+    // One row further down: inside the tensor it reads the next tile's rows, past M the copy engine's zero fill.
+    const std::string src
+        = replaced(source, "kb * BK, u.mt * BM, &full[stage]", "kb * BK, u.mt * BM + 1, &full[stage]");
+    const auto e = ev->evaluate(candidate(src, {}, "shifted"), quick(), kl::CancelToken {});
+    EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << reasonsText(e);
+    EXPECT_FALSE(e.correctEverywhere());
+}
