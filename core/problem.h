@@ -72,6 +72,7 @@ struct Problem {
     std::string referenceFile = "reference.cu";
     std::string baselineFile = "baseline.cu";
     std::string templateFile = "template.cu";
+    std::string tritonTemplateFile; // problem.json "triton_template": the Triton alternative (--language triton)
     std::string libraryBaseline; // e.g. "cublas_gemm_bf16": the fallback an export dispatches to
     int minArch = 0; // problem.json "min_arch" ("sm_80"): the oldest architecture it supports, x10; 0: any
     std::string folder; // where it was loaded from (not serialized into sessions)

@@ -3,6 +3,8 @@
 // never trigger them; string literals are read only as inline PTX.
 #include "kernels/referee/precision.h"
 #include "kernels/referee/referee.h"
+
+#include "core/kernel_spec.h"
 #include "kernels/referee/source_tokens.h"
 
 #include <algorithm>
@@ -1210,6 +1212,8 @@ bool includeAllowed(const std::string& header)
 
 std::vector<VerdictReason> checkSource(const std::string& source, const Problem& problem)
 {
+    if (detectLanguage(source) == KernelLanguage::Triton)
+        return checkTritonSource(source, problem);
     return Checker(source, problem).run();
 }
 
