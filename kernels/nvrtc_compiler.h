@@ -31,6 +31,7 @@ struct CompileJob {
     // Triton (kernels/triton/triton_compiler.h): compiled by Triton's own compiler in a helper process.
     KernelLanguage language = KernelLanguage::Cuda;
     std::vector<std::string> argTypes; // Triton signature types of the launch arguments ("*bf16", "i32", "fp32")
+    std::vector<int> argDivisibility; // a power of 2 each argument is a multiple of (pointers 16, dims multiple_of)
     int numWarps = 4;
     int numStages = 3;
 };

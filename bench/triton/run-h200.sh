@@ -32,6 +32,8 @@ for p in rmsnorm softmax; do
     done
 done
 log liger
+if [[ -d .whl ]]; then python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site; fi
 PYTHONUNBUFFERED=1 python3 bench/triton/liger_times.py >"$WORK/liger.json" 2>"$WORK/liger.err" || tail -n 20 "$WORK/liger.err"
 cp "$WORK/liger.json" "$OUT/liger.json"
 {

@@ -223,7 +223,12 @@ void prepareTritonJob(CompileJob& job, const KernelSpec& spec, const Problem& pr
     if (job.numStages < 1)
         throw InputError("line " + std::to_string(l.line) + ": num_stages is " + std::to_string(job.numStages));
     job.argTypes.clear();
+    job.argDivisibility.clear();
     for (const auto& a : l.args) {
+        // Harness buffers are 256-byte aligned; a dim is a multiple of the power of 2 in its multiple_of.
+        const DimSpec* dim = problem.dim(a);
+        job.argDivisibility.push_back(
+            dim ? static_cast<int>(std::min<std::int64_t>(16, dim->multipleOf & -dim->multipleOf)) : 0);
         if (const TensorSpec* t = problem.tensor(a))
             job.argTypes.push_back("*" + tritonType(t->dtype));
         else if (std::any_of(spec.workspaces.begin(), spec.workspaces.end(),
@@ -233,22 +238,25 @@ void prepareTritonJob(CompileJob& job, const KernelSpec& spec, const Problem& pr
                      [&](const ScalarSpec& s) { return s.name == a; });
                  sc != problem.scalars.end())
             job.argTypes.push_back(sc->dtype == DType::I32 ? "i32" : "fp32");
-        else if (problem.dim(a) || spec.param(a))
+        else if (dim || spec.param(a))
             job.argTypes.push_back("i32");
         else
             throw InputError("line " + std::to_string(l.line) + ": @kl:launch argument '" + abbreviate(a)
                 + "' is not a tensor, workspace, dim, scalar or parameter of " + problem.name);
+        if (job.argTypes.back().front() == '*')
+            job.argDivisibility.back() = 16;
     }
 }
 
 std::vector<std::string> tritonOptions(const CompileJob& job)
 {
     std::vector<std::string> o = { "--arch=" + job.arch, "--num-warps=" + std::to_string(job.numWarps),
-        "--num-stages=" + std::to_string(job.numStages), "--pointer-alignment=16" };
+        "--num-stages=" + std::to_string(job.numStages) };
     for (const auto& [k, v] : job.params)
         o.push_back("--constexpr " + k + "=" + std::to_string(v));
-    for (const auto& t : job.argTypes)
-        o.push_back("--arg " + t);
+    for (std::size_t i = 0; i < job.argTypes.size(); ++i)
+        o.push_back("--arg " + job.argTypes[i] + " divisible by "
+            + std::to_string(i < job.argDivisibility.size() ? job.argDivisibility[i] : 0));
     return o;
 }
 
@@ -278,7 +286,7 @@ bool compileTriton(const CompileJob& job, CompiledModule& m)
     }
     nlohmann::json req = { { "source", job.source }, { "kernel", job.kernels.front() }, { "params", job.params },
         { "arg_types", job.argTypes }, { "num_warps", job.numWarps }, { "num_stages", job.numStages },
-        { "arch", job.arch }, { "pointer_alignment", 16 } };
+        { "arch", job.arch }, { "divisibility", job.argDivisibility } };
     {
         std::ofstream out(dir / "request.json");
         out << req.dump();

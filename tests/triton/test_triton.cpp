@@ -319,10 +319,14 @@ TEST_F(TritonCompile, TemplatesToCubinAndPtxForSm90aWithoutAGpu)
         NvrtcCompiler compiler(cache, 1);
         const CompileJob job = jobFor(tritonTemplate(name), p);
         EXPECT_EQ(job.argTypes.front(), p.name == "rmsnorm" ? "*bf16" : "*fp16");
+        // Pointers are 16-byte aligned; H and C are multiples of 8 (problem.json), T and R of nothing.
+        EXPECT_EQ(job.argDivisibility,
+            p.name == "rmsnorm" ? std::vector<int>({ 16, 16, 16, 0, 8, 0 }) : std::vector<int>({ 16, 16, 0, 8 }));
         const auto m = compiler.compile(job);
         ASSERT_TRUE(m->report.ok) << name << ": " << m->report.log;
         EXPECT_EQ(m->cubin.substr(0, 4), std::string("\x7f" "ELF", 4)) << "a CUBIN is an ELF image";
         EXPECT_NE(m->ptx.find(".target sm_90a"), std::string::npos);
+        EXPECT_NE(m->ptx.find("ld.global.v4.b32"), std::string::npos) << "the alignment facts let loads vectorize";
         const std::string kernel = job.kernels.front();
         EXPECT_EQ(m->loweredNames.at(kernel), kernel);
         EXPECT_NE(m->ptx.find(".entry " + kernel + "("), std::string::npos);
