@@ -49,10 +49,14 @@ def main():
     ap.add_argument("--triton", required=True)
     ap.add_argument("--liger", required=True)
     a = ap.parse_args()
-    with open(a.liger) as f:
-        liger = json.load(f)
+    try:
+        with open(a.liger) as f:
+            liger = json.load(f)
+    except (OSError, ValueError) as e:
+        liger = {a.problem: {}}
+        print(f"(no Liger-Kernel times: {e})")
     lig = {key(dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in k.split(","))): v
-           for k, v in liger[a.problem].items()}
+           for k, v in liger.get(a.problem, {}).items()}
     rows = []
     found = {}
     for name, session in (("cuda", a.cuda), ("triton", a.triton)):

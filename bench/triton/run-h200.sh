@@ -16,7 +16,7 @@ log() { echo "== $*"; }
     date -u
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
     python3 -c 'import triton, torch; print("triton", triton.__version__, "torch", torch.__version__)'
-    git log --oneline -1 2>/dev/null
+    cat COMMIT 2>/dev/null
 } | tee "$OUT/environment.txt"
 log build
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DKL_BUILD_GUI=OFF -DCMAKE_BUILD_TYPE=Release -DKL_WERROR=OFF >"$WORK/configure.log" 2>&1 \
@@ -34,8 +34,8 @@ done
 log liger
 if [[ -d .whl ]]; then python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site; fi
-PYTHONUNBUFFERED=1 python3 bench/triton/liger_times.py >"$WORK/liger.json" 2>"$WORK/liger.err" || tail -n 20 "$WORK/liger.err"
-cp "$WORK/liger.json" "$OUT/liger.json"
+PYTHONUNBUFFERED=1 python3 bench/triton/liger_times.py >"$WORK/liger.json" 2>"$WORK/liger.err" || tail -n 30 "$WORK/liger.err"
+cp "$WORK/liger.json" "$OUT/liger.json"; cp "$WORK/liger.err" "$OUT/liger-err.txt"
 {
     cat "$OUT/environment.txt"
     for p in rmsnorm softmax; do
@@ -44,8 +44,8 @@ cp "$WORK/liger.json" "$OUT/liger.json"
 } >"$OUT/triton-compare.md" 2>&1
 cat "$OUT/triton-compare.md"
 log "eval: an honest Triton candidate, then a cheat the static rules do not see (it drops rows past 4096)"
-"$KLOOP" eval rmsnorm tests/triton/gpu/rmsnorm_honest.py --json >"$WORK/eval-honest.json" 2>&1; echo "honest rc=$?"
-"$KLOOP" eval rmsnorm tests/triton/gpu/rmsnorm_drops_rows.py --json >"$WORK/eval-cheat.json" 2>&1; echo "cheat rc=$?"
+"$KLOOP" eval rmsnorm tests/triton/gpu/rmsnorm_honest.py --json >"$WORK/eval-honest.json" 2>"$WORK/eval-honest.err"; echo "honest rc=$?"
+"$KLOOP" eval rmsnorm tests/triton/gpu/rmsnorm_drops_rows.py --json >"$WORK/eval-cheat.json" 2>"$WORK/eval-cheat.err"; echo "cheat rc=$?"
 python3 - "$WORK/eval-honest.json" "$WORK/eval-cheat.json" <<'PY' | tee "$OUT/triton-evals.txt"
 import json, sys
 for p in sys.argv[1:]:
@@ -55,7 +55,7 @@ for p in sys.argv[1:]:
         print(p, "unreadable:", e, open(p).read()[-2000:]); continue
     ev = j.get("evaluation", j)
     print(p.split("/")[-1], "verdict", ev.get("verdict"), "objective", ev.get("objective"),
-          "reasons", [r.get("rule") for r in ev.get("reasons", [])])
+          "reasons", [(r.get("rule"), r.get("message", "")[:160]) for r in ev.get("reasons", [])])
 PY
 tar czf "$OUT/sessions.tar.gz" -C "$WORK" rmsnorm-cuda rmsnorm-triton softmax-cuda softmax-triton \
     $(cd "$WORK" && ls *.log *.json 2>/dev/null) 2>/dev/null
