@@ -14,7 +14,7 @@ def best_of(session):
     for path in glob.glob(os.path.join(session, "candidates", "*", "evaluation.json")):
         with open(path) as f:
             ev = json.load(f)
-        if ev.get("verdict") != "correct" or ev.get("objective") is None:
+        if ev.get("verdict") not in ("accepted", "correct") or ev.get("objective") is None:
             continue
         timed = [s for s in ev["shapes"] if s.get("timing") and not s.get("held_out")]
         if not timed:
@@ -65,8 +65,8 @@ def main():
     print(f"### {a.problem}\n")
     for name in ("cuda", "triton"):
         b = found[name]
-        print(f"- {name}: " + (f"best correct candidate {b[1]}, objective {b[0]['objective']:.3f}x over the naive "
-                               f"baseline, params {json.dumps(b[2])}" if b else "no correct timed candidate"))
+        print(f"- {name}: " + (f"best accepted candidate {b[1]}, objective {b[0]['objective']:.3f}x over the naive "
+                               f"baseline, params {json.dumps(b[2])}" if b else "no accepted timed candidate"))
     print()
     print("| shape | naive baseline (us) | CUDA template, tuned (us) | Triton template, tuned (us) | Liger-Kernel (us) "
           "| Triton / Liger | CUDA / Liger |")
