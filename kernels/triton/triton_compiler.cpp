@@ -227,8 +227,8 @@ void prepareTritonJob(CompileJob& job, const KernelSpec& spec, const Problem& pr
     for (const auto& a : l.args) {
         // Harness buffers are 256-byte aligned; a dim is a multiple of the power of 2 in its multiple_of.
         const DimSpec* dim = problem.dim(a);
-        job.argDivisibility.push_back(
-            dim ? static_cast<int>(std::min<std::int64_t>(16, dim->multipleOf & -dim->multipleOf)) : 0);
+        const std::int64_t pow2 = dim ? dim->multipleOf & -dim->multipleOf : 0;
+        job.argDivisibility.push_back(pow2 > 1 ? static_cast<int>(std::min<std::int64_t>(16, pow2)) : 0);
         if (const TensorSpec* t = problem.tensor(a))
             job.argTypes.push_back("*" + tritonType(t->dtype));
         else if (std::any_of(spec.workspaces.begin(), spec.workspaces.end(),

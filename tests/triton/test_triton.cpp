@@ -4,6 +4,7 @@
 #include "core/errors.h"
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
+#include "core/session_store.h"
 #include "kernels/nvrtc_compiler.h"
 #include "kernels/referee/referee.h"
 #include "kernels/triton/triton_compiler.h"
@@ -55,14 +56,6 @@ std::string replaced(std::string s, const std::string& from, const std::string& 
     if (at != std::string::npos)
         s.replace(at, from.size(), to);
     return s;
-}
-
-std::vector<std::string> ruleIds(const std::vector<VerdictReason>& rs)
-{
-    std::vector<std::string> ids;
-    for (const auto& r : rs)
-        ids.push_back(r.rule);
-    return ids;
 }
 
 bool hasRule(const std::vector<VerdictReason>& rs, const std::string& id)
@@ -235,10 +228,12 @@ TEST_P(TritonRulesCatch, EachCheatItsRule)
     const std::string source = replaced(kSmallRmsnorm, c.from, c.to);
     const auto rs = referee::checkSource(source, problemNamed("rmsnorm"));
     ASSERT_TRUE(hasRule(rs, c.rule)) << c.name << ": got\n" << joinedReasons(rs);
-    if (c.line)
+    if (c.line) {
         for (const auto& r : rs)
-            if (r.rule == c.rule)
+            if (r.rule == c.rule) {
                 EXPECT_EQ(r.line, c.line) << c.name << ": " << r.message;
+            }
+    }
 }
 
 const char* kRow = "    row = tl.program_id(0).to(tl.int64)";
@@ -449,7 +444,8 @@ TEST_F(TritonKloop, RunTunesTheTritonTemplate)
     const Session s = SessionStore::load(session);
     EXPECT_EQ(s.settings.extra.at("language"), "triton");
     int tritonEvaluated = 0;
-    for (const auto& [id, c] : s.candidates) {
+    for (const auto& id : s.tree.order()) {
+        const Candidate& c = s.tree.at(id);
         if (detectLanguage(c.source) != KernelLanguage::Triton)
             continue;
         EXPECT_EQ(c.source, tritonTemplate("rmsnorm"));
