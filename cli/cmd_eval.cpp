@@ -227,7 +227,8 @@ namespace {
         "  A device (or --arch) older than the problem's min_arch, or a configuration its architecture\n"
         "  lacks (a constraint naming ARCH), is refused before compiling.\n"
         "  Exit 0 when the verdict is correct, 1 otherwise.",
-        { "json", "compile-only" }, { "arch", "params", "seconds", "held-out", "seed", "session", "language" }, &runEval } };
+        { "json", "compile-only" }, { "arch", "params", "seconds", "held-out", "seed", "session", "language" },
+        &runEval } };
 
 } // namespace
 } // namespace kl::cli

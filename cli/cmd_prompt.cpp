@@ -131,8 +131,8 @@ namespace {
         "--context), and, with --session, the session's device, current candidate with its\n"
         "measurements, failed attempts and latest hypothesis. Without a device the architecture\n"
         "comes from --arch (default sm_90). Held-out shapes and seeds are never included.",
-        { "json", "no-user-context" }, { "problem", "session", "arch", "context", "hypothesis", "bottleneck", "language" },
-        &runPrompt } };
+        { "json", "no-user-context" },
+        { "problem", "session", "arch", "context", "hypothesis", "bottleneck", "language" }, &runPrompt } };
 
 } // namespace
 } // namespace kl::cli

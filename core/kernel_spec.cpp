@@ -664,8 +664,7 @@ KernelLanguage detectLanguage(const std::string& source)
     std::string raw;
     while (std::getline(lines, raw)) {
         const std::string line = trim(raw);
-        if (line.rfind("@triton.jit", 0) == 0
-            && (line.size() == 11 || !identChar(line[11])))
+        if (line.rfind("@triton.jit", 0) == 0 && (line.size() == 11 || !identChar(line[11])))
             return KernelLanguage::Triton;
     }
     return KernelLanguage::Cuda;

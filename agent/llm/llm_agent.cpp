@@ -66,8 +66,8 @@ namespace {
 
 } // namespace
 
-prompt::PromptInputs promptInputsFor(
-    const Problem& problem, const DeviceInfo& device, const std::vector<fs::path>& contextRoots, KernelLanguage language)
+prompt::PromptInputs promptInputsFor(const Problem& problem, const DeviceInfo& device,
+    const std::vector<fs::path>& contextRoots, KernelLanguage language)
 {
     prompt::PromptInputs in;
     in.problem = &problem;

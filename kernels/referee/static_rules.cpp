@@ -1,10 +1,9 @@
 // Static rules over the token stream of a candidate. Each rule is a small function that appends reasons;
 // checkSource runs them all. Identifier rules only see Identifier tokens, so comments and string contents
 // never trigger them; string literals are read only as inline PTX.
+#include "core/kernel_spec.h"
 #include "kernels/referee/precision.h"
 #include "kernels/referee/referee.h"
-
-#include "core/kernel_spec.h"
 #include "kernels/referee/source_tokens.h"
 
 #include <algorithm>

@@ -1,9 +1,8 @@
 // Static rules for Triton candidates (checkSource dispatches here when detectLanguage says Triton). A first net
 // on the source, with the same rule ids as the CUDA rules; the PTX Triton produced is judged by checkPtx as any
 // candidate's. Comments and string literals never trigger identifier rules; strings are read only for inline PTX.
-#include "kernels/referee/referee.h"
-
 #include "core/kernel_spec.h"
+#include "kernels/referee/referee.h"
 
 #include <algorithm>
 #include <cctype>
@@ -255,9 +254,8 @@ namespace {
                 }
                 decorated = false;
                 const bool assignment = std::any_of(m_tokens.begin() + static_cast<std::ptrdiff_t>(i),
-                    m_tokens.begin() + static_cast<std::ptrdiff_t>(end), [](const PyToken& x) {
-                        return x.kind == PyKind::Punct && (x.text == "=" || x.text == ":=");
-                    });
+                    m_tokens.begin() + static_cast<std::ptrdiff_t>(end),
+                    [](const PyToken& x) { return x.kind == PyKind::Punct && (x.text == "=" || x.text == ":="); });
                 if (assignment)
                     add(rule::MutableGlobal,
                         "module-level assignment to " + t.text
@@ -277,11 +275,11 @@ namespace {
             static const std::set<std::string> printing = { "print", "device_print", "static_print" };
             static const std::set<std::string> timers
                 = { "globaltimer", "globaltimer_lo", "globaltimer_hi", "clock", "clock64", "perf_counter" };
-            static const std::set<std::string> host = { "torch", "os", "sys", "subprocess", "open", "exec", "eval",
-                "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__", "__builtins__", "ctypes",
-                "importlib", "input" };
-            static const std::set<std::string> fp8 = { "float8e4nv", "float8e5", "float8e4b15", "float8e4b8",
-                "float8e5b16" };
+            static const std::set<std::string> host
+                = { "torch", "os", "sys", "subprocess", "open", "exec", "eval", "globals", "locals", "vars", "getattr",
+                      "setattr", "delattr", "__import__", "__builtins__", "ctypes", "importlib", "input" };
+            static const std::set<std::string> fp8
+                = { "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16" };
             const auto has = [&](DType d) {
                 return std::any_of(m_problem.tensors.begin(), m_problem.tensors.end(),
                     [&](const TensorSpec& t) { return t.dtype == d; });
@@ -298,15 +296,16 @@ namespace {
                     add(rule::EarlyExit, "tl.device_assert ends the grid with a trap outside normal control flow",
                         t.line);
                 else if (timers.count(t.text))
-                    add(rule::TimerRead, t.text + ": reads a clock (a kernel that times itself can tell checking from timing)",
-                        t.line);
+                    add(rule::TimerRead,
+                        t.text + ": reads a clock (a kernel that times itself can tell checking from timing)", t.line);
                 else if (t.text == "global" || t.text == "nonlocal")
-                    add(rule::MutableGlobal, "'" + t.text + "' statement: module state shared between launches", t.line);
+                    add(rule::MutableGlobal, "'" + t.text + "' statement: module state shared between launches",
+                        t.line);
                 else if (host.count(t.text) && !attribute)
                     add(rule::HostCode, t.text + " is host-side Python, not Triton device code", t.line);
                 else if (fp8.count(t.text) && !has(DType::FP8E4M3))
-                    add(rule::LowerPrecision,
-                        "tl." + t.text + ": an 8-bit float the problem's tensors do not have", t.line);
+                    add(rule::LowerPrecision, "tl." + t.text + ": an 8-bit float the problem's tensors do not have",
+                        t.line);
                 else if (t.text == "float16" && !has(DType::F16))
                     add(rule::LowerPrecision, "tl.float16: a 16-bit float the problem's tensors do not have", t.line);
                 else if (t.text == "bfloat16" && !has(DType::BF16))

@@ -75,8 +75,7 @@ namespace {
             return r;
         }
         r.started = true;
-        const auto deadline
-            = std::chrono::steady_clock::now() + std::chrono::duration<double>(kHelperTimeoutSeconds);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kHelperTimeoutSeconds);
         int status = 0;
         for (;;) {
             const pid_t w = ::waitpid(pid, &status, WNOHANG);
@@ -102,7 +101,8 @@ namespace {
     {
         std::string tmpl = (std::filesystem::temp_directory_path() / "kl-triton-XXXXXX").string();
         if (!::mkdtemp(tmpl.data()))
-            throw std::runtime_error("cannot create a directory for the Triton compile: " + std::string(std::strerror(errno)));
+            throw std::runtime_error(
+                "cannot create a directory for the Triton compile: " + std::string(std::strerror(errno)));
         return tmpl;
     }
 
@@ -180,10 +180,9 @@ std::string tritonVersion(std::string* why)
             const std::string pin = kTritonPinnedVersion;
             const std::string majorMinor = pin.substr(0, pin.rfind('.'));
             if (!r.started || r.exitCode != 0)
-                problem = "Triton is not available (" + python + " " + tritonScript().string()
-                    + " --version: " + abbreviate(out.empty() ? "no output" : out, 400)
-                    + "); scripts/install-deps installs triton==" + pin + " into " + defaultTritonVenvDir().string()
-                    + ", or set KL_TRITON_PYTHON";
+                problem = "Triton is not available (" + python + " " + tritonScript().string() + " --version: "
+                    + abbreviate(out.empty() ? "no output" : out, 400) + "); scripts/install-deps installs triton=="
+                    + pin + " into " + defaultTritonVenvDir().string() + ", or set KL_TRITON_PYTHON";
             else if (out.rfind(majorMinor + ".", 0) != 0)
                 problem = python + " has triton " + abbreviate(out, 80) + ", KernelLoop pins " + pin
                     + " (scripts/install-deps installs it, or set KL_TRITON_PYTHON)";
@@ -234,8 +233,8 @@ void prepareTritonJob(CompileJob& job, const KernelSpec& spec, const Problem& pr
         else if (std::any_of(spec.workspaces.begin(), spec.workspaces.end(),
                      [&](const WorkspaceSpec& w) { return w.name == a; }))
             job.argTypes.push_back("*u8");
-        else if (const auto sc = std::find_if(problem.scalars.begin(), problem.scalars.end(),
-                     [&](const ScalarSpec& s) { return s.name == a; });
+        else if (const auto sc = std::find_if(
+                     problem.scalars.begin(), problem.scalars.end(), [&](const ScalarSpec& s) { return s.name == a; });
                  sc != problem.scalars.end())
             job.argTypes.push_back(sc->dtype == DType::I32 ? "i32" : "fp32");
         else if (dim || spec.param(a))
@@ -263,9 +262,8 @@ std::vector<std::string> tritonOptions(const CompileJob& job)
 bool compileTriton(const CompileJob& job, CompiledModule& m)
 {
     const auto t0 = std::chrono::steady_clock::now();
-    const auto elapsed = [&] {
-        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    };
+    const auto elapsed
+        = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
     std::string why;
     const std::string version = tritonVersion(&why);
     if (version.empty()) {
@@ -291,12 +289,13 @@ bool compileTriton(const CompileJob& job, CompiledModule& m)
         std::ofstream out(dir / "request.json");
         out << req.dump();
     }
-    const HelperRun r = runHelper({ tritonPython(), tritonScript().string(), (dir / "request.json").string(), dir.string() }, dir);
+    const HelperRun r
+        = runHelper({ tritonPython(), tritonScript().string(), (dir / "request.json").string(), dir.string() }, dir);
     bool ran = false;
     const std::string resultText = readAll(dir / "result.json");
     if (r.timedOut) {
-        m.report.log = "Triton " + version + ": the compile helper ran past " + std::to_string(int(kHelperTimeoutSeconds))
-            + " s and was stopped";
+        m.report.log = "Triton " + version + ": the compile helper ran past "
+            + std::to_string(int(kHelperTimeoutSeconds)) + " s and was stopped";
         ran = true;
     } else if (resultText.empty()) {
         m.report.log = "Triton " + version + ": the compile helper wrote no result (exit " + std::to_string(r.exitCode)
@@ -308,7 +307,8 @@ bool compileTriton(const CompileJob& job, CompiledModule& m)
             if (!res.at("ok").get<bool>()) {
                 m.report.log = "Triton " + version + ": " + res.at("log").get<std::string>();
             } else if (res.at("global_scratch_size").get<int>() > 0 || res.at("profile_scratch_size").get<int>() > 0) {
-                m.report.log = "Triton " + version + ": the kernel needs " + std::to_string(res.at("global_scratch_size").get<int>())
+                m.report.log = "Triton " + version + ": the kernel needs "
+                    + std::to_string(res.at("global_scratch_size").get<int>())
                     + " bytes of global scratch per program, which the harness does not allocate (declare a "
                       "@kl:workspace and pass it instead)";
             } else {

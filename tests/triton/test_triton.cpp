@@ -153,16 +153,18 @@ TEST(TritonSpec, LaunchLineErrorsNameTheLine)
         }
         return std::string("accepted");
     };
-    EXPECT_NE(error("# @kl:launch rms grid=(T) block=(256) args=(y, x, w, T, H, eps)").find("line 5: a Triton @kl:launch takes no block="),
+    EXPECT_NE(error("# @kl:launch rms grid=(T) block=(256) args=(y, x, w, T, H, eps)")
+                  .find("line 5: a Triton @kl:launch takes no block="),
         std::string::npos);
-    EXPECT_NE(error("# @kl:launch rms grid=(T) num_warps=T args=(y, x, w, T, H, eps)").find("names 'T', which is not a parameter"),
+    EXPECT_NE(error("# @kl:launch rms grid=(T) num_warps=T args=(y, x, w, T, H, eps)")
+                  .find("names 'T', which is not a parameter"),
         std::string::npos);
-    EXPECT_NE(error("# @kl:launch rms grid=(T) num_warps=3 args=(y, x, w, T, H, eps)").find("power of 2"),
-        std::string::npos);
+    EXPECT_NE(
+        error("# @kl:launch rms grid=(T) num_warps=3 args=(y, x, w, T, H, eps)").find("power of 2"), std::string::npos);
     EXPECT_NE(error(launch + "\n" + launch).find("line 6: a Triton candidate launches one"), std::string::npos);
     // Without num_warps/num_stages Triton's defaults (4, 3) hold.
-    const KernelSpec spec = parseKernelSpec(
-        replaced(kSmallRmsnorm, launch, "# @kl:launch rms grid=(T) args=(y, x, w, T, H, eps)"), p);
+    const KernelSpec spec
+        = parseKernelSpec(replaced(kSmallRmsnorm, launch, "# @kl:launch rms grid=(T) args=(y, x, w, T, H, eps)"), p);
     EXPECT_EQ(spec.launches[0].block[0].evaluateInt(bindingsFor(spec.defaults(), {})), 128);
     // CUDA annotations stay in // comments, and a CUDA launch refuses Triton keys.
     EXPECT_THROW(parseKernelSpec("// @kl:launch k grid=(T) block=(32) num_warps=4 args=(y)\n"), InputError);
@@ -180,7 +182,8 @@ TEST(TritonSpec, TritonTemplateIsSelectableAndMissingOneIsNamed)
         useTemplateFor(g, KernelLanguage::Triton);
         FAIL();
     } catch (const InputError& e) {
-        EXPECT_NE(std::string(e.what()).find("problem.json) has no \"triton_template\""), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("problem.json) has no \"triton_template\""), std::string::npos)
+            << e.what();
     }
     EXPECT_NO_THROW(useTemplateFor(g, KernelLanguage::Cuda));
     // Round trip through the session store's JSON keeps the field.
@@ -241,10 +244,10 @@ const char* kRow = "    row = tl.program_id(0).to(tl.int64)";
 INSTANTIATE_TEST_SUITE_P(Cheats, TritonRulesCatch,
     ::testing::Values(
         TritonCheat { "import_os", "import triton\n", "import triton\nimport os\n", referee::rule::Include, 2 },
-        TritonCheat { "from_torch", "import triton\n", "import triton\nfrom torch import empty\n",
-            referee::rule::Include, 2 },
-        TritonCheat { "module_cache", "\n\n@triton.jit", "\nCACHE = {}\n\n@triton.jit", referee::rule::MutableGlobal,
-            7 },
+        TritonCheat {
+            "from_torch", "import triton\n", "import triton\nfrom torch import empty\n", referee::rule::Include, 2 },
+        TritonCheat {
+            "module_cache", "\n\n@triton.jit", "\nCACHE = {}\n\n@triton.jit", referee::rule::MutableGlobal, 7 },
         TritonCheat { "global_stmt", kRow, "    global seen\n    row = tl.program_id(0).to(tl.int64)",
             referee::rule::MutableGlobal, 0 },
         TritonCheat { "autotune", "@triton.jit", "@triton.autotune(configs=[], key=['H'])\n@triton.jit",
@@ -255,8 +258,8 @@ INSTANTIATE_TEST_SUITE_P(Cheats, TritonRulesCatch,
         TritonCheat { "torch_in_kernel", kRow, "    row = torch.cuda.current_stream()", referee::rule::HostCode, 0 },
         TritonCheat { "device_print", kRow, "    row = tl.program_id(0).to(tl.int64)\n    tl.device_print('r', row)",
             referee::rule::Printf, 0 },
-        TritonCheat { "device_assert", kRow,
-            "    row = tl.program_id(0).to(tl.int64)\n    tl.device_assert(row >= 0)", referee::rule::EarlyExit, 0 },
+        TritonCheat { "device_assert", kRow, "    row = tl.program_id(0).to(tl.int64)\n    tl.device_assert(row >= 0)",
+            referee::rule::EarlyExit, 0 },
         TritonCheat { "globaltimer", kRow, "    row = tl.extra.cuda.globaltimer() % T", referee::rule::TimerRead, 0 },
         TritonCheat { "inline_timer", kRow,
             "    row = tl.inline_asm_elementwise('mov.u64 $0, %globaltimer;', '=l', [], dtype=tl.int64, "
@@ -264,13 +267,12 @@ INSTANTIATE_TEST_SUITE_P(Cheats, TritonRulesCatch,
             referee::rule::TimerRead, 0 },
         TritonCheat { "exact_shape", "    m = cols < H", "    if H == 8192:\n        return\n    m = cols < H",
             referee::rule::ShapeSpecialCase, 0 },
-        TritonCheat { "exact_shape_param_name", "    m = cols < H", "    if 4096 != H:\n        return\n    m = cols < H",
-            referee::rule::ShapeSpecialCase, 0 },
+        TritonCheat { "exact_shape_param_name", "    m = cols < H",
+            "    if 4096 != H:\n        return\n    m = cols < H", referee::rule::ShapeSpecialCase, 0 },
         TritonCheat { "fp8_math", "v = tl.load(x + row * H + cols, mask=m, other=0.0).to(tl.float32)",
             "v = tl.load(x + row * H + cols, mask=m, other=0.0).to(tl.float8e4nv).to(tl.float32)",
             referee::rule::LowerPrecision, 0 },
-        TritonCheat { "fp16_math", "(v * inv * g)", "(v.to(tl.float16) * inv * g)", referee::rule::LowerPrecision,
-            0 }),
+        TritonCheat { "fp16_math", "(v * inv * g)", "(v.to(tl.float16) * inv * g)", referee::rule::LowerPrecision, 0 }),
     [](const ::testing::TestParamInfo<TritonCheat>& i) { return std::string(i.param.name); });
 
 // ---- AOT compile (needs the pinned Triton, installed by scripts/install-deps) ---------------------------------
@@ -319,7 +321,11 @@ TEST_F(TritonCompile, TemplatesToCubinAndPtxForSm90aWithoutAGpu)
             p.name == "rmsnorm" ? std::vector<int>({ 16, 16, 16, 0, 8, 0 }) : std::vector<int>({ 16, 16, 0, 8 }));
         const auto m = compiler.compile(job);
         ASSERT_TRUE(m->report.ok) << name << ": " << m->report.log;
-        EXPECT_EQ(m->cubin.substr(0, 4), std::string("\x7f" "ELF", 4)) << "a CUBIN is an ELF image";
+        EXPECT_EQ(m->cubin.substr(0, 4),
+            std::string("\x7f"
+                        "ELF",
+                4))
+            << "a CUBIN is an ELF image";
         EXPECT_NE(m->ptx.find(".target sm_90a"), std::string::npos);
         EXPECT_NE(m->ptx.find("ld.global.v4.b32"), std::string::npos) << "the alignment facts let loads vectorize";
         const std::string kernel = job.kernels.front();
@@ -361,8 +367,8 @@ TEST_F(TritonCompile, CompileErrorsCarryTritonsMessage)
     const std::string fewer = replaced(kSmallRmsnorm, "def rms(y, x, w, T, H, eps,", "def rms(y, x, w, T, H,");
     const auto mismatch = compiler.compile(jobFor(fewer, p));
     EXPECT_FALSE(mismatch->report.ok);
-    EXPECT_NE(mismatch->report.log.find("passes 6 arguments to rms, whose non-constexpr parameters are 5"),
-        std::string::npos)
+    EXPECT_NE(
+        mismatch->report.log.find("passes 6 arguments to rms, whose non-constexpr parameters are 5"), std::string::npos)
         << mismatch->report.log;
 }
 
@@ -373,8 +379,8 @@ TEST_F(TritonCompile, HelperRunsNoCandidateCodeBeyondImportsAndDefs)
     const Problem p = problemNamed("rmsnorm");
     NvrtcCompiler compiler({}, 1);
     const fs::path marker = cache.string() + "-ran";
-    const std::string evil = replaced(kSmallRmsnorm, "import triton\n",
-        "import triton\nopen('" + marker.string() + "', 'w').write('x')\n");
+    const std::string evil = replaced(
+        kSmallRmsnorm, "import triton\n", "import triton\nopen('" + marker.string() + "', 'w').write('x')\n");
     const auto m = compiler.compile(jobFor(evil, p));
     EXPECT_FALSE(m->report.ok);
     EXPECT_NE(m->report.log.find("line 2: Expr at module level"), std::string::npos) << m->report.log;
