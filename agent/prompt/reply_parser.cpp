@@ -153,7 +153,8 @@ ParsedReply parseReply(const std::string& reply, const std::string* baseSource)
     if (out.spec.launches.empty())
         throw ReplyError(
             "bad-annotations", "the candidate declares no '// @kl:launch' line, so the harness cannot run it");
-    if (out.source.find("__global__") == std::string::npos)
+    // A Triton candidate (a @triton.jit line) is the other language's form of a kernel; its helper checks the def.
+    if (out.spec.language == KernelLanguage::Cuda && out.source.find("__global__") == std::string::npos)
         throw ReplyError("bad-annotations", "the candidate has no __global__ kernel");
     for (const auto& step : out.spec.launches)
         if (!codeMentions(out.source, step.kernel))

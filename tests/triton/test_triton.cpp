@@ -1,6 +1,7 @@
 // Triton candidates: the language marker and the Triton form of the @kl annotations, the Triton static rules,
 // Triton's AOT compile to CUBIN + PTX for sm_90a without a GPU (through NvrtcCompiler's pool and cache), the PTX
 // rules on Triton's PTX, and kloop run / eval with Triton candidates against kl_test_fake_worker.
+#include "agent/prompt/reply_parser.h"
 #include "core/errors.h"
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
@@ -198,6 +199,18 @@ TEST(TritonSpec, AbiCrossesTheWire)
     EXPECT_EQ(back.at("rms").dynamicSharedBytes, 2048);
     EXPECT_EQ(back.at("rms").trailingNullPointers, 2);
     EXPECT_THROW(wire::kernelAbi(nlohmann::json::parse(R"({"rms": {"shared": -1, "null_pointers": 0}})")), InputError);
+}
+
+TEST(TritonReply, ACandidateBlockInTritonParsesAndTheProtocolSaysHow)
+{
+    const auto reply = prompt::parseReply(
+        std::string("NOTE: one row per program\n```kl-candidate\n") + kSmallRmsnorm + "```\n", nullptr);
+    EXPECT_EQ(reply.spec.language, KernelLanguage::Triton);
+    EXPECT_EQ(reply.source, kSmallRmsnorm);
+    const std::string text = prompt::replyProtocolText(true, KernelLanguage::Triton);
+    EXPECT_NE(text.find("# @kl:launch my_kernel grid=(T) num_warps=WARPS"), std::string::npos);
+    EXPECT_NE(text.find("+++ b/candidate.py"), std::string::npos);
+    EXPECT_EQ(prompt::replyProtocolText(true).find("@triton.jit"), std::string::npos) << "CUDA keeps its protocol";
 }
 
 // ---- static rules ---------------------------------------------------------------------------------------------
@@ -468,6 +481,23 @@ TEST_F(TritonKloop, RunTunesTheTritonTemplate)
         "--budget", "1", "--session", (scratch / "runs" / "g").string() });
     EXPECT_NE(cuda.exitCode, 0);
     EXPECT_NE(cuda.err.find("has no \"triton_template\""), std::string::npos) << cuda.err;
+}
+
+TEST_F(TritonKloop, PromptAsksForTritonWithItsTemplateAndContext)
+{
+    const auto triton = kloop({ "prompt", "--problem", "rmsnorm", "--language", "triton", "--arch", "sm_90a" });
+    ASSERT_EQ(triton.exitCode, 0) << triton.err;
+    EXPECT_NE(triton.out.find("You are a Triton kernel engineer"), std::string::npos);
+    EXPECT_NE(triton.out.find("Writing Triton candidates for KernelLoop"), std::string::npos) << "context page";
+    EXPECT_NE(triton.out.find("```python\n" + tritonTemplate("rmsnorm")), std::string::npos) << "the Triton template";
+    EXPECT_NE(triton.out.find("num_warps=EXPR num_stages=EXPR"), std::string::npos) << "the Triton protocol";
+    const auto cuda = kloop({ "prompt", "--problem", "rmsnorm", "--arch", "sm_90a" });
+    ASSERT_EQ(cuda.exitCode, 0) << cuda.err;
+    EXPECT_NE(cuda.out.find("You are a CUDA kernel engineer"), std::string::npos);
+    EXPECT_EQ(cuda.out.find("Writing Triton candidates"), std::string::npos);
+    const auto bad = kloop({ "prompt", "--problem", "rmsnorm", "--language", "rust" });
+    EXPECT_NE(bad.exitCode, 0);
+    EXPECT_NE(bad.err.find("--language must be cuda or triton, got 'rust'"), std::string::npos) << bad.err;
 }
 
 TEST_F(TritonKloop, EvalJudgesTritonFilesAndRefusesTheWrongLanguage)
