@@ -75,7 +75,15 @@ namespace {
         opt.heldOutCount = static_cast<int>(a.integer("held-out", 4, 0, 1000));
         opt.seed = static_cast<std::uint64_t>(a.integer("seed", 0, 0, std::numeric_limits<long long>::max()));
         try {
-            const Problem problem = loadProblem(findProblemFolder(a.positionals()[0]).string());
+            Problem problem = loadProblem(findProblemFolder(a.positionals()[0]).string());
+            std::optional<KernelLanguage> declared;
+            if (auto l = a.option("language")) {
+                declared = languageFromName(*l);
+                if (!declared)
+                    throw InputError("--language must be cuda or triton, got '" + *l + "'");
+                if (a.positionals().size() == 1)
+                    useTemplateFor(problem, *declared);
+            }
             GpuEvaluatorOptions o;
             if (auto arch = a.option("arch"))
                 o.arch = *arch;
@@ -90,6 +98,10 @@ namespace {
                 std::ostringstream s;
                 s << in.rdbuf();
                 c.source = s.str();
+                if (!declared)
+                    declared = languageOfFileName(a.positionals()[1]);
+                if (declared)
+                    requireLanguage(c.source, *declared, a.positionals()[1]);
                 c.params = parseParams(a.optionOr("params", ""));
                 c.author = Author::Human;
             }
@@ -112,7 +124,8 @@ namespace {
                 // The referee's static layers need no GPU either: the source rules and the rules on the PTX.
                 std::vector<VerdictReason> reasons;
                 reasons = referee::checkSource(c.source, problem);
-                for (auto& r : referee::checkPtx(m->ptx, problem))
+                for (auto& r : referee::checkPtx(m->ptx, problem,
+                         detectLanguage(c.source) == KernelLanguage::Triton ? "candidate.py" : "candidate.cu"))
                     reasons.push_back(std::move(r));
                 const bool rejected
                     = std::any_of(reasons.begin(), reasons.end(), [](const VerdictReason& r) { return r.blocking; });
@@ -201,7 +214,10 @@ namespace {
 
     CommandRegistration reg { { "eval", "compile, verify and time one candidate with the GPU harness",
         "kloop eval <problem> [candidate.cu] [--params K=V,...] [--seconds S] [--held-out N] "
-        "[--seed N] [--session DIR] [--json]\n"
+        "[--seed N] [--session DIR] [--language cuda|triton] [--json]\n"
+        "  The candidate's language: --language, else its extension (.py Triton, .cu CUDA); a file whose source is\n"
+        "  the other language is refused, naming the file. Without a candidate, --language triton takes the\n"
+        "  problem's Triton template.\n"
         "  --session DIR: judge the result against that session's current best (suspicious jumps, one-shape "
         "wins).\n"
         "  Without candidate.cu the problem's template is evaluated with --params (defaults for the "
@@ -211,7 +227,8 @@ namespace {
         "  A device (or --arch) older than the problem's min_arch, or a configuration its architecture\n"
         "  lacks (a constraint naming ARCH), is refused before compiling.\n"
         "  Exit 0 when the verdict is correct, 1 otherwise.",
-        { "json", "compile-only" }, { "arch", "params", "seconds", "held-out", "seed", "session" }, &runEval } };
+        { "json", "compile-only" }, { "arch", "params", "seconds", "held-out", "seed", "session", "language" },
+        &runEval } };
 
 } // namespace
 } // namespace kl::cli

@@ -44,7 +44,13 @@ namespace {
 
         const fs::path folder
             = session ? findSessionProblemFolder(*session, problemArg, *sessionDir) : findProblemFolder(*problemArg);
-        const Problem problem = loadProblem(folder.string());
+        Problem problem = loadProblem(folder.string());
+        const std::string languageText = a.optionOr("language",
+            session && session->settings.extra.count("language") ? session->settings.extra.at("language") : "cuda");
+        const auto language = languageFromName(languageText);
+        if (!language)
+            throw InputError("--language must be cuda or triton, got '" + languageText + "'");
+        useTemplateFor(problem, *language);
 
         DeviceInfo device;
         if (session && !session->device.empty())
@@ -73,7 +79,7 @@ namespace {
         } else {
             roots = prompt::contextRoots(extra);
         }
-        prompt::PromptInputs in = promptInputsFor(problem, device, roots);
+        prompt::PromptInputs in = promptInputsFor(problem, device, roots, *language);
 
         AgentContext ctx;
         ctx.problem = &problem;
@@ -118,15 +124,15 @@ namespace {
     }
 
     const CommandRegistration reg { { "prompt", "print the exact prompt the LLM agent would send",
-        "kloop prompt --problem NAME|DIR [--hypothesis TEXT] [--arch sm_90] [--session DIR]\n"
+        "kloop prompt --problem NAME|DIR [--hypothesis TEXT] [--arch sm_90] [--session DIR] [--language cuda|triton]\n"
         "             [--context DIR[:DIR...]] [--no-user-context] [--bottleneck TEXT] [--json]\n\n"
         "Builds the prompt from the problem, the context/ notes that apply to the architecture\n"
         "and the problem's tags (shipped, ~/.config/kernelloop/context, $KL_CONTEXT_DIRS and\n"
         "--context), and, with --session, the session's device, current candidate with its\n"
         "measurements, failed attempts and latest hypothesis. Without a device the architecture\n"
         "comes from --arch (default sm_90). Held-out shapes and seeds are never included.",
-        { "json", "no-user-context" }, { "problem", "session", "arch", "context", "hypothesis", "bottleneck" },
-        &runPrompt } };
+        { "json", "no-user-context" },
+        { "problem", "session", "arch", "context", "hypothesis", "bottleneck", "language" }, &runPrompt } };
 
 } // namespace
 } // namespace kl::cli

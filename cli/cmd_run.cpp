@@ -242,6 +242,14 @@ namespace {
         } else {
             problemArg = *a.option("problem");
         }
+        // The candidate language: the template the session starts from and what the LLM agent is asked to write.
+        const std::string languageText = a.optionOr("language",
+            recorded && recorded->settings.extra.count("language") ? recorded->settings.extra.at("language") : "cuda");
+        const auto language = languageFromName(languageText);
+        if (!language) {
+            std::cerr << "kloop run: --language must be cuda or triton, got '" << languageText << "'\n";
+            return kExitUsage;
+        }
         AgentFactoryOptions agentOptions;
         // The LLM agent's prompts, replies, usage and verdicts go to the session journal; the store may be
         // created below, after the agent, and outlives it (declared earlier in this scope).
@@ -262,6 +270,8 @@ namespace {
         agentOptions.seed = static_cast<std::uint64_t>(a.integer("seed", 1, 0, std::numeric_limits<long long>::max()));
         if (recorded)
             agentOptions.extra = recorded->settings.extra;
+        if (*language != KernelLanguage::Cuda)
+            agentOptions.extra["language"] = languageText;
         for (const auto& [flag, key] : { std::pair { "llm-settings", "llm.settings_file" },
                  std::pair { "llm-model", "llm.model" }, std::pair { "llm-base-url", "llm.base_url" } })
             if (auto v = a.option(flag))
@@ -301,6 +311,7 @@ namespace {
 
         const fs::path folder = findProblemFolder(problemArg);
         Problem problem = loadProblem(folder.string());
+        useTemplateFor(problem, *language);
         if (!shapesText.empty())
             problem.tuningShapes = parseShapes(shapesText, problem);
 
@@ -536,7 +547,8 @@ namespace {
         "kloop run --problem NAME|DIR --agent SPEC --session DIR [--budget N] [--minutes M]\n"
         "          [--converge N] [--objective NAME] [--shapes \"T=16,H=8192;T=4096,H=8192@3\"] [--seed N]\n"
         "          [--tuning-db FILE | --no-tuning-db] [--no-held-out] [--compile-threads N] [--pipeline N]\n"
-        "          [--arch sm_90a] [--quick] [--auto-approve] [--llm-settings FILE] [--llm-model M] [--llm-base-url "
+        "          [--arch sm_90a] [--language cuda|triton] [--quick] [--auto-approve] [--llm-settings FILE] "
+        "[--llm-model M] [--llm-base-url "
         "URL] "
         "[--json]\n"
         "SPEC: tuner:<strategy>, llm:<provider> or llm:<provider>+tuner:<strategy> (default tuner:bayes).\n"
@@ -554,7 +566,8 @@ namespace {
         "evaluator failure),\n2 usage.",
         { "json", "no-tuning-db", "no-held-out", "auto-approve", "quick" },
         { "problem", "agent", "session", "resume", "budget", "minutes", "converge", "objective", "shapes", "seed",
-            "tuning-db", "compile-threads", "pipeline", "arch", "id", "llm-settings", "llm-model", "llm-base-url" },
+            "tuning-db", "compile-threads", "pipeline", "arch", "id", "llm-settings", "llm-model", "llm-base-url",
+            "language" },
         &runGuarded } };
 
 } // namespace

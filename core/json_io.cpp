@@ -693,7 +693,8 @@ Problem problemFromJson(const Json& j, const std::string& where)
     p.referenceFile = stringOr(j, "reference", p.referenceFile, where);
     p.baselineFile = stringOr(j, "baseline", p.baselineFile, where);
     p.templateFile = stringOr(j, "template", p.templateFile, where);
-    for (const auto* f : { &p.referenceFile, &p.baselineFile, &p.templateFile })
+    p.tritonTemplateFile = stringOr(j, "triton_template", "", where);
+    for (const auto* f : { &p.referenceFile, &p.baselineFile, &p.templateFile, &p.tritonTemplateFile })
         if (f->find('/') != std::string::npos || f->find("..") != std::string::npos)
             throw InputError(
                 where + ": source file names must be plain names in the problem folder, got '" + abbreviate(*f) + "'");
@@ -759,6 +760,8 @@ Json toJson(const Problem& p)
         j["min_arch"] = archName(p.minArch);
     for (const auto& [arch, file] : p.archTemplates)
         j["arch_templates"][archName(arch)] = file;
+    if (!p.tritonTemplateFile.empty())
+        j["triton_template"] = p.tritonTemplateFile;
     return j;
 }
 

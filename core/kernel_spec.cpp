@@ -501,6 +501,9 @@ KernelSpec parseKernelSpec(const std::string& source)
             + std::to_string(1 + std::count(source.begin(), source.begin() + static_cast<std::ptrdiff_t>(nul), '\n'))
             + ": a NUL byte: a candidate is text, and the compiler would stop reading there");
     KernelSpec spec;
+    spec.language = detectLanguage(source);
+    const bool triton = spec.language == KernelLanguage::Triton;
+    const std::string commentMark = triton ? "#" : "//";
     std::istringstream lines(source);
     std::string raw;
     int lineNo = 0;
@@ -508,9 +511,9 @@ KernelSpec parseKernelSpec(const std::string& source)
         ++lineNo;
         // A directive starts its comment ("// @kl:..."); prose that mentions "@kl:" later in a comment is prose.
         const std::string line = trim(raw);
-        if (line.rfind("//", 0) != 0)
+        if (line.rfind(commentMark, 0) != 0)
             continue;
-        const std::string comment = trim(line.substr(2));
+        const std::string comment = trim(line.substr(commentMark.size()));
         if (comment.rfind("@kl:", 0) != 0)
             continue;
         const std::string body = comment.substr(4);
@@ -586,11 +589,26 @@ KernelSpec parseKernelSpec(const std::string& source)
                 throw InputError(where + "bad kernel name '" + abbreviate(s.kernel) + "'");
             const auto kv = keyValues(sp2 == std::string::npos ? "" : rest.substr(sp2), lineNo, "launch");
             for (const char* k : { "grid", "block", "args" })
-                if (!kv.count(k))
+                if (!kv.count(k) && !(triton && std::string(k) == "block"))
                     throw InputError(where + "@kl:launch needs " + k + "=(...)");
             parseDims(kv.at("grid"), s.grid, lineNo, "grid");
-            parseDims(kv.at("block"), s.block, lineNo, "block");
-            s.sharedBytes = parseExprAt(kv.count("smem") ? kv.at("smem") : "0", lineNo, "smem");
+            if (triton) {
+                for (const char* k : { "block", "smem" })
+                    if (kv.count(k))
+                        throw InputError(where + "a Triton @kl:launch takes no " + k
+                            + "=: the block is 32 * num_warps and Triton's compiler sizes the shared memory");
+                s.numWarps = parseExprAt(kv.count("num_warps") ? kv.at("num_warps") : "4", lineNo, "num_warps");
+                s.numStages = parseExprAt(kv.count("num_stages") ? kv.at("num_stages") : "3", lineNo, "num_stages");
+                s.block[0] = parseExprAt("32 * (" + s.numWarps.text() + ")", lineNo, "num_warps");
+                s.block[1] = s.block[2] = Expr::parse("1");
+                s.sharedBytes = Expr::parse("0");
+            } else {
+                for (const char* k : { "num_warps", "num_stages" })
+                    if (kv.count(k))
+                        throw InputError(where + k + "= is a Triton launch key; a CUDA launch says block=(...)");
+                parseDims(kv.at("block"), s.block, lineNo, "block");
+                s.sharedBytes = parseExprAt(kv.count("smem") ? kv.at("smem") : "0", lineNo, "smem");
+            }
             for (const auto& a : splitTopLevel(kv.at("args"))) {
                 if (!isIdent(a))
                     throw InputError(where + "kernel argument '" + abbreviate(a)
@@ -614,9 +632,10 @@ KernelSpec parseKernelSpec(const std::string& source)
                           "launch overlaps a kernel with the plan's previous one, and there is none");
             }
             for (const auto& [k, v] : kv)
-                if (k != "grid" && k != "block" && k != "smem" && k != "args" && k != "cluster" && k != "pdl")
-                    throw InputError(
-                        where + "unknown launch key '" + abbreviate(k) + "' (grid, block, smem, cluster, pdl, args)");
+                if (k != "grid" && k != "block" && k != "smem" && k != "args" && k != "cluster" && k != "pdl"
+                    && k != "num_warps" && k != "num_stages")
+                    throw InputError(where + "unknown launch key '" + abbreviate(k)
+                        + "' (grid, block, smem, cluster, pdl, args; Triton: num_warps, num_stages)");
             spec.launches.push_back(std::move(s));
         } else if (directive == "tensormap") {
             TensorMapSpec m = parseTensorMap(rest, lineNo);
@@ -629,7 +648,10 @@ KernelSpec parseKernelSpec(const std::string& source)
         }
     }
     if (spec.launches.empty())
-        throw InputError("no '// @kl:launch' line: the harness needs the launch plan");
+        throw InputError("no '" + commentMark + " @kl:launch' line: the harness needs the launch plan");
+    if (triton && spec.launches.size() > 1)
+        throw InputError("line " + std::to_string(spec.launches[1].line)
+            + ": a Triton candidate launches one @triton.jit kernel (Triton compiles each kernel to its own CUBIN)");
     return spec;
 }
 
@@ -688,6 +710,26 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
     }
     const std::string code = codeOnly(source);
     for (const auto& l : spec.launches) {
+        if (spec.language == KernelLanguage::Triton)
+            for (const auto& [e, what] : { std::pair { &l.numWarps, "num_warps" }, { &l.numStages, "num_stages" } }) {
+                // Compile-time launch options: parameters only, a value at the defaults, num_warps a power of 2.
+                for (const auto& id : e->identifiers())
+                    if (!spec.param(id))
+                        throw InputError("line " + std::to_string(l.line) + ": @kl:launch " + what + " names '"
+                            + abbreviate(id) + "', which is not a parameter (" + joined(paramNames)
+                            + "): Triton fixes it at compile time");
+                std::int64_t v = 0;
+                try {
+                    v = e->evaluateInt(defaults);
+                } catch (const ExprError& ex) {
+                    throw InputError("line " + std::to_string(l.line) + ": @kl:launch " + what + ": " + ex.what());
+                }
+                const bool warps = std::string(what) == "num_warps";
+                if (v < 1 || (warps && (v > 32 || (v & (v - 1)) != 0)))
+                    throw InputError("line " + std::to_string(l.line) + ": @kl:launch " + what + " is "
+                        + std::to_string(v) + " at the defaults; "
+                        + (warps ? "num_warps is a power of 2 in [1, 32]" : "num_stages is at least 1"));
+            }
         for (int d = 0; d < 3; ++d) {
             requireKnown(l.grid[d], l.line, "@kl:launch grid", false, true);
             requireKnown(l.block[d], l.line, "@kl:launch block");
@@ -743,7 +785,9 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
                     throw InputError("line " + std::to_string(l.line) + ": @kl:launch cluster at " + shape.label()
                         + " with the defaults: " + why);
             }
-        if (const auto sig = kernelSignature(code, l.kernel); sig && sig->parameters != l.args.size())
+        // Triton's parameter list (constexprs among it) is checked by the Triton compile helper.
+        if (const auto sig = spec.language == KernelLanguage::Cuda ? kernelSignature(code, l.kernel) : std::nullopt;
+            sig && sig->parameters != l.args.size())
             throw InputError("line " + std::to_string(l.line) + ": @kl:launch passes " + std::to_string(l.args.size())
                 + " arguments to " + l.kernel + ", whose parameter list (line " + std::to_string(sig->line)
                 + ") declares " + std::to_string(sig->parameters));
@@ -751,8 +795,74 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
     return spec;
 }
 
+const char* languageName(KernelLanguage l)
+{
+    return l == KernelLanguage::Triton ? "triton" : "cuda";
+}
+
+std::optional<KernelLanguage> languageFromName(const std::string& name)
+{
+    if (name == "cuda")
+        return KernelLanguage::Cuda;
+    if (name == "triton")
+        return KernelLanguage::Triton;
+    return std::nullopt;
+}
+
+KernelLanguage detectLanguage(const std::string& source)
+{
+    std::istringstream lines(source);
+    std::string raw;
+    while (std::getline(lines, raw)) {
+        const std::string line = trim(raw);
+        if (line.rfind("@triton.jit", 0) == 0 && (line.size() == 11 || !identChar(line[11])))
+            return KernelLanguage::Triton;
+    }
+    return KernelLanguage::Cuda;
+}
+
+std::optional<KernelLanguage> languageOfFileName(const std::string& path)
+{
+    const auto ends = [&](const std::string& ext) {
+        return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+    };
+    if (ends(".py"))
+        return KernelLanguage::Triton;
+    if (ends(".cu") || ends(".cuh"))
+        return KernelLanguage::Cuda;
+    return std::nullopt;
+}
+
+void requireLanguage(const std::string& source, KernelLanguage declared, const std::string& where)
+{
+    const KernelLanguage found = detectLanguage(source);
+    if (found == declared)
+        return;
+    throw InputError(where + ": declared " + languageName(declared) + " but the source is "
+        + (found == KernelLanguage::Triton ? "Triton (a line starts with @triton.jit)"
+                                           : "not Triton (no line starts with @triton.jit), so CUDA C++")
+        + "; say --language " + languageName(found) + " or pass the other file");
+}
+
+void useTemplateFor(Problem& p, KernelLanguage language)
+{
+    if (language == KernelLanguage::Cuda)
+        return;
+    if (p.tritonTemplateFile.empty())
+        throw InputError("problem " + p.name + " (" + p.folder
+            + "/problem.json) has no \"triton_template\": there is no Triton template to start from");
+    p.templateFile = p.tritonTemplateFile;
+    p.archTemplates.clear(); // the CUDA templates for newer architectures are not Triton's
+}
+
 std::string bakeParameters(const std::string& source, const ParamValues& params)
 {
+    if (detectLanguage(source) == KernelLanguage::Triton) {
+        std::string values;
+        for (const auto& [k, v] : params)
+            values += (values.empty() ? "" : ", ") + k + "=" + std::to_string(v);
+        return "# Parameters chosen by KernelLoop (tl.constexpr arguments): " + values + "\n" + source;
+    }
     std::string defines = "// Parameters chosen by KernelLoop\n";
     for (const auto& [k, v] : params)
         defines += "#define " + k + " " + std::to_string(v) + "\n";

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,20 +46,45 @@ struct ParamSpec {
     int line = 0;
 };
 
+// A candidate is CUDA C++ (annotations in // comments) or a Triton @triton.jit kernel (annotations in # comments,
+// parameters as tl.constexpr, a launch line with num_warps/num_stages instead of block/smem).
+enum class KernelLanguage { Cuda, Triton };
+const char* languageName(KernelLanguage l);
+std::optional<KernelLanguage> languageFromName(const std::string& name);
+// Triton when a line of the source starts with the @triton.jit decorator, else CUDA: one marker, no guessing.
+KernelLanguage detectLanguage(const std::string& source);
+// The language a file name declares: .py Triton, .cu/.cuh CUDA, else none.
+std::optional<KernelLanguage> languageOfFileName(const std::string& path);
+// The declared language must be the detected one; throws InputError naming where (a file) otherwise.
+void requireLanguage(const std::string& source, KernelLanguage declared, const std::string& where);
+
+// Makes p's template the one for language (problem.json "template" or "triton_template"); throws InputError
+// naming the problem when it has none for that language.
+void useTemplateFor(Problem& p, KernelLanguage language);
+
 struct LaunchStep {
     std::string kernel;
     Expr grid[3];
-    Expr block[3];
-    Expr sharedBytes;
+    Expr block[3]; // Triton: (32 * num_warps, 1, 1)
+    Expr sharedBytes; // Triton: 0 here; the compiler reports what the kernel needs
     Expr cluster[3]; // all 1 when the line names none
     bool hasCluster = false;
     bool programmaticLaunch = false; // pdl=1
     std::vector<std::string> args;
+    Expr numWarps; // Triton only: over parameters, fixed at compile time
+    Expr numStages;
     int line = 0;
 };
 
 // Why a grid cannot be launched in clusters of this shape; empty when it can.
 std::string clusterProblem(const std::int64_t grid[3], const std::int64_t cluster[3]);
+
+// What a compiler tells the launcher about one kernel beyond the launch plan (Triton: the dynamic shared memory it
+// sized and the scratch pointers it appends to the parameter list, passed as null when it needs no scratch).
+struct KernelAbi {
+    int dynamicSharedBytes = 0;
+    int trailingNullPointers = 0;
+};
 
 struct WorkspaceSpec {
     std::string name;
@@ -73,6 +99,7 @@ struct ConstraintSpec {
 };
 
 struct KernelSpec {
+    KernelLanguage language = KernelLanguage::Cuda;
     std::vector<ParamSpec> params;
     std::vector<ConstraintSpec> constraints;
     std::vector<WorkspaceSpec> workspaces;
@@ -100,7 +127,8 @@ KernelSpec parseKernelSpec(const std::string& source);
 // many arguments as the kernel's parameter list in source declares (when the source spells it out).
 KernelSpec parseKernelSpec(const std::string& source, const Problem& problem);
 
-// The same source with its parameters fixed: "#define NAME VALUE" lines after the annotations.
+// The same source with its parameters fixed: "#define NAME VALUE" lines before the source (CUDA). Triton takes
+// them as constexpr arguments at compile time, so its source only gains a comment line naming the values.
 std::string bakeParameters(const std::string& source, const ParamValues& params);
 
 Bindings bindingsFor(const ParamValues& params, const Bindings& dims);

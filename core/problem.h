@@ -75,6 +75,7 @@ struct Problem {
     // problem.json "arch_templates" ({"sm_90a": "template_sm90.cu"}): templates that need a newer architecture than
     // min_arch; on a device of at least that architecture the newest of them replaces templateFile.
     std::map<int, std::string> archTemplates;
+    std::string tritonTemplateFile; // problem.json "triton_template": the Triton alternative (--language triton)
     std::string libraryBaseline; // e.g. "cublas_gemm_bf16": the fallback an export dispatches to
     int minArch = 0; // problem.json "min_arch" ("sm_80"): the oldest architecture it supports, x10; 0: any
     std::string folder; // where it was loaded from (not serialized into sessions)

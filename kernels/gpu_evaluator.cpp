@@ -5,6 +5,7 @@
 #include "core/loop_objective.h"
 #include "kernels/referee/referee.h"
 #include "kernels/shape_sampler.h"
+#include "kernels/triton/triton_compiler.h"
 #include "kernels/worker_protocol.h"
 
 #include <algorithm>
@@ -136,6 +137,8 @@ std::optional<CompileJob> GpuEvaluator::jobFor(const Candidate& c, std::string* 
         for (const auto& p : spec.params)
             if (!job.params.count(p.name))
                 job.params[p.name] = p.defaultValue;
+        if (spec.language == KernelLanguage::Triton)
+            prepareTritonJob(job, spec, m_problem);
     } catch (const InputError& e) {
         *error = std::string("annotations: ") + e.what();
         return std::nullopt;
@@ -181,7 +184,7 @@ nlohmann::json GpuEvaluator::candidateRequest(const Candidate& c, const Compiled
         if (!params.count(p.name))
             params[p.name] = p.defaultValue;
     return { { "key", m.key }, { "source", c.source }, { "params", wire::toJson(params) },
-        { "cubin_b64", wire::base64Encode(m.cubin) }, { "lowered", m.loweredNames } };
+        { "cubin_b64", wire::base64Encode(m.cubin) }, { "lowered", m.loweredNames }, { "abi", wire::toJson(m.abi) } };
 }
 
 void GpuEvaluator::prepareWorker()
@@ -228,7 +231,9 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     }
     e.compile = mod->report;
     if (m_options.ptxChecks && !mod->ptx.empty()) {
-        mergeReasons(e.reasons, referee::checkPtx(mod->ptx, m_problem));
+        mergeReasons(e.reasons,
+            referee::checkPtx(mod->ptx, m_problem,
+                detectLanguage(c.source) == KernelLanguage::Triton ? "candidate.py" : "candidate.cu"));
         if (mod->report.ok && anyBlocking(e.reasons))
             return finish(Verdict::Rejected); // compiled, never run
     }

@@ -1,6 +1,8 @@
 #include "kernels/nvrtc_compiler.h"
 
 #include "core/session_store.h"
+#include "kernels/triton/triton_compiler.h"
+#include "kernels/worker_protocol.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -73,6 +75,7 @@ namespace {
         j["log"] = m.report.log;
         j["compile_ms"] = m.report.compileMs;
         j["lowered"] = m.loweredNames;
+        j["abi"] = wire::toJson(m.abi);
         auto& ks = j["kernels"] = nlohmann::json::array();
         for (const auto& k : m.report.kernels)
             ks.push_back({ { "kernel", k.kernel }, { "registers", k.registers }, { "spill_stores", k.spillStores },
@@ -198,6 +201,8 @@ void NvrtcCompiler::workerLoop()
 
 std::vector<std::string> NvrtcCompiler::options(const CompileJob& job) const
 {
+    if (job.language == KernelLanguage::Triton)
+        return tritonOptions(job);
     std::vector<std::string> o = { "--gpu-architecture=" + job.arch, "-std=c++17", "-I" + m_includeDir,
         "-I" + m_includeDir + "/cccl", "--ptxas-options=-v", "-lineinfo", "-default-device" };
     // The path names the pinned release, so the cache key changes with it.
@@ -212,7 +217,9 @@ std::vector<std::string> NvrtcCompiler::options(const CompileJob& job) const
 
 std::string NvrtcCompiler::cacheKey(const CompileJob& job) const
 {
-    std::string material = std::string(kCacheFormat) + "\nnvrtc " + nvrtcVersionString() + "\n";
+    std::string material = std::string(kCacheFormat) + "\n"
+        + (job.language == KernelLanguage::Triton ? "triton " + tritonVersionOrWhy() : "nvrtc " + nvrtcVersionString())
+        + "\n";
     for (const auto& o : options(job))
         material += o + "\n";
     for (const auto& k : job.kernels)
@@ -250,6 +257,7 @@ std::shared_ptr<const CompiledModule> NvrtcCompiler::loadFromDisk(const std::str
         m->report.log = j.at("log").get<std::string>();
         m->report.compileMs = j.at("compile_ms").get<double>();
         m->loweredNames = j.at("lowered").get<std::map<std::string, std::string>>();
+        m->abi = wire::kernelAbi(j.value("abi", nlohmann::json::object()));
         for (const auto& k : j.at("kernels")) {
             CompileReport::KernelResources r;
             r.kernel = k.at("kernel");
@@ -346,6 +354,11 @@ std::shared_ptr<const CompiledModule> NvrtcCompiler::compileUncached(const Compi
 {
     auto m = std::make_shared<CompiledModule>();
     m->key = key;
+    if (job.language == KernelLanguage::Triton) {
+        if (compileTriton(job, *m)) // an unavailable Triton is this machine's state, not the candidate's: not cached
+            storeToDisk(*m);
+        return m;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     nvrtcProgram prog = nullptr;
     if (nvrtcCreateProgram(&prog, job.source.c_str(), job.name.c_str(), 0, nullptr, nullptr) != NVRTC_SUCCESS) {

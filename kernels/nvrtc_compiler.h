@@ -28,6 +28,12 @@ struct CompileJob {
     std::vector<std::string> kernels; // names from the launch plan; lowered (mangled) names are looked up
     std::vector<std::string> extraFlags;
     std::string name = "candidate.cu";
+    // Triton (kernels/triton/triton_compiler.h): compiled by Triton's own compiler in a helper process.
+    KernelLanguage language = KernelLanguage::Cuda;
+    std::vector<std::string> argTypes; // Triton signature types of the launch arguments ("*bf16", "i32", "fp32")
+    std::vector<int> argDivisibility; // a power of 2 each argument is a multiple of (pointers 16, dims multiple_of)
+    int numWarps = 4;
+    int numStages = 3;
 };
 
 // The result of one compile: the report the loop records plus what the worker needs to load it.
@@ -38,6 +44,7 @@ struct CompiledModule {
     std::string ptx; // the PTX NVRTC produced on the way to the CUBIN: what the referee's PTX rules judge
     double ptxMs = 0; // time to fetch it from NVRTC (it is generated anyway; this is the copy)
     std::map<std::string, std::string> loweredNames; // launch-plan name -> symbol in the CUBIN
+    std::map<std::string, KernelAbi> abi; // launch-plan name -> what its launch adds (Triton); empty for CUDA
 };
 
 std::string nvrtcVersionString();

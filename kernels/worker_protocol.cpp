@@ -162,6 +162,28 @@ ParamValues paramValues(const Json& j)
     return p;
 }
 
+Json toJson(const std::map<std::string, KernelAbi>& abi)
+{
+    Json j = Json::object();
+    for (const auto& [k, a] : abi)
+        j[k] = { { "shared", a.dynamicSharedBytes }, { "null_pointers", a.trailingNullPointers } };
+    return j;
+}
+
+std::map<std::string, KernelAbi> kernelAbi(const Json& j)
+{
+    std::map<std::string, KernelAbi> out;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        const int shared = it.value().at("shared").get<int>();
+        const int nulls = it.value().at("null_pointers").get<int>();
+        if (shared < 0 || nulls < 0 || nulls > 8)
+            throw InputError("candidate.abi." + it.key() + ": shared " + std::to_string(shared) + ", null_pointers "
+                + std::to_string(nulls) + " (each at least 0, at most 8 pointers)");
+        out[it.key()] = { shared, nulls };
+    }
+    return out;
+}
+
 namespace {
 
     Json triple(const int v[3])

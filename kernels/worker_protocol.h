@@ -42,6 +42,9 @@ Json toJson(const Shape& s);
 Shape shape(const Json& j);
 Json toJson(const ParamValues& p);
 ParamValues paramValues(const Json& j);
+// A candidate's per-kernel launch ABI (Triton): {"kernel": {"shared": N, "null_pointers": N}}.
+Json toJson(const std::map<std::string, KernelAbi>& abi);
+std::map<std::string, KernelAbi> kernelAbi(const Json& j); // throws InputError on a bad entry
 
 // load_problem's "tolerances" entries: one output's tolerance as the worker judges it, and what it came from.
 struct OutputToleranceWire {

@@ -66,14 +66,18 @@ namespace {
 
 } // namespace
 
-prompt::PromptInputs promptInputsFor(
-    const Problem& problem, const DeviceInfo& device, const std::vector<fs::path>& contextRoots)
+prompt::PromptInputs promptInputsFor(const Problem& problem, const DeviceInfo& device,
+    const std::vector<fs::path>& contextRoots, KernelLanguage language)
 {
     prompt::PromptInputs in;
     in.problem = &problem;
     in.device = device;
+    in.language = language;
     const auto docs = prompt::loadContextDocs(contextRoots);
-    in.context = prompt::selectContext(docs, prompt::archNumber(device), problem.tags);
+    std::vector<std::string> tags = problem.tags;
+    if (language == KernelLanguage::Triton)
+        tags.push_back("language-triton");
+    in.context = prompt::selectContext(docs, prompt::archNumber(device), tags);
     if (!problem.folder.empty() && !problem.referenceFile.empty())
         in.referenceSource = readOptional(fs::path(problem.folder) / problem.referenceFile);
     return in;
@@ -121,7 +125,8 @@ prompt::Prompt LlmAgent::buildPrompt(const AgentContext& ctx) const
     std::vector<fs::path> roots
         = m_settings.defaultContextRoots ? prompt::contextRoots(m_settings.contextDirs) : m_settings.contextDirs;
     static const Problem kNoProblem;
-    prompt::PromptInputs in = promptInputsFor(ctx.problem ? *ctx.problem : kNoProblem, device, roots);
+    prompt::PromptInputs in
+        = promptInputsFor(ctx.problem ? *ctx.problem : kNoProblem, device, roots, m_settings.language);
     if (!ctx.problem)
         in.problem = nullptr;
     in.maxFailures = m_settings.maxFailuresInPrompt;
@@ -378,6 +383,12 @@ LlmAgentSettings llmAgentSettingsFor(const std::string& agentSpec, const std::ma
     }
     if (const auto* v = get("llm.model"))
         s.provider.model = *v;
+    if (const auto* v = get("language")) {
+        const auto l = languageFromName(*v);
+        if (!l)
+            throw InputError("settings language: '" + *v + "' is not cuda or triton");
+        s.language = *l;
+    }
     if (const auto* v = get("llm.base_url"))
         s.provider.baseUrl = *v;
     if (const auto* v = get("llm.api_key_env"))

@@ -30,6 +30,7 @@ struct LlmAgentSettings {
     int maxReplyAttempts = 3; // per propose(): the first reply plus corrections after unusable ones
     int maxFailuresInPrompt = 6;
     int maxOutstanding = 1; // no new call while this many of our candidates are not yet decided
+    KernelLanguage language = KernelLanguage::Cuda; // settings "language" (kloop run --language)
 };
 
 struct LlmAgentHooks {
@@ -87,7 +88,8 @@ LlmAgentSettings llmAgentSettingsFor(const std::string& agentSpec, const std::ma
 llm::Usage llmUsageFromEvents(const std::vector<Event>& events, int* calls = nullptr);
 
 // The prompt inputs for a problem outside a session (kloop prompt): context roots, reference source.
-prompt::PromptInputs promptInputsFor(
-    const Problem& problem, const DeviceInfo& device, const std::vector<std::filesystem::path>& contextRoots);
+// language Triton also selects the context pages tagged "language-triton".
+prompt::PromptInputs promptInputsFor(const Problem& problem, const DeviceInfo& device,
+    const std::vector<std::filesystem::path>& contextRoots, KernelLanguage language = KernelLanguage::Cuda);
 
 } // namespace kl

@@ -106,24 +106,26 @@ namespace {
         return o.str();
     }
 
-    std::string roleSection()
+    std::string roleSection(KernelLanguage language)
     {
-        return "You are a CUDA kernel engineer working inside KernelLoop, a workbench where an engineer and an\n"
-               "agent improve one GPU kernel together. The engineer reads profiles and states a hypothesis; you\n"
-               "implement it as a candidate kernel. A trusted harness that you cannot see or change compiles the\n"
-               "candidate, checks it against a reference implementation on many shapes (including random held-out\n"
-               "shapes from the whole validity range and several input distributions), and times it against the\n"
-               "baseline with fresh inputs. Only candidates that are correct everywhere and measurably faster are\n"
-               "kept; a built-in tuner then searches the values of your @kl:param parameters.\n"
-               "\n"
-               "Ground rules (the harness enforces them; a candidate that breaks one is rejected with a reason):\n"
-               "- Compute the full result for every valid shape. Do not special-case the shapes you are shown.\n"
-               "- Device code only: no host code, no extra streams, no graph capture, no timing code, no caching of\n"
-               "  results across calls, no reading memory you were not passed.\n"
-               "- Keep the declared precision: compute in the problem's dtypes with at least the reference's\n"
-               "  accumulation precision.\n"
-               "- Use only instructions that exist on the target architecture (see the device facts).\n"
-               "- Say what you are unsure of in the NOTE line rather than guessing silently.\n";
+        return std::string(language == KernelLanguage::Triton ? "You are a Triton kernel engineer"
+                                                              : "You are a CUDA kernel engineer")
+            + " working inside KernelLoop, a workbench where an engineer and an\n"
+              "agent improve one GPU kernel together. The engineer reads profiles and states a hypothesis; you\n"
+              "implement it as a candidate kernel. A trusted harness that you cannot see or change compiles the\n"
+              "candidate, checks it against a reference implementation on many shapes (including random held-out\n"
+              "shapes from the whole validity range and several input distributions), and times it against the\n"
+              "baseline with fresh inputs. Only candidates that are correct everywhere and measurably faster are\n"
+              "kept; a built-in tuner then searches the values of your @kl:param parameters.\n"
+              "\n"
+              "Ground rules (the harness enforces them; a candidate that breaks one is rejected with a reason):\n"
+              "- Compute the full result for every valid shape. Do not special-case the shapes you are shown.\n"
+              "- Device code only: no host code, no extra streams, no graph capture, no timing code, no caching of\n"
+              "  results across calls, no reading memory you were not passed.\n"
+              "- Keep the declared precision: compute in the problem's dtypes with at least the reference's\n"
+              "  accumulation precision.\n"
+              "- Use only instructions that exist on the target architecture (see the device facts).\n"
+              "- Say what you are unsure of in the NOTE line rather than guessing silently.\n";
     }
 
     std::string docsText(const std::vector<ContextDoc>& docs, ContextSection section)
@@ -338,7 +340,7 @@ Prompt buildPrompt(const PromptInputs& in)
         if (!text.empty())
             p.sections.push_back({ std::move(title), std::move(text), system });
     };
-    add("Role and rules", roleSection(), true);
+    add("Role and rules", roleSection(in.language), true);
     add("Rules from context/rules", docsText(in.context, ContextSection::Rules), true);
     std::string device = deviceSection(in.device);
     const std::string hw = docsText(in.context, ContextSection::Hardware);
@@ -349,7 +351,7 @@ Prompt buildPrompt(const PromptInputs& in)
     add("Device facts", device, true);
     add("Model-architecture facts", docsText(in.context, ContextSection::Models), true);
     add("Kernel technique and user notes", docsText(in.context, ContextSection::Notes), true);
-    add("Reply protocol", replyProtocolText(in.base.has_value()), true);
+    add("Reply protocol", replyProtocolText(in.base.has_value(), in.language), true);
 
     if (in.problem) {
         add("Problem", problemSection(*in.problem), false);
@@ -372,7 +374,8 @@ Prompt buildPrompt(const PromptInputs& in)
                 o << " " << k << "=" << v;
             o << "\n";
         }
-        o << "\n```cuda\n" << c.source << (c.source.empty() || c.source.back() == '\n' ? "" : "\n") << "```\n";
+        o << (detectLanguage(c.source) == KernelLanguage::Triton ? "\n```python\n" : "\n```cuda\n") << c.source
+          << (c.source.empty() || c.source.back() == '\n' ? "" : "\n") << "```\n";
         if (in.baseEvaluation)
             o << "\n" << measurementsText(*in.baseEvaluation, in.device);
         else

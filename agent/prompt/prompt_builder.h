@@ -13,6 +13,7 @@
 #include "core/candidate.h"
 #include "core/device.h"
 #include "core/evaluation.h"
+#include "core/kernel_spec.h"
 #include "core/problem.h"
 
 #include <optional>
@@ -44,6 +45,7 @@ struct PromptInputs {
     std::optional<Hypothesis> hypothesis;
     std::string referenceSource; // the trusted reference, for semantics
     std::string objectiveName = "weighted-geomean-speedup";
+    KernelLanguage language = KernelLanguage::Cuda; // what the agent is asked to write (kloop run --language)
 };
 
 struct PromptSection {

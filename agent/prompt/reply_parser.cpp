@@ -153,7 +153,8 @@ ParsedReply parseReply(const std::string& reply, const std::string* baseSource)
     if (out.spec.launches.empty())
         throw ReplyError(
             "bad-annotations", "the candidate declares no '// @kl:launch' line, so the harness cannot run it");
-    if (out.source.find("__global__") == std::string::npos)
+    // A Triton candidate (a @triton.jit line) is the other language's form of a kernel; its helper checks the def.
+    if (out.spec.language == KernelLanguage::Cuda && out.source.find("__global__") == std::string::npos)
         throw ReplyError("bad-annotations", "the candidate has no __global__ kernel");
     for (const auto& step : out.spec.launches)
         if (!codeMentions(out.source, step.kernel))
@@ -163,8 +164,64 @@ ParsedReply parseReply(const std::string& reply, const std::string* baseSource)
     return out;
 }
 
-std::string replyProtocolText(bool haveBase)
+namespace {
+
+    // The Triton form of the protocol: the same two blocks, a @triton.jit kernel with '# @kl:' annotations.
+    std::string tritonReplyProtocolText(bool haveBase)
+    {
+        std::string t
+            = "Reply with a short explanation if you like, then exactly ONE fenced block, in one of two forms.\n"
+              "\n"
+              "Form 1, a complete candidate: the whole Triton file: `import triton`, `import triton.language as tl`,\n"
+              "the '# @kl:' annotations and ONE @triton.jit kernel (helper @triton.jit functions may follow). No host\n"
+              "code: no torch, no launch code, no @triton.autotune/@triton.heuristics, no module-level variables, no\n"
+              "print or tl.device_print, no timers. Tunables are tl.constexpr parameters named like @kl:param.\n"
+              "\n"
+              "```kl-candidate\n"
+              "import triton\n"
+              "import triton.language as tl\n"
+              "\n"
+              "# @kl:param BLOCK = 4096 in [1024, 2048, 4096, 8192]\n"
+              "# @kl:param WARPS = 8 in [4, 8, 16]\n"
+              "# @kl:launch my_kernel grid=(T) num_warps=WARPS num_stages=2 args=(y, x, w, T, H, eps)\n"
+              "\n"
+              "\n"
+              "@triton.jit\n"
+              "def my_kernel(y, x, w, T, H, eps, BLOCK: tl.constexpr):\n"
+              "    ...\n"
+              "```\n"
+              "\n";
+        if (haveBase)
+            t += "Form 2, a unified diff against the CURRENT CANDIDATE source shown above (context and removed\n"
+                 "lines copied exactly; hunk headers '@@ -a,b +c,d @@'), with headers --- a/candidate.py and\n"
+                 "+++ b/candidate.py, in a ```kl-diff block. Prefer a diff for small changes.\n";
+        else
+            t += "(There is no current candidate yet, so a diff is not possible: send Form 1.)\n";
+        t += "\n"
+             "Annotations (each on its own '# @kl:' comment line):\n"
+             "- `# @kl:param NAME = DEFAULT in [v1, v2, ...]`: a tunable integer, passed to the kernel's\n"
+             "  tl.constexpr parameter of that name. The tuner searches these values after your change is accepted.\n"
+             "- `# @kl:constraint EXPR`: must hold for a parameter choice (and shape) to be valid.\n"
+             "- `# @kl:workspace NAME bytes=EXPR init=zero|poison`: scratch memory the harness allocates.\n"
+             "- `# @kl:launch KERNEL grid=(X[,Y[,Z]]) num_warps=EXPR num_stages=EXPR args=(...)`: the one launch.\n"
+             "  grid may use shape dims and parameters; num_warps (a power of 2) and num_stages only parameters.\n"
+             "  args name the problem's tensors, dims, scalars and workspaces, in the order of the kernel's\n"
+             "  non-constexpr parameters. Tensors arrive as pointers of their dtype, 16-byte aligned; dims as int32.\n"
+             "The harness compiles it ahead of time with Triton's own compiler for the target architecture and\n"
+             "launches the CUBIN itself (block = 32 * num_warps threads; Triton sizes the shared memory).\n"
+             "\n"
+             "Put one line starting with `NOTE:` outside the block saying what you changed and why.\n"
+             "A reply without exactly one such block, a diff that does not apply, or annotations that do not\n"
+             "parse is rejected and you will be shown the error.\n";
+        return t;
+    }
+
+} // namespace
+
+std::string replyProtocolText(bool haveBase, KernelLanguage language)
 {
+    if (language == KernelLanguage::Triton)
+        return tritonReplyProtocolText(haveBase);
     std::string t = "Reply with a short explanation if you like, then exactly ONE fenced block, in one of two forms.\n"
                     "\n"
                     "Form 1, a complete candidate: the whole .cu file, device code only (no host code, no main, no\n"

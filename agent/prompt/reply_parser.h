@@ -51,6 +51,6 @@ struct ParsedReply {
 ParsedReply parseReply(const std::string& reply, const std::string* baseSource);
 
 // The protocol text given to the model; the parser and this text are kept side by side.
-std::string replyProtocolText(bool haveBase);
+std::string replyProtocolText(bool haveBase, KernelLanguage language = KernelLanguage::Cuda);
 
 } // namespace kl::prompt

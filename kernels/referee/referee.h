@@ -67,7 +67,11 @@ const RuleInfo* findRule(const std::string& id);
 // Comments and string literals never trigger identifier rules; string literals are only read as inline PTX
 // (timer registers, trap/exit). Shape names are the problem's dims plus the integer parameters of every
 // __global__ function (and plain aliases of them). Reasons are sorted by line.
+// A Triton candidate (core detectLanguage) gets the Triton rules instead: imports of triton and triton.language
+// only, no module-level statements but @triton.jit defs (no host code, no globals), no printing or device asserts,
+// no timers, no host-side Python, no formats below the problem's, no exact-shape comparisons (review).
 std::vector<VerdictReason> checkSource(const std::string& source, const Problem& problem);
+std::vector<VerdictReason> checkTritonSource(const std::string& source, const Problem& problem);
 
 // ---- PTX checks: on the PTX NVRTC produced for the candidate, headers' code included ---------------------
 // Judges the compiled code whatever its spelling: special registers that reveal time or launch identity,

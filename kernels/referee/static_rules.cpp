@@ -1,6 +1,7 @@
 // Static rules over the token stream of a candidate. Each rule is a small function that appends reasons;
 // checkSource runs them all. Identifier rules only see Identifier tokens, so comments and string contents
 // never trigger them; string literals are read only as inline PTX.
+#include "core/kernel_spec.h"
 #include "kernels/referee/precision.h"
 #include "kernels/referee/referee.h"
 #include "kernels/referee/source_tokens.h"
@@ -1215,6 +1216,8 @@ bool includeAllowed(const std::string& header)
 
 std::vector<VerdictReason> checkSource(const std::string& source, const Problem& problem)
 {
+    if (detectLanguage(source) == KernelLanguage::Triton)
+        return checkTritonSource(source, problem);
     return Checker(source, problem).run();
 }
 

@@ -47,7 +47,7 @@ namespace {
     // Kernel plans: a loaded CUBIN plus the @kl launch plan.
 
     struct BoundArg {
-        enum Kind { Ptr, I32, F32, TensorMap } kind = Ptr;
+        enum Kind { Ptr, I32, F32, TensorMap, NullPtr } kind = Ptr;
         std::string name;
         std::int32_t i = 0;
         float f = 0;
@@ -160,6 +160,9 @@ namespace {
                         std::memcpy(&storage[i], &m.forAddress(buffers.at(m.spec.tensor)), sizeof(CUtensorMap));
                         break;
                     }
+                    case BoundArg::NullPtr:
+                        std::memset(&storage[i], 0, sizeof(CUdeviceptr));
+                        break;
                     }
                     argv[i] = &storage[i];
                 }
@@ -220,8 +223,9 @@ namespace {
     class KernelPlan final : public Plan {
     public:
         KernelPlan(CUmodule mod, KernelSpec spec, ParamValues params, const std::map<std::string, std::string>& lowered,
-            const DeviceInfo& dev, std::string label)
+            const DeviceInfo& dev, std::string label, std::map<std::string, KernelAbi> abi = {})
             : m_module(mod)
+            , m_abi(std::move(abi))
             , m_context(currentContext())
             , m_spec(std::move(spec))
             , m_params(std::move(params))
@@ -320,7 +324,9 @@ namespace {
                     throw LaunchConfigError(m_label + " line " + std::to_string(step.line) + ": "
                         + std::to_string(threads) + " threads per block, but " + step.kernel + " can run at most "
                         + std::to_string(fn.maxThreads) + " (registers)");
-                const std::int64_t smem = evalInt(step.sharedBytes, "smem", step.line);
+                const auto abi = m_abi.find(step.kernel);
+                const std::int64_t smem = evalInt(step.sharedBytes, "smem", step.line)
+                    + (abi != m_abi.end() ? abi->second.dynamicSharedBytes : 0);
                 if (smem < 0 || smem + fn.staticSmem > m_dev.sharedPerBlockOptin)
                     throw LaunchConfigError(m_label + " line " + std::to_string(step.line) + ": " + std::to_string(smem)
                         + " bytes of dynamic shared memory exceed the device limit of "
@@ -371,6 +377,11 @@ namespace {
                     }
                     st.args.push_back(arg);
                 }
+                if (abi != m_abi.end())
+                    for (int i = 0; i < abi->second.trailingNullPointers; ++i)
+                        st.args.push_back({ BoundArg::NullPtr, "(scratch)" });
+                if (st.args.size() > 32)
+                    throw LaunchConfigError(m_label + ": more than 32 kernel arguments");
                 b->steps.push_back(std::move(st));
             }
             return b;
@@ -431,6 +442,7 @@ namespace {
             int staticSmem = 0;
         };
         CUmodule m_module;
+        std::map<std::string, KernelAbi> m_abi;
         CUcontext m_context; // the module's, current when it is unloaded
         KernelSpec m_spec;
         ParamValues m_params;
@@ -812,7 +824,8 @@ std::shared_ptr<Plan> Engine::candidatePlan(const CandidateModuleSpec& spec, Com
         KernelSpec ks = parseKernelSpec(spec.source);
         CUmodule mod = nullptr;
         KL_CU(cuModuleLoadData(&mod, spec.cubin.data()));
-        plan = std::make_shared<KernelPlan>(mod, std::move(ks), spec.params, spec.lowered, m_device, "candidate");
+        plan = std::make_shared<KernelPlan>(
+            mod, std::move(ks), spec.params, spec.lowered, m_device, "candidate", spec.abi);
         if (report)
             report->ok = true;
     } else {

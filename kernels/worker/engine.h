@@ -67,6 +67,7 @@ struct CandidateModuleSpec {
     ParamValues params;
     std::string cubin; // may be empty when key is loaded or the worker compiles
     std::map<std::string, std::string> lowered;
+    std::map<std::string, KernelAbi> abi; // Triton: dynamic shared memory and trailing scratch pointers
 };
 
 // An output's tolerance as judged: measured from the reference's fp32 build against its fp64 build.

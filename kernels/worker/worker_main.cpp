@@ -37,6 +37,8 @@ kl::worker::CandidateModuleSpec candidateSpec(const Json& j)
         c.cubin = kl::wire::base64Decode(j.at("cubin_b64").get<std::string>());
     if (j.contains("lowered"))
         c.lowered = j.at("lowered").get<std::map<std::string, std::string>>();
+    if (j.contains("abi"))
+        c.abi = kl::wire::kernelAbi(j.at("abi"));
     return c;
 }
 
