@@ -322,7 +322,7 @@ struct TensorInfo {
         if (a.tensor)
             args += std::string(", ") + (a.output ? "" : "(const void*)") + "b[" + std::to_string(ti++) + "]";
         else
-            args += ", (" + a.cType + ")" + fmtDouble(a.scalar->value);
+            args += ", (" + a.cType + ")" + scalarValueC(*a.scalar, "d");
     }
     args += ", ws, wsBytes, s";
     o << "    switch (which) {\n    case 0: return " << P << "_run_fallback(" << args << ");\n    case 1: return " << P
@@ -643,10 +643,11 @@ std::string genTorchOp(const BundleModel& m)
             schema += "Tensor " + a.name;
         } else if (a.scalar->dtype == DType::I32) {
             sig += "int64_t " + a.name;
-            schema += "int " + a.name + "=" + std::to_string(static_cast<long long>(a.scalar->value));
+            schema += "int " + a.name
+                + (a.scalar->formula ? "" : "=" + std::to_string(static_cast<long long>(a.scalar->value)));
         } else {
             sig += "double " + a.name;
-            schema += "float " + a.name + "=" + fmtDouble(a.scalar->value);
+            schema += "float " + a.name + (a.scalar->formula ? "" : "=" + fmtDouble(a.scalar->value));
         }
     }
     for (const auto& d : explicitDims) {
