@@ -90,7 +90,8 @@ TEST(ProblemArchs, ShippedProblemsDeclareTheirOldestArchitecture)
         minArch[p.name] = p.minArch;
     // bf16 tensor-core MMA (wmma on __nv_bfloat16) starts at sm_80; the others run on Turing.
     const std::map<std::string, int> expected
-        = { { "gemm_bf16", 80 }, { "rmsnorm", 75 }, { "silu_and_mul", 75 }, { "softmax", 75 } };
+        = { { "decode_attention", 80 }, { "gemm_bf16", 80 }, { "mla_decode", 80 }, { "rmsnorm", 75 }, { "silu_and_mul", 75 },
+              { "softmax", 75 } };
     EXPECT_EQ(minArch, expected);
 }
 
