@@ -670,6 +670,9 @@ Problem problemFromJson(const Json& j, const std::string& where)
                 throw InputError(w + ".role: expected input or output");
             ts.role = role == "input" ? TensorRole::Input : TensorRole::Output;
             ts.scale = numberOr(t, "scale", 1.0, w);
+            ts.largeScale = numberOr(t, "large_scale", 0.0, w);
+            if (!(ts.largeScale >= 0))
+                throw InputError(w + ".large_scale: must be a magnitude above 0 (absent: 1000 x scale)");
             if (const Json* v = optionalObject(t, "values", w)) {
                 const std::string wv = w + ".values";
                 const std::string kind = string(*v, "kind", wv);
@@ -762,6 +765,8 @@ Json toJson(const Problem& p)
             shape.push_back(e.text());
         Json tj = { { "name", t.name }, { "dtype", dtypeName(t.dtype) }, { "shape", shape },
             { "role", t.role == TensorRole::Input ? "input" : "output" }, { "scale", t.scale } };
+        if (t.largeScale > 0)
+            tj["large_scale"] = t.largeScale;
         if (t.values.kind != IntValues::Kind::Any)
             tj["values"] = { { "kind", intValuesKindName(t.values.kind) }, { "low", t.values.low.text() },
                 { "high", t.values.high.text() }, { "pad_fraction", t.values.padFraction } };

@@ -155,7 +155,8 @@ std::vector<std::int64_t> intInputValues(const TensorSpec& t, const Shape& s, st
         std::unordered_set<std::int64_t> chosen;
         std::vector<std::int64_t> row;
         for (std::uint64_t start = 0; start + rowLength <= count; start += rowLength) {
-            std::uint64_t valid = std::min<std::uint64_t>(rowLength, static_cast<std::uint64_t>(std::max<std::int64_t>(n, 0)));
+            std::uint64_t valid
+                = std::min<std::uint64_t>(rowLength, static_cast<std::uint64_t>(std::max<std::int64_t>(n, 0)));
             if (valid > 0 && iv.padFraction > 0 && rng.unit() < iv.padFraction)
                 valid = rng.below(valid);
             // Floyd's sampling of `valid` distinct values from [0, n), then shuffled.
@@ -364,8 +365,8 @@ void validateProblem(const Problem& p, const std::string& where)
                 const std::int64_t limit = t.dtype == DType::I32 ? std::numeric_limits<std::int32_t>::max()
                                                                  : std::numeric_limits<std::int64_t>::max();
                 if (hi > limit || lo < -limit)
-                    throw InputError(field + at + ": values up to " + std::to_string(hi) + " do not fit "
-                        + dtypeName(t.dtype));
+                    throw InputError(
+                        field + at + ": values up to " + std::to_string(hi) + " do not fit " + dtypeName(t.dtype));
             }
             for (std::size_t i = 0; i < p.scalars.size(); ++i) {
                 if (!p.scalars[i].formula)

@@ -44,7 +44,10 @@ struct TensorSpec {
     std::vector<Expr> shape; // expressions over dims
     TensorRole role = TensorRole::Input;
     double scale = 1.0; // typical magnitude of values; the "large" distribution multiplies it
-    IntValues values; // integer inputs only
+    IntValues values {}; // integer inputs only
+    // The magnitude under the "large" check, where 1000 x scale makes the problem ill-conditioned (attention: large
+    // values, but query scaled down so the logits stay as they are); 0: 1000 x scale.
+    double largeScale = 0;
 };
 
 struct ScalarSpec {

@@ -172,7 +172,8 @@ namespace {
                 o << "; a permutation of [0, its element count)";
                 break;
             case IntValues::Kind::Lengths:
-                o << "; lengths in [" << t.values.low.text() << ", " << t.values.high.text() << "], differing per entry";
+                o << "; lengths in [" << t.values.low.text() << ", " << t.values.high.text()
+                  << "], differing per entry";
                 break;
             }
             o << "\n";

@@ -229,8 +229,8 @@ namespace {
                 continue;
             const std::string what = "values of " + t.name;
             o << "    case " << i << ": *lo = " << toCExpression(t.values.low.text(), dimsOnly(p), what)
-              << "; *hi = " << toCExpression(t.values.high.text(), dimsOnly(p), what) << "; *pad = "
-              << fmtDouble(t.values.padFraction) << "; *row = "
+              << "; *hi = " << toCExpression(t.values.high.text(), dimsOnly(p), what)
+              << "; *pad = " << fmtDouble(t.values.padFraction) << "; *row = "
               << (t.shape.empty() ? std::string("0") : toCExpression(t.shape.back().text(), dimsOnly(p), what))
               << "; return;\n";
         }
@@ -294,7 +294,8 @@ std::string genSelfTest(const BundleModel& m)
          "the\n"
          "   candidate over the fallback where the dispatcher uses it. Exit 0: all passed; 77: no CUDA device. */\n";
     o << "#include \"" << P
-      << ".h\"\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda_fp8.h>\n#include <cuda_runtime.h>\n\n"
+      << ".h\"\n#include \"kl_expr.h\"\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include "
+         "<cuda_fp8.h>\n#include <cuda_runtime.h>\n\n"
          "#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstdio>\n#include <cstdlib>\n#include "
          "<cstring>\n"
          "#include <random>\n#include <set>\n#include <string>\n#include <vector>\n\n";

@@ -75,20 +75,25 @@ void HarnessKernels::launch(CUfunction f, CUstream s, std::uint64_t n, void** ar
     KL_CU(cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, s, args, nullptr));
 }
 
-void HarnessKernels::fill(
-    CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, Distribution dist, std::uint64_t seed, double scale) const
+double HarnessKernels::largeFactorOf(const TensorSpec& t)
+{
+    return t.largeScale > 0 && t.scale > 0 ? t.largeScale / t.scale : kLargeFactor;
+}
+
+void HarnessKernels::fill(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, Distribution dist, std::uint64_t seed,
+    double scale, double largeFactor) const
 {
     int dtc = static_cast<int>(dt);
     int distc = static_cast<int>(dist);
     float sc = static_cast<float>(scale);
-    float large = static_cast<float>(kLargeFactor);
+    float large = static_cast<float>(largeFactor);
     void* args[] = { &p, &n, &dtc, &distc, &seed, &sc, &large };
     launch(m_fill, s, vectorLanes(n, dt), args);
 }
 
 namespace {
-    void uploadIntValues(CUstream s, CUdeviceptr p, const TensorSpec& t, const Shape& shape, std::uint64_t n,
-        std::uint64_t seed)
+    void uploadIntValues(
+        CUstream s, CUdeviceptr p, const TensorSpec& t, const Shape& shape, std::uint64_t n, std::uint64_t seed)
     {
         const std::vector<std::int64_t> v = intInputValues(t, shape, n, seed);
         if (t.dtype == DType::I64) {
@@ -111,7 +116,7 @@ void HarnessKernels::fillInput(CUstream s, CUdeviceptr p, const TensorSpec& t, c
     Distribution dist, std::uint64_t seed) const
 {
     if (t.values.kind == IntValues::Kind::Any)
-        fill(s, p, n, t.dtype, dist, seed, t.scale);
+        fill(s, p, n, t.dtype, dist, seed, t.scale, largeFactorOf(t));
     else
         uploadIntValues(s, p, t, shape, n, intSeed(seed, dist, 0));
 }
@@ -120,7 +125,7 @@ void HarnessKernels::slabFillInput(CUstream s, CUdeviceptr base, const SlabLayou
     const Shape& shape, std::uint64_t n, Distribution dist, std::uint64_t seed) const
 {
     if (t.values.kind == IntValues::Kind::Any) {
-        slabFill(s, base, l, n, t.dtype, dist, seed, t.scale);
+        slabFill(s, base, l, n, t.dtype, dist, seed, t.scale, largeFactorOf(t));
         return;
     }
     for (int set = 0; set < l.sets(); ++set)
@@ -221,13 +226,13 @@ void HarnessKernels::slabPoison(
 }
 
 void HarnessKernels::slabFill(CUstream s, CUdeviceptr base, const SlabLayout& l, std::uint64_t n, DType dt,
-    Distribution dist, std::uint64_t seed, double scale) const
+    Distribution dist, std::uint64_t seed, double scale, double largeFactor) const
 {
     SlabParam p = slabParam(base, l);
     int dtc = static_cast<int>(dt);
     int distc = static_cast<int>(dist);
     float sc = static_cast<float>(scale);
-    float large = static_cast<float>(kLargeFactor);
+    float large = static_cast<float>(largeFactor);
     void* args[] = { &p, &n, &dtc, &distc, &seed, &sc, &large };
     launchSlab(m_slabFill, s, l, vectorLanes(n, dt), false, args);
 }

@@ -296,9 +296,11 @@ TEST(PromptBuilder, EveryShippedProblemGivesACompletePromptWithoutVerifyShapes)
                     std::string::npos)
                     << dim.name;
             // What an integer input means is part of the contract (a page table is a permutation).
-            for (const auto& t : problem.tensors)
-                if (t.values.kind == IntValues::Kind::Permutation)
+            for (const auto& t : problem.tensors) {
+                if (t.values.kind == IntValues::Kind::Permutation) {
                     EXPECT_NE(all.find(t.name + ": i32 [" + t.shape[0].text()), std::string::npos) << t.name;
+                }
+            }
             if (problem.name == "decode_attention") {
                 EXPECT_NE(all.find("contiguous; a permutation of [0, its element count)"), std::string::npos);
                 EXPECT_NE(all.find("; lengths in [(MAXP - 1) * PS + 1, MAXP * PS]"), std::string::npos);

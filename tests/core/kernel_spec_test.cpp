@@ -222,8 +222,8 @@ TEST(KernelSpecAgainstProblem, SignatureIsReadFromCodeNotCommentsStringsOrDeclar
 {
     kl::Problem problem;
     problem.name = "p";
-    problem.dims.push_back({ "N", 1, 100, 1, true, false });
-    problem.tensors.push_back({ "y", kl::DType::F32, {}, kl::TensorRole::Output, 1.0, {} });
+    problem.dims.push_back({ "N", 1, 100, 1, true });
+    problem.tensors.push_back({ "y", kl::DType::F32, {}, kl::TensorRole::Output, 1.0 });
     const std::string annotations = "// @kl:launch k grid=(N) block=(32) args=(y, N)\n";
     const std::string decoys = "// k(int a, int b, int c) in a comment\n"
                                "/* __global__ void k(int a) */\n"

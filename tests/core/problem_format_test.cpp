@@ -19,7 +19,7 @@ kl::Json decodeJson()
       "scalars": [{"name": "scale", "dtype": "f32", "value": "1/sqrt(D + 64)"}, {"name": "eps", "value": 1e-6}],
       "tensors": [
         {"name": "o", "dtype": "bf16", "shape": ["B", "D"], "role": "output"},
-        {"name": "q", "dtype": "bf16", "shape": ["B", "D"], "role": "input"},
+        {"name": "q", "dtype": "bf16", "shape": ["B", "D"], "role": "input", "large_scale": 0.001},
         {"name": "block_table", "dtype": "i32", "shape": ["PAGES"], "role": "input", "values": {"kind": "permutation"}},
         {"name": "lens", "dtype": "i32", "shape": ["B"], "role": "input", "values": {"kind": "lengths", "low": 1, "high": "L"}},
         {"name": "pos", "dtype": "i64", "shape": ["B"], "role": "input", "values": {"kind": "range", "low": 0, "high": "L"}},
@@ -61,14 +61,19 @@ TEST(ProblemFormat, ConstantsFillEveryShapeAndRoundTrip)
     EXPECT_EQ(kl::toJson(q), kl::toJson(p));
     EXPECT_EQ(kl::toJson(p).at("constants").at("D"), 128);
     EXPECT_EQ(q.tensor("topk")->values.padFraction, 0.25);
+    EXPECT_EQ(q.tensor("q")->largeScale, 0.001) << "the large check's magnitude of q round-trips";
+    EXPECT_EQ(q.tensor("o")->largeScale, 0) << "absent: 1000 x scale";
 
     auto j = decodeJson();
     j["tuning_shapes"][0]["dims"]["D"] = 64; // a constant is not a free dim
     EXPECT_NE(refusal(j).find("D=64 is outside [128, 128]"), std::string::npos) << refusal(j);
     j = decodeJson();
-    j["constants"]["B"] = 4;
-    EXPECT_NE(refusal(j).find("p.json.constants.B: constant 'B': a dim of that name"), std::string::npos)
+    j["tensors"][1]["large_scale"] = -1;
+    EXPECT_NE(refusal(j).find("p.json.tensors[1].large_scale: must be a magnitude above 0"), std::string::npos)
         << refusal(j);
+    j = decodeJson();
+    j["constants"]["B"] = 4;
+    EXPECT_NE(refusal(j).find("p.json.constants.B: constant 'B': a dim of that name"), std::string::npos) << refusal(j);
 }
 
 TEST(ProblemFormat, ScalarsComputedFromDims)
@@ -81,8 +86,8 @@ TEST(ProblemFormat, ScalarsComputedFromDims)
     EXPECT_DOUBLE_EQ(p.scalar("eps")->valueAt(p.tuningShapes[0].bindings()), 1e-6);
     auto j = decodeJson();
     j["scalars"][0]["value"] = "1/sqrt(HEAD)";
-    EXPECT_NE(refusal(j).find("p.json.scalars[0].value: '1/sqrt(HEAD)' names 'HEAD', which is not a dim"),
-        std::string::npos)
+    EXPECT_NE(
+        refusal(j).find("p.json.scalars[0].value: '1/sqrt(HEAD)' names 'HEAD', which is not a dim"), std::string::npos)
         << refusal(j);
     j = decodeJson();
     j["scalars"][0]["value"] = "1/(D-128)";
@@ -101,8 +106,7 @@ TEST(ProblemFormat, ValueKindsAreRefusedWhereTheyCannotHold)
     EXPECT_NE(refusal(j).find("p.json.tensors[4].values at tuning_shapes[0]"), std::string::npos) << refusal(j);
     j = decodeJson();
     j["tensors"][3]["values"]["kind"] = "sorted";
-    EXPECT_NE(refusal(j).find("p.json.tensors[3].values.kind: unknown kind 'sorted'"), std::string::npos)
-        << refusal(j);
+    EXPECT_NE(refusal(j).find("p.json.tensors[3].values.kind: unknown kind 'sorted'"), std::string::npos) << refusal(j);
     j = decodeJson();
     j["tensors"][3]["values"]["high"] = "L * 1000000"; // beyond i32 at L = 4096
     EXPECT_NE(refusal(j).find("do not fit i32"), std::string::npos) << refusal(j);

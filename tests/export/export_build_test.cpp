@@ -126,13 +126,14 @@ namespace {
                 << name << "\n"
                 << log;
             // The self-test draws integer inputs with meaning (page tables, lengths) for the problems that have them.
-            if (std::string(name) == "decode_attention")
+            if (std::string(name) == "decode_attention") {
                 EXPECT_EQ(runCommand("cd " + out.string() + " && " + KL_NVCC
                                   + " -std=c++17 -arch=sm_90a -Werror all-warnings -c" + inc + " test/selftest.cu",
                               &log),
                     0)
                     << name << "\n"
                     << log;
+            }
             EXPECT_EQ(runCommand("cd " + out.string() + " && cc -std=c99 -Wall -Wextra -Werror" + inc
                               + " -o dt test/dispatch_test.c src/" + P + "_dispatch.c -lm && ./dt",
                           &log),

@@ -521,8 +521,7 @@ kl::Candidate pagedGatherCandidate(const std::string& sumLoop, const std::string
 TEST_F(HarnessGpu, IntegerInputsWithMeaningJudgeAPagedGather)
 {
     REQUIRE_GPU();
-    const kl::Problem p
-        = kl::loadProblem(std::string(KL_SOURCE_DIR) + "/tests/kernels/problems/paged_gather");
+    const kl::Problem p = kl::loadProblem(std::string(KL_SOURCE_DIR) + "/tests/kernels/problems/paged_gather");
     auto o = options();
     o.staticChecks = false;
     kl::GpuEvaluator ev(p, o);
