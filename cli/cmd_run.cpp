@@ -76,6 +76,7 @@ namespace {
                     throw InputError("--shapes: bad value in '" + kv + "'");
                 }
             }
+            s = p.withConstants(std::move(s));
             std::string why;
             if (!p.shapeIsValid(s, &why))
                 throw InputError("--shapes: " + s.label() + " is not a valid shape of " + p.name + ": " + why);

@@ -597,6 +597,18 @@ Problem problemFromJson(const Json& j, const std::string& where)
             p.dims.push_back(ds);
         }
     }
+    if (const Json* cs = optionalObject(j, "constants", where))
+        for (const auto& [name, value] : cs->items()) {
+            const std::string w = where + ".constants." + abbreviate(name);
+            DimSpec ds;
+            ds.name = name;
+            if (const auto bad = badProblemName(p, ds.name, "constant"))
+                throw InputError(w + ": " + *bad);
+            ds.min = ds.max = jsonfield::asInteger(value, w, 1, std::int64_t(1) << 40);
+            ds.logUniform = false;
+            ds.constant = true;
+            p.dims.push_back(ds);
+        }
     if (const Json* cs = optionalArray(j, "dim_constraints", where)) {
         int i = 0;
         for (const auto& c : *cs) {
@@ -622,7 +634,10 @@ Problem problemFromJson(const Json& j, const std::string& where)
             if (!dt || (*dt != DType::F32 && *dt != DType::I32))
                 throw InputError(w + ".dtype: scalars are f32 or i32");
             sc.dtype = *dt;
-            sc.value = number(s, "value", w);
+            if (s.contains("value") && s.at("value").is_string())
+                sc.formula = exprField(s, "value", w);
+            else
+                sc.value = number(s, "value", w);
             p.scalars.push_back(sc);
         }
     }
@@ -655,6 +670,24 @@ Problem problemFromJson(const Json& j, const std::string& where)
                 throw InputError(w + ".role: expected input or output");
             ts.role = role == "input" ? TensorRole::Input : TensorRole::Output;
             ts.scale = numberOr(t, "scale", 1.0, w);
+            ts.largeScale = numberOr(t, "large_scale", 0.0, w);
+            if (!(ts.largeScale >= 0))
+                throw InputError(w + ".large_scale: must be a magnitude above 0 (absent: 1000 x scale)");
+            if (const Json* v = optionalObject(t, "values", w)) {
+                const std::string wv = w + ".values";
+                const std::string kind = string(*v, "kind", wv);
+                const auto valueKind = intValuesKindFromName(kind);
+                if (!valueKind)
+                    throw InputError(wv + ".kind: unknown kind '" + abbreviate(kind)
+                        + "' (any, range, distinct, permutation, lengths)");
+                ts.values.kind = *valueKind;
+                const bool needsHigh = *valueKind == IntValues::Kind::Range || *valueKind == IntValues::Kind::Distinct
+                    || *valueKind == IntValues::Kind::Lengths;
+                ts.values.low = exprField(*v, "low", wv, "0");
+                if (needsHigh)
+                    ts.values.high = exprField(*v, "high", wv);
+                ts.values.padFraction = numberOr(*v, "pad_fraction", 0.0, wv);
+            }
             p.tensors.push_back(std::move(ts));
         }
     }
@@ -668,7 +701,7 @@ Problem problemFromJson(const Json& j, const std::string& where)
             int i = 0;
             for (const auto& s : *ss) {
                 const std::string w = where + "." + key + "[" + std::to_string(i++) + "]";
-                Shape sh = shapeFromJson(s, w);
+                Shape sh = p.withConstants(shapeFromJson(s, w));
                 std::string why;
                 if (!p.shapeIsValid(sh, &why))
                     throw InputError(w + ": " + why);
@@ -724,23 +757,33 @@ Problem problemFromJson(const Json& j, const std::string& where)
 
 Json toJson(const Problem& p)
 {
-    Json dims = Json::array();
+    Json dims = Json::array(), constants = Json::object();
     for (const auto& d : p.dims)
-        dims.push_back({ { "name", d.name }, { "min", d.min }, { "max", d.max }, { "multiple_of", d.multipleOf },
-            { "log_uniform", d.logUniform } });
+        if (d.constant)
+            constants[d.name] = d.min;
+        else
+            dims.push_back({ { "name", d.name }, { "min", d.min }, { "max", d.max }, { "multiple_of", d.multipleOf },
+                { "log_uniform", d.logUniform } });
     Json cons = Json::array();
     for (const auto& c : p.dimConstraints)
         cons.push_back(c.text());
     Json scalars = Json::array();
     for (const auto& s : p.scalars)
-        scalars.push_back({ { "name", s.name }, { "dtype", dtypeName(s.dtype) }, { "value", s.value } });
+        scalars.push_back({ { "name", s.name }, { "dtype", dtypeName(s.dtype) },
+            { "value", s.formula ? Json(s.formula->text()) : Json(s.value) } });
     Json tensors = Json::array();
     for (const auto& t : p.tensors) {
         Json shape = Json::array();
         for (const auto& e : t.shape)
             shape.push_back(e.text());
-        tensors.push_back({ { "name", t.name }, { "dtype", dtypeName(t.dtype) }, { "shape", shape },
-            { "role", t.role == TensorRole::Input ? "input" : "output" }, { "scale", t.scale } });
+        Json tj = { { "name", t.name }, { "dtype", dtypeName(t.dtype) }, { "shape", shape },
+            { "role", t.role == TensorRole::Input ? "input" : "output" }, { "scale", t.scale } };
+        if (t.largeScale > 0)
+            tj["large_scale"] = t.largeScale;
+        if (t.values.kind != IntValues::Kind::Any)
+            tj["values"] = { { "kind", intValuesKindName(t.values.kind) }, { "low", t.values.low.text() },
+                { "high", t.values.high.text() }, { "pad_fraction", t.values.padFraction } };
+        tensors.push_back(std::move(tj));
     }
     Json tuning = Json::array(), verify = Json::array();
     for (const auto& s : p.tuningShapes)
@@ -756,6 +799,8 @@ Json toJson(const Problem& p)
         { "verify_shapes", verify }, { "tolerances", tol }, { "flops", p.flops.text() }, { "bytes", p.bytes.text() },
         { "reference", p.referenceFile }, { "baseline", p.baselineFile }, { "template", p.templateFile },
         { "library_baseline", p.libraryBaseline } };
+    if (!constants.empty())
+        j["constants"] = constants;
     if (p.minArch > 0)
         j["min_arch"] = archName(p.minArch);
     for (const auto& [arch, file] : p.archTemplates)

@@ -5,6 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <unordered_set>
 
 namespace kl {
 
@@ -56,6 +60,122 @@ std::size_t dtypeBytes(DType t)
     return 4;
 }
 
+namespace {
+    constexpr std::pair<IntValues::Kind, const char*> kIntKinds[] = {
+        { IntValues::Kind::Any, "any" },
+        { IntValues::Kind::Range, "range" },
+        { IntValues::Kind::Distinct, "distinct" },
+        { IntValues::Kind::Permutation, "permutation" },
+        { IntValues::Kind::Lengths, "lengths" },
+    };
+
+    // splitmix64: the same stream on every machine and standard library (std:: distributions are not).
+    struct SplitMix64 {
+        std::uint64_t state;
+        std::uint64_t next()
+        {
+            std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+            return z ^ (z >> 31);
+        }
+        std::uint64_t below(std::uint64_t n) { return n == 0 ? 0 : next() % n; }
+        double unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+    };
+} // namespace
+
+const char* intValuesKindName(IntValues::Kind k)
+{
+    for (const auto& [kind, name] : kIntKinds)
+        if (kind == k)
+            return name;
+    return "any";
+}
+
+std::optional<IntValues::Kind> intValuesKindFromName(const std::string& name)
+{
+    for (const auto& [kind, n] : kIntKinds)
+        if (name == n)
+            return kind;
+    return std::nullopt;
+}
+
+double ScalarSpec::valueAt(const Bindings& dims) const
+{
+    return formula ? formula->evaluate(dims) : value;
+}
+
+std::vector<std::int64_t> intInputValues(const TensorSpec& t, const Shape& s, std::uint64_t count, std::uint64_t seed)
+{
+    const Bindings b = s.bindings();
+    const IntValues& iv = t.values;
+    SplitMix64 rng { seed ^ 0x5851F42D4C957F2Dull };
+    std::vector<std::int64_t> v(count, -1);
+    switch (iv.kind) {
+    case IntValues::Kind::Any:
+        throw std::invalid_argument("tensor " + t.name + " has no integer value kind");
+    case IntValues::Kind::Range: {
+        const std::int64_t lo = iv.low.evaluateInt(b), hi = iv.high.evaluateInt(b);
+        if (hi <= lo)
+            throw ExprError("tensor " + t.name + ": range [" + std::to_string(lo) + ", " + std::to_string(hi)
+                + ") is empty at " + s.label());
+        for (auto& x : v)
+            x = lo + static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(hi - lo)));
+        break;
+    }
+    case IntValues::Kind::Lengths: {
+        const std::int64_t lo = iv.low.evaluateInt(b), hi = iv.high.evaluateInt(b);
+        if (hi < lo)
+            throw ExprError("tensor " + t.name + ": lengths [" + std::to_string(lo) + ", " + std::to_string(hi)
+                + "] are empty at " + s.label());
+        for (auto& x : v)
+            x = lo + static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(hi - lo) + 1));
+        if (count >= 1) {
+            const std::uint64_t longest = rng.below(count);
+            v[longest] = hi;
+            if (count >= 2)
+                v[(longest + 1 + rng.below(count - 1)) % count] = lo;
+        }
+        break;
+    }
+    case IntValues::Kind::Permutation:
+        std::iota(v.begin(), v.end(), std::int64_t { 0 });
+        for (std::uint64_t i = count; i > 1; --i)
+            std::swap(v[i - 1], v[rng.below(i)]);
+        break;
+    case IntValues::Kind::Distinct: {
+        const std::int64_t n = iv.high.evaluateInt(b);
+        std::uint64_t rowLength = count;
+        if (!t.shape.empty()) {
+            const std::int64_t last = t.shape.back().evaluateInt(b);
+            rowLength = last > 0 ? static_cast<std::uint64_t>(last) : count;
+        }
+        if (rowLength == 0)
+            break;
+        std::unordered_set<std::int64_t> chosen;
+        std::vector<std::int64_t> row;
+        for (std::uint64_t start = 0; start + rowLength <= count; start += rowLength) {
+            std::uint64_t valid
+                = std::min<std::uint64_t>(rowLength, static_cast<std::uint64_t>(std::max<std::int64_t>(n, 0)));
+            if (valid > 0 && iv.padFraction > 0 && rng.unit() < iv.padFraction)
+                valid = rng.below(valid);
+            // Floyd's sampling of `valid` distinct values from [0, n), then shuffled.
+            chosen.clear();
+            row.clear();
+            for (std::int64_t j = n - static_cast<std::int64_t>(valid); j < n; ++j) {
+                const auto pick = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(j) + 1));
+                row.push_back(chosen.insert(pick).second ? pick : (chosen.insert(j), j));
+            }
+            for (std::size_t i = row.size(); i > 1; --i)
+                std::swap(row[i - 1], row[rng.below(i)]);
+            std::copy(row.begin(), row.end(), v.begin() + static_cast<std::ptrdiff_t>(start));
+        }
+        break;
+    }
+    }
+    return v;
+}
+
 std::string Shape::label() const
 {
     std::string s;
@@ -81,6 +201,22 @@ const TensorSpec* Problem::tensor(const std::string& n) const
         if (t.name == n)
             return &t;
     return nullptr;
+}
+
+const ScalarSpec* Problem::scalar(const std::string& n) const
+{
+    for (const auto& sc : scalars)
+        if (sc.name == n)
+            return &sc;
+    return nullptr;
+}
+
+Shape Problem::withConstants(Shape s) const
+{
+    for (const auto& d : dims)
+        if (d.constant)
+            s.dims.emplace(d.name, d.min);
+    return s;
 }
 
 const DimSpec* Problem::dim(const std::string& n) const
@@ -173,6 +309,24 @@ void validateProblem(const Problem& p, const std::string& where)
                 p.tensors[i].shape[k], where + ".tensors[" + std::to_string(i) + "].shape[" + std::to_string(k) + "]");
     requireDimsOnly(p.flops, where + ".flops");
     requireDimsOnly(p.bytes, where + ".bytes");
+    for (std::size_t i = 0; i < p.scalars.size(); ++i)
+        if (p.scalars[i].formula)
+            requireDimsOnly(*p.scalars[i].formula, where + ".scalars[" + std::to_string(i) + "].value");
+    for (std::size_t i = 0; i < p.tensors.size(); ++i) {
+        const TensorSpec& t = p.tensors[i];
+        if (t.values.kind == IntValues::Kind::Any)
+            continue;
+        const std::string field = where + ".tensors[" + std::to_string(i) + "].values";
+        if (t.dtype != DType::I32 && t.dtype != DType::I64)
+            throw InputError(field + ": tensor " + t.name + " is " + dtypeName(t.dtype) + "; value kinds ("
+                + intValuesKindName(t.values.kind) + ") are for i32 and i64 inputs");
+        if (t.role != TensorRole::Input)
+            throw InputError(field + ": tensor " + t.name + " is an output; value kinds describe inputs");
+        if (!(t.values.padFraction >= 0 && t.values.padFraction <= 1))
+            throw InputError(field + ".pad_fraction: must be in [0, 1], got " + std::to_string(t.values.padFraction));
+        requireDimsOnly(t.values.low, field + ".low");
+        requireDimsOnly(t.values.high, field + ".high");
+    }
 
     auto atEveryShape = [&](const std::vector<Shape>& shapes, const std::string& key) {
         for (std::size_t s = 0; s < shapes.size(); ++s) {
@@ -197,6 +351,44 @@ void validateProblem(const Problem& p, const std::string& where)
                 if (elements > kMaxTensorElements)
                     throw InputError(field + at + ": tensor " + t.name + " has " + std::to_string(elements)
                         + " elements, more than the limit of 2^40");
+            }
+            for (std::size_t i = 0; i < p.tensors.size(); ++i) {
+                const TensorSpec& t = p.tensors[i];
+                const IntValues& iv = t.values;
+                if (iv.kind == IntValues::Kind::Any || iv.kind == IntValues::Kind::Permutation)
+                    continue;
+                const std::string field = where + ".tensors[" + std::to_string(i) + "].values";
+                std::int64_t lo = 0, hi = 0;
+                try {
+                    lo = iv.low.evaluateInt(b);
+                    hi = iv.high.evaluateInt(b);
+                } catch (const ExprError& e) {
+                    throw InputError(field + at + ": " + e.what());
+                }
+                const bool empty = iv.kind == IntValues::Kind::Range ? hi <= lo
+                    : iv.kind == IntValues::Kind::Lengths            ? hi < lo
+                                                                     : hi < 1;
+                if (empty)
+                    throw InputError(field + at + ": " + intValuesKindName(iv.kind) + " low " + std::to_string(lo)
+                        + ", high " + std::to_string(hi) + " leave no value to draw");
+                const std::int64_t limit = t.dtype == DType::I32 ? std::numeric_limits<std::int32_t>::max()
+                                                                 : std::numeric_limits<std::int64_t>::max();
+                if (hi > limit || lo < -limit)
+                    throw InputError(
+                        field + at + ": values up to " + std::to_string(hi) + " do not fit " + dtypeName(t.dtype));
+            }
+            for (std::size_t i = 0; i < p.scalars.size(); ++i) {
+                if (!p.scalars[i].formula)
+                    continue;
+                double v = 0;
+                try {
+                    v = p.scalars[i].valueAt(b);
+                } catch (const ExprError& e) {
+                    throw InputError(where + ".scalars[" + std::to_string(i) + "].value" + at + ": " + e.what());
+                }
+                if (!std::isfinite(v))
+                    throw InputError(where + ".scalars[" + std::to_string(i) + "].value" + at + ": '"
+                        + abbreviate(p.scalars[i].formula->text()) + "' is not finite");
             }
             for (const auto& [formula, key2] : { std::pair { &p.flops, "flops" }, std::pair { &p.bytes, "bytes" } }) {
                 double v = 0;

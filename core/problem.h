@@ -18,6 +18,25 @@ std::size_t dtypeBytes(DType t);
 
 enum class TensorRole { Input, Output };
 
+// The values of an integer input that means something (positions, indices, page tables, lengths), so that a
+// kernel reading it indexes inside its tensors. Integers without a kind are rint(normal x scale).
+struct IntValues {
+    enum class Kind {
+        Any, // rint(normal x scale), like any other input
+        Range, // uniform in [low, high)
+        Distinct, // per row (the last extent), distinct values in [0, high), in random order; padded with -1
+                  // past high and, in a padFraction share of rows, after a random prefix (top-k selections)
+        Permutation, // the whole tensor is a permutation of [0, its element count) (page tables)
+        Lengths, // uniform in [low, high], high and low each present at least once (ragged batches)
+    };
+    Kind kind = Kind::Any;
+    Expr low = Expr::parse("0");
+    Expr high = Expr::parse("0");
+    double padFraction = 0;
+};
+const char* intValuesKindName(IntValues::Kind k);
+std::optional<IntValues::Kind> intValuesKindFromName(const std::string& name);
+
 // How verification fills an input: several distributions run on every check.
 struct TensorSpec {
     std::string name;
@@ -25,12 +44,18 @@ struct TensorSpec {
     std::vector<Expr> shape; // expressions over dims
     TensorRole role = TensorRole::Input;
     double scale = 1.0; // typical magnitude of values; the "large" distribution multiplies it
+    IntValues values {}; // integer inputs only
+    // The magnitude under the "large" check, where 1000 x scale makes the problem ill-conditioned (attention: large
+    // values, but query scaled down so the logits stay as they are); 0: 1000 x scale.
+    double largeScale = 0;
 };
 
 struct ScalarSpec {
     std::string name;
     DType dtype = DType::F32; // F32 or I32
-    double value = 0;
+    double value = 0; // when there is no formula
+    std::optional<Expr> formula; // a value computed from dims (softmax scale 1/sqrt(D + R))
+    double valueAt(const Bindings& dims) const; // throws ExprError
 };
 
 struct DimSpec {
@@ -39,6 +64,7 @@ struct DimSpec {
     std::int64_t max = 1;
     std::int64_t multipleOf = 1;
     bool logUniform = true; // draw held-out values log-uniformly (shapes span orders of magnitude)
+    bool constant = false; // problem.json "constants": a fixed size (head_dim 128), min == max, in every shape
 };
 
 // One concrete shape: dim name -> value, with a weight for the workload objective.
@@ -82,6 +108,9 @@ struct Problem {
 
     const TensorSpec* tensor(const std::string& n) const;
     const DimSpec* dim(const std::string& n) const;
+    const ScalarSpec* scalar(const std::string& n) const;
+    // s with every constant the problem declares and s lacks (shapes written by people name only the free dims).
+    Shape withConstants(Shape s) const;
     bool shapeIsValid(const Shape& s, std::string* why = nullptr) const;
     Tolerance toleranceFor(DType t) const;
     bool supportsArch(int arch) const { return arch == 0 || arch >= minArch; } // 0: not known, not refused
@@ -101,5 +130,9 @@ std::optional<std::string> badProblemName(const Problem& p, const std::string& n
 // evaluating at every declared shape (no division by zero, no negative extent, no tensor above
 // kMaxTensorElements), tolerances not negative, a tuning weight above zero. Throws InputError naming where's field.
 void validateProblem(const Problem& p, const std::string& where);
+
+// The values of an integer input with a kind (IntValues) at shape s: count elements, from seed, identical on every
+// machine (the worker fills inputs with them; tests and bundles can regenerate them). Throws ExprError.
+std::vector<std::int64_t> intInputValues(const TensorSpec& t, const Shape& s, std::uint64_t count, std::uint64_t seed);
 
 } // namespace kl

@@ -158,15 +158,40 @@ namespace {
             o << "- " << t.name << ": " << dtypeName(t.dtype) << " [";
             for (std::size_t i = 0; i < t.shape.size(); ++i)
                 o << (i ? ", " : "") << t.shape[i].text();
-            o << "] " << (t.role == TensorRole::Output ? "output" : "input") << ", row-major, contiguous\n";
+            o << "] " << (t.role == TensorRole::Output ? "output" : "input") << ", row-major, contiguous";
+            switch (t.values.kind) {
+            case IntValues::Kind::Any:
+                break;
+            case IntValues::Kind::Range:
+                o << "; values in [" << t.values.low.text() << ", " << t.values.high.text() << ")";
+                break;
+            case IntValues::Kind::Distinct:
+                o << "; each row holds distinct values in [0, " << t.values.high.text() << ")"
+                  << (t.values.padFraction > 0 ? ", rows may end in -1 padding" : "")
+                  << " (entries past the range are -1)";
+                break;
+            case IntValues::Kind::Permutation:
+                o << "; a permutation of [0, its element count)";
+                break;
+            case IntValues::Kind::Lengths:
+                o << "; lengths in [" << t.values.low.text() << ", " << t.values.high.text()
+                  << "], differing per entry";
+                break;
+            }
+            o << "\n";
         }
         if (!p.scalars.empty()) {
             o << "Scalars:\n";
             for (const auto& s : p.scalars)
-                o << "- " << s.name << ": " << dtypeName(s.dtype) << " = " << fmt("%g", s.value) << "\n";
+                o << "- " << s.name << ": " << dtypeName(s.dtype) << " = "
+                  << (s.formula ? s.formula->text() : fmt("%g", s.value)) << "\n";
         }
         o << "\nValidity range (the kernel must be correct for every shape in it):\n";
         for (const auto& d : p.dims) {
+            if (d.constant) {
+                o << "- " << d.name << " = " << d.min << " (a constant of the problem)\n";
+                continue;
+            }
             o << "- " << d.name << " in [" << d.min << ", " << d.max << "]";
             if (d.multipleOf > 1)
                 o << ", a multiple of " << d.multipleOf;

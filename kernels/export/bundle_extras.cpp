@@ -205,6 +205,80 @@ std::string genDispatchTest(const BundleModel& m)
     return o.str();
 }
 
+namespace {
+    // The self-test's integer inputs with a value kind (core/problem.h, IntValues): the same contract as the
+    // worker's kl::intInputValues, drawn from the self-test's own fresh seed.
+    std::string genIntValues(const BundleModel& m)
+    {
+        const Problem& p = *m.problem;
+        const std::string& P = m.prefix;
+        std::ostringstream o;
+        o << "/* 0 any, 1 range [lo, hi), 2 distinct per row in [0, hi) with -1 padding, 3 permutation, 4 lengths\n"
+             "   [lo, hi] with both ends present (problem.json \"values\"). */\n";
+        o << "static int valueKind(int t)\n{\n    switch (t) {\n";
+        for (std::size_t i = 0; i < p.tensors.size(); ++i)
+            if (p.tensors[i].values.kind != IntValues::Kind::Any)
+                o << "    case " << i << ": return " << static_cast<int>(p.tensors[i].values.kind) << ";\n";
+        o << "    default: return 0;\n    }\n}\n\n";
+        o << "static void valueBounds(int t, const " << P
+          << "_dims* dims, double* lo, double* hi, double* pad, double* row)\n{\n"
+          << dimLocals(p, "dims", "    ") << "    switch (t) {\n";
+        for (std::size_t i = 0; i < p.tensors.size(); ++i) {
+            const TensorSpec& t = p.tensors[i];
+            if (t.values.kind == IntValues::Kind::Any)
+                continue;
+            const std::string what = "values of " + t.name;
+            o << "    case " << i << ": *lo = " << toCExpression(t.values.low.text(), dimsOnly(p), what)
+              << "; *hi = " << toCExpression(t.values.high.text(), dimsOnly(p), what)
+              << "; *pad = " << fmtDouble(t.values.padFraction) << "; *row = "
+              << (t.shape.empty() ? std::string("0") : toCExpression(t.shape.back().text(), dimsOnly(p), what))
+              << "; return;\n";
+        }
+        o << "    default: *lo = *hi = *pad = *row = 0; return;\n    }\n}\n\n";
+        o << R"(static std::vector<double> intValues(int t, const )" << P
+          << R"(_dims* dims, size_t n, std::mt19937_64& rng)
+{
+    double lo, hi, pad, rowD;
+    valueBounds(t, dims, &lo, &hi, &pad, &rowD);
+    std::vector<double> v(n, -1.0);
+    const long long L = (long long)lo, H = (long long)hi;
+    switch (valueKind(t)) {
+    case 1:
+        for (auto& x : v) x = (double)(L + (long long)(rng() % (unsigned long long)(H - L)));
+        break;
+    case 4:
+        for (auto& x : v) x = (double)(L + (long long)(rng() % (unsigned long long)(H - L + 1)));
+        if (n >= 1) { const size_t a = rng() % n; v[a] = (double)H; if (n >= 2) v[(a + 1 + rng() % (n - 1)) % n] = (double)L; }
+        break;
+    case 3:
+        for (size_t i = 0; i < n; ++i) v[i] = (double)i;
+        std::shuffle(v.begin(), v.end(), rng);
+        break;
+    case 2: {
+        const size_t row = rowD > 0 ? (size_t)rowD : n;
+        std::vector<long long> pool;
+        for (size_t start = 0; row > 0 && start + row <= n; start += row) {
+            size_t valid = std::min<size_t>(row, (size_t)std::max(0LL, H));
+            if (valid > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < pad) valid = rng() % valid;
+            std::set<long long> chosen;
+            while (chosen.size() < valid) chosen.insert((long long)(rng() % (unsigned long long)H));
+            pool.assign(chosen.begin(), chosen.end());
+            std::shuffle(pool.begin(), pool.end(), rng);
+            for (size_t i = 0; i < pool.size(); ++i) v[start + i] = (double)pool[i];
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    return v;
+}
+
+)";
+        return o.str();
+    }
+} // namespace
+
 std::string genSelfTest(const BundleModel& m)
 {
     const std::string& P = m.prefix;
@@ -220,10 +294,11 @@ std::string genSelfTest(const BundleModel& m)
          "the\n"
          "   candidate over the fallback where the dispatcher uses it. Exit 0: all passed; 77: no CUDA device. */\n";
     o << "#include \"" << P
-      << ".h\"\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda_fp8.h>\n#include <cuda_runtime.h>\n\n"
+      << ".h\"\n#include \"kl_expr.h\"\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include "
+         "<cuda_fp8.h>\n#include <cuda_runtime.h>\n\n"
          "#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstdio>\n#include <cstdlib>\n#include "
          "<cstring>\n"
-         "#include <random>\n#include <string>\n#include <vector>\n\n";
+         "#include <random>\n#include <set>\n#include <string>\n#include <vector>\n\n";
     o << R"(#define KL_CHECK(x)                                                                                   \
     do {                                                                                              \
         cudaError_t kl_e = (x);                                                                       \
@@ -301,6 +376,7 @@ struct TensorInfo {
     }
     o << "};\nstatic const int kNumTensors = " << p.tensors.size() << ";\nstatic const int kNumDims = " << nd
       << ";\n\n";
+    o << genIntValues(m);
     o << "static long long numel(int t, const " << P << "_dims* dims)\n{\n" << dimLocals(p, "dims", "    ");
     o << "    switch (t) {\n";
     for (std::size_t i = 0; i < p.tensors.size(); ++i) {
@@ -322,7 +398,7 @@ struct TensorInfo {
         if (a.tensor)
             args += std::string(", ") + (a.output ? "" : "(const void*)") + "b[" + std::to_string(ti++) + "]";
         else
-            args += ", (" + a.cType + ")" + fmtDouble(a.scalar->value);
+            args += ", (" + a.cType + ")" + scalarValueC(*a.scalar, "d");
     }
     args += ", ws, wsBytes, s";
     o << "    switch (which) {\n    case 0: return " << P << "_run_fallback(" << args << ");\n    case 1: return " << P
@@ -466,7 +542,9 @@ int main()
         for (int t = 0; t < kNumTensors; ++t) {
             const size_t n = (size_t)numel(t, &d);
             KL_CHECK(cudaMalloc(&buf[t], std::max<size_t>(1, n * kindBytes(kTensors[t].kind))));
-            if (!kTensors[t].output) {
+            if (!kTensors[t].output && valueKind(t) != 0) {
+                toDevice(kTensors[t].kind, intValues(t, &d, n, rng), buf[t]);
+            } else if (!kTensors[t].output) {
                 std::vector<double> h(n);
                 for (auto& x : h) {
                     const double r = normal(rng) * kTensors[t].scale;
@@ -643,10 +721,11 @@ std::string genTorchOp(const BundleModel& m)
             schema += "Tensor " + a.name;
         } else if (a.scalar->dtype == DType::I32) {
             sig += "int64_t " + a.name;
-            schema += "int " + a.name + "=" + std::to_string(static_cast<long long>(a.scalar->value));
+            schema += "int " + a.name
+                + (a.scalar->formula ? "" : "=" + std::to_string(static_cast<long long>(a.scalar->value)));
         } else {
             sig += "double " + a.name;
-            schema += "float " + a.name + "=" + fmtDouble(a.scalar->value);
+            schema += "float " + a.name + (a.scalar->formula ? "" : "=" + fmtDouble(a.scalar->value));
         }
     }
     for (const auto& d : explicitDims) {

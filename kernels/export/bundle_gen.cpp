@@ -224,6 +224,15 @@ std::vector<ApiParam> apiParams(const Problem& p)
     return out;
 }
 
+std::string scalarValueC(const ScalarSpec& s, const std::string& dimsPtr)
+{
+    if (!s.formula)
+        return fmtDouble(s.value);
+    return toCExpression(
+        s.formula->text(), [&](const std::string& name) { return "(double)" + dimsPtr + "->" + cIdent(name); },
+        "scalar " + s.name);
+}
+
 int addDeviceQualifiers(std::string& src)
 {
     // A light scanner: comments, strings and preprocessor lines are skipped; braces of namespace and
@@ -438,7 +447,7 @@ std::string genApiHeader(const BundleModel& m)
             o << "] " << (a.output ? "output" : "input") << "\n";
         } else {
             o << " *   " << a.name << ": scalar " << dtypeName(a.scalar->dtype) << " (problem value "
-              << fmtDouble(a.scalar->value) << ")\n";
+              << (a.scalar->formula ? commentSafe(a.scalar->formula->text()) : fmtDouble(a.scalar->value)) << ")\n";
         }
     }
     o << " */\n";

@@ -73,5 +73,7 @@ struct ApiParam {
 };
 std::vector<ApiParam> apiParams(const Problem& p);
 std::string cIdent(const std::string& s); // safe C identifier
+// The problem's value of s as a C expression, its formula reading dims from `dimsPtr->NAME`.
+std::string scalarValueC(const ScalarSpec& s, const std::string& dimsPtr);
 
 } // namespace kl::exporter::detail

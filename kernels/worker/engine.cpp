@@ -352,18 +352,19 @@ namespace {
                             throw LaunchConfigError("dim " + a + " does not fit an int argument");
                         arg.kind = BoundArg::I32;
                         arg.i = static_cast<std::int32_t>(v);
-                    } else if (const ScalarSpec* sc = [&]() -> const ScalarSpec* {
-                                   for (const auto& x : p.scalars)
-                                       if (x.name == a)
-                                           return &x;
-                                   return nullptr;
-                               }()) {
+                    } else if (const ScalarSpec* sc = p.scalar(a)) {
+                        double value = 0;
+                        try {
+                            value = sc->valueAt(dims);
+                        } catch (const ExprError& e) {
+                            throw LaunchConfigError("scalar " + a + " at " + s.label() + ": " + e.what());
+                        }
                         if (sc->dtype == DType::I32) {
                             arg.kind = BoundArg::I32;
-                            arg.i = static_cast<std::int32_t>(sc->value);
+                            arg.i = static_cast<std::int32_t>(value);
                         } else {
                             arg.kind = BoundArg::F32;
-                            arg.f = static_cast<float>(sc->value);
+                            arg.f = static_cast<float>(value);
                         }
                     } else if (m_params.count(a)) {
                         arg.kind = BoundArg::I32;
@@ -1051,8 +1052,8 @@ void Engine::calibrateTolerances(LoadedProblem& lp)
         for (int d = 0; d < 3; ++d) {
             for (std::size_t ti = 0; ti < sizes.size(); ++ti)
                 if (sizes[ti].spec->role == TensorRole::Input && sizes[ti].elements)
-                    m_harness.fill(m_hstream, in.at(sizes[ti].spec->name), sizes[ti].elements, sizes[ti].spec->dtype,
-                        dists[d], seed ^ (0x9E3779B97F4A7C15ull * (ti + 1)), sizes[ti].spec->scale);
+                    m_harness.fillInput(m_hstream, in.at(sizes[ti].spec->name), *sizes[ti].spec, shape,
+                        sizes[ti].elements, dists[d], seed ^ (0x9E3779B97F4A7C15ull * (ti + 1)));
             BufferMap a = in, b = in;
             a.insert(out64.begin(), out64.end());
             a.insert(w64.begin(), w64.end());
@@ -1237,12 +1238,9 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                 if (t.spec->role != TensorRole::Input || t.elements == 0)
                     continue;
                 const std::uint64_t s = seed ^ (0x9E3779B97F4A7C15ull * (ti + 1));
-                m_harness.fill(
-                    m_stream, inputs[set].at(t.spec->name), t.elements, t.spec->dtype, dist, s, t.spec->scale);
-                if (harnessToo) {
-                    m_harness.fill(
-                        m_hstream, hInputs.at(t.spec->name), t.elements, t.spec->dtype, dist, s, t.spec->scale);
-                }
+                m_harness.fillInput(m_stream, inputs[set].at(t.spec->name), *t.spec, shape, t.elements, dist, s);
+                if (harnessToo)
+                    m_harness.fillInput(m_hstream, hInputs.at(t.spec->name), *t.spec, shape, t.elements, dist, s);
             }
         };
         // Before every candidate launch: outputs poisoned, workspaces poisoned (or zeroed by the plan), every
@@ -1675,10 +1673,10 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             for (auto* v : { &candSlabs, &baseSlabs })
                 for (const auto& cs : *v)
                     if (cs.name == t.spec->name && cs.role == TensorRole::Input)
-                        m_harness.slabFill(m_stream, cs.base, cs.layout, t.elements, t.spec->dtype,
-                            Distribution::Normal, seed, t.spec->scale);
-            m_harness.slabFill(m_hstream, hInBase.at(t.spec->name), hInLayout.at(t.spec->name), t.elements,
-                t.spec->dtype, Distribution::Normal, seed, t.spec->scale);
+                        m_harness.slabFillInput(
+                            m_stream, cs.base, cs.layout, *t.spec, shape, t.elements, Distribution::Normal, seed);
+            m_harness.slabFillInput(m_hstream, hInBase.at(t.spec->name), hInLayout.at(t.spec->name), *t.spec, shape,
+                t.elements, Distribution::Normal, seed);
         }
         for (auto* v : { &candSlabs, &baseSlabs })
             for (const auto& cs : *v)
@@ -2143,9 +2141,13 @@ TraceOutcome Engine::trace(const LoadedProblem& lp, const Plan& candidate, const
         m_harness.slabCanaryFill(m_stream, cs.base, cs.layout);
         for (int k = 0; k < sets; ++k)
             bufs[static_cast<std::size_t>(k)][cs.name] = cs.buffer(k);
-        if (!cs.workspace && cs.elements)
+        const TensorSpec* spec = p.tensor(cs.name);
+        if (!cs.workspace && cs.elements && spec && spec->role == TensorRole::Input)
+            m_harness.slabFillInput(
+                m_stream, cs.base, cs.layout, *spec, s, cs.elements, Distribution::Normal, 77 + i * 1000);
+        else if (!cs.workspace && cs.elements)
             m_harness.slabFill(m_stream, cs.base, cs.layout, cs.elements, cs.dtype, Distribution::Normal, 77 + i * 1000,
-                p.tensor(cs.name) ? p.tensor(cs.name)->scale : 1.0);
+                spec ? spec->scale : 1.0);
     }
     for (int i = 0; i < 3; ++i)
         cb->run(m_stream, bufs[i % sets]);

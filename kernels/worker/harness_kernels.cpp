@@ -75,15 +75,61 @@ void HarnessKernels::launch(CUfunction f, CUstream s, std::uint64_t n, void** ar
     KL_CU(cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, s, args, nullptr));
 }
 
-void HarnessKernels::fill(
-    CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, Distribution dist, std::uint64_t seed, double scale) const
+double HarnessKernels::largeFactorOf(const TensorSpec& t)
+{
+    return t.largeScale > 0 && t.scale > 0 ? t.largeScale / t.scale : kLargeFactor;
+}
+
+void HarnessKernels::fill(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, Distribution dist, std::uint64_t seed,
+    double scale, double largeFactor) const
 {
     int dtc = static_cast<int>(dt);
     int distc = static_cast<int>(dist);
     float sc = static_cast<float>(scale);
-    float large = static_cast<float>(kLargeFactor);
+    float large = static_cast<float>(largeFactor);
     void* args[] = { &p, &n, &dtc, &distc, &seed, &sc, &large };
     launch(m_fill, s, vectorLanes(n, dt), args);
+}
+
+namespace {
+    void uploadIntValues(
+        CUstream s, CUdeviceptr p, const TensorSpec& t, const Shape& shape, std::uint64_t n, std::uint64_t seed)
+    {
+        const std::vector<std::int64_t> v = intInputValues(t, shape, n, seed);
+        if (t.dtype == DType::I64) {
+            // Pageable host memory: the copy is staged before cuMemcpyHtoDAsync returns, and stream-ordered.
+            KL_CU(cuMemcpyHtoDAsync(p, v.data(), v.size() * sizeof(std::int64_t), s));
+            return;
+        }
+        const std::vector<std::int32_t> narrow(v.begin(), v.end());
+        KL_CU(cuMemcpyHtoDAsync(p, narrow.data(), narrow.size() * sizeof(std::int32_t), s));
+    }
+
+    std::uint64_t intSeed(std::uint64_t seed, Distribution dist, int set)
+    {
+        return seed ^ (0xD1B54A32D192ED03ull * static_cast<std::uint64_t>(static_cast<int>(dist) + 1))
+            ^ (0x8CB92BA72F3D8DD7ull * static_cast<std::uint64_t>(set + 1));
+    }
+} // namespace
+
+void HarnessKernels::fillInput(CUstream s, CUdeviceptr p, const TensorSpec& t, const Shape& shape, std::uint64_t n,
+    Distribution dist, std::uint64_t seed) const
+{
+    if (t.values.kind == IntValues::Kind::Any)
+        fill(s, p, n, t.dtype, dist, seed, t.scale, largeFactorOf(t));
+    else
+        uploadIntValues(s, p, t, shape, n, intSeed(seed, dist, 0));
+}
+
+void HarnessKernels::slabFillInput(CUstream s, CUdeviceptr base, const SlabLayout& l, const TensorSpec& t,
+    const Shape& shape, std::uint64_t n, Distribution dist, std::uint64_t seed) const
+{
+    if (t.values.kind == IntValues::Kind::Any) {
+        slabFill(s, base, l, n, t.dtype, dist, seed, t.scale, largeFactorOf(t));
+        return;
+    }
+    for (int set = 0; set < l.sets(); ++set)
+        uploadIntValues(s, base + l.bufferOffset(set), t, shape, n, intSeed(seed, dist, set));
 }
 
 void HarnessKernels::poison(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, std::uint64_t pattern) const
@@ -180,13 +226,13 @@ void HarnessKernels::slabPoison(
 }
 
 void HarnessKernels::slabFill(CUstream s, CUdeviceptr base, const SlabLayout& l, std::uint64_t n, DType dt,
-    Distribution dist, std::uint64_t seed, double scale) const
+    Distribution dist, std::uint64_t seed, double scale, double largeFactor) const
 {
     SlabParam p = slabParam(base, l);
     int dtc = static_cast<int>(dt);
     int distc = static_cast<int>(dist);
     float sc = static_cast<float>(scale);
-    float large = static_cast<float>(kLargeFactor);
+    float large = static_cast<float>(largeFactor);
     void* args[] = { &p, &n, &dtc, &distc, &seed, &sc, &large };
     launchSlab(m_slabFill, s, l, vectorLanes(n, dt), false, args);
 }

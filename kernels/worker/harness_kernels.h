@@ -38,8 +38,12 @@ public:
     void unload();
     ~HarnessKernels();
 
-    void fill(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, Distribution dist, std::uint64_t seed,
-        double scale) const;
+    void fill(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, Distribution dist, std::uint64_t seed, double scale,
+        double largeFactor = kLargeFactor) const;
+    // One input's values: an integer input with a value kind (TensorSpec::values) gets kl::intInputValues, made on
+    // the host and copied in stream order; any other input gets fill().
+    void fillInput(CUstream s, CUdeviceptr p, const TensorSpec& t, const Shape& shape, std::uint64_t n,
+        Distribution dist, std::uint64_t seed) const;
     void poison(CUstream s, CUdeviceptr p, std::uint64_t n, DType dt, std::uint64_t pattern) const;
     // The reference's sum of squares (for the max error's floor) must be in refSumSq before compare() runs.
     void sumSquares(CUstream s, CUdeviceptr ref, std::uint64_t n, DType dt, CUdeviceptr out) const;
@@ -55,7 +59,9 @@ public:
     void slabPoison(
         CUstream s, CUdeviceptr base, const SlabLayout& l, std::uint64_t n, DType dt, std::uint64_t pattern) const;
     void slabFill(CUstream s, CUdeviceptr base, const SlabLayout& l, std::uint64_t n, DType dt, Distribution dist,
-        std::uint64_t seed, double scale) const;
+        std::uint64_t seed, double scale, double largeFactor = kLargeFactor) const;
+    void slabFillInput(CUstream s, CUdeviceptr base, const SlabLayout& l, const TensorSpec& t, const Shape& shape,
+        std::uint64_t n, Distribution dist, std::uint64_t seed) const;
     // count (candidate, reference) pairs of n elements, pointer lists in device memory, pooled into one slot set;
     // rmsCount elements are behind refSumSq.
     void comparePairs(CUstream s, CUdeviceptr candPtrs, CUdeviceptr refPtrs, int count, std::uint64_t n, DType dt,
@@ -65,6 +71,8 @@ public:
     static std::uint64_t poisonPattern(DType dt, int variant);
     static constexpr std::uint32_t kCanaryWord = 0xC0FFEE5Au;
     static constexpr double kLargeFactor = 1000.0;
+    // The "large" check's factor for t: kLargeFactor, or what its "large_scale" declares (TensorSpec::largeScale).
+    static double largeFactorOf(const TensorSpec& t);
 
 private:
     static std::uint64_t vectorLanes(std::uint64_t n, DType dt);

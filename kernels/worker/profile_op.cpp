@@ -62,7 +62,10 @@ namespace {
             const auto& t = tensors[i];
             const CUdeviceptr ptr = EngineAccess::arenaAlloc(engine, std::max<std::uint64_t>(t.bytes, 4));
             buffers[t.spec->name] = ptr;
-            if (t.elements)
+            if (t.elements && t.spec->role == TensorRole::Input)
+                EngineAccess::harness(engine).fillInput(
+                    stream, ptr, *t.spec, s, t.elements, Distribution::Normal, 991 + i);
+            else if (t.elements)
                 EngineAccess::harness(engine).fill(
                     stream, ptr, t.elements, t.spec->dtype, Distribution::Normal, 991 + i, t.spec->scale);
         }

@@ -291,7 +291,21 @@ TEST(PromptBuilder, EveryShippedProblemGivesACompletePromptWithoutVerifyShapes)
             for (const auto& t : problem.tensors)
                 EXPECT_NE(all.find("- " + t.name + ": "), std::string::npos) << t.name;
             for (const auto& dim : problem.dims)
-                EXPECT_NE(all.find("- " + dim.name + " in ["), std::string::npos) << dim.name;
+                EXPECT_NE(all.find(dim.constant ? "- " + dim.name + " = " + std::to_string(dim.min) + " (a constant"
+                                                : "- " + dim.name + " in ["),
+                    std::string::npos)
+                    << dim.name;
+            // What an integer input means is part of the contract (a page table is a permutation).
+            for (const auto& t : problem.tensors) {
+                if (t.values.kind == IntValues::Kind::Permutation) {
+                    EXPECT_NE(all.find(t.name + ": i32 [" + t.shape[0].text()), std::string::npos) << t.name;
+                }
+            }
+            if (problem.name == "decode_attention") {
+                EXPECT_NE(all.find("contiguous; a permutation of [0, its element count)"), std::string::npos);
+                EXPECT_NE(all.find("; lengths in [(MAXP - 1) * PS + 1, MAXP * PS]"), std::string::npos);
+                EXPECT_NE(all.find("- scale: f32 = 1/sqrt(D)"), std::string::npos);
+            }
             // Shapes are listed as "- LABEL (weight)"; a verify label may be a prefix of a tuning one.
             for (const auto& s : problem.tuningShapes)
                 EXPECT_NE(all.find("- " + s.label() + " ("), std::string::npos) << s.label();

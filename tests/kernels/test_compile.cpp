@@ -5,6 +5,7 @@
 #include "kernels/nvrtc_compiler.h"
 #include "tests/support/text_file.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
@@ -85,7 +86,7 @@ TEST(NvrtcCompile, EveryProblemSourceCompilesToCubin)
             names.push_back(p.name + "/" + file);
         }
     }
-    EXPECT_EQ(problems, 4);
+    EXPECT_EQ(problems, 6);
     for (std::size_t i = 0; i < futures.size(); ++i) {
         const auto m = futures[i].get();
         EXPECT_TRUE(m->report.ok) << names[i] << ":\n" << m->report.log;
@@ -238,7 +239,7 @@ TEST(NvrtcCompile, EveryReferenceCompilesWithFp32AndFp64Accumulation)
         ASSERT_TRUE(b->report.ok) << p.name << " (KL_ACC=double):\n" << b->report.log;
         EXPECT_NE(a->cubin, b->cubin) << p.name << ": KL_ACC changes nothing";
     }
-    EXPECT_EQ(problems, 4);
+    EXPECT_EQ(problems, 6);
 }
 
 TEST(NvrtcCompile, HarnessHelperKernelsCompile)
@@ -251,4 +252,24 @@ TEST(NvrtcCompile, HarnessHelperKernelsCompile)
     const auto m = compiler.compile(job);
     EXPECT_TRUE(m->report.ok) << m->report.log;
     EXPECT_EQ(m->loweredNames.size(), job.kernels.size());
+}
+
+// The test problem with meaning-carrying integer inputs, a constant dim and a computed scalar: its sources name
+// the constant and the scalar as arguments, and compile (the GPU suite runs it: tests/kernels/test_worker_gpu.cpp).
+TEST(NvrtcCompile, TheFormatTestProblemLoadsAndCompiles)
+{
+    const auto dir = std::filesystem::path(KL_SOURCE_DIR) / "tests" / "kernels" / "problems" / "paged_gather";
+    const kl::Problem p = kl::loadProblem(dir.string());
+    ASSERT_TRUE(p.dim("D") && p.dim("D")->constant);
+    kl::NvrtcCompiler compiler(freshCacheDir("format"), 2);
+    for (const auto& file : { p.referenceFile, p.baselineFile, p.templateFile }) {
+        const std::string src = readText(dir / file);
+        const auto spec = kl::parseKernelSpec(src, p);
+        ASSERT_EQ(spec.launches.size(), 1u) << file;
+        const auto& args = spec.launches[0].args;
+        EXPECT_NE(std::find(args.begin(), args.end(), "D"), args.end()) << file;
+        EXPECT_NE(std::find(args.begin(), args.end(), "scale"), args.end()) << file;
+        const auto m = compiler.compile(jobFor(src, spec.defaults()));
+        EXPECT_TRUE(m->report.ok) << file << ":\n" << m->report.log;
+    }
 }

@@ -110,7 +110,7 @@ TEST_F(HarnessGpu, HelloReportsTheDevice)
 TEST_F(HarnessGpu, HonestCandidatesPassOnEveryProblem)
 {
     REQUIRE_GPU();
-    for (const char* name : { "rmsnorm", "softmax", "silu_and_mul", "gemm_bf16" }) {
+    for (const char* name : { "rmsnorm", "softmax", "silu_and_mul", "gemm_bf16", "decode_attention", "mla_decode" }) {
         kl::GpuEvaluator ev(problem(name), options());
         for (const auto& c : { ev.templateCandidate({}, "template"), ev.baselineCandidate("baseline") }) {
             const auto e = ev.evaluate(c, quick(), kl::CancelToken {});
@@ -496,4 +496,47 @@ TEST_F(HarnessGpu, LoadProblemReportsMeasuredTolerances)
     EXPECT_LE(t.tolerance.maxAbs, t.stated.maxAbs);
     EXPECT_GE(t.tolerance.relL2, kl::roundingFloor(kl::DType::BF16).relL2);
     EXPECT_LT(t.tolerance.relL2, t.stated.relL2) << "the measured budget is tighter than the stated 1%";
+}
+
+namespace {
+kl::Candidate pagedGatherCandidate(const std::string& sumLoop, const std::string& id)
+{
+    kl::Candidate c;
+    c.id = id;
+    c.source = "// @kl:launch g grid=(B) block=(64) smem=0 args=(out, rows, perm, lens, N, D, scale)\n"
+               "extern \"C\" __global__ void g(float* out, const float* rows, const int* perm, const int* lens,\n"
+               "                               int N, int D, float scale) {\n"
+               "  const int b = blockIdx.x, d = threadIdx.x;\n"
+               "  float acc = 0.f;\n"
+        + sumLoop
+        + "\n  out[(long long)b * D + d] = acc * scale;\n"
+          "}\n";
+    return c;
+}
+} // namespace
+
+// Integer inputs with meaning (a permutation and ragged lengths with both extremes), a constant dim and a scalar
+// computed from it: an honest kernel passes on every check; one that ignores the lengths or the permutation
+// is wrong, which rint(normal) integers could not show (they index outside the tensors).
+TEST_F(HarnessGpu, IntegerInputsWithMeaningJudgeAPagedGather)
+{
+    REQUIRE_GPU();
+    const kl::Problem p = kl::loadProblem(std::string(KL_SOURCE_DIR) + "/tests/kernels/problems/paged_gather");
+    auto o = options();
+    o.staticChecks = false;
+    kl::GpuEvaluator ev(p, o);
+    const auto honest = ev.evaluate(
+        pagedGatherCandidate("  for (int j = 0; j < lens[b]; ++j) acc += rows[(long long)perm[j] * D + d];", "honest"),
+        quick(), kl::CancelToken {});
+    EXPECT_TRUE(honest.correctEverywhere()) << reasonsText(honest);
+    EXPECT_FALSE(hasRule(honest, "correctness.rel-l2")) << reasonsText(honest);
+    for (const auto& [loop, id] : {
+             std::pair { "  for (int j = 0; j < N; ++j) acc += rows[(long long)perm[j] * D + d];", "all-rows" },
+             std::pair { "  for (int j = 0; j < lens[b]; ++j) acc += rows[(long long)j * D + d];", "no-perm" },
+             std::pair { "  for (int j = 0; j < lens[0]; ++j) acc += rows[(long long)perm[j] * D + d];", "one-len" },
+         }) {
+        const auto e = ev.evaluate(pagedGatherCandidate(loop, id), quick(), kl::CancelToken {});
+        EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << id << ": " << reasonsText(e);
+        EXPECT_FALSE(e.correctEverywhere()) << id << ": " << reasonsText(e);
+    }
 }
