@@ -364,7 +364,7 @@ namespace {
                 std::cerr << "kloop run: worker " << w.id << ": "
                           << (w.state == "unavailable" ? "unavailable: " + w.lastError
                                                        : w.gpu + (w.uuid.empty() ? "" : " (" + w.uuid + ")") + " on "
-                                                           + (w.host.empty() ? std::string("?") : w.host))
+                                         + (w.host.empty() ? std::string("?") : w.host))
                           << "\n";
             if (started == 0) {
                 std::cerr << "kloop run: no worker of --workers started (nothing compiled, no session written)\n";

@@ -106,7 +106,8 @@ namespace {
             if (board.is_null())
                 board = { { "evaluations", 0 }, { "workers", Json::array() }, { "accepted", Json::array() } };
             board["evaluations"] = board["evaluations"].get<int>() + 1;
-            if (std::find(board["workers"].begin(), board["workers"].end(), e.measuredOn.worker) == board["workers"].end())
+            if (std::find(board["workers"].begin(), board["workers"].end(), e.measuredOn.worker)
+                == board["workers"].end())
                 board["workers"].push_back(e.measuredOn.worker);
             if (s.tree.at(id).status == CandidateStatus::Accepted && e.objective > 0)
                 board["accepted"].push_back(
@@ -114,8 +115,9 @@ namespace {
         }
         for (auto& [gpu, board] : boards.items()) {
             auto& acc = board["accepted"];
-            std::sort(acc.begin(), acc.end(),
-                [](const Json& x, const Json& y) { return x["objective"].get<double>() > y["objective"].get<double>(); });
+            std::sort(acc.begin(), acc.end(), [](const Json& x, const Json& y) {
+                return x["objective"].get<double>() > y["objective"].get<double>();
+            });
         }
         return boards;
     }

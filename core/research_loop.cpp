@@ -299,7 +299,8 @@ void ResearchLoop::setBest(const CandidateId& id, const ObjectiveValue& v)
     std::optional<CandidateId> previous;
     std::optional<CurrentBest> refereeBest = currentBestOf(session(), id);
     const auto recorded = session().evaluations.find(id);
-    const std::string gpu = recorded != session().evaluations.end() ? gpuModelOf(recorded->second) : session().device.name;
+    const std::string gpu
+        = recorded != session().evaluations.end() ? gpuModelOf(recorded->second) : session().device.name;
     {
         std::lock_guard lock(m_mutex);
         previous = m_best;

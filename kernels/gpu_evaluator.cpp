@@ -73,8 +73,9 @@ GpuEvaluator::GpuEvaluator(Problem problem, GpuEvaluatorOptions options)
     m_referenceSource = readSource(m_problem, m_problem.referenceFile);
     m_baselineSource = readSource(m_problem, m_problem.baselineFile);
     m_templateSource = readSource(m_problem, m_problem.templateFile);
-    m_compiler = m_options.compiler ? m_options.compiler
-                                    : std::make_shared<NvrtcCompiler>(m_options.compileCacheDir, m_options.compileThreads);
+    m_compiler = m_options.compiler
+        ? m_options.compiler
+        : std::make_shared<NvrtcCompiler>(m_options.compileCacheDir, m_options.compileThreads);
     m_client = std::make_unique<WorkerClient>(m_options.worker);
 }
 

@@ -254,8 +254,8 @@ WorkerClient::Reply WorkerClient::dropped(const std::string& op)
     Reply reply;
     m_stream->kill();
     const int st = m_stream->exitStatus();
-    const std::string how
-        = WIFSIGNALED(st) ? " (signal " + std::to_string(WTERMSIG(st)) + ")" : " (exit " + std::to_string(WEXITSTATUS(st)) + ")";
+    const std::string how = WIFSIGNALED(st) ? " (signal " + std::to_string(WTERMSIG(st)) + ")"
+                                            : " (exit " + std::to_string(WEXITSTATUS(st)) + ")";
     if (m_options.remote) {
         reply.status = Status::Lost;
         reply.error = "connection to worker " + m_options.name + " dropped during op " + op + how;

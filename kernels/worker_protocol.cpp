@@ -426,7 +426,8 @@ namespace {
     {
         if (!j.contains("seed"))
             return 1;
-        if (!j.at("seed").is_number_unsigned() && !(j.at("seed").is_number_integer() && j.at("seed").get<std::int64_t>() >= 0))
+        if (!j.at("seed").is_number_unsigned()
+            && !(j.at("seed").is_number_integer() && j.at("seed").get<std::int64_t>() >= 0))
             throw InputError(where + ".seed: expected a non-negative integer");
         return j.at("seed").get<std::uint64_t>();
     }
@@ -458,7 +459,8 @@ namespace {
 
 Json toJson(const CandidateWire& c)
 {
-    Json j = { { "key", c.key }, { "source", c.source }, { "params", wire::toJson(c.params) }, { "lowered", c.lowered } };
+    Json j
+        = { { "key", c.key }, { "source", c.source }, { "params", wire::toJson(c.params) }, { "lowered", c.lowered } };
     if (c.cubin)
         j["cubin_b64"] = base64Encode(*c.cubin);
     return j;
@@ -537,7 +539,9 @@ Json toJson(const PingRequest&)
 {
     return op(PingRequest::kOp);
 }
-void fromJson(const Json&, PingRequest&) { }
+void fromJson(const Json&, PingRequest&)
+{
+}
 Json toJson(const PingReply& r)
 {
     return { { "busy_op", r.busyOp }, { "busy_seconds", r.busySeconds } };
@@ -552,7 +556,9 @@ Json toJson(const SampleRequest&)
 {
     return op(SampleRequest::kOp);
 }
-void fromJson(const Json&, SampleRequest&) { }
+void fromJson(const Json&, SampleRequest&)
+{
+}
 Json toJson(const SampleReply& r)
 {
     return { { "sample", wire::toJson(r.sample) } };
@@ -583,8 +589,8 @@ Json toJson(const LoadProblemReply& r)
     for (const auto& t : r.tolerances)
         tolerances[t.output] = wire::toJson(t);
     return { { "problem", r.problem }, { "baseline_kind", r.baselineKind },
-        { "reference_compile", wire::toJson(r.referenceCompile) }, { "baseline_compile", wire::toJson(r.baselineCompile) },
-        { "tolerances", tolerances } };
+        { "reference_compile", wire::toJson(r.referenceCompile) },
+        { "baseline_compile", wire::toJson(r.baselineCompile) }, { "tolerances", tolerances } };
 }
 void fromJson(const Json& j, LoadProblemReply& out)
 {
@@ -848,18 +854,23 @@ Json toJson(const ShutdownRequest&)
 {
     return op(ShutdownRequest::kOp);
 }
-void fromJson(const Json&, ShutdownRequest&) { }
+void fromJson(const Json&, ShutdownRequest&)
+{
+}
 Json toJson(const ShutdownReply&)
 {
     return Json::object();
 }
-void fromJson(const Json&, ShutdownReply&) { }
+void fromJson(const Json&, ShutdownReply&)
+{
+}
 
 std::string versionMismatch(const HelloReply& hello, const std::string& workerName, const std::string& installHint)
 {
     if (hello.protocol == kProtocolVersion)
         return {};
-    const std::string theirs = hello.workerVersion.empty() ? std::string("an older kloop-worker") : "kloop-worker " + hello.workerVersion;
+    const std::string theirs
+        = hello.workerVersion.empty() ? std::string("an older kloop-worker") : "kloop-worker " + hello.workerVersion;
     return "worker " + workerName + " speaks protocol " + std::to_string(hello.protocol) + " (" + theirs
         + "), this kloop speaks protocol " + std::to_string(kProtocolVersion) + " (kloop " + softwareVersion()
         + "); install the matching worker on that host: " + installHint;

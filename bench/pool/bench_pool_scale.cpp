@@ -151,7 +151,8 @@ int main(int argc, char** argv)
         for (int i = 0; i < 50; ++i) {
             const auto t0 = std::chrono::steady_clock::now();
             if (pool.evaluator(0).client().call(wire::PingRequest {}, 10).ok())
-                pings.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+                pings.push_back(
+                    std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
         }
         std::sort(pings.begin(), pings.end());
         Row row;

@@ -106,7 +106,8 @@ namespace {
             }
             return out;
         }
-        throw bad("unknown kind '" + kind + "' (local, local:GPU, ssh:HOST[:GPU], slurm:PARTITION[:COUNT], or a .json file)");
+        throw bad(
+            "unknown kind '" + kind + "' (local, local:GPU, ssh:HOST[:GPU], slurm:PARTITION[:COUNT], or a .json file)");
     }
 
     std::vector<std::string> stringList(const nlohmann::json& j, const char* key, const std::string& where)
@@ -136,7 +137,8 @@ namespace {
 
     std::string shellQuote(const std::string& s)
     {
-        if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:@%+,")
+        if (!s.empty()
+            && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:@%+,")
                 == std::string::npos)
             return s;
         std::string q = "'";
@@ -209,8 +211,9 @@ std::vector<WorkerSpec> loadWorkersFile(const std::filesystem::path& file)
             throw InputError(w + ": expected an object with a \"spec\"");
         for (auto it = e.begin(); it != e.end(); ++it)
             if (!known.count(it.key()))
-                throw InputError(w + "." + it.key() + ": unknown field (spec, worker, ssh_options, srun_options, "
-                                     "login, environment, control_master, heartbeat_seconds)");
+                throw InputError(w + "." + it.key()
+                    + ": unknown field (spec, worker, ssh_options, srun_options, "
+                      "login, environment, control_master, heartbeat_seconds)");
         std::vector<WorkerSpec> specs;
         try {
             const std::string spec = jsonfield::string(e, "spec", w);
@@ -242,7 +245,8 @@ std::vector<WorkerSpec> loadWorkersFile(const std::filesystem::path& file)
                     if (!it.value().is_string() || it.key().empty()
                         || it.key().find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
                             != std::string::npos)
-                        throw InputError(w + ".environment." + it.key() + ": expected NAME (letters, digits, _) = string");
+                        throw InputError(
+                            w + ".environment." + it.key() + ": expected NAME (letters, digits, _) = string");
                     s.environment[it.key()] = it.value().get<std::string>();
                 }
             }
@@ -261,9 +265,8 @@ std::vector<WorkerSpec> parseWorkerSpecs(const std::string& text)
     for (const std::string& item : split(text, ',')) {
         if (item.empty())
             throw InputError("worker specs '" + text + "': an empty item");
-        std::vector<WorkerSpec> more = item.size() > 5 && item.substr(item.size() - 5) == ".json"
-            ? loadWorkersFile(item)
-            : parseOne(item);
+        std::vector<WorkerSpec> more
+            = item.size() > 5 && item.substr(item.size() - 5) == ".json" ? loadWorkersFile(item) : parseOne(item);
         out.insert(out.end(), more.begin(), more.end());
     }
     if (out.empty())

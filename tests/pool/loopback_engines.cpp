@@ -110,17 +110,17 @@ std::unique_ptr<LoopbackSshd> LoopbackSshd::start(std::string* whyNot)
         std::error_code ec;
         fs::create_directories("/run/sshd", ec);
         if (ec) {
-            *whyNot = "sshd needs /run/sshd (its privilege separation directory) and it cannot be created: "
-                + ec.message();
+            *whyNot
+                = "sshd needs /run/sshd (its privilege separation directory) and it cannot be created: " + ec.message();
             return nullptr;
         }
     }
     auto d = std::unique_ptr<LoopbackSshd>(new LoopbackSshd);
     d->m_dir = makeTempDir("kl-sshd-");
     const fs::path& dir = d->m_dir;
-    if (run("ssh-keygen -q -t ed25519 -N '' -f " + (dir / "host_key").string() + " && ssh-keygen -q -t ed25519 -N '' -f "
-            + (dir / "user_key").string() + " && cp " + (dir / "user_key.pub").string() + " "
-            + (dir / "authorized_keys").string())
+    if (run("ssh-keygen -q -t ed25519 -N '' -f " + (dir / "host_key").string()
+            + " && ssh-keygen -q -t ed25519 -N '' -f " + (dir / "user_key").string() + " && cp "
+            + (dir / "user_key.pub").string() + " " + (dir / "authorized_keys").string())
         != 0) {
         *whyNot = "ssh-keygen failed";
         return nullptr;
@@ -206,8 +206,9 @@ std::unique_ptr<LoopbackSlurm> LoopbackSlurm::start(std::string* whyNot)
         << "\nSlurmdPort=" << freeLoopbackPort() << "\nAuthType=auth/munge\nAuthInfo=socket=" << sock
         << "\nCredType=cred/munge\nSlurmUser=root\nSlurmdUser=root\nStateSaveLocation=" << (dir / "state").string()
         << "\nSlurmdSpoolDir=" << (dir / "spool").string() << "\nSlurmctldPidFile=" << (dir / "slurmctld.pid").string()
-        << "\nSlurmdPidFile=" << (dir / "slurmd.pid").string() << "\nSlurmctldLogFile="
-        << (dir / "log/slurmctld.log").string() << "\nSlurmdLogFile=" << (dir / "log/slurmd.log").string()
+        << "\nSlurmdPidFile=" << (dir / "slurmd.pid").string()
+        << "\nSlurmctldLogFile=" << (dir / "log/slurmctld.log").string()
+        << "\nSlurmdLogFile=" << (dir / "log/slurmd.log").string()
         << "\nProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherType=jobacct_gather/none\n"
            "AccountingStorageType=accounting_storage/none\nSwitchType=switch/none\nMpiDefault=none\n"
            "SchedulerType=sched/builtin\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
@@ -218,7 +219,8 @@ std::unique_ptr<LoopbackSlurm> LoopbackSlurm::start(std::string* whyNot)
     // Fake GPUs: the gpu plugin wants a device file per GPU; any character device will do.
     std::ofstream(dir / "gres.conf") << "NodeName=" << host << " Name=gpu File=/dev/null\nNodeName=" << host
                                      << " Name=gpu File=/dev/zero\nNodeName=" << host
-                                     << " Name=gpu File=/dev/full\nNodeName=" << host << " Name=gpu File=/dev/urandom\n";
+                                     << " Name=gpu File=/dev/full\nNodeName=" << host
+                                     << " Name=gpu File=/dev/urandom\n";
     ::setenv("SLURM_CONF", (dir / "slurm.conf").c_str(), 1);
     const std::string conf = " -f " + (dir / "slurm.conf").string();
     if (run(ctld + conf) != 0) {

@@ -3,8 +3,8 @@
 // the double to say it is in the middle of a time op (KL_FAKE_WORKER_BUSY_FILE).
 #include "core/candidate.h"
 #include "core/json_io.h"
-#include "core/session_store.h"
 #include "core/problem.h"
+#include "core/session_store.h"
 #include "loopback_engines.h"
 
 #include <chrono>

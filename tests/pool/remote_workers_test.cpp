@@ -57,7 +57,9 @@ nlohmann::json sshWorker(const LoopbackSshd& sshd, int gpu, const fs::path& busy
 fs::path writeWorkers(const std::string& tag, const nlohmann::json& workers)
 {
     const fs::path f = fs::temp_directory_path() / ("kl-workers-" + std::to_string(::getpid()) + "-" + tag + ".json");
-    std::ofstream(f) << nlohmann::json { { "workers", workers } }.dump(2);
+    // A braced list of one entry arrives as that entry itself.
+    const nlohmann::json list = workers.is_array() ? workers : nlohmann::json::array({ workers });
+    std::ofstream(f) << nlohmann::json { { "workers", list } }.dump(2);
     return f;
 }
 
@@ -77,7 +79,8 @@ void killMidEvaluationAndExpectRetry(WorkerPool& pool, const Problem& p, const f
             victim = w.id;
     ASSERT_FALSE(victim.empty()) << "the busy pid is a pool worker's (its hello's pid)";
     ASSERT_EQ(::kill(static_cast<pid_t>(pid), SIGKILL), 0);
-    ASSERT_EQ(f.wait_for(std::chrono::seconds(90)), std::future_status::ready) << "a killed remote worker hung the pool";
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(90)), std::future_status::ready)
+        << "a killed remote worker hung the pool";
     const Evaluation e = f.get();
     EXPECT_EQ(e.verdict, Verdict::Correct) << reasonsOf(e);
     EXPECT_TRUE(hasRule(e, "worker.retried")) << reasonsOf(e);

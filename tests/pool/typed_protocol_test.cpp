@@ -24,8 +24,8 @@ WorkerOptions fakeWorker(double heartbeat = 10)
 }
 
 // The double's time op on the problem's template with a marker, through the typed call.
-WorkerClient::Typed<wire::TimeRequest> timeOn(WorkerClient& client, const Problem& p, const std::string& marker,
-    double timeout)
+WorkerClient::Typed<wire::TimeRequest> timeOn(
+    WorkerClient& client, const Problem& p, const std::string& marker, double timeout)
 {
     wire::LoadProblemRequest load;
     load.problem = p;
@@ -47,7 +47,9 @@ TEST(TypedProtocol, RequestsAndRepliesRoundTrip)
     v.problem = "rmsnorm";
     v.candidate.source = "src";
     v.candidate.params = { { "THREADS", 128 } };
-    v.candidate.cubin = std::string("\x7f" "ELF\0\1", 6);
+    v.candidate.cubin = std::string("\x7f"
+                                    "ELF\0\1",
+        6);
     v.candidate.lowered = { { "k", "_Z1kv" } };
     Shape s;
     s.dims = { { "T", 4 } };
@@ -96,8 +98,9 @@ TEST(TypedProtocol, MalformedMessagesNameTheField)
         }
         return std::string("(no error)");
     };
-    EXPECT_NE(error([] { wire::parse<wire::VerifyReply>({ { "compile", { { "ok", true } } }, { "shapes", 3 } }); })
-                  .find("verify reply.shapes: expected an array"),
+    EXPECT_NE(error([] {
+        wire::parse<wire::VerifyReply>({ { "compile", { { "ok", true } } }, { "shapes", 3 } });
+    }).find("verify reply.shapes: expected an array"),
         std::string::npos);
     EXPECT_NE(error([] { wire::parse<wire::TimeRequest>({ { "problem", "p" } }); }).find("time"), std::string::npos);
     EXPECT_NE(error([] {
@@ -132,8 +135,7 @@ TEST(TypedProtocol, HelloCarriesVersionsAndAMismatchSaysHowToFixIt)
         EXPECT_NE(m.find("worker local:test speaks protocol 1"), std::string::npos) << m;
         EXPECT_NE(m.find("this kloop speaks protocol " + std::to_string(wire::kProtocolVersion)), std::string::npos)
             << m;
-        EXPECT_NE(m.find("install the matching worker on that host: ssh box 'install kloop-worker'"),
-            std::string::npos)
+        EXPECT_NE(m.find("install the matching worker on that host: ssh box 'install kloop-worker'"), std::string::npos)
             << m;
     }
     EXPECT_FALSE(stale.running());

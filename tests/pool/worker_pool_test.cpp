@@ -91,7 +91,8 @@ TEST(WorkerPool, AKilledWorkersEvaluationIsRetriedOnceElsewhere)
     const Problem p = poolProblem();
     const fs::path busy = busyFile("retry");
     fs::remove(busy);
-    WorkerPool pool(p, parseWorkerSpecs("local:0,local:1"), doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } }));
+    WorkerPool pool(
+        p, parseWorkerSpecs("local:0,local:1"), doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } }));
     ASSERT_EQ(pool.start(), 2);
     const auto c = markedCandidate(p, "c", "kl-test-double: time-sleep-ms=2000");
     auto f = std::async(std::launch::async, [&] { return pool.evaluate(c, quick(), CancelToken()); });
@@ -195,6 +196,16 @@ TEST(KloopRunWorkers, APoolOfFourRecordsWhichGpuMeasuredEachEvaluation)
     for (const auto& [id, e] : s.evaluations) {
         EXPECT_TRUE(s.tree.contains(id)) << id;
     }
+    // One leaderboard per GPU model, naming the workers that measured on it.
+    std::string shown;
+    if (FILE* p = ::popen((std::string(KLOOP_PATH) + " session show " + session.string()).c_str(), "r")) {
+        char buf[4096];
+        while (std::fgets(buf, sizeof buf, p))
+            shown += buf;
+        ::pclose(p);
+    }
+    EXPECT_NE(shown.find("leaderboard test double (no GPU) ("), std::string::npos) << shown;
+    EXPECT_NE(shown.find("local:"), std::string::npos) << shown;
     fs::remove_all(session);
 }
 

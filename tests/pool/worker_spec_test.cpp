@@ -94,11 +94,11 @@ TEST(WorkerSpec, WorkersFileAddsOptionsAndNamesBadFields)
     EXPECT_NE(errorOf(badSpec.string()).find("workers[1].spec: worker spec 'ssh:'"), std::string::npos)
         << errorOf(badSpec.string());
     const auto badType = writeFile("badtype.json", R"({"workers": [{"spec": "ssh:b", "ssh_options": "-i k"}]})");
-    EXPECT_NE(errorOf(badType.string()).find("workers[0].ssh_options: expected an array of strings"),
-        std::string::npos);
+    EXPECT_NE(
+        errorOf(badType.string()).find("workers[0].ssh_options: expected an array of strings"), std::string::npos);
     const auto loginOnSsh = writeFile("login.json", R"({"workers": [{"spec": "ssh:b", "login": "l"}]})");
-    EXPECT_NE(errorOf(loginOnSsh.string()).find("only a slurm worker is reached through a login node"),
-        std::string::npos);
+    EXPECT_NE(
+        errorOf(loginOnSsh.string()).find("only a slurm worker is reached through a login node"), std::string::npos);
     const auto notJson = writeFile("notjson.json", "{workers");
     EXPECT_NE(errorOf(notJson.string()).find(": not JSON"), std::string::npos);
     const auto empty = writeFile("empty.json", R"({"workers": []})");
