@@ -116,7 +116,8 @@ ResearchLoop::ResearchLoop(SessionStore& store, Evaluator& evaluator, Agent& age
     m_options.pipelineDepth = std::max(1, m_options.pipelineDepth);
     m_options.deviceThreads = std::max(1, m_options.deviceThreads);
     // Every device thread needs a compiled candidate waiting, or the pool's GPUs idle behind NVRTC.
-    m_options.pipelineDepth = std::max(m_options.pipelineDepth, m_options.deviceThreads + 1);
+    if (m_options.deviceThreads > 1)
+        m_options.pipelineDepth = std::max(m_options.pipelineDepth, m_options.deviceThreads + 1);
     restoreFromStore();
 }
 

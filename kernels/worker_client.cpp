@@ -288,7 +288,9 @@ WorkerClient::Reply WorkerClient::roundTrip(nlohmann::json req, double timeoutSe
             wakeUp = std::min(deadline, heard + (pinged ? 2 * beat : beat));
         auto line = m_stream->readLine(wakeUp);
         if (!line) {
-            if (Clock::now() >= deadline) {
+            // readLine rounds what is left down to milliseconds: within 1 ms of a time counts as reaching it.
+            const auto now = Clock::now() + std::chrono::milliseconds(1);
+            if (now >= deadline) {
                 reply.status = Status::TimedOut;
                 reply.error = "no answer within " + std::to_string(timeoutSeconds) + " s (op " + op + "); worker "
                     + m_options.name + " killed";
@@ -296,6 +298,8 @@ WorkerClient::Reply WorkerClient::roundTrip(nlohmann::json req, double timeoutSe
                 killWorker();
                 return reply;
             }
+            if (beat.count() <= 0 || now < heard + (pinged ? 2 * beat : beat))
+                continue; // woke early (a poll interrupted): nothing is due yet
             if (pinged) {
                 reply.status = Status::Lost;
                 reply.error = "worker " + m_options.name + " answered no heartbeat for "

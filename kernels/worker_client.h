@@ -53,15 +53,15 @@ private:
 
 struct WorkerOptions {
     std::vector<std::string> command; // empty: the kloop-worker found next to this program, KL_WORKER, or the build
+    std::string stderrPath; // empty: inherit
+    double startTimeoutSeconds = 120;
+    std::vector<std::pair<std::string, std::string>> environment; // extra variables for the child
     std::string name = "local"; // the worker's id in messages and records
     bool remote = false; // reached through ssh or srun: a dropped stream is a lost connection, not a crash
     // While a request runs, a worker silent this long is pinged; silent as long again, it is lost. 0: no heartbeat.
     double heartbeatSeconds = 10;
     std::string installHint
         = "scripts/install-deps --no-gui && scripts/build (then kloop-worker is build/kernels/kloop-worker)";
-    std::string stderrPath; // empty: inherit
-    double startTimeoutSeconds = 120;
-    std::vector<std::pair<std::string, std::string>> environment; // extra variables for the child
 };
 
 std::string defaultWorkerPath();
