@@ -18,7 +18,9 @@
 #if KL_FEATURE_CUDA
 #include "kernels/gpu_evaluator.h"
 #include "kernels/gpu_profiler.h"
+#include "kernels/pool/worker_pool.h"
 #endif
+#include "kernels/pool/worker_spec.h"
 
 #include <atomic>
 #include <chrono>
@@ -310,6 +312,14 @@ namespace {
             return kExitUsage;
         }
 
+        // --workers: a GPU pool (kernels/pool/worker_spec.h); parsed before anything starts so a typo costs nothing.
+        std::vector<WorkerSpec> workerSpecs;
+        if (auto w = a.option("workers"))
+            workerSpecs = parseWorkerSpecs(*w);
+        [[maybe_unused]] const bool anyLocal = workerSpecs.empty()
+            || std::any_of(workerSpecs.begin(), workerSpecs.end(),
+                [](const WorkerSpec& w) { return w.kind == WorkerSpec::Kind::Local; });
+
         const fs::path folder = findProblemFolder(problemArg);
         Problem problem = loadProblem(folder.string());
         useTemplateFor(problem, *language);
@@ -320,7 +330,7 @@ namespace {
         // One run per local GPU: a second one would time its kernels against ours and both sessions would record
         // contaminated numbers. With KL_WORKER the worker is elsewhere (or a test double) and this GPU is not ours.
         std::optional<GpuRunLock> gpuLock;
-        if (!std::getenv("KL_WORKER")) {
+        if (!std::getenv("KL_WORKER") && anyLocal) {
             const std::string sessionDir
                 = fs::absolute(resuming ? fs::path(*a.option("resume")) : fs::path(*a.option("session"))).string();
             GpuRunHolder holder;
@@ -353,7 +363,26 @@ namespace {
             evalOptions.targetRelCi = 0.02;
             evalOptions.minSamples = 5;
         }
-        GpuEvaluator evaluator(problem, evalOptions);
+        std::optional<GpuEvaluator> single;
+        std::optional<WorkerPool> pool;
+        if (workerSpecs.empty())
+            single.emplace(problem, evalOptions);
+        else
+            pool.emplace(problem, workerSpecs, evalOptions);
+        Evaluator& evaluator = pool ? static_cast<Evaluator&>(*pool) : *single;
+        if (pool) {
+            const int started = pool->start();
+            for (const PoolWorkerStatus& w : pool->status())
+                std::cerr << "kloop run: worker " << w.id << ": "
+                          << (w.state == "unavailable" ? "unavailable: " + w.lastError
+                                                       : w.gpu + (w.uuid.empty() ? "" : " (" + w.uuid + ")") + " on "
+                                         + (w.host.empty() ? std::string("?") : w.host))
+                          << "\n";
+            if (started == 0) {
+                std::cerr << "kloop run: no worker of --workers started (nothing compiled, no session written)\n";
+                return kExitFailure;
+            }
+        }
         DeviceInfo device;
         try {
             device = evaluator.device();
@@ -436,9 +465,14 @@ namespace {
         options.pipelineDepth = static_cast<int>(a.integer("pipeline", 4, 1, 1024));
 
         // An LLM agent reads the profile of each new best (DRAM/SM throughput, occupancy, bound) in its next prompt.
+        options.deviceThreads = pool ? static_cast<int>(pool->size()) : 1;
         std::optional<GpuProfiler> profiler;
-        if (llm) {
-            profiler.emplace(evaluator);
+        std::optional<PoolProfiler> poolProfiler;
+        if (llm && pool) {
+            poolProfiler.emplace(*pool);
+            options.profiler = &*poolProfiler;
+        } else if (llm) {
+            profiler.emplace(*single);
             options.profiler = &*profiler;
         }
 
@@ -552,6 +586,8 @@ namespace {
         "[--llm-model M] [--llm-base-url "
         "URL] "
         "[--json]\n"
+        "          [--workers SPEC[,SPEC...]]   SPEC: local, local:GPU, ssh:[USER@]HOST[:GPU], ssh:HOST:PORT:GPU,\n"
+        "          slurm:PARTITION[:COUNT] or a workers.json file; one evaluation per worker at a time\n"
         "SPEC: tuner:<strategy>, llm:<provider> or llm:<provider>+tuner:<strategy> (default tuner:bayes).\n"
         "kloop run --resume DIR [--agent SPEC] [--budget N] [--minutes M] [--json]   (--agent: when the session "
         "records\n  none, e.g. made by kloop session new)\n\n"
@@ -568,7 +604,7 @@ namespace {
         { "json", "no-tuning-db", "no-held-out", "auto-approve", "quick" },
         { "problem", "agent", "session", "resume", "budget", "minutes", "converge", "objective", "shapes", "seed",
             "tuning-db", "compile-threads", "pipeline", "arch", "id", "llm-settings", "llm-model", "llm-base-url",
-            "language" },
+            "language", "workers" },
         &runGuarded } };
 
 } // namespace

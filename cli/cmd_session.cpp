@@ -92,6 +92,36 @@ namespace {
             printTree(s, child, depth + 1);
     }
 
+    // A pool's GPUs of different models are separate leaderboards: accepted candidates by objective, per model
+    // (Evaluation::measuredOn; evaluations recorded without it count for the session's device).
+    Json leaderboards(const Session& s)
+    {
+        Json boards = Json::object();
+        for (const auto& id : s.tree.order()) {
+            const auto it = s.evaluations.find(id);
+            if (it == s.evaluations.end() || it->second.measuredOn.empty())
+                continue;
+            const Evaluation& e = it->second;
+            Json& board = boards[e.measuredOn.gpu.empty() ? s.device.name : e.measuredOn.gpu];
+            if (board.is_null())
+                board = { { "evaluations", 0 }, { "workers", Json::array() }, { "accepted", Json::array() } };
+            board["evaluations"] = board["evaluations"].get<int>() + 1;
+            if (std::find(board["workers"].begin(), board["workers"].end(), e.measuredOn.worker)
+                == board["workers"].end())
+                board["workers"].push_back(e.measuredOn.worker);
+            if (s.tree.at(id).status == CandidateStatus::Accepted && e.objective > 0)
+                board["accepted"].push_back(
+                    { { "candidate", id }, { "objective", e.objective }, { "worker", e.measuredOn.worker } });
+        }
+        for (auto& [gpu, board] : boards.items()) {
+            auto& acc = board["accepted"];
+            std::sort(acc.begin(), acc.end(), [](const Json& x, const Json& y) {
+                return x["objective"].get<double>() > y["objective"].get<double>();
+            });
+        }
+        return boards;
+    }
+
     int runShow(const Args& a)
     {
         if (a.positionals().size() != 1) {
@@ -116,7 +146,7 @@ namespace {
             Json j = { { "id", s.id }, { "problem", s.problemName }, { "device", toJson(s.device) },
                 { "settings", toJson(s.settings) }, { "head", s.tree.head() }, { "best", best ? Json(*best) : Json() },
                 { "candidates", cands }, { "hypotheses", hyps }, { "events", report.eventsLoaded },
-                { "warnings", report.warnings } };
+                { "warnings", report.warnings }, { "leaderboards", leaderboards(s) } };
             std::cout << j.dump(2) << "\n";
             return kExitOk;
         }
@@ -129,6 +159,26 @@ namespace {
             std::cout << "warning: " << w << "\n";
         for (const auto& root : s.tree.roots())
             printTree(s, root, 1);
+        const Json boards = leaderboards(s);
+        for (const auto& [gpu, board] : boards.items()) {
+            std::string workers;
+            for (const auto& w : board["workers"])
+                workers += (workers.empty() ? "" : ", ") + w.get<std::string>();
+            std::cout << "leaderboard " << gpu << " (" << board["evaluations"].get<int>() << " evaluations on "
+                      << workers << ")";
+            if (board["accepted"].empty())
+                std::cout << ": nothing accepted";
+            std::cout << "\n";
+            int rank = 0;
+            for (const auto& e : board["accepted"]) {
+                if (++rank > 5)
+                    break;
+                char buf[64];
+                std::snprintf(buf, sizeof buf, "%.3fx", e["objective"].get<double>());
+                std::cout << "  " << rank << ". " << e["candidate"].get<std::string>() << "  " << buf << "  on "
+                          << e["worker"].get<std::string>() << "\n";
+            }
+        }
         return kExitOk;
     }
 

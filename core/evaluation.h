@@ -82,6 +82,15 @@ enum class Verdict { Accepted, Rejected, PendingReview, CompileFailed, Crashed, 
 const char* verdictName(Verdict v);
 Verdict verdictFromName(const std::string& s);
 
+// Which GPU measured an evaluation: a decision compares only measurements of one GPU model, and a pool's
+// leaderboards are kept per model (kloop session show).
+struct MeasuredOn {
+    std::string worker; // the pool's worker id ("local", "local:1", "ssh:gpu-box", "slurm:gpu#2")
+    std::string gpu; // DeviceInfo::name
+    std::string uuid; // DeviceInfo::uuid, when the worker reports one
+    bool empty() const { return worker.empty() && gpu.empty(); }
+};
+
 struct Evaluation {
     std::string candidateId;
     Verdict verdict = Verdict::Rejected;
@@ -95,6 +104,7 @@ struct Evaluation {
     DeviceSample deviceAfter;
     std::int64_t startedMs = 0;
     std::int64_t finishedMs = 0;
+    MeasuredOn measuredOn; // empty when nothing ran on a GPU (compile failure, pruned, reused from an older store)
     bool correctEverywhere() const;
 };
 

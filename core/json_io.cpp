@@ -529,11 +529,15 @@ Json toJson(const Evaluation& e)
     Json shapes = Json::array();
     for (const auto& s : e.shapes)
         shapes.push_back(toJson(s));
-    return { { "candidate", e.candidateId }, { "verdict", verdictName(e.verdict) }, { "reasons", reasons },
+    Json j = { { "candidate", e.candidateId }, { "verdict", verdictName(e.verdict) }, { "reasons", reasons },
         { "compile", toJson(e.compile) }, { "shapes", shapes }, { "objective", e.objective },
         { "objective_ci_low", e.objectiveCiLow }, { "objective_ci_high", e.objectiveCiHigh },
         { "device_before", toJson(e.deviceBefore) }, { "device_after", toJson(e.deviceAfter) },
         { "started_ms", e.startedMs }, { "finished_ms", e.finishedMs } };
+    if (!e.measuredOn.empty())
+        j["measured_on"]
+            = { { "worker", e.measuredOn.worker }, { "gpu", e.measuredOn.gpu }, { "uuid", e.measuredOn.uuid } };
+    return j;
 }
 
 Evaluation evaluationFromJson(const Json& j, const std::string& where)
@@ -566,6 +570,15 @@ Evaluation evaluationFromJson(const Json& j, const std::string& where)
         e.deviceAfter = deviceSampleFromJson(j.at("device_after"), where + ".device_after");
     e.startedMs = integerOr(j, "started_ms", 0, where, 0);
     e.finishedMs = integerOr(j, "finished_ms", 0, where, 0);
+    if (j.contains("measured_on")) {
+        const Json& m = j.at("measured_on");
+        const std::string mw = where + ".measured_on";
+        if (!m.is_object())
+            throw InputError(mw + ": expected an object");
+        e.measuredOn.worker = stringOr(m, "worker", "", mw);
+        e.measuredOn.gpu = stringOr(m, "gpu", "", mw);
+        e.measuredOn.uuid = stringOr(m, "uuid", "", mw);
+    }
     return e;
 }
 

@@ -114,6 +114,10 @@ ResearchLoop::ResearchLoop(SessionStore& store, Evaluator& evaluator, Agent& age
 {
     m_options.compileThreads = std::max(1, m_options.compileThreads);
     m_options.pipelineDepth = std::max(1, m_options.pipelineDepth);
+    m_options.deviceThreads = std::max(1, m_options.deviceThreads);
+    // Every device thread needs a compiled candidate waiting, or the pool's GPUs idle behind NVRTC.
+    if (m_options.deviceThreads > 1)
+        m_options.pipelineDepth = std::max(m_options.pipelineDepth, m_options.deviceThreads + 1);
     restoreFromStore();
 }
 
@@ -130,11 +134,15 @@ void ResearchLoop::restoreFromStore()
         bestValue = ObjectiveValue { e.objective, e.objectiveCiLow, e.objectiveCiHigh };
     }
     int since = 0;
+    std::map<std::string, ObjectiveValue> bestByGpu;
     for (const CandidateId& id : s.tree.order()) {
         if (!isRecorded(s, id))
             continue;
         const auto it = s.evaluations.find(id);
         const Candidate& c = s.tree.at(id);
+        if (c.status == CandidateStatus::Accepted && it->second.objective > 0) // each beat its model's best before
+            bestByGpu[gpuModelOf(it->second)]
+                = ObjectiveValue { it->second.objective, it->second.objectiveCiLow, it->second.objectiveCiHigh };
         m_measured[measurementKeyFor(c, m_evaluator.problem(), m_evaluator.device(), m_options.measurementProtocol)
                        .digest()]
             = rawFromRecorded(it->second);
@@ -146,8 +154,14 @@ void ResearchLoop::restoreFromStore()
     std::lock_guard lock(m_mutex);
     m_best = best;
     m_bestValue = bestValue;
+    m_bestByGpu = std::move(bestByGpu);
     m_refereeBest = std::move(refereeBest);
     m_sinceImprovement = since;
+}
+
+std::string ResearchLoop::gpuModelOf(const Evaluation& e) const
+{
+    return e.measuredOn.gpu.empty() ? session().device.name : e.measuredOn.gpu;
 }
 
 std::optional<CandidateId> ResearchLoop::best() const
@@ -285,11 +299,15 @@ void ResearchLoop::setBest(const CandidateId& id, const ObjectiveValue& v)
 {
     std::optional<CandidateId> previous;
     std::optional<CurrentBest> refereeBest = currentBestOf(session(), id);
+    const auto recorded = session().evaluations.find(id);
+    const std::string gpu
+        = recorded != session().evaluations.end() ? gpuModelOf(recorded->second) : session().device.name;
     {
         std::lock_guard lock(m_mutex);
         previous = m_best;
         m_best = id;
         m_bestValue = v;
+        m_bestByGpu[gpu] = v;
         m_refereeBest = std::move(refereeBest);
     }
     m_sinceImprovement = 0;
@@ -355,7 +373,7 @@ int ResearchLoop::budgetLeft() const
     std::size_t inFlight;
     {
         std::lock_guard lock(m_mutex);
-        inFlight = m_jobs.size() + (m_onDevice.empty() ? 0 : 1) + m_messages.size();
+        inFlight = m_jobs.size() + m_onDevice.size() + m_messages.size();
     }
     return max - recordedCount(session()) - static_cast<int>(inFlight);
 }
@@ -370,6 +388,13 @@ void ResearchLoop::recordDecided(Candidate c, Evaluation raw, bool measured)
         std::lock_guard lock(m_mutex);
         in.best = m_bestValue;
         in.bestId = m_best.value_or("");
+        // Another GPU model's best is no yardstick: compare with the best measured on this one (if any).
+        if (!raw.measuredOn.gpu.empty() && m_best && session().evaluations.count(*m_best)
+            && gpuModelOf(session().evaluations.at(*m_best)) != raw.measuredOn.gpu) {
+            const auto it = m_bestByGpu.find(raw.measuredOn.gpu);
+            in.best = it != m_bestByGpu.end() ? std::optional<ObjectiveValue>(it->second) : std::nullopt;
+            in.bestId = it != m_bestByGpu.end() ? "the best on " + raw.measuredOn.gpu : std::string();
+        }
     }
     const Decision d = decide(in);
     Evaluation rec = applyDecision(raw, d);
@@ -624,7 +649,8 @@ LoopResult ResearchLoop::run()
     std::vector<std::thread> workers;
     for (int i = 0; i < m_options.compileThreads; ++i)
         workers.emplace_back([this] { compileWorker(); });
-    workers.emplace_back([this] { deviceWorker(); });
+    for (int i = 0; i < m_options.deviceThreads; ++i)
+        workers.emplace_back([this] { deviceWorker(); });
 
     std::string reason;
     try {
@@ -883,7 +909,7 @@ void ResearchLoop::deviceWorker()
                 m_cv.notify_all();
                 continue;
             }
-            m_onDevice = m.id;
+            m_onDevice.insert(m.id);
             m.kind = Message::Kind::Started;
             m.evaluation.compile = job->report;
             m_messages.push_back(std::move(m));
@@ -910,7 +936,7 @@ void ResearchLoop::deviceWorker()
             done.error = ex.what();
         }
         std::lock_guard lock(m_mutex);
-        m_onDevice.clear();
+        m_onDevice.erase(done.id);
         if (!(m_dropInFlight && done.kind == Message::Kind::Finished))
             m_messages.push_back(std::move(done));
         m_cv.notify_all();

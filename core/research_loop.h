@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +31,9 @@ namespace kl {
 
 struct LoopOptions {
     int compileThreads = 2;
+    // Device threads calling Evaluator::evaluate at once: 1 for one GPU, the pool's size for a GPU pool (the
+    // evaluator must then be safe to call concurrently, as kernels/pool/worker_pool is).
+    int deviceThreads = 1;
     int pipelineDepth = 4; // candidates proposed and compiled ahead of the device
     EvaluateOptions evaluate;
     MeasurementCache* cache = nullptr; // the tuning database; nullptr: only this session's records are reused
@@ -127,7 +131,7 @@ private:
     std::deque<std::shared_ptr<Job>> m_compileQueue;
     std::deque<Message> m_messages;
     std::deque<std::function<void()>> m_commands;
-    std::string m_onDevice; // candidate being evaluated
+    std::set<std::string> m_onDevice; // candidates being evaluated
     bool m_running = false;
     bool m_shutdown = false;
     bool m_stopRequested = false;
@@ -141,6 +145,11 @@ private:
     // Coordinator state.
     std::optional<CandidateId> m_best;
     std::optional<ObjectiveValue> m_bestValue;
+    // The best accepted objective per GPU model: a decision compares only measurements of one model (a pool of
+    // different GPUs keeps one leaderboard per model). Keyed by Evaluation::measuredOn.gpu, the session's device
+    // for evaluations recorded without it.
+    std::map<std::string, ObjectiveValue> m_bestByGpu;
+    std::string gpuModelOf(const Evaluation& e) const;
     std::optional<CurrentBest> m_refereeBest; // what evaluate() is told about the best (EvaluateOptions::best)
     std::map<std::string, Evaluation> m_measured; // key digest -> the evaluator's output, this session
     int m_sinceImprovement = 0;

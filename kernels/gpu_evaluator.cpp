@@ -74,7 +74,9 @@ GpuEvaluator::GpuEvaluator(Problem problem, GpuEvaluatorOptions options)
     m_referenceSource = readSource(m_problem, m_problem.referenceFile);
     m_baselineSource = readSource(m_problem, m_problem.baselineFile);
     m_templateSource = readSource(m_problem, m_problem.templateFile);
-    m_compiler = std::make_unique<NvrtcCompiler>(m_options.compileCacheDir, m_options.compileThreads);
+    m_compiler = m_options.compiler
+        ? m_options.compiler
+        : std::make_shared<NvrtcCompiler>(m_options.compileCacheDir, m_options.compileThreads);
     m_client = std::make_unique<WorkerClient>(m_options.worker);
 }
 
@@ -177,23 +179,35 @@ CompileReport GpuEvaluator::compile(const Candidate& c)
     return compileModule(c)->report;
 }
 
+wire::CandidateWire GpuEvaluator::candidateWire(const Candidate& c, const CompiledModule& m) const
+{
+    wire::CandidateWire w;
+    w.key = m.key;
+    w.source = c.source;
+    w.params = c.params;
+    for (const auto& p : parseKernelSpec(c.source).params)
+        if (!w.params.count(p.name))
+            w.params[p.name] = p.defaultValue;
+    w.cubin = m.cubin;
+    w.lowered = m.loweredNames;
+    w.abi = m.abi;
+    return w;
+}
+
 nlohmann::json GpuEvaluator::candidateRequest(const Candidate& c, const CompiledModule& m) const
 {
-    ParamValues params = c.params;
-    for (const auto& p : parseKernelSpec(c.source).params)
-        if (!params.count(p.name))
-            params[p.name] = p.defaultValue;
-    return { { "key", m.key }, { "source", c.source }, { "params", wire::toJson(params) },
-        { "cubin_b64", wire::base64Encode(m.cubin) }, { "lowered", m.loweredNames }, { "abi", wire::toJson(m.abi) } };
+    return wire::toJson(candidateWire(c, m));
 }
 
 void GpuEvaluator::prepareWorker()
 {
     if (m_problemLoaded)
         return;
-    const nlohmann::json req = { { "op", "load_problem" }, { "problem_json", toJson(m_problem) },
-        { "reference_source", m_referenceSource }, { "baseline_source", m_baselineSource } };
-    auto r = m_client->addSetup(req);
+    wire::LoadProblemRequest req;
+    req.problem = m_problem;
+    req.referenceSource = m_referenceSource;
+    req.baselineSource = m_baselineSource;
+    auto r = m_client->addSetup(wire::toJson(req));
     if (!r.ok())
         throw std::runtime_error("load_problem failed: " + r.error);
     m_problemLoaded = true;
@@ -204,6 +218,7 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     Evaluation e;
     e.candidateId = c.id;
     e.startedMs = nowMs();
+    m_lastOutcome = WorkerOutcome::Fine;
     auto finish = [&](Verdict v) {
         e.verdict = v;
         e.finishedMs = nowMs();
@@ -218,6 +233,7 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     try {
         (void)arch(); // starts the worker when the arch is not given: no GPU is a harness fault, not a compile error
     } catch (const std::exception& ex) {
+        m_lastOutcome = WorkerOutcome::Unavailable;
         e.reasons.push_back(makeReason("harness.worker-unavailable", ex.what()));
         return finish(Verdict::Rejected);
     }
@@ -253,6 +269,7 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         prepareWorker();
         m_client->ensureStarted();
     } catch (const std::exception& ex) {
+        m_lastOutcome = WorkerOutcome::Unavailable;
         e.reasons.push_back(makeReason("harness.worker-unavailable", ex.what()));
         return finish(Verdict::Rejected);
     }
@@ -272,14 +289,26 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         for (const auto& s : heldOutShapes(m_problem, opt.heldOutCount, seed ^ 0x4E1D07ull))
             if (std::find(visible.begin(), visible.end(), s) == visible.end())
                 heldOut.push_back(s);
-    nlohmann::json shapes = nlohmann::json::array();
-    for (const auto& s : visible)
-        shapes.push_back({ { "dims", s.dims }, { "weight", s.weight }, { "held_out", false } });
-    for (const auto& s : heldOut)
-        shapes.push_back({ { "dims", s.dims }, { "weight", s.weight }, { "held_out", true } });
+    wire::VerifyRequest verifyReq;
+    verifyReq.problem = m_problem.name;
+    verifyReq.candidate = candidateWire(c, *mod);
+    verifyReq.shapes = visible;
+    verifyReq.heldOut.assign(visible.size(), false);
+    verifyReq.shapes.insert(verifyReq.shapes.end(), heldOut.begin(), heldOut.end());
+    verifyReq.heldOut.resize(verifyReq.shapes.size(), true);
+    verifyReq.seed = seed;
+    verifyReq.cupti = m_options.cupti;
+    verifyReq.graphCheck = m_options.graphCheck;
 
-    const auto candidateJson = candidateRequest(c, *mod);
+    e.measuredOn = { m_client->options().name, m_device.name, m_device.uuid };
     auto failFromReply = [&](const WorkerClient::Reply& r, const std::string& phase) {
+        if (r.status == WorkerClient::Status::Lost || (r.status == WorkerClient::Status::Crashed && !r.fatal))
+            m_lastOutcome = WorkerOutcome::Lost;
+        if (r.status == WorkerClient::Status::Lost) {
+            e.reasons.push_back(makeReason(
+                "worker.lost", phase + ": " + r.error + "; nothing it measured is kept and it will be restarted"));
+            return finish(Verdict::Crashed);
+        }
         if (r.status == WorkerClient::Status::Crashed) {
             e.reasons.push_back(
                 makeReason("worker.crashed", phase + ": the worker died (" + r.error + "); it was restarted"));
@@ -293,17 +322,11 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         return finish(Verdict::Rejected);
     };
 
-    const auto verify = m_client->request(
-        { { "op", "verify" }, { "problem", m_problem.name }, { "candidate", candidateJson }, { "shapes", shapes },
-            { "seed", seed }, { "cupti", m_options.cupti }, { "graph_check", m_options.graphCheck } },
-        m_options.verifyTimeoutSeconds);
+    const auto verify = m_client->call(verifyReq, m_options.verifyTimeoutSeconds);
     if (!verify.ok())
-        return failFromReply(verify, "verification");
-    for (const auto& s : verify.body.value("shapes", nlohmann::json::array()))
-        e.shapes.push_back(wire::shapeResult(s));
-    std::vector<VerdictReason> harnessReasons;
-    for (const auto& r : verify.body.value("reasons", nlohmann::json::array()))
-        harnessReasons.push_back(wire::verdictReason(r));
+        return failFromReply(verify.reply, "verification");
+    e.shapes = verify.value->shapes;
+    std::vector<VerdictReason> harnessReasons = verify.value->reasons;
     {
         referee::DynamicObservations obs; // kernel records and graph capture are judged in the worker
         mergeReasons(e.reasons, referee::checkDynamic(e, m_problem, obs));
@@ -314,31 +337,32 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     if (cancel.cancelled())
         return finish(Verdict::Rejected);
 
-    nlohmann::json timed = nlohmann::json::array();
-    for (const auto& s : m_problem.tuningShapes)
-        timed.push_back({ { "dims", s.dims }, { "weight", s.weight } });
+    wire::TimeRequest timeReq;
+    timeReq.problem = m_problem.name;
+    timeReq.candidate = verifyReq.candidate;
+    timeReq.shapes = m_problem.tuningShapes;
+    timeReq.baseline = opt.timeBaseline;
+    timeReq.maxSecondsPerShape = opt.maxSecondsPerShape;
+    timeReq.targetRelCi = m_options.targetRelCi;
+    timeReq.minSamples = m_options.minSamples;
+    timeReq.graphMode = m_options.graphMode;
+    timeReq.recheck = m_options.recheckTimedOutputs;
+    timeReq.seed = seed ^ 0x7131EDull;
     const double timeout = opt.maxSecondsPerShape * 3.0 * static_cast<double>(m_problem.tuningShapes.size())
         + m_options.timeTimeoutSlackSeconds;
-    const auto time = m_client->request(
-        { { "op", "time" }, { "problem", m_problem.name }, { "candidate", candidateJson }, { "shapes", timed },
-            { "baseline", opt.timeBaseline }, { "max_seconds_per_shape", opt.maxSecondsPerShape },
-            { "target_rel_ci", m_options.targetRelCi }, { "min_samples", m_options.minSamples },
-            { "graph_mode", m_options.graphMode }, { "recheck", m_options.recheckTimedOutputs },
-            { "seed", seed ^ 0x7131EDull } },
-        timeout);
+    const auto time = m_client->call(timeReq, timeout);
     if (!time.ok())
-        return failFromReply(time, "timing");
-    for (const auto& ts : time.body.value("shapes", nlohmann::json::array())) {
-        ShapeResult r = wire::shapeResult(ts);
-        const DeviceSample before = wire::deviceSample(ts.value("before", nlohmann::json::object()));
-        const DeviceSample after = wire::deviceSample(ts.value("after", nlohmann::json::object()));
-        const bool throttled = ts.value("throttled", false);
-        const int sets = ts.value("input_sets", 0);
+        return failFromReply(time.reply, "timing");
+    for (const wire::TimedShape& ts : time.value->shapes) {
+        ShapeResult r = ts.result;
+        const DeviceSample& before = ts.before;
+        const DeviceSample& after = ts.after;
+        const bool throttled = ts.throttled;
         for (auto* t : { &r.timing, &r.baselineTiming, &r.graphTiming })
             if (*t) {
                 (*t)->throttled = throttled;
                 (*t)->device = after;
-                (*t)->inputSets = sets;
+                (*t)->inputSets = ts.inputSets;
             }
         if (e.deviceAfter.smClockMHz == 0)
             e.deviceBefore = before.available ? before : e.deviceBefore;
@@ -366,9 +390,7 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
                         + r.shape.label(),
                     false) });
     }
-    harnessReasons.clear();
-    for (const auto& r : time.body.value("reasons", nlohmann::json::array()))
-        harnessReasons.push_back(wire::verdictReason(r));
+    harnessReasons = time.value->reasons;
     {
         referee::DynamicObservations obs;
         mergeReasons(e.reasons, referee::checkDynamic(e, m_problem, obs));

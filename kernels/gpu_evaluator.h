@@ -17,6 +17,8 @@ namespace kl {
 
 struct GpuEvaluatorOptions {
     WorkerOptions worker;
+    // Shared by a pool's evaluators, so a candidate is compiled once per architecture; nullptr: one of its own.
+    std::shared_ptr<NvrtcCompiler> compiler;
     std::filesystem::path compileCacheDir = defaultCompileCacheDir();
     unsigned compileThreads = 0; // 0: hardware concurrency
     std::string arch; // empty: the worker's device; set it to compile without a GPU
@@ -50,7 +52,8 @@ public:
     std::shared_ptr<const CompiledModule> compileModule(const Candidate& c);
     // Queues the compile on the pool (for sweeps that compile ahead of the GPU); evaluate() then hits the cache.
     std::future<std::shared_ptr<const CompiledModule>> compileAsync(const Candidate& c);
-    nlohmann::json candidateRequest(const Candidate& c, const CompiledModule& m) const;
+    wire::CandidateWire candidateWire(const Candidate& c, const CompiledModule& m) const;
+    nlohmann::json candidateRequest(const Candidate& c, const CompiledModule& m) const; // its wire form
     WorkerClient& client() { return *m_client; }
     NvrtcCompiler& compiler() { return *m_compiler; }
     std::string arch() const;
@@ -58,6 +61,11 @@ public:
 
     // Registers the problem with the worker (replayed after every restart). evaluate() calls it.
     void prepareWorker();
+    // How the last evaluate() ended for the worker (read by the one who called it): a pool retries an evaluation
+    // elsewhere when its worker was lost (a dropped connection, a process that died without a fatal reply) and
+    // passes over a worker that could not start.
+    enum class WorkerOutcome { Fine, Lost, Unavailable };
+    WorkerOutcome lastWorkerOutcome() const { return m_lastOutcome; }
 
 private:
     std::optional<CompileJob> jobFor(const Candidate& c, std::string* error) const;
@@ -65,12 +73,13 @@ private:
     Problem m_problem;
     GpuEvaluatorOptions m_options;
     std::string m_referenceSource, m_baselineSource, m_templateSource;
-    std::unique_ptr<NvrtcCompiler> m_compiler;
+    std::shared_ptr<NvrtcCompiler> m_compiler;
     std::unique_ptr<WorkerClient> m_client;
     mutable std::mutex m_clientMutex; // one owner of the GPU at a time
     mutable DeviceInfo m_device; // written once, before m_deviceReady is set
     mutable std::atomic<bool> m_deviceReady { false };
     bool m_problemLoaded = false;
+    WorkerOutcome m_lastOutcome = WorkerOutcome::Fine;
 };
 
 } // namespace kl

@@ -31,20 +31,23 @@ ProfileReport profileAgainstBaseline(
     if (!module->report.ok)
         return report;
     evaluator.prepareWorker();
-    auto reply = evaluator.client().request(
-        { { "op", "profile" }, { "problem", problem.name },
-            { "candidate", evaluator.candidateRequest(candidate, *module) }, { "shape", wire::toJson(shape) },
-            { "sol", request.sol }, { "trace", request.trace }, { "launches", request.launches } },
-        request.timeoutSeconds);
+    wire::ProfileOpRequest req;
+    req.problem = problem.name;
+    req.candidate = evaluator.candidateWire(candidate, *module);
+    req.shape = shape;
+    req.sol = request.sol;
+    req.trace = request.trace;
+    req.launches = request.launches;
+    const auto reply = evaluator.client().call(req, request.timeoutSeconds);
     if (!reply.ok())
-        throw std::runtime_error("the worker's profile op failed: " + reply.error);
-    if (!reply.body.contains("plans")) {
+        throw std::runtime_error("the worker's profile op failed: " + reply.reply.error);
+    if (!reply.value->report) {
         // The worker could not load the module: its compile report says why.
-        report.compile = compileReportFromJson(reply.body.at("compile"), "profile reply.compile");
+        report.compile = reply.value->compile;
         report.compile.ok = false;
         return report;
     }
-    ProfileReport r = wire::profileReport(reply.body, "profile reply");
+    ProfileReport r = *reply.value->report;
     if (!r.compile.ok)
         r.compile = report.compile; // the worker loaded the local CUBIN; its report is the local compile's
     return r;

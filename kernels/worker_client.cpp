@@ -1,7 +1,6 @@
 #include "kernels/worker_client.h"
 
-#include "kernels/worker_protocol.h"
-
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -194,7 +193,9 @@ void WorkerClient::shutdown()
 {
     if (!m_stream)
         return;
-    m_stream->writeLine(nlohmann::json { { "id", m_nextId++ }, { "op", "shutdown" } }.dump());
+    nlohmann::json req = wire::toJson(wire::ShutdownRequest {});
+    req["id"] = m_nextId++;
+    m_stream->writeLine(req.dump());
     // Give it a moment to release the context cleanly, then make sure it is gone.
     m_stream->readLine(std::chrono::steady_clock::now() + std::chrono::seconds(5));
     killWorker();
@@ -216,21 +217,28 @@ void WorkerClient::ensureStarted()
     } catch (const std::exception&) {
     }
     if (!j.is_object() || !j.value("ok", false)) {
-        const std::string why = j.is_object() ? j.value("error", "no ready line") : "worker exited before it was ready";
+        std::string why = j.is_object() ? j.value("error", "no ready line") : "worker exited before it was ready";
+        if (!ready)
+            why = "no ready line within " + std::to_string(static_cast<int>(m_options.startTimeoutSeconds)) + " s";
         killWorker();
-        throw std::runtime_error("kloop-worker did not start: " + why);
+        throw std::runtime_error("kloop-worker " + m_options.name + " did not start: " + why);
     }
-    Reply hello = roundTrip({ { "op", "hello" } }, m_options.startTimeoutSeconds);
+    auto hello = call(wire::HelloRequest {}, m_options.startTimeoutSeconds);
     if (!hello.ok()) {
         killWorker();
-        throw std::runtime_error("kloop-worker hello failed: " + hello.error);
+        throw std::runtime_error("kloop-worker " + m_options.name + " hello failed: " + hello.reply.error);
     }
-    m_device = wire::deviceInfo(hello.body.at("device"));
+    m_hello = *hello.value;
+    if (const std::string why = wire::versionMismatch(m_hello, m_options.name, m_options.installHint); !why.empty()) {
+        killWorker();
+        throw WorkerVersionError(why);
+    }
+    m_device = m_hello.device;
     for (const auto& s : m_setup) {
         Reply r = roundTrip(s, 300);
         if (!r.ok()) {
             killWorker();
-            throw std::runtime_error("kloop-worker setup request failed: " + r.error);
+            throw std::runtime_error("kloop-worker " + m_options.name + " setup request failed: " + r.error);
         }
     }
 }
@@ -241,54 +249,90 @@ const DeviceInfo& WorkerClient::device()
     return m_device;
 }
 
+WorkerClient::Reply WorkerClient::dropped(const std::string& op)
+{
+    Reply reply;
+    m_stream->kill();
+    const int st = m_stream->exitStatus();
+    const std::string how = WIFSIGNALED(st) ? " (signal " + std::to_string(WTERMSIG(st)) + ")"
+                                            : " (exit " + std::to_string(WEXITSTATUS(st)) + ")";
+    if (m_options.remote) {
+        reply.status = Status::Lost;
+        reply.error = "connection to worker " + m_options.name + " dropped during op " + op + how;
+        ++m_lost;
+    } else {
+        reply.status = Status::Crashed;
+        reply.error = "worker exited during op " + op + how;
+        ++m_crashes;
+    }
+    killWorker();
+    return reply;
+}
+
 WorkerClient::Reply WorkerClient::roundTrip(nlohmann::json req, double timeoutSeconds)
 {
+    using Clock = std::chrono::steady_clock;
     Reply reply;
     const std::int64_t id = m_nextId++;
     req["id"] = id;
-    if (!m_stream->writeLine(req.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))) {
-        reply.status = Status::Crashed;
-        reply.error = "worker pipe closed";
-        ++m_crashes;
-        killWorker();
-        return reply;
-    }
-    const auto deadline
-        = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(timeoutSeconds * 1000));
+    const std::string op = req.value("op", "");
+    if (!m_stream->writeLine(req.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)))
+        return dropped(op);
+    const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<long long>(timeoutSeconds * 1000));
+    const auto beat = std::chrono::milliseconds(static_cast<long long>(m_options.heartbeatSeconds * 1000));
+    auto heard = Clock::now();
+    bool pinged = false;
     for (;;) {
-        auto line = m_stream->readLine(deadline);
+        auto wakeUp = deadline;
+        if (beat.count() > 0)
+            wakeUp = std::min(deadline, heard + (pinged ? 2 * beat : beat));
+        auto line = m_stream->readLine(wakeUp);
         if (!line) {
-            reply.status = Status::TimedOut;
-            reply.error = "no answer within " + std::to_string(timeoutSeconds) + " s (op " + req.value("op", "")
-                + "); worker killed";
-            ++m_timeouts;
-            killWorker();
-            return reply;
+            // readLine rounds what is left down to milliseconds: within 1 ms of a time counts as reaching it.
+            const auto now = Clock::now() + std::chrono::milliseconds(1);
+            if (now >= deadline) {
+                reply.status = Status::TimedOut;
+                reply.error = "no answer within " + std::to_string(timeoutSeconds) + " s (op " + op + "); worker "
+                    + m_options.name + " killed";
+                ++m_timeouts;
+                killWorker();
+                return reply;
+            }
+            if (beat.count() <= 0 || now < heard + (pinged ? 2 * beat : beat))
+                continue; // woke early (a poll interrupted): nothing is due yet
+            if (pinged) {
+                reply.status = Status::Lost;
+                reply.error = "worker " + m_options.name + " answered no heartbeat for "
+                    + std::to_string(static_cast<int>(2 * m_options.heartbeatSeconds)) + " s during op " + op;
+                ++m_lost;
+                killWorker();
+                return reply;
+            }
+            nlohmann::json ping = wire::toJson(wire::PingRequest {});
+            ping["id"] = m_nextId++;
+            if (!m_stream->writeLine(ping.dump()))
+                return dropped(op);
+            pinged = true;
+            continue;
         }
-        if (line->empty() && m_stream->eof()) {
-            m_stream->kill();
-            const int st = m_stream->exitStatus();
-            reply.status = Status::Crashed;
-            reply.error = "worker exited during op " + req.value("op", "")
-                + (WIFSIGNALED(st) ? " (signal " + std::to_string(WTERMSIG(st)) + ")"
-                                   : " (exit " + std::to_string(WEXITSTATUS(st)) + ")");
-            ++m_crashes;
-            killWorker();
-            return reply;
-        }
+        if (line->empty() && m_stream->eof())
+            return dropped(op);
+        heard = Clock::now();
+        pinged = false;
         nlohmann::json j;
         try {
             j = nlohmann::json::parse(*line);
         } catch (const std::exception& e) {
             continue; // not a protocol line; the worker keeps stdout clean, so this is noise
         }
-        if (j.value("id", std::int64_t { -1 }) != id)
-            continue; // a late answer to a request we gave up on
+        if (!j.is_object() || j.value("id", std::int64_t { -1 }) != id)
+            continue; // a heartbeat's answer, or a late answer to a request we gave up on
         reply.body = j;
         if (j.value("ok", false)) {
             reply.status = Status::Ok;
         } else if (j.value("fatal", false)) {
             reply.status = Status::Crashed;
+            reply.fatal = true;
             reply.error = j.value("error", "fatal worker error");
             ++m_crashes;
             killWorker();

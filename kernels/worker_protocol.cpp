@@ -2,6 +2,7 @@
 
 #include "core/errors.h"
 #include "core/json_io.h"
+#include "kl_build_features.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -379,6 +380,526 @@ OutputToleranceWire outputTolerance(const Json& j, const std::string& where)
     pair("measured_fp32_vs_fp64", &t.measuredRelL2, &t.measuredMaxAbs);
     pair("tolerance", &t.tolerance.relL2, &t.tolerance.maxAbs);
     return t;
+}
+
+} // namespace kl::wire
+
+// ---- Typed ops --------------------------------------------------------------------------------------------------
+
+namespace kl::wire {
+
+std::string softwareVersion()
+{
+    return KL_VERSION;
+}
+
+namespace {
+
+    Json op(const char* name)
+    {
+        return { { "op", name } };
+    }
+
+    template <class T> Json array(const std::vector<T>& items)
+    {
+        Json a = Json::array();
+        for (const auto& i : items)
+            a.push_back(wire::toJson(i));
+        return a;
+    }
+
+    std::vector<double> numbers(const Json& j, const char* key, const std::string& where)
+    {
+        std::vector<double> out;
+        if (!j.contains(key))
+            return out;
+        const Json& a = arrayField(j, key, where);
+        for (std::size_t i = 0; i < a.size(); ++i) {
+            if (!a[i].is_number())
+                throw InputError(where + "." + key + "[" + std::to_string(i) + "]: expected a number");
+            out.push_back(a[i].get<double>());
+        }
+        return out;
+    }
+
+    std::string at(const std::string& where, const char* key, std::size_t i)
+    {
+        return where + "." + key + "[" + std::to_string(i) + "]";
+    }
+
+    std::vector<VerdictReason> reasons(const Json& j, const std::string& where)
+    {
+        std::vector<VerdictReason> out;
+        if (!j.contains("reasons"))
+            return out;
+        const Json& a = arrayField(j, "reasons", where);
+        for (std::size_t i = 0; i < a.size(); ++i)
+            out.push_back(kl::reasonFromJson(a[i], at(where, "reasons", i)));
+        return out;
+    }
+
+    // verify/time/trace/profile replies: the worker's compile report; shapes (or plans) only when it ran.
+    CompileReport replyCompile(const Json& j, const std::string& where)
+    {
+        return kl::compileReportFromJson(jsonfield::require(j, "compile", where), where + ".compile");
+    }
+
+    std::uint64_t seedOf(const Json& j, const std::string& where)
+    {
+        if (!j.contains("seed"))
+            return 1;
+        if (!j.at("seed").is_number_unsigned()
+            && !(j.at("seed").is_number_integer() && j.at("seed").get<std::int64_t>() >= 0))
+            throw InputError(where + ".seed: expected a non-negative integer");
+        return j.at("seed").get<std::uint64_t>();
+    }
+
+    int intOr(const Json& j, const char* key, int fallback, const std::string& where, int min = 0, int max = INT32_MAX)
+    {
+        return static_cast<int>(jsonfield::integerOr(j, key, fallback, where, min, max));
+    }
+
+    std::string problemName(const Json& j, const std::string& where)
+    {
+        return jsonfield::string(j, "problem", where);
+    }
+
+    CandidateWire candidateOf(const Json& j, const std::string& where)
+    {
+        return candidateWire(jsonfield::require(j, "candidate", where), where + ".candidate");
+    }
+
+    Json runOp(const char* name, const std::string& problem, const CandidateWire& c)
+    {
+        Json j = op(name);
+        j["problem"] = problem;
+        j["candidate"] = wire::toJson(c);
+        return j;
+    }
+
+} // namespace
+
+Json toJson(const CandidateWire& c)
+{
+    Json j
+        = { { "key", c.key }, { "source", c.source }, { "params", wire::toJson(c.params) }, { "lowered", c.lowered } };
+    if (c.cubin)
+        j["cubin_b64"] = base64Encode(*c.cubin);
+    if (!c.abi.empty())
+        j["abi"] = toJson(c.abi);
+    return j;
+}
+
+CandidateWire candidateWire(const Json& j, const std::string& where)
+{
+    if (!j.is_object())
+        throw InputError(where + ": expected an object");
+    CandidateWire c;
+    c.key = jsonfield::stringOr(j, "key", "", where);
+    c.source = jsonfield::string(j, "source", where);
+    if (j.contains("params")) {
+        const Json& p = j.at("params");
+        if (!p.is_object())
+            throw InputError(where + ".params: expected an object of integers");
+        for (auto it = p.begin(); it != p.end(); ++it) {
+            if (!it.value().is_number_integer())
+                throw InputError(where + ".params." + it.key() + ": expected an integer");
+            c.params[it.key()] = it.value().get<std::int64_t>();
+        }
+    }
+    if (j.contains("cubin_b64")) {
+        try {
+            c.cubin = base64Decode(jsonfield::string(j, "cubin_b64", where));
+        } catch (const std::invalid_argument& e) {
+            throw InputError(where + ".cubin_b64: " + e.what());
+        }
+    }
+    if (j.contains("lowered")) {
+        const Json& l = j.at("lowered");
+        if (!l.is_object())
+            throw InputError(where + ".lowered: expected an object of strings");
+        for (auto it = l.begin(); it != l.end(); ++it) {
+            if (!it.value().is_string())
+                throw InputError(where + ".lowered." + it.key() + ": expected a string");
+            c.lowered[it.key()] = it.value().get<std::string>();
+        }
+    }
+    if (j.contains("abi"))
+        c.abi = kernelAbi(j.at("abi"));
+    return c;
+}
+
+Json toJson(const HelloRequest& r)
+{
+    Json j = op(HelloRequest::kOp);
+    j["protocol"] = r.protocol;
+    j["client_version"] = r.clientVersion;
+    return j;
+}
+void fromJson(const Json& j, HelloRequest& out)
+{
+    out.protocol = intOr(j, "protocol", 0, "hello");
+    out.clientVersion = jsonfield::stringOr(j, "client_version", "", "hello");
+}
+Json toJson(const HelloReply& r)
+{
+    return { { "protocol", r.protocol }, { "worker_version", r.workerVersion }, { "device", wire::toJson(r.device) },
+        { "pid", r.pid }, { "host", r.host }, { "cupti", r.cupti }, { "sample", wire::toJson(r.sample) },
+        { "test_double", r.testDouble } };
+}
+void fromJson(const Json& j, HelloReply& out)
+{
+    const std::string w = "hello reply";
+    out.protocol = intOr(j, "protocol", 0, w);
+    out.workerVersion = jsonfield::stringOr(j, "worker_version", "", w);
+    out.device = kl::deviceFromJson(jsonfield::require(j, "device", w), w + ".device");
+    out.pid = static_cast<long>(jsonfield::integerOr(j, "pid", 0, w, 0));
+    out.host = jsonfield::stringOr(j, "host", "", w);
+    out.cupti = jsonfield::booleanOr(j, "cupti", false, w);
+    if (j.contains("sample"))
+        out.sample = kl::deviceSampleFromJson(j.at("sample"), w + ".sample");
+    out.testDouble = jsonfield::booleanOr(j, "test_double", false, w);
+}
+
+Json toJson(const PingRequest&)
+{
+    return op(PingRequest::kOp);
+}
+void fromJson(const Json&, PingRequest&)
+{
+}
+Json toJson(const PingReply& r)
+{
+    return { { "busy_op", r.busyOp }, { "busy_seconds", r.busySeconds } };
+}
+void fromJson(const Json& j, PingReply& out)
+{
+    out.busyOp = jsonfield::stringOr(j, "busy_op", "", "ping reply");
+    out.busySeconds = jsonfield::numberOr(j, "busy_seconds", 0, "ping reply");
+}
+
+Json toJson(const SampleRequest&)
+{
+    return op(SampleRequest::kOp);
+}
+void fromJson(const Json&, SampleRequest&)
+{
+}
+Json toJson(const SampleReply& r)
+{
+    return { { "sample", wire::toJson(r.sample) } };
+}
+void fromJson(const Json& j, SampleReply& out)
+{
+    out.sample = kl::deviceSampleFromJson(jsonfield::require(j, "sample", "sample reply"), "sample reply.sample");
+}
+
+Json toJson(const LoadProblemRequest& r)
+{
+    Json j = op(LoadProblemRequest::kOp);
+    j["problem_json"] = kl::toJson(r.problem);
+    j["reference_source"] = r.referenceSource;
+    j["baseline_source"] = r.baselineSource;
+    return j;
+}
+void fromJson(const Json& j, LoadProblemRequest& out)
+{
+    const std::string w = "load_problem";
+    out.problem = kl::problemFromJson(jsonfield::require(j, "problem_json", w), w + ".problem_json");
+    out.referenceSource = jsonfield::string(j, "reference_source", w);
+    out.baselineSource = jsonfield::string(j, "baseline_source", w);
+}
+Json toJson(const LoadProblemReply& r)
+{
+    Json tolerances = Json::object();
+    for (const auto& t : r.tolerances)
+        tolerances[t.output] = wire::toJson(t);
+    return { { "problem", r.problem }, { "baseline_kind", r.baselineKind },
+        { "reference_compile", wire::toJson(r.referenceCompile) },
+        { "baseline_compile", wire::toJson(r.baselineCompile) }, { "tolerances", tolerances } };
+}
+void fromJson(const Json& j, LoadProblemReply& out)
+{
+    const std::string w = "load_problem reply";
+    out.problem = jsonfield::string(j, "problem", w);
+    out.baselineKind = jsonfield::stringOr(j, "baseline_kind", "", w);
+    if (j.contains("reference_compile"))
+        out.referenceCompile = kl::compileReportFromJson(j.at("reference_compile"), w + ".reference_compile");
+    if (j.contains("baseline_compile"))
+        out.baselineCompile = kl::compileReportFromJson(j.at("baseline_compile"), w + ".baseline_compile");
+    if (j.contains("tolerances")) {
+        const Json& t = j.at("tolerances");
+        if (!t.is_object())
+            throw InputError(w + ".tolerances: expected an object");
+        for (auto it = t.begin(); it != t.end(); ++it)
+            out.tolerances.push_back(outputTolerance(it.value(), w + ".tolerances." + it.key()));
+    }
+}
+
+Json toJson(const CompileRequest& r)
+{
+    Json j = op(CompileRequest::kOp);
+    j["candidate"] = wire::toJson(r.candidate);
+    return j;
+}
+void fromJson(const Json& j, CompileRequest& out)
+{
+    out.candidate = candidateOf(j, "compile");
+}
+Json toJson(const CompileReply& r)
+{
+    return { { "report", wire::toJson(r.report) }, { "key", r.key } };
+}
+void fromJson(const Json& j, CompileReply& out)
+{
+    const std::string w = "compile reply";
+    out.report = kl::compileReportFromJson(jsonfield::require(j, "report", w), w + ".report");
+    out.key = jsonfield::stringOr(j, "key", "", w);
+}
+
+Json toJson(const VerifyRequest& r)
+{
+    Json j = runOp(VerifyRequest::kOp, r.problem, r.candidate);
+    Json shapes = Json::array();
+    for (std::size_t i = 0; i < r.shapes.size(); ++i) {
+        Json s = wire::toJson(r.shapes[i]);
+        s["held_out"] = i < r.heldOut.size() && r.heldOut[i];
+        shapes.push_back(s);
+    }
+    j["shapes"] = shapes;
+    j["seed"] = r.seed;
+    j["cupti"] = r.cupti;
+    j["graph_check"] = r.graphCheck;
+    return j;
+}
+void fromJson(const Json& j, VerifyRequest& out)
+{
+    const std::string w = "verify";
+    out.problem = problemName(j, w);
+    out.candidate = candidateOf(j, w);
+    const Json& shapes = arrayField(j, "shapes", w);
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+        out.shapes.push_back(kl::shapeFromJson(shapes[i], at(w, "shapes", i)));
+        out.heldOut.push_back(jsonfield::booleanOr(shapes[i], "held_out", false, at(w, "shapes", i)));
+    }
+    out.seed = seedOf(j, w);
+    out.cupti = jsonfield::booleanOr(j, "cupti", true, w);
+    out.graphCheck = jsonfield::booleanOr(j, "graph_check", true, w);
+}
+Json toJson(const VerifyReply& r)
+{
+    Json j = { { "compile", wire::toJson(r.compile) } };
+    if (!r.ran)
+        return j;
+    j["shapes"] = array(r.shapes);
+    j["reasons"] = array(r.reasons);
+    j["kernel_records"] = r.kernelRecords;
+    j["cupti_checked"] = r.cuptiChecked;
+    return j;
+}
+void fromJson(const Json& j, VerifyReply& out)
+{
+    const std::string w = "verify reply";
+    out.compile = replyCompile(j, w);
+    out.ran = j.contains("shapes");
+    if (!out.ran)
+        return;
+    const Json& shapes = arrayField(j, "shapes", w);
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+        out.shapes.push_back(kl::shapeResultFromJson(shapes[i], at(w, "shapes", i)));
+    out.reasons = reasons(j, w);
+    out.kernelRecords = jsonfield::integerOr(j, "kernel_records", 0, w, 0);
+    out.cuptiChecked = jsonfield::booleanOr(j, "cupti_checked", false, w);
+}
+
+Json toJson(const TimeRequest& r)
+{
+    Json j = runOp(TimeRequest::kOp, r.problem, r.candidate);
+    j["shapes"] = array(r.shapes);
+    j["baseline"] = r.baseline;
+    j["max_seconds_per_shape"] = r.maxSecondsPerShape;
+    j["target_rel_ci"] = r.targetRelCi;
+    j["min_samples"] = r.minSamples;
+    j["max_samples"] = r.maxSamples;
+    j["graph_mode"] = r.graphMode;
+    j["recheck"] = r.recheck;
+    j["graph_timing"] = r.graphTiming;
+    j["seed"] = r.seed;
+    j["return_samples"] = r.returnSamples;
+    return j;
+}
+void fromJson(const Json& j, TimeRequest& out)
+{
+    const std::string w = "time";
+    out.problem = problemName(j, w);
+    out.candidate = candidateOf(j, w);
+    const Json& shapes = arrayField(j, "shapes", w);
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+        out.shapes.push_back(kl::shapeFromJson(shapes[i], at(w, "shapes", i)));
+    out.baseline = jsonfield::booleanOr(j, "baseline", true, w);
+    out.maxSecondsPerShape = jsonfield::numberOr(j, "max_seconds_per_shape", 2.0, w);
+    out.targetRelCi = jsonfield::numberOr(j, "target_rel_ci", 0.01, w);
+    out.minSamples = intOr(j, "min_samples", 10, w, 1);
+    out.maxSamples = intOr(j, "max_samples", 4000, w, 1);
+    out.graphMode = jsonfield::stringOr(j, "graph_mode", "auto", w);
+    if (out.graphMode != "auto" && out.graphMode != "always" && out.graphMode != "never")
+        throw InputError(w + ".graph_mode: '" + out.graphMode + "' is not auto, always or never");
+    out.recheck = jsonfield::booleanOr(j, "recheck", true, w);
+    out.graphTiming = jsonfield::booleanOr(j, "graph_timing", true, w);
+    out.seed = seedOf(j, w);
+    out.returnSamples = jsonfield::booleanOr(j, "return_samples", false, w);
+}
+Json toJson(const TimeReply& r)
+{
+    Json j = { { "compile", wire::toJson(r.compile) } };
+    if (!r.ran)
+        return j;
+    Json shapes = Json::array();
+    for (const auto& s : r.shapes) {
+        Json e = wire::toJson(s.result);
+        e["before"] = wire::toJson(s.before);
+        e["after"] = wire::toJson(s.after);
+        e["throttled"] = s.throttled;
+        e["input_sets"] = s.inputSets;
+        e["output_sets"] = s.outputSets;
+        e["checked_batches"] = s.checkedBatches;
+        e["rotation_bytes"] = s.rotationBytes;
+        if (!s.candidateSamplesUs.empty() || !s.baselineSamplesUs.empty()) {
+            e["candidate_samples_us"] = s.candidateSamplesUs;
+            e["baseline_samples_us"] = s.baselineSamplesUs;
+        }
+        shapes.push_back(e);
+    }
+    j["shapes"] = shapes;
+    j["reasons"] = array(r.reasons);
+    return j;
+}
+void fromJson(const Json& j, TimeReply& out)
+{
+    const std::string w = "time reply";
+    out.compile = replyCompile(j, w);
+    out.ran = j.contains("shapes");
+    if (!out.ran)
+        return;
+    const Json& shapes = arrayField(j, "shapes", w);
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+        const std::string sw = at(w, "shapes", i);
+        const Json& e = shapes[i];
+        TimedShape s;
+        s.result = kl::shapeResultFromJson(e, sw);
+        if (e.contains("before"))
+            s.before = kl::deviceSampleFromJson(e.at("before"), sw + ".before");
+        if (e.contains("after"))
+            s.after = kl::deviceSampleFromJson(e.at("after"), sw + ".after");
+        s.throttled = jsonfield::booleanOr(e, "throttled", false, sw);
+        s.inputSets = intOr(e, "input_sets", 0, sw);
+        s.outputSets = intOr(e, "output_sets", 0, sw);
+        s.checkedBatches = intOr(e, "checked_batches", 0, sw);
+        s.rotationBytes = static_cast<std::uint64_t>(jsonfield::integerOr(e, "rotation_bytes", 0, sw, 0));
+        s.candidateSamplesUs = numbers(e, "candidate_samples_us", sw);
+        s.baselineSamplesUs = numbers(e, "baseline_samples_us", sw);
+        out.shapes.push_back(std::move(s));
+    }
+    out.reasons = reasons(j, w);
+}
+
+Json toJson(const TraceRequest& r)
+{
+    Json j = runOp(TraceRequest::kOp, r.problem, r.candidate);
+    j["shape"] = wire::toJson(r.shape);
+    j["launches"] = r.launches;
+    return j;
+}
+void fromJson(const Json& j, TraceRequest& out)
+{
+    const std::string w = "trace";
+    out.problem = problemName(j, w);
+    out.candidate = candidateOf(j, w);
+    out.shape = kl::shapeFromJson(jsonfield::require(j, "shape", w), w + ".shape");
+    out.launches = intOr(j, "launches", 50, w, 1, 100000);
+}
+Json toJson(const TraceReply& r)
+{
+    Json j = { { "compile", wire::toJson(r.compile) } };
+    if (!r.ran)
+        return j;
+    j["records"] = array(r.records);
+    j["event_us"] = r.eventUs;
+    j["cupti"] = r.cupti;
+    return j;
+}
+void fromJson(const Json& j, TraceReply& out)
+{
+    const std::string w = "trace reply";
+    out.compile = replyCompile(j, w);
+    out.ran = j.contains("records");
+    if (!out.ran)
+        return;
+    const Json& records = arrayField(j, "records", w);
+    for (std::size_t i = 0; i < records.size(); ++i)
+        out.records.push_back(kernelRecord(records[i], at(w, "records", i)));
+    out.eventUs = numbers(j, "event_us", w);
+    out.cupti = jsonfield::booleanOr(j, "cupti", false, w);
+}
+
+Json toJson(const ProfileOpRequest& r)
+{
+    Json j = runOp(ProfileOpRequest::kOp, r.problem, r.candidate);
+    j["shape"] = wire::toJson(r.shape);
+    j["sol"] = r.sol;
+    j["trace"] = r.trace;
+    j["launches"] = r.launches;
+    return j;
+}
+void fromJson(const Json& j, ProfileOpRequest& out)
+{
+    const std::string w = "profile";
+    out.problem = problemName(j, w);
+    out.candidate = candidateOf(j, w);
+    out.shape = kl::shapeFromJson(jsonfield::require(j, "shape", w), w + ".shape");
+    out.sol = jsonfield::booleanOr(j, "sol", true, w);
+    out.trace = jsonfield::booleanOr(j, "trace", true, w);
+    out.launches = intOr(j, "launches", 5, w, 1, 1000);
+}
+Json toJson(const ProfileOpReply& r)
+{
+    if (!r.report)
+        return { { "compile", wire::toJson(r.compile) } };
+    ProfileReport report = *r.report;
+    report.compile = r.compile;
+    return wire::toJson(report);
+}
+void fromJson(const Json& j, ProfileOpReply& out)
+{
+    out.compile = replyCompile(j, "profile reply");
+    if (j.contains("plans"))
+        out.report = profileReport(j, "profile reply");
+}
+
+Json toJson(const ShutdownRequest&)
+{
+    return op(ShutdownRequest::kOp);
+}
+void fromJson(const Json&, ShutdownRequest&)
+{
+}
+Json toJson(const ShutdownReply&)
+{
+    return Json::object();
+}
+void fromJson(const Json&, ShutdownReply&)
+{
+}
+
+std::string versionMismatch(const HelloReply& hello, const std::string& workerName, const std::string& installHint)
+{
+    if (hello.protocol == kProtocolVersion)
+        return {};
+    const std::string theirs
+        = hello.workerVersion.empty() ? std::string("an older kloop-worker") : "kloop-worker " + hello.workerVersion;
+    return "worker " + workerName + " speaks protocol " + std::to_string(hello.protocol) + " (" + theirs
+        + "), this kloop speaks protocol " + std::to_string(kProtocolVersion) + " (kloop " + softwareVersion()
+        + "); install the matching worker on that host: " + installHint;
 }
 
 } // namespace kl::wire

@@ -1,172 +1,194 @@
-// kloop-worker: owns the CUDA context and answers JSON-lines requests on stdin/stdout (kernels/HARNESS.md).
-// Anything a library prints goes to stderr: stdout carries only protocol lines.
+// kloop-worker: owns the CUDA context and answers the typed JSON-lines requests of kernels/worker_protocol.h on
+// stdin/stdout (kernels/HARNESS.md); the loop itself is kernels/worker_serve. Anything a library prints goes to
+// stderr: stdout carries only protocol lines.
 #include "core/errors.h"
-#include "core/json_io.h"
 #include "kernels/worker/cuda_check.h"
 #include "kernels/worker/engine.h"
 #include "kernels/worker/profile_op.h"
-#include "kernels/worker_protocol.h"
+#include "kernels/worker_serve.h"
 
 #include <algorithm>
 #include <cstdio>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <unistd.h>
 
 namespace {
 
-using kl::wire::Json;
-FILE* g_protocol = nullptr;
+namespace wire = kl::wire;
 
-void send(const Json& j)
+kl::worker::CandidateModuleSpec moduleSpec(const wire::CandidateWire& c)
 {
-    const std::string line = j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
-    std::fwrite(line.data(), 1, line.size(), g_protocol);
-    std::fflush(g_protocol);
+    kl::worker::CandidateModuleSpec m;
+    m.key = c.key;
+    m.source = c.source;
+    m.params = c.params;
+    m.cubin = c.cubin.value_or(std::string());
+    m.lowered = c.lowered;
+    m.abi = c.abi;
+    return m;
 }
 
-kl::worker::CandidateModuleSpec candidateSpec(const Json& j)
+std::string hostName()
 {
-    kl::worker::CandidateModuleSpec c;
-    c.key = j.value("key", "");
-    c.source = j.at("source").get<std::string>();
-    if (j.contains("params"))
-        c.params = kl::wire::paramValues(j.at("params"));
-    if (j.contains("cubin_b64"))
-        c.cubin = kl::wire::base64Decode(j.at("cubin_b64").get<std::string>());
-    if (j.contains("lowered"))
-        c.lowered = j.at("lowered").get<std::map<std::string, std::string>>();
-    if (j.contains("abi"))
-        c.abi = kl::wire::kernelAbi(j.at("abi"));
-    return c;
+    char buf[256] = {};
+    return ::gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string();
 }
 
-const kl::worker::LoadedProblem& problemOf(kl::worker::Engine& engine, const Json& req)
-{
-    const std::string name = req.at("problem").get<std::string>();
-    const auto* lp = engine.problem(name);
-    if (!lp)
-        throw kl::InputError("problem '" + name + "' is not loaded (send load_problem first)");
-    return *lp;
-}
-
-Json handle(kl::worker::Engine& engine, const Json& req, bool* stop)
-{
-    const std::string op = req.at("op").get<std::string>();
-    Json res = { { "id", req.value("id", 0) }, { "ok", true } };
-    if (op == "hello") {
-        res["protocol"] = kl::wire::kProtocolVersion;
-        res["device"] = kl::wire::toJson(engine.device());
-        res["pid"] = static_cast<long>(::getpid());
-        res["cupti"] = kl::worker::CuptiKernelLog::instance().available();
-        res["sample"] = kl::wire::toJson(engine.sample());
-    } else if (op == "sample") {
-        res["sample"] = kl::wire::toJson(engine.sample());
-    } else if (op == "load_problem") {
-        const kl::Problem p = kl::problemFromJson(req.at("problem_json"), "load_problem.problem_json");
-        const auto& lp = engine.loadProblem(
-            p, req.at("reference_source").get<std::string>(), req.at("baseline_source").get<std::string>());
-        res["problem"] = lp.problem.name;
-        res["baseline_kind"] = lp.baselineKind;
-        res["reference_compile"] = kl::wire::toJson(lp.referenceCompile);
-        res["baseline_compile"] = kl::wire::toJson(lp.baselineCompile);
-        // Each output's tolerance as judged, and what it was derived from (kernels/HARNESS.md, "Measured tolerance").
-        res["tolerances"] = Json::object();
-        for (const auto& [name, t] : lp.tolerances)
-            res["tolerances"][name] = kl::wire::toJson(kl::wire::OutputToleranceWire {
-                name, kl::dtypeName(t.dtype), t.stated, t.measuredRelL2, t.measuredMaxAbs, t.tolerance });
-    } else if (op == "compile") {
-        kl::CompileReport report;
-        std::string key;
-        auto spec = candidateSpec(req.at("candidate"));
-        auto plan = engine.candidatePlan(spec, &report, &key);
-        res["report"] = kl::wire::toJson(report);
-        res["key"] = key; // later requests may send {key, source, params} without the CUBIN
-    } else if (op == "verify" || op == "time" || op == "trace" || op == "profile") {
-        const auto& lp = problemOf(engine, req);
-        kl::CompileReport report;
-        auto plan = engine.candidatePlan(candidateSpec(req.at("candidate")), &report);
-        res["compile"] = kl::wire::toJson(report);
-        if (!plan)
-            return res;
-        if (op == "verify") {
-            kl::worker::VerifyOptions o;
-            for (const auto& s : req.at("shapes")) {
-                o.shapes.push_back(kl::wire::shape(s));
-                o.heldOut.push_back(s.value("held_out", false));
-            }
-            o.seed = req.value("seed", std::uint64_t { 1 });
-            o.cupti = req.value("cupti", true);
-            o.graphCheck = req.value("graph_check", true);
-            const auto v = engine.verify(lp, *plan, o);
-            auto& shapes = res["shapes"] = Json::array();
-            for (const auto& s : v.shapes)
-                shapes.push_back(kl::wire::toJson(s));
-            auto& reasons = res["reasons"] = Json::array();
-            for (const auto& r : v.reasons)
-                reasons.push_back(kl::wire::toJson(r));
-            res["kernel_records"] = v.kernelRecords;
-            res["cupti_checked"] = v.cuptiChecked;
-        } else if (op == "time") {
-            kl::worker::TimeOptions o;
-            for (const auto& s : req.at("shapes"))
-                o.shapes.push_back(kl::wire::shape(s));
-            o.withBaseline = req.value("baseline", true);
-            o.maxSecondsPerShape = req.value("max_seconds_per_shape", 2.0);
-            o.targetRelHalfWidth = req.value("target_rel_ci", 0.01);
-            o.minSamples = req.value("min_samples", 10);
-            o.maxSamples = req.value("max_samples", 4000);
-            o.graphMode = req.value("graph_mode", "auto");
-            o.recheck = req.value("recheck", true);
-            o.graphTiming = req.value("graph_timing", true);
-            o.seed = req.value("seed", std::uint64_t { 1 });
-            const bool withSamples = req.value("return_samples", false);
-            const auto t = engine.time(lp, *plan, o);
-            auto& shapes = res["shapes"] = Json::array();
-            for (const auto& s : t.shapes) {
-                Json j = kl::wire::toJson(s.result);
-                j["before"] = kl::wire::toJson(s.before);
-                j["after"] = kl::wire::toJson(s.after);
-                j["throttled"] = s.throttled;
-                j["input_sets"] = s.inputSets;
-                j["rotation_bytes"] = s.rotationBytes;
-                j["output_sets"] = s.outputSets;
-                j["checked_batches"] = s.checkedBatches;
-                if (withSamples) {
-                    j["candidate_samples_us"] = s.candidateSamplesUs;
-                    j["baseline_samples_us"] = s.baselineSamplesUs;
-                }
-                shapes.push_back(j);
-            }
-            auto& reasons = res["reasons"] = Json::array();
-            for (const auto& r : t.reasons)
-                reasons.push_back(kl::wire::toJson(r));
-        } else if (op == "profile") {
-            kl::worker::ProfileOpOptions po;
-            po.sol = req.value("sol", true);
-            po.trace = req.value("trace", true);
-            po.launches = std::clamp(req.value("launches", 5), 1, 1000);
-            kl::ProfileReport pr = kl::worker::profilePlans(engine, lp, *plan, kl::wire::shape(req.at("shape")), po);
-            pr.compile = report;
-            const Json reportJson = kl::wire::toJson(pr); // named: items() of a temporary would dangle
-            for (auto it = reportJson.begin(); it != reportJson.end(); ++it)
-                res[it.key()] = it.value();
-        } else {
-            const auto tr = engine.trace(lp, *plan, kl::wire::shape(req.at("shape")), req.value("launches", 50));
-            auto& recs = res["records"] = Json::array();
-            for (const auto& r : tr.records)
-                recs.push_back(kl::wire::toJson(r));
-            res["event_us"] = tr.eventUs;
-            res["cupti"] = tr.cuptiAvailable;
-        }
-    } else if (op == "shutdown") {
-        *stop = true;
-    } else {
-        throw kl::InputError("unknown op '" + op + "'");
+class EngineHandler final : public wire::WorkerHandler {
+public:
+    explicit EngineHandler(kl::worker::Engine& engine)
+        : m_engine(engine)
+    {
     }
-    return res;
-}
+
+    wire::HelloReply hello(const wire::HelloRequest&) override
+    {
+        wire::HelloReply r;
+        r.protocol = wire::kProtocolVersion;
+        r.workerVersion = wire::softwareVersion();
+        r.device = m_engine.device();
+        r.pid = static_cast<long>(::getpid());
+        r.host = hostName();
+        r.cupti = kl::worker::CuptiKernelLog::instance().available();
+        r.sample = m_engine.sample();
+        return r;
+    }
+
+    wire::SampleReply sample(const wire::SampleRequest&) override { return { m_engine.sample() }; }
+
+    wire::LoadProblemReply loadProblem(const wire::LoadProblemRequest& req) override
+    {
+        const auto& lp = m_engine.loadProblem(req.problem, req.referenceSource, req.baselineSource);
+        wire::LoadProblemReply r;
+        r.problem = lp.problem.name;
+        r.baselineKind = lp.baselineKind;
+        r.referenceCompile = lp.referenceCompile;
+        r.baselineCompile = lp.baselineCompile;
+        // Each output's tolerance as judged, and what it was derived from (kernels/HARNESS.md, "Measured tolerance").
+        for (const auto& [name, t] : lp.tolerances)
+            r.tolerances.push_back(
+                { name, kl::dtypeName(t.dtype), t.stated, t.measuredRelL2, t.measuredMaxAbs, t.tolerance });
+        return r;
+    }
+
+    wire::CompileReply compile(const wire::CompileRequest& req) override
+    {
+        wire::CompileReply r;
+        (void)m_engine.candidatePlan(moduleSpec(req.candidate), &r.report, &r.key);
+        return r;
+    }
+
+    wire::VerifyReply verify(const wire::VerifyRequest& req) override
+    {
+        wire::VerifyReply r;
+        const auto& lp = problemOf(req.problem);
+        auto plan = m_engine.candidatePlan(moduleSpec(req.candidate), &r.compile);
+        if (!plan)
+            return r;
+        kl::worker::VerifyOptions o;
+        o.shapes = req.shapes;
+        o.heldOut = req.heldOut;
+        o.seed = req.seed;
+        o.cupti = req.cupti;
+        o.graphCheck = req.graphCheck;
+        const auto v = m_engine.verify(lp, *plan, o);
+        r.ran = true;
+        r.shapes = v.shapes;
+        r.reasons = v.reasons;
+        r.kernelRecords = static_cast<std::int64_t>(v.kernelRecords);
+        r.cuptiChecked = v.cuptiChecked;
+        return r;
+    }
+
+    wire::TimeReply time(const wire::TimeRequest& req) override
+    {
+        wire::TimeReply r;
+        const auto& lp = problemOf(req.problem);
+        auto plan = m_engine.candidatePlan(moduleSpec(req.candidate), &r.compile);
+        if (!plan)
+            return r;
+        kl::worker::TimeOptions o;
+        o.shapes = req.shapes;
+        o.withBaseline = req.baseline;
+        o.maxSecondsPerShape = req.maxSecondsPerShape;
+        o.targetRelHalfWidth = req.targetRelCi;
+        o.minSamples = req.minSamples;
+        o.maxSamples = req.maxSamples;
+        o.graphMode = req.graphMode;
+        o.recheck = req.recheck;
+        o.graphTiming = req.graphTiming;
+        o.seed = req.seed;
+        const auto t = m_engine.time(lp, *plan, o);
+        r.ran = true;
+        for (const auto& s : t.shapes) {
+            wire::TimedShape w;
+            w.result = s.result;
+            w.before = s.before;
+            w.after = s.after;
+            w.throttled = s.throttled;
+            w.inputSets = s.inputSets;
+            w.outputSets = s.outputSets;
+            w.checkedBatches = s.checkedBatches;
+            w.rotationBytes = s.rotationBytes;
+            if (req.returnSamples) {
+                w.candidateSamplesUs = s.candidateSamplesUs;
+                w.baselineSamplesUs = s.baselineSamplesUs;
+            }
+            r.shapes.push_back(std::move(w));
+        }
+        r.reasons = t.reasons;
+        return r;
+    }
+
+    wire::TraceReply trace(const wire::TraceRequest& req) override
+    {
+        wire::TraceReply r;
+        const auto& lp = problemOf(req.problem);
+        auto plan = m_engine.candidatePlan(moduleSpec(req.candidate), &r.compile);
+        if (!plan)
+            return r;
+        const auto tr = m_engine.trace(lp, *plan, req.shape, req.launches);
+        r.ran = true;
+        r.records = tr.records;
+        r.eventUs = tr.eventUs;
+        r.cupti = tr.cuptiAvailable;
+        return r;
+    }
+
+    wire::ProfileOpReply profile(const wire::ProfileOpRequest& req) override
+    {
+        wire::ProfileOpReply r;
+        const auto& lp = problemOf(req.problem);
+        auto plan = m_engine.candidatePlan(moduleSpec(req.candidate), &r.compile);
+        if (!plan)
+            return r;
+        kl::worker::ProfileOpOptions po;
+        po.sol = req.sol;
+        po.trace = req.trace;
+        po.launches = std::clamp(req.launches, 1, 1000);
+        r.report = kl::worker::profilePlans(m_engine, lp, *plan, req.shape, po);
+        return r;
+    }
+
+    std::optional<std::string> fatal(const std::exception& e) override
+    {
+        if (const auto* cuda = dynamic_cast<const kl::worker::CudaError*>(&e); cuda && cuda->sticky())
+            return std::string(e.what());
+        return std::nullopt;
+    }
+
+private:
+    const kl::worker::LoadedProblem& problemOf(const std::string& name)
+    {
+        const auto* lp = m_engine.problem(name);
+        if (!lp)
+            throw kl::InputError("problem '" + name + "' is not loaded (send load_problem first)");
+        return *lp;
+    }
+
+    kl::worker::Engine& m_engine;
+};
 
 } // namespace
 
@@ -174,46 +196,20 @@ int main()
 {
     // Keep the protocol on a private descriptor; route fd 1 to stderr so stray library output cannot corrupt it.
     const int protoFd = ::dup(1);
-    g_protocol = ::fdopen(protoFd, "w");
+    std::FILE* protocol = ::fdopen(protoFd, "w");
     ::dup2(2, 1);
-    if (!g_protocol)
+    if (!protocol)
         return 2;
 
     std::unique_ptr<kl::worker::Engine> engine;
     try {
         engine = std::make_unique<kl::worker::Engine>();
     } catch (const std::exception& e) {
-        send({ { "id", 0 }, { "ok", false }, { "fatal", true },
-            { "error", std::string("worker start failed: ") + e.what() } });
+        wire::sendStartFailure(protocol, std::string("worker start failed: ") + e.what());
         return 3;
     }
-    send({ { "id", 0 }, { "ok", true }, { "op", "ready" } });
-    std::string line;
-    bool stop = false;
-    while (!stop && std::getline(std::cin, line)) {
-        if (line.empty())
-            continue;
-        Json req;
-        try {
-            req = Json::parse(line);
-        } catch (const std::exception& e) {
-            send({ { "id", 0 }, { "ok", false }, { "error", std::string("malformed request: ") + e.what() } });
-            continue;
-        }
-        const auto id = req.value("id", 0);
-        try {
-            send(handle(*engine, req, &stop));
-        } catch (const kl::worker::CudaError& e) {
-            if (e.sticky()) {
-                // The context is unusable; report and die so the client starts a fresh worker.
-                send({ { "id", id }, { "ok", false }, { "fatal", true }, { "crashed", true }, { "error", e.what() } });
-                std::_Exit(4);
-            }
-            send({ { "id", id }, { "ok", false }, { "error", e.what() } });
-        } catch (const std::exception& e) {
-            send({ { "id", id }, { "ok", false }, { "error", e.what() } });
-        }
-    }
+    EngineHandler handler(*engine);
+    const int rc = wire::serveWorker(handler, protocol);
     engine.reset();
-    return 0;
+    return rc;
 }

@@ -7,7 +7,10 @@
 // that is not an ELF image holding every kernel the launch plan names.
 //
 // Modelled here, because nothing runs (the rules are deterministic so tests can rely on them):
-//   hello   an obviously fake device, "test double (no GPU)", sm_90a so NVRTC targets a real architecture.
+//   hello   an obviously fake device, "test double (no GPU)", sm_90a so NVRTC targets a real architecture; its
+//           uuid is "GPU-test-double-" + CUDA_VISIBLE_DEVICES (so local:N workers are told apart) or
+//           KL_FAKE_WORKER_UUID; KL_FAKE_WORKER_DEVICE renames the model (a pool of two GPU models);
+//           KL_FAKE_WORKER_PROTOCOL poses as a worker of another protocol version (the mismatch test).
 //   verify  every shape is correct (rel L2 1e-3) unless the source contains the marker
 //           "kl-test-double: wrong-results"; then every check fails with rel L2 0.5, above any tolerance.
 //   time    latency(shape) = 0.5 us + bytes(shape) / (4 TB/s * efficiency), bytes from the problem's formula.
@@ -16,6 +19,9 @@
 //           from an FNV-1a hash of the source and the parameter values. The median's 95% CI is +-0.2% and
 //           p10/p90 +-0.5%, so two candidates whose efficiencies differ by more than about 1% are told apart
 //           and equal ones are not (the loop's "CI excludes 1.0" rule is exercised both ways).
+//           The marker "kl-test-double: time-sleep-ms=N" makes the time op take N ms of wall time (a long
+//           measurement, so tests can kill -9 a worker in the middle of one); with KL_FAKE_WORKER_BUSY_FILE set,
+//           the double writes its pid to that file as such a time op begins.
 //   trace   refused: there are no kernel records without a GPU.
 //   profile (kloop profile --sol) for the baseline, then the candidate: `launches` runs of the plan's kernels (the
 //           @kl:launch kernels, named by the CUBIN symbols the request lowers them to), each run lasting the time
@@ -32,8 +38,10 @@
 #include "kernels/nvrtc_compiler.h"
 #include "kernels/plan_profile.h"
 #include "kernels/worker_protocol.h"
+#include "kernels/worker_serve.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -43,6 +51,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 namespace {
@@ -52,6 +61,7 @@ using kl::wire::Json;
 constexpr const char* kWrongResultsMarker = "kl-test-double: wrong-results";
 constexpr const char* kEfficiencyMarker = "kl-test-double: efficiency=";
 constexpr const char* kNoCountersMarker = "kl-test-double: no-counters";
+constexpr const char* kTimeSleepMarker = "kl-test-double: time-sleep-ms=";
 constexpr double kBandwidthBytesPerSecond = 4.0e12;
 constexpr double kLaunchOverheadUs = 0.5;
 constexpr double kBaselineEfficiency = 0.30;
@@ -82,6 +92,12 @@ kl::DeviceInfo fakeDevice()
     d.driverVersion = "none (test double)";
     d.cudaDriverApi = "none (test double)";
     d.nvrtcVersion = kl::nvrtcVersionString();
+    if (const char* name = std::getenv("KL_FAKE_WORKER_DEVICE"); name && *name)
+        d.name = name;
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    d.uuid = std::string("GPU-test-double-") + (visible && *visible ? visible : "0");
+    if (const char* uuid = std::getenv("KL_FAKE_WORKER_UUID"); uuid && *uuid)
+        d.uuid = uuid;
     // KL_FAKE_WORKER_ARCH=sm_86: the double poses as an older card, for the architecture refusals' tests.
     if (const char* arch = std::getenv("KL_FAKE_WORKER_ARCH"); arch && kl::archNumber(arch)) {
         d.ccMajor = *kl::archNumber(arch) / 10;
@@ -105,88 +121,134 @@ struct LoadedProblem {
     std::string baselineSource;
 };
 
-struct CandidateRequest {
-    std::string key;
-    std::string source;
-    kl::ParamValues params;
-    std::optional<std::string> cubin;
-    std::map<std::string, std::string> lowered;
-};
+using CandidateRequest = kl::wire::CandidateWire;
 
-class FakeWorker {
+class FakeWorker final : public kl::wire::WorkerHandler {
 public:
-    Json handle(const Json& req, bool* stop)
+    kl::wire::HelloReply hello(const kl::wire::HelloRequest&) override
     {
-        const std::string op = req.at("op").get<std::string>();
-        Json res = { { "id", req.value("id", 0) }, { "ok", true } };
-        if (op == "hello") {
-            res["protocol"] = kl::wire::kProtocolVersion;
-            res["device"] = kl::wire::toJson(m_device);
-            res["pid"] = static_cast<long>(::getpid());
-            res["cupti"] = false;
-            res["sample"] = kl::wire::toJson(kl::DeviceSample {});
-            res["test_double"] = true;
-        } else if (op == "sample") {
-            res["sample"] = kl::wire::toJson(kl::DeviceSample {});
-        } else if (op == "load_problem") {
-            LoadedProblem lp;
-            lp.problem = kl::problemFromJson(req.at("problem_json"), "load_problem.problem_json");
-            lp.baselineSource = req.at("baseline_source").get<std::string>();
-            (void)req.at("reference_source").get<std::string>();
-            res["problem"] = lp.problem.name;
-            res["baseline_kind"] = "source";
-            m_problems[lp.problem.name] = std::move(lp);
-        } else if (op == "compile") {
-            const auto module = compile(candidate(req.at("candidate")));
-            res["report"] = kl::wire::toJson(module->report);
-            res["key"] = module->key;
-        } else if (op == "verify" || op == "time" || op == "profile") {
-            const LoadedProblem& lp = problemOf(req);
-            const CandidateRequest c = candidate(req.at("candidate"));
-            kl::CompileReport report;
-            if (!loadable(c, &report)) {
-                res["compile"] = kl::wire::toJson(report); // as the real worker: no plan, no shapes
-                return res;
-            }
-            res["compile"] = kl::wire::toJson(report);
-            if (op == "verify")
-                verify(c, req, res);
-            else if (op == "time")
-                time(lp, c, req, res);
-            else
-                profile(lp, c, report, req, res);
-        } else if (op == "trace") {
-            throw kl::InputError("the test double runs no kernels, so it has no kernel records to trace");
-        } else if (op == "shutdown") {
-            *stop = true;
-        } else {
-            throw kl::InputError("unknown op '" + op + "'");
+        kl::wire::HelloReply r;
+        r.protocol = kl::wire::kProtocolVersion;
+        if (const char* p = std::getenv("KL_FAKE_WORKER_PROTOCOL"); p && *p)
+            r.protocol = std::atoi(p);
+        r.workerVersion = kl::wire::softwareVersion();
+        r.device = m_device;
+        r.pid = static_cast<long>(::getpid());
+        r.host = "test-double";
+        r.testDouble = true;
+        return r;
+    }
+
+    kl::wire::SampleReply sample(const kl::wire::SampleRequest&) override { return {}; }
+
+    kl::wire::LoadProblemReply loadProblem(const kl::wire::LoadProblemRequest& req) override
+    {
+        LoadedProblem lp;
+        lp.problem = req.problem;
+        lp.baselineSource = req.baselineSource;
+        kl::wire::LoadProblemReply r;
+        r.problem = lp.problem.name;
+        r.baselineKind = "source";
+        m_problems[lp.problem.name] = std::move(lp);
+        return r;
+    }
+
+    kl::wire::CompileReply compile(const kl::wire::CompileRequest& req) override
+    {
+        const auto module = compile(req.candidate);
+        return { module->report, module->key };
+    }
+
+    kl::wire::VerifyReply verify(const kl::wire::VerifyRequest& req) override
+    {
+        (void)problemOf(req.problem);
+        kl::wire::VerifyReply r;
+        if (!loadable(req.candidate, &r.compile))
+            return r; // as the real worker: no plan, no shapes
+        r.ran = true;
+        const bool wrong = req.candidate.source.find(kWrongResultsMarker) != std::string::npos;
+        for (std::size_t i = 0; i < req.shapes.size(); ++i) {
+            kl::ShapeResult s;
+            s.shape = req.shapes[i];
+            s.heldOut = i < req.heldOut.size() && req.heldOut[i];
+            kl::CorrectnessStats check;
+            check.distribution = "normal";
+            check.seed = req.seed;
+            check.relL2 = wrong ? 0.5 : 1e-3;
+            check.maxAbs = wrong ? 1.0 : 4e-3;
+            check.passed = !wrong;
+            s.checks.push_back(check);
+            s.correct = check.passed;
+            r.shapes.push_back(std::move(s));
         }
-        return res;
+        return r;
+    }
+
+    kl::wire::TimeReply time(const kl::wire::TimeRequest& req) override
+    {
+        const LoadedProblem& lp = problemOf(req.problem);
+        kl::wire::TimeReply r;
+        if (!loadable(req.candidate, &r.compile))
+            return r;
+        r.ran = true;
+        sleepIfAsked(req.candidate.source);
+        const double eff = efficiency(lp, req.candidate);
+        for (const kl::Shape& shape : req.shapes) {
+            kl::wire::TimedShape t;
+            t.result.shape = shape;
+            t.result.correct = true;
+            t.result.timing = timing(latencyUs(lp, shape, eff));
+            if (req.baseline) {
+                t.result.baselineTiming = timing(latencyUs(lp, shape, kBaselineEfficiency));
+                t.result.speedup = t.result.baselineTiming->medianUs / t.result.timing->medianUs;
+                t.result.speedupCiLow = t.result.baselineTiming->ciLowUs / t.result.timing->ciHighUs;
+                t.result.speedupCiHigh = t.result.baselineTiming->ciHighUs / t.result.timing->ciLowUs;
+            }
+            t.inputSets = 1;
+            r.shapes.push_back(std::move(t));
+        }
+        return r;
+    }
+
+    kl::wire::TraceReply trace(const kl::wire::TraceRequest&) override
+    {
+        throw kl::InputError("the test double runs no kernels, so it has no kernel records to trace");
+    }
+
+    kl::wire::ProfileOpReply profile(const kl::wire::ProfileOpRequest& req) override
+    {
+        const LoadedProblem& lp = problemOf(req.problem);
+        kl::wire::ProfileOpReply r;
+        if (!loadable(req.candidate, &r.compile))
+            return r;
+        r.report = profile(lp, req.candidate, r.compile, req);
+        return r;
     }
 
 private:
-    const LoadedProblem& problemOf(const Json& req) const
+    const LoadedProblem& problemOf(const std::string& name) const
     {
-        const std::string name = req.at("problem").get<std::string>();
         const auto it = m_problems.find(name);
         if (it == m_problems.end())
             throw kl::InputError("problem '" + name + "' is not loaded (send load_problem first)");
         return it->second;
     }
 
-    static CandidateRequest candidate(const Json& j)
+    static void sleepIfAsked(const std::string& source)
     {
-        CandidateRequest c;
-        c.key = j.value("key", "");
-        c.source = j.at("source").get<std::string>();
-        if (j.contains("params"))
-            c.params = kl::wire::paramValues(j.at("params"));
-        if (j.contains("cubin_b64"))
-            c.cubin = kl::wire::base64Decode(j.at("cubin_b64").get<std::string>());
-        if (j.contains("lowered"))
-            c.lowered = j.at("lowered").get<std::map<std::string, std::string>>();
-        return c;
+        const auto at = source.find(kTimeSleepMarker);
+        if (at == std::string::npos)
+            return;
+        const long ms = std::strtol(source.c_str() + at + std::string(kTimeSleepMarker).size(), nullptr, 10);
+        if (const char* busy = std::getenv("KL_FAKE_WORKER_BUSY_FILE"); busy && *busy) {
+            const std::string tmp = std::string(busy) + ".tmp";
+            if (std::FILE* f = std::fopen(tmp.c_str(), "w")) {
+                std::fprintf(f, "%ld\n", static_cast<long>(::getpid()));
+                std::fclose(f);
+                std::rename(tmp.c_str(), busy); // whole or not at all: the test reads it as soon as it appears
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::clamp(ms, 0L, 600'000L)));
     }
 
     std::shared_ptr<const kl::CompiledModule> compile(const CandidateRequest& c)
@@ -235,35 +297,6 @@ private:
         return true;
     }
 
-    static kl::ShapeResult shapeResult(const Json& s)
-    {
-        kl::ShapeResult r;
-        r.shape = kl::wire::shape(s);
-        r.heldOut = s.value("held_out", false);
-        return r;
-    }
-
-    void verify(const CandidateRequest& c, const Json& req, Json& res) const
-    {
-        const bool wrong = c.source.find(kWrongResultsMarker) != std::string::npos;
-        auto& shapes = res["shapes"] = Json::array();
-        for (const auto& s : req.at("shapes")) {
-            kl::ShapeResult r = shapeResult(s);
-            kl::CorrectnessStats check;
-            check.distribution = "normal";
-            check.seed = req.value("seed", std::uint64_t { 1 });
-            check.relL2 = wrong ? 0.5 : 1e-3;
-            check.maxAbs = wrong ? 1.0 : 4e-3;
-            check.passed = !wrong;
-            r.checks.push_back(check);
-            r.correct = check.passed;
-            shapes.push_back(kl::wire::toJson(r));
-        }
-        res["reasons"] = Json::array();
-        res["kernel_records"] = 0;
-        res["cupti_checked"] = false;
-    }
-
     double latencyUs(const LoadedProblem& lp, const kl::Shape& shape, double eff) const
     {
         const double bytes = lp.problem.bytes.empty() ? 0.0 : lp.problem.bytes.evaluate(shape.bindings());
@@ -301,32 +334,6 @@ private:
         t.samples = 50;
         t.inputSets = 1;
         return t;
-    }
-
-    void time(const LoadedProblem& lp, const CandidateRequest& c, const Json& req, Json& res) const
-    {
-        const double eff = efficiency(lp, c);
-        const bool withBaseline = req.value("baseline", true);
-        auto& shapes = res["shapes"] = Json::array();
-        for (const auto& s : req.at("shapes")) {
-            kl::ShapeResult r = shapeResult(s);
-            r.correct = true;
-            r.timing = timing(latencyUs(lp, r.shape, eff));
-            if (withBaseline) {
-                r.baselineTiming = timing(latencyUs(lp, r.shape, kBaselineEfficiency));
-                r.speedup = r.baselineTiming->medianUs / r.timing->medianUs;
-                r.speedupCiLow = r.baselineTiming->ciLowUs / r.timing->ciHighUs;
-                r.speedupCiHigh = r.baselineTiming->ciHighUs / r.timing->ciLowUs;
-            }
-            Json j = kl::wire::toJson(r);
-            j["before"] = kl::wire::toJson(kl::DeviceSample {});
-            j["after"] = kl::wire::toJson(kl::DeviceSample {});
-            j["throttled"] = false;
-            j["input_sets"] = 1;
-            j["rotation_bytes"] = 0;
-            shapes.push_back(j);
-        }
-        res["reasons"] = Json::array();
     }
 
     // One modelled profiled plan: its kernels from the @kl:launch lines, its run time from the timing model.
@@ -401,17 +408,17 @@ private:
         return pp;
     }
 
-    void profile(const LoadedProblem& lp, const CandidateRequest& c, const kl::CompileReport& report, const Json& req,
-        Json& res) const
+    kl::ProfileReport profile(const LoadedProblem& lp, const CandidateRequest& c, const kl::CompileReport& report,
+        const kl::wire::ProfileOpRequest& req) const
     {
         kl::ProfileReport pr;
-        pr.shape = kl::wire::shape(req.at("shape"));
+        pr.shape = req.shape;
         if (std::string why; !lp.problem.shapeIsValid(pr.shape, &why))
             throw kl::InputError("shape " + pr.shape.label() + " does not fit problem " + lp.problem.name + ": " + why);
         pr.compile = report;
-        const bool sol = req.value("sol", true);
-        const bool trace = req.value("trace", true);
-        const int launches = std::clamp(req.value("launches", 5), 1, 1000);
+        const bool sol = req.sol;
+        const bool trace = req.trace;
+        const int launches = std::clamp(req.launches, 1, 1000);
         pr.traceAvailable = trace;
         pr.traceNote = trace ? "" : "not requested";
         const std::string noCounters = c.source.find(kNoCountersMarker) != std::string::npos
@@ -423,9 +430,7 @@ private:
             pr.shape, launches, trace, sol, noCounters, &clockNs));
         pr.plans.push_back(profilePlan(lp, "candidate", "candidate", c.source, c.params, c.lowered, efficiency(lp, c),
             pr.shape, launches, trace, sol, noCounters, &clockNs));
-        const Json reportJson = kl::wire::toJson(pr);
-        for (auto it = reportJson.begin(); it != reportJson.end(); ++it)
-            res[it.key()] = it.value();
+        return pr;
     }
 
     kl::DeviceInfo m_device = fakeDevice();
@@ -434,34 +439,10 @@ private:
     std::map<std::string, std::shared_ptr<const kl::CompiledModule>> m_modules;
 };
 
-void send(const Json& j)
-{
-    std::cout << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n" << std::flush;
-}
-
 } // namespace
 
 int main()
 {
     FakeWorker worker;
-    send({ { "id", 0 }, { "ok", true }, { "op", "ready" } });
-    std::string line;
-    bool stop = false;
-    while (!stop && std::getline(std::cin, line)) {
-        if (line.empty())
-            continue;
-        Json req;
-        try {
-            req = Json::parse(line);
-        } catch (const std::exception& e) {
-            send({ { "id", 0 }, { "ok", false }, { "error", std::string("malformed request: ") + e.what() } });
-            continue;
-        }
-        try {
-            send(worker.handle(req, &stop));
-        } catch (const std::exception& e) {
-            send({ { "id", req.value("id", 0) }, { "ok", false }, { "error", e.what() } });
-        }
-    }
-    return 0;
+    return kl::wire::serveWorker(worker, stdout);
 }

@@ -5,7 +5,7 @@ echo '{"id":0,"ok":true,"op":"ready"}'
 while IFS= read -r line; do
   id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
   case "$line" in
-    *'"op":"hello"'*) echo "{\"id\":$id,\"ok\":true,\"device\":{\"name\":\"Fake GPU\",\"arch\":\"sm_90a\",\"sm_count\":4,\"l2_bytes\":1048576},\"pid\":$$}" ;;
+    *'"op":"hello"'*) echo "{\"id\":$id,\"ok\":true,\"protocol\":2,\"worker_version\":\"test\",\"device\":{\"name\":\"Fake GPU\",\"arch\":\"sm_90a\",\"sm_count\":4,\"l2_bytes\":1048576},\"pid\":$$}" ;;
     *'"op":"hang"'*) exec sleep 1000 ;;
     *'"op":"crash"'*) exit 9 ;;
     *'"op":"fatal"'*) echo "{\"id\":$id,\"ok\":false,\"fatal\":true,\"error\":\"CUDA_ERROR_ILLEGAL_ADDRESS\"}"; exit 4 ;;

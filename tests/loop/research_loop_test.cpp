@@ -460,3 +460,61 @@ TEST(ResearchLoop, BudgetOverrideExtendsAResumedSession)
     EXPECT_EQ(loop.run().reason, "budget: 4 evaluations");
     EXPECT_EQ(f.evaluator.evaluateCalls.load(), 4);
 }
+
+namespace {
+
+// A pool of two GPU models as the loop sees it: BLOCK 64 is measured on model "B", everything else on "A".
+class TwoModelEvaluator final : public Evaluator {
+public:
+    explicit TwoModelEvaluator(SyntheticEvaluatorForTests& inner)
+        : m_inner(inner)
+    {
+    }
+    const DeviceInfo& device() const override { return m_inner.device(); }
+    const Problem& problem() const override { return m_inner.problem(); }
+    CompileReport compile(const Candidate& c) override { return m_inner.compile(c); }
+    Evaluation evaluate(const Candidate& c, const EvaluateOptions& opt, const CancelToken& cancel) override
+    {
+        Evaluation e = m_inner.evaluate(c, opt, cancel);
+        const bool onB = c.params.count("BLOCK") && c.params.at("BLOCK") == 64;
+        e.measuredOn = { onB ? "ssh:b" : "local", onB ? "GPU model B" : "GPU model A", "" };
+        return e;
+    }
+
+private:
+    SyntheticEvaluatorForTests& m_inner;
+};
+
+} // namespace
+
+TEST(ResearchLoop, ADecisionComparesOnlyMeasurementsOfOneGpuModel)
+{
+    Fixture f("two-models");
+    f.evaluator.latencyUs = [&](const ParamValues& p, const Shape& s) {
+        const double base = f.evaluator.baselineUs(s);
+        switch (p.at("BLOCK")) {
+        case 32:
+            return base / 1.5; // on A: the first best of A
+        case 64:
+            return base / 1.3; // on B: slower than A's best, but B's first: accepted on B's leaderboard
+        default:
+            return base / 1.2; // on A: slower than A's best -> rejected
+        }
+    };
+    TwoModelEvaluator pool(f.evaluator);
+    ScriptedAgentForTests agent({ cfg(32, 1), cfg(64, 1), cfg(128, 1) });
+    ResearchLoop loop(*f.store, pool, agent, sequentialOptions());
+    loop.run();
+    const Session& s = f.store->session();
+    const auto& ids = s.tree.order();
+    ASSERT_EQ(ids.size(), 3u);
+    EXPECT_EQ(s.tree.at(ids[0]).status, CandidateStatus::Accepted);
+    EXPECT_EQ(s.tree.at(ids[1]).status, CandidateStatus::Accepted) << "1.3x is not compared with another model's 1.5x";
+    EXPECT_EQ(s.tree.at(ids[2]).status, CandidateStatus::Rejected) << "1.2x on A loses to A's 1.5x";
+    EXPECT_EQ(s.evaluations.at(ids[1]).measuredOn.gpu, "GPU model B");
+
+    // The GPU that measured it is in the journal, read back as written.
+    const Session readBack = SessionStore::load(f.dir);
+    EXPECT_EQ(readBack.evaluations.at(ids[1]).measuredOn.worker, "ssh:b");
+    EXPECT_EQ(readBack.evaluations.at(ids[1]).measuredOn.gpu, "GPU model B");
+}

@@ -1,0 +1,219 @@
+// The GPU pool (kernels/pool/worker_pool.h) with local workers (the test double), and `kloop run --workers`.
+#include "core/errors.h"
+#include "core/session_store.h"
+#include "kernels/pool/worker_pool.h"
+#include "pool_test_support.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <gtest/gtest.h>
+#include <set>
+
+namespace fs = std::filesystem;
+using namespace kl;
+using namespace kl::test;
+
+namespace {
+
+GpuEvaluatorOptions doubleOptions(const std::vector<std::pair<std::string, std::string>>& env = {})
+{
+    GpuEvaluatorOptions o;
+    o.worker.command = { KL_FAKE_WORKER_PATH };
+    o.worker.environment = env;
+    o.compileCacheDir = fs::temp_directory_path() / ("kl-pool-cache-" + std::to_string(::getpid()));
+    o.compileThreads = 2;
+    return o;
+}
+
+EvaluateOptions quick()
+{
+    EvaluateOptions o;
+    o.heldOutCount = 1;
+    o.seed = 7;
+    return o;
+}
+
+bool hasRule(const Evaluation& e, const std::string& rule)
+{
+    for (const auto& r : e.reasons)
+        if (r.rule == rule)
+            return true;
+    return false;
+}
+
+std::string reasonsOf(const Evaluation& e)
+{
+    std::string s;
+    for (const auto& r : e.reasons)
+        s += r.rule + ": " + r.message + "\n";
+    return s;
+}
+
+} // namespace
+
+TEST(WorkerPool, EachWorkerMeasuresWhatItIsGivenAndSaysWhichGpu)
+{
+    const Problem p = poolProblem();
+    WorkerPool pool(p, parseWorkerSpecs("local:0,local:1"), doubleOptions());
+    ASSERT_EQ(pool.start(), 2);
+    const auto a = markedCandidate(p, "a", "kl-test-double: time-sleep-ms=1500");
+    const auto b = markedCandidate(p, "b", "kl-test-double: time-sleep-ms=1500");
+    auto fa = std::async(std::launch::async, [&] { return pool.evaluate(a, quick(), CancelToken()); });
+    auto fb = std::async(std::launch::async, [&] { return pool.evaluate(b, quick(), CancelToken()); });
+    const Evaluation ea = fa.get();
+    const Evaluation eb = fb.get();
+    EXPECT_EQ(ea.verdict, Verdict::Correct) << reasonsOf(ea);
+    EXPECT_EQ(eb.verdict, Verdict::Correct) << reasonsOf(eb);
+    EXPECT_EQ((std::set<std::string> { ea.measuredOn.worker, eb.measuredOn.worker }),
+        (std::set<std::string> { "local:0", "local:1" }))
+        << "two evaluations at once run on the two workers";
+    EXPECT_EQ(ea.measuredOn.gpu, "test double (no GPU)");
+    EXPECT_NE(ea.measuredOn.uuid, eb.measuredOn.uuid) << "CUDA_VISIBLE_DEVICES tells the double's GPUs apart";
+    for (const auto& s : ea.shapes) {
+        if (s.timing) {
+            EXPECT_TRUE(s.baselineTiming) << "the baseline is timed with the candidate, on its GPU";
+        }
+    }
+    const auto status = pool.status();
+    ASSERT_EQ(status.size(), 2u);
+    for (const auto& w : status) {
+        EXPECT_EQ(w.state, "idle");
+        EXPECT_EQ(w.evaluations, 1) << w.id;
+        EXPECT_EQ(w.transport, "local");
+        EXPECT_GT(w.pid, 0);
+    }
+}
+
+TEST(WorkerPool, AKilledWorkersEvaluationIsRetriedOnceElsewhere)
+{
+    const Problem p = poolProblem();
+    const fs::path busy = busyFile("retry");
+    fs::remove(busy);
+    WorkerPool pool(
+        p, parseWorkerSpecs("local:0,local:1"), doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } }));
+    ASSERT_EQ(pool.start(), 2);
+    const auto c = markedCandidate(p, "c", "kl-test-double: time-sleep-ms=2000");
+    auto f = std::async(std::launch::async, [&] { return pool.evaluate(c, quick(), CancelToken()); });
+    const long pid = waitForBusyWorker(busy);
+    ASSERT_GT(pid, 0) << "no worker began the time op";
+    fs::remove(busy);
+    ::kill(static_cast<pid_t>(pid), SIGKILL);
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "a killed worker hung the pool";
+    const Evaluation e = f.get();
+    EXPECT_EQ(e.verdict, Verdict::Correct) << reasonsOf(e);
+    EXPECT_TRUE(hasRule(e, "worker.retried")) << reasonsOf(e);
+    const auto status = pool.status();
+    const auto killed = std::find_if(status.begin(), status.end(), [](const auto& w) { return w.lost == 1; });
+    ASSERT_NE(killed, status.end());
+    EXPECT_NE(e.measuredOn.worker, killed->id) << "measured by the worker that finished it";
+    EXPECT_NE(reasonsOf(e).find("worker " + killed->id + " was lost"), std::string::npos) << reasonsOf(e);
+}
+
+TEST(WorkerPool, ALoneWorkersCrashIsRecordedNotRetried)
+{
+    const Problem p = poolProblem();
+    const fs::path busy = busyFile("alone");
+    fs::remove(busy);
+    WorkerPool pool(p, parseWorkerSpecs("local"), doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } }));
+    ASSERT_EQ(pool.start(), 1);
+    const auto c = markedCandidate(p, "c", "kl-test-double: time-sleep-ms=2000");
+    auto f = std::async(std::launch::async, [&] { return pool.evaluate(c, quick(), CancelToken()); });
+    const long pid = waitForBusyWorker(busy);
+    ASSERT_GT(pid, 0);
+    fs::remove(busy);
+    ::kill(static_cast<pid_t>(pid), SIGKILL);
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    const Evaluation e = f.get();
+    EXPECT_EQ(e.verdict, Verdict::Crashed);
+    EXPECT_TRUE(hasRule(e, "worker.crashed")) << reasonsOf(e);
+    EXPECT_FALSE(hasRule(e, "worker.retried"));
+    EXPECT_EQ(pool.status()[0].lost, 1);
+}
+
+TEST(WorkerPool, AWorkerThatCannotStartIsPassedOverAndNoneLeftStopsTheRun)
+{
+    const Problem p = poolProblem();
+    const fs::path file = fs::temp_directory_path() / ("kl-pool-workers-" + std::to_string(::getpid()) + ".json");
+    std::ofstream(file) << R"({"workers": [{"spec": "local:0", "worker": "/nonexistent/kloop-worker"},
+                                           {"spec": "local:1"}]})";
+    WorkerPool pool(p, parseWorkerSpecs(file.string()), doubleOptions());
+    EXPECT_EQ(pool.start(), 1);
+    EXPECT_EQ(pool.status()[0].state, "unavailable");
+    EXPECT_NE(pool.status()[0].lastError.find("/nonexistent/kloop-worker"), std::string::npos)
+        << pool.status()[0].lastError;
+    const Evaluation e = pool.evaluate(markedCandidate(p, "c", "x"), quick(), CancelToken());
+    EXPECT_EQ(e.measuredOn.worker, "local:1");
+
+    std::ofstream(file) << R"({"workers": [{"spec": "local", "worker": "/nonexistent/kloop-worker"}]})";
+    WorkerPool dead(p, parseWorkerSpecs(file.string()), doubleOptions());
+    EXPECT_EQ(dead.start(), 0);
+    EXPECT_THROW(dead.evaluate(markedCandidate(p, "c", "x"), quick(), CancelToken()), std::runtime_error)
+        << "no worker: the loop stops instead of recording a rejection";
+    fs::remove(file);
+}
+
+namespace {
+
+int runKloop(const std::string& args, const std::string& env = "")
+{
+    const std::string cmd = env + " KL_WORKER=" KL_FAKE_WORKER_PATH " " KLOOP_PATH " " + args + " >/dev/null 2>&1";
+    const int rc = std::system(cmd.c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+fs::path freshDir(const std::string& tag)
+{
+    const fs::path d = fs::temp_directory_path() / ("kl-pool-run-" + std::to_string(::getpid()) + "-" + tag);
+    fs::remove_all(d);
+    return d;
+}
+
+} // namespace
+
+TEST(KloopRunWorkers, APoolOfFourRecordsWhichGpuMeasuredEachEvaluation)
+{
+    const fs::path session = freshDir("four");
+    ASSERT_EQ(runKloop("run --problem rmsnorm --agent tuner:random --budget 10 --no-tuning-db --session "
+                  + session.string() + " --workers local:0,local:1,local:2,local:3"),
+        0);
+    auto store = SessionStore::open(session);
+    const Session& s = store->session();
+    std::set<std::string> workers;
+    int measured = 0;
+    for (const auto& [id, e] : s.evaluations) {
+        if (e.measuredOn.empty())
+            continue;
+        ++measured;
+        workers.insert(e.measuredOn.worker);
+        EXPECT_EQ(e.measuredOn.gpu, "test double (no GPU)");
+        EXPECT_EQ(e.measuredOn.uuid, "GPU-test-double-" + e.measuredOn.worker.substr(6));
+    }
+    EXPECT_GE(measured, 8);
+    EXPECT_GE(workers.size(), 2u) << "the pool spread the evaluations";
+    // The journal reopened after four writers: every evaluation has its candidate, in order.
+    for (const auto& [id, e] : s.evaluations) {
+        EXPECT_TRUE(s.tree.contains(id)) << id;
+    }
+    // One leaderboard per GPU model, naming the workers that measured on it.
+    std::string shown;
+    if (FILE* p = ::popen((std::string(KLOOP_PATH) + " session show " + session.string()).c_str(), "r")) {
+        char buf[4096];
+        while (std::fgets(buf, sizeof buf, p))
+            shown += buf;
+        ::pclose(p);
+    }
+    EXPECT_NE(shown.find("leaderboard test double (no GPU) ("), std::string::npos) << shown;
+    EXPECT_NE(shown.find("local:"), std::string::npos) << shown;
+    fs::remove_all(session);
+}
+
+TEST(KloopRunWorkers, BadSpecsAreUsageErrorsBeforeAnythingStarts)
+{
+    const fs::path session = freshDir("bad");
+    EXPECT_EQ(runKloop("run --problem rmsnorm --agent tuner:random --budget 2 --no-tuning-db --session "
+                  + session.string() + " --workers local,ssh:"),
+        1);
+    EXPECT_FALSE(fs::exists(session)) << "nothing written for a typo";
+}
