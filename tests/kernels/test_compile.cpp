@@ -263,7 +263,7 @@ TEST(NvrtcCompile, TheFormatTestProblemLoadsAndCompiles)
     ASSERT_TRUE(p.dim("D") && p.dim("D")->constant);
     kl::NvrtcCompiler compiler(freshCacheDir("format"), 2);
     for (const auto& file : { p.referenceFile, p.baselineFile, p.templateFile }) {
-        const std::string src = readText(dir / file);
+        const std::string src = kl::test::readTextFile(dir / file);
         const auto spec = kl::parseKernelSpec(src, p);
         ASSERT_EQ(spec.launches.size(), 1u) << file;
         const auto& args = spec.launches[0].args;

@@ -7,6 +7,7 @@
 #include "core/kernel_spec.h"
 #include "kernels/nvrtc_compiler.h"
 #include "kernels/referee/referee.h"
+#include "tests/support/text_file.h"
 
 #include <filesystem>
 #include <fstream>
@@ -17,14 +18,6 @@
 namespace {
 
 const std::filesystem::path kGemm = std::filesystem::path(KL_SOURCE_DIR) / "kernels" / "problems" / "gemm_bf16";
-
-std::string readText(const std::filesystem::path& p)
-{
-    std::ifstream in(p);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 std::filesystem::path freshCacheDir()
 {
@@ -58,7 +51,7 @@ TEST(HopperGemmTemplate, ChosenOnSm90AndNotBelow)
 TEST(HopperGemmTemplate, CompilesForSm90aAcrossItsSpaceAndPassesTheReferee)
 {
     const kl::Problem p = kl::loadProblem(kGemm.string());
-    const std::string src = readText(kGemm / p.templateFor(90));
+    const std::string src = kl::test::readTextFile(kGemm / p.templateFor(90));
     const kl::KernelSpec spec = kl::parseKernelSpec(src, p);
     EXPECT_EQ(spec.tensorMaps.size(), 2u);
     ASSERT_EQ(spec.launches.size(), 2u);

@@ -1,5 +1,7 @@
 #include "loopback_engines.h"
 
+#include "tests/support/text_file.h"
+
 #include <arpa/inet.h>
 #include <chrono>
 #include <csignal>
@@ -74,14 +76,6 @@ namespace {
 
 } // namespace
 
-std::string readText(const fs::path& p)
-{
-    std::ifstream in(p);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
 int freeLoopbackPort()
 {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -133,14 +127,15 @@ std::unique_ptr<LoopbackSshd> LoopbackSshd::start(std::string* whyNot)
                                        << "\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                                           "PubkeyAuthentication yes\nStrictModes no\nUsePAM no\nPermitRootLogin "
                                           "prohibit-password\nMaxStartups 100:30:200\nMaxSessions 200\n";
-    std::ofstream(dir / "known_hosts") << "[127.0.0.1]:" << d->m_port << " " << readText(dir / "host_key.pub");
+    std::ofstream(dir / "known_hosts") << "[127.0.0.1]:" << d->m_port << " "
+                                       << kl::test::readTextFile(dir / "host_key.pub");
     if (run(sshd + " -f " + (dir / "sshd_config").string() + " -E " + (dir / "sshd.log").string()) != 0) {
-        *whyNot = "sshd did not start: " + readText(dir / "sshd.log");
+        *whyNot = "sshd did not start: " + kl::test::readTextFile(dir / "sshd.log");
         return nullptr;
     }
     d->m_pid = pidFrom(dir / "sshd.pid");
     if (!d->m_pid) {
-        *whyNot = "sshd wrote no pid file: " + readText(dir / "sshd.log");
+        *whyNot = "sshd wrote no pid file: " + kl::test::readTextFile(dir / "sshd.log");
         return nullptr;
     }
     return d;
@@ -195,7 +190,7 @@ std::unique_ptr<LoopbackSlurm> LoopbackSlurm::start(std::string* whyNot)
             + " --log-file=" + (dir / "log/munged.log").string() + " --pid-file=" + (dir / "munge/munged.pid").string()
             + " --seed-file=" + (dir / "munge/seed").string())
         != 0) {
-        *whyNot = "munged did not start: " + readText(dir / "log/munged.log");
+        *whyNot = "munged did not start: " + kl::test::readTextFile(dir / "log/munged.log");
         return nullptr;
     }
     s->m_pidFiles.push_back(dir / "munge/munged.pid");
@@ -224,12 +219,12 @@ std::unique_ptr<LoopbackSlurm> LoopbackSlurm::start(std::string* whyNot)
     ::setenv("SLURM_CONF", (dir / "slurm.conf").c_str(), 1);
     const std::string conf = " -f " + (dir / "slurm.conf").string();
     if (run(ctld + conf) != 0) {
-        *whyNot = "slurmctld did not start: " + readText(dir / "log/slurmctld.log");
+        *whyNot = "slurmctld did not start: " + kl::test::readTextFile(dir / "log/slurmctld.log");
         return nullptr;
     }
     s->m_pidFiles.push_back(dir / "slurmctld.pid");
     if (run(slurmd + conf + " -N " + host) != 0) {
-        *whyNot = "slurmd did not start: " + readText(dir / "log/slurmd.log");
+        *whyNot = "slurmd did not start: " + kl::test::readTextFile(dir / "log/slurmd.log");
         return nullptr;
     }
     s->m_pidFiles.push_back(dir / "slurmd.pid");
@@ -243,7 +238,7 @@ std::unique_ptr<LoopbackSlurm> LoopbackSlurm::start(std::string* whyNot)
             return s;
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
-    *whyNot = "the Slurm node never became idle: " + readText(dir / "log/slurmctld.log");
+    *whyNot = "the Slurm node never became idle: " + kl::test::readTextFile(dir / "log/slurmctld.log");
     return nullptr;
 }
 

@@ -39,6 +39,5 @@ private:
 };
 
 int freeLoopbackPort();
-std::string readText(const std::filesystem::path& p);
 
 } // namespace kl::test

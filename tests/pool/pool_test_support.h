@@ -6,6 +6,7 @@
 #include "core/problem.h"
 #include "core/session_store.h"
 #include "loopback_engines.h"
+#include "tests/support/text_file.h"
 
 #include <chrono>
 #include <csignal>
@@ -41,7 +42,7 @@ inline long waitForBusyWorker(const std::filesystem::path& file, double timeoutS
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(long(timeoutSeconds * 1000));
     while (std::chrono::steady_clock::now() < until) {
         if (std::filesystem::exists(file)) {
-            const long pid = std::atol(readText(file).c_str());
+            const long pid = std::atol(kl::test::readTextFile(file).c_str());
             if (pid > 0)
                 return pid;
         }

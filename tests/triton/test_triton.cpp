@@ -12,7 +12,8 @@
 #include "kernels/worker_protocol.h"
 
 #ifdef KLOOP_PATH
-#include "kloop_process.h"
+#include "tests/support/kloop_process.h"
+#include "tests/support/text_file.h"
 #endif
 
 #include <algorithm>
@@ -27,14 +28,6 @@ using namespace kl;
 
 namespace {
 
-std::string readText(const fs::path& p)
-{
-    std::ifstream in(p);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
 fs::path problemDir(const std::string& name)
 {
     return fs::path(KL_SOURCE_DIR) / "kernels" / "problems" / name;
@@ -47,7 +40,7 @@ Problem problemNamed(const std::string& name)
 
 std::string tritonTemplate(const std::string& problem)
 {
-    return readText(problemDir(problem) / "template_triton.py");
+    return kl::test::readTextFile(problemDir(problem) / "template_triton.py");
 }
 
 std::string replaced(std::string s, const std::string& from, const std::string& to)
@@ -98,7 +91,7 @@ TEST(TritonLanguage, DetectedByTheJitDecoratorAtALineStartOnly)
 {
     EXPECT_EQ(detectLanguage(tritonTemplate("rmsnorm")), KernelLanguage::Triton);
     EXPECT_EQ(detectLanguage(tritonTemplate("softmax")), KernelLanguage::Triton);
-    EXPECT_EQ(detectLanguage(readText(problemDir("rmsnorm") / "template.cu")), KernelLanguage::Cuda);
+    EXPECT_EQ(detectLanguage(kl::test::readTextFile(problemDir("rmsnorm") / "template.cu")), KernelLanguage::Cuda);
     EXPECT_EQ(detectLanguage("// mentions @triton.jit in prose\n__global__ void k() {}\n"), KernelLanguage::Cuda);
     EXPECT_EQ(detectLanguage("@triton.jitter\ndef k(): pass\n"), KernelLanguage::Cuda);
     EXPECT_EQ(languageFromName("triton"), KernelLanguage::Triton);
@@ -112,7 +105,8 @@ TEST(TritonLanguage, DetectedByTheJitDecoratorAtALineStartOnly)
 TEST(TritonLanguage, WrongLanguageIsAnErrorNamingTheFile)
 {
     try {
-        requireLanguage(readText(problemDir("rmsnorm") / "template.cu"), KernelLanguage::Triton, "runs/k.py");
+        requireLanguage(
+            kl::test::readTextFile(problemDir("rmsnorm") / "template.cu"), KernelLanguage::Triton, "runs/k.py");
         FAIL() << "a CUDA source declared Triton was accepted";
     } catch (const InputError& e) {
         const std::string m = e.what();
