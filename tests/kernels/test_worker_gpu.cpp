@@ -114,7 +114,13 @@ TEST_F(HarnessGpu, HonestCandidatesPassOnEveryProblem)
         kl::GpuEvaluator ev(problem(name), options());
         for (const auto& c : { ev.templateCandidate({}, "template"), ev.baselineCandidate("baseline") }) {
             const auto e = ev.evaluate(c, quick(), kl::CancelToken {});
-            EXPECT_EQ(e.verdict, kl::Verdict::Correct) << name << "/" << c.id << " " << reasonsText(e);
+            // A power-capped GPU sends the measurement to review (measurement.throttled); that is the machine's, not
+            // the kernel's: any other reason fails.
+            const bool onlyThrottled = e.verdict == kl::Verdict::PendingReview && !e.reasons.empty()
+                && std::all_of(e.reasons.begin(), e.reasons.end(),
+                    [](const kl::VerdictReason& r) { return r.rule == "measurement.throttled"; });
+            EXPECT_TRUE(e.verdict == kl::Verdict::Correct || onlyThrottled)
+                << name << "/" << c.id << " " << reasonsText(e);
             EXPECT_TRUE(e.correctEverywhere()) << name;
             int timed = 0, heldOut = 0;
             for (const auto& s : e.shapes) {
