@@ -148,17 +148,22 @@ int serveWorker(WorkerHandler& handler, std::FILE* protocol)
             busy = { req.at("op").get<std::string>(), std::chrono::steady_clock::now() };
         }
         const std::int64_t id = req.value("id", std::int64_t { 0 });
+        Json reply;
         try {
-            out.send(envelope(id, dispatch(handler, busy.op, req, &stop)));
+            reply = envelope(id, dispatch(handler, busy.op, req, &stop));
         } catch (const std::exception& e) {
             if (const auto why = handler.fatal(e)) {
                 out.send({ { "id", id }, { "ok", false }, { "fatal", true }, { "crashed", true }, { "error", *why } });
                 std::_Exit(4); // the context is unusable; the client starts a fresh worker
             }
-            out.send({ { "id", id }, { "ok", false }, { "error", e.what() } });
+            reply = { { "id", id }, { "ok", false }, { "error", e.what() } };
         }
-        std::lock_guard lock(mutex);
-        busy = {};
+        {
+            // Idle before the reply leaves: a ping sent after it must not see the finished request as running.
+            std::lock_guard lock(mutex);
+            busy = {};
+        }
+        out.send(reply);
     }
     reader.join(); // it stops reading after a shutdown, so this never waits on stdin
     return 0;

@@ -909,6 +909,8 @@ std::string genCMake(const BundleModel& m)
     o << "add_test(NAME dispatch COMMAND " << P << "_dispatch_test)\n\n";
     o << "add_executable(" << P << "_selftest test/selftest.cu)\ntarget_link_libraries(" << P << "_selftest PRIVATE "
       << P << ")\n";
+    // The self-test evaluates formula scalars and value bounds with the bundle's kl_expr.h.
+    o << "target_include_directories(" << P << "_selftest PRIVATE src)\n";
     o << "add_test(NAME selftest COMMAND " << P << "_selftest)\n";
     o << "set_tests_properties(selftest PROPERTIES SKIP_RETURN_CODE 77)\n\n";
     o << "if(KL_BUILD_TORCH)\n  find_package(Python3 REQUIRED COMPONENTS Interpreter)\n"
