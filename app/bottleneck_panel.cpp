@@ -2,6 +2,7 @@
 
 #include <QPushButton>
 #include <QTextBrowser>
+#include <QUrl>
 #include <QVBoxLayout>
 
 namespace kl::app {
@@ -17,6 +18,11 @@ BottleneckPanel::BottleneckPanel(QWidget* parent)
     m_text->setPlaceholderText(tr("Open a trace to see where the time goes. Select a range in the timeline to "
                                   "analyse only that part."));
     m_use->setEnabled(false);
+    m_text->setOpenLinks(false);
+    connect(m_text, &QTextBrowser::anchorClicked, this, [this](const QUrl& url) {
+        if (url.scheme() == QLatin1String("tune"))
+            requestTune(url.path());
+    });
     connect(m_use, &QPushButton::clicked, this, [this]() {
         if (!m_summary.isEmpty())
             emit useAsHypothesis(m_summary);
@@ -25,6 +31,11 @@ BottleneckPanel::BottleneckPanel(QWidget* parent)
     layout->setContentsMargins(4, 4, 4, 4);
     layout->addWidget(m_text, 1);
     layout->addWidget(m_use, 0, Qt::AlignRight);
+}
+
+QString BottleneckPanel::html() const
+{
+    return m_text->toHtml();
 }
 
 void BottleneckPanel::setAnalysis(const QString& html, const QString& summary)

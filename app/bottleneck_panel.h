@@ -1,6 +1,7 @@
 #pragma once
 // The bottleneck panel: the profiler's reading of the trace or of the selected range, with a button
-// that hands the summary to the hypothesis console.
+// that hands the summary to the hypothesis console, and a "Tune this" link on each operation a catalogue problem
+// fits.
 #include <QWidget>
 
 class QPushButton;
@@ -16,9 +17,13 @@ public:
     void setAnalysis(const QString& html, const QString& summary);
     QString summary() const { return m_summary; }
     QPushButton* useButton() const { return m_use; }
+    QString html() const;
+    // What a "Tune this" link asks for (the link's target is "tune:PROBLEM").
+    void requestTune(const QString& problem) { emit tuneRequested(problem); }
 
 signals:
     void useAsHypothesis(const QString& summary);
+    void tuneRequested(const QString& problem);
 
 private:
     QTextBrowser* m_text;

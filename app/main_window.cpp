@@ -14,14 +14,17 @@
 #include "app/status_field.h"
 #include "app/theme.h"
 #include "app/timeline_panel.h"
+#include "core/catalogue.h"
 #include "core/gpu_run_lock.h"
 #include "kernels/export/exporter.h"
 #include "profiler/analysis.h"
+#include "profiler/workload_session.h"
 
 #include <QAction>
 #include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDateTime>
 #include <QDir>
 #include <QDockWidget>
 #include <QFileDialog>
@@ -93,6 +96,52 @@ namespace {
         for (const auto& w : a.warnings)
             html += QStringLiteral("<p style='color:%1'>%2</p>")
                         .arg(t.warn.name(), QString::fromStdString(w).toHtmlEscaped());
+        return html;
+    }
+
+    // The operations a catalogue problem fits, each with a "Tune this" link, and the phases classed by content.
+    QString workloadHtml(const kl::prof::Workload& w)
+    {
+        const Theme& t = theme();
+        QString html;
+        if (!w.tunable.empty()) {
+            html += QStringLiteral("<p><b>Tunable operations</b> (%1% of GPU time at shapes a problem fits)</p>"
+                                   "<table cellspacing=0 cellpadding=2><tr><th align=left>problem</th>"
+                                   "<th align=right>share</th><th align=right>calls</th><th align=left>shapes</th>"
+                                   "<th></th></tr>")
+                        .arg(w.gpuNs ? 100.0 * double(w.tunableNs) / double(w.gpuNs) : 0.0, 0, 'f', 1);
+            for (const auto& op : w.tunable) {
+                QStringList shapes;
+                for (size_t i = 0; i < op.shapes.size() && i < 3; ++i)
+                    shapes << QString::fromStdString(op.shapes[i].shape.label())
+                            + (op.shapes[i].outside.empty() ? QString() : QStringLiteral(" (outside)"));
+                const QString problem = QString::fromStdString(op.problem);
+                html += QStringLiteral("<tr><td>%1</td><td align=right>%2%</td><td align=right>%3</td><td><tt>%4</tt>"
+                                       "</td><td>%5</td></tr>")
+                            .arg(problem.toHtmlEscaped())
+                            .arg(100.0 * op.share, 0, 'f', 1)
+                            .arg(op.calls)
+                            .arg(shapes.join(QStringLiteral("; ")).toHtmlEscaped())
+                            .arg(op.fittingNs > 0 ? QStringLiteral("<a href='tune:%1'>Tune this</a>").arg(problem)
+                                                  : QStringLiteral("<span style='color:%1'>no shape fits</span>")
+                                                        .arg(t.mutedText.name()));
+            }
+            html += QStringLiteral("</table>");
+        }
+        if (!w.phases.empty()) {
+            html += QStringLiteral("<p><b>Phases</b></p><ul style='margin-left:-20px'>");
+            for (const auto& ph : w.phases)
+                html += QStringLiteral("<li>%1: <b>%2</b>, GPU busy %3%, %4. <i>%5</i></li>")
+                            .arg(QString::fromStdString(ph.label).toHtmlEscaped(),
+                                QString::fromStdString(ph.bound).toHtmlEscaped())
+                            .arg(ph.busyPct, 0, 'f', 1)
+                            .arg(QString::fromStdString(ph.dominant).toHtmlEscaped(),
+                                QString::fromStdString(ph.target).toHtmlEscaped());
+            html += QStringLiteral("</ul>");
+        }
+        for (const auto& n : w.notes)
+            html += QStringLiteral("<p style='color:%1'>%2</p>")
+                        .arg(t.mutedText.name(), QString::fromStdString(n).toHtmlEscaped());
         return html;
     }
 
@@ -210,6 +259,11 @@ MainWindow::MainWindow(QWidget* parent)
             dock->raise();
         }
     });
+    connect(bottleneckPanel, &BottleneckPanel::tuneRequested, this, [this](const QString& problem) {
+        QString error;
+        if (tuneFromTrace(problem, {}, &error).isEmpty())
+            reportProblem(error);
+    });
     connect(m_timeline, &TimelinePanel::openTraceRequested, this, [this](bool append) {
         const QString path = QFileDialog::getOpenFileName(
             this, tr("Open trace"), QString(), tr("Traces (*.json *.json.gz *.sqlite *.kltrace);;All files (*)"));
@@ -230,13 +284,20 @@ MainWindow::MainWindow(QWidget* parent)
             return;
         // The last trace loaded is the one being studied (the candidate under a baseline).
         const TimelineTrace subject = traces.back();
-        auto* watcher = new QFutureWatcher<kl::prof::Analysis>(this);
-        connect(watcher, &QFutureWatcher<kl::prof::Analysis>::finished, this, [watcher, bottleneckPanel, subject]() {
-            const kl::prof::Analysis a = watcher->result();
-            bottleneckPanel->setAnalysis(analysisHtml(a, subject.label), QString::fromStdString(kl::prof::toText(a)));
+        using Reading = std::pair<kl::prof::Analysis, std::shared_ptr<const kl::prof::Workload>>;
+        auto* watcher = new QFutureWatcher<Reading>(this);
+        connect(watcher, &QFutureWatcher<Reading>::finished, this, [this, watcher, bottleneckPanel, subject]() {
+            const Reading r = watcher->result();
+            m_workload = r.second;
+            bottleneckPanel->setAnalysis(analysisHtml(r.first, subject.label) + workloadHtml(*r.second),
+                QString::fromStdString(kl::prof::toText(r.first) + kl::prof::toText(*r.second)));
             watcher->deleteLater();
         });
-        watcher->setFuture(QtConcurrent::run([subject]() { return kl::prof::analyze(*subject.trace); }));
+        watcher->setFuture(QtConcurrent::run([subject]() {
+            return Reading { kl::prof::analyze(*subject.trace),
+                std::make_shared<const kl::prof::Workload>(
+                    kl::prof::analyzeWorkload(*subject.trace, kl::loadCatalogue())) };
+        }));
     });
     connect(m_timeline, &TimelinePanel::selectionChanged, this, [bottleneckPanel](const SelectionStats& s) {
         bottleneckPanel->setAnalysis(
@@ -803,6 +864,39 @@ void MainWindow::openSessionDialog(OpenMode mode)
     if (mode == OpenMode::Writable && !QFileInfo(dir).isWritable())
         mode = OpenMode::Load;
     openSession(dir, mode, mode == OpenMode::Replay ? 4.0 : 1.0);
+}
+
+QString MainWindow::tuneFromTrace(const QString& problem, const QString& sessionRoot, QString* error)
+{
+    const auto traces = m_timeline->rowModel()->traces();
+    if (!m_workload || traces.empty()) {
+        if (error)
+            *error = tr("Open a trace first: \"Tune this\" takes its shapes from it");
+        return {};
+    }
+    const QString root = sessionRoot.isEmpty() ? defaultSessionRoot() : sessionRoot;
+    const QString name = problem + QStringLiteral("-from-trace-")
+        + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"));
+    kl::prof::TraceSessionRequest request;
+    request.dir = QDir(root).filePath(name).toStdString();
+    request.tracePath = traces.back().trace->meta().path;
+    request.id = name.toStdString();
+    try {
+        request.problemFolder = kl::findProblemFolder(problem.toStdString());
+        const kl::prof::TraceSession s = kl::prof::createSessionFromWorkload(*m_workload, request);
+        const QString dir = QString::fromStdString(request.dir.string());
+        openSession(dir, OpenMode::Writable);
+        showMessage(tr("Session %1 tunes %2 at the %3 shapes the trace ran it at; run it with kloop run --resume %4")
+                        .arg(QString::fromStdString(s.id), problem)
+                        .arg(s.problem.tuningShapes.size())
+                        .arg(QDir::toNativeSeparators(dir)),
+            15000);
+        return dir;
+    } catch (const std::exception& e) {
+        if (error)
+            *error = tr("Tune %1: %2").arg(problem, QString::fromUtf8(e.what()));
+        return {};
+    }
 }
 
 void MainWindow::newSessionFromStartPage(const QString& problem)

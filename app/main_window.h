@@ -7,12 +7,17 @@
 #include "app/session_worker.h"
 
 #include <QMainWindow>
+#include <memory>
 
 class QDockWidget;
 class QLabel;
 class QPlainTextEdit;
 class QStackedWidget;
 class QTimer;
+
+namespace kl::prof {
+struct Workload;
+}
 
 namespace kl::app {
 
@@ -49,6 +54,10 @@ public:
     // second run that would time against it. Returns whether it did.
     bool followRunningLocalRun();
     LocalRunLauncher* localRun() const { return m_launcher; }
+    // "Tune this" on an operation of the loaded trace: a session whose tuning shapes are the ones the traced model
+    // ran the problem at (under sessionRoot, defaultSessionRoot() when empty), opened here. Empty with *error when
+    // it could not be made.
+    QString tuneFromTrace(const QString& problem, const QString& sessionRoot = {}, QString* error = nullptr);
 
     SessionController* controller() const { return m_controller; }
     CandidatePanel* candidatePanel() const { return m_candidates; }
@@ -103,6 +112,7 @@ private:
     HypothesisConsole* m_console;
     TimelinePanel* m_timeline;
     QWidget* m_bottleneck;
+    std::shared_ptr<const kl::prof::Workload> m_workload; // of the trace under study, for "Tune this"
     StatusField* m_workerLabel;
     StatusField* m_gpuLabel;
     StatusField* m_bestLabel;

@@ -7,6 +7,8 @@
 #include "core/json_io.h"
 #include "core/session_store.h"
 #include "kl_build_features.h"
+#include "profiler/importers.h"
+#include "profiler/workload_session.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -44,14 +46,56 @@ namespace {
         return "-";
     }
 
+    int runNewFromTrace(const Args& a, const fs::path& dir, const fs::path& folder, const std::string& tracePath)
+    {
+        prof::TraceSessionRequest request;
+        request.dir = dir;
+        request.problemFolder = folder;
+        request.tracePath = fs::absolute(tracePath).string();
+        request.id = a.optionOr("id", sessionIdFromDir(dir));
+        request.agent = a.optionOr("agent", "");
+        request.maxShapes = static_cast<size_t>(a.integer("max-shapes", 8, 1, 64));
+        const prof::Trace trace = prof::importTraceFile(tracePath);
+        const prof::Workload workload = prof::analyzeWorkload(trace, { loadProblem(folder.string()) });
+        const prof::TraceSession s = prof::createSessionFromWorkload(workload, request);
+        const prof::TunableOp* op = workload.tunableFor(s.problem.name);
+        if (a.has("json")) {
+            Json shapes = Json::array();
+            for (const auto& sh : s.problem.tuningShapes)
+                shapes.push_back(toJson(sh));
+            Json seeded = Json::array();
+            for (const auto& [id, role] : s.seeded)
+                seeded.push_back(id + " (" + role + ")");
+            std::cout << Json {
+                { "session", fs::absolute(dir).string() }, { "id", s.id }, { "problem", s.problem.name },
+                { "trace", request.tracePath }, { "tuning_shapes", shapes }, { "share", op ? op->share : 0.0 },
+                { "candidates", seeded }
+            }.dump(2) << "\n";
+            return kExitOk;
+        }
+        std::printf(
+            "created session '%s' for problem %s in %s\n", s.id.c_str(), s.problem.name.c_str(), dir.string().c_str());
+        std::printf("  from %s: %s is %.1f%% of its GPU time; tuning shapes (weight = share of that time):\n",
+            tracePath.c_str(), s.problem.name.c_str(), op ? op->share * 100 : 0.0);
+        for (const auto& sh : s.problem.tuningShapes)
+            std::printf("    %-40s weight %.3f\n", sh.label().c_str(), sh.weight);
+        std::printf("next: kloop run --resume %s --agent tuner:bayes   (kloop trace analyze %s --session %s projects "
+                    "the gain)\n",
+            dir.string().c_str(), tracePath.c_str(), dir.string().c_str());
+        return kExitOk;
+    }
+
     int runNew(const Args& a)
     {
         if (a.positionals().size() != 1 || !a.option("problem")) {
-            std::cerr << "usage: kloop session new DIR --problem NAME [--id ID] [--json]\n";
+            std::cerr << "usage: kloop session new DIR --problem NAME [--from-trace TRACE [--max-shapes N]] [--id ID] "
+                         "[--json]\n";
             return kExitUsage;
         }
         const fs::path dir = a.positionals()[0];
         const fs::path folder = findProblemFolder(*a.option("problem"));
+        if (auto trace = a.option("from-trace"))
+            return runNewFromTrace(a, dir, folder, *trace);
         const Problem problem = loadProblem(folder.string());
         Session header;
         header.id = a.optionOr("id", sessionIdFromDir(dir));
@@ -349,10 +393,13 @@ namespace {
     }
 
     const CommandRegistration regNew { { "session new", "create a session directory for a problem",
-        "kloop session new DIR --problem NAME [--id ID] [--json]\n"
+        "kloop session new DIR --problem NAME [--from-trace TRACE [--max-shapes N]] [--id ID] [--json]\n"
         "Creates DIR with session.json and a journal, seeded with the problem's baseline "
-        "(root) and its tunable template (child).",
-        { "json" }, { "problem", "id", "agent" }, &runNew } };
+        "(root) and its tunable template (child).\n"
+        "--from-trace: the tuning shapes are the shapes the traced model ran the problem at (its problem.json\n"
+        "\"trace_match\" rules find them), weighted by their share of its GPU time, at most N (8); the session\n"
+        "keeps its own copy of the problem in DIR/problem. Held-out shapes still span the whole validity range.",
+        { "json" }, { "problem", "id", "agent", "from-trace", "max-shapes" }, &runNew } };
     const CommandRegistration regShow { { "session show", "print a session's candidate tree",
         "kloop session show DIR [--json]\n"
         "Loads the session read-only; a torn last journal line is reported, not fatal.",

@@ -1,9 +1,14 @@
 // kloop trace analyze | export | info: import any supported trace and analyze or convert it.
 #include "cli/command.h"
+#include "core/catalogue.h"
+#include "core/current_best.h"
 #include "core/errors.h"
+#include "core/json_io.h"
+#include "core/session_store.h"
 #include "profiler/analysis.h"
 #include "profiler/chrome_export.h"
 #include "profiler/importers.h"
+#include "profiler/workload.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -68,10 +73,23 @@ namespace {
         return out;
     }
 
+    // The session's best candidate's measured speedups applied to the trace's time at each shape.
+    prof::Projection projectSession(const prof::Workload& w, const std::string& dir)
+    {
+        const Session s = SessionStore::load(dir);
+        const auto best = bestAcceptedId(s);
+        if (!best)
+            throw InputError(dir + ": the session has no accepted candidate to project");
+        if (!w.tunableFor(s.problemName))
+            throw InputError(dir + ": no operation of the trace fits the session's problem " + s.problemName);
+        return prof::projectGain(w, s.problemName, *best, s.evaluations.at(*best).shapes);
+    }
+
     int runAnalyze(const Args& a)
     {
         if (a.positionals().size() != 1) {
-            std::cerr << "usage: kloop trace analyze FILE [--json] [--work name:flops:bytes[:tc],...]\n";
+            std::cerr
+                << "usage: kloop trace analyze FILE [--json] [--work name:flops:bytes[:tc],...] [--session DIR]\n";
             return kExitUsage;
         }
         try {
@@ -82,10 +100,23 @@ namespace {
             if (a.optionOr("ceilings", "") == "h200")
                 opts.ceilings = prof::Ceilings::h200();
             prof::Analysis an = prof::analyze(t, opts);
-            if (a.has("json"))
-                std::cout << prof::toJson(an).dump(2) << "\n";
-            else
-                std::cout << prof::toText(an);
+            prof::WorkloadOptions wopts;
+            wopts.ceilings = opts.ceilings;
+            const prof::Workload workload = prof::analyzeWorkload(t, loadCatalogue(), wopts);
+            std::optional<prof::Projection> projection;
+            if (auto dir = a.option("session"))
+                projection = projectSession(workload, *dir);
+            if (a.has("json")) {
+                Json j = prof::toJson(an);
+                j["workload"] = prof::toJson(workload);
+                if (projection)
+                    j["projection"] = prof::toJson(*projection);
+                std::cout << j.dump(2) << "\n";
+            } else {
+                std::cout << prof::toText(an) << prof::toText(workload);
+                if (projection)
+                    std::cout << prof::toText(*projection);
+            }
             return kExitOk;
         } catch (const InputError& e) {
             std::cerr << "kloop trace analyze: " << e.what() << "\n";
@@ -153,13 +184,16 @@ namespace {
 
     const CommandRegistration regAnalyze { { "trace analyze",
         "bottleneck analysis of a trace (Chrome/PyTorch JSON, nsys SQLite, .kltrace)",
-        "kloop trace analyze FILE [--json] [--work name:flops:bytes[:tc],...] [--ceilings h200]\n\n"
+        "kloop trace analyze FILE [--json] [--work name:flops:bytes[:tc],...] [--ceilings h200] [--session DIR]\n\n"
         "Imports the trace (format detected from its content; gzip is fine) and prints the bottleneck summary:\n"
         "per-kernel statistics, GPU busy/idle with the idle time attributed to host work, launch calls,\n"
         "synchronization or queueing, launch-overhead phases, and a roofline class per kernel where speed-of-light\n"
         "counters (kloop profile captures) or --work (FLOPs and bytes per launch of kernels whose name contains\n"
-        "`name`; `tc` = tensor cores) are known. --json prints the structured form.",
-        { "json" }, { "work", "ceilings" }, &runAnalyze } };
+        "`name`; `tc` = tensor cores) are known. Then the operations: GPU time by the op that launched it, the\n"
+        "catalogue problems that fit (problem.json \"trace_match\") with their shapes, calls and time share, and\n"
+        "the phases classed by their content. --session DIR projects the saving of that session's best candidate\n"
+        "(Amdahl, per shape, from its measured speedups). --json prints the structured form.",
+        { "json" }, { "work", "ceilings", "session" }, &runAnalyze } };
     const CommandRegistration regExport { { "trace export", "convert a trace to Chrome trace JSON (opens in Perfetto)",
         "kloop trace export FILE --out TRACE.json\n\nWrites Chrome trace JSON with PyTorch-profiler categories and "
         "ac2g "

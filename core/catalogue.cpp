@@ -1,6 +1,7 @@
 #include "core/catalogue.h"
 
 #include "core/errors.h"
+#include "core/json_io.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -84,6 +85,20 @@ fs::path findProblemFolder(const std::string& nameOrPath)
     for (const auto& n : listProblems())
         known += (known.empty() ? "" : ", ") + n;
     throw InputError("unknown problem '" + nameOrPath + "' (known: " + (known.empty() ? "none" : known) + ")");
+}
+
+std::vector<Problem> loadCatalogue(std::vector<std::string>* errors)
+{
+    std::vector<Problem> out;
+    for (const auto& name : listProblems()) {
+        try {
+            out.push_back(loadProblem(findProblemFolder(name).string()));
+        } catch (const InputError& e) {
+            if (errors)
+                errors->push_back(e.what());
+        }
+    }
+    return out;
 }
 
 fs::path findSessionProblemFolder(const Session& s, const std::optional<std::string>& problemOption,

@@ -14,6 +14,8 @@ namespace kl {
 std::vector<std::filesystem::path> problemSearchPath();
 // Names of the problems in the search path (folders holding problem.json), sorted, first wins.
 std::vector<std::string> listProblems();
+// Every problem of the search path, loaded; one that fails to load is left out with its error in *errors.
+std::vector<Problem> loadCatalogue(std::vector<std::string>* errors = nullptr);
 // The folder of a problem given by name or by path; throws InputError when there is none.
 std::filesystem::path findProblemFolder(const std::string& nameOrPath);
 // The folder of a session's problem, the one lookup every command and the workbench use: `problemOption`

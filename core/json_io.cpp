@@ -724,6 +724,7 @@ Problem problemFromJson(const Json& j, const std::string& where)
     };
     shapes("tuning_shapes", p.tuningShapes);
     shapes("verify_shapes", p.verifyShapes);
+    p.tuningShapesFrom = stringOr(j, "tuning_shapes_from", "", where);
     if (p.tuningShapes.empty())
         throw InputError(where + ".tuning_shapes: at least one shape is required");
     if (const Json* tol = optionalObject(j, "tolerances", where))
@@ -764,6 +765,31 @@ Problem problemFromJson(const Json& j, const std::string& where)
                 throw InputError(where + ".arch_templates." + arch + ": a plain file name in the problem folder");
             p.archTemplates[*n] = file.get<std::string>();
         }
+    if (const Json* rules = optionalArray(j, "trace_match", where)) {
+        int i = 0;
+        for (const auto& r : *rules) {
+            const std::string w = where + ".trace_match[" + std::to_string(i++) + "]";
+            if (!r.is_object())
+                throw InputError(w + ": expected an object");
+            TraceMatchRule rule;
+            rule.module = stringOr(r, "module", "", w);
+            rule.op = stringOr(r, "op", "", w);
+            rule.shapeOp = stringOr(r, "shape_op", "", w);
+            rule.then = stringOr(r, "then", "", w);
+            if (const Json* types = optionalArray(r, "dtypes", w))
+                for (const auto& t : *types) {
+                    if (!t.is_string())
+                        throw InputError(w + ".dtypes: expected strings such as \"c10::BFloat16\"");
+                    rule.dtypes.push_back(t.get<std::string>());
+                }
+            if (r.contains("when"))
+                rule.when = exprField(r, "when", w);
+            if (const Json* dims = optionalObject(r, "dims", w))
+                for (const auto& [dim, e] : dims->items())
+                    rule.dims.emplace(dim, exprField(*dims, dim.c_str(), w + ".dims"));
+            p.traceMatch.push_back(std::move(rule));
+        }
+    }
     validateProblem(p, where);
     return p;
 }
@@ -818,6 +844,24 @@ Json toJson(const Problem& p)
         j["min_arch"] = archName(p.minArch);
     for (const auto& [arch, file] : p.archTemplates)
         j["arch_templates"][archName(arch)] = file;
+    for (const auto& rule : p.traceMatch) {
+        Json r = Json::object();
+        if (!rule.module.empty())
+            r["module"] = rule.module;
+        if (!rule.op.empty())
+            r["op"] = rule.op;
+        if (!rule.shapeOp.empty())
+            r["shape_op"] = rule.shapeOp;
+        if (!rule.then.empty())
+            r["then"] = rule.then;
+        if (!rule.dtypes.empty())
+            r["dtypes"] = rule.dtypes;
+        if (rule.when)
+            r["when"] = rule.when->text();
+        for (const auto& [dim, e] : rule.dims)
+            r["dims"][dim] = e.text();
+        j["trace_match"].push_back(std::move(r));
+    }
     if (!p.tritonTemplateFile.empty())
         j["triton_template"] = p.tritonTemplateFile;
     return j;

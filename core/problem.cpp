@@ -4,6 +4,7 @@
 #include "core/errors.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -187,6 +188,30 @@ std::string Shape::label() const
     return s;
 }
 
+std::string TraceMatchRule::describe() const
+{
+    std::string s = module.empty() ? "op " + op : "module *" + module;
+    if (!then.empty())
+        s += " (+ " + then + ")";
+    return s;
+}
+
+bool isTraceInputVariable(const std::string& name)
+{
+    // in<input>_<axis|rank|rows|last>
+    if (name.size() < 5 || name.compare(0, 2, "in") != 0)
+        return false;
+    std::size_t i = 2;
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])))
+        ++i;
+    if (i == 2 || i > 4 || i + 1 >= name.size() || name[i] != '_')
+        return false;
+    const std::string what = name.substr(i + 1);
+    if (what == "rank" || what == "rows" || what == "last")
+        return true;
+    return what.size() == 1 && what[0] >= '0' && what[0] <= '7';
+}
+
 Bindings Shape::bindings() const
 {
     Bindings b;
@@ -326,6 +351,30 @@ void validateProblem(const Problem& p, const std::string& where)
             throw InputError(field + ".pad_fraction: must be in [0, 1], got " + std::to_string(t.values.padFraction));
         requireDimsOnly(t.values.low, field + ".low");
         requireDimsOnly(t.values.high, field + ".high");
+    }
+
+    for (std::size_t r = 0; r < p.traceMatch.size(); ++r) {
+        const TraceMatchRule& rule = p.traceMatch[r];
+        const std::string field = where + ".trace_match[" + std::to_string(r) + "]";
+        if (rule.module.empty() == rule.op.empty())
+            throw InputError(field + ": name exactly one of \"module\" (an nn.Module class suffix) or \"op\"");
+        auto inputsOnly = [&](const Expr& e, const std::string& key) {
+            for (const auto& id : e.identifiers())
+                if (!isTraceInputVariable(id))
+                    throw InputError(field + "." + key + ": '" + abbreviate(e.text()) + "' names '" + abbreviate(id)
+                        + "'; trace-match expressions name input sizes: in0_0 .. in0_7, in0_rank, in0_rows, in0_last");
+        };
+        if (rule.when)
+            inputsOnly(*rule.when, "when");
+        for (const auto& [dim, e] : rule.dims) {
+            if (!p.dim(dim))
+                throw InputError(field + ".dims." + abbreviate(dim) + ": not a dim (dims: " + dimNames + ")");
+            inputsOnly(e, "dims." + dim);
+        }
+        for (const auto& d : p.dims)
+            if (!d.constant && !rule.dims.count(d.name))
+                throw InputError(field + ".dims: no expression for dim " + d.name
+                    + " (a shape from the trace needs every dim that is not a constant)");
     }
 
     auto atEveryShape = [&](const std::vector<Shape>& shapes, const std::string& key) {

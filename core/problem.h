@@ -77,6 +77,25 @@ struct Shape {
     bool operator<(const Shape& o) const { return dims < o.dims; }
 };
 
+// problem.json "trace_match": how an operation in a profiler trace is recognised as this problem (rules are data, per
+// problem). A rule names an nn.Module class by suffix ("RMSNorm" matches LlamaRMSNorm) or a framework op by name
+// ("aten::silu"); the op whose recorded inputs give the shape (a module's first op with inputs when empty); an op
+// right after it that the problem fuses (silu_and_mul: the aten::mul after aten::silu); a condition; and each dim as
+// an expression over the inputs' sizes: in0_0 .. in0_7 (axes), in0_rank, in0_rows (all axes but the last
+// multiplied), in0_last.
+struct TraceMatchRule {
+    std::string module;
+    std::string op;
+    std::string shapeOp;
+    std::string then;
+    std::vector<std::string> dtypes; // input 0's recorded type is one of these ("c10::BFloat16"); empty: any
+    std::optional<Expr> when;
+    std::map<std::string, Expr> dims;
+    std::string describe() const; // "module *RMSNorm", "op aten::silu (+ aten::mul)"
+};
+// Whether name is a variable a trace-match expression may use (in3_0, in0_rows, ...).
+bool isTraceInputVariable(const std::string& name);
+
 struct Tolerance {
     double relL2 = 1e-2;
     double maxAbs = 1e-1;
@@ -91,6 +110,7 @@ struct Problem {
     std::vector<ScalarSpec> scalars;
     std::vector<TensorSpec> tensors; // in the order kernels name them
     std::vector<Shape> tuningShapes; // shown to agents; timed
+    std::string tuningShapesFrom; // problem.json "tuning_shapes_from": the trace they were taken from, if any
     std::vector<Shape> verifyShapes; // fixed verification shapes, extremes included
     std::map<DType, Tolerance> tolerances; // by output dtype
     Expr flops; // floating-point operations for one call
@@ -103,6 +123,7 @@ struct Problem {
     std::map<int, std::string> archTemplates;
     std::string tritonTemplateFile; // problem.json "triton_template": the Triton alternative (--language triton)
     std::string libraryBaseline; // e.g. "cublas_gemm_bf16": the fallback an export dispatches to
+    std::vector<TraceMatchRule> traceMatch;
     int minArch = 0; // problem.json "min_arch" ("sm_80"): the oldest architecture it supports, x10; 0: any
     std::string folder; // where it was loaded from (not serialized into sessions)
 

@@ -24,6 +24,7 @@ namespace {
         double occupancy = -1;
         int64_t bytes = 0;
         std::string name; // metadata events
+        OpInputs inputs; // record_shapes: "Input Dims", "Input type"
         void clear()
         {
             correlation = 0;
@@ -34,6 +35,8 @@ namespace {
             registers = sharedMemory = bytes = 0;
             occupancy = -1;
             name.clear();
+            inputs.dims.clear();
+            inputs.types.clear();
         }
     };
 
@@ -219,6 +222,51 @@ namespace {
             }
         }
 
+        // [[512, 4096], [], [[1, 2], [3, 4]]]: a tensor's sizes, a scalar, a tensor list (kept as no shape).
+        void readInputDims(std::vector<std::vector<int64_t>>& out)
+        {
+            if (m_r.peek() != '[') {
+                m_r.skipValue();
+                return;
+            }
+            bool first = true;
+            while (m_r.nextElement(first)) {
+                auto& dims = out.emplace_back();
+                if (m_r.peek() != '[') {
+                    m_r.skipValue();
+                    continue;
+                }
+                bool firstAxis = true, list = false;
+                while (m_r.nextElement(firstAxis)) {
+                    if (!list && isNumber()) {
+                        dims.push_back(m_r.readInt64());
+                        continue;
+                    }
+                    list = true;
+                    m_r.skipValue();
+                }
+                if (list)
+                    dims.clear();
+            }
+        }
+
+        void readInputTypes(std::vector<std::string>& out)
+        {
+            if (m_r.peek() != '[') {
+                m_r.skipValue();
+                return;
+            }
+            bool first = true;
+            while (m_r.nextElement(first)) {
+                if (m_r.peek() == '"')
+                    out.emplace_back(m_r.readString());
+                else {
+                    m_r.skipValue();
+                    out.emplace_back();
+                }
+            }
+        }
+
         void parseArgs(RawArgs& a)
         {
             if (m_r.peek() != '{') {
@@ -257,6 +305,16 @@ namespace {
                     }
                     if (eq(key, "stream") && isNumber()) {
                         a.stream = m_r.readInt64();
+                        continue;
+                    }
+                    break;
+                case len("Input Dims"):
+                    if (eq(key, "Input Dims")) {
+                        readInputDims(a.inputs.dims);
+                        continue;
+                    }
+                    if (eq(key, "Input type")) {
+                        readInputTypes(a.inputs.types);
                         continue;
                     }
                     break;
@@ -524,7 +582,9 @@ namespace {
                 m.correlation = corr;
                 m_trace.addMemOp(ev, m);
             } else {
-                m_trace.addEvent(ev, corr);
+                const uint32_t index = m_trace.addEvent(ev, corr);
+                if (kind == EventKind::CpuOp && (!e.args.inputs.dims.empty() || !e.args.inputs.types.empty()))
+                    m_trace.setOpInputs(index, e.args.inputs);
             }
         }
 

@@ -285,9 +285,20 @@ void Trace::dropOutliers()
     for (auto& s : m_sol)
         if (s.event != kNone)
             s.event = s.event < newIndex.size() ? newIndex[s.event] : kNone;
+    std::unordered_map<uint32_t, OpInputs> inputs;
+    for (auto& [event, in] : m_opInputs)
+        if (event < newIndex.size() && newIndex[event] != kNone)
+            inputs.emplace(newIndex[event], std::move(in));
+    m_opInputs = std::move(inputs);
     m_meta.warnings.push_back(std::to_string(dropped) + (dropped == 1 ? " event lies" : " events lie")
         + " more than an hour away from the rest of the trace (" + example
         + "): a clock glitch; left out of the timeline, spans and busy time");
+}
+
+const OpInputs* Trace::opInputs(uint32_t event) const
+{
+    auto it = m_opInputs.find(event);
+    return it == m_opInputs.end() ? nullptr : &it->second;
 }
 
 int64_t Trace::busyNs(uint32_t row) const

@@ -127,6 +127,13 @@ struct SolMetrics : SolCounters {
     uint32_t event = kNone;
 };
 
+// The inputs of a framework op as the profiler recorded them: PyTorch's record_shapes ("Input Dims", "Input type"),
+// or the "sizes = [...]" that torch.autograd.profiler.emit_nvtx writes into an NVTX range's name.
+struct OpInputs {
+    std::vector<std::vector<int64_t>> dims; // per input; empty for a scalar, a tensor list or an absent input
+    std::vector<std::string> types; // per input: "c10::BFloat16", "Scalar", ""
+};
+
 // A drawable item of a level-of-detail query: one event, or a run of events merged because each is narrower
 // than the requested resolution.
 struct DrawItem {
@@ -161,6 +168,7 @@ public:
     void setProcessName(int64_t pid, std::string_view name);
     void addLink(uint32_t launchEvent, uint32_t gpuEvent); // explicit flow (ac2g); correlation links are automatic
     void addSol(SolMetrics m) { m_sol.push_back(std::move(m)); }
+    void setOpInputs(uint32_t event, OpInputs inputs) { m_opInputs[event] = std::move(inputs); }
     TraceMeta& meta() { return m_meta; }
     // Sorts lanes, resolves launch->GPU links by correlation, shifts time so the trace starts at 0.
     // Must be called once after the last add; queries are valid afterwards.
@@ -179,6 +187,8 @@ public:
     const std::vector<Device>& devices() const { return m_devices; }
     const std::vector<Process>& processes() const { return m_processes; }
     const std::vector<SolMetrics>& sol() const { return m_sol; }
+    const OpInputs* opInputs(uint32_t event) const; // nullptr: none recorded
+    size_t opInputsCount() const { return m_opInputs.size(); }
     int64_t startNs() const { return m_start; } // first event after finalize (0 after the shift)
     int64_t endNs() const { return m_end; }
     int64_t timeOffsetNs() const { return m_offset; } // original clock = trace time + offset
@@ -211,6 +221,7 @@ private:
     std::vector<Device> m_devices;
     std::vector<Process> m_processes;
     std::vector<SolMetrics> m_sol;
+    std::unordered_map<uint32_t, OpInputs> m_opInputs; // by event index
     std::unordered_map<uint64_t, uint32_t> m_rowIndex;
     struct Link {
         uint32_t launch;

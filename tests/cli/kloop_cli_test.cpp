@@ -2,6 +2,7 @@
 // two kloop processes on one session, and the messages that tell a user what to do next.
 #include "core/errors.h"
 #include "core/events.h"
+#include "core/json_io.h"
 #include "core/session_store.h"
 #include "tests/support/kloop_process.h"
 
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <gtest/gtest.h>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -394,4 +396,65 @@ TEST_F(KloopCli, AnUnreadableTuningDatabaseSaysHowToRunWithoutIt)
     EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
     EXPECT_NE(r.err.find("bad.jsonl"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("--no-tuning-db"), std::string::npos) << r.err;
+}
+
+// A session from a profile: the recorded H200 Llama trace seeds rmsnorm's tuning shapes with the model's shapes
+// weighted by their time, the run (worker test double) measures them, and `trace analyze --session` projects the
+// best candidate's speedups onto the trace (Amdahl, per shape).
+TEST_F(KloopCli, SessionFromTraceTunesTheModelsShapesAndProjectsTheGain)
+{
+    const std::string trace = std::string(KL_SOURCE_DIR) + "/resources/traces/h200-llama-decode.pt.trace.json.gz";
+    const fs::path dir = scratch / "from-trace";
+    const ProcessResult made
+        = kloop({ "session", "new", dir.string(), "--problem", "rmsnorm", "--from-trace", trace, "--json" });
+    ASSERT_EQ(made.exitCode, 0) << made.err;
+    const Json created = Json::parse(made.out);
+    ASSERT_EQ(created.at("tuning_shapes").size(), 2u);
+    EXPECT_EQ(created.at("tuning_shapes")[0].at("dims"), Json({ { "T", 1 }, { "H", 4096 } }));
+    EXPECT_GT(created.at("tuning_shapes")[0].at("weight").get<double>(), 0.8);
+    EXPECT_TRUE(fs::exists(dir / "problem" / "reference.cu"));
+
+    const ProcessResult run
+        = kloop({ "run", "--resume", dir.string(), "--agent", "tuner:random", "--budget", "6", "--no-tuning-db" });
+    ASSERT_EQ(run.exitCode, 0) << run.err;
+    const Session s = SessionStore::load(dir);
+    // Timed at the model's shapes; held-out checks still draw from the whole validity range.
+    bool heldOutElsewhere = false;
+    std::set<std::string> timed;
+    for (const auto& [id, e] : s.evaluations)
+        for (const auto& shape : e.shapes) {
+            heldOutElsewhere |= shape.heldOut && shape.shape.dims.at("H") != 4096;
+            if (!shape.heldOut && shape.timing)
+                timed.insert(shape.shape.label());
+        }
+    EXPECT_TRUE(heldOutElsewhere);
+    EXPECT_TRUE(timed.count("H=4096,T=1") && timed.count("H=4096,T=512"));
+
+    const ProcessResult analyzed = kloop({ "trace", "analyze", trace, "--json", "--session", dir.string() });
+    ASSERT_EQ(analyzed.exitCode, 0) << analyzed.err;
+    const Json j = Json::parse(analyzed.out);
+    const Json& p = j.at("projection");
+    EXPECT_EQ(p.at("problem"), "rmsnorm");
+    const std::string best = p.at("candidate");
+    ASSERT_TRUE(s.evaluations.count(best)) << best;
+    double saved = 0;
+    for (const auto& ps : p.at("shapes")) {
+        EXPECT_TRUE(ps.at("measured").get<bool>());
+        double speedup = 0;
+        for (const auto& r : s.evaluations.at(best).shapes)
+            if (!r.heldOut && Json(r.shape.dims) == ps.at("dims"))
+                speedup = r.speedup;
+        EXPECT_NEAR(ps.at("speedup").get<double>(), speedup, 1e-9);
+        saved += ps.at("gpu_ns").get<double>() * (1 - 1 / speedup);
+    }
+    EXPECT_NEAR(p.at("saved_ns").get<double>(), saved, 2.0);
+    EXPECT_GT(p.at("saved_ns").get<double>(), 0);
+    EXPECT_LE(p.at("end_to_end_pct").get<double>(), p.at("upper_bound_pct").get<double>());
+    ASSERT_TRUE(j.at("workload").at("tunable").is_array());
+
+    const ProcessResult refused
+        = kloop({ "session", "new", (scratch / "softmax").string(), "--problem", "softmax", "--from-trace", trace });
+    EXPECT_EQ(refused.exitCode, 1) << refused.err;
+    EXPECT_NE(refused.err.find("no operation of the trace fits problem softmax"), std::string::npos) << refused.err;
+    EXPECT_FALSE(fs::exists(scratch / "softmax" / "journal.jsonl"));
 }

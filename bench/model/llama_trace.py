@@ -1,0 +1,141 @@
+"""Records a PyTorch profiler trace of a Hugging Face Llama (random init, bf16): prefill + decode steps.
+
+The trace is what an engineer brings to KernelLoop: `kloop trace analyze` and `kloop session new --from-trace`
+read it. record_shapes=True gives every aten op its input shapes; with_stack=True adds the nn.Module ranges
+(`nn.Module: LlamaRMSNorm_0`) that name the model's layers.
+"""
+import argparse
+import gzip
+import json
+import os
+import shutil
+import sys
+import time
+
+import torch
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def build_model(layers: int, seed: int) -> LlamaForCausalLM:
+    # Llama-3-8B's layer shapes with fewer layers, so the trace stays small enough to keep in the repository.
+    cfg = LlamaConfig(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        num_hidden_layers=layers,
+        vocab_size=128256,
+        max_position_embeddings=8192,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+    )
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    return model.eval()
+
+
+@torch.inference_mode()
+def prefill_and_decode(model, ids, decode_steps):
+    out = model(input_ids=ids, use_cache=True)
+    past = out.past_key_values
+    token = out.logits[:, -1:].argmax(-1)
+    for _ in range(decode_steps):
+        out = model(input_ids=token, past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        token = out.logits[:, -1:].argmax(-1)
+    return token
+
+
+def use_exported_rmsnorm(model, bundle: str) -> int:
+    """Replaces every LlamaRMSNorm's forward by the bundle's op; returns how many modules it replaced."""
+    manifest = json.load(open(os.path.join(bundle, "manifest.json")))
+    prefix = "kl_" + manifest["problem"]["name"].lower()
+    sys.path.insert(0, os.path.join(bundle, "torch"))
+    ops = __import__(prefix).load()
+    replaced = 0
+    for module in model.modules():
+        if type(module).__name__.endswith("RMSNorm"):
+            eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)))
+
+            def forward(hidden, module=module, eps=eps):
+                flat = hidden.reshape(-1, hidden.shape[-1]).contiguous()
+                return ops.run(flat, module.weight, eps).view_as(hidden)
+
+            module.forward = forward
+            replaced += 1
+    return replaced
+
+
+def wall_times(model, ids, decode_steps, runs):
+    times = []
+    for _ in range(runs):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        prefill_and_decode(model, ids, decode_steps)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True, help="trace path (.json or .json.gz)")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--prefill", type=int, default=512)
+    ap.add_argument("--decode", type=int, default=24)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-stack", action="store_true", help="leave out the nn.Module ranges")
+    ap.add_argument("--rmsnorm-bundle", help="an exported rmsnorm bundle to use for the model's RMSNorm")
+    ap.add_argument("--timing", help="write the wall times of --time-runs runs here (JSON)")
+    ap.add_argument("--time-runs", type=int, default=7)
+    ap.add_argument("--logits", help="write the prefill logits here (torch.save)")
+    args = ap.parse_args()
+
+    model = build_model(args.layers, args.seed)
+    replaced = use_exported_rmsnorm(model, args.rmsnorm_bundle) if args.rmsnorm_bundle else 0
+    ids = torch.randint(0, model.config.vocab_size, (args.batch, args.prefill), device="cuda")
+    prefill_and_decode(model, ids, 2)  # warm-up: cuBLAS handles, allocator
+    torch.cuda.synchronize()
+    if args.logits:
+        with torch.inference_mode():
+            torch.save(model(input_ids=ids).logits[:, -8:].float().cpu(), args.logits)
+    if args.timing:
+        prefill_and_decode(model, ids, args.decode)  # every context length once: cuDNN's plans are cached
+        times = wall_times(model, ids, args.decode, args.time_runs)
+        with open(args.timing, "w") as f:
+            json.dump({"wall_s": times, "median_s": sorted(times)[len(times) // 2], "rmsnorm_replaced": replaced,
+                       "bundle": args.rmsnorm_bundle, "decode_steps": args.decode, "prefill": args.prefill}, f)
+
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts, record_shapes=True, with_stack=not args.no_stack) as prof:
+        prefill_and_decode(model, ids, args.decode)
+        torch.cuda.synchronize()
+
+    raw = args.out[:-3] if args.out.endswith(".gz") else args.out
+    prof.export_chrome_trace(raw)
+    with open(raw) as f:
+        doc = json.load(f)
+    doc.setdefault("kernelloop", {}).update({
+        "model": "LlamaForCausalLM (random init, bf16), Llama-3-8B layer shapes",
+        "layers": args.layers, "batch": args.batch, "prefill": args.prefill, "decode_steps": args.decode,
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "gpu": torch.cuda.get_device_name(), "record_shapes": True, "with_stack": not args.no_stack,
+        "rmsnorm_bundle": args.rmsnorm_bundle, "rmsnorm_replaced": replaced,
+    })
+    with open(raw, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    if raw != args.out:
+        with open(raw, "rb") as src, gzip.open(args.out, "wb", compresslevel=9) as dst:
+            shutil.copyfileobj(src, dst)
+        os.remove(raw)
+    print(f"{args.out}: {len(doc.get('traceEvents', []))} events, torch {torch.__version__}, "
+          f"transformers {transformers.__version__}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
