@@ -316,6 +316,9 @@ namespace {
         for (const auto& dim : p.dims)
             if (!dimToAxis.count(dim.name))
                 return "dim " + dim.name + " has no axis";
+        for (const auto& a : d.axes)
+            if (!m.axisToDim.count(a.name))
+                return "axis " + a.name + " is no extent of its tensors";
         return {};
     }
 
@@ -593,7 +596,14 @@ ExportResult exportSolution(const Session& s, const Problem& problem, const Expo
     std::map<std::string, std::string> dimToAxis;
     for (const auto& d : problem.dims)
         dimToAxis[d.name] = d.name;
+    std::map<std::string, std::string> tensorName; // problem tensor -> definition tensor
+    for (const auto& t : problem.tensors)
+        tensorName[t.name] = t.name;
     if (imported) {
+        const OrderedJson tensors = record.value("tensors", OrderedJson::object());
+        for (const auto& [theirs, ours] : tensors.items())
+            if (ours.is_string() && tensorName.count(ours.get<std::string>()))
+                tensorName[ours.get<std::string>()] = theirs;
         const OrderedJson axes = record.value("axes", OrderedJson::object());
         for (const auto& [axis, dim] : axes.items()) {
             if (!dim.is_string() || !problem.dim(dim.get<std::string>()))
@@ -658,7 +668,7 @@ ExportResult exportSolution(const Session& s, const Problem& problem, const Expo
             workload["uuid"] = "kloop-" + sha256Hex(definition + "|" + sr.shape.label()).substr(0, 32);
             for (const auto& t : problem.tensors)
                 if (t.role == TensorRole::Input)
-                    workload["inputs"][t.name] = { { "type", "random" } };
+                    workload["inputs"][tensorName.at(t.name)] = { { "type", "random" } };
         }
         double maxAbs = 0, relL2 = 0;
         for (const auto& ch : sr.checks) {

@@ -196,6 +196,9 @@ TEST_F(KloopFlashInferBench, BadDefinitionsAndWorkloadsExitTwoNamingTheFileAndFi
     d["axes"]["hidden_size"]["type"] = "fixed";
     cases.push_back({ "bad axis type", d, "def.json.axes.hidden_size.type: expected \"const\" or \"var\"" });
     d = rmsnormDefinition();
+    d["axes"]["heads"] = { { "type", "const" }, { "value", 8 } };
+    cases.push_back({ "an axis no tensor uses", d, "rmsnorm: axis heads is no extent of its tensors" });
+    d = rmsnormDefinition();
     d["name"] = "rms/../x";
     cases.push_back({ "unsafe name", d, "def.json.name: 'rms/../x' must be letters" });
     for (const auto& c : cases) {
