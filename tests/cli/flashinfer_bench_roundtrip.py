@@ -3,7 +3,8 @@ scripts/flashinfer-bench-venv: their pydantic models write the Definition and Wo
 their loaders read back what kloop exported.
 
   write ROOT               a TraceSet folder with one rmsnorm Definition and its workload traces
-  check ROOT HARDWARE      loads ROOT as their TraceSet.from_path does, asserts the records, prints them as JSON
+  check ROOT HARDWARE LANGUAGE   loads ROOT as their TraceSet.from_path does, asserts the records (LANGUAGE: cuda
+                                 or triton), prints them as JSON
 
 The package root imports torch and the benchmark runner, which the venv leaves out; the data layer does not need
 them, so its modules are loaded without running flashinfer_bench/__init__.py.
@@ -72,7 +73,7 @@ def write(root):
     json_utils.save_jsonl_file(traces, root / "workloads" / OP_TYPE / f"{DEFINITION}.jsonl")
 
 
-def check(root, hardware):
+def check(root, hardware, language):
     # As TraceSet.from_path reads a dataset folder.
     definitions = [json_utils.load_json_file(definition.Definition, p) for p in sorted(root.glob("definitions/**/*.json"))]
     solutions = [json_utils.load_json_file(solution.Solution, p) for p in sorted(root.glob("solutions/**/*.json"))]
@@ -84,10 +85,11 @@ def check(root, hardware):
     assert len(solutions) == 1, solutions
     s = solutions[0]
     assert s.definition == DEFINITION, s.definition
-    assert s.spec.language == solution.SupportedLanguages.CUDA, s.spec.language
+    assert s.spec.language == solution.SupportedLanguages(language), s.spec.language
     assert s.spec.target_hardware == [hardware], s.spec.target_hardware
     entry = s.get_entry_source()
-    assert entry is not None and "__global__" in entry.content, s.spec.entry_point
+    marker = {"cuda": "__global__", "triton": "@triton.jit"}[language]
+    assert entry is not None and marker in entry.content, s.spec.entry_point
     assert s.get_entry_symbol() in entry.content, s.spec.entry_point
 
     assert traces, "no traces"
@@ -120,6 +122,6 @@ if __name__ == "__main__":
     if command == "write":
         write(root)
     elif command == "check":
-        check(root, sys.argv[3])
+        check(root, sys.argv[3], sys.argv[4])
     else:
         sys.exit(f"unknown command {command}")

@@ -1,9 +1,11 @@
 // FlashInfer-Bench's trace format through the real kloop: `kloop problems import` of a Definition and its Workloads,
 // `kloop run` on the imported problem against kl_test_fake_worker, and `kloop export --format flashinfer-bench`,
 // with their own pydantic models writing the input and loading the output (tests/cli/flashinfer_bench_roundtrip.py,
-// run by the python of scripts/flashinfer-bench-venv). The bad-input tests need no venv.
+// run by the python of scripts/flashinfer-bench-venv), for a CUDA and a Triton candidate. The bad-input tests need
+// no venv.
 #include "core/json_io.h"
 #include "core/session_store.h"
+#include "kernels/triton/triton_compiler.h"
 #include "tests/support/kloop_process.h"
 #include "tests/support/temp_dir.h"
 
@@ -61,14 +63,18 @@ struct KloopFlashInferBench : ::testing::Test {
     fs::path scratch = tmp.path();
 
     void SetUp() override { fs::create_directories(scratch / "home"); }
+    std::string tritonPython; // the pinned Triton's, for a Triton session (the cache of HOME is the scratch one)
+
     ProcessResult kloop(const std::vector<std::string>& args) const
     {
         return runKloop(args,
             { { "HOME", (scratch / "home").string() }, { "XDG_CACHE_HOME", (scratch / "cache").string() },
                 { "XDG_CONFIG_HOME", (scratch / "config").string() }, { "KL_PROBLEMS_DIR", "" },
-                { "KL_WORKER", KL_FAKE_WORKER_PATH } },
+                { "KL_WORKER", KL_FAKE_WORKER_PATH }, { "KL_TRITON_PYTHON", tritonPython } },
             scratch);
     }
+    // The round trip of issue 21: their writer -> kloop import -> a session -> kloop export -> their loaders.
+    void roundTrip(const std::string& language);
     fs::path write(const std::string& name, const std::string& text) const
     {
         const fs::path p = scratch / name;
@@ -103,8 +109,7 @@ std::string workloadLines(const std::vector<std::pair<std::string, std::int64_t>
 
 } // namespace
 
-// The round trip of issue 21: their writer -> kloop import -> a session -> kloop export -> their loaders.
-TEST_F(KloopFlashInferBench, RoundTripThroughTheirOwnLoaders)
+void KloopFlashInferBench::roundTrip(const std::string& language)
 {
     const Tool venv = runTool({ KL_SOURCE_DIR "/scripts/flashinfer-bench-venv" }, scratch);
     if (venv.exitCode != 0)
@@ -136,14 +141,15 @@ TEST_F(KloopFlashInferBench, RoundTripThroughTheirOwnLoaders)
 
     const fs::path session = scratch / "session";
     const ProcessResult ran = kloop({ "run", "--problem", problemDir.string(), "--agent", "tuner:random", "--session",
-        session.string(), "--budget", "4", "--no-tuning-db" });
+        session.string(), "--budget", "4", "--no-tuning-db", "--language", language });
     ASSERT_EQ(ran.exitCode, 0) << ran.out << ran.err;
     const ProcessResult exported
         = kloop({ "export", session.string(), "--format", "flashinfer-bench", "--out", dataset.string(), "--json" });
     ASSERT_EQ(exported.exitCode, 0) << exported.out << exported.err;
     const Json e = Json::parse(exported.out);
 
-    const Tool checked = runTool({ python, script, "check", dataset.string(), "test double (no GPU)" }, scratch);
+    const Tool checked
+        = runTool({ python, script, "check", dataset.string(), "test double (no GPU)", language }, scratch);
     ASSERT_EQ(checked.exitCode, 0) << checked.err << checked.out;
     const Json loaded = Json::parse(checked.out);
     EXPECT_EQ(loaded["solution"], e["solution"]);
@@ -169,6 +175,20 @@ TEST_F(KloopFlashInferBench, RoundTripThroughTheirOwnLoaders)
         = kloop({ "export", session.string(), "--format", "flashinfer-bench", "--out", dataset.string() });
     EXPECT_EQ(again.exitCode, 1) << again.err;
     EXPECT_NE(again.err.find("--overwrite"), std::string::npos) << again.err;
+}
+
+TEST_F(KloopFlashInferBench, RoundTripThroughTheirOwnLoaders)
+{
+    roundTrip("cuda");
+}
+
+TEST_F(KloopFlashInferBench, RoundTripOfATritonCandidate)
+{
+    std::string why;
+    if (tritonVersion(&why).empty())
+        GTEST_SKIP() << why;
+    tritonPython = kl::tritonPython();
+    roundTrip("triton");
 }
 
 TEST_F(KloopFlashInferBench, BadDefinitionsAndWorkloadsExitTwoNamingTheFileAndField)
