@@ -14,6 +14,7 @@
 #include <fstream>
 #include <gtest/gtest.h>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -316,6 +317,37 @@ TEST_F(KloopFlashInferBench, ADefinitionNoProblemMatchesNeedsAReferenceKernel)
         "--into", (scratch / "other").string(), "--reference", kernel.string() });
     EXPECT_EQ(differ.exitCode, 2) << differ.err;
     EXPECT_NE(differ.err.find("scale.jsonl:2.inputs.alpha.value: differs"), std::string::npos) << differ.err;
+}
+
+// A problem that was not imported is written under its own names: the problem's name, its dims as the axes.
+TEST_F(KloopFlashInferBench, ACatalogueProblemExportsUnderItsOwnNames)
+{
+    const fs::path session = scratch / "s";
+    const ProcessResult ran = kloop({ "run", "--problem", "rmsnorm", "--agent", "tuner:random", "--session",
+        session.string(), "--budget", "4", "--no-tuning-db" });
+    ASSERT_EQ(ran.exitCode, 0) << ran.out << ran.err;
+    const ProcessResult exported = kloop(
+        { "export", session.string(), "--format", "flashinfer-bench", "--out", (scratch / "out").string(), "--json" });
+    ASSERT_EQ(exported.exitCode, 0) << exported.out << exported.err;
+    const Json e = Json::parse(exported.out);
+    EXPECT_EQ(e["definition_file"], "");
+    EXPECT_NE(e["solution_file"].get<std::string>().find("/solutions/kloop/rmsnorm/"), std::string::npos);
+    const Json solution = Json::parse(kl::test::readTextFile(e["solution_file"].get<std::string>()));
+    EXPECT_EQ(solution["definition"], "rmsnorm");
+    EXPECT_EQ(solution["spec"]["language"], "cuda");
+    std::istringstream lines(kl::test::readTextFile(e["traces_file"].get<std::string>()));
+    std::string line;
+    std::size_t n = 0;
+    while (std::getline(lines, line)) {
+        const Json t = Json::parse(line);
+        EXPECT_EQ(t["definition"], "rmsnorm");
+        EXPECT_TRUE(t["workload"]["axes"].contains("T") && t["workload"]["axes"].contains("H")) << line;
+        EXPECT_EQ(t["workload"]["uuid"].get<std::string>().rfind("kloop-", 0), 0u) << line;
+        EXPECT_EQ(t["workload"]["inputs"], Json::parse(R"({"x": {"type": "random"}, "w": {"type": "random"}})"));
+        ++n;
+    }
+    EXPECT_EQ(n, e["traces"].get<std::size_t>());
+    EXPECT_GT(n, 0u);
 }
 
 // The bundle export's refusal rule: a candidate that was never measured is not written as a solution.
