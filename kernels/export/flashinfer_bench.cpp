@@ -518,6 +518,12 @@ ImportResult importDefinition(const ImportOptions& o)
             match = m;
             for (const auto& f : sourceFiles(q))
                 files[f] = readInput(fs::path(folder) / f);
+            for (const auto& given : scalarInputs(d, workloads, workloadsFile)) {
+                ScalarSpec& mine = *std::find_if(
+                    q.scalars.begin(), q.scalars.end(), [&](const ScalarSpec& x) { return x.name == given.name; });
+                mine.value = given.value; // the workloads' value replaces the catalogue's
+                mine.formula.reset();
+            }
             q.description = (d.description.empty() ? "FlashInfer-Bench definition " + d.name : d.description)
                 + " (imported; kernels from the " + r.referenceFrom + ")";
             q.name = d.name;

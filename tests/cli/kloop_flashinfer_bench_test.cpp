@@ -319,6 +319,26 @@ TEST_F(KloopFlashInferBench, ADefinitionNoProblemMatchesNeedsAReferenceKernel)
     EXPECT_NE(differ.err.find("scale.jsonl:2.inputs.alpha.value: differs"), std::string::npos) << differ.err;
 }
 
+// A scalar input pairs with the catalogue problem's scalar of that name and takes the workloads' value.
+TEST_F(KloopFlashInferBench, AScalarInputTakesTheWorkloadsValue)
+{
+    Json d = rmsnormDefinition();
+    d["inputs"]["eps"] = { { "shape", nullptr }, { "dtype", "float32" } };
+    const fs::path def = write("def.json", d.dump());
+    const fs::path workloads = write("w.jsonl",
+        R"({"axes": {"batch_size": 8}, "inputs": {"eps": {"type": "scalar", "value": 1e-5}}, "uuid": "a"}
+{"axes": {"batch_size": 64}, "inputs": {"eps": {"type": "scalar", "value": 1e-5}}, "uuid": "b"}
+)");
+    const ProcessResult r
+        = kloop({ "problems", "import", def.string(), "--workloads", workloads.string(), "--into", scratch.string() });
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const Problem p = loadProblem((scratch / "rms_h2048").string());
+    ASSERT_NE(p.scalar("eps"), nullptr);
+    EXPECT_EQ(p.scalar("eps")->value, 1e-5);
+    EXPECT_EQ(p.dim("H")->min, 2048);
+    EXPECT_EQ(p.tuningShapes.size(), 2u);
+}
+
 // A problem that was not imported is written under its own names: the problem's name, its dims as the axes.
 TEST_F(KloopFlashInferBench, ACatalogueProblemExportsUnderItsOwnNames)
 {
