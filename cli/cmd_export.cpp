@@ -1,6 +1,7 @@
 // kloop export: a session's winning kernel as a bundle (kernel, launcher, dispatcher with fallback, PyTorch op,
 // CMake project, self-test, manifest).
 #include "cli/command.h"
+#include "cli/flashinfer_bench_export.h"
 #include "core/catalogue.h"
 #include "core/errors.h"
 #include "core/json_io.h"
@@ -21,9 +22,15 @@ namespace {
         if (a.positionals().size() != 1 || !out) {
             std::cerr << "usage: kloop export SESSION [--candidate ID] --out DIR [--force] [--overwrite] [--problem "
                          "NAME|DIR] "
-                         "[--min-speedup X] [--json]\n";
+                         "[--min-speedup X] [--format bundle|flashinfer-bench] [--json]\n";
             return kExitUsage;
         }
+        const std::string format = a.optionOr("format", "bundle");
+        if (format != "bundle" && format != "flashinfer-bench")
+            throw UsageError("--format is bundle or flashinfer-bench, got '" + format + "'");
+        if (format == "flashinfer-bench" && a.has("force"))
+            throw UsageError("--force is for bundles: a FlashInfer-Bench solution is written only for a candidate that "
+                             "exports without it");
         const bool json = a.has("json");
         const double minSpeedup = a.real("min-speedup", 1.0, 0, 1e6);
         try {
@@ -33,6 +40,8 @@ namespace {
                 std::cerr << "warning: " << w << "\n";
             const Problem problem
                 = loadProblem(findSessionProblemFolder(s, a.option("problem"), a.positionals()[0]).string());
+            if (format == "flashinfer-bench")
+                return runFlashInferBenchExport(s, problem, a);
             exporter::ExportOptions o;
             o.outDir = *out;
             o.candidateId = a.optionOr("candidate", "");
@@ -93,15 +102,19 @@ namespace {
     const CommandRegistration reg { { "export",
         "export a session's winning kernel as a bundle with dispatch, fallback and provenance",
         "kloop export SESSION [--candidate ID] --out DIR [--force] [--overwrite] [--problem NAME|DIR] [--min-speedup "
-        "X] [--json]\n"
+        "X] [--format bundle|flashinfer-bench] [--json]\n"
         "Writes the kernel with its parameters baked in, a CUDA runtime launcher with a C API, a dispatcher that uses "
         "the\n"
         "kernel only in the shape ranges where it was verified and measured faster (the problem's library baseline or\n"
         "reference kernel elsewhere), a PyTorch op, a CMake project with a self-test, and manifest.json.\n"
         "Refuses candidates that are pending review, flagged, not accepted or not verified on their whole range;\n"
         "--force exports anyway and writes the reasons into the manifest and headers. An existing non-empty DIR needs\n"
-        "--overwrite (and must be an earlier bundle). Default candidate: the accepted one with the best objective.",
-        { "json", "force", "overwrite" }, { "out", "candidate", "problem", "min-speedup" }, &runExport } };
+        "--overwrite (and must be an earlier bundle). Default candidate: the accepted one with the best objective.\n"
+        "--format flashinfer-bench writes the candidate as a FlashInfer-Bench Solution and one Trace per timed shape\n"
+        "into DIR's TraceSet folders (solutions/, traces/, and definitions/ for a problem from `kloop problems "
+        "import`),\n"
+        "refusing what a bundle refuses.",
+        { "json", "force", "overwrite" }, { "out", "candidate", "problem", "min-speedup", "format" }, &runExport } };
 
 } // namespace
 } // namespace kl::cli

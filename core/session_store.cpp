@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <fcntl.h>
 #include <fstream>
 #include <random>
@@ -670,6 +671,16 @@ std::vector<Event> SessionStore::events() const
 {
     std::lock_guard lock(m_mutex);
     return m_events;
+}
+
+std::string isoUtc(std::int64_t unixMs)
+{
+    const std::time_t t = static_cast<std::time_t>(unixMs / 1000);
+    std::tm tm {};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
 }
 
 } // namespace kl

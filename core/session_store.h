@@ -99,5 +99,6 @@ std::vector<std::pair<CandidateId, std::string>> seedProblemCandidates(
 void writeFileAtomic(const std::filesystem::path& path, const std::string& content);
 std::string readFile(const std::filesystem::path& path, std::size_t maxBytes = 256u << 20);
 std::string sha256Hex(const std::string& data);
+std::string isoUtc(std::int64_t unixMs); // "2026-12-01T16:18:07Z"
 
 } // namespace kl

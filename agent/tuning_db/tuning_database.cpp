@@ -91,12 +91,7 @@ namespace {
 
     std::string isoNow()
     {
-        const std::time_t t = std::time(nullptr);
-        std::tm tm {};
-        gmtime_r(&t, &tm);
-        char buf[32];
-        std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-        return buf;
+        return isoUtc(static_cast<std::int64_t>(std::time(nullptr)) * 1000);
     }
 
 } // namespace
