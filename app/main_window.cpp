@@ -37,7 +37,6 @@
 #include <QTime>
 #include <QTimer>
 #include <QTreeView>
-#include <QtConcurrent/QtConcurrentRun>
 
 namespace kl::app {
 
@@ -230,15 +229,14 @@ MainWindow::MainWindow(QWidget* parent)
             return;
         // The last trace loaded is the one being studied (the candidate under a baseline).
         const TimelineTrace subject = traces.back();
-        auto* watcher = new QFutureWatcher<kl::prof::Analysis>(this);
-        connect(watcher, &QFutureWatcher<kl::prof::Analysis>::finished, this, [watcher, bottleneckPanel, subject]() {
-            const kl::prof::Analysis a = watcher->result();
-            bottleneckPanel->setAnalysis(analysisHtml(a, subject.label), QString::fromStdString(kl::prof::toText(a)));
-            watcher->deleteLater();
-        });
-        watcher->setFuture(QtConcurrent::run([subject]() { return kl::prof::analyze(*subject.trace); }));
+        m_traceAnalysis.start([subject]() { return kl::prof::analyze(*subject.trace); },
+            [bottleneckPanel, subject](const kl::prof::Analysis& a) {
+                bottleneckPanel->setAnalysis(
+                    analysisHtml(a, subject.label), QString::fromStdString(kl::prof::toText(a)));
+            });
     });
-    connect(m_timeline, &TimelinePanel::selectionChanged, this, [bottleneckPanel](const SelectionStats& s) {
+    connect(m_timeline, &TimelinePanel::selectionChanged, this, [this, bottleneckPanel](const SelectionStats& s) {
+        m_traceAnalysis.drop(); // the selection's statistics are newer than a whole-trace analysis still running
         bottleneckPanel->setAnalysis(
             selectionStatsHtml(s) + QStringLiteral("<p>%1</p>").arg(traceSummary(s)), traceSummary(s));
     });

@@ -3,6 +3,7 @@
 // timeline and bottlenecks; a start page before a session is open. It only wires signals: data comes
 // from SessionController snapshots, views are the panels.
 #include "app/app_types.h"
+#include "app/latest_job.h"
 #include "app/local_run.h"
 #include "app/session_worker.h"
 
@@ -13,6 +14,10 @@ class QLabel;
 class QPlainTextEdit;
 class QStackedWidget;
 class QTimer;
+
+namespace kl::prof {
+struct Analysis;
+}
 
 namespace kl::app {
 
@@ -117,6 +122,7 @@ private:
     std::string m_diffSourceHash;
     bool m_sessionReadyEmitted = false;
     double m_speed = 1.0;
+    LatestJob<kl::prof::Analysis> m_traceAnalysis { this }; // the bottleneck panel's analysis of the last trace
 };
 
 } // namespace kl::app
