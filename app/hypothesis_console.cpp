@@ -346,30 +346,31 @@ void HypothesisConsole::appendAgentMessage(const kl::Event& e)
         m_streaming = false;
         return;
     }
-    if (type == QLatin1String("llm.proposal")) {
-        header(tr("proposal (%1) from %2: %3")
-                   .arg(stringField(d, "form"), stringField(d, "base_candidate"), stringField(d, "note")),
+    const auto q = [](const std::string& s) { return QString::fromStdString(s); };
+    if (const auto proposal = kl::llmProposalRecord(d)) {
+        header(tr("proposal (%1) from %2: %3").arg(q(proposal->form), q(proposal->baseCandidate), q(proposal->note)),
             t.accent);
         return;
     }
-    if (type == QLatin1String("llm.verdict")) {
-        header(
-            tr("verdict on %1: %2")
-                .arg(stringField(d, "candidate"), QString::fromStdString(d.value("verdict", nlohmann::json()).dump())),
-            t.mutedText);
+    if (const auto verdict = kl::llmVerdictRecord(d)) {
+        header(tr("verdict on %1: %2").arg(q(verdict->candidate), q(verdict->verdict)), t.mutedText);
         return;
     }
-    if (type == QLatin1String(kl::kLlmErrorType) || type == QLatin1String("llm.reply-rejected")) {
-        if (type == QLatin1String(kl::kLlmErrorType) && !stringField(d, kl::kLiveStreamKey).isEmpty()) {
-            m_finishedStreams.insert(stringField(d, kl::kLiveStreamKey).toStdString());
-            if (m_live.stream == stringField(d, kl::kLiveStreamKey).toStdString())
+    if (const auto error = kl::llmErrorRecord(d)) {
+        if (!error->liveStream.empty()) {
+            m_finishedStreams.insert(error->liveStream);
+            if (m_live.stream == error->liveStream)
                 m_live = LiveReply();
         }
-        header(tr("%1: %2").arg(type, stringField(d, "message")), t.bad);
+        header(tr("%1: %2").arg(type, q(error->message)), t.bad);
         return;
     }
-    if (type == QLatin1String("llm.retry")) {
-        header(tr("retrying (%1)").arg(stringField(d, "why")), t.warn);
+    if (const auto rejected = kl::llmReplyRejectedRecord(d)) {
+        header(tr("%1: %2").arg(type, q(rejected->message)), t.bad);
+        return;
+    }
+    if (const auto retry = kl::llmRetryRecord(d)) {
+        header(tr("retrying (%1)").arg(q(retry->why)), t.warn);
         return;
     }
 

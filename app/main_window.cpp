@@ -40,7 +40,6 @@
 #include <QTime>
 #include <QTimer>
 #include <QTreeView>
-#include <QtConcurrent/QtConcurrentRun>
 
 namespace kl::app {
 
@@ -285,21 +284,20 @@ MainWindow::MainWindow(QWidget* parent)
         // The last trace loaded is the one being studied (the candidate under a baseline).
         const TimelineTrace subject = traces.back();
         using Reading = std::pair<kl::prof::Analysis, std::shared_ptr<const kl::prof::Workload>>;
-        auto* watcher = new QFutureWatcher<Reading>(this);
-        connect(watcher, &QFutureWatcher<Reading>::finished, this, [this, watcher, bottleneckPanel, subject]() {
-            const Reading r = watcher->result();
-            m_workload = r.second;
-            bottleneckPanel->setAnalysis(analysisHtml(r.first, subject.label) + workloadHtml(*r.second),
-                QString::fromStdString(kl::prof::toText(r.first) + kl::prof::toText(*r.second)));
-            watcher->deleteLater();
-        });
-        watcher->setFuture(QtConcurrent::run([subject]() {
-            return Reading { kl::prof::analyze(*subject.trace),
-                std::make_shared<const kl::prof::Workload>(
-                    kl::prof::analyzeWorkload(*subject.trace, kl::loadCatalogue())) };
-        }));
+        m_traceAnalysis.start(
+            [subject]() {
+                return Reading { kl::prof::analyze(*subject.trace),
+                    std::make_shared<const kl::prof::Workload>(
+                        kl::prof::analyzeWorkload(*subject.trace, kl::loadCatalogue())) };
+            },
+            [this, bottleneckPanel, subject](const Reading& r) {
+                m_workload = r.second;
+                bottleneckPanel->setAnalysis(analysisHtml(r.first, subject.label) + workloadHtml(*r.second),
+                    QString::fromStdString(kl::prof::toText(r.first) + kl::prof::toText(*r.second)));
+            });
     });
-    connect(m_timeline, &TimelinePanel::selectionChanged, this, [bottleneckPanel](const SelectionStats& s) {
+    connect(m_timeline, &TimelinePanel::selectionChanged, this, [this, bottleneckPanel](const SelectionStats& s) {
+        m_traceAnalysis.drop(); // the selection's statistics are newer than a whole-trace analysis still running
         bottleneckPanel->setAnalysis(
             selectionStatsHtml(s) + QStringLiteral("<p>%1</p>").arg(traceSummary(s)), traceSummary(s));
     });

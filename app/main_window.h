@@ -3,6 +3,7 @@
 // timeline and bottlenecks; a start page before a session is open. It only wires signals: data comes
 // from SessionController snapshots, views are the panels.
 #include "app/app_types.h"
+#include "app/latest_job.h"
 #include "app/local_run.h"
 #include "app/session_worker.h"
 
@@ -16,6 +17,7 @@ class QStackedWidget;
 class QTimer;
 
 namespace kl::prof {
+struct Analysis;
 struct Workload;
 }
 
@@ -127,6 +129,8 @@ private:
     std::string m_diffSourceHash;
     bool m_sessionReadyEmitted = false;
     double m_speed = 1.0;
+    // The bottleneck panel's reading of the last trace: the analysis and the operations problems fit.
+    LatestJob<std::pair<kl::prof::Analysis, std::shared_ptr<const kl::prof::Workload>>> m_traceAnalysis { this };
 };
 
 } // namespace kl::app

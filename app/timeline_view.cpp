@@ -9,7 +9,6 @@
 #include <QScrollBar>
 #include <QToolTip>
 #include <QWheelEvent>
-#include <QtConcurrent/QtConcurrentRun>
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
@@ -142,11 +141,6 @@ TimelineView::TimelineView(TraceRowModel* rows, QWidget* parent)
         relayout();
         update();
     });
-    connect(&m_statsWatcher, &QFutureWatcher<SelectionStats>::finished, this, [this]() {
-        const SelectionStats s = m_statsWatcher.result();
-        if (s.t0 == m_selT0 && s.t1 == m_selT1)
-            emit selectionStatsReady(s);
-    });
 }
 
 void TimelineView::setVerticalScrollBar(QScrollBar* bar)
@@ -248,10 +242,12 @@ void TimelineView::selectRange(std::int64_t t0, std::int64_t t1)
     m_selT0 = std::min(t0, t1);
     m_selT1 = std::max(t0, t1);
     update();
-    if (hasSelection())
+    if (hasSelection()) {
         startStats();
-    else
+    } else {
+        m_stats.drop();
         emit selectionCleared();
+    }
 }
 
 void TimelineView::startStats()
@@ -259,8 +255,11 @@ void TimelineView::startStats()
     const auto traces = m_rows->traces();
     const auto rows = m_rows->rows();
     const std::int64_t t0 = m_selT0, t1 = m_selT1;
-    m_statsWatcher.setFuture(
-        QtConcurrent::run([traces, rows, t0, t1]() { return computeSelectionStats(traces, rows, t0, t1); }));
+    m_stats.start([traces, rows, t0, t1]() { return computeSelectionStats(traces, rows, t0, t1); },
+        [this](const SelectionStats& s) {
+            if (s.t0 == m_selT0 && s.t1 == m_selT1)
+                emit selectionStatsReady(s);
+        });
 }
 
 void TimelineView::paintEvent(QPaintEvent*)

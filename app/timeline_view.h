@@ -2,9 +2,9 @@
 // The timeline: one band per visible trace row (GPU streams first), lanes for nesting, a time ruler.
 // Wheel zooms around the cursor, drag pans, Shift+drag (or a drag on the ruler) selects a time range.
 // Each paint asks the trace for level-of-detail draw items, so cost follows pixels, not events.
+#include "app/latest_job.h"
 #include "app/models/trace_row_model.h"
 
-#include <QFutureWatcher>
 #include <QWidget>
 #include <map>
 
@@ -92,8 +92,7 @@ private:
     double m_pressT1 = 0;
     int m_pressScroll = 0;
     std::size_t m_lastPaintItems = 0;
-    QFutureWatcher<SelectionStats> m_statsWatcher;
-    std::uint64_t m_statsGeneration = 0;
+    LatestJob<SelectionStats> m_stats { this };
 
     static constexpr int kLabelWidth = 220;
     static constexpr int kRulerHeight = 26;

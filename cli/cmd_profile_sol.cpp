@@ -167,37 +167,11 @@ namespace {
     std::vector<KernelRow> kernelRows(const PlanProfile& p)
     {
         std::vector<KernelRow> rows;
-        const std::size_t n = std::max<std::size_t>(p.kernelsPerRun, p.sol.size());
-        for (std::size_t i = 0; i < n; ++i) {
-            KernelRow r;
-            if (i < p.sol.size()) {
-                r.sol = &p.sol[i];
-                r.name = p.sol[i].name;
-                r.durationUs = p.sol[i].durationNs >= 0 ? p.sol[i].durationNs / 1e3 : -1;
-                r.bound = prof::rooflineClass(p.sol[i].dramThroughputPct, p.sol[i].smThroughputPct);
-            }
-            if (p.kernelsPerRun > 0 && static_cast<int>(i) < p.kernelsPerRun && i < p.records.size()) {
-                std::vector<double> d;
-                for (std::size_t k = i; k < p.records.size(); k += static_cast<std::size_t>(p.kernelsPerRun))
-                    d.push_back(static_cast<double>(p.records[k].endNs - p.records[k].startNs) / 1e3);
-                if (!d.empty()) {
-                    std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
-                    r.durationUs = d[d.size() / 2];
-                }
-                r.name = p.records[i].name;
-            }
-            r.name = demangle(r.name);
-            rows.push_back(std::move(r));
-        }
-        if (rows.empty() && !p.eventUs.empty()) {
-            // No kernel records and no counters: the whole run, timed by CUDA events.
-            std::vector<double> d = p.eventUs;
-            std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
-            KernelRow r;
-            r.name = "(one run, CUDA events)";
-            r.durationUs = d[d.size() / 2];
-            rows.push_back(std::move(r));
-        }
+        for (const auto& k : kernelsOfOneRun(p))
+            rows.push_back({ k.name, k.durationUs, k.sol,
+                k.sol ? prof::rooflineClass(k.sol->dramThroughputPct, k.sol->smThroughputPct) : "unknown" });
+        if (rows.empty() && !p.eventUs.empty()) // no kernel records and no counters: the whole run, CUDA events
+            rows.push_back({ "(one run, CUDA events)", oneRunUs(p, {}), nullptr, "unknown" });
         return rows;
     }
 

@@ -1,5 +1,7 @@
 #include "core/agent_records.h"
 
+#include "core/json_io.h"
+
 #include <type_traits>
 
 namespace kl {
@@ -148,6 +150,113 @@ std::optional<LlmReplyRecord> llmReplyRecord(const json& data)
     r.sessionUsage = usageOf(data, "session_usage", ok);
     if (!ok)
         return std::nullopt;
+    return r;
+}
+
+json toJson(const LlmErrorRecord& r)
+{
+    json j = { { "type", kLlmErrorType }, { "call", r.call }, { "kind", r.kind }, { "http_status", r.httpStatus },
+        { "message", r.message } };
+    if (!r.liveStream.empty())
+        j[kLiveStreamKey] = r.liveStream;
+    return j;
+}
+
+json toJson(const LlmRetryRecord& r)
+{
+    return { { "type", kLlmRetryType }, { "call", r.call }, { "next_attempt", r.nextAttempt },
+        { "delay_ms", r.delayMs }, { "why", r.why } };
+}
+
+json toJson(const LlmReplyRejectedRecord& r)
+{
+    return { { "type", kLlmReplyRejectedType }, { "call", r.call }, { "reply_attempt", r.replyAttempt },
+        { "kind", r.kind }, { "message", r.message } };
+}
+
+json toJson(const LlmProposalRecord& r)
+{
+    return { { "type", kLlmProposalType }, { "call", r.call }, { "form", r.form },
+        { "base_candidate", r.baseCandidate }, { "source_sha256", r.sourceSha256 }, { "params", r.params },
+        { "needs_review", r.needsReview }, { "note", r.note } };
+}
+
+json toJson(const LlmVerdictRecord& r)
+{
+    json reasons = json::array();
+    for (const auto& reason : r.reasons)
+        reasons.push_back(toJson(reason));
+    return { { "type", kLlmVerdictType }, { "candidate", r.candidate }, { "source_sha256", r.sourceSha256 },
+        { "verdict", r.verdict }, { "objective", r.objective }, { "reasons", reasons } };
+}
+
+std::optional<LlmErrorRecord> llmErrorRecord(const json& data)
+{
+    LlmErrorRecord r;
+    if (!isRecord(data, kLlmErrorType)
+        || !(read(data, "call", r.call) && read(data, "kind", r.kind) && read(data, "http_status", r.httpStatus)
+            && read(data, "message", r.message) && read(data, kLiveStreamKey, r.liveStream)))
+        return std::nullopt;
+    return r;
+}
+
+std::optional<LlmRetryRecord> llmRetryRecord(const json& data)
+{
+    LlmRetryRecord r;
+    if (!isRecord(data, kLlmRetryType)
+        || !(read(data, "call", r.call) && read(data, "next_attempt", r.nextAttempt)
+            && read(data, "delay_ms", r.delayMs) && read(data, "why", r.why)))
+        return std::nullopt;
+    return r;
+}
+
+std::optional<LlmReplyRejectedRecord> llmReplyRejectedRecord(const json& data)
+{
+    LlmReplyRejectedRecord r;
+    if (!isRecord(data, kLlmReplyRejectedType)
+        || !(read(data, "call", r.call) && read(data, "reply_attempt", r.replyAttempt) && read(data, "kind", r.kind)
+            && read(data, "message", r.message)))
+        return std::nullopt;
+    return r;
+}
+
+std::optional<LlmProposalRecord> llmProposalRecord(const json& data)
+{
+    LlmProposalRecord r;
+    if (!isRecord(data, kLlmProposalType)
+        || !(read(data, "call", r.call) && read(data, "form", r.form) && read(data, "base_candidate", r.baseCandidate)
+            && read(data, "source_sha256", r.sourceSha256) && read(data, "needs_review", r.needsReview)
+            && read(data, "note", r.note)))
+        return std::nullopt;
+    if (const auto it = data.find("params"); it != data.end() && !it->is_null()) {
+        if (!it->is_object())
+            return std::nullopt;
+        for (const auto& [name, value] : it->items()) {
+            if (!value.is_number_integer())
+                return std::nullopt;
+            r.params[name] = value.get<std::int64_t>();
+        }
+    }
+    return r;
+}
+
+std::optional<LlmVerdictRecord> llmVerdictRecord(const json& data)
+{
+    LlmVerdictRecord r;
+    if (!isRecord(data, kLlmVerdictType)
+        || !(read(data, "candidate", r.candidate) && read(data, "source_sha256", r.sourceSha256)
+            && read(data, "verdict", r.verdict) && read(data, "objective", r.objective)))
+        return std::nullopt;
+    if (const auto it = data.find("reasons"); it != data.end() && !it->is_null()) {
+        if (!it->is_array())
+            return std::nullopt;
+        try {
+            for (const auto& reason : *it)
+                r.reasons.push_back(reasonFromJson(reason, std::string(kLlmVerdictType) + ".reasons"));
+        } catch (const std::exception&) {
+            return std::nullopt;
+        }
+    }
     return r;
 }
 

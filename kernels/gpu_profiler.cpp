@@ -1,6 +1,5 @@
 #include "kernels/gpu_profiler.h"
 
-#include "core/demangle.h"
 #include "core/errors.h"
 #include "kernels/gpu_evaluator.h"
 
@@ -10,50 +9,21 @@ namespace kl {
 
 namespace {
 
-    double medianOf(std::vector<double> v)
-    {
-        if (v.empty())
-            return -1;
-        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-        return v[v.size() / 2];
-    }
-
-    // One run of the plan, kernel by kernel: the traced median of each launch ordinal, else the counters'.
-    std::vector<ProfiledKernel> kernelsOf(const PlanProfile& p)
+    std::vector<ProfiledKernel> kernelsOf(const std::vector<RunKernel>& run)
     {
         std::vector<ProfiledKernel> out;
-        const std::size_t n = std::max<std::size_t>(static_cast<std::size_t>(p.kernelsPerRun), p.sol.size());
-        for (std::size_t i = 0; i < n; ++i) {
+        for (const auto& r : run) {
             ProfiledKernel k;
-            if (i < p.sol.size()) {
-                const SolCounters& s = p.sol[i];
-                k.name = s.name;
-                k.durationUs = s.durationNs >= 0 ? s.durationNs / 1e3 : -1;
-                k.dramPct = s.dramThroughputPct;
-                k.smPct = s.smThroughputPct;
-                k.occupancyPct = s.achievedOccupancyPct;
+            k.name = r.name;
+            k.durationUs = r.durationUs;
+            if (r.sol) {
+                k.dramPct = r.sol->dramThroughputPct;
+                k.smPct = r.sol->smThroughputPct;
+                k.occupancyPct = r.sol->achievedOccupancyPct;
             }
-            if (p.kernelsPerRun > 0 && i < static_cast<std::size_t>(p.kernelsPerRun) && i < p.records.size()) {
-                std::vector<double> d;
-                for (std::size_t r = i; r < p.records.size(); r += static_cast<std::size_t>(p.kernelsPerRun))
-                    d.push_back(static_cast<double>(p.records[r].endNs - p.records[r].startNs) / 1e3);
-                k.durationUs = medianOf(std::move(d));
-                k.name = p.records[i].name;
-            }
-            k.name = demangle(k.name);
             out.push_back(std::move(k));
         }
         return out;
-    }
-
-    double runUs(const PlanProfile& p, const std::vector<ProfiledKernel>& kernels)
-    {
-        double t = 0;
-        for (const auto& k : kernels)
-            t += std::max(k.durationUs, 0.0);
-        if (t <= 0)
-            t = medianOf(p.eventUs); // no records and no counters: the CUDA events of the whole run
-        return t;
     }
 
 } // namespace
@@ -84,15 +54,16 @@ CandidateProfile candidateProfileFrom(const ProfileReport& report, const Candida
     out.candidateId = id;
     out.shape = report.shape.label();
     if (const PlanProfile* c = report.plan("candidate")) {
-        out.kernels = kernelsOf(*c);
-        out.candidateUs = runUs(*c, out.kernels);
+        const std::vector<RunKernel> run = kernelsOfOneRun(*c);
+        out.kernels = kernelsOf(run);
+        out.candidateUs = oneRunUs(*c, run);
         if (!c->solAvailable)
             out.note = "no speed-of-light counters: " + c->solNote;
         else if (!c->solNote.empty())
             out.note = c->solNote;
     }
     if (const PlanProfile* b = report.plan("baseline"))
-        out.baselineUs = runUs(*b, kernelsOf(*b));
+        out.baselineUs = oneRunUs(*b, kernelsOfOneRun(*b));
     if (!report.traceAvailable)
         out.note += (out.note.empty() ? "" : "; ") + std::string("no kernel records: ") + report.traceNote;
     return out;

@@ -30,6 +30,17 @@ struct PlanProfile {
     std::vector<SolCounters> sol; // one run of the plan, in launch order
 };
 
+// One kernel of one run of a plan: its launch ordinal's median over the traced runs, named as traced (else the
+// counters' replayed duration and name), demangled; `sol` is its counters when there are any.
+struct RunKernel {
+    std::string name;
+    double durationUs = -1;
+    const SolCounters* sol = nullptr;
+};
+std::vector<RunKernel> kernelsOfOneRun(const PlanProfile& p);
+// GPU time of one run: its kernels' durations summed, else (no records, no counters) the CUDA events' median.
+double oneRunUs(const PlanProfile& p, const std::vector<RunKernel>& kernels);
+
 struct ProfileReport {
     Shape shape;
     CompileReport compile; // the candidate's

@@ -179,8 +179,7 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
     llm::StreamObserver obs;
     obs.onDelta = m_hooks.onDelta;
     obs.onRetry = [&](int next, int delayMs, const std::string& why) {
-        record({ { "type", "llm.retry" }, { "call", call }, { "next_attempt", next }, { "delay_ms", delayMs },
-            { "why", why } });
+        record(toJson(LlmRetryRecord { call, next, delayMs, why }));
         if (m_hooks.onRetry)
             m_hooks.onRetry(next, delayMs, why);
     };
@@ -215,8 +214,7 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
         try {
             reply = m_client.complete(req, obs, cancel);
         } catch (const llm::LlmError& e) {
-            record({ { "type", kLlmErrorType }, { "call", call }, { "kind", llm::llmErrorKindName(e.kind()) },
-                { "http_status", e.httpStatus() }, { "message", e.what() } });
+            record(toJson(LlmErrorRecord { call, llm::llmErrorKindName(e.kind()), e.httpStatus(), e.what(), {} }));
             if (e.kind() != llm::LlmError::Kind::ReplyTooLarge)
                 throw;
             // A flood is a failed attempt of this call, like an unusable reply: recorded, and the model told.
@@ -258,10 +256,9 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
             p.candidate.createdMs = nowMs();
             p.needsReview = !m_settings.autoApprove;
             p.note = parsed.note.empty() ? std::string("(the model gave no NOTE)") : parsed.note;
-            record({ { "type", "llm.proposal" }, { "call", call },
-                { "form", parsed.kind == prompt::ParsedReply::Kind::Diff ? "diff" : "candidate" },
-                { "base_candidate", p.candidate.parentId }, { "source_sha256", sha256Hex(p.candidate.source) },
-                { "params", p.candidate.params }, { "needs_review", p.needsReview }, { "note", p.note } });
+            record(
+                toJson(LlmProposalRecord { call, parsed.kind == prompt::ParsedReply::Kind::Diff ? "diff" : "candidate",
+                    p.candidate.parentId, sha256Hex(p.candidate.source), p.candidate.params, p.needsReview, p.note }));
             return { p };
         } catch (const prompt::ReplyError& e) {
             rejectAttempt(call, attempt, ctx, e.kind(), e.what());
@@ -278,8 +275,7 @@ std::vector<Proposal> LlmAgent::propose(const AgentContext& ctx, const CancelTok
 void LlmAgent::rejectAttempt(
     int call, int attempt, const AgentContext& ctx, const std::string& kind, const std::string& message)
 {
-    record({ { "type", "llm.reply-rejected" }, { "call", call }, { "reply_attempt", attempt }, { "kind", kind },
-        { "message", bounded(message) } });
+    record(toJson(LlmReplyRejectedRecord { call, attempt, kind, bounded(message) }));
     prompt::FailedAttempt f;
     f.label = "reply " + std::to_string(attempt) + " of call " + std::to_string(call);
     f.kind = kind;
@@ -296,13 +292,8 @@ void LlmAgent::observe(const Candidate& c, const Evaluation& e)
 {
     if (c.author != Author::Llm || c.agent.rfind(name(), 0) != 0)
         return;
-    json reasons = json::array();
-    for (const auto& r : e.reasons)
-        reasons.push_back(
-            { { "rule", r.rule }, { "message", r.message }, { "line", r.line }, { "blocking", r.blocking } });
-    record({ { "type", "llm.verdict" }, { "candidate", c.id },
-        { "source_sha256", c.sourceHash.empty() ? sha256Hex(c.source) : c.sourceHash },
-        { "verdict", verdictName(e.verdict) }, { "objective", e.objective }, { "reasons", reasons } });
+    record(toJson(LlmVerdictRecord { c.id, c.sourceHash.empty() ? sha256Hex(c.source) : c.sourceHash,
+        verdictName(e.verdict), e.objective, e.reasons }));
 }
 
 LlmAgentHooks liveStreamingHooks(

@@ -11,7 +11,7 @@
 #include "agent/tuning_db/tuning_database.h"
 #include "core/errors.h"
 #include "core/research_loop.h"
-#include "tests/loop/synthetic_evaluator.h"
+#include "tests/core/synthetic_evaluator.h"
 
 #include <algorithm>
 #include <cmath>

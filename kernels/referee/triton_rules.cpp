@@ -3,6 +3,7 @@
 // candidate's. Comments and string literals never trigger identifier rules; strings are read only for inline PTX.
 #include "core/kernel_spec.h"
 #include "kernels/referee/referee.h"
+#include "kernels/referee/static_rules.h"
 
 #include <algorithm>
 #include <cctype>
@@ -152,19 +153,11 @@ namespace {
             names();
             strings();
             shapeSpecialCases();
-            std::stable_sort(m_out.begin(), m_out.end(),
-                [](const VerdictReason& a, const VerdictReason& b) { return a.line < b.line; });
-            return std::move(m_out);
+            return std::move(m_found).byLine();
         }
 
     private:
-        void add(const char* rule, std::string message, int line)
-        {
-            if (!m_seen.insert({ rule, line }).second)
-                return;
-            const RuleInfo* info = findRule(rule);
-            m_out.push_back({ rule, std::move(message), line, info ? info->blocking : true });
-        }
+        void add(const char* rule, std::string message, int line) { m_found.add(rule, std::move(message), line); }
 
         // The text of the logical line starting at token i, up to its Newline (dotted names joined).
         std::size_t lineEnd(std::size_t i) const
@@ -396,8 +389,7 @@ namespace {
         const std::string& m_source;
         const Problem& m_problem;
         std::vector<PyToken> m_tokens;
-        std::vector<VerdictReason> m_out;
-        std::set<std::pair<std::string, int>> m_seen;
+        Findings m_found;
     };
 
 } // namespace

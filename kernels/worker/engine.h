@@ -166,6 +166,13 @@ public:
     TimeOutcome time(const LoadedProblem& lp, const Plan& candidate, const TimeOptions& o);
     TraceOutcome trace(const LoadedProblem& lp, const Plan& candidate, const Shape& s, int launches);
 
+    // The stream of the candidate's and the baseline's launches.
+    CUstream stream() const { return m_stream; }
+    // One buffer per tensor and workspace of `bound` in the candidate arena (until the next operation), inputs
+    // filled as inputs and the other tensors with values (seed + the tensor's index): for a run outside
+    // verification and timing, such as the profile op's counter run.
+    BufferMap filledBuffers(const Problem& p, const Shape& s, const BoundPlan& bound, std::uint64_t seed);
+
 private:
     void measureCopyBandwidth();
     void calibrateTolerances(LoadedProblem& lp);
@@ -202,8 +209,6 @@ private:
     CUdeviceptr arenaAlloc(std::uint64_t bytes); // one buffer in its own guarded mapping, ending at the guard
     // Maps a slab of `sets` buffers in the candidate arena; the caller fills its canaries.
     CUdeviceptr mapSlab(const SlabLayout& l);
-
-    friend class EngineAccess;
 };
 
 } // namespace kl::worker

@@ -13,64 +13,14 @@
 
 namespace kl::worker {
 
-// The engine's friend: the profile op needs its stream, harness kernels and arena, and lives outside engine.cpp so
-// that the engine's verification and timing code stays as it is.
-class EngineAccess {
-public:
-    static CUstream stream(const Engine& e) { return e.m_stream; }
-    static const HarnessKernels& harness(const Engine& e) { return e.m_harness; }
-    static void arenaReserve(Engine& e, std::uint64_t bytes) { e.arenaReserve(bytes); }
-    static void arenaReset(Engine& e) { e.arenaReset(); }
-    static CUdeviceptr arenaAlloc(Engine& e, std::uint64_t bytes) { return e.arenaAlloc(bytes); }
-};
-
 namespace {
-
-    constexpr std::uint64_t kAlign = 256;
-
-    std::uint64_t alignUp(std::uint64_t v, std::uint64_t a)
-    {
-        return (v + a - 1) / a * a;
-    }
 
     // One run of the plan on freshly filled inputs (after a warm-up run) under the range profiler.
     void measureSol(Engine& engine, const Problem& p, const Plan& plan, const Shape& s, PlanProfile& out)
     {
         const auto bound = plan.bind(p, s);
-        const Bindings b = s.bindings();
-        struct Tensor {
-            const TensorSpec* spec;
-            std::uint64_t elements;
-            std::uint64_t bytes;
-        };
-        std::vector<Tensor> tensors;
-        std::uint64_t total = 0;
-        for (const auto& t : p.tensors) {
-            std::uint64_t n = 1;
-            for (const auto& e : t.shape)
-                n *= static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.evaluateInt(b)));
-            tensors.push_back({ &t, n, n * dtypeBytes(t.dtype) });
-            total += alignUp(std::max<std::uint64_t>(n * dtypeBytes(t.dtype), 4), kAlign) + 64 * kAlign;
-        }
-        for (const auto& w : bound->workspaces())
-            total += alignUp(std::max<std::uint64_t>(w.bytes, 4), kAlign) + 64 * kAlign;
-        EngineAccess::arenaReserve(engine, total + 4096 * kAlign);
-        EngineAccess::arenaReset(engine);
-        const CUstream stream = EngineAccess::stream(engine);
-        BufferMap buffers;
-        for (std::size_t i = 0; i < tensors.size(); ++i) {
-            const auto& t = tensors[i];
-            const CUdeviceptr ptr = EngineAccess::arenaAlloc(engine, std::max<std::uint64_t>(t.bytes, 4));
-            buffers[t.spec->name] = ptr;
-            if (t.elements && t.spec->role == TensorRole::Input)
-                EngineAccess::harness(engine).fillInput(
-                    stream, ptr, *t.spec, s, t.elements, Distribution::Normal, 991 + i);
-            else if (t.elements)
-                EngineAccess::harness(engine).fill(
-                    stream, ptr, t.elements, t.spec->dtype, Distribution::Normal, 991 + i, t.spec->scale);
-        }
-        for (const auto& w : bound->workspaces())
-            buffers[w.name] = EngineAccess::arenaAlloc(engine, std::max<std::uint64_t>(w.bytes, 4));
+        const CUstream stream = engine.stream();
+        const BufferMap buffers = engine.filledBuffers(p, s, *bound, 991);
         bound->run(stream, buffers); // loads lazily loaded code and warms the clocks outside the counters
         KL_CU(cuCtxSynchronize());
 #ifdef KL_WORKER_HAVE_RANGE_PROFILER

@@ -1,5 +1,5 @@
 // `kloop run --agent llm:<provider>` as a process, end to end, in CI: the real binary, the real LLM agent
-// against a real HTTP server on loopback (tests/agent_llm/loopback_server.h) with scripted replies, real
+// against a real HTTP server on loopback (tests/agent/loopback_server.h) with scripted replies, real
 // NVRTC compiles, and kl_test_fake_worker, the protocol-level test double of kloop-worker (see
 // fake_gpu_worker.cpp for its verify and timing rules), in place of the GPU. Assertions are on the session
 // kloop writes.

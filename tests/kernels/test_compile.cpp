@@ -3,6 +3,7 @@
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 #include "kernels/nvrtc_compiler.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/text_file.h"
 
 #include <algorithm>
@@ -21,10 +22,7 @@ std::filesystem::path problemsDir()
 
 std::filesystem::path freshCacheDir(const std::string& name)
 {
-    auto dir = std::filesystem::temp_directory_path()
-        / ("kl-test-cache-" + name + "-" + std::to_string(std::random_device {}()));
-    std::filesystem::remove_all(dir);
-    return dir;
+    return kl::test::freshDir("test-cache-" + name);
 }
 
 kl::CompileJob jobFor(const std::string& source, const kl::ParamValues& params)

@@ -7,6 +7,7 @@
 #include "core/kernel_spec.h"
 #include "kernels/nvrtc_compiler.h"
 #include "kernels/referee/referee.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/text_file.h"
 
 #include <filesystem>
@@ -18,14 +19,6 @@
 namespace {
 
 const std::filesystem::path kGemm = std::filesystem::path(KL_SOURCE_DIR) / "kernels" / "problems" / "gemm_bf16";
-
-std::filesystem::path freshCacheDir()
-{
-    auto dir
-        = std::filesystem::temp_directory_path() / ("kl-test-cache-hopper-" + std::to_string(std::random_device {}()));
-    std::filesystem::remove_all(dir);
-    return dir;
-}
 
 std::string reasonsText(const std::vector<kl::VerdictReason>& reasons)
 {
@@ -65,7 +58,7 @@ TEST(HopperGemmTemplate, CompilesForSm90aAcrossItsSpaceAndPassesTheReferee)
         { { "BM", 128 }, { "BN", 128 }, { "STAGES", 5 }, { "SPLITK", 1 }, { "GROUP", 4 }, { "RASTER", 1 } },
         { { "BM", 128 }, { "BN", 256 }, { "STAGES", 4 }, { "REGSPLIT", 1 } },
     };
-    kl::NvrtcCompiler compiler(freshCacheDir(), 2);
+    kl::NvrtcCompiler compiler(kl::test::freshDir("test-cache-hopper"), 2);
     std::vector<std::future<std::shared_ptr<const kl::CompiledModule>>> modules;
     for (const auto& point : points) {
         kl::ParamValues full = spec.defaults();
@@ -133,7 +126,7 @@ extern "C" __global__ void cute_tile_copy(__nv_bfloat16* C, const __nv_bfloat16*
     job.source = src;
     job.arch = "sm_90a";
     job.kernels = { "cute_tile_copy" };
-    const auto cacheDir = freshCacheDir();
+    const auto cacheDir = kl::test::freshDir("test-cache-hopper");
     kl::NvrtcCompiler compiler(cacheDir, 1);
     bool includesCutlass = false;
     for (const auto& o : compiler.options(job))

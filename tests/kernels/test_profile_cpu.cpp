@@ -3,15 +3,17 @@
 #include "core/errors.h"
 #include "kernels/plan_profile.h"
 #include "kernels/worker_protocol.h"
+#include "tests/support/kloop_process.h"
+#include "tests/support/temp_dir.h"
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <gtest/gtest.h>
+#include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 namespace {
 
@@ -146,26 +148,24 @@ TEST(ProfileWire, MalformedRepliesNameTheField)
 }
 
 // ---- kloop profile --sol: argument errors and the no-worker message (the kloop binary itself)
-#ifdef KL_KLOOP
+#ifdef KLOOP_PATH
 
 struct CliRun {
     int code = -1;
-    std::string output;
+    std::string output; // stderr, then stdout
 };
 
+// `args` split at spaces; `env` one NAME=VALUE or "".
 CliRun kloop(const std::string& args, const std::string& env = {})
 {
-    const fs::path out = fs::temp_directory_path() / ("kl-profile-cli-" + std::to_string(::getpid()) + ".txt");
-    const std::string cmd = env + " " + std::string(KL_KLOOP) + " " + args + " > " + out.string() + " 2>&1";
-    const int status = std::system(cmd.c_str());
-    CliRun r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream in(out);
-    std::ostringstream s;
-    s << in.rdbuf();
-    r.output = s.str();
-    fs::remove(out);
-    return r;
+    std::istringstream words(args);
+    const std::vector<std::string> argv { std::istream_iterator<std::string>(words), {} };
+    std::map<std::string, std::string> vars;
+    if (const auto eq = env.find('='); eq != std::string::npos)
+        vars[env.substr(0, eq)] = env.substr(eq + 1);
+    const kl::test::TempDir scratch;
+    const kl::clitest::ProcessResult r = kl::clitest::runKloop(argv, vars, scratch.path());
+    return { r.exitCode, r.err + r.out };
 }
 
 const std::string kTemplate = std::string(KL_SOURCE_DIR) + "/kernels/problems/rmsnorm/template.cu";

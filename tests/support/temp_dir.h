@@ -1,9 +1,24 @@
 #pragma once
+// Scratch directories for tests: TempDir (made, and removed with the object) and freshDir (a path not there yet).
 #include <filesystem>
 #include <random>
 #include <string>
+#include <unistd.h>
 
 namespace kl::test {
+
+// A path that does not exist yet (removed if it did), for a directory the code under test creates; under tmpfs
+// when the machine has one, since sessions fsync every event. The caller removes it.
+inline std::filesystem::path freshDir(const std::string& tag)
+{
+    static std::mt19937_64 rng(std::random_device {}());
+    const std::filesystem::path base = std::filesystem::is_directory("/dev/shm")
+        ? std::filesystem::path("/dev/shm")
+        : std::filesystem::temp_directory_path();
+    const auto dir = base / ("kl-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(rng() % 1000000));
+    std::filesystem::remove_all(dir);
+    return dir;
+}
 
 // A fresh directory under the system temp dir, removed when the object dies.
 class TempDir {

@@ -17,6 +17,19 @@
 
 namespace kl::testonly {
 
+// Timing of a measurement of `us` with a tight spread (50 samples).
+inline TimingStats syntheticTiming(double us)
+{
+    TimingStats t;
+    t.medianUs = us;
+    t.p10Us = us * 0.99;
+    t.p90Us = us * 1.01;
+    t.ciLowUs = us * 0.995;
+    t.ciHighUs = us * 1.005;
+    t.samples = 50;
+    return t;
+}
+
 inline const char* kSyntheticTemplate = R"(// @kl:param BLOCK = 128 in [32, 64, 128, 256, 512, 1024]
 // @kl:param VEC = 1 in [1, 2, 4, 8]
 // @kl:param UNROLL = 1 in [1, 2, 4]
@@ -179,8 +192,8 @@ public:
                         r.shape.weight = ts.weight;
                 const double t = latencyUs(c.params, s);
                 const double b = baselineUs(s);
-                r.timing = stats(t);
-                r.baselineTiming = stats(b);
+                r.timing = syntheticTiming(t);
+                r.baselineTiming = syntheticTiming(b);
                 r.speedup = b / t;
                 r.speedupCiLow = r.speedup * (1 - ciRelHalfWidth);
                 r.speedupCiHigh = r.speedup * (1 + ciRelHalfWidth);
@@ -231,18 +244,6 @@ public:
     }
 
 private:
-    static TimingStats stats(double us)
-    {
-        TimingStats t;
-        t.medianUs = us;
-        t.p10Us = us * 0.99;
-        t.p90Us = us * 1.01;
-        t.ciLowUs = us * 0.995;
-        t.ciHighUs = us * 1.005;
-        t.samples = 50;
-        return t;
-    }
-
     Problem m_problem;
     DeviceInfo m_device;
     mutable std::mutex m_mutex;

@@ -1,5 +1,5 @@
 #include "core/research_loop.h"
-#include "tests/loop/loop_test_support.h"
+#include "tests/core/loop_test_support.h"
 
 #include <chrono>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 #include "agent/tuner/strategy.h"
 #include "core/errors.h"
-#include "tests/loop/synthetic_evaluator.h"
+#include "tests/core/synthetic_evaluator.h"
 
 #include <algorithm>
 #include <cmath>

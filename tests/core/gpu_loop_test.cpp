@@ -4,7 +4,7 @@
 #include "core/json_io.h"
 #include "core/research_loop.h"
 #include "kernels/gpu_evaluator.h"
-#include "tests/loop/loop_test_support.h"
+#include "tests/core/loop_test_support.h"
 
 #include <gtest/gtest.h>
 #include <set>

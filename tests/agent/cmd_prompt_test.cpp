@@ -13,7 +13,7 @@ using nlohmann::json;
 
 namespace {
 
-const fs::path kFixtures = fs::path(KL_SOURCE_DIR) / "tests" / "agent_llm" / "fixtures";
+const fs::path kFixtures = fs::path(KL_SOURCE_DIR) / "tests" / "agent" / "fixtures";
 
 int run(const std::string& args, std::string& out)
 {

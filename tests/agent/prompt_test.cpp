@@ -15,7 +15,7 @@ using namespace kl::prompt;
 
 namespace {
 
-const fs::path kFixtures = fs::path(KL_SOURCE_DIR) / "tests" / "agent_llm" / "fixtures";
+const fs::path kFixtures = fs::path(KL_SOURCE_DIR) / "tests" / "agent" / "fixtures";
 
 std::string titles(const std::vector<ContextDoc>& docs)
 {

@@ -12,7 +12,7 @@ namespace {
 
 std::string fixture(const std::string& rel)
 {
-    return kl::readFile(std::string(KL_SOURCE_DIR) + "/tests/agent_llm/fixtures/" + rel);
+    return kl::readFile(std::string(KL_SOURCE_DIR) + "/tests/agent/fixtures/" + rel);
 }
 
 std::string errorKind(const std::string& reply, const std::string* base, std::string* message = nullptr)

@@ -1,6 +1,6 @@
 #include "agent/tuner/search_space.h"
 #include "core/errors.h"
-#include "tests/loop/synthetic_evaluator.h"
+#include "tests/core/synthetic_evaluator.h"
 
 #include <gtest/gtest.h>
 #include <set>

@@ -19,7 +19,7 @@ using nlohmann::json;
 
 namespace {
 
-const fs::path kFixtures = fs::path(KL_SOURCE_DIR) / "tests" / "agent_llm" / "fixtures";
+const fs::path kFixtures = fs::path(KL_SOURCE_DIR) / "tests" / "agent" / "fixtures";
 constexpr const char* kKey = "sk-agent-secret-abcdef123456";
 
 struct AgentFixture : ::testing::Test {

@@ -8,6 +8,7 @@
 #include "core/research_loop.h"
 #include "core/session_store.h"
 #include "loopback_server.h"
+#include "tests/core/synthetic_evaluator.h"
 #ifdef KL_TEST_HAVE_NVRTC
 #include "kernels/nvrtc_compiler.h"
 #endif
@@ -23,7 +24,7 @@ using nlohmann::json;
 
 namespace {
 
-const fs::path kFixtures = fs::path(KL_SOURCE_DIR) / "tests" / "agent_llm" / "fixtures";
+const fs::path kFixtures = fs::path(KL_SOURCE_DIR) / "tests" / "agent" / "fixtures";
 
 // FOR TESTS ONLY: compiles for real, times by formula (BLOCK=512 is the fast configuration).
 class CompilingStandInEvaluator final : public Evaluator {
@@ -89,8 +90,8 @@ public:
             cs.relL2 = 1e-3;
             r.checks.push_back(cs);
             const double t = 10.0 * (1.0 + 0.3 * std::abs(std::log2(block / 512.0)));
-            r.timing = stats(t);
-            r.baselineTiming = stats(20.0);
+            r.timing = testonly::syntheticTiming(t);
+            r.baselineTiming = testonly::syntheticTiming(20.0);
             r.speedup = 20.0 / t;
             r.speedupCiLow = r.speedup * 0.99;
             r.speedupCiHigh = r.speedup * 1.01;
@@ -109,17 +110,6 @@ public:
     std::atomic<int> evaluated { 0 };
 
 private:
-    static TimingStats stats(double us)
-    {
-        TimingStats t;
-        t.medianUs = us;
-        t.p10Us = us * 0.99;
-        t.p90Us = us * 1.01;
-        t.ciLowUs = us * 0.995;
-        t.ciHighUs = us * 1.005;
-        t.samples = 50;
-        return t;
-    }
     Problem m_problem;
     DeviceInfo m_device;
     mutable std::mutex m_mutex;

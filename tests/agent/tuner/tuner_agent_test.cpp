@@ -3,7 +3,7 @@
 #include "agent/tuning_db/tuning_database.h"
 #include "core/errors.h"
 #include "core/research_loop.h"
-#include "tests/loop/loop_test_support.h"
+#include "tests/core/loop_test_support.h"
 
 #include <gtest/gtest.h>
 #include <set>

@@ -1,7 +1,7 @@
 #include "agent/tuning_db/tuning_database.h"
 #include "core/errors.h"
 #include "core/session_store.h"
-#include "tests/loop/loop_test_support.h"
+#include "tests/core/loop_test_support.h"
 
 #include <fstream>
 #include <gtest/gtest.h>

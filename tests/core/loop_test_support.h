@@ -2,7 +2,8 @@
 // Shared fixtures for the loop tests: temporary session directories and a scripted agent.
 #include "core/agent.h"
 #include "core/session_store.h"
-#include "tests/loop/synthetic_evaluator.h"
+#include "tests/core/synthetic_evaluator.h"
+#include "tests/support/temp_dir.h"
 
 #include <filesystem>
 #include <mutex>
@@ -13,17 +14,7 @@
 
 namespace kl::testonly {
 
-inline std::filesystem::path freshDir(const std::string& name)
-{
-    static std::mt19937_64 rng(std::random_device {}());
-    // Sessions fsync every event; tmpfs keeps the suite fast on CI disks.
-    const std::filesystem::path base = std::filesystem::is_directory("/dev/shm")
-        ? std::filesystem::path("/dev/shm")
-        : std::filesystem::temp_directory_path();
-    const auto dir = base / ("kl-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(rng() % 1000000));
-    std::filesystem::remove_all(dir);
-    return dir;
-}
+using kl::test::freshDir;
 
 inline Session sessionHeader(const SyntheticEvaluatorForTests& ev, const std::string& agent, Budget budget = {})
 {
