@@ -229,6 +229,19 @@ namespace {
             std::string::npos);
     }
 
+    TEST_F(ExportTriton, WithoutTritonTheExportFailsNamingWhyAndWritesNothing)
+    {
+        const fs::path out = s_scratch / "no-triton-bundle";
+        const auto r = clitest::runKloop({ "export", (s_scratch / "session").string(), "--out", out.string() },
+            { { "HOME", (s_scratch / "home").string() }, { "KL_TRITON_PYTHON", "/nonexistent/python3" } }, s_scratch);
+        EXPECT_NE(r.exitCode, 0);
+        EXPECT_NE(r.err.find("the candidate is Triton and its CUBIN is compiled at export: Triton is not available"),
+            std::string::npos)
+            << r.err;
+        EXPECT_NE(r.err.find("/nonexistent/python3"), std::string::npos) << r.err;
+        EXPECT_FALSE(fs::exists(out));
+    }
+
     // On the GPU: the bundle's self-test loads the CUBIN through the launcher and matches the reference kernel on
     // the measured shapes and fresh random ones, through the dispatcher and under CUDA-graph capture.
     TEST_F(ExportTriton, GpuSelftestLoadsTheCubinAndMatchesTheReference)
