@@ -919,6 +919,10 @@ std::string genCMake(const BundleModel& m)
     o << "option(BUILD_SHARED_LIBS \"Build lib" << P << " as a shared library\" OFF)\n";
     o << "option(KL_BUILD_TORCH \"Build the PyTorch op library (needs torch in the Python on PATH)\" OFF)\n\n";
     o << "find_package(CUDAToolkit REQUIRED)\n\n";
+    if (m.cand.triton())
+        o << "# The Triton candidate's launcher reaches the driver through cudaGetDriverEntryPointByVersion.\n"
+             "if(CUDAToolkit_VERSION VERSION_LESS 12.5)\n  message(FATAL_ERROR \"this bundle needs CUDA 12.5 or newer "
+             "(found ${CUDAToolkit_VERSION})\")\nendif()\n\n";
     o << "add_library(" << P << "\n  src/" << P << "_dispatch.c\n  src/" << P << "_candidate.cu\n  src/" << P
       << "_fallback.cu\n  src/" << P << "_run.cu)\n";
     o << "set_target_properties(" << P << " PROPERTIES POSITION_INDEPENDENT_CODE ON)\n";
