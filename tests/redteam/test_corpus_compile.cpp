@@ -47,7 +47,8 @@ std::string describe(const std::vector<kl::VerdictReason>& rs)
 
 // A Triton case compiles with Triton's own compiler, as the harness would (kernels/triton), for the problem's
 // signature.
-std::shared_ptr<const kl::CompiledModule> compileForSm90a(const std::string& source, const kl::Problem* problem = nullptr)
+std::shared_ptr<const kl::CompiledModule> compileForSm90a(
+    const std::string& source, const kl::Problem* problem = nullptr)
 {
     kl::CompileJob job;
     job.source = source;
