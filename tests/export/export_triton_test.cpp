@@ -189,6 +189,14 @@ namespace {
         ASSERT_EQ(runCommand("cd " + b.string() + " && ctest --output-on-failure", s_scratch / "ctest.log", &log), 0)
             << log;
         EXPECT_NE(log.find("dispatch"), std::string::npos) << log;
+        // The launcher and the dispatcher's entry compile warning-free, as the CUDA bundle's do.
+        EXPECT_EQ(runCommand("cd " + bundle().string() + " && " + KL_NVCC
+                          + " -std=c++17 -arch=sm_90a -Werror all-warnings -Xcompiler -Wall,-Wextra -Iinclude -Isrc -c "
+                            "src/kl_rmsnorm_candidate.cu src/kl_rmsnorm_run.cu -odir "
+                          + b.string(),
+                      s_scratch / "werror.log", &log),
+            0)
+            << log;
         // The driver is reached through the runtime: nothing links libcuda, so the self-test starts (and skips)
         // on a machine without a driver instead of failing to load.
         EXPECT_NE(runCommand("ldd " + (b / "kl_rmsnorm_selftest").string() + " | grep -q libcuda.so",
