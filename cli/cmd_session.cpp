@@ -335,7 +335,8 @@ namespace {
         } else {
             for (const auto& p : params)
                 std::cout << "param " << p.text() << "\n";
-            const std::string d = unifiedDiff(oldText, newText, oldId + "/source.cu", bId + "/source.cu", context);
+            const std::string d = unifiedDiff(oldText, newText, oldId + "/" + candidateSourceFileName(oldText),
+                bId + "/" + candidateSourceFileName(newText), context);
             if (d.empty())
                 std::cout << (params.empty() ? "(no differences)\n" : "(identical sources)\n");
             else

@@ -214,6 +214,11 @@ void writeFileAtomic(const fs::path& path, const std::string& content)
     fsyncDir(path.parent_path());
 }
 
+std::string candidateSourceFileName(const std::string& source)
+{
+    return detectLanguage(source) == KernelLanguage::Triton ? "source.py" : "source.cu";
+}
+
 std::vector<std::pair<CandidateId, std::string>> seedProblemCandidates(
     SessionStore& store, const Problem& problem, const fs::path& problemFolder, int arch)
 {
@@ -552,7 +557,7 @@ Event SessionStore::proposeCandidate(Candidate c)
         if (ec)
             throw std::runtime_error("cannot create " + cdir.string() + ": " + ec.message());
         // The folder is a readable view; the journal event below is what makes the candidate exist.
-        writeFileAtomic(cdir / "source.cu", c.source);
+        writeFileAtomic(cdir / candidateSourceFileName(c.source), c.source);
         writeFileAtomic(cdir / "candidate.json", toJson(c, false).dump(2) + "\n");
         Event e;
         e.kind = EventKind::CandidateProposed;

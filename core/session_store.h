@@ -3,7 +3,8 @@
 //
 //   session.json                 schema version, id, problem, device, settings (atomic rewrite)
 //   journal.jsonl                append-only events, one JSON object per line, fsynced per event
-//   candidates/<id>/source.cu    written atomically before the event that names it
+//   candidates/<id>/source.cu    written atomically before the event that names it (source.py for Triton; a
+//                                readable view: the journal's event holds the source)
 //   candidates/<id>/candidate.json
 //   candidates/<id>/evaluation.json
 //
@@ -31,6 +32,9 @@ struct LoadReport {
 };
 
 bool isSafeId(const std::string& id);
+
+// The file a candidate's source is written to in its folder: source.py for a Triton kernel, else source.cu.
+std::string candidateSourceFileName(const std::string& source);
 
 // Another process holds the session's writer lock.
 class SessionLockedError : public InputError {

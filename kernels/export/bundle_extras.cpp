@@ -821,11 +821,26 @@ std::string genTorchOp(const BundleModel& m)
       << ".select: expects " << p.dims.size() << " dims\");\n    " << P << "_dims dims;\n";
     for (std::size_t d = 0; d < p.dims.size(); ++d)
         o << "    dims." << cIdent(p.dims[d].name) << " = v[" << d << "];\n";
-    o << "    return " << P << "_select(&dims);\n}\n\n} // namespace\n\n";
+    o << "    return " << P << "_select(&dims);\n}\n\n";
+    if (m.cand.triton()) {
+        o << "/* The candidate's launch grid for dims (the C launcher's), for the Triton source in " << P
+          << "_triton.py. */\n";
+        o << "std::vector<int64_t> op_candidate_grid(at::IntArrayRef v)\n{\n    TORCH_CHECK((int)v.size() == "
+          << p.dims.size() << ", \"" << P << ".candidate_grid: expects " << p.dims.size() << " dims\");\n    " << P
+          << "_dims dims;\n";
+        for (std::size_t d = 0; d < p.dims.size(); ++d)
+            o << "    dims." << cIdent(p.dims[d].name) << " = v[" << d << "];\n";
+        o << "    long long grid[3];\n    TORCH_CHECK(" << P << "_candidate_grid(&dims, grid), \"" << P
+          << ": no launch grid for these dims\");\n    return { grid[0], grid[1], grid[2] };\n}\n\n";
+    }
+    o << "} // namespace\n\n";
     o << "TORCH_LIBRARY(" << P << ", m)\n{\n";
     for (const auto& fn : { "run", "run_candidate", "run_fallback" })
         o << "    m.def(\"" << fn << "(" << schema << ") -> " << schemaRet << "\");\n";
-    o << "    m.def(\"select(int[] dims) -> int\", &op_select);\n}\n\n";
+    o << "    m.def(\"select(int[] dims) -> int\", &op_select);\n";
+    if (m.cand.triton())
+        o << "    m.def(\"candidate_grid(int[] dims) -> int[]\", &op_candidate_grid);\n";
+    o << "}\n\n";
     o << "TORCH_LIBRARY_IMPL(" << P << ", CUDA, m)\n{\n";
     for (const auto& fn : { "run", "run_candidate", "run_fallback" })
         o << "    m.impl(\"" << fn << "\", &op_" << fn << ");\n";
@@ -875,6 +890,15 @@ std::string genTorchLoader(const BundleModel& m)
          "build_directory=build_directory,\n        )\n";
     o << "    _ops = torch.ops." << P << "\n    return _ops\n\n\n";
     o << "def run(*args, **kwargs):\n    return load().run(*args, **kwargs)\n";
+    if (m.cand.triton())
+        o << "\n\ndef load_triton():\n    \"\"\"The candidate's Triton source (" << P
+          << "_triton.py; needs the triton package): kl_launch(dims, args) runs it\n"
+          << "    through Triton's JIT with the grid, parameters, num_warps and num_stages of the CUBIN the C library "
+             "launches.\"\"\"\n"
+          << "    import importlib.util\n\n    spec = importlib.util.spec_from_file_location(\"" << P
+          << "_triton\", os.path.join(_HERE, \"" << P << "_triton.py\"))\n"
+          << "    module = importlib.util.module_from_spec(spec)\n    spec.loader.exec_module(module)\n"
+          << "    module.kl_ops = load\n    return module\n";
     return o.str();
 }
 
@@ -895,6 +919,10 @@ std::string genCMake(const BundleModel& m)
     o << "option(BUILD_SHARED_LIBS \"Build lib" << P << " as a shared library\" OFF)\n";
     o << "option(KL_BUILD_TORCH \"Build the PyTorch op library (needs torch in the Python on PATH)\" OFF)\n\n";
     o << "find_package(CUDAToolkit REQUIRED)\n\n";
+    if (m.cand.triton())
+        o << "# The Triton candidate's launcher reaches the driver through cudaGetDriverEntryPointByVersion.\n"
+             "if(CUDAToolkit_VERSION VERSION_LESS 12.5)\n  message(FATAL_ERROR \"this bundle needs CUDA 12.5 or newer "
+             "(found ${CUDAToolkit_VERSION})\")\nendif()\n\n";
     o << "add_library(" << P << "\n  src/" << P << "_dispatch.c\n  src/" << P << "_candidate.cu\n  src/" << P
       << "_fallback.cu\n  src/" << P << "_run.cu)\n";
     o << "set_target_properties(" << P << " PROPERTIES POSITION_INDEPENDENT_CODE ON)\n";
@@ -962,6 +990,78 @@ std::string genReadme(const BundleModel& m)
          "graph.\n\n";
     o << "## PyTorch\n\n```python\nimport sys; sys.path.insert(0, \"torch\")\nimport " << P << "\nops = " << P
       << ".load()\nout = ops.run(...)  # see torch/" << P << "_op.cpp for the signature\n```\n";
+    if (m.cand.triton()) {
+        o << "\n## Triton\n\nThe candidate is a Triton kernel. The library launches Triton " << m.cand.tritonVersion
+          << "'s CUBIN (`cubin/`, embedded in `src/" << P
+          << "_candidate_cubin.h`) through the CUDA driver API: no Python at run time. It runs on ";
+        for (std::size_t i = 0; i < m.cand.cubins.size(); ++i)
+            o << (i ? ", " : "") << m.cand.cubins[i].arch;
+        o << "; on other GPUs `" << P << "_run()` uses the fallback. With the `triton` package, `torch/" << P
+          << "_triton.py` is the source for PyTorch: `" << P << ".load_triton().kl_launch(dims, {...})` compiles it "
+          << "for the local GPU with the measured parameters (num_warps " << m.cand.numWarps << ", num_stages "
+          << m.cand.numStages << ").\n";
+    }
+    return o.str();
+}
+
+std::string genTritonModule(const BundleModel& m, const KernelImpl& k)
+{
+    const std::string& P = m.prefix;
+    const Problem& p = *m.problem;
+    const LaunchStep& l = k.spec.launches.front();
+    std::ostringstream o;
+    o << "# " << P << "_triton.py: candidate " << m.candidate->id << " of " << p.name
+      << " as Triton source, for PyTorch with the triton package.\n"
+      << "# The C library launches the same kernel from Triton " << k.tritonVersion
+      << "'s CUBIN with no Python; this module compiles the source with the\n"
+      << "# triton installed here instead (any GPU it supports), with the parameters, grid, num_warps and num_stages "
+         "the session\n# measured. Usage (torch/ on sys.path):\n#\n#     import "
+      << P << "\n#     t = " << P << ".load_triton()\n#     t.kl_launch([";
+    for (std::size_t d = 0; d < p.dims.size(); ++d)
+        o << (d ? ", " : "") << p.dims[d].name;
+    o << "], {";
+    bool first = true;
+    for (const auto& a : l.args)
+        if (!p.dim(a) && !k.params.count(a)) {
+            o << (first ? "" : ", ") << "\"" << a << "\": ...";
+            first = false;
+        }
+    o << "})  # outputs written in place\n#\n";
+    o << "# The source as the session measured it (parameters named in the first comment):\n\n" << k.source;
+    if (!k.source.empty() && k.source.back() != '\n')
+        o << "\n";
+    o << "\n\nKL_KERNEL = \"" << l.kernel << "\"\nKL_PARAMS = {";
+    first = true;
+    for (const auto& [n, v] : k.params) {
+        o << (first ? "" : ", ") << "\"" << n << "\": " << v;
+        first = false;
+    }
+    o << "}\nKL_NUM_WARPS = " << k.numWarps << "\nKL_NUM_STAGES = " << k.numStages << "\nKL_DIMS = [";
+    for (std::size_t d = 0; d < p.dims.size(); ++d)
+        o << (d ? ", " : "") << "\"" << p.dims[d].name << "\"";
+    o << "]\nKL_ARGS = [";
+    for (std::size_t i = 0; i < l.args.size(); ++i)
+        o << (i ? ", " : "") << "\"" << l.args[i] << "\"";
+    o << "]\nKL_TRITON_VERSION = \"" << k.tritonVersion << "\"\nkl_ops = None  # set by " << P
+      << ".load_triton(): the loader of torch.ops." << P << "\n\n\n";
+    o << R"(def kl_launch(dims, args, grid=None):
+    """Launches the kernel on PyTorch's current stream. dims: in KL_DIMS order; args: the launch's tensors,
+    workspaces and scalars by name. grid: the launch grid, else the C library's (torch.ops.)"
+      << P << R"(.candidate_grid)."""
+    values = dict(KL_PARAMS)
+    values.update(zip(KL_DIMS, dims))
+    values.update(args)
+    missing = [a for a in KL_ARGS if a not in values]
+    if missing:
+        raise ValueError(")"
+      << P << R"(: kl_launch needs " + ", ".join(missing))
+    if grid is None:
+        grid = kl_ops().candidate_grid(list(dims))
+    kernel = globals()[KL_KERNEL]
+    constexprs = {n: v for n, v in KL_PARAMS.items() if n in kernel.arg_names}
+    runtime = [values[a] for a in KL_ARGS]
+    return kernel[tuple(grid)](*runtime, **constexprs, num_warps=KL_NUM_WARPS, num_stages=KL_NUM_STAGES)
+)";
     return o.str();
 }
 

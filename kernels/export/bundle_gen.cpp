@@ -455,8 +455,22 @@ std::string genApiHeader(const BundleModel& m)
     o << "/* The two implementations, for tests and benchmarks; run() picks between them. */\n";
     o << "int " << P << "_run_candidate(" << paramList(m) << ");\n";
     o << "int " << P << "_run_fallback(" << paramList(m) << ");\n";
-    o << "/* Creates per-thread library state (cuBLAS handle); a no-op without a library fallback. */\n";
-    o << "int " << P << "_init(void);\n";
+    if (m.cand.triton()) {
+        o << "/* Loads the candidate's Triton CUBIN into the current device's context: call once per device before "
+             "the\n   first run or CUDA-graph capture (a later first use on another context loads it then). */\n";
+        o << "int " << P << "_init(void);\n";
+        o << "int " << P << "_candidate_init(void); /* the CUBIN part of init */\n";
+        o << "/* 1 when a CUBIN of the candidate runs on the GPU of stream's context (compiled for: ";
+        for (std::size_t i = 0; i < m.cand.cubins.size(); ++i)
+            o << (i ? ", " : "") << m.cand.cubins[i].arch;
+        o << "); run() uses\n   the fallback elsewhere. */\n";
+        o << "int " << P << "_candidate_available(cudaStream_t stream);\n";
+        o << "/* The candidate's launch grid for dims (the launch plan's expressions): 0 when it has none. */\n";
+        o << "int " << P << "_candidate_grid(const " << P << "_dims* dims, long long* grid);\n";
+    } else {
+        o << "/* Creates per-thread library state (cuBLAS handle); a no-op without a library fallback. */\n";
+        o << "int " << P << "_init(void);\n";
+    }
     o << "const char* " << P << "_error_string(int code);\n\n";
     o << "#ifdef __cplusplus\n}\n#endif\n\n#endif\n";
     return o.str();
@@ -610,27 +624,153 @@ std::string genKernelHeader(const BundleModel& m, const KernelImpl& k, const std
     return o.str();
 }
 
+namespace {
+
+    // The driver-API side of a Triton candidate's launcher: its CUBINs are loaded once per CUDA context (the
+    // caller's stream's), the one matching the device's compute capability, and the grid is a function of its own
+    // so the PyTorch module can launch the Triton source with the same grid.
+    std::string tritonLoader(const BundleModel& m, const KernelImpl& k)
+    {
+        const std::string& P = m.prefix;
+        const Problem& p = *m.problem;
+        const LaunchStep& l = k.spec.launches.front();
+        std::ostringstream o;
+        o << "#include \"" << P << "_candidate_cubin.h\"\n\n#include <cuda.h>\n#include <mutex>\n\n";
+        o << "namespace {\n\n";
+        o << R"(/* The driver API through the runtime's entry points (CUDA 12.5+): the library does not link libcuda, so it
+   (and its self-test) loads on a machine without a driver, and the runtime's own driver is the one called. */
+struct KlDriver {
+    decltype(&cuModuleLoadData) moduleLoadData;
+    decltype(&cuModuleGetFunction) moduleGetFunction;
+    decltype(&cuFuncSetAttribute) funcSetAttribute;
+    decltype(&cuLaunchKernelEx) launchKernelEx;
+    decltype(&cuStreamGetCtx) streamGetCtx;
+    decltype(&cuCtxGetCurrent) ctxGetCurrent;
+    decltype(&cuCtxPushCurrent) ctxPushCurrent;
+    decltype(&cuCtxPopCurrent) ctxPopCurrent;
+    decltype(&cuCtxGetDevice) ctxGetDevice;
+    decltype(&cuDeviceGetAttribute) deviceGetAttribute;
+    bool ok;
+};
+
+const KlDriver& kl_cu()
+{
+    static const KlDriver d = [] {
+        KlDriver r = {};
+        r.ok = true;
+#define KL_ENTRY(symbol, field)                                                                                     \
+    do {                                                                                                           \
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;                                    \
+        r.ok = r.ok && cudaGetDriverEntryPointByVersion(#symbol, (void**)&r.field, 12000, cudaEnableDefault, &q)    \
+                == cudaSuccess && q == cudaDriverEntryPointSuccess && r.field;                                      \
+    } while (0)
+        KL_ENTRY(cuModuleLoadData, moduleLoadData);
+        KL_ENTRY(cuModuleGetFunction, moduleGetFunction);
+        KL_ENTRY(cuFuncSetAttribute, funcSetAttribute);
+        KL_ENTRY(cuLaunchKernelEx, launchKernelEx);
+        KL_ENTRY(cuStreamGetCtx, streamGetCtx);
+        KL_ENTRY(cuCtxGetCurrent, ctxGetCurrent);
+        KL_ENTRY(cuCtxPushCurrent, ctxPushCurrent);
+        KL_ENTRY(cuCtxPopCurrent, ctxPopCurrent);
+        KL_ENTRY(cuCtxGetDevice, ctxGetDevice);
+        KL_ENTRY(cuDeviceGetAttribute, deviceGetAttribute);
+#undef KL_ENTRY
+        return r;
+    }();
+    return d;
+}
+
+)";
+        o << "struct KlLoaded {\n    CUcontext ctx;\n    CUmodule module;\n    CUfunction fn; /* NULL: no CUBIN for "
+             "this device, or it did not load */\n    int cubin;\n};\n";
+        o << "std::mutex kl_mutex;\nKlLoaded kl_loaded[64];\nint kl_n_loaded = 0;\n\n";
+        o << "/* sm_XYa CUBINs run only on compute capability X.Y; sm_XY ones on X.Y and later minors of X. */\n";
+        o << "int kl_pick_cubin(CUdevice dev)\n{\n    int major = 0, minor = 0, best = -1, i;\n"
+             "    if (kl_cu().deviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != "
+             "CUDA_SUCCESS\n"
+             "        || kl_cu().deviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != "
+             "CUDA_SUCCESS)\n        return -1;\n";
+        o << "    for (i = 0; i < " << P << "_cubin_count; ++i) {\n        const " << P << "_cubin& c = " << P
+          << "_cubins[i];\n        const bool fits = c.major == major && (c.arch_specific ? c.minor == minor : c.minor "
+             "<= "
+             "minor);\n        if (fits && (best < 0 || c.minor > "
+          << P << "_cubins[best].minor))\n            best = i;\n    }\n    return best;\n}\n\n";
+        o << "/* The candidate in ctx: its module loaded once per context (a module belongs to one context). */\n";
+        o << "const KlLoaded* kl_load(CUcontext ctx)\n{\n    if (!kl_cu().ok)\n        return NULL;\n    "
+             "std::lock_guard<std::mutex> lock(kl_mutex);\n"
+             "    for (int i = 0; i < kl_n_loaded; ++i)\n        if (kl_loaded[i].ctx == ctx)\n            return "
+             "&kl_loaded[i];\n    if (kl_n_loaded == 64)\n        return NULL;\n";
+        o << "    KlLoaded& l = kl_loaded[kl_n_loaded];\n    l.ctx = ctx;\n    l.module = NULL;\n    l.fn = NULL;\n"
+             "    l.cubin = -1;\n    CUdevice dev;\n    CUcontext popped;\n";
+        o << "    if (kl_cu().ctxPushCurrent(ctx) != CUDA_SUCCESS)\n        return NULL;\n";
+        o << "    const int c = kl_cu().ctxGetDevice(&dev) == CUDA_SUCCESS ? kl_pick_cubin(dev) : -1;\n";
+        o << "    if (c >= 0 && kl_cu().moduleLoadData(&l.module, " << P << "_cubins[c].data) == CUDA_SUCCESS\n"
+          << "        && kl_cu().moduleGetFunction(&l.fn, l.module, " << P << "_cubins[c].symbol) == CUDA_SUCCESS\n"
+          << "        && (" << P << "_cubins[c].shared_bytes <= 48 * 1024\n"
+          << "            || kl_cu().funcSetAttribute(l.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, " << P
+          << "_cubins[c].shared_bytes) == CUDA_SUCCESS))\n        l.cubin = c;\n    else\n        l.fn = NULL;\n";
+        o << "    kl_cu().ctxPopCurrent(&popped);\n    ++kl_n_loaded;\n    return &l;\n}\n\n";
+        o << "const KlLoaded* kl_load_for(cudaStream_t stream)\n{\n    CUcontext ctx = NULL;\n"
+             "    if (!kl_cu().ok || kl_cu().streamGetCtx((CUstream)stream, &ctx) != CUDA_SUCCESS || !ctx)\n        "
+             "return NULL;\n"
+             "    const KlLoaded* l = kl_load(ctx);\n    return l && l->fn ? l : NULL;\n}\n\n";
+        o << "} // namespace\n\n";
+        o << "extern \"C\" int " << P << "_candidate_init(void)\n{\n"
+          << "    /* Makes the runtime's context current and loads the CUBIN into it before any capture. */\n"
+          << "    CUcontext ctx = NULL;\n    if (cudaFree(0) != cudaSuccess || !kl_cu().ok || "
+             "kl_cu().ctxGetCurrent(&ctx) != CUDA_SUCCESS || "
+             "!ctx)\n        return "
+          << m.upper << "_ERR_LAUNCH;\n    kl_load(ctx);\n    return " << m.upper << "_OK;\n}\n\n";
+        o << "extern \"C\" int " << P << "_candidate_available(cudaStream_t stream)\n{\n"
+          << "    return kl_load_for(stream) != NULL;\n}\n\n";
+        o << "extern \"C\" int " << P << "_candidate_grid(const " << P << "_dims* dims, long long* grid)\n{\n";
+        o << "    if (!dims || !grid) return 0;\n" << dimLocals(p, "dims", "    ");
+        for (int d = 0; d < 3; ++d)
+            o << "    if (!klx_to_int(" << toCExpression(l.grid[d].text(), identMap(p, &k.params, "grid"), "grid")
+              << ", 1, " << (d == 0 ? "2147483647LL" : "65535LL") << ", &grid[" << d << "])) return 0;\n";
+        o << "    return 1;\n}\n\n";
+        return o.str();
+    }
+
+} // namespace
+
 std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
 {
     const std::string& P = m.prefix;
     const std::string& U = m.upper;
     const Problem& p = *m.problem;
+    const bool triton = k.triton();
     std::ostringstream o;
-    o << "/* " << P << "_" << k.role << ".cu: host launcher of the " << k.role << " kernel (CUDA runtime API).\n"
-      << " * No allocation, no synchronization, launches only on the caller's stream: CUDA-graph capturable.\n"
-      << " * Kernels are launched through cudaLaunchKernel with the launch plan's named arguments, exactly as the\n"
-      << " * KernelLoop harness launched them when it measured this kernel.\n */\n";
+    if (triton)
+        o << "/* " << P << "_" << k.role << ".cu: host launcher of the " << k.role
+          << " kernel: Triton's CUBIN through the CUDA driver API\n"
+          << " * (cuModuleLoadData once per context, cuLaunchKernelEx). No Python, no Triton at run time.\n"
+          << " * No allocation, no synchronization, launches only on the caller's stream: CUDA-graph capturable once\n"
+          << " * " << P << "_init() has loaded the CUBIN. The arguments follow Triton's ABI as the KernelLoop harness "
+          << "passed them:\n"
+          << " * the launch plan's named arguments (pointers, int32 dims, fp32 scalars), then one null pointer per "
+             "scratch\n"
+          << " * buffer Triton appends, num_warps * 32 threads and the shared memory Triton sized.\n */\n";
+    else
+        o << "/* " << P << "_" << k.role << ".cu: host launcher of the " << k.role << " kernel (CUDA runtime API).\n"
+          << " * No allocation, no synchronization, launches only on the caller's stream: CUDA-graph capturable.\n"
+          << " * Kernels are launched through cudaLaunchKernel with the launch plan's named arguments, exactly as the\n"
+          << " * KernelLoop harness launched them when it measured this kernel.\n */\n";
     o << "#include \"" << P
       << ".h\"\n#include \"kl_expr.h\"\n\n#include <cuda_runtime.h>\n#include <limits.h>\n#include "
          "<stdint.h>\n#include <atomic>\n\n";
-    std::set<std::string> kernels;
-    for (const auto& l : k.spec.launches)
-        kernels.insert(l.kernel);
-    o << "/* Each implementation lives in its own translation unit; renaming its kernels keeps the symbols of the\n"
-         "   candidate and the fallback apart when both define a kernel of the same name. */\n";
-    for (const auto& kn : kernels)
-        o << "#define " << kn << " " << P << "_" << k.role << "__" << kn << "\n";
-    o << "#include \"" << P << "_" << k.role << ".cuh\"\n\n";
+    if (triton) {
+        o << tritonLoader(m, k);
+    } else {
+        std::set<std::string> kernels;
+        for (const auto& l : k.spec.launches)
+            kernels.insert(l.kernel);
+        o << "/* Each implementation lives in its own translation unit; renaming its kernels keeps the symbols of the\n"
+             "   candidate and the fallback apart when both define a kernel of the same name. */\n";
+        for (const auto& kn : kernels)
+            o << "#define " << kn << " " << P << "_" << k.role << "__" << kn << "\n";
+        o << "#include \"" << P << "_" << k.role << ".cuh\"\n\n";
+    }
     o << "extern \"C\" int " << P << "_run_" << k.role << "(" << paramList(m) << ")\n{\n";
     o << "    const char* kl_why = NULL;\n    if (!dims) return " << U << "_ERR_BAD_ARGUMENT;\n";
     o << "    if (!" << P << "_" << k.role << "_supports(dims, &kl_why)) return " << U << "_ERR_UNSUPPORTED_SHAPE;\n";
@@ -665,6 +805,9 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
                   << ", 0, (size_t)kl_wsb_" << cIdent(w.name) << ", stream) != cudaSuccess) return " << U
                   << "_ERR_LAUNCH;\n";
     }
+    if (triton)
+        o << "    const KlLoaded* kl_loaded_fn = kl_load_for(stream);\n    if (!kl_loaded_fn) return " << U
+          << "_ERR_LAUNCH; /* no CUBIN for this GPU: " << P << "_run uses the fallback */\n";
     int step = 0;
     for (const auto& l : k.spec.launches) {
         ++step;
@@ -678,9 +821,13 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
           << ") smem=" << commentSafe(l.sharedBytes.text())
           << "\n       (parameters are baked into the expressions below) */\n    {\n";
         o << "        long long kl_g[3], kl_b[3], kl_smem;\n";
+        if (triton)
+            o << "        if (!" << P << "_candidate_grid(dims, kl_g)) return " << U << "_ERR_UNSUPPORTED_SHAPE;\n";
         for (int d = 0; d < 3; ++d) {
-            o << "        if (!klx_to_int(" << ex(l.grid[d], "grid") << ", 1, " << (d == 0 ? "2147483647LL" : "65535LL")
-              << ", &kl_g[" << d << "])) return " << U << "_ERR_UNSUPPORTED_SHAPE;\n";
+            if (!triton)
+                o << "        if (!klx_to_int(" << ex(l.grid[d], "grid") << ", 1, "
+                  << (d == 0 ? "2147483647LL" : "65535LL") << ", &kl_g[" << d << "])) return " << U
+                  << "_ERR_UNSUPPORTED_SHAPE;\n";
             o << "        if (!klx_to_int(" << ex(l.block[d], "block") << ", 1, 1024, &kl_b[" << d << "])) return " << U
               << "_ERR_UNSUPPORTED_SHAPE;\n";
         }
@@ -688,15 +835,21 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
         o << "        if (!klx_to_int(" << ex(l.sharedBytes, "smem") << ", 0, INT_MAX, &kl_smem)) return " << U
           << "_ERR_UNSUPPORTED_SHAPE;\n";
         const std::string kname = P + "_" + k.role + "__" + l.kernel;
-        o << "        if (kl_smem > 48 * 1024) {\n"
-             "            /* Opting into more than 48 KiB is a function attribute, not a stream operation: done once "
-             "per\n"
-             "               size, before or during capture. */\n"
-             "            static std::atomic<long long> kl_smem_opted{0};\n"
-             "            if (kl_smem > kl_smem_opted.load()) {\n"
-             "                if (cudaFuncSetAttribute((const void*)"
-          << kname << ", cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kl_smem) != cudaSuccess) return " << U
-          << "_ERR_LAUNCH;\n                kl_smem_opted.store(kl_smem);\n            }\n        }\n";
+        if (triton)
+            o << "        /* Triton sized the shared memory; the attribute above 48 KiB was set when the CUBIN loaded. "
+                 "*/\n        kl_smem += "
+              << P << "_cubins[kl_loaded_fn->cubin].shared_bytes;\n";
+        else
+            o << "        if (kl_smem > 48 * 1024) {\n"
+                 "            /* Opting into more than 48 KiB is a function attribute, not a stream operation: done "
+                 "once "
+                 "per\n"
+                 "               size, before or during capture. */\n"
+                 "            static std::atomic<long long> kl_smem_opted{0};\n"
+                 "            if (kl_smem > kl_smem_opted.load()) {\n"
+                 "                if (cudaFuncSetAttribute((const void*)"
+              << kname << ", cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kl_smem) != cudaSuccess) return " << U
+              << "_ERR_LAUNCH;\n                kl_smem_opted.store(kl_smem);\n            }\n        }\n";
         std::vector<std::string> argNames;
         int ai = 0;
         for (const auto& a : l.args) {
@@ -718,10 +871,35 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
                     throw InputError("launch plan of the " + k.role + ", line " + std::to_string(l.line)
                         + ": argument '" + a + "' is not a tensor, workspace, dim, parameter or scalar of problem '"
                         + p.name + "'");
-                const std::string st = s->dtype == DType::I32 ? "int" : (s->dtype == DType::F64 ? "double" : "float");
+                // Triton's signature types every non-int scalar fp32 (triton_compiler.cpp), as the harness passed it.
+                const std::string st = s->dtype == DType::I32 ? "int"
+                    : (s->dtype == DType::F64 && !triton)     ? "double"
+                                                              : "float";
                 o << "        " << st << " " << v << " = " << cIdent(a) << ";\n";
             }
             argNames.push_back(v);
+        }
+        if (triton) {
+            o << "        /* Triton's trailing scratch pointers: null, as the harness passed them (the compile refuses "
+                 "a "
+                 "kernel\n           that needs global scratch). */\n        void* kl_null = NULL;\n        void* "
+                 "kl_args["
+              << argNames.size() << " + 8];\n        int kl_n = 0;\n";
+            for (const auto& a : argNames)
+                o << "        kl_args[kl_n++] = (void*)&" << a << ";\n";
+            o << "        for (int i = 0; i < " << P
+              << "_cubins[kl_loaded_fn->cubin].trailing_null_pointers && i < 8; ++i)\n"
+              << "            kl_args[kl_n++] = (void*)&kl_null;\n";
+            o << "        CUlaunchConfig kl_cfg;\n        kl_cfg.gridDimX = (unsigned)kl_g[0];\n"
+                 "        kl_cfg.gridDimY = (unsigned)kl_g[1];\n        kl_cfg.gridDimZ = (unsigned)kl_g[2];\n"
+                 "        kl_cfg.blockDimX = (unsigned)kl_b[0];\n        kl_cfg.blockDimY = (unsigned)kl_b[1];\n"
+                 "        kl_cfg.blockDimZ = (unsigned)kl_b[2];\n        kl_cfg.sharedMemBytes = (unsigned)kl_smem;\n"
+                 "        kl_cfg.hStream = (CUstream)stream;\n        kl_cfg.attrs = NULL;\n        kl_cfg.numAttrs = "
+                 "0;\n";
+            o << "        if (kl_cu().launchKernelEx(&kl_cfg, kl_loaded_fn->fn, kl_args, NULL) != CUDA_SUCCESS)\n      "
+                 "      return "
+              << U << "_ERR_LAUNCH;\n    }\n";
+            continue;
         }
         o << "        void* kl_args[] = {";
         for (std::size_t i = 0; i < argNames.size(); ++i)
@@ -793,7 +971,10 @@ std::string genCublasLauncher(const BundleModel& m)
     o << "#include \"" << P
       << ".h\"\n#include \"kl_expr.h\"\n\n#include <cublas_v2.h>\n#include <cuda_runtime.h>\n#include <limits.h>\n\n";
     o << "static thread_local cublasHandle_t kl_handle = nullptr;\n\n";
-    o << "extern \"C\" int " << P << "_init(void)\n{\n    if (kl_handle) return " << U << "_OK;\n"
+    o << "extern \"C\" int " << P << "_init(void)\n{\n";
+    if (m.cand.triton())
+        o << "    if (" << P << "_candidate_init() != " << U << "_OK) return " << U << "_ERR_LAUNCH;\n";
+    o << "    if (kl_handle) return " << U << "_OK;\n"
       << "    return cublasCreate(&kl_handle) == CUBLAS_STATUS_SUCCESS ? " << U << "_OK : " << U
       << "_ERR_LIBRARY;\n}\n\n";
     o << "extern \"C\" int " << P << "_run_fallback(" << paramList(m) << ")\n{\n";
@@ -837,12 +1018,18 @@ std::string genRunCu(const BundleModel& m)
     std::ostringstream o;
     o << "/* " << P << "_run.cu: the dispatcher's entry point. */\n#include \"" << P << ".h\"\n\n";
     if (!m.libraryFallback)
-        o << "extern \"C\" int " << P << "_init(void) { return " << U << "_OK; }\n\n";
+        o << "extern \"C\" int " << P << "_init(void) { return "
+          << (m.cand.triton() ? P + "_candidate_init()" : U + "_OK") << "; }\n\n";
     o << "extern \"C\" int " << P << "_run(" << paramList(m) << ")\n{\n";
-    o << "    switch (" << P << "_select(dims)) {\n    case " << U << "_IMPL_CANDIDATE:\n        return " << P
-      << "_run_candidate(" << argList(m) << ");\n    case " << U << "_IMPL_FALLBACK:\n        return " << P
-      << "_run_fallback(" << argList(m) << ");\n    default:\n        return " << U
-      << "_ERR_UNSUPPORTED_SHAPE;\n    }\n}\n\n";
+    o << "    switch (" << P << "_select(dims)) {\n    case " << U << "_IMPL_CANDIDATE:\n";
+    if (m.cand.triton())
+        o << "        /* Triton's CUBIN runs only on the architectures it was compiled for; elsewhere the fallback. "
+             "*/\n"
+          << "        if (!" << P << "_candidate_available(stream))\n            return " << P << "_run_fallback("
+          << argList(m) << ");\n";
+    o << "        return " << P << "_run_candidate(" << argList(m) << ");\n    case " << U
+      << "_IMPL_FALLBACK:\n        return " << P << "_run_fallback(" << argList(m)
+      << ");\n    default:\n        return " << U << "_ERR_UNSUPPORTED_SHAPE;\n    }\n}\n\n";
     o << "extern \"C\" const char* " << P << "_error_string(int code)\n{\n    switch (code) {\n";
     o << "    case " << U << "_OK: return \"ok\";\n";
     o << "    case " << U << "_ERR_UNSUPPORTED_SHAPE: return \"shape not supported by the selected implementation\";\n";
@@ -852,6 +1039,55 @@ std::string genRunCu(const BundleModel& m)
     o << "    case " << U << "_ERR_BAD_ARGUMENT: return \"bad argument\";\n";
     o << "    case " << U << "_ERR_LIBRARY: return \"library call failed\";\n";
     o << "    default: return \"unknown error\";\n    }\n}\n";
+    return o.str();
+}
+
+std::string cubinFileName(const BundleModel& m, const TritonCubin& c)
+{
+    return m.prefix + "_candidate." + cIdent(c.arch) + ".cubin";
+}
+
+std::string genCubinTable(const BundleModel& m, const KernelImpl& k)
+{
+    const std::string& P = m.prefix;
+    std::ostringstream o;
+    o << "/* " << P << "_candidate_cubin.h: Triton " << k.tritonVersion << "'s CUBIN(s) of candidate "
+      << m.candidate->id << ", embedded so the library needs no file\n   at run time (the same bytes as cubin/";
+    for (std::size_t i = 0; i < k.cubins.size(); ++i)
+        o << (i ? ", cubin/" : "") << cubinFileName(m, k.cubins[i]);
+    o << ").\n" << m.banner << " */\n";
+    o << "#ifndef " << m.upper << "_CANDIDATE_CUBIN_H\n#define " << m.upper << "_CANDIDATE_CUBIN_H\n\n";
+    o << "typedef struct " << P
+      << "_cubin {\n    const char* arch;\n    int major;\n    int minor;\n"
+         "    int arch_specific; /* sm_XYa: runs on X.Y only */\n    const unsigned char* data;\n    unsigned long "
+         "long size;\n    const char* symbol;\n    int shared_bytes; /* dynamic, as Triton sized it */\n"
+         "    int trailing_null_pointers; /* scratch pointers Triton appends to the parameters */\n} "
+      << P << "_cubin;\n\n";
+    std::vector<std::string> rows;
+    for (const auto& c : k.cubins) {
+        std::string digits = c.arch.substr(c.arch.rfind('_') + 1);
+        const bool archSpecific = !digits.empty() && digits.back() == 'a';
+        if (archSpecific)
+            digits.pop_back();
+        if (digits.size() < 2 || digits.find_first_not_of("0123456789") != std::string::npos)
+            throw InputError("export: Triton arch '" + c.arch + "' is not sm_XY or sm_XYa");
+        const std::string array = P + "_cubin_" + cIdent(c.arch);
+        o << "alignas(16) static const unsigned char " << array << "[] = {";
+        for (std::size_t i = 0; i < c.cubin.size(); ++i) {
+            char hex[8];
+            std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned char>(c.cubin[i]));
+            o << (i % 16 == 0 ? "\n    " : " ") << hex << ",";
+        }
+        o << "\n};\n\n";
+        rows.push_back("    { " + cString(c.arch) + ", " + digits.substr(0, digits.size() - 1) + ", "
+            + digits.substr(digits.size() - 1) + ", " + (archSpecific ? "1" : "0") + ", " + array + ", sizeof(" + array
+            + "), " + cString(c.symbol) + ", " + std::to_string(c.abi.dynamicSharedBytes) + ", "
+            + std::to_string(c.abi.trailingNullPointers) + " },\n");
+    }
+    o << "static const " << P << "_cubin " << P << "_cubins[] = {\n";
+    for (const auto& r : rows)
+        o << r;
+    o << "};\nstatic const int " << P << "_cubin_count = " << k.cubins.size() << ";\n\n#endif\n";
     return o.str();
 }
 

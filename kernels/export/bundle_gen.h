@@ -12,13 +12,27 @@
 
 namespace kl::exporter::detail {
 
+// Triton's compile of a Triton candidate for one architecture: what the bundle's driver-API launcher loads.
+struct TritonCubin {
+    std::string arch; // "sm_90a"
+    std::string cubin; // raw ELF bytes
+    std::string symbol; // the kernel's name in the CUBIN
+    KernelAbi abi; // dynamic shared memory and the scratch pointers Triton appends
+};
+
 // One implementation the dispatcher can call: the exported candidate, or the fallback kernel.
 struct KernelImpl {
     std::string role; // "candidate" or "fallback"
-    std::string source; // baked, ready for nvcc
+    std::string source; // baked, ready for nvcc (Triton: the @triton.jit source, parameters named in a comment)
     KernelSpec spec;
     ParamValues params;
     int devicePatched = 0; // helper functions that needed __device__ for nvcc
+    // Triton candidates (spec.language == Triton): no device code for nvcc, a CUBIN per architecture instead.
+    std::vector<TritonCubin> cubins;
+    std::string tritonVersion;
+    int numWarps = 0;
+    int numStages = 0;
+    bool triton() const { return spec.language == KernelLanguage::Triton; }
 };
 
 struct BundleModel {
@@ -51,6 +65,11 @@ std::string genKernelHeader(const BundleModel& m, const KernelImpl& k, const std
 std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k);
 std::string genCublasLauncher(const BundleModel& m);
 std::string genRunCu(const BundleModel& m);
+// Triton candidates: the CUBINs as C arrays (src/P_candidate_cubin.h), the raw file name of one, and the Triton
+// source as a Python module for PyTorch users (torch/P_triton.py).
+std::string genCubinTable(const BundleModel& m, const KernelImpl& k);
+std::string cubinFileName(const BundleModel& m, const TritonCubin& c);
+std::string genTritonModule(const BundleModel& m, const KernelImpl& k);
 std::string genSelfTest(const BundleModel& m);
 std::string genDispatchTest(const BundleModel& m);
 std::string genTorchOp(const BundleModel& m);

@@ -5,6 +5,7 @@
 #include "core/session_store.h"
 #include "kernels/export/bundle_gen.h"
 #include "kernels/export/c_expr.h"
+#include "kernels/triton/triton_compiler.h"
 
 #include <algorithm>
 #include <cctype>
@@ -290,9 +291,35 @@ namespace {
         for (const auto& [n, v] : params)
             k.params[n] = v;
         std::string body = scrub(source);
-        k.devicePatched = detail::addDeviceQualifiers(body);
+        if (!k.triton())
+            k.devicePatched = detail::addDeviceQualifiers(body);
         k.source = bakeParameters(body, k.params);
         return k;
+    }
+
+    // A Triton candidate's CUBIN for the session's GPU, compiled again by the pinned Triton from the source and
+    // parameters the session compiled and measured (the same job, so the same binary: Triton's compile is
+    // deterministic for one version, source, signature and options).
+    void compileTritonCubins(KernelImpl& k, const std::string& source, const Problem& problem, const std::string& arch)
+    {
+        CompileJob job;
+        job.source = source;
+        job.params = k.params;
+        job.arch = arch;
+        job.kernels = { k.spec.launches.front().kernel };
+        prepareTritonJob(job, k.spec, problem);
+        CompiledModule compiled;
+        std::string why;
+        k.tritonVersion = tritonVersion(&why);
+        if (k.tritonVersion.empty())
+            throw InputError("export: the candidate is Triton and its CUBIN is compiled at export: " + why);
+        compileTriton(job, compiled);
+        if (!compiled.report.ok)
+            throw InputError("export: Triton could not compile the candidate for " + arch + ": " + compiled.report.log);
+        const std::string& kernel = job.kernels.front();
+        k.numWarps = job.numWarps;
+        k.numStages = job.numStages;
+        k.cubins.push_back({ arch, compiled.cubin, compiled.loweredNames.at(kernel), compiled.abi.at(kernel) });
     }
 
 } // namespace
@@ -470,6 +497,8 @@ namespace {
         m.plan = &plan;
         m.forced = forced;
         m.cand = makeImpl("candidate", cand.source, cand.params, scrub);
+        if (m.cand.triton())
+            compileTritonCubins(m.cand, cand.source, problem, "sm_" + m.cudaArch);
         m.libraryFallback = plan.usesLibraryFallback;
         if (!m.libraryFallback) {
             if (problem.folder.empty())
@@ -530,6 +559,10 @@ namespace {
                 claim += ", " + c.text();
             line("Claimed validity range (the problem's): " + claim);
         }
+        for (const auto& c : m.cand.cubins)
+            line("Triton " + m.cand.tritonVersion + " CUBIN for " + c.arch + " (sha256 " + sha256Hex(c.cubin)
+                + "), num_warps " + std::to_string(m.cand.numWarps) + ", num_stages " + std::to_string(m.cand.numStages)
+                + ", " + std::to_string(c.abi.dynamicSharedBytes) + " bytes of shared memory");
         line("Source sha256: " + sha256Hex(cand.source));
         m.banner = b;
 
@@ -539,8 +572,15 @@ namespace {
         files["include/" + P + "_dispatch.h"] = detail::genDispatchHeader(m);
         files["src/kl_expr.h"] = "#ifndef KL_EXPR_H\n#define KL_EXPR_H\n" + expressionRuntimeC() + "#endif\n";
         files["src/" + P + "_dispatch.c"] = detail::genDispatchC(m);
-        files["src/" + P + "_candidate.cuh"] = detail::genKernelHeader(
-            m, m.cand, "The exported candidate kernel " + cand.id + " of " + problem.name + ".");
+        if (m.cand.triton()) {
+            files["src/" + P + "_candidate_cubin.h"] = detail::genCubinTable(m, m.cand);
+            for (const auto& c : m.cand.cubins)
+                files["cubin/" + detail::cubinFileName(m, c)] = c.cubin;
+            files["torch/" + P + "_triton.py"] = detail::genTritonModule(m, m.cand);
+        } else {
+            files["src/" + P + "_candidate.cuh"] = detail::genKernelHeader(
+                m, m.cand, "The exported candidate kernel " + cand.id + " of " + problem.name + ".");
+        }
         files["src/" + P + "_candidate.cu"] = detail::genKernelLauncher(m, m.cand);
         if (m.libraryFallback) {
             files["src/" + P + "_fallback.cu"] = detail::genCublasLauncher(m);
@@ -594,6 +634,19 @@ namespace {
         };
         man["candidate"] = candJson(cand);
         man["candidate"]["baked_params"] = m.cand.params;
+        man["candidate"]["language"] = languageName(m.cand.spec.language);
+        if (m.cand.triton()) {
+            Json cubins = Json::object();
+            for (const auto& c : m.cand.cubins)
+                cubins[c.arch] = { { "file", "cubin/" + detail::cubinFileName(m, c) }, { "sha256", sha256Hex(c.cubin) },
+                    { "symbol", c.symbol }, { "shared_bytes", c.abi.dynamicSharedBytes },
+                    { "trailing_null_pointers", c.abi.trailingNullPointers } };
+            man["triton"] = { { "version", m.cand.tritonVersion }, { "kernel", m.cand.spec.launches.front().kernel },
+                { "num_warps", m.cand.numWarps }, { "num_stages", m.cand.numStages },
+                { "threads_per_block", 32 * m.cand.numWarps }, { "cubins", cubins },
+                { "source", "torch/" + P + "_triton.py" },
+                { "launcher", "src/" + P + "_candidate.cu (CUDA driver API: cuModuleLoadData, cuLaunchKernelEx)" } };
+        }
         man["lineage"] = Json::array();
         std::set<std::string> hyps;
         for (const auto& id : lineage) {

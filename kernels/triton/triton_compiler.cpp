@@ -59,6 +59,10 @@ namespace {
             if (std::string(*e).rfind("TRITON_", 0) != 0)
                 env.emplace_back(*e);
         env.push_back("TRITON_CACHE_DIR=" + (dir / "triton-cache").string());
+        // Line info would name the files of Triton's own install (tl.sum's standard.py under the venv): a path of
+        // the compiling machine inside every CUBIN, which an exported bundle must not carry. tritonOptions says so,
+        // so the cache key changes with it.
+        env.push_back("TRITON_DISABLE_LINE_INFO=1");
         env.push_back("TRITON_HOME=" + dir.string());
         std::vector<char*> argv, envp;
         for (const auto& a : args)
@@ -250,7 +254,7 @@ void prepareTritonJob(CompileJob& job, const KernelSpec& spec, const Problem& pr
 std::vector<std::string> tritonOptions(const CompileJob& job)
 {
     std::vector<std::string> o = { "--arch=" + job.arch, "--num-warps=" + std::to_string(job.numWarps),
-        "--num-stages=" + std::to_string(job.numStages) };
+        "--num-stages=" + std::to_string(job.numStages), "--no-line-info" };
     for (const auto& [k, v] : job.params)
         o.push_back("--constexpr " + k + "=" + std::to_string(v));
     for (std::size_t i = 0; i < job.argTypes.size(); ++i)

@@ -6,6 +6,7 @@
 #include "core/kernel_spec.h"
 #include "kernels/nvrtc_compiler.h"
 #include "kernels/referee/referee.h"
+#include "kernels/triton/triton_compiler.h"
 #include "tests/redteam/corpus.h"
 
 #include <algorithm>
@@ -44,7 +45,10 @@ std::string describe(const std::vector<kl::VerdictReason>& rs)
     return s.empty() ? "  (no reasons)\n" : s;
 }
 
-std::shared_ptr<const kl::CompiledModule> compileForSm90a(const std::string& source)
+// A Triton case compiles with Triton's own compiler, as the harness would (kernels/triton), for the problem's
+// signature.
+std::shared_ptr<const kl::CompiledModule> compileForSm90a(
+    const std::string& source, const kl::Problem* problem = nullptr)
 {
     kl::CompileJob job;
     job.source = source;
@@ -54,6 +58,8 @@ std::shared_ptr<const kl::CompiledModule> compileForSm90a(const std::string& sou
     for (const auto& l : spec.launches)
         if (std::find(job.kernels.begin(), job.kernels.end(), l.kernel) == job.kernels.end())
             job.kernels.push_back(l.kernel);
+    if (spec.language == kl::KernelLanguage::Triton && problem)
+        kl::prepareTritonJob(job, spec, *problem);
     return compiler().compile(job);
 }
 
@@ -62,7 +68,11 @@ class CorpusCompile : public ::testing::TestWithParam<CorpusCase> { };
 TEST_P(CorpusCompile, CompilesForSm90aAndMeetsThePtxRules)
 {
     const CorpusCase& c = GetParam();
-    const auto module = compileForSm90a(c.source());
+    const kl::Problem problem = kl::redteam::corpusProblem(c.problem);
+    std::string noTriton;
+    if (kl::detectLanguage(c.source()) == kl::KernelLanguage::Triton && kl::tritonVersion(&noTriton).empty())
+        GTEST_SKIP() << noTriton;
+    const auto module = compileForSm90a(c.source(), &problem);
     ASSERT_TRUE(module);
     // A ptx cheat may not even link (ptxas: unresolved device-runtime call); its PTX is judged all the same.
     if (c.stage != "ptx") {
@@ -73,7 +83,7 @@ TEST_P(CorpusCompile, CompilesForSm90aAndMeetsThePtxRules)
     }
     ASSERT_FALSE(module->ptx.empty()) << c.file << "\n" << module->report.log;
 
-    const auto reasons = kl::referee::checkPtx(module->ptx, kl::redteam::corpusProblem(c.problem));
+    const auto reasons = kl::referee::checkPtx(module->ptx, problem);
     const std::vector<std::string>& expected = c.stage == "ptx" ? c.expect : c.ptxExpect;
     if (c.cheat && !expected.empty()) {
         const auto hit = std::find_if(reasons.begin(), reasons.end(), [&](const kl::VerdictReason& r) {

@@ -207,6 +207,39 @@ TEST(TritonReply, ACandidateBlockInTritonParsesAndTheProtocolSaysHow)
     EXPECT_EQ(prompt::replyProtocolText(true).find("@triton.jit"), std::string::npos) << "CUDA keeps its protocol";
 }
 
+// ---- the session store ---------------------------------------------------------------------------------------
+
+TEST(TritonSession, ATritonCandidateIsStoredAsSourcePyAndOldSessionsStillLoad)
+{
+    const fs::path dir = fs::temp_directory_path() / ("kl-triton-store-" + std::to_string(std::random_device {}()));
+    Session header;
+    header.id = "s-store";
+    header.problemName = "rmsnorm";
+    const std::string cuda = kl::test::readTextFile(problemDir("rmsnorm") / "template.cu");
+    {
+        auto store = SessionStore::create(dir, header);
+        Candidate t;
+        t.source = kSmallRmsnorm;
+        store->proposeCandidate(t);
+        Candidate c;
+        c.source = cuda;
+        store->proposeCandidate(c);
+    }
+    const fs::path triton = dir / "candidates" / "c0001";
+    EXPECT_EQ(kl::test::readTextFile(triton / "source.py"), kSmallRmsnorm);
+    EXPECT_FALSE(fs::exists(triton / "source.cu"));
+    EXPECT_TRUE(fs::exists(dir / "candidates" / "c0002" / "source.cu"));
+    EXPECT_FALSE(fs::exists(dir / "candidates" / "c0002" / "source.py"));
+    // A session written before Triton sources were named .py: its folder holds source.cu; the journal is the truth.
+    fs::rename(triton / "source.py", triton / "source.cu");
+    const Session loaded = SessionStore::load(dir);
+    EXPECT_EQ(loaded.tree.at("c0001").source, kSmallRmsnorm);
+    EXPECT_EQ(loaded.tree.at("c0002").source, cuda);
+    EXPECT_EQ(candidateSourceFileName(kSmallRmsnorm), "source.py");
+    EXPECT_EQ(candidateSourceFileName(cuda), "source.cu");
+    fs::remove_all(dir);
+}
+
 // ---- static rules ---------------------------------------------------------------------------------------------
 
 TEST(TritonRules, HonestTemplatesAndCorpusRaiseNothing)
@@ -470,6 +503,16 @@ TEST_F(TritonKloop, RunTunesTheTritonTemplate)
         EXPECT_TRUE(e->second.correctEverywhere()) << id;
     }
     EXPECT_GE(tritonEvaluated, 3) << "the template and the tuner's Triton configurations were compiled and judged";
+    // The session's folder and its diff name a Triton source .py, a CUDA one .cu.
+    std::string tritonId, cudaId;
+    for (const auto& id : s.tree.order())
+        (detectLanguage(s.tree.at(id).source) == KernelLanguage::Triton ? tritonId : cudaId) = id;
+    ASSERT_FALSE(tritonId.empty() || cudaId.empty()) << "the CUDA baseline and the Triton template are seeded";
+    EXPECT_TRUE(fs::exists(session / "candidates" / tritonId / "source.py"));
+    const auto diff = kloop({ "session", "diff", session.string(), cudaId, tritonId });
+    ASSERT_EQ(diff.exitCode, 0) << diff.err;
+    EXPECT_NE(diff.out.find("--- " + cudaId + "/source.cu\n+++ " + tritonId + "/source.py\n"), std::string::npos)
+        << diff.out.substr(0, 300);
 
     const auto cuda = kloop({ "run", "--problem", "gemm_bf16", "--language", "triton", "--agent", "tuner:random",
         "--budget", "1", "--session", (scratch / "runs" / "g").string() });
