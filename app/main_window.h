@@ -25,6 +25,7 @@ class SessionController;
 class StatusField;
 class StartPage;
 class TimelinePanel;
+class WorkersPanel;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -59,6 +60,7 @@ public:
     StartPage* startPage() const { return m_start; }
     TimelinePanel* timelinePanel() const { return m_timeline; }
     QWidget* bottleneckPanel() const { return m_bottleneck; }
+    WorkersPanel* workersPanel() const { return m_workersPanel; }
     // Errors and warnings, with the time they happened, in full: the status bar only says that one arrived.
     QPlainTextEdit* messageLog() const { return m_messages; }
     QString budgetText() const;
@@ -103,6 +105,7 @@ private:
     HypothesisConsole* m_console;
     TimelinePanel* m_timeline;
     QWidget* m_bottleneck;
+    WorkersPanel* m_workersPanel;
     StatusField* m_workerLabel;
     StatusField* m_gpuLabel;
     StatusField* m_bestLabel;

@@ -262,7 +262,10 @@ std::vector<WorkerSpec> loadWorkersFile(const std::filesystem::path& file)
 std::vector<WorkerSpec> parseWorkerSpecs(const std::string& text)
 {
     std::vector<WorkerSpec> out;
-    for (const std::string& item : split(text, ',')) {
+    for (std::string item : split(text, ',')) {
+        // "local, ssh:box" as people type it (the start page, a quoted --workers)
+        item.erase(0, item.find_first_not_of(" \t"));
+        item.erase(item.find_last_not_of(" \t") + 1);
         if (item.empty())
             throw InputError("worker specs '" + text + "': an empty item");
         std::vector<WorkerSpec> more

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -49,6 +50,34 @@ inline long waitForBusyWorker(const std::filesystem::path& file, double timeoutS
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return 0;
+}
+
+#ifdef KL_FAKE_WORKER_PATH
+// A workers.json entry for the test double behind the loopback sshd, on the double's GPU `gpu`.
+inline nlohmann::json sshWorker(const LoopbackSshd& sshd, int gpu, const std::filesystem::path& busy)
+{
+    return { { "spec", "ssh:127.0.0.1:" + std::to_string(sshd.port()) + ":" + std::to_string(gpu) },
+        { "worker", KL_FAKE_WORKER_PATH }, { "ssh_options", sshd.sshOptions() },
+        { "environment", { { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } } } };
+}
+
+// `count` test doubles in the loopback Slurm's partition.
+inline nlohmann::json slurmWorkers(const LoopbackSlurm& slurm, int count, const std::filesystem::path& busy)
+{
+    return { { "spec", "slurm:" + slurm.partition() + ":" + std::to_string(count) }, { "worker", KL_FAKE_WORKER_PATH },
+        { "environment", { { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } } } };
+}
+#endif
+
+// A workers.json of these entries (one entry or an array of them); the caller removes it.
+inline std::filesystem::path writeWorkers(const std::string& tag, const nlohmann::json& workers)
+{
+    const auto f
+        = std::filesystem::temp_directory_path() / ("kl-workers-" + std::to_string(::getpid()) + "-" + tag + ".json");
+    // A braced list of one entry arrives as that entry itself.
+    const nlohmann::json list = workers.is_array() ? workers : nlohmann::json::array({ workers });
+    std::ofstream(f) << nlohmann::json { { "workers", list } }.dump(2);
+    return f;
 }
 
 } // namespace kl::test

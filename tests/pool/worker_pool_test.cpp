@@ -154,6 +154,126 @@ TEST(WorkerPool, AWorkerThatCannotStartIsPassedOverAndNoneLeftStopsTheRun)
     fs::remove(file);
 }
 
+TEST(WorkerPool, ALostWorkerIsReconnectedAfterItsBackoff)
+{
+    const Problem p = poolProblem();
+    const fs::path busy = busyFile("backoff");
+    fs::remove(busy);
+    WorkerPool pool(p, parseWorkerSpecs("local"), doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } }));
+    pool.setReconnectPolicy(1.5, 60, 5);
+    ASSERT_EQ(pool.start(), 1);
+    auto f = std::async(std::launch::async, [&] {
+        return pool.evaluate(markedCandidate(p, "c", "kl-test-double: time-sleep-ms=2000"), quick(), CancelToken());
+    });
+    const long pid = waitForBusyWorker(busy);
+    ASSERT_GT(pid, 0);
+    fs::remove(busy);
+    ::kill(static_cast<pid_t>(pid), SIGKILL);
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    EXPECT_EQ(f.get().verdict, Verdict::Crashed) << "recorded, with nowhere else to retry";
+    const auto lost = pool.status()[0];
+    EXPECT_EQ(lost.state, "lost");
+    EXPECT_GT(lost.reconnectInSeconds, 0);
+    EXPECT_NE(lost.lastError.find("died"), std::string::npos) << lost.lastError;
+
+    const auto before = std::chrono::steady_clock::now();
+    const Evaluation again = pool.evaluate(markedCandidate(p, "d", "x"), quick(), CancelToken());
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+    EXPECT_EQ(again.verdict, Verdict::Correct) << reasonsOf(again);
+    EXPECT_GE(waited, 1.0) << "the next evaluation waited out the backoff before starting the worker again";
+    const auto back = pool.status()[0];
+    EXPECT_EQ(back.state, "idle");
+    EXPECT_EQ(back.starts, 2);
+    EXPECT_EQ(back.reconnectInSeconds, 0);
+}
+
+TEST(WorkerPool, AWorkerThatCannotBeReconnectedIsGivenUpNotRetriedForever)
+{
+    const Problem p = poolProblem();
+    const fs::path busy = busyFile("giveup");
+    const fs::path gate = busyFile("giveup-gate");
+    const fs::path wrapper = busyFile("giveup-worker.sh");
+    fs::remove(busy);
+    std::ofstream(gate) << "open";
+    // The worker's host: it starts the worker while the gate is there, and refuses once it is gone.
+    std::ofstream(wrapper) << "#!/bin/sh\n[ -e '" << gate.string()
+                           << "' ] || { echo 'host is down' >&2; exit 3; }\nexec '" << KL_FAKE_WORKER_PATH
+                           << "' \"$@\"\n";
+    fs::permissions(wrapper, fs::perms::owner_all);
+    GpuEvaluatorOptions o = doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } });
+    o.worker.command = { wrapper.string() };
+    WorkerPool pool(p, parseWorkerSpecs("local"), o);
+    pool.setReconnectPolicy(0.05, 0.2, 3);
+    ASSERT_EQ(pool.start(), 1) << pool.status()[0].lastError;
+    auto f = std::async(std::launch::async, [&] {
+        return pool.evaluate(markedCandidate(p, "c", "kl-test-double: time-sleep-ms=2000"), quick(), CancelToken());
+    });
+    const long pid = waitForBusyWorker(busy);
+    ASSERT_GT(pid, 0);
+    fs::remove(gate);
+    ::kill(static_cast<pid_t>(pid), SIGKILL);
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    EXPECT_EQ(f.get().verdict, Verdict::Crashed);
+    auto next = std::async(
+        std::launch::async, [&] { return pool.evaluate(markedCandidate(p, "d", "x"), quick(), CancelToken()); });
+    ASSERT_EQ(next.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "three reconnects, then it stops";
+    EXPECT_THROW(next.get(), std::runtime_error) << "no worker left: the loop stops";
+    const auto gone = pool.status()[0];
+    EXPECT_EQ(gone.state, "unavailable");
+    EXPECT_NE(gone.lastError.find("gave up after 3 failed reconnects"), std::string::npos) << gone.lastError;
+    EXPECT_EQ(gone.starts, 4) << "the first start and three reconnects";
+    fs::remove(wrapper);
+    fs::remove(busy);
+}
+
+namespace {
+
+// Two workers of the test double posing as two GPU models.
+fs::path mixedModelWorkers(const std::string& tag)
+{
+    return writeWorkers(tag,
+        { { { "spec", "local:0" }, { "environment", { { "KL_FAKE_WORKER_DEVICE", "Model A" } } } },
+            { { "spec", "local:1" }, { "environment", { { "KL_FAKE_WORKER_DEVICE", "Model B" } } } } });
+}
+
+} // namespace
+
+TEST(WorkerPool, AMixedPoolJudgesAJumpAgainstTheBestOfTheGpuThatMeasuresIt)
+{
+    const Problem p = poolProblem();
+    const fs::path file = mixedModelWorkers("jump");
+    WorkerPool pool(p, parseWorkerSpecs(file.string()), doubleOptions());
+    ASSERT_EQ(pool.start(), 2);
+    EXPECT_EQ(pool.deviceFor({ "local:1", "Model B", "" })->name, "Model B");
+    EXPECT_EQ(pool.deviceFor({ "ssh:elsewhere", "Model A", "" })->name, "Model A") << "any worker of that model";
+    EXPECT_FALSE(pool.deviceFor({ "local:0", "Model C", "" })) << "no GPU of that model: nothing to key it by";
+
+    // The double times this ~3x the naive baseline; only Model A has a best (1.0), so a 3x result is a suspicious
+    // jump there and, on Model B, a first measurement with nothing to jump over.
+    EvaluateOptions opt = quick();
+    CurrentBest bestOnA;
+    bestOnA.objective = 1.0;
+    bestOnA.reviewJumpFactor = 2.0;
+    opt.best = bestOnA; // what the loop tells a single GPU: the session's best, whatever measured it
+    opt.bestByGpu = { { "Model A", bestOnA } };
+    auto fast = [&](const std::string& id) {
+        Candidate c = markedCandidate(p, id, "kl-test-double: time-sleep-ms=800");
+        c.source += "\n// kl-test-double: efficiency=0.9\n";
+        return c;
+    };
+    auto fa = std::async(std::launch::async, [&] { return pool.evaluate(fast("a"), opt, CancelToken()); });
+    auto fb = std::async(std::launch::async, [&] { return pool.evaluate(fast("b"), opt, CancelToken()); });
+    const Evaluation ea = fa.get();
+    const Evaluation eb = fb.get();
+    ASSERT_NE(ea.measuredOn.gpu, eb.measuredOn.gpu) << "one on each model";
+    for (const Evaluation* e : { &ea, &eb }) {
+        ASSERT_GT(e->objective, 2.0) << reasonsOf(*e);
+        EXPECT_EQ(hasRule(*e, "physics.suspicious-jump"), e->measuredOn.gpu == "Model A")
+            << e->measuredOn.gpu << ": " << reasonsOf(*e);
+    }
+    fs::remove(file);
+}
+
 namespace {
 
 int runKloop(const std::string& args, const std::string& env = "")
@@ -206,7 +326,46 @@ TEST(KloopRunWorkers, APoolOfFourRecordsWhichGpuMeasuredEachEvaluation)
     }
     EXPECT_NE(shown.find("leaderboard test double (no GPU) ("), std::string::npos) << shown;
     EXPECT_NE(shown.find("local:"), std::string::npos) << shown;
+    // The pool as the run left it, for a workbench that follows the run (its Workers panel).
+    const auto pool = readPoolStatus(session);
+    ASSERT_TRUE(pool) << "kloop run --workers writes " << kPoolStatusFile;
+    ASSERT_EQ(pool->workers.size(), 4u);
+    int evaluations = 0;
+    for (const auto& w : pool->workers) {
+        EXPECT_EQ(w.state, "idle") << w.id;
+        EXPECT_EQ(w.gpu, "test double (no GPU)");
+        evaluations += w.evaluations;
+    }
+    EXPECT_GE(evaluations, measured);
     fs::remove_all(session);
+}
+
+TEST(KloopRunWorkers, AMixedPoolFilesEachMeasurementUnderTheGpuThatTookIt)
+{
+    const fs::path session = freshDir("mixed");
+    const fs::path file = mixedModelWorkers("mixed-run");
+    const fs::path db = freshDir("mixed-db") / "tuning.jsonl";
+    ASSERT_EQ(runKloop("run --problem rmsnorm --agent tuner:random --budget 10 --tuning-db " + db.string()
+                  + " --session " + session.string() + " --workers " + file.string()),
+        0);
+    std::ifstream lines(db);
+    std::set<std::string> models;
+    int records = 0;
+    for (std::string line; std::getline(lines, line);) {
+        const auto j = nlohmann::json::parse(line);
+        if (!j.contains("evaluation") || !j["evaluation"].contains("measured_on"))
+            continue;
+        const std::string gpu = j["evaluation"]["measured_on"]["gpu"];
+        const std::string device = j["key"]["device"];
+        EXPECT_EQ(device.rfind(gpu + " ", 0), 0u) << "measured on " << gpu << ", keyed as " << device;
+        models.insert(gpu);
+        ++records;
+    }
+    EXPECT_GE(records, 8);
+    EXPECT_EQ(models.size(), 2u) << "both models measured";
+    fs::remove_all(session);
+    fs::remove_all(db.parent_path());
+    fs::remove(file);
 }
 
 TEST(KloopRunWorkers, BadSpecsAreUsageErrorsBeforeAnythingStarts)

@@ -56,6 +56,10 @@ TEST(WorkerSpec, ParsesEveryKind)
     EXPECT_EQ(w[7].id, "slurm:gpu#3");
     EXPECT_TRUE(w[7].remote());
     EXPECT_FALSE(w[0].remote());
+    const auto spaced = parseWorkerSpecs(" local:0 , ssh:gpu-box:1\t");
+    ASSERT_EQ(spaced.size(), 2u) << "blanks around an item are not part of it";
+    EXPECT_EQ(spaced[1].id, "ssh:gpu-box:1");
+    EXPECT_NE(errorOf("local, ,ssh:box").find("an empty item"), std::string::npos);
 }
 
 TEST(WorkerSpec, BadSpecsNameTheSpec)
