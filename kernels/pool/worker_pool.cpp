@@ -62,6 +62,7 @@ WorkerPool::WorkerPool(Problem problem, std::vector<WorkerSpec> specs, GpuEvalua
         o.worker.remote = spec.remote();
         o.worker.heartbeatSeconds = spec.heartbeatSeconds;
         o.worker.installHint = workerInstallHint(spec);
+        o.compileOnWorker = spec.compileOnWorker;
         anySsh = anySsh || (spec.controlMaster && (spec.kind == WorkerSpec::Kind::Ssh || !spec.login.empty()));
         slot->evaluator = std::make_unique<GpuEvaluator>(m_problem, o);
         slot->status.id = spec.id;
@@ -133,12 +134,24 @@ const DeviceInfo& WorkerPool::device() const
 CompileReport WorkerPool::compile(const Candidate& c)
 {
     std::vector<GpuEvaluator*> perArch;
+    bool anyCompilesOnWorker = false;
     {
         std::lock_guard lock(m_mutex);
         std::set<std::string> archs;
-        for (const auto& s : m_slots)
-            if (s->usable && !s->status.arch.empty() && archs.insert(s->status.arch).second)
+        for (const auto& s : m_slots) {
+            if (!s->usable || s->status.arch.empty())
+                continue;
+            if (s->spec.compileOnWorker)
+                anyCompilesOnWorker = true; // its host compiles when it evaluates
+            else if (archs.insert(s->status.arch).second)
                 perArch.push_back(s->evaluator.get());
+        }
+    }
+    if (perArch.empty() && anyCompilesOnWorker) {
+        CompileReport onWorkers;
+        onWorkers.ok = true;
+        onWorkers.log = "compiled on each worker's host when it evaluates (workers.json \"compile\": \"worker\")";
+        return onWorkers;
     }
     if (perArch.empty())
         throw std::runtime_error(noWorkerLeft());

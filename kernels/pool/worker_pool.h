@@ -7,7 +7,8 @@
 // backoff (1 s, doubling to 60 s), then started again by the next evaluation that takes it; after
 // reconnectAttempts failed starts in a row it is "unavailable" for good, with the error. A worker that cannot start
 // at all is passed over; with none left, evaluate() throws and the loop stops without recording anything false.
-// Compilation stays on the client: one NVRTC pool shared by every worker, one CUBIN per distinct architecture.
+// Compilation stays on the client (one NVRTC pool shared by every worker, one CUBIN per distinct architecture),
+// except for a worker whose spec says "compile": "worker": its host compiles what it evaluates.
 #include "core/profile_summary.h"
 #include "kernels/gpu_evaluator.h"
 #include "kernels/pool/worker_spec.h"

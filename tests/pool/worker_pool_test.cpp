@@ -51,6 +51,13 @@ std::string reasonsOf(const Evaluation& e)
     return s;
 }
 
+fs::path freshDir(const std::string& tag)
+{
+    const fs::path d = fs::temp_directory_path() / ("kl-pool-run-" + std::to_string(::getpid()) + "-" + tag);
+    fs::remove_all(d);
+    return d;
+}
+
 } // namespace
 
 TEST(WorkerPool, EachWorkerMeasuresWhatItIsGivenAndSaysWhichGpu)
@@ -238,6 +245,79 @@ fs::path mixedModelWorkers(const std::string& tag)
 
 } // namespace
 
+TEST(WorkerPool, AWorkerAskedToCompileGetsTheSourceAndTheClientCompilesNothing)
+{
+    const Problem p = poolProblem();
+    auto clientCompiled = [](const fs::path& cache) {
+        std::error_code ec;
+        return fs::exists(cache, ec) ? std::distance(fs::directory_iterator(cache), fs::directory_iterator()) : 0;
+    };
+    for (const bool onWorker : { false, true }) {
+        SCOPED_TRACE(onWorker ? "compile: worker" : "compile: client");
+        const fs::path file
+            = writeWorkers("compile", { { "spec", "local" }, { "compile", onWorker ? "worker" : "client" } });
+        GpuEvaluatorOptions o = doubleOptions();
+        o.compileCacheDir = freshDir(onWorker ? "cache-worker" : "cache-client");
+        WorkerPool pool(p, parseWorkerSpecs(file.string()), o);
+        ASSERT_EQ(pool.start(), 1);
+        const Candidate c = markedCandidate(p, "c", onWorker ? "compiled there" : "compiled here");
+        EXPECT_TRUE(pool.compile(c).ok);
+        const Evaluation e = pool.evaluate(c, quick(), CancelToken());
+        // Verified and timed either way; without the PTX rules a human looks before it counts.
+        EXPECT_EQ(e.verdict, onWorker ? Verdict::PendingReview : Verdict::Correct) << reasonsOf(e);
+        EXPECT_TRUE(e.correctEverywhere());
+        EXPECT_GT(e.objective, 0);
+        EXPECT_TRUE(e.compile.ok);
+        EXPECT_EQ(hasRule(e, "referee.ptx-unchecked"), onWorker) << reasonsOf(e);
+        EXPECT_EQ(clientCompiled(o.compileCacheDir) == 0, onWorker)
+            << "the client's NVRTC cache holds the CUBIN only when the client compiled";
+
+        Candidate broken = c;
+        broken.id = "broken";
+        broken.source += "\nthis is not CUDA;\n";
+        const Evaluation bad = pool.evaluate(broken, quick(), CancelToken());
+        EXPECT_EQ(bad.verdict, Verdict::CompileFailed) << reasonsOf(bad);
+        EXPECT_NE(bad.compile.log.find("error"), std::string::npos) << "the compiler's own log: " << bad.compile.log;
+        fs::remove_all(o.compileCacheDir);
+        fs::remove(file);
+    }
+}
+
+TEST(WorkerPool, APoolOfTwoArchitecturesCompilesACubinForEach)
+{
+    const Problem p = poolProblem();
+    const fs::path file = writeWorkers("archs",
+        { { { "spec", "local:0" } },
+            { { "spec", "local:1" }, { "environment", { { "KL_FAKE_WORKER_ARCH", "sm_86" } } } } });
+    GpuEvaluatorOptions o = doubleOptions();
+    o.compileCacheDir = freshDir("cache-archs");
+    WorkerPool pool(p, parseWorkerSpecs(file.string()), o);
+    ASSERT_EQ(pool.start(), 2);
+    std::set<std::string> archs;
+    for (const auto& w : pool.status())
+        archs.insert(w.arch);
+    ASSERT_EQ(archs.size(), 2u);
+    const Candidate c = markedCandidate(p, "c", "two archs");
+    ASSERT_TRUE(pool.compile(c).ok);
+    std::set<std::string> cubins;
+    for (const auto& f : fs::directory_iterator(o.compileCacheDir))
+        if (f.path().extension() == ".cubin")
+            cubins.insert(f.path().stem().string());
+    EXPECT_EQ(cubins.size(), 2u) << "one CUBIN per architecture in the pool";
+    // Each worker then evaluates its own architecture's CUBIN, found in the cache.
+    auto fa = std::async(std::launch::async, [&] {
+        return pool.evaluate(
+            markedCandidate(p, "a", "kl-test-double: time-sleep-ms=500\n// two archs"), quick(), CancelToken());
+    });
+    const Evaluation eb = pool.evaluate(
+        markedCandidate(p, "b", "kl-test-double: time-sleep-ms=500\n// two archs"), quick(), CancelToken());
+    const Evaluation ea = fa.get();
+    EXPECT_EQ(ea.verdict, Verdict::Correct) << reasonsOf(ea);
+    EXPECT_EQ(eb.verdict, Verdict::Correct) << reasonsOf(eb);
+    fs::remove_all(o.compileCacheDir);
+    fs::remove(file);
+}
+
 TEST(WorkerPool, AMixedPoolJudgesAJumpAgainstTheBestOfTheGpuThatMeasuresIt)
 {
     const Problem p = poolProblem();
@@ -281,13 +361,6 @@ int runKloop(const std::string& args, const std::string& env = "")
     const std::string cmd = env + " KL_WORKER=" KL_FAKE_WORKER_PATH " " KLOOP_PATH " " + args + " >/dev/null 2>&1";
     const int rc = std::system(cmd.c_str());
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-fs::path freshDir(const std::string& tag)
-{
-    const fs::path d = fs::temp_directory_path() / ("kl-pool-run-" + std::to_string(::getpid()) + "-" + tag);
-    fs::remove_all(d);
-    return d;
 }
 
 } // namespace

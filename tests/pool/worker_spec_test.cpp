@@ -90,6 +90,15 @@ TEST(WorkerSpec, WorkersFileAddsOptionsAndNamesBadFields)
     EXPECT_DOUBLE_EQ(w[0].heartbeatSeconds, 2);
     EXPECT_EQ(w[2].login, "login1");
     EXPECT_EQ(w[2].id, "slurm:a100#2");
+    EXPECT_FALSE(w[0].compileOnWorker) << "the client compiles by default";
+
+    const auto onWorker = writeFile("compile.json", R"({"workers": [{"spec": "ssh:box", "compile": "worker"}]})");
+    EXPECT_TRUE(parseWorkerSpecs(onWorker.string())[0].compileOnWorker);
+    const auto badCompile = writeFile("badcompile.json", R"({"workers": [{"spec": "ssh:box", "compile": "gpu"}]})");
+    EXPECT_NE(errorOf(badCompile.string()).find("workers[0].compile: 'gpu' is neither"), std::string::npos)
+        << errorOf(badCompile.string());
+    fs::remove(onWorker);
+    fs::remove(badCompile);
 
     const auto unknown = writeFile("unknown.json", R"({"workers": [{"spec": "local", "gpus": 2}]})");
     EXPECT_NE(errorOf(unknown.string()).find(unknown.string() + ": workers[0].gpus: unknown field"), std::string::npos)
