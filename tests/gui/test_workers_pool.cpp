@@ -27,25 +27,6 @@ using kl::test::waitUntil;
 
 namespace {
 
-GpuEvaluatorOptions doubleOptions(const fs::path& busy)
-{
-    GpuEvaluatorOptions o;
-    o.worker.command = { KL_FAKE_WORKER_PATH };
-    o.worker.environment = { { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } };
-    o.compileCacheDir = fs::temp_directory_path() / ("kl-gui-pool-cache-" + std::to_string(::getpid()));
-    o.compileThreads = 2;
-    o.worker.startTimeoutSeconds = 60;
-    return o;
-}
-
-EvaluateOptions quick()
-{
-    EvaluateOptions o;
-    o.heldOutCount = 1;
-    o.seed = 7;
-    return o;
-}
-
 QString cell(const WorkerTableModel& m, int row, int column)
 {
     return m.data(m.index(row, column)).toString();
@@ -57,11 +38,6 @@ int rowInState(const WorkerTableModel& m, const QString& state)
         if (cell(m, r, WorkerTableModel::StateColumn).startsWith(state))
             return r;
     return -1;
-}
-
-bool hasRule(const Evaluation& e, const std::string& rule)
-{
-    return std::any_of(e.reasons.begin(), e.reasons.end(), [&](const VerdictReason& r) { return r.rule == rule; });
 }
 
 // The pool as the panel shows it: its workers, one busy with the slow candidate, killed, then lost with its error
@@ -83,7 +59,7 @@ void panelFollowsThePoolThroughAKill(WorkerPool& pool, const fs::path& busy, con
     fs::remove(busy);
     const Problem p = kl::test::poolProblem();
     const auto slow = kl::test::markedCandidate(p, "slow", "kl-test-double: time-sleep-ms=3000");
-    auto f = std::async(std::launch::async, [&] { return pool.evaluate(slow, quick(), CancelToken()); });
+    auto f = std::async(std::launch::async, [&] { return pool.evaluate(slow, kl::test::quick(), CancelToken()); });
     const long pid = kl::test::waitForBusyWorker(busy);
     ASSERT_GT(pid, 0) << "no worker began the time op";
     fs::remove(busy);
@@ -108,7 +84,7 @@ void panelFollowsThePoolThroughAKill(WorkerPool& pool, const fs::path& busy, con
     ASSERT_EQ(f.wait_for(std::chrono::seconds(90)), std::future_status::ready);
     const Evaluation e = f.get();
     EXPECT_EQ(e.verdict, Verdict::Correct);
-    EXPECT_TRUE(hasRule(e, "worker.retried"));
+    EXPECT_TRUE(kl::test::hasRule(e, "worker.retried"));
     ASSERT_TRUE(waitUntil(
         [&]() {
             const int other = 1 - m.rowOf(victimId);
@@ -126,7 +102,8 @@ void panelFollowsThePoolThroughAKill(WorkerPool& pool, const fs::path& busy, con
 TEST(WorkersPanelPool, LocalChildren)
 {
     const fs::path busy = kl::test::busyFile("gui-local");
-    WorkerPool pool(kl::test::poolProblem(), parseWorkerSpecs("local:0,local:1"), doubleOptions(busy));
+    WorkerPool pool(kl::test::poolProblem(), parseWorkerSpecs("local:0,local:1"),
+        kl::test::doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } }));
     panelFollowsThePoolThroughAKill(pool, busy, "local");
 }
 
@@ -139,7 +116,8 @@ TEST(WorkersPanelPool, ThroughARealSshd)
     const fs::path busy = kl::test::busyFile("gui-ssh");
     const fs::path file = kl::test::writeWorkers(
         "gui-ssh", { kl::test::sshWorker(*sshd, 0, busy), kl::test::sshWorker(*sshd, 1, busy) });
-    WorkerPool pool(kl::test::poolProblem(), parseWorkerSpecs(file.string()), doubleOptions(busy));
+    WorkerPool pool(kl::test::poolProblem(), parseWorkerSpecs(file.string()),
+        kl::test::doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } }));
     panelFollowsThePoolThroughAKill(pool, busy, "ssh");
     fs::remove(file);
 }
@@ -152,7 +130,8 @@ TEST(WorkersPanelPool, ThroughSrunInARealSlurm)
         GTEST_SKIP() << why;
     const fs::path busy = kl::test::busyFile("gui-slurm");
     const fs::path file = kl::test::writeWorkers("gui-slurm", kl::test::slurmWorkers(*slurm, 2, busy));
-    WorkerPool pool(kl::test::poolProblem(), parseWorkerSpecs(file.string()), doubleOptions(busy));
+    WorkerPool pool(kl::test::poolProblem(), parseWorkerSpecs(file.string()),
+        kl::test::doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } }));
     panelFollowsThePoolThroughAKill(pool, busy, "slurm");
     fs::remove(file);
 }

@@ -5,9 +5,11 @@
 #include "core/json_io.h"
 #include "core/problem.h"
 #include "core/session_store.h"
+#include "kernels/gpu_evaluator.h"
 #include "loopback_engines.h"
 #include "tests/support/text_file.h"
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -52,7 +54,41 @@ inline long waitForBusyWorker(const std::filesystem::path& file, double timeoutS
     return 0;
 }
 
+// Light evaluations (one held-out shape, a fixed seed): the pool's behaviour, not the measurements, is under test.
+inline EvaluateOptions quick()
+{
+    EvaluateOptions o;
+    o.heldOutCount = 1;
+    o.seed = 7;
+    return o;
+}
+
+inline bool hasRule(const Evaluation& e, const std::string& rule)
+{
+    return std::any_of(e.reasons.begin(), e.reasons.end(), [&](const VerdictReason& r) { return r.rule == rule; });
+}
+
+inline std::string reasonsOf(const Evaluation& e)
+{
+    std::string s;
+    for (const auto& r : e.reasons)
+        s += r.rule + ": " + r.message + "\n";
+    return s;
+}
+
 #ifdef KL_FAKE_WORKER_PATH
+// The test double as every pool worker's program (a spec's "worker" overrides it), with extra variables.
+inline GpuEvaluatorOptions doubleOptions(const std::vector<std::pair<std::string, std::string>>& env = {})
+{
+    GpuEvaluatorOptions o;
+    o.worker.command = { KL_FAKE_WORKER_PATH };
+    o.worker.environment = env;
+    o.compileCacheDir = std::filesystem::temp_directory_path() / ("kl-pool-cache-" + std::to_string(::getpid()));
+    o.compileThreads = 2;
+    o.worker.startTimeoutSeconds = 60; // ssh and srun take their time
+    return o;
+}
+
 // A workers.json entry for the test double behind the loopback sshd, on the double's GPU `gpu`.
 inline nlohmann::json sshWorker(const LoopbackSshd& sshd, int gpu, const std::filesystem::path& busy)
 {

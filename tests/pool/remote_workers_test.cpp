@@ -15,37 +15,6 @@ using namespace kl::test;
 
 namespace {
 
-GpuEvaluatorOptions doubleOptions()
-{
-    GpuEvaluatorOptions o;
-    o.worker.command = { KL_FAKE_WORKER_PATH };
-    o.compileCacheDir = fs::temp_directory_path() / ("kl-pool-cache-" + std::to_string(::getpid()));
-    o.compileThreads = 2;
-    o.worker.startTimeoutSeconds = 60;
-    return o;
-}
-
-EvaluateOptions quick()
-{
-    EvaluateOptions o;
-    o.heldOutCount = 1;
-    o.seed = 7;
-    return o;
-}
-
-std::string reasonsOf(const Evaluation& e)
-{
-    std::string s;
-    for (const auto& r : e.reasons)
-        s += r.rule + ": " + r.message + "\n";
-    return s;
-}
-
-bool hasRule(const Evaluation& e, const std::string& rule)
-{
-    return std::any_of(e.reasons.begin(), e.reasons.end(), [&](const VerdictReason& r) { return r.rule == rule; });
-}
-
 // kill -9 of the worker that begins the slow time op; the evaluation must come back, measured elsewhere.
 void killMidEvaluationAndExpectRetry(WorkerPool& pool, const Problem& p, const fs::path& busy)
 {

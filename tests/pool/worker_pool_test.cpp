@@ -17,40 +17,6 @@ using namespace kl::test;
 
 namespace {
 
-GpuEvaluatorOptions doubleOptions(const std::vector<std::pair<std::string, std::string>>& env = {})
-{
-    GpuEvaluatorOptions o;
-    o.worker.command = { KL_FAKE_WORKER_PATH };
-    o.worker.environment = env;
-    o.compileCacheDir = fs::temp_directory_path() / ("kl-pool-cache-" + std::to_string(::getpid()));
-    o.compileThreads = 2;
-    return o;
-}
-
-EvaluateOptions quick()
-{
-    EvaluateOptions o;
-    o.heldOutCount = 1;
-    o.seed = 7;
-    return o;
-}
-
-bool hasRule(const Evaluation& e, const std::string& rule)
-{
-    for (const auto& r : e.reasons)
-        if (r.rule == rule)
-            return true;
-    return false;
-}
-
-std::string reasonsOf(const Evaluation& e)
-{
-    std::string s;
-    for (const auto& r : e.reasons)
-        s += r.rule + ": " + r.message + "\n";
-    return s;
-}
-
 fs::path freshDir(const std::string& tag)
 {
     const fs::path d = fs::temp_directory_path() / ("kl-pool-run-" + std::to_string(::getpid()) + "-" + tag);
