@@ -483,7 +483,7 @@ namespace {
         ResearchLoop loop(*store, evaluator, *agent, options);
         std::optional<PoolStatusWriter> poolStatus; // the workbench's Workers panel reads it
         if (pool)
-            poolStatus.emplace(*pool, store->dir());
+            poolStatus.emplace(*pool, store->dir(), [&](const std::string& loss) { store->note(loss); });
         g_signal.store(0);
         std::signal(SIGINT, onSignal);
         std::signal(SIGTERM, onSignal);

@@ -398,14 +398,24 @@ void PoolStatusWriter::update()
     PoolSnapshot now = m_pool.snapshot();
     if (m_last && *m_last == now)
         return;
+    if (m_onLoss)
+        for (std::size_t i = 0; i < now.workers.size(); ++i) {
+            const PoolWorkerStatus& w = now.workers[i];
+            const bool said = m_last && i < m_last->workers.size() && m_last->workers[i].lost == w.lost
+                && m_last->workers[i].state == w.state;
+            if (said || (w.state != "lost" && w.state != "unavailable"))
+                continue;
+            m_onLoss("worker " + w.id
+                + (w.state == "lost" ? " was lost (reconnecting after a backoff): " : " given up: ") + w.lastError);
+        }
     try {
         writePoolStatus(m_dir, now);
-        m_last = std::move(now);
     } catch (const std::exception& e) {
         if (!m_warned)
             std::cerr << "kloop run: cannot write the workers' status for the workbench: " << e.what() << "\n";
         m_warned = true;
     }
+    m_last = std::move(now);
 }
 
 CandidateProfile PoolProfiler::profile(const Candidate& c, const CancelToken& cancel)

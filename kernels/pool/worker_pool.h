@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -94,12 +95,15 @@ private:
 };
 
 // Rewrites the session's workers.status.json whenever the pool's snapshot changed (kloop run calls update() from its
-// watcher thread), so a workbench following the run shows its workers live.
+// watcher thread), so a workbench following the run shows its workers live; and says when a worker is lost or given
+// up (onLoss, e.g. a note in the journal), so no loss goes unrecorded.
 class PoolStatusWriter {
 public:
-    PoolStatusWriter(const WorkerPool& pool, std::filesystem::path sessionDir)
+    PoolStatusWriter(
+        const WorkerPool& pool, std::filesystem::path sessionDir, std::function<void(const std::string&)> onLoss = {})
         : m_pool(pool)
         , m_dir(std::move(sessionDir))
+        , m_onLoss(std::move(onLoss))
     {
     }
     void update(); // never throws: a failed write is said once on stderr, and the run goes on
@@ -107,6 +111,7 @@ public:
 private:
     const WorkerPool& m_pool;
     std::filesystem::path m_dir;
+    std::function<void(const std::string&)> m_onLoss;
     std::optional<PoolSnapshot> m_last;
     bool m_warned = false;
 };

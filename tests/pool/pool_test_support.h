@@ -6,6 +6,7 @@
 #include "core/problem.h"
 #include "core/session_store.h"
 #include "kernels/gpu_evaluator.h"
+#include "kernels/pool/worker_pool.h"
 #include "loopback_engines.h"
 #include "tests/support/text_file.h"
 
@@ -14,6 +15,9 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -52,6 +56,29 @@ inline long waitForBusyWorker(const std::filesystem::path& file, double timeoutS
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return 0;
+}
+
+// Evaluates a slow candidate on the pool and kill -9s the worker that begins its time op (after beforeKill); the
+// evaluation's result, or nullopt when no worker began it or the pool hung. killed: the worker's pid.
+inline std::optional<Evaluation> evaluateAndKillMidway(WorkerPool& pool, const Problem& p,
+    const std::filesystem::path& busy, const EvaluateOptions& opt, long* killed = nullptr,
+    const std::function<void()>& beforeKill = {})
+{
+    std::filesystem::remove(busy);
+    const Candidate c = markedCandidate(p, "slow", "kl-test-double: time-sleep-ms=2000");
+    auto f = std::async(std::launch::async, [&] { return pool.evaluate(c, opt, CancelToken()); });
+    const long pid = waitForBusyWorker(busy);
+    if (pid <= 0)
+        return std::nullopt;
+    std::filesystem::remove(busy);
+    if (beforeKill)
+        beforeKill();
+    ::kill(static_cast<pid_t>(pid), SIGKILL);
+    if (killed)
+        *killed = pid;
+    if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready)
+        return std::nullopt;
+    return f.get();
 }
 
 // Light evaluations (one held-out shape, a fixed seed): the pool's behaviour, not the measurements, is under test.

@@ -135,15 +135,9 @@ TEST(WorkerPool, ALostWorkerIsReconnectedAfterItsBackoff)
     WorkerPool pool(p, parseWorkerSpecs("local"), doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } }));
     pool.setReconnectPolicy(1.5, 60, 5);
     ASSERT_EQ(pool.start(), 1);
-    auto f = std::async(std::launch::async, [&] {
-        return pool.evaluate(markedCandidate(p, "c", "kl-test-double: time-sleep-ms=2000"), quick(), CancelToken());
-    });
-    const long pid = waitForBusyWorker(busy);
-    ASSERT_GT(pid, 0);
-    fs::remove(busy);
-    ::kill(static_cast<pid_t>(pid), SIGKILL);
-    ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready);
-    EXPECT_EQ(f.get().verdict, Verdict::Crashed) << "recorded, with nowhere else to retry";
+    const auto killed = evaluateAndKillMidway(pool, p, busy, quick());
+    ASSERT_TRUE(killed) << "no worker began the time op, or the pool hung";
+    EXPECT_EQ(killed->verdict, Verdict::Crashed) << "recorded, with nowhere else to retry";
     const auto lost = pool.status()[0];
     EXPECT_EQ(lost.state, "lost");
     EXPECT_GT(lost.reconnectInSeconds, 0);
@@ -158,6 +152,36 @@ TEST(WorkerPool, ALostWorkerIsReconnectedAfterItsBackoff)
     EXPECT_EQ(back.state, "idle");
     EXPECT_EQ(back.starts, 2);
     EXPECT_EQ(back.reconnectInSeconds, 0);
+}
+
+TEST(WorkerPool, TheStatusWriterSaysEachLossOnceAndWritesTheSnapshot)
+{
+    const Problem p = poolProblem();
+    const fs::path busy = busyFile("writer");
+    const fs::path dir = freshDir("writer");
+    fs::create_directories(dir);
+    fs::remove(busy);
+    WorkerPool pool(
+        p, parseWorkerSpecs("local:0,local:1"), doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } }));
+    ASSERT_EQ(pool.start(), 2);
+    std::vector<std::string> said;
+    PoolStatusWriter writer(pool, dir, [&](const std::string& loss) { said.push_back(loss); });
+    writer.update();
+    ASSERT_TRUE(readPoolStatus(dir));
+    EXPECT_EQ(readPoolStatus(dir)->workers.size(), 2u);
+    EXPECT_TRUE(said.empty());
+    ASSERT_TRUE(evaluateAndKillMidway(pool, p, busy, quick()));
+    writer.update();
+    writer.update();
+    ASSERT_EQ(said.size(), 1u) << "one loss, said once";
+    EXPECT_NE(said[0].find("was lost (reconnecting after a backoff)"), std::string::npos) << said[0];
+    int lost = 0;
+    const auto onDisk = readPoolStatus(dir);
+    ASSERT_TRUE(onDisk);
+    for (const auto& w : onDisk->workers)
+        lost += w.lost;
+    EXPECT_EQ(lost, 1) << "the snapshot on disk has it";
+    fs::remove_all(dir);
 }
 
 TEST(WorkerPool, AWorkerThatCannotBeReconnectedIsGivenUpNotRetriedForever)
@@ -178,15 +202,9 @@ TEST(WorkerPool, AWorkerThatCannotBeReconnectedIsGivenUpNotRetriedForever)
     WorkerPool pool(p, parseWorkerSpecs("local"), o);
     pool.setReconnectPolicy(0.05, 0.2, 3);
     ASSERT_EQ(pool.start(), 1) << pool.status()[0].lastError;
-    auto f = std::async(std::launch::async, [&] {
-        return pool.evaluate(markedCandidate(p, "c", "kl-test-double: time-sleep-ms=2000"), quick(), CancelToken());
-    });
-    const long pid = waitForBusyWorker(busy);
-    ASSERT_GT(pid, 0);
-    fs::remove(gate);
-    ::kill(static_cast<pid_t>(pid), SIGKILL);
-    ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready);
-    EXPECT_EQ(f.get().verdict, Verdict::Crashed);
+    const auto killed = evaluateAndKillMidway(pool, p, busy, quick(), nullptr, [&] { fs::remove(gate); });
+    ASSERT_TRUE(killed);
+    EXPECT_EQ(killed->verdict, Verdict::Crashed);
     auto next = std::async(
         std::launch::async, [&] { return pool.evaluate(markedCandidate(p, "d", "x"), quick(), CancelToken()); });
     ASSERT_EQ(next.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "three reconnects, then it stops";
