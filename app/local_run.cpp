@@ -1,5 +1,7 @@
 #include "app/local_run.h"
 
+#include "kernels/pool/worker_spec.h"
+
 #include <QCoreApplication>
 #include <QDateTime>
 #include <QDir>
@@ -8,6 +10,7 @@
 #include <QProcess>
 #include <QStandardPaths>
 #include <QTimer>
+#include <algorithm>
 #include <csignal>
 #include <mutex>
 
@@ -91,6 +94,19 @@ QString defaultSessionRoot()
     return QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation)).filePath(QStringLiteral("sessions"));
 }
 
+bool usesLocalGpu(const LocalRunRequest& request)
+{
+    if (request.workers.isEmpty())
+        return true;
+    try {
+        const auto specs = kl::parseWorkerSpecs(request.workers.toStdString());
+        return std::any_of(
+            specs.begin(), specs.end(), [](const kl::WorkerSpec& w) { return w.kind == kl::WorkerSpec::Kind::Local; });
+    } catch (const std::exception&) {
+        return false; // kloop run refuses them before it touches a GPU
+    }
+}
+
 LocalRunLauncher::LocalRunLauncher(QObject* parent)
     : QObject(parent)
     , m_poll(new QTimer(this))
@@ -129,6 +145,8 @@ bool LocalRunLauncher::start(const LocalRunRequest& request, QString* error)
     m_log = m_dir + QStringLiteral(".log");
     m_args = { QStringLiteral("run"), QStringLiteral("--problem"), request.problem, QStringLiteral("--agent"),
         request.agent, QStringLiteral("--session"), m_dir };
+    if (!request.workers.isEmpty())
+        m_args << QStringLiteral("--workers") << request.workers;
     m_args += request.extraArgs;
     QProcess process;
     process.setProgram(kloop);

@@ -28,9 +28,13 @@ struct LocalRunRequest {
     QString problem = QStringLiteral("rmsnorm");
     QString agent = QStringLiteral("tuner:bayes");
     QString sessionRoot; // empty: defaultSessionRoot()
+    QString workers; // kloop run --workers (worker specs); empty: this machine's GPU
     QStringList extraArgs; // appended to kloop run's arguments
     int createTimeoutMs = 60000; // the run must create its journal within this time
 };
+
+// Whether the run evaluates on this machine's GPU (no --workers, or a local worker among them).
+bool usesLocalGpu(const LocalRunRequest& request);
 
 class LocalRunLauncher : public QObject {
     Q_OBJECT

@@ -15,6 +15,7 @@
 #include "app/theme.h"
 #include "app/timeline_panel.h"
 #include "core/catalogue.h"
+#include "app/workers_panel.h"
 #include "core/gpu_run_lock.h"
 #include "kernels/export/exporter.h"
 #include "profiler/analysis.h"
@@ -158,6 +159,7 @@ MainWindow::MainWindow(QWidget* parent)
     , m_console(new HypothesisConsole(this))
     , m_timeline(new TimelinePanel(this))
     , m_bottleneck(new BottleneckPanel(this))
+    , m_workersPanel(new WorkersPanel(this))
     , m_workerLabel(new StatusField(60, this))
     , m_gpuLabel(new StatusField(48, this))
     , m_bestLabel(new StatusField(24, this))
@@ -184,10 +186,12 @@ MainWindow::MainWindow(QWidget* parent)
     m_messages->setReadOnly(true);
     m_messages->setPlaceholderText(tr("Errors and warnings appear here, in full."));
     auto* messages = addDock(tr("Messages"), QStringLiteral("messagesDock"), m_messages, Qt::BottomDockWidgetArea);
+    auto* workers = addDock(tr("Workers"), QStringLiteral("workersDock"), m_workersPanel, Qt::BottomDockWidgetArea);
     splitDockWidget(review, console, Qt::Vertical);
     tabifyDockWidget(console, bottleneck);
     tabifyDockWidget(charts, timeline);
     tabifyDockWidget(timeline, messages);
+    tabifyDockWidget(messages, workers);
     console->raise();
     charts->raise();
     resizeDocks({ findChild<QDockWidget*>(QStringLiteral("candidatesDock")), review }, { 560, 400 }, Qt::Horizontal);
@@ -209,6 +213,7 @@ MainWindow::MainWindow(QWidget* parent)
 
     connect(m_controller, &SessionController::opened, this, &MainWindow::onOpened);
     connect(m_controller, &SessionController::sessionUpdated, this, &MainWindow::onSessionUpdated);
+    connect(m_controller, &SessionController::closed, m_workersPanel, &WorkersPanel::clear);
     connect(m_controller, &SessionController::eventsArrived, m_console, &HypothesisConsole::appendEvents);
     connect(m_controller, &SessionController::agentStreamArrived, m_console, &HypothesisConsole::appendLiveStream);
     connect(m_controller, &SessionController::replayProgress, this, [this]() {
@@ -490,6 +495,7 @@ void MainWindow::openSession(const QString& directory, OpenMode requested, doubl
     m_candidates->setSession(nullptr);
     m_review->setSession(nullptr);
     m_charts->setSession(nullptr);
+    m_workersPanel->clear();
     m_controller->open(directory, mode, speed);
     if (demo)
         showMessage(tr("The bundled demo session opens read-only; copy its folder to record decisions in it"), 15000);
@@ -534,6 +540,8 @@ void MainWindow::onOpened(const OpenedSession& info)
     if (!info.replaying)
         addRecent(info.directory);
     m_runStopShown = false;
+    if (info.following)
+        m_workersPanel->followSession(info.directory); // kloop run --workers rewrites the pool's snapshot there
     for (const QString& w : info.warnings)
         reportProblem(w);
     updateStatusBar();
@@ -544,6 +552,7 @@ void MainWindow::onSessionUpdated(const SessionSnapshot& s)
     m_candidates->setSession(s);
     m_review->setSession(s);
     m_charts->setSession(s);
+    m_workersPanel->setSession(s);
     if (!s)
         return;
     QString current = m_candidates->currentCandidate();
@@ -899,6 +908,17 @@ QString MainWindow::tuneFromTrace(const QString& problem, const QString& session
 
 void MainWindow::newSessionFromStartPage(const QString& problem)
 {
+    LocalRunRequest request;
+    request.problem = problem;
+    request.workers = m_start->workerSpecs();
+    if (const QString error = m_start->workerSpecsError(); !error.isEmpty()) {
+        m_start->setNotice(tr("No session started: %1").arg(error));
+        return;
+    }
+    if (!request.workers.isEmpty() && !kloopExecutable().isEmpty()) {
+        startLocalRun(request); // the pool's workers have the GPUs
+        return;
+    }
     if (!localGpuPresent() || kloopExecutable().isEmpty()) {
         QMessageBox::information(this, tr("New session"),
             tr("New sessions run where the GPU is%1. On the GPU host run:\n\n"
@@ -908,8 +928,6 @@ void MainWindow::newSessionFromStartPage(const QString& problem)
                     problem));
         return;
     }
-    LocalRunRequest request;
-    request.problem = problem;
     startLocalRun(request);
 }
 
@@ -930,7 +948,7 @@ bool MainWindow::followRunningLocalRun()
 
 bool MainWindow::startLocalRun(const LocalRunRequest& request)
 {
-    if (followRunningLocalRun())
+    if (usesLocalGpu(request) && followRunningLocalRun())
         return true;
     QString error;
     if (!m_launcher->start(request, &error)) {
@@ -942,8 +960,11 @@ bool MainWindow::startLocalRun(const LocalRunRequest& request)
         return false;
     }
     // The run needs a moment to find the GPU and create the session; the start page says what is happening.
-    m_start->setNotice(tr("Starting kloop run --problem %1 --agent %2 on this machine's GPU in %3…")
-                           .arg(request.problem, request.agent, QDir::toNativeSeparators(m_launcher->sessionDir())),
+    m_start->setNotice(
+        tr("Starting kloop run --problem %1 --agent %2 on %3 in %4…")
+            .arg(request.problem, request.agent,
+                request.workers.isEmpty() ? tr("this machine's GPU") : tr("the workers %1").arg(request.workers),
+                QDir::toNativeSeparators(m_launcher->sessionDir())),
         false);
     showStartPage();
     showMessage(

@@ -32,6 +32,7 @@ class SessionController;
 class StatusField;
 class StartPage;
 class TimelinePanel;
+class WorkersPanel;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -70,6 +71,7 @@ public:
     StartPage* startPage() const { return m_start; }
     TimelinePanel* timelinePanel() const { return m_timeline; }
     QWidget* bottleneckPanel() const { return m_bottleneck; }
+    WorkersPanel* workersPanel() const { return m_workersPanel; }
     // Errors and warnings, with the time they happened, in full: the status bar only says that one arrived.
     QPlainTextEdit* messageLog() const { return m_messages; }
     QString budgetText() const;
@@ -115,6 +117,7 @@ private:
     TimelinePanel* m_timeline;
     QWidget* m_bottleneck;
     std::shared_ptr<const kl::prof::Workload> m_workload; // of the trace under study, for "Tune this"
+    WorkersPanel* m_workersPanel;
     StatusField* m_workerLabel;
     StatusField* m_gpuLabel;
     StatusField* m_bestLabel;

@@ -5,6 +5,7 @@
 #include "app/theme.h"
 #include "core/catalogue.h"
 #include "core/json_io.h"
+#include "kernels/pool/worker_spec.h"
 
 #include <QComboBox>
 #include <QDir>
@@ -82,7 +83,8 @@ StartPage::StartPage(QWidget* parent)
     , m_details(new QTextBrowser(this))
     , m_recent(new QListWidget(this))
     , m_where(new QComboBox(this))
-    , m_remote(new QLineEdit(this))
+    , m_workers(new QLineEdit(this))
+    , m_workersError(new QLabel(this))
     , m_gpuNote(new QLabel(this))
     , m_notice(new QLabel(this))
 {
@@ -158,26 +160,42 @@ StartPage::StartPage(QWidget* parent)
     const bool gpu = localGpuPresent();
     m_where->addItem(
         gpu ? tr("This machine's GPU") : tr("This machine (no NVIDIA GPU detected)"), QStringLiteral("local"));
-    m_where->addItem(tr("Remote worker"), QStringLiteral("remote"));
-    m_remote->setPlaceholderText(tr("host:port of a kloop-worker"));
+    m_where->addItem(tr("A pool of workers (local, ssh, Slurm)"), QStringLiteral("pool"));
+    m_where->setObjectName(QStringLiteral("workerWhere"));
+    m_workers->setObjectName(QStringLiteral("workerSpecs"));
+    m_workers->setPlaceholderText(tr("local,ssh:gpu-box,slurm:gpu:2 or workers.json"));
+    m_workers->setToolTip(
+        tr("The same specs as kloop run --workers, comma separated: local, local:GPU, ssh:[USER@]HOST[:GPU], "
+           "ssh:HOST:PORT:GPU, slurm:PARTITION[:COUNT], or a workers.json file. ssh uses your ssh config, keys "
+           "and agent; KernelLoop stores no secret."));
+    m_workersError->setObjectName(QStringLiteral("workerSpecsError"));
+    m_workersError->setWordWrap(true);
+    m_workersError->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    QPalette errorPalette = m_workersError->palette();
+    errorPalette.setColor(QPalette::WindowText, theme().bad);
+    m_workersError->setPalette(errorPalette);
     QSettings settings;
-    m_where->setCurrentIndex(settings.value(QStringLiteral("worker/where"), gpu ? 0 : 1).toInt());
-    m_remote->setText(settings.value(QStringLiteral("worker/remote")).toString());
-    m_remote->setEnabled(m_where->currentIndex() == 1);
+    m_where->setCurrentIndex(settings.value(QStringLiteral("worker/where"), gpu ? 0 : 1).toInt() == 1 ? 1 : 0);
+    m_workers->setText(settings.value(QStringLiteral("worker/specs")).toString());
+    m_workers->setEnabled(m_where->currentIndex() == 1);
     connect(m_where, &QComboBox::currentIndexChanged, this, [this](int i) {
-        m_remote->setEnabled(i == 1);
+        m_workers->setEnabled(i == 1);
         QSettings().setValue(QStringLiteral("worker/where"), i);
+        checkWorkerSpecs();
     });
-    connect(m_remote, &QLineEdit::editingFinished, this,
-        [this]() { QSettings().setValue(QStringLiteral("worker/remote"), m_remote->text()); });
+    connect(m_workers, &QLineEdit::textChanged, this, &StartPage::checkWorkerSpecs);
+    connect(m_workers, &QLineEdit::editingFinished, this,
+        [this]() { QSettings().setValue(QStringLiteral("worker/specs"), m_workers->text().trimmed()); });
     m_gpuNote->setWordWrap(true);
     m_gpuNote->setForegroundRole(QPalette::PlaceholderText);
-    m_gpuNote->setText(gpu ? tr("Sessions started here evaluate on the local GPU through kloop-worker.")
-                           : tr("Without a GPU you can replay recorded sessions, review diffs and read traces. "
-                                "Run new sessions on a GPU host with `kloop run`, or point to a remote worker."));
+    m_gpuNote->setText(gpu ? tr("Sessions started here evaluate on the local GPU through kloop-worker, or on the "
+                                "pool's workers (kloop run --workers).")
+                           : tr("Without a GPU you can replay recorded sessions, review diffs and read traces, or "
+                                "start sessions on a pool of remote workers (ssh hosts, a Slurm partition)."));
     auto* whereLayout = new QFormLayout(whereBox);
     whereLayout->addRow(tr("Evaluate on:"), m_where);
-    whereLayout->addRow(tr("Remote:"), m_remote);
+    whereLayout->addRow(tr("Workers:"), m_workers);
+    whereLayout->addRow(m_workersError);
     whereLayout->addRow(m_gpuNote);
 
     auto* right = new QVBoxLayout;
@@ -225,6 +243,7 @@ StartPage::StartPage(QWidget* parent)
         m_catalogueLoaded = true;
         emit catalogueLoadedSignal();
     });
+    checkWorkerSpecs();
     reloadCatalogue();
 }
 
@@ -262,9 +281,35 @@ QString StartPage::selectedProblem() const
     return item ? item->data(0, Qt::UserRole).toString() : QString();
 }
 
-QString StartPage::workerLocation() const
+QString StartPage::workerSpecs() const
 {
-    return m_where->currentIndex() == 0 ? QStringLiteral("local") : m_remote->text();
+    return m_where->currentIndex() == 0 ? QString() : m_workers->text().trimmed();
+}
+
+QString StartPage::workerSpecsError() const
+{
+    return m_where->currentIndex() == 0 ? QString() : m_workersError->text();
+}
+
+void StartPage::setWorkerSpecs(const QString& specs)
+{
+    m_workers->setText(specs);
+    m_where->setCurrentIndex(specs.trimmed().isEmpty() ? 0 : 1);
+    QSettings().setValue(QStringLiteral("worker/specs"), specs.trimmed());
+}
+
+void StartPage::checkWorkerSpecs()
+{
+    QString error;
+    if (m_where->currentIndex() == 1) {
+        try {
+            (void)kl::parseWorkerSpecs(m_workers->text().trimmed().toStdString());
+        } catch (const std::exception& e) {
+            error = QString::fromStdString(e.what());
+        }
+    }
+    m_workersError->setText(error);
+    m_workersError->setVisible(!error.isEmpty());
 }
 
 void StartPage::showProblem()

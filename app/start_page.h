@@ -39,7 +39,11 @@ public:
     void setRecentSessions(const QStringList& dirs);
     void setDemoAvailable(bool available);
     QString selectedProblem() const;
-    QString workerLocation() const; // "local" or "host:port"
+    // Where new sessions evaluate: empty for this machine's GPU alone, else worker specs in kloop run --workers'
+    // grammar (local, local:GPU, ssh:[USER@]HOST[:GPU], slurm:PARTITION[:COUNT], a workers.json), remembered.
+    QString workerSpecs() const;
+    QString workerSpecsError() const; // why workerSpecs() does not parse (empty when it does)
+    void setWorkerSpecs(const QString& specs); // selects the pool choice (tests, --workers)
     QTreeWidget* catalogueView() const { return m_catalogue; }
     bool catalogueLoaded() const { return m_catalogueLoaded; }
 
@@ -60,12 +64,14 @@ signals:
 
 private:
     void showProblem();
+    void checkWorkerSpecs();
 
     QTreeWidget* m_catalogue;
     QTextBrowser* m_details;
     QListWidget* m_recent;
     QComboBox* m_where;
-    QLineEdit* m_remote;
+    QLineEdit* m_workers;
+    QLabel* m_workersError;
     QLabel* m_gpuNote;
     QLabel* m_notice;
     QWidget* m_demoButton;

@@ -481,6 +481,9 @@ namespace {
         const auto token = store->bus().subscribe([&](const Event& e) { progress.onEvent(e); });
 
         ResearchLoop loop(*store, evaluator, *agent, options);
+        std::optional<PoolStatusWriter> poolStatus; // the workbench's Workers panel reads it
+        if (pool)
+            poolStatus.emplace(*pool, store->dir(), [&](const std::string& loss) { store->note(loss); });
         g_signal.store(0);
         std::signal(SIGINT, onSignal);
         std::signal(SIGTERM, onSignal);
@@ -520,8 +523,12 @@ namespace {
                         break;
                     }
                 }
+                if (poolStatus)
+                    poolStatus->update();
                 std::this_thread::sleep_for(std::chrono::milliseconds(100));
             }
+            if (poolStatus)
+                poolStatus->update(); // the pool as the run left it
         });
         LoopResult r;
         try {

@@ -32,6 +32,9 @@ struct EvaluateOptions {
     double maxSecondsPerShape = 2.0;
     std::uint64_t seed = 0; // 0: fresh from the OS
     std::optional<CurrentBest> best; // none: no accepted candidate yet (or not in a session)
+    // The best measured on each GPU model (MeasuredOn::gpu): an evaluator with GPUs of several models judges a
+    // result against the best of the model that measures it, never another model's (none there: no best).
+    std::map<std::string, CurrentBest> bestByGpu;
 };
 
 class Evaluator {
@@ -44,6 +47,14 @@ public:
     // Verification, referee checks and timing. Never throws for a bad candidate: a crash, hang or
     // compile error is a verdict.
     virtual Evaluation evaluate(const Candidate& c, const EvaluateOptions& opt, const CancelToken& cancel) = 0;
+    // The device that took a measurement (Evaluation::measuredOn), which keys it for reuse; none when this evaluator
+    // has no GPU of that model. A pool answers for each of its GPUs.
+    virtual std::optional<DeviceInfo> deviceFor(const MeasuredOn& m) const
+    {
+        if (m.gpu.empty() || m.gpu == device().name)
+            return device();
+        return std::nullopt;
+    }
 };
 
 } // namespace kl

@@ -135,27 +135,36 @@ void ResearchLoop::restoreFromStore()
     }
     int since = 0;
     std::map<std::string, ObjectiveValue> bestByGpu;
+    std::map<std::string, CandidateId> bestIdByGpu;
     for (const CandidateId& id : s.tree.order()) {
         if (!isRecorded(s, id))
             continue;
         const auto it = s.evaluations.find(id);
         const Candidate& c = s.tree.at(id);
-        if (c.status == CandidateStatus::Accepted && it->second.objective > 0) // each beat its model's best before
+        if (c.status == CandidateStatus::Accepted && it->second.objective > 0) { // each beat its model's best before
             bestByGpu[gpuModelOf(it->second)]
                 = ObjectiveValue { it->second.objective, it->second.objectiveCiLow, it->second.objectiveCiHigh };
-        m_measured[measurementKeyFor(c, m_evaluator.problem(), m_evaluator.device(), m_options.measurementProtocol)
-                       .digest()]
-            = rawFromRecorded(it->second);
+            bestIdByGpu[gpuModelOf(it->second)] = id;
+        }
+        // Keyed by the GPU that measured it; a model this evaluator lacks is never reused for another.
+        if (const auto measuredBy = m_evaluator.deviceFor(it->second.measuredOn))
+            m_measured[measurementKeyFor(c, m_evaluator.problem(), *measuredBy, m_options.measurementProtocol).digest()]
+                = rawFromRecorded(it->second);
         ++since;
         if (c.status == CandidateStatus::Accepted && it->second.objective > 0)
             since = 0;
     }
     std::optional<CurrentBest> refereeBest = best ? currentBestOf(s, best) : std::nullopt;
+    std::map<std::string, CurrentBest> refereeBestByGpu;
+    for (const auto& [gpu, id] : bestIdByGpu)
+        if (auto b = currentBestOf(s, id))
+            refereeBestByGpu[gpu] = std::move(*b);
     std::lock_guard lock(m_mutex);
     m_best = best;
     m_bestValue = bestValue;
     m_bestByGpu = std::move(bestByGpu);
     m_refereeBest = std::move(refereeBest);
+    m_refereeBestByGpu = std::move(refereeBestByGpu);
     m_sinceImprovement = since;
 }
 
@@ -308,6 +317,8 @@ void ResearchLoop::setBest(const CandidateId& id, const ObjectiveValue& v)
         m_best = id;
         m_bestValue = v;
         m_bestByGpu[gpu] = v;
+        if (refereeBest)
+            m_refereeBestByGpu[gpu] = *refereeBest;
         m_refereeBest = std::move(refereeBest);
     }
     m_sinceImprovement = 0;
@@ -577,14 +588,17 @@ void ResearchLoop::handle(Message& m)
     } else {
         emitStep(EventKind::CandidateCompiled, m.id, { { "report", compileSummary(m.evaluation.compile) } });
     }
-    const MeasurementKey key
-        = measurementKeyFor(m.candidate, m_evaluator.problem(), m_evaluator.device(), m_options.measurementProtocol);
-    m_measured[key.digest()] = m.evaluation;
-    if (m_options.cache) {
-        try {
-            m_options.cache->record(key, m.evaluation);
-        } catch (const std::exception& ex) {
-            m_store.note(std::string("tuning database write failed: ") + ex.what());
+    // Keyed by the GPU that measured it, so a mixed pool never files one model's times under another's.
+    if (const auto measuredBy = m_evaluator.deviceFor(m.evaluation.measuredOn)) {
+        const MeasurementKey key
+            = measurementKeyFor(m.candidate, m_evaluator.problem(), *measuredBy, m_options.measurementProtocol);
+        m_measured[key.digest()] = m.evaluation;
+        if (m_options.cache) {
+            try {
+                m_options.cache->record(key, m.evaluation);
+            } catch (const std::exception& ex) {
+                m_store.note(std::string("tuning database write failed: ") + ex.what());
+            }
         }
     }
     recordDecided(m.candidate, m.evaluation, m.measured);
@@ -924,6 +938,7 @@ void ResearchLoop::deviceWorker()
             {
                 std::lock_guard lock(m_mutex);
                 options.best = m_refereeBest;
+                options.bestByGpu = m_refereeBestByGpu;
             }
             done.evaluation = m_evaluator.evaluate(job->candidate, options, cancel);
             done.evaluation.candidateId = done.id;

@@ -151,6 +151,7 @@ private:
     std::map<std::string, ObjectiveValue> m_bestByGpu;
     std::string gpuModelOf(const Evaluation& e) const;
     std::optional<CurrentBest> m_refereeBest; // what evaluate() is told about the best (EvaluateOptions::best)
+    std::map<std::string, CurrentBest> m_refereeBestByGpu; // EvaluateOptions::bestByGpu
     std::map<std::string, Evaluation> m_measured; // key digest -> the evaluator's output, this session
     int m_sinceImprovement = 0;
     bool m_agentExhausted = false;

@@ -188,7 +188,8 @@ wire::CandidateWire GpuEvaluator::candidateWire(const Candidate& c, const Compil
     for (const auto& p : parseKernelSpec(c.source).params)
         if (!w.params.count(p.name))
             w.params[p.name] = p.defaultValue;
-    w.cubin = m.cubin;
+    if (!m.cubin.empty()) // none: the worker compiles it (or has it under its key)
+        w.cubin = m.cubin;
     w.lowered = m.loweredNames;
     w.abi = m.abi;
     return w;
@@ -238,24 +239,27 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         return finish(Verdict::Rejected);
     }
     std::shared_ptr<const CompiledModule> mod;
-    try {
-        mod = compileModule(c);
-    } catch (const std::exception& ex) {
-        e.compile.log = ex.what();
-        e.reasons.push_back(makeReason("compile.error", ex.what()));
-        return finish(Verdict::CompileFailed);
-    }
-    e.compile = mod->report;
-    if (m_options.ptxChecks && !mod->ptx.empty()) {
-        mergeReasons(e.reasons,
-            referee::checkPtx(mod->ptx, m_problem,
-                detectLanguage(c.source) == KernelLanguage::Triton ? "candidate.py" : "candidate.cu"));
-        if (mod->report.ok && anyBlocking(e.reasons))
-            return finish(Verdict::Rejected); // compiled, never run
-    }
-    if (!mod->report.ok) {
-        e.reasons.push_back(makeReason("compile.error", "the candidate does not compile (see the compile log)"));
-        return finish(Verdict::CompileFailed);
+    const bool onWorker = m_options.compileOnWorker && detectLanguage(c.source) != KernelLanguage::Triton;
+    if (!onWorker) {
+        try {
+            mod = compileModule(c);
+        } catch (const std::exception& ex) {
+            e.compile.log = ex.what();
+            e.reasons.push_back(makeReason("compile.error", ex.what()));
+            return finish(Verdict::CompileFailed);
+        }
+        e.compile = mod->report;
+        if (m_options.ptxChecks && !mod->ptx.empty()) {
+            mergeReasons(e.reasons,
+                referee::checkPtx(mod->ptx, m_problem,
+                    detectLanguage(c.source) == KernelLanguage::Triton ? "candidate.py" : "candidate.cu"));
+            if (mod->report.ok && anyBlocking(e.reasons))
+                return finish(Verdict::Rejected); // compiled, never run
+        }
+        if (!mod->report.ok) {
+            e.reasons.push_back(makeReason("compile.error", "the candidate does not compile (see the compile log)"));
+            return finish(Verdict::CompileFailed);
+        }
     }
     if (cancel.cancelled())
         return finish(Verdict::Rejected);
@@ -276,6 +280,50 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     if (!m_deviceReady.load(std::memory_order_acquire)) {
         m_device = m_client->device();
         m_deviceReady.store(true, std::memory_order_release);
+    }
+
+    e.measuredOn = { m_client->options().name, m_device.name, m_device.uuid };
+    auto failFromReply = [&](const WorkerClient::Reply& r, const std::string& phase) {
+        if (r.status == WorkerClient::Status::Lost || (r.status == WorkerClient::Status::Crashed && !r.fatal))
+            m_lastOutcome = WorkerOutcome::Lost;
+        if (r.status == WorkerClient::Status::Lost) {
+            e.reasons.push_back(makeReason(
+                "worker.lost", phase + ": " + r.error + "; nothing it measured is kept and it will be restarted"));
+            return finish(Verdict::Crashed);
+        }
+        if (r.status == WorkerClient::Status::Crashed) {
+            e.reasons.push_back(
+                makeReason("worker.crashed", phase + ": the worker died (" + r.error + "); it was restarted"));
+            return finish(Verdict::Crashed);
+        }
+        if (r.status == WorkerClient::Status::TimedOut) {
+            e.reasons.push_back(makeReason("worker.timeout", phase + ": " + r.error + "; it was restarted"));
+            return finish(Verdict::TimedOut);
+        }
+        e.reasons.push_back(makeReason("harness.error", phase + ": " + r.error));
+        return finish(Verdict::Rejected);
+    };
+
+    if (onWorker) {
+        wire::CompileRequest compileReq;
+        compileReq.candidate = candidateWire(c, CompiledModule {});
+        const auto compiled = m_client->call(compileReq, m_options.verifyTimeoutSeconds);
+        if (!compiled.ok())
+            return failFromReply(compiled.reply, "compilation on the worker");
+        auto onHost = std::make_shared<CompiledModule>();
+        onHost->report = compiled.value->report;
+        onHost->key = compiled.value->key;
+        mod = onHost;
+        e.compile = mod->report;
+        if (!mod->report.ok) {
+            e.reasons.push_back(makeReason("compile.error",
+                "the candidate does not compile on worker " + m_client->options().name + " (see the compile log)"));
+            return finish(Verdict::CompileFailed);
+        }
+        e.reasons.push_back(makeReason("referee.ptx-unchecked",
+            "compiled on worker " + m_client->options().name
+                + "'s host (workers.json \"compile\": \"worker\"): the client has no PTX, so the PTX rules did not run",
+            false));
     }
 
     // Visible shapes (verify + tuning), then held-out shapes drawn fresh for this check.
@@ -299,28 +347,6 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     verifyReq.seed = seed;
     verifyReq.cupti = m_options.cupti;
     verifyReq.graphCheck = m_options.graphCheck;
-
-    e.measuredOn = { m_client->options().name, m_device.name, m_device.uuid };
-    auto failFromReply = [&](const WorkerClient::Reply& r, const std::string& phase) {
-        if (r.status == WorkerClient::Status::Lost || (r.status == WorkerClient::Status::Crashed && !r.fatal))
-            m_lastOutcome = WorkerOutcome::Lost;
-        if (r.status == WorkerClient::Status::Lost) {
-            e.reasons.push_back(makeReason(
-                "worker.lost", phase + ": " + r.error + "; nothing it measured is kept and it will be restarted"));
-            return finish(Verdict::Crashed);
-        }
-        if (r.status == WorkerClient::Status::Crashed) {
-            e.reasons.push_back(
-                makeReason("worker.crashed", phase + ": the worker died (" + r.error + "); it was restarted"));
-            return finish(Verdict::Crashed);
-        }
-        if (r.status == WorkerClient::Status::TimedOut) {
-            e.reasons.push_back(makeReason("worker.timeout", phase + ": " + r.error + "; it was restarted"));
-            return finish(Verdict::TimedOut);
-        }
-        e.reasons.push_back(makeReason("harness.error", phase + ": " + r.error));
-        return finish(Verdict::Rejected);
-    };
 
     const auto verify = m_client->call(verifyReq, m_options.verifyTimeoutSeconds);
     if (!verify.ok())

@@ -34,6 +34,10 @@ struct GpuEvaluatorOptions {
     bool staticChecks = true; // referee::checkSource before compiling, when the referee is built in
     bool ptxChecks = true; // referee::checkPtx on the compiled PTX, before anything runs
     bool physicsChecks = true;
+    // The worker's host compiles CUDA candidates (op compile, its NVRTC for its GPU) instead of this client: for a
+    // client with few cores. The client then has no PTX, so the PTX rules cannot run; the result says so
+    // (referee.ptx-unchecked, which asks for review).
+    bool compileOnWorker = false;
 };
 
 class GpuEvaluator final : public Evaluator {

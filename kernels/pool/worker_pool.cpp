@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <thread>
 
 namespace kl {
@@ -60,6 +62,7 @@ WorkerPool::WorkerPool(Problem problem, std::vector<WorkerSpec> specs, GpuEvalua
         o.worker.remote = spec.remote();
         o.worker.heartbeatSeconds = spec.heartbeatSeconds;
         o.worker.installHint = workerInstallHint(spec);
+        o.compileOnWorker = spec.compileOnWorker;
         anySsh = anySsh || (spec.controlMaster && (spec.kind == WorkerSpec::Kind::Ssh || !spec.login.empty()));
         slot->evaluator = std::make_unique<GpuEvaluator>(m_problem, o);
         slot->status.id = spec.id;
@@ -96,12 +99,11 @@ int WorkerPool::start()
             const auto& hello = s.evaluator->client().hello();
             s.status.starts = s.evaluator->client().starts();
             if (!error.empty()) {
-                s.usable = false;
-                s.status.state = "unavailable";
-                s.status.lastError = error;
+                markUnavailable(s, error);
                 return;
             }
             s.status.state = "idle";
+            s.ranBefore = true;
             s.status.gpu = d.name;
             s.status.uuid = d.uuid;
             s.status.arch = d.arch;
@@ -132,12 +134,24 @@ const DeviceInfo& WorkerPool::device() const
 CompileReport WorkerPool::compile(const Candidate& c)
 {
     std::vector<GpuEvaluator*> perArch;
+    bool anyCompilesOnWorker = false;
     {
         std::lock_guard lock(m_mutex);
         std::set<std::string> archs;
-        for (const auto& s : m_slots)
-            if (s->usable && !s->status.arch.empty() && archs.insert(s->status.arch).second)
+        for (const auto& s : m_slots) {
+            if (!s->usable || s->status.arch.empty())
+                continue;
+            if (s->spec.compileOnWorker)
+                anyCompilesOnWorker = true; // its host compiles when it evaluates
+            else if (archs.insert(s->status.arch).second)
                 perArch.push_back(s->evaluator.get());
+        }
+    }
+    if (perArch.empty() && anyCompilesOnWorker) {
+        CompileReport onWorkers;
+        onWorkers.ok = true;
+        onWorkers.log = "compiled on each worker's host when it evaluates (workers.json \"compile\": \"worker\")";
+        return onWorkers;
     }
     if (perArch.empty())
         throw std::runtime_error(noWorkerLeft());
@@ -145,6 +159,25 @@ CompileReport WorkerPool::compile(const Candidate& c)
     for (std::size_t i = 1; i < perArch.size(); ++i)
         (void)perArch[i]->compile(c); // the other architectures' CUBINs, so evaluate() finds them cached
     return first;
+}
+
+std::optional<DeviceInfo> WorkerPool::deviceFor(const MeasuredOn& m) const
+{
+    if (m.gpu.empty()) // measured nowhere (a compile failure) or recorded before pools: the session's device
+        return device();
+    std::lock_guard lock(m_mutex);
+    const Slot* sameModel = nullptr;
+    for (const auto& s : m_slots) {
+        if (s->status.gpu.empty() || s->status.gpu != m.gpu)
+            continue; // never started, or another model
+        if (s->spec.id == m.worker)
+            return s->evaluator->device(); // known since it started: no request
+        if (!sameModel)
+            sameModel = s.get();
+    }
+    if (sameModel)
+        return sameModel->evaluator->device();
+    return std::nullopt;
 }
 
 std::string WorkerPool::noWorkerLeft() const
@@ -163,12 +196,13 @@ int WorkerPool::acquire(const std::set<int>& avoid, const CancelToken& cancel)
     int chosen = -1;
     for (;;) {
         bool anyCandidate = false;
+        const auto now = std::chrono::steady_clock::now();
         for (std::size_t i = 0; i < m_slots.size(); ++i) {
             const Slot& s = *m_slots[i];
             if (!s.usable || avoid.count(static_cast<int>(i)))
                 continue;
-            anyCandidate = true;
-            if (!s.busy) {
+            anyCandidate = true; // a lost one is waited for: it is reconnected after its backoff
+            if (!s.busy && s.retryAt <= now) {
                 chosen = static_cast<int>(i);
                 break;
             }
@@ -192,7 +226,7 @@ void WorkerPool::release(int i, const Evaluation* measured)
     s.busy = false;
     s.status.candidate.clear();
     if (s.usable)
-        s.status.state = "idle";
+        s.status.state = s.retryAt > std::chrono::steady_clock::now() ? "lost" : "idle";
     s.status.starts = s.evaluator->client().starts();
     if (const auto& hello = s.evaluator->client().hello(); hello.pid)
         s.status.pid = hello.pid;
@@ -206,10 +240,8 @@ void WorkerPool::release(int i, const Evaluation* measured)
     m_cv.notify_all();
 }
 
-void WorkerPool::markUnavailable(int i, const std::string& why)
+void WorkerPool::markUnavailable(Slot& s, const std::string& why)
 {
-    std::lock_guard lock(m_mutex);
-    Slot& s = *m_slots[static_cast<std::size_t>(i)];
     s.usable = false;
     s.status.state = "unavailable";
     s.status.lastError = why;
@@ -221,36 +253,96 @@ int WorkerPool::waiting() const
     return m_waiting;
 }
 
-std::vector<PoolWorkerStatus> WorkerPool::status() const
+void WorkerPool::setReconnectPolicy(double firstBackoffSeconds, double maxBackoffSeconds, int reconnectAttempts)
 {
     std::lock_guard lock(m_mutex);
-    std::vector<PoolWorkerStatus> out;
+    m_firstBackoffSeconds = std::max(0.0, firstBackoffSeconds);
+    m_maxBackoffSeconds = std::max(m_firstBackoffSeconds, maxBackoffSeconds);
+    m_reconnectAttempts = std::max(1, reconnectAttempts);
+}
+
+void WorkerPool::backOff(Slot& s, const std::string& why)
+{
+    const double wait = std::min(m_maxBackoffSeconds, m_firstBackoffSeconds * std::pow(2.0, s.failedStarts));
+    s.retryAt = std::chrono::steady_clock::now()
+        + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(wait));
+    s.status.state = "lost";
+    s.status.lastError = why;
+}
+
+PoolWorkerStatus WorkerPool::statusOf(const Slot& s) const
+{
+    PoolWorkerStatus w = s.status;
+    if (w.state == "lost") {
+        const auto left = std::chrono::duration<double>(s.retryAt - std::chrono::steady_clock::now()).count();
+        w.reconnectInSeconds = left > 0 ? std::ceil(left) : 0; // whole seconds: snapshots change only when shown
+    }
+    return w;
+}
+
+std::vector<PoolWorkerStatus> WorkerPool::status() const
+{
+    return snapshot().workers;
+}
+
+PoolSnapshot WorkerPool::snapshot() const
+{
+    std::lock_guard lock(m_mutex);
+    PoolSnapshot pool;
     for (const auto& s : m_slots)
-        out.push_back(s->status);
-    return out;
+        pool.workers.push_back(statusOf(*s));
+    pool.waiting = m_waiting;
+    return pool;
 }
 
 Evaluation WorkerPool::runOn(int i, const Candidate& c, const EvaluateOptions& opt, const CancelToken& cancel)
 {
+    std::string gpu;
     {
         std::lock_guard lock(m_mutex);
         m_slots[static_cast<std::size_t>(i)]->status.candidate = c.id;
+        gpu = m_slots[static_cast<std::size_t>(i)]->status.gpu;
     }
     GpuEvaluator& ev = *m_slots[static_cast<std::size_t>(i)]->evaluator;
-    Evaluation e = ev.evaluate(c, opt, cancel);
+    Evaluation e;
+    if (opt.bestByGpu.empty()) {
+        e = ev.evaluate(c, opt, cancel);
+    } else {
+        EvaluateOptions onThisGpu = opt; // another model's best is no yardstick for a jump
+        const auto best = opt.bestByGpu.find(gpu);
+        onThisGpu.best = best != opt.bestByGpu.end() ? std::optional<CurrentBest>(best->second) : std::nullopt;
+        e = ev.evaluate(c, onThisGpu, cancel);
+    }
     const auto outcome = ev.lastWorkerOutcome();
     if (outcome == GpuEvaluator::WorkerOutcome::Unavailable) {
-        markUnavailable(i, firstMessage(e, "harness.worker-unavailable"));
+        const std::string why = firstMessage(e, "harness.worker-unavailable");
+        {
+            std::lock_guard lock(m_mutex);
+            Slot& s = *m_slots[static_cast<std::size_t>(i)];
+            // A worker that ran before gets its reconnects; one that never ran is passed over.
+            if (!s.ranBefore)
+                markUnavailable(s, why);
+            else if (++s.failedStarts < m_reconnectAttempts)
+                backOff(s, "reconnect " + std::to_string(s.failedStarts) + " failed: " + why);
+            else
+                markUnavailable(s, "gave up after " + std::to_string(s.failedStarts) + " failed reconnects: " + why);
+        }
         release(i, nullptr);
         return e;
     }
-    if (outcome == GpuEvaluator::WorkerOutcome::Lost) {
+    {
         std::lock_guard lock(m_mutex);
         Slot& s = *m_slots[static_cast<std::size_t>(i)];
-        ++s.status.lost;
-        for (const auto& r : e.reasons)
-            if (r.rule == "worker.lost" || r.rule == "worker.crashed")
-                s.status.lastError = r.message;
+        s.failedStarts = 0;
+        s.ranBefore = true;
+        if (outcome == GpuEvaluator::WorkerOutcome::Lost) {
+            ++s.status.lost;
+            std::string why;
+            for (const auto& r : e.reasons)
+                if (r.rule == "worker.lost" || r.rule == "worker.crashed")
+                    why = r.message;
+            backOff(s, why);
+        }
     }
     release(i, &e);
     return e;
@@ -278,7 +370,10 @@ Evaluation WorkerPool::evaluate(const Candidate& c, const EvaluateOptions& opt, 
         Evaluation e = runOn(i, c, opt, cancel);
         const auto outcome = m_slots[static_cast<std::size_t>(i)]->evaluator->lastWorkerOutcome();
         if (outcome == GpuEvaluator::WorkerOutcome::Unavailable) {
-            avoid.insert(i); // never started: not an attempt, try the next worker
+            // Not an attempt: try the next worker, or this one again once its backoff is over.
+            std::lock_guard lock(m_mutex);
+            if (!m_slots[static_cast<std::size_t>(i)]->usable)
+                avoid.insert(i);
             continue;
         }
         if (!lostOn.empty()) {
@@ -296,6 +391,31 @@ Evaluation WorkerPool::evaluate(const Candidate& c, const EvaluateOptions& opt, 
         firstAttempt = std::move(e);
     }
     return firstAttempt;
+}
+
+void PoolStatusWriter::update()
+{
+    PoolSnapshot now = m_pool.snapshot();
+    if (m_last && *m_last == now)
+        return;
+    if (m_onLoss)
+        for (std::size_t i = 0; i < now.workers.size(); ++i) {
+            const PoolWorkerStatus& w = now.workers[i];
+            const bool said = m_last && i < m_last->workers.size() && m_last->workers[i].lost == w.lost
+                && m_last->workers[i].state == w.state;
+            if (said || (w.state != "lost" && w.state != "unavailable"))
+                continue;
+            m_onLoss("worker " + w.id
+                + (w.state == "lost" ? " was lost (reconnecting after a backoff): " : " given up: ") + w.lastError);
+        }
+    try {
+        writePoolStatus(m_dir, now);
+    } catch (const std::exception& e) {
+        if (!m_warned)
+            std::cerr << "kloop run: cannot write the workers' status for the workbench: " << e.what() << "\n";
+        m_warned = true;
+    }
+    m_last = std::move(now);
 }
 
 CandidateProfile PoolProfiler::profile(const Candidate& c, const CancelToken& cancel)

@@ -201,7 +201,7 @@ std::vector<WorkerSpec> loadWorkersFile(const std::filesystem::path& file)
     if (!j.is_object() || !j.contains("workers") || !j.at("workers").is_array())
         throw InputError(where + ": expected {\"workers\": [...]}");
     static const std::set<std::string> known = { "spec", "worker", "ssh_options", "srun_options", "login",
-        "environment", "control_master", "heartbeat_seconds" };
+        "environment", "control_master", "heartbeat_seconds", "compile" };
     std::vector<WorkerSpec> out;
     const auto& workers = j.at("workers");
     for (std::size_t i = 0; i < workers.size(); ++i) {
@@ -213,7 +213,7 @@ std::vector<WorkerSpec> loadWorkersFile(const std::filesystem::path& file)
             if (!known.count(it.key()))
                 throw InputError(w + "." + it.key()
                     + ": unknown field (spec, worker, ssh_options, srun_options, "
-                      "login, environment, control_master, heartbeat_seconds)");
+                      "login, environment, control_master, heartbeat_seconds, compile)");
         std::vector<WorkerSpec> specs;
         try {
             const std::string spec = jsonfield::string(e, "spec", w);
@@ -234,6 +234,10 @@ std::vector<WorkerSpec> loadWorkersFile(const std::filesystem::path& file)
             if (!s.login.empty() && !validHost(s.login))
                 throw InputError(w + ".login: '" + s.login + "' is not a host name");
             s.controlMaster = jsonfield::booleanOr(e, "control_master", true, w);
+            const std::string compile = jsonfield::stringOr(e, "compile", "client", w);
+            if (compile != "client" && compile != "worker")
+                throw InputError(w + ".compile: '" + compile + "' is neither \"client\" (the default) nor \"worker\"");
+            s.compileOnWorker = compile == "worker";
             s.heartbeatSeconds = jsonfield::numberOr(e, "heartbeat_seconds", 10, w);
             if (!(s.heartbeatSeconds >= 0) || s.heartbeatSeconds > 3600)
                 throw InputError(w + ".heartbeat_seconds: expected 0-3600 (0: no heartbeat)");
@@ -262,7 +266,10 @@ std::vector<WorkerSpec> loadWorkersFile(const std::filesystem::path& file)
 std::vector<WorkerSpec> parseWorkerSpecs(const std::string& text)
 {
     std::vector<WorkerSpec> out;
-    for (const std::string& item : split(text, ',')) {
+    for (std::string item : split(text, ',')) {
+        // "local, ssh:box" as people type it (the start page, a quoted --workers)
+        item.erase(0, item.find_first_not_of(" \t"));
+        item.erase(item.find_last_not_of(" \t") + 1);
         if (item.empty())
             throw InputError("worker specs '" + text + "': an empty item");
         std::vector<WorkerSpec> more

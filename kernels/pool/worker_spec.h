@@ -8,7 +8,8 @@
 //   slurm:PARTITION[:COUNT]
 //                      COUNT workers, each "srun --partition=PARTITION --gres=gpu:1 kloop-worker" (a job step
 //                      inside an allocation, else its own allocation)
-//   FILE.json          {"workers": [{"spec": "...", ...}]}, each entry a spec plus the options below
+//   FILE.json          {"workers": [{"spec": "...", ...}]}, each entry a spec plus the options below (and
+//                      "compile": "worker" to compile CUDA candidates on the worker's host instead of the client)
 // Items are separated by commas. Bad input is an InputError naming the spec, or the file and the field.
 // KernelLoop stores no secret: authentication is ssh's and Slurm's (munge) business.
 #include <filesystem>
@@ -33,6 +34,7 @@ struct WorkerSpec {
     std::vector<std::string> srunOptions; // extra srun arguments ("--time=8:00:00", "--account=lab")
     std::map<std::string, std::string> environment; // for the worker process
     bool controlMaster = true; // ssh: share one connection per host (ControlMaster=auto, ControlPersist)
+    bool compileOnWorker = false; // workers.json "compile": "worker": its host's NVRTC compiles, not the client's
     double heartbeatSeconds = 10;
     bool remote() const { return kind != Kind::Local; }
 };

@@ -7,6 +7,7 @@
 #include "app/session_worker.h"
 #include "core/live_agent_stream.h"
 #include "session_fixture.h"
+#include "wait_until.h"
 
 #include <QElapsedTimer>
 #include <QSignalSpy>
@@ -18,14 +19,7 @@ using namespace kl::app;
 
 namespace {
 
-template <typename Pred> bool waitUntil(Pred pred, int timeoutMs = 10000)
-{
-    QElapsedTimer clock;
-    clock.start();
-    while (!pred() && clock.elapsed() < timeoutMs)
-        QTest::qWait(10);
-    return pred();
-}
+using kl::test::waitUntil;
 
 // What kloop run's LLM hooks do: each agent record goes through the stream writer (which names the stream in
 // it), then to the journal.

@@ -19,6 +19,7 @@
 #include "dispatch_latency.h"
 #include "kernels/export/exporter.h"
 #include "session_fixture.h"
+#include "wait_until.h"
 
 #include <QAbstractButton>
 #include <QApplication>
@@ -62,14 +63,7 @@ bool openAndWait(MainWindow& w, const std::filesystem::path& dir, OpenMode mode,
     return ready.count() > 0 || ready.wait(10000);
 }
 
-template <typename Pred> bool waitUntil(Pred pred, int timeoutMs = 10000)
-{
-    QElapsedTimer clock;
-    clock.start();
-    while (!pred() && clock.elapsed() < timeoutMs)
-        QTest::qWait(10);
-    return pred();
-}
+using kl::test::waitUntil;
 
 // Measures the longest gap between ticks of a 5 ms timer on the GUI thread: any handler that blocks the event
 // loop shows up as a gap. Wall-clock gaps also count time the thread was merely waiting for a core (a loaded

@@ -476,10 +476,13 @@ public:
     Evaluation evaluate(const Candidate& c, const EvaluateOptions& opt, const CancelToken& cancel) override
     {
         Evaluation e = m_inner.evaluate(c, opt, cancel);
+        bestsByGpu.push_back(opt.bestByGpu);
         const bool onB = c.params.count("BLOCK") && c.params.at("BLOCK") == 64;
         e.measuredOn = { onB ? "ssh:b" : "local", onB ? "GPU model B" : "GPU model A", "" };
         return e;
     }
+
+    std::vector<std::map<std::string, CurrentBest>> bestsByGpu; // what each evaluate() was told, in order
 
 private:
     SyntheticEvaluatorForTests& m_inner;
@@ -512,6 +515,13 @@ TEST(ResearchLoop, ADecisionComparesOnlyMeasurementsOfOneGpuModel)
     EXPECT_EQ(s.tree.at(ids[1]).status, CandidateStatus::Accepted) << "1.3x is not compared with another model's 1.5x";
     EXPECT_EQ(s.tree.at(ids[2]).status, CandidateStatus::Rejected) << "1.2x on A loses to A's 1.5x";
     EXPECT_EQ(s.evaluations.at(ids[1]).measuredOn.gpu, "GPU model B");
+    // The referee is handed each model's own best, so a jump is judged against the model that measures it.
+    ASSERT_EQ(pool.bestsByGpu.size(), 3u);
+    EXPECT_TRUE(pool.bestsByGpu[0].empty());
+    EXPECT_EQ(pool.bestsByGpu[1].size(), 1u);
+    ASSERT_EQ(pool.bestsByGpu[2].size(), 2u);
+    EXPECT_DOUBLE_EQ(pool.bestsByGpu[2].at("GPU model A").objective, s.evaluations.at(ids[0]).objective);
+    EXPECT_DOUBLE_EQ(pool.bestsByGpu[2].at("GPU model B").objective, s.evaluations.at(ids[1]).objective);
 
     // The GPU that measured it is in the journal, read back as written.
     const Session readBack = SessionStore::load(f.dir);

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <future>
 #include <gtest/gtest.h>
 
@@ -15,53 +14,6 @@ using namespace kl;
 using namespace kl::test;
 
 namespace {
-
-GpuEvaluatorOptions doubleOptions()
-{
-    GpuEvaluatorOptions o;
-    o.worker.command = { KL_FAKE_WORKER_PATH };
-    o.compileCacheDir = fs::temp_directory_path() / ("kl-pool-cache-" + std::to_string(::getpid()));
-    o.compileThreads = 2;
-    o.worker.startTimeoutSeconds = 60;
-    return o;
-}
-
-EvaluateOptions quick()
-{
-    EvaluateOptions o;
-    o.heldOutCount = 1;
-    o.seed = 7;
-    return o;
-}
-
-std::string reasonsOf(const Evaluation& e)
-{
-    std::string s;
-    for (const auto& r : e.reasons)
-        s += r.rule + ": " + r.message + "\n";
-    return s;
-}
-
-bool hasRule(const Evaluation& e, const std::string& rule)
-{
-    return std::any_of(e.reasons.begin(), e.reasons.end(), [&](const VerdictReason& r) { return r.rule == rule; });
-}
-
-nlohmann::json sshWorker(const LoopbackSshd& sshd, int gpu, const fs::path& busy)
-{
-    return { { "spec", "ssh:127.0.0.1:" + std::to_string(sshd.port()) + ":" + std::to_string(gpu) },
-        { "worker", KL_FAKE_WORKER_PATH }, { "ssh_options", sshd.sshOptions() },
-        { "environment", { { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } } } };
-}
-
-fs::path writeWorkers(const std::string& tag, const nlohmann::json& workers)
-{
-    const fs::path f = fs::temp_directory_path() / ("kl-workers-" + std::to_string(::getpid()) + "-" + tag + ".json");
-    // A braced list of one entry arrives as that entry itself.
-    const nlohmann::json list = workers.is_array() ? workers : nlohmann::json::array({ workers });
-    std::ofstream(f) << nlohmann::json { { "workers", list } }.dump(2);
-    return f;
-}
 
 // kill -9 of the worker that begins the slow time op; the evaluation must come back, measured elsewhere.
 void killMidEvaluationAndExpectRetry(WorkerPool& pool, const Problem& p, const fs::path& busy)
@@ -161,9 +113,7 @@ TEST(SlurmWorkers, ThroughSrunInARealClusterMeasureAndAKilledOneIsRetried)
         GTEST_SKIP() << why;
     const Problem p = poolProblem();
     const fs::path busy = busyFile("slurm");
-    const fs::path file = writeWorkers("slurm",
-        { { { "spec", "slurm:" + slurm->partition() + ":2" }, { "worker", KL_FAKE_WORKER_PATH },
-            { "environment", { { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } } } } });
+    const fs::path file = writeWorkers("slurm", slurmWorkers(*slurm, 2, busy));
     WorkerPool pool(p, parseWorkerSpecs(file.string()), doubleOptions());
     ASSERT_EQ(pool.start(), 2) << pool.status()[0].lastError << " / " << pool.status()[1].lastError;
     for (const auto& w : pool.status())

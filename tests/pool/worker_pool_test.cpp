@@ -17,38 +17,11 @@ using namespace kl::test;
 
 namespace {
 
-GpuEvaluatorOptions doubleOptions(const std::vector<std::pair<std::string, std::string>>& env = {})
+fs::path freshDir(const std::string& tag)
 {
-    GpuEvaluatorOptions o;
-    o.worker.command = { KL_FAKE_WORKER_PATH };
-    o.worker.environment = env;
-    o.compileCacheDir = fs::temp_directory_path() / ("kl-pool-cache-" + std::to_string(::getpid()));
-    o.compileThreads = 2;
-    return o;
-}
-
-EvaluateOptions quick()
-{
-    EvaluateOptions o;
-    o.heldOutCount = 1;
-    o.seed = 7;
-    return o;
-}
-
-bool hasRule(const Evaluation& e, const std::string& rule)
-{
-    for (const auto& r : e.reasons)
-        if (r.rule == rule)
-            return true;
-    return false;
-}
-
-std::string reasonsOf(const Evaluation& e)
-{
-    std::string s;
-    for (const auto& r : e.reasons)
-        s += r.rule + ": " + r.message + "\n";
-    return s;
+    const fs::path d = fs::temp_directory_path() / ("kl-pool-run-" + std::to_string(::getpid()) + "-" + tag);
+    fs::remove_all(d);
+    return d;
 }
 
 } // namespace
@@ -154,6 +127,217 @@ TEST(WorkerPool, AWorkerThatCannotStartIsPassedOverAndNoneLeftStopsTheRun)
     fs::remove(file);
 }
 
+TEST(WorkerPool, ALostWorkerIsReconnectedAfterItsBackoff)
+{
+    const Problem p = poolProblem();
+    const fs::path busy = busyFile("backoff");
+    fs::remove(busy);
+    WorkerPool pool(p, parseWorkerSpecs("local"), doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } }));
+    pool.setReconnectPolicy(1.5, 60, 5);
+    ASSERT_EQ(pool.start(), 1);
+    const auto killed = evaluateAndKillMidway(pool, p, busy, quick());
+    ASSERT_TRUE(killed) << "no worker began the time op, or the pool hung";
+    EXPECT_EQ(killed->verdict, Verdict::Crashed) << "recorded, with nowhere else to retry";
+    const auto lost = pool.status()[0];
+    EXPECT_EQ(lost.state, "lost");
+    EXPECT_GT(lost.reconnectInSeconds, 0);
+    EXPECT_NE(lost.lastError.find("died"), std::string::npos) << lost.lastError;
+
+    const auto before = std::chrono::steady_clock::now();
+    const Evaluation again = pool.evaluate(markedCandidate(p, "d", "x"), quick(), CancelToken());
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+    EXPECT_EQ(again.verdict, Verdict::Correct) << reasonsOf(again);
+    EXPECT_GE(waited, 1.0) << "the next evaluation waited out the backoff before starting the worker again";
+    const auto back = pool.status()[0];
+    EXPECT_EQ(back.state, "idle");
+    EXPECT_EQ(back.starts, 2);
+    EXPECT_EQ(back.reconnectInSeconds, 0);
+}
+
+TEST(WorkerPool, TheStatusWriterSaysEachLossOnceAndWritesTheSnapshot)
+{
+    const Problem p = poolProblem();
+    const fs::path busy = busyFile("writer");
+    const fs::path dir = freshDir("writer");
+    fs::create_directories(dir);
+    fs::remove(busy);
+    WorkerPool pool(
+        p, parseWorkerSpecs("local:0,local:1"), doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } }));
+    ASSERT_EQ(pool.start(), 2);
+    std::vector<std::string> said;
+    PoolStatusWriter writer(pool, dir, [&](const std::string& loss) { said.push_back(loss); });
+    writer.update();
+    ASSERT_TRUE(readPoolStatus(dir));
+    EXPECT_EQ(readPoolStatus(dir)->workers.size(), 2u);
+    EXPECT_TRUE(said.empty());
+    ASSERT_TRUE(evaluateAndKillMidway(pool, p, busy, quick()));
+    writer.update();
+    writer.update();
+    ASSERT_EQ(said.size(), 1u) << "one loss, said once";
+    EXPECT_NE(said[0].find("was lost (reconnecting after a backoff)"), std::string::npos) << said[0];
+    int lost = 0;
+    const auto onDisk = readPoolStatus(dir);
+    ASSERT_TRUE(onDisk);
+    for (const auto& w : onDisk->workers)
+        lost += w.lost;
+    EXPECT_EQ(lost, 1) << "the snapshot on disk has it";
+    fs::remove_all(dir);
+}
+
+TEST(WorkerPool, AWorkerThatCannotBeReconnectedIsGivenUpNotRetriedForever)
+{
+    const Problem p = poolProblem();
+    const fs::path busy = busyFile("giveup");
+    const fs::path gate = busyFile("giveup-gate");
+    const fs::path wrapper = busyFile("giveup-worker.sh");
+    fs::remove(busy);
+    std::ofstream(gate) << "open";
+    // The worker's host: it starts the worker while the gate is there, and refuses once it is gone.
+    std::ofstream(wrapper) << "#!/bin/sh\n[ -e '" << gate.string()
+                           << "' ] || { echo 'host is down' >&2; exit 3; }\nexec '" << KL_FAKE_WORKER_PATH
+                           << "' \"$@\"\n";
+    fs::permissions(wrapper, fs::perms::owner_all);
+    GpuEvaluatorOptions o = doubleOptions({ { "KL_FAKE_WORKER_BUSY_FILE", busy.string() } });
+    o.worker.command = { wrapper.string() };
+    WorkerPool pool(p, parseWorkerSpecs("local"), o);
+    pool.setReconnectPolicy(0.05, 0.2, 3);
+    ASSERT_EQ(pool.start(), 1) << pool.status()[0].lastError;
+    const auto killed = evaluateAndKillMidway(pool, p, busy, quick(), nullptr, [&] { fs::remove(gate); });
+    ASSERT_TRUE(killed);
+    EXPECT_EQ(killed->verdict, Verdict::Crashed);
+    auto next = std::async(
+        std::launch::async, [&] { return pool.evaluate(markedCandidate(p, "d", "x"), quick(), CancelToken()); });
+    ASSERT_EQ(next.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "three reconnects, then it stops";
+    EXPECT_THROW(next.get(), std::runtime_error) << "no worker left: the loop stops";
+    const auto gone = pool.status()[0];
+    EXPECT_EQ(gone.state, "unavailable");
+    EXPECT_NE(gone.lastError.find("gave up after 3 failed reconnects"), std::string::npos) << gone.lastError;
+    EXPECT_EQ(gone.starts, 4) << "the first start and three reconnects";
+    fs::remove(wrapper);
+    fs::remove(busy);
+}
+
+namespace {
+
+// Two workers of the test double posing as two GPU models.
+fs::path mixedModelWorkers(const std::string& tag)
+{
+    return writeWorkers(tag,
+        { { { "spec", "local:0" }, { "environment", { { "KL_FAKE_WORKER_DEVICE", "Model A" } } } },
+            { { "spec", "local:1" }, { "environment", { { "KL_FAKE_WORKER_DEVICE", "Model B" } } } } });
+}
+
+} // namespace
+
+TEST(WorkerPool, AWorkerAskedToCompileGetsTheSourceAndTheClientCompilesNothing)
+{
+    const Problem p = poolProblem();
+    auto clientCompiled = [](const fs::path& cache) {
+        std::error_code ec;
+        return fs::exists(cache, ec) ? std::distance(fs::directory_iterator(cache), fs::directory_iterator()) : 0;
+    };
+    for (const bool onWorker : { false, true }) {
+        SCOPED_TRACE(onWorker ? "compile: worker" : "compile: client");
+        const fs::path file
+            = writeWorkers("compile", { { "spec", "local" }, { "compile", onWorker ? "worker" : "client" } });
+        GpuEvaluatorOptions o = doubleOptions();
+        o.compileCacheDir = freshDir(onWorker ? "cache-worker" : "cache-client");
+        WorkerPool pool(p, parseWorkerSpecs(file.string()), o);
+        ASSERT_EQ(pool.start(), 1);
+        const Candidate c = markedCandidate(p, "c", onWorker ? "compiled there" : "compiled here");
+        EXPECT_TRUE(pool.compile(c).ok);
+        const Evaluation e = pool.evaluate(c, quick(), CancelToken());
+        // Verified and timed either way; without the PTX rules a human looks before it counts.
+        EXPECT_EQ(e.verdict, onWorker ? Verdict::PendingReview : Verdict::Correct) << reasonsOf(e);
+        EXPECT_TRUE(e.correctEverywhere());
+        EXPECT_GT(e.objective, 0);
+        EXPECT_TRUE(e.compile.ok);
+        EXPECT_EQ(hasRule(e, "referee.ptx-unchecked"), onWorker) << reasonsOf(e);
+        EXPECT_EQ(clientCompiled(o.compileCacheDir) == 0, onWorker)
+            << "the client's NVRTC cache holds the CUBIN only when the client compiled";
+
+        Candidate broken = c;
+        broken.id = "broken";
+        broken.source += "\nthis is not CUDA;\n";
+        const Evaluation bad = pool.evaluate(broken, quick(), CancelToken());
+        EXPECT_EQ(bad.verdict, Verdict::CompileFailed) << reasonsOf(bad);
+        EXPECT_NE(bad.compile.log.find("error"), std::string::npos) << "the compiler's own log: " << bad.compile.log;
+        fs::remove_all(o.compileCacheDir);
+        fs::remove(file);
+    }
+}
+
+TEST(WorkerPool, APoolOfTwoArchitecturesCompilesACubinForEach)
+{
+    const Problem p = poolProblem();
+    const fs::path file = writeWorkers("archs",
+        { { { "spec", "local:0" } },
+            { { "spec", "local:1" }, { "environment", { { "KL_FAKE_WORKER_ARCH", "sm_86" } } } } });
+    GpuEvaluatorOptions o = doubleOptions();
+    o.compileCacheDir = freshDir("cache-archs");
+    WorkerPool pool(p, parseWorkerSpecs(file.string()), o);
+    ASSERT_EQ(pool.start(), 2);
+    std::set<std::string> archs;
+    for (const auto& w : pool.status())
+        archs.insert(w.arch);
+    ASSERT_EQ(archs.size(), 2u);
+    const Candidate c = markedCandidate(p, "c", "two archs");
+    ASSERT_TRUE(pool.compile(c).ok);
+    std::set<std::string> cubins;
+    for (const auto& f : fs::directory_iterator(o.compileCacheDir))
+        if (f.path().extension() == ".cubin")
+            cubins.insert(f.path().stem().string());
+    EXPECT_EQ(cubins.size(), 2u) << "one CUBIN per architecture in the pool";
+    // Each worker then evaluates its own architecture's CUBIN, found in the cache.
+    auto fa = std::async(std::launch::async, [&] {
+        return pool.evaluate(
+            markedCandidate(p, "a", "kl-test-double: time-sleep-ms=500\n// two archs"), quick(), CancelToken());
+    });
+    const Evaluation eb = pool.evaluate(
+        markedCandidate(p, "b", "kl-test-double: time-sleep-ms=500\n// two archs"), quick(), CancelToken());
+    const Evaluation ea = fa.get();
+    EXPECT_EQ(ea.verdict, Verdict::Correct) << reasonsOf(ea);
+    EXPECT_EQ(eb.verdict, Verdict::Correct) << reasonsOf(eb);
+    fs::remove_all(o.compileCacheDir);
+    fs::remove(file);
+}
+
+TEST(WorkerPool, AMixedPoolJudgesAJumpAgainstTheBestOfTheGpuThatMeasuresIt)
+{
+    const Problem p = poolProblem();
+    const fs::path file = mixedModelWorkers("jump");
+    WorkerPool pool(p, parseWorkerSpecs(file.string()), doubleOptions());
+    ASSERT_EQ(pool.start(), 2);
+    EXPECT_EQ(pool.deviceFor({ "local:1", "Model B", "" })->name, "Model B");
+    EXPECT_EQ(pool.deviceFor({ "ssh:elsewhere", "Model A", "" })->name, "Model A") << "any worker of that model";
+    EXPECT_FALSE(pool.deviceFor({ "local:0", "Model C", "" })) << "no GPU of that model: nothing to key it by";
+
+    // The double times this ~3x the naive baseline; only Model A has a best (1.0), so a 3x result is a suspicious
+    // jump there and, on Model B, a first measurement with nothing to jump over.
+    EvaluateOptions opt = quick();
+    CurrentBest bestOnA;
+    bestOnA.objective = 1.0;
+    bestOnA.reviewJumpFactor = 2.0;
+    opt.best = bestOnA; // what the loop tells a single GPU: the session's best, whatever measured it
+    opt.bestByGpu = { { "Model A", bestOnA } };
+    auto fast = [&](const std::string& id) {
+        Candidate c = markedCandidate(p, id, "kl-test-double: time-sleep-ms=800");
+        c.source += "\n// kl-test-double: efficiency=0.9\n";
+        return c;
+    };
+    auto fa = std::async(std::launch::async, [&] { return pool.evaluate(fast("a"), opt, CancelToken()); });
+    auto fb = std::async(std::launch::async, [&] { return pool.evaluate(fast("b"), opt, CancelToken()); });
+    const Evaluation ea = fa.get();
+    const Evaluation eb = fb.get();
+    ASSERT_NE(ea.measuredOn.gpu, eb.measuredOn.gpu) << "one on each model";
+    for (const Evaluation* e : { &ea, &eb }) {
+        ASSERT_GT(e->objective, 2.0) << reasonsOf(*e);
+        EXPECT_EQ(hasRule(*e, "physics.suspicious-jump"), e->measuredOn.gpu == "Model A")
+            << e->measuredOn.gpu << ": " << reasonsOf(*e);
+    }
+    fs::remove(file);
+}
+
 namespace {
 
 int runKloop(const std::string& args, const std::string& env = "")
@@ -161,13 +345,6 @@ int runKloop(const std::string& args, const std::string& env = "")
     const std::string cmd = env + " KL_WORKER=" KL_FAKE_WORKER_PATH " " KLOOP_PATH " " + args + " >/dev/null 2>&1";
     const int rc = std::system(cmd.c_str());
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-fs::path freshDir(const std::string& tag)
-{
-    const fs::path d = fs::temp_directory_path() / ("kl-pool-run-" + std::to_string(::getpid()) + "-" + tag);
-    fs::remove_all(d);
-    return d;
 }
 
 } // namespace
@@ -206,7 +383,46 @@ TEST(KloopRunWorkers, APoolOfFourRecordsWhichGpuMeasuredEachEvaluation)
     }
     EXPECT_NE(shown.find("leaderboard test double (no GPU) ("), std::string::npos) << shown;
     EXPECT_NE(shown.find("local:"), std::string::npos) << shown;
+    // The pool as the run left it, for a workbench that follows the run (its Workers panel).
+    const auto pool = readPoolStatus(session);
+    ASSERT_TRUE(pool) << "kloop run --workers writes " << kPoolStatusFile;
+    ASSERT_EQ(pool->workers.size(), 4u);
+    int evaluations = 0;
+    for (const auto& w : pool->workers) {
+        EXPECT_EQ(w.state, "idle") << w.id;
+        EXPECT_EQ(w.gpu, "test double (no GPU)");
+        evaluations += w.evaluations;
+    }
+    EXPECT_GE(evaluations, measured);
     fs::remove_all(session);
+}
+
+TEST(KloopRunWorkers, AMixedPoolFilesEachMeasurementUnderTheGpuThatTookIt)
+{
+    const fs::path session = freshDir("mixed");
+    const fs::path file = mixedModelWorkers("mixed-run");
+    const fs::path db = freshDir("mixed-db") / "tuning.jsonl";
+    ASSERT_EQ(runKloop("run --problem rmsnorm --agent tuner:random --budget 10 --tuning-db " + db.string()
+                  + " --session " + session.string() + " --workers " + file.string()),
+        0);
+    std::ifstream lines(db);
+    std::set<std::string> models;
+    int records = 0;
+    for (std::string line; std::getline(lines, line);) {
+        const auto j = nlohmann::json::parse(line);
+        if (!j.contains("evaluation") || !j["evaluation"].contains("measured_on"))
+            continue;
+        const std::string gpu = j["evaluation"]["measured_on"]["gpu"];
+        const std::string device = j["key"]["device"];
+        EXPECT_EQ(device.rfind(gpu + " ", 0), 0u) << "measured on " << gpu << ", keyed as " << device;
+        models.insert(gpu);
+        ++records;
+    }
+    EXPECT_GE(records, 8);
+    EXPECT_EQ(models.size(), 2u) << "both models measured";
+    fs::remove_all(session);
+    fs::remove_all(db.parent_path());
+    fs::remove(file);
 }
 
 TEST(KloopRunWorkers, BadSpecsAreUsageErrorsBeforeAnythingStarts)

@@ -56,6 +56,10 @@ TEST(WorkerSpec, ParsesEveryKind)
     EXPECT_EQ(w[7].id, "slurm:gpu#3");
     EXPECT_TRUE(w[7].remote());
     EXPECT_FALSE(w[0].remote());
+    const auto spaced = parseWorkerSpecs(" local:0 , ssh:gpu-box:1\t");
+    ASSERT_EQ(spaced.size(), 2u) << "blanks around an item are not part of it";
+    EXPECT_EQ(spaced[1].id, "ssh:gpu-box:1");
+    EXPECT_NE(errorOf("local, ,ssh:box").find("an empty item"), std::string::npos);
 }
 
 TEST(WorkerSpec, BadSpecsNameTheSpec)
@@ -86,6 +90,15 @@ TEST(WorkerSpec, WorkersFileAddsOptionsAndNamesBadFields)
     EXPECT_DOUBLE_EQ(w[0].heartbeatSeconds, 2);
     EXPECT_EQ(w[2].login, "login1");
     EXPECT_EQ(w[2].id, "slurm:a100#2");
+    EXPECT_FALSE(w[0].compileOnWorker) << "the client compiles by default";
+
+    const auto onWorker = writeFile("compile.json", R"({"workers": [{"spec": "ssh:box", "compile": "worker"}]})");
+    EXPECT_TRUE(parseWorkerSpecs(onWorker.string())[0].compileOnWorker);
+    const auto badCompile = writeFile("badcompile.json", R"({"workers": [{"spec": "ssh:box", "compile": "gpu"}]})");
+    EXPECT_NE(errorOf(badCompile.string()).find("workers[0].compile: 'gpu' is neither"), std::string::npos)
+        << errorOf(badCompile.string());
+    fs::remove(onWorker);
+    fs::remove(badCompile);
 
     const auto unknown = writeFile("unknown.json", R"({"workers": [{"spec": "local", "gpus": 2}]})");
     EXPECT_NE(errorOf(unknown.string()).find(unknown.string() + ": workers[0].gpus: unknown field"), std::string::npos)
