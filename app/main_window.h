@@ -19,7 +19,7 @@ class QTimer;
 namespace kl::prof {
 struct Analysis;
 struct Workload;
-}
+} // namespace kl::prof
 
 namespace kl::app {
 

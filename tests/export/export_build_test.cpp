@@ -18,7 +18,7 @@ namespace {
 
     int runCommand(const std::string& cmd, std::string* output)
     {
-        const fs::path log = freshTempDir("log");
+        const fs::path log = kl::test::freshDir("log");
         const int rc = std::system((cmd + " > " + log.string() + " 2>&1").c_str());
         std::ifstream in(log);
         std::stringstream ss;
@@ -31,7 +31,7 @@ namespace {
     fs::path exportFixture(const std::string& fixture, const std::vector<ShapeOutcome>& outcomes, BuiltSession& b)
     {
         b = buildSession(fixture, outcomes);
-        const fs::path out = freshTempDir("build-" + fixture);
+        const fs::path out = kl::test::freshDir("build-" + fixture);
         ExportOptions o;
         o.outDir = out;
         exportBundle(SessionStore::load(b.dir), b.problem, o);
@@ -111,7 +111,7 @@ namespace {
                 continue;
             const Problem p = loadProblem((problems / name).string());
             BuiltSession b = buildSessionFrom(problems / name, problems / name / p.templateFile, syntheticOutcomes(p));
-            const fs::path out = freshTempDir(std::string("real-") + name);
+            const fs::path out = kl::test::freshDir(std::string("real-") + name);
             ExportOptions o;
             o.outDir = out;
             ASSERT_NO_THROW(exportBundle(SessionStore::load(b.dir), b.problem, o)) << name;

@@ -2,6 +2,7 @@
 // Builds real sessions on disk (kl::SessionStore) with realistic per-shape results for the export tests.
 #include "core/json_io.h"
 #include "core/session_store.h"
+#include "tests/support/temp_dir.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -15,14 +16,6 @@ namespace kl::test {
 inline std::filesystem::path fixtureDir(const std::string& name)
 {
     return std::filesystem::path(KL_SOURCE_DIR) / "tests/export/fixtures" / name;
-}
-
-inline std::filesystem::path freshTempDir(const std::string& tag)
-{
-    std::random_device rd;
-    auto dir = std::filesystem::temp_directory_path() / ("kl-export-" + tag + "-" + std::to_string(rd()));
-    std::filesystem::remove_all(dir);
-    return dir;
 }
 
 struct ShapeOutcome {
@@ -126,7 +119,7 @@ inline BuiltSession buildSessionFrom(const std::filesystem::path& problemFolder,
     BuiltSession b;
     b.problem = loadProblem(problemFolder.string());
     const std::string fixture = b.problem.name;
-    b.dir = sessionDir.empty() ? freshTempDir(fixture) : sessionDir;
+    b.dir = sessionDir.empty() ? kl::test::freshDir(fixture) : sessionDir;
     Session header;
     header.id = sessionDir.empty() ? "s-" + fixture : "synthetic-" + fixture; // the export bench labels its own
     header.problemName = b.problem.name;

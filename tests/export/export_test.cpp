@@ -29,7 +29,7 @@ namespace {
 
     int runCommand(const std::string& cmd, std::string* output = nullptr)
     {
-        const fs::path log = freshTempDir("cmd");
+        const fs::path log = kl::test::freshDir("cmd");
         const std::string full = cmd + " > " + log.string() + " 2>&1";
         const int rc = std::system(full.c_str());
         if (output)
@@ -56,7 +56,7 @@ namespace {
     std::vector<std::string> refusalCodes(const BuiltSession& b)
     {
         try {
-            exportTo(b, freshTempDir("refused"));
+            exportTo(b, kl::test::freshDir("refused"));
         } catch (const ExportRefused& e) {
             std::vector<std::string> codes;
             for (const auto& r : e.refusals())
@@ -169,7 +169,7 @@ namespace {
             c += "    (void)kl_d_T; (void)kl_d_H; }\n";
         }
         c += "  return 0;\n}\n";
-        const fs::path dir = freshTempDir("cexpr");
+        const fs::path dir = kl::test::freshDir("cexpr");
         fs::create_directories(dir);
         std::ofstream(dir / "e.c") << c;
         std::string out;
@@ -228,7 +228,7 @@ namespace {
         const Problem p = loadProblem(gemm.string());
         const BuiltSession b = buildSessionFrom(gemm, gemm / p.templateFor(90), syntheticOutcomes(p));
         try {
-            exportTo(b, freshTempDir("hopper"));
+            exportTo(b, kl::test::freshDir("hopper"));
             ADD_FAILURE() << "exported";
         } catch (const InputError& e) {
             EXPECT_NE(std::string(e.what()).find("declares @kl:tensormap tmA"), std::string::npos) << e.what();
@@ -238,7 +238,7 @@ namespace {
     TEST(Export, WritesACompleteBundleWithHashesAndProvenance)
     {
         const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes());
-        const fs::path out = freshTempDir("bundle");
+        const fs::path out = kl::test::freshDir("bundle");
         const ExportResult r = exportTo(b, out);
         EXPECT_FALSE(r.forced);
         for (const char* f : { "manifest.json", "CMakeLists.txt", "README.md", "include/kl_rmsnorm_fx.h",
@@ -339,7 +339,7 @@ namespace {
                 auto store = SessionStore::open(b.dir);
                 store->recordReview({ b.candidateId, true, "checked the profile: real", 1764470100000 });
             }
-            const fs::path out = freshTempDir("approved");
+            const fs::path out = kl::test::freshDir("approved");
             const ExportResult r = exportTo(b, out);
             Json man = Json::parse(kl::test::readTextFile(out / "manifest.json"));
             EXPECT_EQ(man["referee"]["reviews"][0]["approved"], true);
@@ -369,7 +369,7 @@ namespace {
             const auto codes = refusalCodes(b);
             ASSERT_TRUE(contains(codes, "range-not-covered"));
             try {
-                exportTo(b, freshTempDir("x"));
+                exportTo(b, kl::test::freshDir("x"));
             } catch (const ExportRefused& e) {
                 EXPECT_NE(std::string(e.what()).find("dim T is claimed on [1, 65536] but verified only on [1, 20000]"),
                     std::string::npos)
@@ -400,7 +400,7 @@ namespace {
         auto outcomes = rmsnormOutcomes();
         outcomes[6].correct = false;
         const BuiltSession b = buildSession("rmsnorm_fx", outcomes);
-        const fs::path out = freshTempDir("forced");
+        const fs::path out = kl::test::freshDir("forced");
         const ExportResult r = exportTo(b, out, /*force=*/true);
         EXPECT_TRUE(r.forced);
         Json man = Json::parse(kl::test::readTextFile(out / "manifest.json"));
@@ -424,7 +424,7 @@ namespace {
         EXPECT_THROW(defaultCandidate(s), InputError);
         EXPECT_EQ(defaultCandidate(s, true), b.candidateId);
         ExportOptions o;
-        o.outDir = freshTempDir("forced-default");
+        o.outDir = kl::test::freshDir("forced-default");
         EXPECT_THROW(exportBundle(s, b.problem, o), InputError);
         o.force = true;
         const ExportResult r = exportBundle(s, b.problem, o);
@@ -439,13 +439,13 @@ namespace {
     TEST(Export, OverwriteIsExplicitAndOnlyReplacesABundle)
     {
         const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes());
-        const fs::path out = freshTempDir("over");
+        const fs::path out = kl::test::freshDir("over");
         exportTo(b, out);
         EXPECT_THROW(exportTo(b, out), InputError);
         std::ofstream(out / "src" / "stale.txt") << "old";
         EXPECT_NO_THROW(exportTo(b, out, false, true));
         EXPECT_FALSE(fs::exists(out / "src" / "stale.txt"));
-        const fs::path foreign = freshTempDir("foreign");
+        const fs::path foreign = kl::test::freshDir("foreign");
         fs::create_directories(foreign);
         std::ofstream(foreign / "thesis.tex") << "precious";
         EXPECT_THROW(exportTo(b, foreign, false, true), InputError);
@@ -482,7 +482,7 @@ namespace {
     TEST(Export, OverwriteSwapsInAWholeBundleAndClearsWhatAnInterruptedExportLeft)
     {
         const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes());
-        const fs::path parent = freshTempDir("swap");
+        const fs::path parent = kl::test::freshDir("swap");
         const fs::path out = parent / "bundle";
         exportTo(b, out);
         ASSERT_EQ(incompleteness(out), "");
@@ -536,7 +536,7 @@ namespace {
             auto store = SessionStore::open(b.dir);
             store->agentMessage({ { "role", "user" }, { "prompt", "SYSTEM PROMPT: you are a kernel engineer" } });
         }
-        const fs::path out = freshTempDir("leaks");
+        const fs::path out = kl::test::freshDir("leaks");
         exportTo(b, out);
         const std::vector<std::string> forbidden = { key, "/home/alice", home + "/", b.dir.string(), out.string(),
             fixtureDir("rmsnorm_fx").string(), "SYSTEM PROMPT", KL_SOURCE_DIR };
@@ -576,7 +576,7 @@ namespace {
     TEST(ExportDispatch, GeneratedDispatcherPicksTheFallbackOutsideTheVerifiedRange)
     {
         const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes());
-        const fs::path out = freshTempDir("dispatch");
+        const fs::path out = kl::test::freshDir("dispatch");
         exportTo(b, out);
         // The bundle's own probe test (expectations computed by the exporter).
         std::string log;
@@ -646,7 +646,7 @@ namespace {
         if (!fs::exists(kloop))
             GTEST_SKIP() << "kloop not built";
         const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes());
-        const fs::path out = freshTempDir("cli");
+        const fs::path out = kl::test::freshDir("cli");
         std::string log;
         ASSERT_EQ(
             runCommand(kloop.string() + " export " + b.dir.string() + " --out " + out.string() + " --json", &log), 0)
@@ -667,7 +667,7 @@ namespace {
         EXPECT_EQ(runCommand(kloop.string() + " export " + b.dir.string(), &log), 2);
         // The root candidate was never evaluated: refused with the reason.
         EXPECT_EQ(runCommand(kloop.string() + " export " + b.dir.string() + " --candidate " + b.rootId + " --out "
-                          + freshTempDir("cli2").string(),
+                          + kl::test::freshDir("cli2").string(),
                       &log),
             1);
         EXPECT_NE(log.find("not-evaluated"), std::string::npos) << log;
@@ -683,7 +683,7 @@ namespace {
         if (!fs::exists(kloop))
             GTEST_SKIP() << "kloop not built";
         const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes());
-        const fs::path parent = freshTempDir("kill9");
+        const fs::path parent = kl::test::freshDir("kill9");
         const fs::path out = parent / "bundle";
         std::string log;
         const auto t0 = std::chrono::steady_clock::now();

@@ -3,6 +3,7 @@
 #include "core/session_store.h"
 #include "kernels/pool/worker_pool.h"
 #include "pool_test_support.h"
+#include "tests/support/temp_dir.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -14,17 +15,6 @@
 namespace fs = std::filesystem;
 using namespace kl;
 using namespace kl::test;
-
-namespace {
-
-fs::path freshDir(const std::string& tag)
-{
-    const fs::path d = fs::temp_directory_path() / ("kl-pool-run-" + std::to_string(::getpid()) + "-" + tag);
-    fs::remove_all(d);
-    return d;
-}
-
-} // namespace
 
 TEST(WorkerPool, EachWorkerMeasuresWhatItIsGivenAndSaysWhichGpu)
 {
@@ -158,7 +148,7 @@ TEST(WorkerPool, TheStatusWriterSaysEachLossOnceAndWritesTheSnapshot)
 {
     const Problem p = poolProblem();
     const fs::path busy = busyFile("writer");
-    const fs::path dir = freshDir("writer");
+    const fs::path dir = kl::test::freshDir("pool-run-writer");
     fs::create_directories(dir);
     fs::remove(busy);
     WorkerPool pool(
@@ -241,7 +231,7 @@ TEST(WorkerPool, AWorkerAskedToCompileGetsTheSourceAndTheClientCompilesNothing)
         const fs::path file
             = writeWorkers("compile", { { "spec", "local" }, { "compile", onWorker ? "worker" : "client" } });
         GpuEvaluatorOptions o = doubleOptions();
-        o.compileCacheDir = freshDir(onWorker ? "cache-worker" : "cache-client");
+        o.compileCacheDir = kl::test::freshDir(onWorker ? "pool-cache-worker" : "pool-cache-client");
         WorkerPool pool(p, parseWorkerSpecs(file.string()), o);
         ASSERT_EQ(pool.start(), 1);
         const Candidate c = markedCandidate(p, "c", onWorker ? "compiled there" : "compiled here");
@@ -274,7 +264,7 @@ TEST(WorkerPool, APoolOfTwoArchitecturesCompilesACubinForEach)
         { { { "spec", "local:0" } },
             { { "spec", "local:1" }, { "environment", { { "KL_FAKE_WORKER_ARCH", "sm_86" } } } } });
     GpuEvaluatorOptions o = doubleOptions();
-    o.compileCacheDir = freshDir("cache-archs");
+    o.compileCacheDir = kl::test::freshDir("pool-run-cache-archs");
     WorkerPool pool(p, parseWorkerSpecs(file.string()), o);
     ASSERT_EQ(pool.start(), 2);
     std::set<std::string> archs;
@@ -351,7 +341,7 @@ int runKloop(const std::string& args, const std::string& env = "")
 
 TEST(KloopRunWorkers, APoolOfFourRecordsWhichGpuMeasuredEachEvaluation)
 {
-    const fs::path session = freshDir("four");
+    const fs::path session = kl::test::freshDir("pool-run-four");
     ASSERT_EQ(runKloop("run --problem rmsnorm --agent tuner:random --budget 10 --no-tuning-db --session "
                   + session.string() + " --workers local:0,local:1,local:2,local:3"),
         0);
@@ -399,9 +389,9 @@ TEST(KloopRunWorkers, APoolOfFourRecordsWhichGpuMeasuredEachEvaluation)
 
 TEST(KloopRunWorkers, AMixedPoolFilesEachMeasurementUnderTheGpuThatTookIt)
 {
-    const fs::path session = freshDir("mixed");
+    const fs::path session = kl::test::freshDir("pool-run-mixed");
     const fs::path file = mixedModelWorkers("mixed-run");
-    const fs::path db = freshDir("mixed-db") / "tuning.jsonl";
+    const fs::path db = kl::test::freshDir("pool-run-mixed-db") / "tuning.jsonl";
     ASSERT_EQ(runKloop("run --problem rmsnorm --agent tuner:random --budget 10 --tuning-db " + db.string()
                   + " --session " + session.string() + " --workers " + file.string()),
         0);
@@ -427,7 +417,7 @@ TEST(KloopRunWorkers, AMixedPoolFilesEachMeasurementUnderTheGpuThatTookIt)
 
 TEST(KloopRunWorkers, BadSpecsAreUsageErrorsBeforeAnythingStarts)
 {
-    const fs::path session = freshDir("bad");
+    const fs::path session = kl::test::freshDir("pool-run-bad");
     EXPECT_EQ(runKloop("run --problem rmsnorm --agent tuner:random --budget 2 --no-tuning-db --session "
                   + session.string() + " --workers local,ssh:"),
         1);
