@@ -16,6 +16,7 @@
 #include "app/timeline_panel.h"
 #include "app/workers_panel.h"
 #include "core/catalogue.h"
+#include "core/current_best.h"
 #include "core/gpu_run_lock.h"
 #include "kernels/export/exporter.h"
 #include "profiler/analysis.h"
@@ -297,8 +298,17 @@ MainWindow::MainWindow(QWidget* parent)
             },
             [this, bottleneckPanel, subject](const Reading& r) {
                 m_workload = r.second;
-                bottleneckPanel->setAnalysis(analysisHtml(r.first, subject.label) + workloadHtml(*r.second),
-                    QString::fromStdString(kl::prof::toText(r.first) + kl::prof::toText(*r.second)));
+                // The open session's best candidate, projected onto the trace (Amdahl, per shape).
+                std::string projection;
+                if (const SessionSnapshot& s = m_controller->session(); s && r.second->tunableFor(s->problemName))
+                    if (const auto best = kl::bestAcceptedId(*s))
+                        projection = kl::prof::toText(
+                            kl::prof::projectGain(*r.second, s->problemName, *best, s->evaluations.at(*best).shapes));
+                bottleneckPanel->setAnalysis(analysisHtml(r.first, subject.label) + workloadHtml(*r.second)
+                        + (projection.empty() ? QString()
+                                              : QStringLiteral("<p><b>%1</b></p>")
+                                                    .arg(QString::fromStdString(projection).toHtmlEscaped())),
+                    QString::fromStdString(kl::prof::toText(r.first) + kl::prof::toText(*r.second) + projection));
             });
     });
     connect(m_timeline, &TimelinePanel::selectionChanged, this, [this, bottleneckPanel](const SelectionStats& s) {

@@ -9,6 +9,7 @@
 
 #include <QDir>
 #include <QPlainTextEdit>
+#include <QProcess>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
@@ -56,3 +57,45 @@ TEST(TuneFromTrace, BottleneckPanelLinksTunableOperationsAndMakesASessionFromThe
         w.messageLog()->toPlainText().contains(QStringLiteral("no operation of the trace fits problem softmax")))
         << qPrintable(w.messageLog()->toPlainText());
 }
+
+#ifdef KL_TEST_KLOOP_PATH
+// With a session from the trace open (tuned by the real kloop run against the worker test double), the panel of the
+// trace shows the projected saving of the session's best candidate.
+TEST(TuneFromTrace, ThePanelProjectsTheOpenSessionsBestCandidateOntoTheTrace)
+{
+    QTemporaryDir tmp;
+    ASSERT_TRUE(tmp.isValid());
+    const QString trace = QStringLiteral(KL_SOURCE_DIR "/resources/traces/h200-llama-decode.pt.trace.json.gz");
+    const QString dir = tmp.filePath(QStringLiteral("s"));
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("KL_WORKER"), QStringLiteral(KL_TEST_FAKE_WORKER_PATH));
+    env.insert(QStringLiteral("XDG_CACHE_HOME"), tmp.filePath(QStringLiteral("cache")));
+    env.remove(QStringLiteral("KL_PROBLEMS_DIR"));
+    auto kloop = [&](const QStringList& args) {
+        QProcess p;
+        p.setProcessEnvironment(env);
+        p.start(QStringLiteral(KL_TEST_KLOOP_PATH), args);
+        EXPECT_TRUE(p.waitForFinished(120000));
+        EXPECT_EQ(p.exitCode(), 0) << qPrintable(p.readAllStandardError());
+    };
+    kloop({ QStringLiteral("session"), QStringLiteral("new"), dir, QStringLiteral("--problem"),
+        QStringLiteral("rmsnorm"), QStringLiteral("--from-trace"), trace });
+    kloop({ QStringLiteral("run"), QStringLiteral("--resume"), dir, QStringLiteral("--agent"),
+        QStringLiteral("tuner:random"), QStringLiteral("--budget"), QStringLiteral("6"),
+        QStringLiteral("--no-tuning-db") });
+
+    MainWindow w;
+    QSignalSpy ready(&w, &MainWindow::sessionReady);
+    w.openSession(dir, OpenMode::Replay, 1000.0);
+    ASSERT_TRUE(ready.count() > 0 || ready.wait(60000));
+    auto* panel = static_cast<BottleneckPanel*>(w.bottleneckPanel());
+    QSignalSpy loaded(w.timelinePanel(), &TimelinePanel::traceLoaded);
+    w.timelinePanel()->loadTrace(trace);
+    ASSERT_TRUE(loaded.count() > 0 || loaded.wait(60000));
+    for (int i = 0; i < 600 && !panel->html().contains(QStringLiteral("Projection for rmsnorm")); ++i)
+        QTest::qWait(100);
+    EXPECT_TRUE(panel->html().contains(QStringLiteral("Projection for rmsnorm (candidate c")))
+        << qPrintable(panel->html().right(1500));
+    EXPECT_TRUE(panel->summary().contains(QStringLiteral("of kernel time")));
+}
+#endif
