@@ -115,6 +115,12 @@ namespace {
         return "other";
     }
 
+    // The class of what a problem's rule matches: its module's or its op's.
+    std::string ruleClass(const TraceMatchRule& rule)
+    {
+        return opClassOf(rule.module.empty() ? rule.op : rule.module);
+    }
+
     Bindings inputBindings(const OpInputs& in)
     {
         Bindings b;
@@ -392,7 +398,7 @@ Workload analyzeWorkload(const Trace& trace, const std::vector<Problem>& catalog
             auto& grp = groups[catalogue[in.problem].name];
             grp.problem = catalogue[in.problem].name;
             const TraceMatchRule& rule = catalogue[in.problem].traceMatch[in.rule];
-            grp.opClass = opClassOf(rule.module.empty() ? rule.op : rule.module);
+            grp.opClass = ruleClass(rule);
             ++grp.kernels;
             grp.gpuNs += g.duration();
             continue;
@@ -492,7 +498,7 @@ Workload analyzeWorkload(const Trace& trace, const std::vector<Problem>& catalog
                 if (auto it = instanceOfKernel.find(work[u].gpu); it != instanceOfKernel.end()) {
                     const Instance& in = instances[it->second];
                     const TraceMatchRule& rule = catalogue[in.problem].traceMatch[in.rule];
-                    cls = opClassOf(rule.module.empty() ? rule.op : rule.module);
+                    cls = ruleClass(rule);
                     byProblem[catalogue[in.problem].name] += g.duration();
                     if (std::find(out.instances.begin(), out.instances.end(), it->second) == out.instances.end())
                         out.instances.push_back(it->second);
@@ -520,7 +526,7 @@ Workload analyzeWorkload(const Trace& trace, const std::vector<Problem>& catalog
             for (size_t i : out.instances) {
                 const Instance& in = instances[i];
                 const TraceMatchRule& rule = catalogue[in.problem].traceMatch[in.rule];
-                if (opClassOf(rule.module.empty() ? rule.op : rule.module) != top)
+                if (ruleClass(rule) != top)
                     continue;
                 const Bindings b = in.shape.bindings();
                 try {
@@ -605,7 +611,7 @@ Workload analyzeWorkload(const Trace& trace, const std::vector<Problem>& catalog
         const TraceMatchRule& rule = p.traceMatch[in.rule];
         if (t.rule.find(rule.describe()) == std::string::npos)
             t.rule += (t.rule.empty() ? "" : ", ") + rule.describe();
-        t.opClass = opClassOf(rule.module.empty() ? rule.op : rule.module);
+        t.opClass = ruleClass(rule);
         ++t.calls;
         t.gpuNs += in.gpuNs;
         auto s = std::find_if(
