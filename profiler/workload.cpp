@@ -328,8 +328,7 @@ Workload analyzeWorkload(const Trace& trace, const std::vector<Problem>& catalog
         hi = work.size() == 1 ? e.end : std::max(hi, e.end);
     }
     w.windowNs = hi - lo;
-    for (uint32_t i = 0; i < trace.eventCount(); ++i)
-        w.opsWithShapes += trace.opInputs(i) != nullptr;
+    w.opsWithShapes = trace.opInputsCount();
     std::sort(work.begin(), work.end(), [](const KernelUse& a, const KernelUse& b) { return a.launchNs < b.launchNs; });
 
     Matcher matcher(trace, catalogue);
@@ -350,9 +349,15 @@ Workload analyzeWorkload(const Trace& trace, const std::vector<Problem>& catalog
         uint32_t frame = kNone;
     };
     std::unordered_map<uint32_t, PendingThen> pending;
+    // Per GPU item, from the one walk of its launch stack: its class, and the top-level call (outermost module call,
+    // else outermost range) the phases are made of.
+    std::vector<std::string> classOfWork(work.size());
+    std::vector<std::pair<uint32_t, std::string>> callOfWork(work.size(), { kNone, {} });
 
-    for (const KernelUse& k : work) {
+    for (size_t u = 0; u < work.size(); ++u) {
+        const KernelUse& k = work[u];
         const Event& g = trace.event(k.gpu);
+        classOfWork[u] = g.kind == EventKind::Kernel ? "other" : "copy";
         if (k.launch == kNone) {
             auto& grp = groups["(no launch record)"];
             grp.opClass = g.kind == EventKind::Kernel ? "other" : "copy";
@@ -362,6 +367,14 @@ Workload analyzeWorkload(const Trace& trace, const std::vector<Problem>& catalog
         }
         const uint32_t row = trace.event(k.launch).row;
         const std::vector<Frame> stack = matcher.stackAt(k.launch);
+        if (const auto outer
+            = std::find_if(stack.begin(), stack.end(), [](const Frame& f) { return !f.module.empty(); });
+            outer != stack.end())
+            callOfWork[u] = { outer->event, outer->module };
+        else if (const auto range = std::find_if(stack.begin(), stack.end(),
+                     [&](const Frame& f) { return trace.event(f.event).kind == EventKind::NvtxRange; });
+                 range != stack.end())
+            callOfWork[u] = { range->event, range->op };
         std::optional<size_t> claimed;
         for (const Frame& f : stack) {
             const FrameMatch& fm = matcher.match(f);
@@ -398,7 +411,7 @@ Workload analyzeWorkload(const Trace& trace, const std::vector<Problem>& catalog
             auto& grp = groups[catalogue[in.problem].name];
             grp.problem = catalogue[in.problem].name;
             const TraceMatchRule& rule = catalogue[in.problem].traceMatch[in.rule];
-            grp.opClass = ruleClass(rule);
+            grp.opClass = classOfWork[u] = ruleClass(rule);
             ++grp.kernels;
             grp.gpuNs += g.duration();
             continue;
@@ -417,7 +430,9 @@ Workload analyzeWorkload(const Trace& trace, const std::vector<Problem>& catalog
                                           : stack.back().op;
         const std::string key = module.empty() ? op : op + " in " + module;
         auto& grp = groups[key];
-        grp.opClass = g.kind == EventKind::Kernel ? opClassOf(op) : "copy";
+        if (g.kind == EventKind::Kernel)
+            classOfWork[u] = opClassOf(op);
+        grp.opClass = classOfWork[u];
         ++grp.kernels;
         grp.gpuNs += g.duration();
     }
@@ -440,24 +455,7 @@ Workload analyzeWorkload(const Trace& trace, const std::vector<Problem>& catalog
     {
         std::map<uint32_t, size_t> callOfFrame;
         for (size_t u = 0; u < work.size(); ++u) {
-            if (work[u].launch == kNone)
-                continue;
-            const std::vector<Frame> stack = matcher.stackAt(work[u].launch);
-            const auto outer
-                = std::find_if(stack.begin(), stack.end(), [](const Frame& f) { return !f.module.empty(); });
-            uint32_t frame = kNone;
-            std::string name;
-            if (outer != stack.end()) {
-                frame = outer->event;
-                name = outer->module;
-            } else {
-                for (const Frame& f : stack)
-                    if (trace.event(f.event).kind == EventKind::NvtxRange) {
-                        frame = f.event;
-                        name = f.op;
-                        break;
-                    }
-            }
+            const auto& [frame, name] = callOfWork[u];
             if (frame == kNone)
                 continue;
             auto [it, fresh] = callOfFrame.emplace(frame, calls.size());
@@ -494,23 +492,13 @@ Workload analyzeWorkload(const Trace& trace, const std::vector<Problem>& catalog
                 lo2 = first ? g.start : std::min(lo2, g.start);
                 hi2 = first ? g.end : std::max(hi2, g.end);
                 first = false;
-                std::string cls = g.kind == EventKind::Kernel ? "other" : "copy";
                 if (auto it = instanceOfKernel.find(work[u].gpu); it != instanceOfKernel.end()) {
                     const Instance& in = instances[it->second];
-                    const TraceMatchRule& rule = catalogue[in.problem].traceMatch[in.rule];
-                    cls = ruleClass(rule);
                     byProblem[catalogue[in.problem].name] += g.duration();
                     if (std::find(out.instances.begin(), out.instances.end(), it->second) == out.instances.end())
                         out.instances.push_back(it->second);
-                } else {
-                    const std::vector<Frame> stack = matcher.stackAt(work[u].launch);
-                    for (const Frame& f : stack)
-                        if (!f.op.empty() && (f.op.rfind("aten::", 0) == 0 || trace.opInputs(f.event))) {
-                            cls = opClassOf(f.op);
-                            break;
-                        }
                 }
-                byClass[cls] += g.duration();
+                byClass[classOfWork[u]] += g.duration();
             }
             out.start = lo2;
             out.end = hi2;
