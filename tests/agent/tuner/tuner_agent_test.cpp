@@ -165,6 +165,98 @@ TEST(TunerAgent, TuningDatabaseMeansASecondSessionMeasuresNothingAgain)
     std::filesystem::remove_all(dirB);
 }
 
+double deviceMsOf(const Session& s)
+{
+    double ms = 0;
+    for (const auto& [id, e] : s.evaluations)
+        ms += e.deviceMs;
+    return ms;
+}
+
+TEST(TunerAgent, HalvingScreensEveryConfigurationPromotesTheContendersAndSpendsLessDeviceTime)
+{
+    SyntheticEvaluatorForTests fullEv, halvingEv;
+    const auto fullDir = freshDir("tuner-full"), halvingDir = freshDir("tuner-halving");
+    auto fullStore = newSession(fullDir, fullEv, "tuner:exhaustive", {});
+    auto halvingStore = newSession(halvingDir, halvingEv, "tuner:exhaustive:halving=5x1", {});
+    auto fullAgent = makeTunerAgent("exhaustive");
+    auto halvingAgent = makeTunerAgent("exhaustive:halving=5x1");
+    EXPECT_EQ(halvingAgent->name(), "tuner:exhaustive:halving");
+    const LoopResult full = ResearchLoop(*fullStore, fullEv, *fullAgent).run();
+    const LoopResult halving = ResearchLoop(*halvingStore, halvingEv, *halvingAgent).run();
+    EXPECT_EQ(halving.reason, "the agent has nothing left to propose");
+
+    const Session& s = halvingStore->session();
+    std::set<ParamValues> screened, promoted;
+    for (const CandidateId& id : s.tree.order()) {
+        const Candidate& c = s.tree.at(id);
+        if (c.fidelity.screen()) {
+            EXPECT_EQ(c.fidelity, (Fidelity { 5, 1 }));
+            EXPECT_TRUE(screened.insert(c.params).second) << "screened twice";
+            EXPECT_NE(c.status, CandidateStatus::Accepted) << "a screen became a best";
+            if (!s.evaluations.at(id).shapes.empty()) { // measured, not pruned before the device
+                EXPECT_TRUE(s.evaluations.at(id).fidelity.screen());
+            }
+        } else if (c.agent == halvingAgent->name()) {
+            EXPECT_TRUE(promoted.insert(c.params).second) << "promoted twice";
+        }
+    }
+    for (const ParamValues& p : promoted)
+        EXPECT_TRUE(screened.count(p)) << "full protocol without a screen";
+    // One in four screens goes up (the root, measured in full first, holds one of the slots).
+    EXPECT_LE(promoted.size(), (screened.size() + 3) / 4);
+    EXPECT_GE(promoted.size() + 1, screened.size() / 4);
+    ASSERT_TRUE(halving.best);
+    EXPECT_FALSE(s.tree.at(*halving.best).fidelity.screen());
+    EXPECT_GE(halving.bestObjective, trueOptimumObjective(halvingEv) / 1.03);
+    // The same final best for less than half the device time of the full-protocol sweep.
+    ASSERT_TRUE(full.best);
+    EXPECT_GE(halving.bestObjective, full.bestObjective / 1.03);
+    EXPECT_LT(deviceMsOf(s), 0.5 * deviceMsOf(fullStore->session()));
+    std::filesystem::remove_all(fullDir);
+    std::filesystem::remove_all(halvingDir);
+}
+
+TEST(TunerAgent, ResumedHalvingTunerRepeatsNoTrial)
+{
+    const auto dir = freshDir("tuner-halving-resume");
+    SyntheticEvaluatorForTests ev;
+    Budget b;
+    b.maxEvaluations = 30;
+    auto store = newSession(dir, ev, "tuner:anneal:halving", b);
+    {
+        auto agent = makeTunerAgent("anneal:halving");
+        ResearchLoop(*store, ev, *agent).run();
+    }
+    store.reset();
+    auto reopened = SessionStore::open(dir);
+    SyntheticEvaluatorForTests second;
+    auto agent = makeTunerAgent("anneal:halving");
+    LoopOptions o;
+    Budget more;
+    more.maxEvaluations = 60;
+    o.budgetOverride = more;
+    ResearchLoop(*reopened, second, *agent, o).run();
+    std::set<std::pair<ParamValues, bool>> trials;
+    int full = 0;
+    for (const auto& id : reopened->session().tree.order()) {
+        const Candidate& c = reopened->session().tree.at(id);
+        EXPECT_TRUE(trials.insert({ c.params, c.fidelity.screen() }).second);
+        full += c.fidelity.screen() ? 0 : 1;
+    }
+    EXPECT_EQ(trials.size(), 60u);
+    EXPECT_GT(full, 5); // the root and the promotions
+    std::filesystem::remove_all(dir);
+}
+
+TEST(TunerAgent, MalformedHalvingSuffixIsAnInputError)
+{
+    for (const char* bad : { "bayes:halving=", "bayes:halving=0x1", "bayes:halving=5", "bayes:halving=5x1y",
+             "bayes:screens", "nope:halving" })
+        EXPECT_THROW(makeTunerAgent(bad), InputError) << bad;
+    EXPECT_NO_THROW(makeTunerAgent("random:halving=3x0"));
+}
+
 TEST(TunerAgent, UnknownStrategyIsAnInputError)
 {
     EXPECT_THROW(makeTunerAgent("hill-climb-please"), InputError);
