@@ -98,29 +98,42 @@ TEST(TunerAgent, EveryStrategyImprovesWithinASmallBudgetWithoutRepeats)
     }
 }
 
-TEST(TunerAgent, ResumedTunerContinuesTheSearchWithoutRepeating)
+namespace {
+
+// A session of `strategy` stopped after `first` evaluations, then resumed up to `total` by a fresh tuner (a new
+// process: it learns the history from the session). evaluated: what both runs measured.
+std::unique_ptr<SessionStore> stoppedAndResumed(
+    const std::filesystem::path& dir, const std::string& strategy, int first, int total, int* evaluated)
 {
-    const auto dir = freshDir("tuner-resume");
     SyntheticEvaluatorForTests ev;
     Budget b;
-    b.maxEvaluations = 20;
-    auto store = newSession(dir, ev, "tuner:bayes", b);
+    b.maxEvaluations = first;
+    auto store = newSession(dir, ev, "tuner:" + strategy, b);
     {
-        auto agent = makeTunerAgent("bayes");
-        ResearchLoop loop(*store, ev, *agent);
-        loop.run();
+        auto agent = makeTunerAgent(strategy);
+        ResearchLoop(*store, ev, *agent).run();
     }
     store.reset();
     auto reopened = SessionStore::open(dir);
     SyntheticEvaluatorForTests second;
-    auto agent = makeTunerAgent("bayes"); // a fresh process: it learns the history from the session
+    auto agent = makeTunerAgent(strategy);
     LoopOptions o;
     Budget more;
-    more.maxEvaluations = 35;
+    more.maxEvaluations = total;
     o.budgetOverride = more;
-    ResearchLoop loop(*reopened, second, *agent, o);
-    loop.run();
-    EXPECT_EQ(second.evaluateCalls.load() + ev.evaluateCalls.load() <= 35, true);
+    ResearchLoop(*reopened, second, *agent, o).run();
+    *evaluated = ev.evaluateCalls.load() + second.evaluateCalls.load();
+    return reopened;
+}
+
+} // namespace
+
+TEST(TunerAgent, ResumedTunerContinuesTheSearchWithoutRepeating)
+{
+    const auto dir = freshDir("tuner-resume");
+    int evaluated = 0;
+    const auto reopened = stoppedAndResumed(dir, "bayes", 20, 35, &evaluated);
+    EXPECT_LE(evaluated, 35);
     std::set<ParamValues> params;
     for (const auto& id : reopened->session().tree.order())
         EXPECT_TRUE(params.insert(reopened->session().tree.at(id).params).second);
@@ -220,23 +233,9 @@ TEST(TunerAgent, HalvingScreensEveryConfigurationPromotesTheContendersAndSpendsL
 TEST(TunerAgent, ResumedHalvingTunerRepeatsNoTrial)
 {
     const auto dir = freshDir("tuner-halving-resume");
-    SyntheticEvaluatorForTests ev;
-    Budget b;
-    b.maxEvaluations = 30;
-    auto store = newSession(dir, ev, "tuner:anneal:halving", b);
-    {
-        auto agent = makeTunerAgent("anneal:halving");
-        ResearchLoop(*store, ev, *agent).run();
-    }
-    store.reset();
-    auto reopened = SessionStore::open(dir);
-    SyntheticEvaluatorForTests second;
-    auto agent = makeTunerAgent("anneal:halving");
-    LoopOptions o;
-    Budget more;
-    more.maxEvaluations = 60;
-    o.budgetOverride = more;
-    ResearchLoop(*reopened, second, *agent, o).run();
+    int evaluated = 0;
+    const auto reopened = stoppedAndResumed(dir, "anneal:halving", 30, 60, &evaluated);
+    EXPECT_LE(evaluated, 60);
     std::set<std::pair<ParamValues, bool>> trials;
     int full = 0;
     for (const auto& id : reopened->session().tree.order()) {
