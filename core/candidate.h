@@ -1,4 +1,5 @@
 #pragma once
+#include "core/fidelity.h"
 #include "core/kernel_spec.h"
 
 #include <cstdint>
@@ -57,6 +58,7 @@ struct Candidate {
     std::string statusReason; // why rejected / flagged, in words
     std::int64_t createdMs = 0; // unix epoch milliseconds
     std::string sourceHash; // sha256 of source, filled by the store
+    Fidelity fidelity; // how the loop is asked to time it (a multi-fidelity tuner's screens); default: full
 };
 
 struct Hypothesis {

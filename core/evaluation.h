@@ -1,5 +1,6 @@
 #pragma once
 #include "core/device.h"
+#include "core/fidelity.h"
 #include "core/problem.h"
 
 #include <cstdint>
@@ -105,6 +106,8 @@ struct Evaluation {
     std::int64_t startedMs = 0;
     std::int64_t finishedMs = 0;
     MeasuredOn measuredOn; // empty when nothing ran on a GPU (compile failure, pruned, reused from an older store)
+    Fidelity fidelity; // what the timing ran: the full protocol or a screen
+    double deviceMs = 0; // time the evaluation held the GPU (verification and timing); 0: not recorded
     bool correctEverywhere() const;
 };
 

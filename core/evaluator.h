@@ -31,6 +31,7 @@ struct EvaluateOptions {
     int heldOutCount = 4;
     double maxSecondsPerShape = 2.0;
     std::uint64_t seed = 0; // 0: fresh from the OS
+    Fidelity fidelity; // a screen times fewer samples and shapes (the loop sets it from Candidate::fidelity)
     std::optional<CurrentBest> best; // none: no accepted candidate yet (or not in a session)
     // The best measured on each GPU model (MeasuredOn::gpu): an evaluator with GPUs of several models judges a
     // result against the best of the model that measures it, never another model's (none there: no best).

@@ -173,6 +173,28 @@ namespace {
         return p;
     }
 
+    // A screen is written as {"screen_samples": S, "screen_shapes": K}; the full protocol is not written at all,
+    // so stores and tuning databases from before multi-fidelity search read as full-protocol measurements.
+    void putFidelity(Json& j, const Fidelity& f)
+    {
+        if (f.screen())
+            j["fidelity"] = { { "screen_samples", f.screenSamples }, { "screen_shapes", f.screenShapes } };
+    }
+
+    Fidelity fidelityOf(const Json& j, const std::string& where)
+    {
+        Fidelity f;
+        if (!j.contains("fidelity"))
+            return f;
+        const Json& o = j.at("fidelity");
+        const std::string w = where + ".fidelity";
+        if (!o.is_object())
+            throw InputError(w + ": expected an object");
+        f.screenSamples = static_cast<int>(integer(o, "screen_samples", w, 1, 1'000'000));
+        f.screenShapes = static_cast<int>(integerOr(o, "screen_shapes", 0, w, 0, 1'000'000));
+        return f;
+    }
+
 } // namespace
 
 Json toJson(const Candidate& c, bool withSource)
@@ -183,6 +205,7 @@ Json toJson(const Candidate& c, bool withSource)
         { "source_sha256", c.sourceHash } };
     if (withSource)
         j["source"] = c.source;
+    putFidelity(j, c.fidelity);
     return j;
 }
 
@@ -209,6 +232,7 @@ Candidate candidateFromJson(const Json& j, const std::string& where)
     c.createdMs = integerOr(j, "created_ms", 0, where, 0);
     c.sourceHash = stringOr(j, "source_sha256", "", where);
     c.source = stringOr(j, "source", "", where);
+    c.fidelity = fidelityOf(j, where);
     return c;
 }
 
@@ -537,6 +561,9 @@ Json toJson(const Evaluation& e)
     if (!e.measuredOn.empty())
         j["measured_on"]
             = { { "worker", e.measuredOn.worker }, { "gpu", e.measuredOn.gpu }, { "uuid", e.measuredOn.uuid } };
+    putFidelity(j, e.fidelity);
+    if (e.deviceMs > 0)
+        j["device_ms"] = e.deviceMs;
     return j;
 }
 
@@ -579,6 +606,10 @@ Evaluation evaluationFromJson(const Json& j, const std::string& where)
         e.measuredOn.gpu = stringOr(m, "gpu", "", mw);
         e.measuredOn.uuid = stringOr(m, "uuid", "", mw);
     }
+    e.fidelity = fidelityOf(j, where);
+    e.deviceMs = numberOr(j, "device_ms", 0, where);
+    if (e.deviceMs < 0)
+        throw InputError(where + ".device_ms: negative");
     return e;
 }
 

@@ -69,7 +69,8 @@ MeasurementKey measurementKeyFor(const Candidate& c, const Problem& p, const Dev
     k.device = d.name + " " + d.arch;
     k.driver = d.driverVersion;
     k.cuda = d.cudaDriverApi + "/" + d.cudaRuntime + "/nvrtc " + d.nvrtcVersion;
-    k.protocol = protocol;
+    // A screen is another measurement than the full protocol: neither may stand in for the other.
+    k.protocol = c.fidelity.screen() ? (protocol.empty() ? "" : protocol + " ") + c.fidelity.label() : protocol;
     return k;
 }
 

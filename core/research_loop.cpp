@@ -89,6 +89,23 @@ namespace {
         return e;
     }
 
+    // A screen ranks configurations for promotion; only a full-protocol evaluation may become the session's best
+    // or wait for a review as one. What the screen measured stays recorded (objective, reasons).
+    Decision screenDecision(const Evaluation& raw, Decision d)
+    {
+        if (!raw.fidelity.screen())
+            return d;
+        if (d.verdict == Verdict::Accepted || d.verdict == Verdict::PendingReview) {
+            d.verdict = Verdict::Correct;
+            d.improves = false;
+            d.reasons.push_back({ "decide.screen",
+                "screened (" + raw.fidelity.label()
+                    + "): correct, its timing ranks it for promotion; only the full protocol can make it the best",
+                0, false });
+        }
+        return d;
+    }
+
     std::string firstLines(const std::string& text, std::size_t maxChars)
     {
         std::string s = text.substr(0, maxChars);
@@ -150,7 +167,8 @@ void ResearchLoop::restoreFromStore()
         if (const auto measuredBy = m_evaluator.deviceFor(it->second.measuredOn))
             m_measured[measurementKeyFor(c, m_evaluator.problem(), *measuredBy, m_options.measurementProtocol).digest()]
                 = rawFromRecorded(it->second);
-        ++since;
+        if (!it->second.fidelity.screen())
+            ++since;
         if (c.status == CandidateStatus::Accepted && it->second.objective > 0)
             since = 0;
     }
@@ -407,7 +425,7 @@ void ResearchLoop::recordDecided(Candidate c, Evaluation raw, bool measured)
             in.bestId = it != m_bestByGpu.end() ? "the best on " + raw.measuredOn.gpu : std::string();
         }
     }
-    const Decision d = decide(in);
+    const Decision d = screenDecision(raw, decide(in));
     Evaluation rec = applyDecision(raw, d);
     rec.candidateId = c.id;
     m_store.recordEvaluation(rec);
@@ -417,7 +435,7 @@ void ResearchLoop::recordDecided(Candidate c, Evaluation raw, bool measured)
     ++m_result.recordedThisRun;
     if (d.verdict == Verdict::Accepted && d.objective)
         setBest(c.id, *d.objective);
-    else
+    else if (!raw.fidelity.screen()) // a screen can never improve: it does not count towards convergence
         ++m_sinceImprovement;
     try {
         const Candidate observed = session().tree.at(c.id);
@@ -935,6 +953,7 @@ void ResearchLoop::deviceWorker()
         done.candidate = job->candidate;
         try {
             EvaluateOptions options = m_options.evaluate;
+            options.fidelity = job->candidate.fidelity;
             {
                 std::lock_guard lock(m_mutex);
                 options.best = m_refereeBest;

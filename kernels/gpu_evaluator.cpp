@@ -220,9 +220,14 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     e.candidateId = c.id;
     e.startedMs = nowMs();
     m_lastOutcome = WorkerOutcome::Fine;
+    e.fidelity = opt.fidelity;
+    std::optional<std::chrono::steady_clock::time_point> onDeviceSince; // from the first request to the worker
     auto finish = [&](Verdict v) {
         e.verdict = v;
         e.finishedMs = nowMs();
+        if (onDeviceSince)
+            e.deviceMs
+                = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - *onDeviceSince).count();
         return e;
     };
 
@@ -283,6 +288,7 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     }
 
     e.measuredOn = { m_client->options().name, m_device.name, m_device.uuid };
+    onDeviceSince = std::chrono::steady_clock::now();
     auto failFromReply = [&](const WorkerClient::Reply& r, const std::string& phase) {
         if (r.status == WorkerClient::Status::Lost || (r.status == WorkerClient::Status::Crashed && !r.fatal))
             m_lastOutcome = WorkerOutcome::Lost;
@@ -333,7 +339,8 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
             if (std::find(visible.begin(), visible.end(), s) == visible.end())
                 visible.push_back(s);
     std::vector<Shape> heldOut;
-    if (opt.heldOutShapes)
+    // A screen leaves the held-out shapes to the full protocol, which every candidate passes before it is accepted.
+    if (opt.heldOutShapes && !opt.fidelity.screen())
         for (const auto& s : heldOutShapes(m_problem, opt.heldOutCount, seed ^ 0x4E1D07ull))
             if (std::find(visible.begin(), visible.end(), s) == visible.end())
                 heldOut.push_back(s);
@@ -366,11 +373,16 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     wire::TimeRequest timeReq;
     timeReq.problem = m_problem.name;
     timeReq.candidate = verifyReq.candidate;
-    timeReq.shapes = m_problem.tuningShapes;
+    timeReq.shapes = screenTuningShapes(m_problem.tuningShapes, opt.fidelity);
     timeReq.baseline = opt.timeBaseline;
     timeReq.maxSecondsPerShape = opt.maxSecondsPerShape;
     timeReq.targetRelCi = m_options.targetRelCi;
     timeReq.minSamples = m_options.minSamples;
+    if (opt.fidelity.screen()) { // a screen ranks: its samples are capped and the whole-plan graph replay skipped
+        timeReq.maxSamples = opt.fidelity.screenSamples;
+        timeReq.minSamples = std::min(timeReq.minSamples, timeReq.maxSamples);
+        timeReq.graphTiming = false;
+    }
     timeReq.graphMode = m_options.graphMode;
     timeReq.recheck = m_options.recheckTimedOutputs;
     timeReq.seed = seed ^ 0x7131EDull;

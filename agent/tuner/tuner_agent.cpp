@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <sstream>
 
 namespace kl {
 
@@ -36,7 +37,7 @@ namespace {
         {
         }
 
-        std::string name() const override { return "tuner:" + m_strategyName; }
+        std::string name() const override { return "tuner:" + m_strategyName + (m_options.halving ? ":halving" : ""); }
 
         std::vector<Proposal> propose(const AgentContext& ctx, const CancelToken& cancel) override
         {
@@ -69,18 +70,28 @@ namespace {
             std::vector<Proposal> out;
             if (cancel.cancelled())
                 return out;
-            const std::vector<std::size_t> picks
-                = m_strategy->next(static_cast<std::size_t>(std::max(0, ctx.maxProposals)));
-            for (std::size_t i : picks) {
+            const auto n = static_cast<std::size_t>(std::max(0, ctx.maxProposals));
+            std::vector<tuner::Trial> trials;
+            if (m_halving)
+                trials = m_halving->next(n);
+            else
+                for (std::size_t i : m_strategy->next(n))
+                    trials.push_back({ i, 0 });
+            for (const tuner::Trial& t : trials) {
                 Proposal p;
                 p.candidate.parentId = parent;
                 p.candidate.source = source;
-                p.candidate.params = m_space.config(i);
+                p.candidate.params = m_space.config(t.index);
                 p.candidate.author = Author::Tuner;
                 p.candidate.agent = name();
                 p.candidate.hypothesisId = ctx.hypothesis ? ctx.hypothesis->id : HypothesisId {};
-                p.note = m_strategyName + ": configuration " + std::to_string(m_strategy->visitedCount()) + " of "
+                p.candidate.fidelity = fidelityOf(t.rung);
+                p.note = m_strategyName + ": configuration " + std::to_string(strategy().visitedCount()) + " of "
                     + std::to_string(m_space.size()) + " valid";
+                if (m_halving)
+                    p.note += t.rung == m_halving->plan().fullRung()
+                        ? ", promoted to the full protocol"
+                        : ", " + p.candidate.fidelity.label() + (t.rung > 0 ? " (promoted)" : "");
                 out.push_back(std::move(p));
             }
             return out;
@@ -88,16 +99,55 @@ namespace {
 
         void observe(const Candidate& c, const Evaluation& e) override
         {
-            if (!m_strategy)
+            if (!m_strategy && !m_halving)
                 return;
             const std::string hash = c.sourceHash.empty() ? sha256Hex(c.source) : c.sourceHash;
             if (hash != m_sourceHash)
                 return;
             if (auto i = m_space.indexOf(c.params))
-                m_strategy->observe(*i, tunerCost(e));
+                record(*i, c.fidelity, tunerCost(e));
         }
 
     private:
+        const tuner::SearchStrategy& strategy() const { return m_halving ? m_halving->base() : *m_strategy; }
+
+        Fidelity fidelityOf(std::size_t rung) const
+        {
+            return m_halving && rung < m_halving->plan().fullRung() ? m_halving->plan().screens[rung] : Fidelity {};
+        }
+
+        // The rung a requested fidelity belongs to; none for a screen this plan does not hold (another plan's).
+        std::optional<std::size_t> rungOf(const Fidelity& f) const
+        {
+            if (!m_halving)
+                return f.screen() ? std::nullopt : std::optional<std::size_t>(0);
+            const auto& screens = m_halving->plan().screens;
+            if (!f.screen())
+                return m_halving->plan().fullRung();
+            for (std::size_t r = 0; r < screens.size(); ++r)
+                if (screens[r] == f)
+                    return r;
+            return std::nullopt;
+        }
+
+        // A result (cost) or, without one, a configuration in flight.
+        void record(std::size_t index, const Fidelity& f, std::optional<double> cost)
+        {
+            const auto rung = rungOf(f);
+            if (!rung)
+                return;
+            if (m_halving) {
+                if (cost)
+                    m_halving->observe({ index, *rung }, *cost);
+                else
+                    m_halving->markInFlight({ index, *rung });
+            } else if (cost) {
+                m_strategy->observe(index, *cost);
+            } else {
+                m_strategy->markVisited(index);
+            }
+        }
+
         bool declaresParams(const std::string& source)
         {
             const std::string h = sha256Hex(source);
@@ -130,6 +180,9 @@ namespace {
             const KernelSpec spec = parseKernelSpec(source);
             m_space = tuner::SearchSpace::build(spec, shapesOf(problem), s.device, m_options.maxDeclaredSpace);
             m_strategy = tuner::makeStrategy(m_strategyName, m_space, m_options.seed);
+            m_halving.reset();
+            if (m_options.halving)
+                m_halving = std::make_unique<tuner::MultiFidelitySearch>(std::move(m_strategy), *m_options.halving);
             m_sourceHash = hash;
             // What the session already holds for this source is neither proposed again nor forgotten (resume).
             for (const CandidateId& id : s.tree.order()) {
@@ -142,11 +195,11 @@ namespace {
                     continue;
                 const auto e = s.evaluations.find(id);
                 if (e != s.evaluations.end() && !e->second.shapes.empty() && !awaiting(c.status))
-                    m_strategy->observe(*i, tunerCost(e->second));
+                    record(*i, c.fidelity, tunerCost(e->second));
                 else if (e != s.evaluations.end() && !awaiting(c.status))
-                    m_strategy->observe(*i, std::numeric_limits<double>::infinity());
+                    record(*i, c.fidelity, std::numeric_limits<double>::infinity());
                 else
-                    m_strategy->markVisited(*i);
+                    record(*i, c.fidelity, std::nullopt);
             }
         }
 
@@ -161,7 +214,8 @@ namespace {
         TunerOptions m_options;
         std::string m_sourceHash;
         tuner::SearchSpace m_space;
-        std::unique_ptr<tuner::SearchStrategy> m_strategy;
+        std::unique_ptr<tuner::SearchStrategy> m_strategy; // moved into m_halving when there is one
+        std::unique_ptr<tuner::MultiFidelitySearch> m_halving;
         std::map<std::string, bool> m_declares; // source hash -> declares parameters
     };
 
@@ -169,7 +223,28 @@ namespace {
 
 std::unique_ptr<Agent> makeTunerAgent(const std::string& strategy, const TunerOptions& options)
 {
-    return std::make_unique<TunerAgent>(tuner::canonicalStrategyName(strategy), options);
+    const auto colon = strategy.find(':');
+    TunerOptions o = options;
+    if (colon != std::string::npos) {
+        const std::string suffix = strategy.substr(colon + 1);
+        const std::string bad = "tuner strategy '" + strategy
+            + "': the suffix must be ':halving' or ':halving=SAMPLESxSHAPES' (e.g. anneal:halving=5x2)";
+        if (suffix.rfind("halving", 0) != 0)
+            throw InputError(bad);
+        tuner::HalvingPlan plan;
+        if (suffix != "halving") {
+            int samples = 0, shapes = 0;
+            char x = 0;
+            std::istringstream in(suffix.substr(std::string("halving").size()));
+            char eq = 0;
+            if (!(in >> eq >> samples >> x >> shapes) || eq != '=' || x != 'x' || samples < 1 || shapes < 0
+                || in.peek() != EOF)
+                throw InputError(bad);
+            plan.screens = { Fidelity { samples, shapes } };
+        }
+        o.halving = plan;
+    }
+    return std::make_unique<TunerAgent>(tuner::canonicalStrategyName(strategy.substr(0, colon)), o);
 }
 
 } // namespace kl

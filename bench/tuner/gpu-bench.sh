@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Tuner benchmarks on the GPU; scripts/gpu-check runs it as: gpu-bench.sh OUTDIR (BUILD_DIR set).
-#  1. One exhaustive sweep of rmsnorm (510 valid configurations) at T=4096,H=8192 into a tuning database.
-#  2. Search efficiency replayed from that database: evaluations to within 3% of the exhaustive best,
-#     median over 10 seeds, every strategy vs random search (no further GPU time).
+#  1. One exhaustive sweep of rmsnorm (510 valid configurations) at KL_TUNER_SWEEP_SHAPES (default a decode and a
+#     prefill shape) into a tuning database, with the full timing protocol (KL_TUNER_SWEEP_PROTOCOL=quick: --quick).
+#  2. Search efficiency replayed from that database (no further GPU time): evaluations to within 3% of the
+#     exhaustive best, median over 10 seeds, every strategy vs random search; device time to that best, each
+#     strategy alone vs under multi-fidelity search (screens of KL_TUNER_SCREEN samples x shapes, default 5x1).
 #  3. Kernel quality: kloop run with tuner:bayes on rmsnorm, softmax and silu_and_mul for a few minutes each,
 #     then the best kernel against the naive baseline (timed interleaved by the harness), PyTorch eager,
 #     torch.compile and the measured copy bandwidth at the same shapes.
 #     For rmsnorm, softmax and silu_and_mul a second session tunes the large (prefill) shapes only.
-# Budgets (device time is scarce): KL_TUNER_SWEEP_MINUTES (default 3; 0 skips the sweep and the replay),
+#  4. Peers, in one run with one timer (torch_baselines.py --liger --bundles): each session's best exported
+#     (`kloop export`), its PyTorch op timed beside eager, torch.compile and Liger-Kernel (requirements-peers.txt;
+#     on a machine without PyPI carry the wheel in .whl/), graph-replayed at the decode shapes; peer_table.py
+#     writes peers.md (ratio vs the fastest peer per tuning shape, each peer's version).
+# Budgets (device time is scarce): KL_TUNER_SWEEP_MINUTES (default 8; 0 skips the sweep and the replay),
 # KL_TUNER_MINUTES per problem (1.5), KL_TUNER_LARGE_MINUTES per large-shape session (default: the same; 0 skips).
 set -uo pipefail
 OUT=${1:?usage: gpu-bench.sh OUTDIR}
@@ -15,7 +21,11 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build}
 KLOOP=$BUILD/cli/kloop
 SEARCH=$BUILD/bench/tuner/kl_bench_tuner_search
-SWEEP_MIN=${KL_TUNER_SWEEP_MINUTES:-3}
+SWEEP_MIN=${KL_TUNER_SWEEP_MINUTES:-8}
+SWEEP_SHAPES=${KL_TUNER_SWEEP_SHAPES:-T=16,H=4096;T=16384,H=8192}
+SCREEN=${KL_TUNER_SCREEN:-5x1}
+SWEEP_QUICK=()
+[[ "${KL_TUNER_SWEEP_PROTOCOL:-full}" == quick ]] && SWEEP_QUICK=(--quick)
 MIN=${KL_TUNER_MINUTES:-1.5}
 PROBLEMS=${KL_TUNER_PROBLEMS:-rmsnorm softmax silu_and_mul gemm_bf16}
 mkdir -p "$OUT/sessions"
@@ -24,14 +34,15 @@ rc=0
 export KL_WORKER=${KL_WORKER:-$BUILD/kernels/kloop-worker}
 
 if [[ "$SWEEP_MIN" != 0 ]]; then
-echo "== sweep: rmsnorm exhaustive at T=4096,H=8192 (at most $SWEEP_MIN min)"
-"$KLOOP" run --problem rmsnorm --agent tuner:exhaustive --shapes "T=4096,H=8192" --no-held-out --quick \
+echo "== sweep: rmsnorm exhaustive at $SWEEP_SHAPES (at most $SWEEP_MIN min) ${SWEEP_QUICK[*]}"
+"$KLOOP" run --problem rmsnorm --agent tuner:exhaustive --shapes "$SWEEP_SHAPES" --no-held-out "${SWEEP_QUICK[@]}" \
     --minutes "$SWEEP_MIN" --session "$OUT/sessions/sweep-rmsnorm" --tuning-db "$DB" --json \
     >"$OUT/sweep-rmsnorm.jsonl" 2>"$OUT/sweep-rmsnorm.err" || rc=1
 tail -n 1 "$OUT/sweep-rmsnorm.jsonl"; tail -n 3 "$OUT/sweep-rmsnorm.err"
 
 echo "== search efficiency (replay from $DB)"
-"$SEARCH" --db "$DB" --problem rmsnorm --seeds 10 --tolerance 0.03 --out "$OUT/search-efficiency.md" \
+"$SEARCH" --db "$DB" --problem rmsnorm --seeds 10 --tolerance 0.03 --screen-samples "${SCREEN%x*}" \
+    --screen-shapes "${SCREEN#*x}" --out "$OUT/search-efficiency.md" \
     2>"$OUT/search-efficiency.err" || rc=1
 cat "$OUT/search-efficiency.err"
 fi
@@ -60,10 +71,28 @@ for p in $PROBLEMS; do
     fi
 done
 
-echo "== PyTorch eager, torch.compile, copy bandwidth at the same shapes"
+echo "== export each session's best for the peer comparison"
+mkdir -p "$OUT/bundles"
+for p in $PROBLEMS; do
+    [[ -f "$OUT/sessions/$p/journal.jsonl" ]] || continue
+    "$KLOOP" export "$OUT/sessions/$p" --out "$OUT/bundles/$p" --overwrite >"$OUT/export-$p.log" 2>&1 \
+        || { echo "export of $p refused (see export-$p.log); exporting with --force"; \
+             "$KLOOP" export "$OUT/sessions/$p" --out "$OUT/bundles/$p" --overwrite --force >>"$OUT/export-$p.log" 2>&1; } \
+        || { rc=1; tail -n 5 "$OUT/export-$p.log"; }
+done
+if [[ -d "$ROOT/.whl" ]] && ls "$ROOT"/.whl/liger_kernel-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-peers \
+        "$ROOT"/.whl/liger_kernel-*.whl && export PYTHONPATH=/tmp/site-peers${PYTHONPATH:+:$PYTHONPATH}
+elif ! python3 -c "import liger_kernel" 2>/dev/null; then
+    python3 -m pip install -q -r "$ROOT/bench/tuner/requirements-peers.txt" >/dev/null 2>&1 || echo "no liger-kernel here"
+fi
+
+echo "== KernelLoop's export, PyTorch eager, torch.compile, Liger-Kernel, copy bandwidth at the same shapes"
 python3 "$ROOT/bench/tuner/torch_baselines.py" --problems "$ROOT/kernels/problems" --out "$OUT/torch.json" \
-    $PROBLEMS >"$OUT/torch.log" 2>&1 || rc=1
+    --liger --bundles "$OUT/bundles" $PROBLEMS >"$OUT/torch.log" 2>&1 || rc=1
 tail -n 5 "$OUT/torch.log"
+python3 "$ROOT/bench/tuner/peer_table.py" --torch "$OUT/torch.json" --out "$OUT/peers.md" \
+    $(for p in $PROBLEMS; do [[ $p != gemm_bf16 ]] && echo "$p"; done) || rc=1
 
 python3 "$ROOT/bench/tuner/quality_table.py" --sessions "$OUT/sessions" --torch "$OUT/torch.json" \
     --search "$OUT/search-efficiency.md" --out "$OUT/summary.md" $PROBLEMS || rc=1

@@ -31,7 +31,8 @@ def load_session(d):
     accepted = [c for c in evals if status.get(c) == "accepted" and evals[c].get("objective", 0) > 0]
     best = max(accepted, key=lambda c: evals[c]["objective"]) if accepted else None
     if best is None:  # nothing beat the baseline: report the template (the second node) if it was measured
-        timed = [c for c in evals if any(s.get("timing") for s in evals[c].get("shapes", []))]
+        timed = [c for c in evals if any(s.get("timing") for s in evals[c].get("shapes", []))
+                 and "fidelity" not in evals[c]]  # a multi-fidelity screen is no measurement of a best
         best = timed[1] if len(timed) > 1 else (timed[0] if timed else None)
     minutes = (events[-1]["t"] - events[0]["t"]) / 60000.0 if events else 0
     return {"best": best, "evals": evals, "params": params, "status": status, "minutes": minutes,

@@ -1,15 +1,26 @@
-// Search efficiency: how many evaluations each strategy needs to come within a tolerance (3%) of the best
-// configuration of a recorded exhaustive sweep, median over seeds, against random search. The costs are the
-// tuning database's recorded measurements, so the replay uses no GPU.
+// Search efficiency, replayed from a recorded exhaustive sweep (the tuning database), so it uses no GPU:
+//  1. evaluations each strategy needs to come within a tolerance (3%) of the sweep's best, median over seeds,
+//     against random search;
+//  2. device time to the same final best (a full-protocol evaluation within the tolerance), each strategy alone
+//     against the same strategy under multi-fidelity search (agent/tuner/multi_fidelity.h). A full evaluation
+//     costs its recorded device time (device_ms, else finished - started); a screen costs that less the recorded
+//     timing (samples x launches per sample x candidate and baseline medians, shape by shape) plus what a screen
+//     times (its sample count on its shapes). A screen's result is the weighted geomean over its shapes of the
+//     recorded speedups, each perturbed by the error of a median of that many samples (the recorded p10-p90
+//     spread), drawn from the seed.
 //
 //   kl_bench_tuner_search --db FILE [--problem NAME] [--seeds 10] [--tolerance 0.03] [--out FILE.md]
-//   kl_bench_tuner_search --synthetic-sweep FILE   records an exhaustive sweep of the synthetic test problem
-//                                                   (tests' deterministic evaluator, no GPU) into FILE
+//                         [--screen-samples 5] [--screen-shapes 1] [--eta 4]
+//   kl_bench_tuner_search --synthetic-sweep FILE [--landscape bowl|plateau|flat|rugged|ridge]
+//                         records an exhaustive sweep of the synthetic test problem (tests' deterministic
+//                         evaluator, no GPU) into FILE
+#include "agent/tuner/multi_fidelity.h"
 #include "agent/tuner/search_space.h"
 #include "agent/tuner/strategy.h"
 #include "agent/tuner/tuner_agent.h"
 #include "agent/tuning_db/tuning_database.h"
 #include "core/errors.h"
+#include "core/loop_objective.h"
 #include "core/research_loop.h"
 #include "tests/core/synthetic_evaluator.h"
 
@@ -20,6 +31,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -40,14 +52,39 @@ const char* kSweepTemplate = R"(// @kl:param BLOCK = 128 in [32, 64, 128, 256, 5
 extern "C" __global__ void synthetic_kernel(float* y, const float* x, int T, int H) {}
 )";
 
-int syntheticSweep(const std::string& file)
+// bowl: one basin with a 4% ripple; plateau: the bowl flattened below a threshold, so many configurations lie
+// within 3% of the best; flat: a wider plateau (a few percent of the space within 3%, like the H200 rmsnorm space:
+// random search needs about 20 evaluations there); rugged: a 25% ripple, so neighbours say little; ridge: the
+// time depends on products of parameters (elements per thread BLOCK x VEC, rows per block UNROLL x ROWS), so the good
+// configurations lie on diagonals that one-parameter steps leave.
+int syntheticSweep(const std::string& file, const std::string& landscape)
 {
     testonly::SyntheticEvaluatorForTests ev;
+    if (landscape != "bowl" && landscape != "plateau" && landscape != "flat" && landscape != "rugged"
+        && landscape != "ridge")
+        throw InputError("--landscape: '" + landscape + "' is not bowl, plateau, flat, rugged or ridge");
+    if (landscape == "rugged")
+        ev.ripple = 0.25;
+    const double plateauWidth = landscape == "flat" ? 1.8 : 1.35;
     // STAGES interacts with UNROLL, so the landscape is not separable.
-    ev.latencyUs = [&ev](const ParamValues& p, const Shape& s) {
+    ev.latencyUs = [&ev, landscape, plateauWidth](const ParamValues& p, const Shape& s) {
         const double stages = static_cast<double>(testonly::SyntheticEvaluatorForTests::get(p, "STAGES"));
         const double unroll = static_cast<double>(testonly::SyntheticEvaluatorForTests::get(p, "UNROLL"));
-        return ev.defaultLatency(p, s) * (stages == 2 && unroll >= 4 ? 0.93 : 1.0);
+        const double interaction = stages == 2 && unroll >= 4 ? 0.93 : 1.0;
+        if (landscape == "ridge") {
+            auto l2 = [&](const char* n) {
+                return std::log2(static_cast<double>(testonly::SyntheticEvaluatorForTests::get(p, n)));
+            };
+            const double a = l2("BLOCK") + l2("VEC") - 10, b = l2("UNROLL") + l2("ROWS") - 2;
+            const double work = ev.bowlUs({ { "BLOCK", 256 }, { "VEC", 4 }, { "UNROLL", 2 }, { "ROWS", 2 } }, s);
+            return work * (1 + 0.12 * a * a + 0.08 * b * b) * (ev.defaultLatency(p, s) / ev.bowlUs(p, s)) * interaction;
+        }
+        if (landscape == "plateau" || landscape == "flat") {
+            const double floor = ev.bowlUs({ { "BLOCK", 256 }, { "VEC", 4 }, { "UNROLL", 2 }, { "ROWS", 2 } }, s);
+            const double excess = std::max(0.0, ev.bowlUs(p, s) / floor - plateauWidth);
+            return floor * (1 + excess) * (ev.defaultLatency(p, s) / ev.bowlUs(p, s)) * interaction;
+        }
+        return ev.defaultLatency(p, s) * interaction;
     };
     ev.registers = [](const ParamValues& p) {
         return static_cast<int>(16 * testonly::SyntheticEvaluatorForTests::get(p, "UNROLL")
@@ -56,7 +93,7 @@ int syntheticSweep(const std::string& file)
     const auto dir = std::filesystem::temp_directory_path() / ("kl-sweep-" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir);
     Session header;
-    header.id = "synthetic-sweep";
+    header.id = "synthetic-sweep-" + landscape;
     header.problemName = ev.problem().name;
     header.device = ev.device();
     header.settings.agent = "tuner:exhaustive";
@@ -80,8 +117,11 @@ int syntheticSweep(const std::string& file)
 struct Replay {
     tuner::SearchSpace space;
     std::vector<double> cost;
+    std::vector<Evaluation> records; // parallel to the space's configurations
+    std::vector<Shape> shapes; // the space's tuning shapes
     double best = 0;
     std::size_t valid = 0;
+    bool deviceMsRecorded = true; // every record has device_ms (else finished - started stands in)
 };
 
 Replay loadReplay(const TuningDatabase& db, const std::string& problem)
@@ -92,7 +132,11 @@ Replay loadReplay(const TuningDatabase& db, const std::string& problem)
             chosen = s;
     if (!chosen)
         throw InputError("the tuning database has no recorded space" + (problem.empty() ? "" : " for " + problem));
-    const auto records = db.recordsOf(chosen->shapesDigest);
+    std::vector<TuningRecord> records;
+    std::set<ParamValues> seen;
+    for (TuningRecord& r : db.recordsOf(chosen->shapesDigest))
+        if (!r.evaluation.fidelity.screen() && seen.insert(r.key.params).second) // the sweep's full measurements
+            records.push_back(std::move(r));
     std::set<std::string> names;
     for (const auto& r : records)
         for (const auto& [k, v] : r.key.params)
@@ -101,11 +145,15 @@ Replay loadReplay(const TuningDatabase& db, const std::string& problem)
     std::vector<std::vector<std::int64_t>> values(nameList.size());
     std::vector<ParamValues> configs;
     Replay rp;
+    rp.shapes = chosen->shapes;
     for (const auto& r : records) {
         configs.push_back(r.key.params);
         for (std::size_t d = 0; d < nameList.size(); ++d)
             values[d].push_back(r.key.params.count(nameList[d]) ? r.key.params.at(nameList[d]) : 0);
         rp.cost.push_back(recordCost(r.evaluation));
+        rp.records.push_back(r.evaluation);
+        if (!r.evaluation.shapes.empty()) // pruned or failed to compile: it never held the device
+            rp.deviceMsRecorded = rp.deviceMsRecorded && r.evaluation.deviceMs > 0;
     }
     rp.space = tuner::SearchSpace::fromConfigs(nameList, values, configs);
     rp.best = std::numeric_limits<double>::infinity();
@@ -124,25 +172,131 @@ Replay loadReplay(const TuningDatabase& db, const std::string& problem)
     return rp;
 }
 
-std::size_t evaluationsToReach(const Replay& rp, const std::string& strategy, std::uint64_t seed, double tolerance)
+// What a full evaluation of a record held the device for.
+double fullMs(const Evaluation& e)
+{
+    return e.deviceMs > 0 ? e.deviceMs : static_cast<double>(std::max<std::int64_t>(0, e.finishedMs - e.startedMs));
+}
+
+// Device time of one timing sample of a shape: the launches of the candidate and of the interleaved baseline.
+double sampleMs(const ShapeResult& s)
+{
+    double us = s.timing ? s.timing->launchesPerSample * s.timing->medianUs : 0;
+    if (s.baselineTiming)
+        us += s.baselineTiming->launchesPerSample * s.baselineTiming->medianUs;
+    return us * 1e-3;
+}
+
+double screenMs(const Replay& rp, std::size_t i, const Fidelity& f)
+{
+    const Evaluation& e = rp.records[i];
+    double timing = 0;
+    for (const ShapeResult& s : e.shapes)
+        if (s.timing) {
+            timing += s.timing->samples * sampleMs(s);
+            if (s.graphTiming && s.graphTiming->samples > 0 && !s.timing->graphMode)
+                timing += s.graphTiming->samples * s.graphTiming->launchesPerSample * s.graphTiming->medianUs * 1e-3;
+        }
+    double ms = std::max(0.0, fullMs(e) - timing); // compile lookup, verification, the worker's round trips
+    for (const Shape& shape : screenTuningShapes(rp.shapes, f))
+        for (const ShapeResult& s : e.shapes)
+            if (s.timing && !s.heldOut && s.shape == shape)
+                ms += f.screenSamples * sampleMs(s);
+    return ms;
+}
+
+// Relative error of the median of n samples from a distribution with the recorded p10-p90 spread.
+double medianError(const std::optional<TimingStats>& t, int n)
+{
+    if (!t || !(t->medianUs > 0))
+        return 0;
+    const double sd = std::max(0.0, t->p90Us - t->p10Us) / (2 * 1.2816 * t->medianUs);
+    return 1.2533 * sd / std::sqrt(static_cast<double>(std::max(1, n)));
+}
+
+// What a screen of a record reports: its weighted geomean speedup over the screen's shapes, each shape's speedup
+// perturbed by the error of the candidate's and the baseline's medians of screenSamples samples.
+double screenCost(const Replay& rp, std::size_t i, const Fidelity& f, std::mt19937_64& rng)
+{
+    if (!std::isfinite(rp.cost[i]))
+        return rp.cost[i];
+    Evaluation e = rp.records[i];
+    const std::vector<Shape> timed = screenTuningShapes(rp.shapes, f);
+    std::normal_distribution<double> z(0, 1);
+    for (ShapeResult& s : e.shapes) {
+        if (!s.timing)
+            continue;
+        if (std::find(timed.begin(), timed.end(), s.shape) == timed.end()) {
+            s.timing.reset();
+            continue;
+        }
+        const double a = medianError(s.timing, f.screenSamples), b = medianError(s.baselineTiming, f.screenSamples);
+        s.speedup *= std::exp(std::sqrt(a * a + b * b) * z(rng));
+        s.speedupCiLow = s.speedupCiHigh = s.speedup;
+    }
+    const auto v = computeObjective(e, "weighted-geomean-speedup");
+    return v ? 1.0 / v->value : rp.cost[i];
+}
+
+struct Reach {
+    std::size_t evaluations = 0; // every evaluation, screens included
+    std::size_t full = 0;
+    double deviceMs = 0;
+    bool reached = false;
+};
+
+Reach reachAlone(const Replay& rp, const std::string& strategy, std::uint64_t seed, double tolerance)
 {
     auto st = tuner::makeStrategy(strategy, rp.space, seed);
-    std::size_t n = 0;
+    Reach r;
     while (!st->exhausted()) {
         const auto picks = st->next(1);
         if (picks.empty())
             break;
         for (std::size_t i : picks) {
-            ++n;
+            ++r.evaluations;
+            ++r.full;
+            r.deviceMs += fullMs(rp.records[i]);
             st->observe(i, rp.cost[i]);
-            if (rp.cost[i] <= rp.best * (1 + tolerance))
-                return n;
+            if (rp.cost[i] <= rp.best * (1 + tolerance)) {
+                r.reached = true;
+                return r;
+            }
         }
     }
-    return n;
+    return r;
 }
 
-double quantile(std::vector<std::size_t> v, double q)
+Reach reachHalving(
+    const Replay& rp, const std::string& strategy, std::uint64_t seed, double tolerance, const tuner::HalvingPlan& plan)
+{
+    tuner::MultiFidelitySearch search(tuner::makeStrategy(strategy, rp.space, seed), plan);
+    std::mt19937_64 noise(seed * 0x9E3779B97F4A7C15ull + 17);
+    Reach r;
+    while (!search.exhausted()) {
+        const auto trials = search.next(1);
+        if (trials.empty())
+            break;
+        for (const tuner::Trial& t : trials) {
+            ++r.evaluations;
+            if (t.rung < plan.fullRung()) {
+                r.deviceMs += screenMs(rp, t.index, plan.screens[t.rung]);
+                search.observe(t, screenCost(rp, t.index, plan.screens[t.rung], noise));
+                continue;
+            }
+            ++r.full;
+            r.deviceMs += fullMs(rp.records[t.index]);
+            search.observe(t, rp.cost[t.index]);
+            if (rp.cost[t.index] <= rp.best * (1 + tolerance)) {
+                r.reached = true;
+                return r;
+            }
+        }
+    }
+    return r;
+}
+
+template <typename T> double quantile(std::vector<T> v, double q)
 {
     std::sort(v.begin(), v.end());
     const double pos = q * static_cast<double>(v.size() - 1);
@@ -151,13 +305,71 @@ double quantile(std::vector<std::size_t> v, double q)
     return static_cast<double>(v[lo]) + (pos - static_cast<double>(lo)) * static_cast<double>(v[hi] - v[lo]);
 }
 
+std::string report(const Replay& rp, int seeds, double tolerance, const tuner::HalvingPlan& plan)
+{
+    std::map<std::string, std::vector<Reach>> alone, halving;
+    for (const std::string& s : tuner::strategyNames())
+        for (int seed = 1; seed <= seeds; ++seed) {
+            alone[s].push_back(reachAlone(rp, s, static_cast<std::uint64_t>(seed), tolerance));
+            halving[s].push_back(reachHalving(rp, s, static_cast<std::uint64_t>(seed), tolerance, plan));
+        }
+    auto column = [](const std::vector<Reach>& runs, auto field) {
+        std::vector<double> v;
+        for (const Reach& r : runs)
+            v.push_back(static_cast<double>(field(r)));
+        return v;
+    };
+    auto evaluations = [](const Reach& r) { return r.evaluations; };
+    auto seconds = [](const Reach& r) { return r.deviceMs * 1e-3; };
+    auto reached = [](const std::vector<Reach>& runs) {
+        return std::count_if(runs.begin(), runs.end(), [](const Reach& r) { return r.reached; });
+    };
+    const double randomMedian = quantile(column(alone["random"], evaluations), 0.5);
+    std::ostringstream md;
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+        "Evaluations to come within %.0f%% of the exhaustive best (%zu recorded configurations, %zu "
+        "valid), over %d seeds:\n\n",
+        tolerance * 100, rp.space.size(), rp.valid, seeds);
+    md << buf;
+    md << "| strategy | median | p25 | p75 | worst | median vs random |\n|---|---|---|---|---|---|\n";
+    for (const std::string& s : tuner::strategyNames()) {
+        const auto v = column(alone[s], evaluations);
+        std::snprintf(buf, sizeof buf, "| %s | %.1f | %.1f | %.1f | %.0f | %.2fx fewer |\n", s.c_str(),
+            quantile(v, 0.5), quantile(v, 0.25), quantile(v, 0.75), *std::max_element(v.begin(), v.end()),
+            randomMedian / std::max(1.0, quantile(v, 0.5)));
+        md << buf;
+    }
+    md << "\nexhaustive enumerates in declaration order (one order, every seed alike).\n\n";
+    std::snprintf(buf, sizeof buf,
+        "Device time to the same final best (a full-protocol evaluation within %.0f%% of the exhaustive best), "
+        "median over %d seeds; multi-fidelity: screens of %s, one in %g promoted (asynchronous successive "
+        "halving)%s:\n\n",
+        tolerance * 100, seeds, plan.screens.front().label().c_str(), plan.eta,
+        rp.deviceMsRecorded ? "" : "; records without device_ms priced at finished - started");
+    md << buf;
+    md << "| strategy | full protocol: device s | evaluations | multi-fidelity: device s | evaluations (full) | "
+          "reached | device time ratio |\n|---|---|---|---|---|---|---|\n";
+    for (const std::string& s : tuner::strategyNames()) {
+        const double a = quantile(column(alone[s], seconds), 0.5), h = quantile(column(halving[s], seconds), 0.5);
+        std::snprintf(buf, sizeof buf, "| %s | %.3f | %.1f | %.3f | %.1f (%.1f) | %td/%d | %.2fx less |\n", s.c_str(),
+            a, quantile(column(alone[s], evaluations), 0.5), h, quantile(column(halving[s], evaluations), 0.5),
+            quantile(column(halving[s], [](const Reach& r) { return r.full; }), 0.5), reached(halving[s]), seeds,
+            a / std::max(1e-9, h));
+        md << buf;
+    }
+    return md.str();
+}
+
 } // namespace
 
 int main(int argc, char** argv)
 {
-    std::string dbFile, problem, outFile, sweepFile;
+    std::string dbFile, problem, outFile, sweepFile, landscape = "bowl";
     int seeds = 10;
     double tolerance = 0.03;
+    tuner::HalvingPlan plan;
+    plan.screens = { Fidelity { 5, 1 } };
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&]() -> std::string {
@@ -179,46 +391,38 @@ int main(int argc, char** argv)
             outFile = value();
         else if (a == "--synthetic-sweep")
             sweepFile = value();
+        else if (a == "--landscape")
+            landscape = value();
+        else if (a == "--screen-samples")
+            plan.screens.front().screenSamples = std::stoi(value());
+        else if (a == "--screen-shapes")
+            plan.screens.front().screenShapes = std::stoi(value());
+        else if (a == "--eta")
+            plan.eta = std::stod(value());
         else {
-            std::cerr << "usage: kl_bench_tuner_search --db FILE [--problem NAME] [--seeds N] [--tolerance F] "
-                         "[--out FILE.md]\n       kl_bench_tuner_search --synthetic-sweep FILE\n";
+            std::cerr
+                << "usage: kl_bench_tuner_search --db FILE [--problem NAME] [--seeds N] [--tolerance F] "
+                   "[--out FILE.md] [--screen-samples N] [--screen-shapes N] [--eta F]\n"
+                   "       kl_bench_tuner_search --synthetic-sweep FILE [--landscape bowl|plateau|flat|rugged|ridge]\n";
             return 2;
         }
     }
     try {
         if (!sweepFile.empty())
-            return syntheticSweep(sweepFile);
+            return syntheticSweep(sweepFile, landscape);
         if (dbFile.empty()) {
             std::cerr << "kl_bench_tuner_search: --db FILE is required\n";
             return 2;
         }
+        if (seeds < 1 || plan.screens.front().screenSamples < 1)
+            throw InputError("--seeds and --screen-samples must be at least 1");
         auto db = TuningDatabase::open(dbFile);
         const Replay rp = loadReplay(*db, problem);
-        std::map<std::string, std::vector<std::size_t>> runs;
-        for (const std::string& s : tuner::strategyNames())
-            for (int seed = 1; seed <= seeds; ++seed)
-                runs[s].push_back(evaluationsToReach(rp, s, static_cast<std::uint64_t>(seed), tolerance));
-        const double randomMedian = quantile(runs["random"], 0.5);
-        std::ostringstream md;
-        char buf[256];
-        std::snprintf(buf, sizeof buf,
-            "Evaluations to come within %.0f%% of the exhaustive best (%zu recorded configurations, %zu "
-            "valid), over %d seeds:\n\n",
-            tolerance * 100, rp.space.size(), rp.valid, seeds);
-        md << buf;
-        md << "| strategy | median | p25 | p75 | worst | median vs random |\n|---|---|---|---|---|---|\n";
-        for (const std::string& s : tuner::strategyNames()) {
-            const auto& v = runs[s];
-            std::snprintf(buf, sizeof buf, "| %s | %.1f | %.1f | %.1f | %zu | %.2fx fewer |\n", s.c_str(),
-                quantile(v, 0.5), quantile(v, 0.25), quantile(v, 0.75), *std::max_element(v.begin(), v.end()),
-                randomMedian / std::max(1.0, quantile(v, 0.5)));
-            md << buf;
-        }
-        md << "\nexhaustive enumerates in declaration order (one order, every seed alike).\n";
-        std::cout << md.str();
+        const std::string md = report(rp, seeds, tolerance, plan);
+        std::cout << md;
         if (!outFile.empty()) {
             std::ofstream out(outFile);
-            out << md.str();
+            out << md;
         }
         return 0;
     } catch (const std::exception& e) {

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""PyTorch eager, torch.compile and copy bandwidth at every tuning shape of the given problems.
+"""PyTorch eager, torch.compile, Liger-Kernel (--liger), KernelLoop's exported op (--bundles DIR: DIR/<problem> is
+a `kloop export` bundle) and copy bandwidth at every tuning shape of the given problems, all in one run with one
+timer.
 
 Timing follows bench/harness/torch_eager.py (CUDA events, rotated input sets > 2x L2, median; CUDA-graph replay
 as a second figure without host launch overhead). Writes
-{problem: {shape_label: {"eager_us", "eager_graph_us", "compile_us", "compile_graph_us", "bytes", "copy_us"}},
- "_meta": {..., "copy_bytes_per_s"}}.
+{problem: {shape_label: {"eager_us", "eager_graph_us", "compile_us", "compile_graph_us", "liger_us",
+ "liger_graph_us", "kernelloop_us", "kernelloop_graph_us", "bytes", "copy_us"}},
+ "_meta": {..., "copy_bytes_per_s", "versions": {peer: version}}}. bench/tuner/peer_table.py makes the table.
 """
 import argparse
 import json
@@ -40,6 +43,63 @@ def ops(name, d, dev):
     raise ValueError(name)
 
 
+def liger_op(name, d, dev):
+    """Liger-Kernel's forward for the problem (its own input layout where it takes one), or None."""
+    if name == "rmsnorm":
+        from liger_kernel.ops.rms_norm import rms_norm_forward
+        T, H = d["T"], d["H"]
+        mk = lambda: (torch.randn(T, H, device=dev, dtype=torch.bfloat16),
+                      torch.randn(H, device=dev, dtype=torch.bfloat16))
+        return mk, (lambda x, w: rms_norm_forward(x, w, 1e-6, 0.0, "llama", None)[0])
+    if name == "softmax":
+        from liger_kernel.ops.softmax import _softmax_forward
+        R, C = d["R"], d["C"]
+        return (lambda: (torch.randn(R, C, device=dev, dtype=torch.float16) * 4,)), (lambda x: _softmax_forward(x))
+    if name == "silu_and_mul":
+        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+        T, I = d["T"], d["I"]  # Liger takes gate and up as two tensors: the same bytes as one [T, 2I]
+        mk = lambda: (torch.randn(T, I, device=dev, dtype=torch.bfloat16),
+                      torch.randn(T, I, device=dev, dtype=torch.bfloat16))
+        return mk, LigerSiLUMulFunction.apply
+    return None
+
+
+LOADED = {}
+
+
+def kernelloop_op(bundle, prob, d, dev):
+    """The exported bundle's dispatcher (torch.ops.kl_<problem>.run) on the problem's inputs."""
+    prefix = "kl_" + prob["name"].lower()
+    if bundle not in LOADED:
+        sys.path.insert(0, bundle)
+        LOADED[bundle] = __import__(prefix).load(library=None, build_directory=None)
+    ops = LOADED[bundle]
+    dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+    inputs = [t for t in prob["tensors"] if t["role"] == "input"]
+    scalars = [s["value"] for s in prob.get("scalars", [])]
+
+    def mk():
+        return tuple((torch.randn([int(eval(e, {"__builtins__": {}}, dict(d))) for e in t["shape"]], device=dev)
+                      * t.get("scale", 1.0)).to(dtypes[t["dtype"]]) for t in inputs)
+    return mk, (lambda *xs: ops.run(*xs, *scalars))
+
+
+def timed(entry, key, mk, op, l2):
+    try:
+        entry[key + "_us"] = time_op(mk, op, l2)
+        entry[key + "_graph_us"] = time_graph(mk, op, l2)
+    except Exception as e:  # a peer that cannot run here is reported, not fatal
+        entry[key + "_error"] = str(e)[:300]
+
+
+def version(dist):
+    try:
+        from importlib.metadata import version as v
+        return v(dist)
+    except Exception:
+        return None
+
+
 def copy_bandwidth(dev, l2):
     """Device-to-device copy of 1 GiB: bytes read + written per second (the roofline for these kernels)."""
     n = 1 << 29  # bf16 elements = 1 GiB
@@ -53,6 +113,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--problems", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--liger", action="store_true", help="time Liger-Kernel too (pinned in requirements-peers.txt)")
+    ap.add_argument("--bundles", help="DIR/<problem>: kloop export bundles to time with the same timer")
     ap.add_argument("names", nargs="+")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -63,8 +125,12 @@ def main():
     l2 = getattr(props, "L2_cache_size", 60 << 20)
     torch.manual_seed(0)
     bw = copy_bandwidth(dev, l2)
+    versions = {"eager": f"torch {torch.__version__}", "torch.compile": f"torch {torch.__version__}"
+                + (f", triton {version('triton')}" if version("triton") else "")}
+    if args.liger:
+        versions["liger"] = f"liger-kernel {version('liger-kernel')}"
     out = {"_meta": {"torch": torch.__version__, "gpu": props.name, "cuda": torch.version.cuda,
-                     "copy_bytes_per_s": bw}}
+                     "copy_bytes_per_s": bw, "versions": versions}}
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
     for name in args.names:
         with open(os.path.join(args.problems, name, "problem.json")) as f:
@@ -83,6 +149,23 @@ def main():
                 entry["compile_graph_us"] = time_graph(mk, compiled, l2)
             except Exception as e:  # torch.compile needs Triton and a C compiler; report, do not fail
                 entry["compile_error"] = str(e)[:300]
+            if args.liger:
+                try:
+                    lop = liger_op(name, d, dev)
+                    if lop:
+                        timed(entry, "liger", *lop, l2)
+                except Exception as e:
+                    entry["liger_error"] = str(e)[:300]
+            bundle = os.path.join(args.bundles, name) if args.bundles else None
+            if bundle and os.path.exists(os.path.join(bundle, "manifest.json")):
+                try:
+                    with open(os.path.join(bundle, "manifest.json")) as f:
+                        manifest = json.load(f)
+                    versions.setdefault("kernelloop:" + name, f"candidate {manifest['candidate']['id']} of session "
+                                        f"{manifest['session_id']}")
+                    timed(entry, "kernelloop", *kernelloop_op(os.path.join(bundle, "torch"), prob, d, dev), l2)
+                except Exception as e:
+                    entry["kernelloop_error"] = str(e)[:300]
             res[label(d)] = entry
             print(f"{name} {label(d)} {entry}", flush=True)
     with open(args.out, "w") as f:

@@ -324,7 +324,8 @@ std::string defaultCandidate(const Session& s, bool anyStatus)
         for (const auto& id : s.tree.order()) {
             const Candidate& c = s.tree.at(id);
             const auto ev = s.evaluations.find(id);
-            if ((accepted && c.status != CandidateStatus::Accepted) || ev == s.evaluations.end())
+            if ((accepted && c.status != CandidateStatus::Accepted) || ev == s.evaluations.end()
+                || ev->second.fidelity.screen())
                 continue;
             if (best.empty() || ev->second.objective > bestObjective) {
                 best = id;
@@ -733,6 +734,10 @@ ExportResult exportBundle(const Session& s, const Problem& problem, const Export
         throw InputError("export: no output directory (--out DIR)");
     ExportResult result;
     const std::string id = options.candidateId.empty() ? defaultCandidate(s, options.force) : options.candidateId;
+    if (const auto ev = s.evaluations.find(id); ev != s.evaluations.end() && ev->second.fidelity.screen())
+        throw InputError("export: candidate " + id + " was only screened (" + ev->second.fidelity.label()
+            + ", multi-fidelity search): a screen ranks configurations and is no measurement to ship, not even with "
+              "--force; export the full-protocol evaluation of its configuration");
     result.plan = planExport(s, problem, id, options.minSpeedup);
     if (!result.plan.refusals.empty() && !options.force) {
         std::string msg = "refusing to export candidate " + id + ":";

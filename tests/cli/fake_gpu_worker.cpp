@@ -197,9 +197,10 @@ public:
             kl::wire::TimedShape t;
             t.result.shape = shape;
             t.result.correct = true;
-            t.result.timing = timing(latencyUs(lp, shape, eff));
+            const int samples = std::min(50, req.maxSamples); // as the real worker: never past max_samples
+            t.result.timing = timing(latencyUs(lp, shape, eff), samples);
             if (req.baseline) {
-                t.result.baselineTiming = timing(latencyUs(lp, shape, kBaselineEfficiency));
+                t.result.baselineTiming = timing(latencyUs(lp, shape, kBaselineEfficiency), samples);
                 t.result.speedup = t.result.baselineTiming->medianUs / t.result.timing->medianUs;
                 t.result.speedupCiLow = t.result.baselineTiming->ciLowUs / t.result.timing->ciHighUs;
                 t.result.speedupCiHigh = t.result.baselineTiming->ciHighUs / t.result.timing->ciLowUs;
@@ -323,7 +324,7 @@ private:
         return 0.45 + 0.40 * u;
     }
 
-    static kl::TimingStats timing(double us)
+    static kl::TimingStats timing(double us, int samples = 50)
     {
         kl::TimingStats t;
         t.medianUs = us;
@@ -331,7 +332,7 @@ private:
         t.ciHighUs = us * 1.002;
         t.p10Us = us * 0.995;
         t.p90Us = us * 1.005;
-        t.samples = 50;
+        t.samples = samples;
         t.inputSets = 1;
         return t;
     }

@@ -92,6 +92,70 @@ TEST(EvaluationJson, RoundTrips)
     EXPECT_EQ(back.shapes[0].checks[0].seed, 0xfeedfacecafebeefull);
 }
 
+TEST(EvaluationJson, AScreensFidelityAndDeviceTimeRoundTripAndBadOnesNameTheField)
+{
+    kl::Evaluation e;
+    e.candidateId = "c0004";
+    e.verdict = kl::Verdict::Correct;
+    e.fidelity = kl::Fidelity { 5, 2 };
+    e.deviceMs = 12.5;
+    const kl::Json j = kl::toJson(e);
+    EXPECT_EQ(j.at("fidelity"), (kl::Json { { "screen_samples", 5 }, { "screen_shapes", 2 } }));
+    const kl::Evaluation back = kl::evaluationFromJson(j, "evaluation.json");
+    EXPECT_EQ(back.fidelity, e.fidelity);
+    EXPECT_DOUBLE_EQ(back.deviceMs, 12.5);
+    // The full protocol writes nothing: records from before multi-fidelity search read the same.
+    e.fidelity = {};
+    e.deviceMs = 0;
+    EXPECT_FALSE(kl::toJson(e).contains("fidelity"));
+    EXPECT_FALSE(kl::toJson(e).contains("device_ms"));
+
+    kl::Candidate c;
+    c.id = "c0004";
+    c.fidelity = kl::Fidelity { 8, 0 };
+    EXPECT_EQ(kl::candidateFromJson(kl::toJson(c), "candidate").fidelity, c.fidelity);
+
+    auto message = [](kl::Json bad) {
+        try {
+            kl::evaluationFromJson(bad, "evaluation.json");
+        } catch (const kl::InputError& err) {
+            return std::string(err.what());
+        }
+        return std::string();
+    };
+    kl::Json bad = j;
+    bad["fidelity"]["screen_samples"] = 0;
+    EXPECT_NE(message(bad).find("evaluation.json.fidelity.screen_samples"), std::string::npos) << message(bad);
+    bad = j;
+    bad["fidelity"] = "screen";
+    EXPECT_NE(message(bad).find("evaluation.json.fidelity: expected an object"), std::string::npos) << message(bad);
+    bad = j;
+    bad["device_ms"] = -1;
+    EXPECT_NE(message(bad).find("evaluation.json.device_ms"), std::string::npos) << message(bad);
+}
+
+TEST(Fidelity, ScreenShapesSpreadOverTheTuningListFirstAndLastIncluded)
+{
+    std::vector<kl::Shape> tuning(5);
+    for (int i = 0; i < 5; ++i)
+        tuning[static_cast<std::size_t>(i)].dims = { { "T", i } };
+    auto ts = [&](kl::Fidelity f) {
+        std::vector<std::int64_t> out;
+        for (const kl::Shape& s : kl::screenTuningShapes(tuning, f))
+            out.push_back(s.dims.at("T"));
+        return out;
+    };
+    EXPECT_EQ(ts({}), (std::vector<std::int64_t> { 0, 1, 2, 3, 4 }));
+    EXPECT_EQ(ts({ 5, 0 }), (std::vector<std::int64_t> { 0, 1, 2, 3, 4 }));
+    EXPECT_EQ(ts({ 5, 1 }), (std::vector<std::int64_t> { 0 }));
+    EXPECT_EQ(ts({ 5, 2 }), (std::vector<std::int64_t> { 0, 4 }));
+    EXPECT_EQ(ts({ 5, 3 }), (std::vector<std::int64_t> { 0, 2, 4 }));
+    EXPECT_EQ(ts({ 5, 9 }), (std::vector<std::int64_t> { 0, 1, 2, 3, 4 }));
+    EXPECT_EQ(kl::Fidelity({ 5, 2 }).label(), "screen:5x2");
+    EXPECT_EQ(kl::Fidelity({ 5, 0 }).label(), "screen:5xall");
+    EXPECT_EQ(kl::Fidelity {}.label(), "full");
+}
+
 namespace {
 // The message problemFromJson gives for j, or "" when it accepts it.
 std::string problemError(const kl::Json& j)

@@ -43,6 +43,8 @@ public:
             Proposal p;
             p.candidate.parentId = ctx.branchFrom;
             p.candidate.source = kSyntheticTemplate;
+            if (m_next < fidelity.size())
+                p.candidate.fidelity = fidelity[m_next];
             p.candidate.params = m_script[m_next++];
             p.candidate.author = Author::Tuner;
             p.needsReview = needsReview;
@@ -58,6 +60,7 @@ public:
         observed.emplace_back(c.id, e.verdict);
     }
     bool needsReview = false;
+    std::vector<Fidelity> fidelity; // by script position; beyond it: the full protocol
     std::vector<std::pair<CandidateId, Verdict>> observed;
     std::vector<CandidateId> parents;
 

@@ -1,3 +1,4 @@
+#include "core/current_best.h"
 #include "core/research_loop.h"
 #include "tests/core/loop_test_support.h"
 
@@ -116,6 +117,61 @@ TEST(ResearchLoop, AcceptsOnlySignificantCorrectImprovementsAndTracksTheBest)
     const Session reloaded = SessionStore::load(f.dir);
     EXPECT_EQ(reloaded.tree.at(ids[2]).status, CandidateStatus::Accepted);
     EXPECT_EQ(reloaded.tree.head(), ids[2]);
+}
+
+TEST(ResearchLoop, AScreenIsNeverTheBestAndIsMeasuredApartFromTheFullProtocol)
+{
+    Fixture f("screen");
+    f.evaluator.latencyUs = [&](const ParamValues& p, const Shape& s) {
+        return f.evaluator.baselineUs(s) / (p.at("BLOCK") == 256 ? 2.0 : 1.5);
+    };
+    // The fastest configuration screened (accepted if it were full), the same configuration in full, then a
+    // slower one in full: only the full measurement of the first can be the best.
+    ScriptedAgentForTests agent({ cfg(256, 4), cfg(256, 4), cfg(64, 4) });
+    const Fidelity screen { 5, 1 };
+    agent.fidelity = { screen };
+    ResearchLoop loop(*f.store, f.evaluator, agent, sequentialOptions());
+    const LoopResult r = loop.run();
+
+    const Session& s = f.store->session();
+    ASSERT_EQ(s.tree.size(), 3u);
+    const auto& ids = s.tree.order();
+    const Evaluation& screened = s.evaluations.at(ids[0]);
+    EXPECT_EQ(s.tree.at(ids[0]).fidelity, screen);
+    EXPECT_EQ(screened.fidelity, screen);
+    EXPECT_EQ(s.tree.at(ids[0]).status, CandidateStatus::Rejected);
+    EXPECT_EQ(screened.verdict, Verdict::Correct);
+    EXPECT_NEAR(screened.objective, 2.0, 1e-9); // what it measured stays recorded
+    std::set<std::string> rules;
+    for (const VerdictReason& reason : screened.reasons)
+        rules.insert(reason.rule);
+    EXPECT_TRUE(rules.count("decide.screen"));
+    int timed = 0;
+    for (const ShapeResult& sr : screened.shapes)
+        if (sr.timing) {
+            ++timed;
+            EXPECT_EQ(sr.timing->samples, 5);
+            EXPECT_EQ(sr.shape, f.evaluator.problem().tuningShapes.front());
+        }
+    EXPECT_EQ(timed, 1);
+
+    // The full protocol measured the same configuration again (no reuse of the screen) and became the best.
+    EXPECT_EQ(f.evaluator.evaluateCalls.load(), 3);
+    const Evaluation& full = s.evaluations.at(ids[1]);
+    EXPECT_FALSE(full.fidelity.screen());
+    EXPECT_EQ(s.tree.at(ids[1]).status, CandidateStatus::Accepted);
+    EXPECT_GT(full.deviceMs, screened.deviceMs);
+    EXPECT_GT(screened.deviceMs, 0);
+    ASSERT_TRUE(r.best);
+    EXPECT_EQ(*r.best, ids[1]);
+    EXPECT_EQ(f.eventsOf(EventKind::BestChanged).size(), 1u);
+
+    // The journal keeps what was asked for and what ran; a reloaded loop finds the same best.
+    const Session reloaded = SessionStore::load(f.dir);
+    EXPECT_EQ(reloaded.tree.at(ids[0]).fidelity, screen);
+    EXPECT_EQ(reloaded.evaluations.at(ids[0]).fidelity, screen);
+    EXPECT_DOUBLE_EQ(reloaded.evaluations.at(ids[0]).deviceMs, screened.deviceMs);
+    EXPECT_EQ(bestAcceptedId(reloaded), ids[1]);
 }
 
 TEST(ResearchLoop, CompileFailuresAndDeviceLimitsNeverReachTheDevice)

@@ -17,8 +17,8 @@
 
 namespace kl::testonly {
 
-// Timing of a measurement of `us` with a tight spread (50 samples).
-inline TimingStats syntheticTiming(double us)
+// Timing of a measurement of `us` with a tight spread (50 samples unless told).
+inline TimingStats syntheticTiming(double us, int samples = 50)
 {
     TimingStats t;
     t.medianUs = us;
@@ -26,7 +26,7 @@ inline TimingStats syntheticTiming(double us)
     t.p90Us = us * 1.01;
     t.ciLowUs = us * 0.995;
     t.ciHighUs = us * 1.005;
-    t.samples = 50;
+    t.samples = samples;
     return t;
 }
 
@@ -176,6 +176,15 @@ public:
             return e;
         }
         e.verdict = Verdict::Correct;
+        e.fidelity = options.fidelity;
+        const std::vector<Shape> timedShapes = screenTuningShapes(m_problem.tuningShapes, options.fidelity);
+        const int samples = options.fidelity.screen() ? options.fidelity.screenSamples : 50;
+        // Device time: one launch per verified shape, then each sample of candidate and baseline per timed shape.
+        for (const Shape& s : m_problem.verifyShapes) {
+            e.deviceMs += latencyUs(c.params, s) * 1e-3;
+            if (std::find(timedShapes.begin(), timedShapes.end(), s) != timedShapes.end())
+                e.deviceMs += samples * (latencyUs(c.params, s) + baselineUs(s)) * 1e-3;
+        }
         for (const Shape& s : m_problem.verifyShapes) {
             ShapeResult r;
             r.shape = s;
@@ -184,19 +193,19 @@ public:
             cs.passed = r.correct;
             cs.relL2 = r.correct ? 1e-4 : 0.5;
             r.checks.push_back(cs);
-            const bool timed = std::find(m_problem.tuningShapes.begin(), m_problem.tuningShapes.end(), s)
-                != m_problem.tuningShapes.end();
+            const bool timed = std::find(timedShapes.begin(), timedShapes.end(), s) != timedShapes.end();
             if (timed) {
                 for (const Shape& ts : m_problem.tuningShapes)
                     if (ts == s)
                         r.shape.weight = ts.weight;
                 const double t = latencyUs(c.params, s);
                 const double b = baselineUs(s);
-                r.timing = syntheticTiming(t);
-                r.baselineTiming = syntheticTiming(b);
+                r.timing = syntheticTiming(t, samples);
+                r.baselineTiming = syntheticTiming(b, samples);
                 r.speedup = b / t;
-                r.speedupCiLow = r.speedup * (1 - ciRelHalfWidth);
-                r.speedupCiHigh = r.speedup * (1 + ciRelHalfWidth);
+                const double ci = ciRelHalfWidth * std::sqrt(50.0 / samples);
+                r.speedupCiLow = r.speedup * (1 - ci);
+                r.speedupCiHigh = r.speedup * (1 + ci);
             }
             e.shapes.push_back(r);
         }

@@ -428,6 +428,28 @@ namespace {
         fs::remove_all(b.dir);
     }
 
+    TEST(Export, AScreenNeverExportsNotAsTheDefaultNorForced)
+    {
+        // A multi-fidelity screen records an objective from a few samples; it must never reach a bundle.
+        const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes(), Verdict::Correct);
+        Session s = loadSession(b);
+        s.evaluations.at(b.candidateId).fidelity = Fidelity { 5, 1 };
+        EXPECT_THROW(defaultCandidate(s, true), InputError) << "the only evaluated candidate is a screen";
+        ExportOptions o;
+        o.outDir = kl::test::freshDir("screen");
+        o.candidateId = b.candidateId;
+        o.force = true;
+        try {
+            exportBundle(s, b.problem, o);
+            ADD_FAILURE() << "a screen was exported";
+        } catch (const InputError& e) {
+            EXPECT_NE(std::string(e.what()).find("only screened (screen:5x1"), std::string::npos) << e.what();
+        }
+        EXPECT_FALSE(fs::exists(o.outDir / "manifest.json"));
+        fs::remove_all(o.outDir);
+        fs::remove_all(b.dir);
+    }
+
     TEST(Export, ForcedExportWithoutAnAcceptedCandidateTakesTheBestEvaluated)
     {
         const BuiltSession b = buildSession("rmsnorm_fx", rmsnormOutcomes(), Verdict::PendingReview,

@@ -97,6 +97,35 @@ TEST(RefereePipeline, TheCurrentBestReachesThePhysicsRules)
     EXPECT_FALSE(hasRule(ev.evaluate(fast, opt, kl::CancelToken {}), "physics.suspicious-jump"));
 }
 
+TEST(RefereePipeline, AScreenTimesItsSamplesOnItsShapesAndLeavesHeldOutShapesToTheFullProtocol)
+{
+    kl::GpuEvaluator ev(kl::redteam::corpusProblem("rmsnorm"), fakeWorkerOptions());
+    const kl::Candidate c = ev.templateCandidate({}, "screened");
+    const std::vector<kl::Shape>& tuning = ev.problem().tuningShapes;
+    ASSERT_GE(tuning.size(), 3u);
+    kl::EvaluateOptions opt = quick();
+    opt.fidelity = kl::Fidelity { 3, 2 };
+    const kl::Evaluation screen = ev.evaluate(c, opt, kl::CancelToken {});
+    EXPECT_EQ(screen.fidelity, opt.fidelity);
+    EXPECT_GT(screen.deviceMs, 0);
+    std::vector<kl::Shape> timed;
+    for (const kl::ShapeResult& s : screen.shapes) {
+        EXPECT_FALSE(s.heldOut) << s.shape.label();
+        if (s.timing) {
+            timed.push_back(s.shape);
+            EXPECT_EQ(s.timing->samples, 3) << s.shape.label();
+        }
+    }
+    EXPECT_EQ(timed, (std::vector<kl::Shape> { tuning.front(), tuning.back() }));
+    EXPECT_GT(screen.objective, 0) << reasons(screen);
+
+    const kl::Evaluation full = ev.evaluate(c, quick(), kl::CancelToken {});
+    EXPECT_FALSE(full.fidelity.screen());
+    EXPECT_TRUE(std::any_of(full.shapes.begin(), full.shapes.end(), [](const auto& s) { return s.heldOut; }));
+    EXPECT_EQ(std::count_if(full.shapes.begin(), full.shapes.end(), [](const auto& s) { return s.timing.has_value(); }),
+        static_cast<std::ptrdiff_t>(tuning.size()));
+}
+
 } // namespace
 
 namespace {

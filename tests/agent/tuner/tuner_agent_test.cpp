@@ -98,29 +98,42 @@ TEST(TunerAgent, EveryStrategyImprovesWithinASmallBudgetWithoutRepeats)
     }
 }
 
-TEST(TunerAgent, ResumedTunerContinuesTheSearchWithoutRepeating)
+namespace {
+
+// A session of `strategy` stopped after `first` evaluations, then resumed up to `total` by a fresh tuner (a new
+// process: it learns the history from the session). evaluated: what both runs measured.
+std::unique_ptr<SessionStore> stoppedAndResumed(
+    const std::filesystem::path& dir, const std::string& strategy, int first, int total, int* evaluated)
 {
-    const auto dir = freshDir("tuner-resume");
     SyntheticEvaluatorForTests ev;
     Budget b;
-    b.maxEvaluations = 20;
-    auto store = newSession(dir, ev, "tuner:bayes", b);
+    b.maxEvaluations = first;
+    auto store = newSession(dir, ev, "tuner:" + strategy, b);
     {
-        auto agent = makeTunerAgent("bayes");
-        ResearchLoop loop(*store, ev, *agent);
-        loop.run();
+        auto agent = makeTunerAgent(strategy);
+        ResearchLoop(*store, ev, *agent).run();
     }
     store.reset();
     auto reopened = SessionStore::open(dir);
     SyntheticEvaluatorForTests second;
-    auto agent = makeTunerAgent("bayes"); // a fresh process: it learns the history from the session
+    auto agent = makeTunerAgent(strategy);
     LoopOptions o;
     Budget more;
-    more.maxEvaluations = 35;
+    more.maxEvaluations = total;
     o.budgetOverride = more;
-    ResearchLoop loop(*reopened, second, *agent, o);
-    loop.run();
-    EXPECT_EQ(second.evaluateCalls.load() + ev.evaluateCalls.load() <= 35, true);
+    ResearchLoop(*reopened, second, *agent, o).run();
+    *evaluated = ev.evaluateCalls.load() + second.evaluateCalls.load();
+    return reopened;
+}
+
+} // namespace
+
+TEST(TunerAgent, ResumedTunerContinuesTheSearchWithoutRepeating)
+{
+    const auto dir = freshDir("tuner-resume");
+    int evaluated = 0;
+    const auto reopened = stoppedAndResumed(dir, "bayes", 20, 35, &evaluated);
+    EXPECT_LE(evaluated, 35);
     std::set<ParamValues> params;
     for (const auto& id : reopened->session().tree.order())
         EXPECT_TRUE(params.insert(reopened->session().tree.at(id).params).second);
@@ -163,6 +176,84 @@ TEST(TunerAgent, TuningDatabaseMeansASecondSessionMeasuresNothingAgain)
     std::filesystem::remove_all(dbFile.parent_path());
     std::filesystem::remove_all(dirA);
     std::filesystem::remove_all(dirB);
+}
+
+double deviceMsOf(const Session& s)
+{
+    double ms = 0;
+    for (const auto& [id, e] : s.evaluations)
+        ms += e.deviceMs;
+    return ms;
+}
+
+TEST(TunerAgent, HalvingScreensEveryConfigurationPromotesTheContendersAndSpendsLessDeviceTime)
+{
+    SyntheticEvaluatorForTests fullEv, halvingEv;
+    const auto fullDir = freshDir("tuner-full"), halvingDir = freshDir("tuner-halving");
+    auto fullStore = newSession(fullDir, fullEv, "tuner:exhaustive", {});
+    auto halvingStore = newSession(halvingDir, halvingEv, "tuner:exhaustive:halving=5x1", {});
+    auto fullAgent = makeTunerAgent("exhaustive");
+    auto halvingAgent = makeTunerAgent("exhaustive:halving=5x1");
+    EXPECT_EQ(halvingAgent->name(), "tuner:exhaustive:halving");
+    const LoopResult full = ResearchLoop(*fullStore, fullEv, *fullAgent).run();
+    const LoopResult halving = ResearchLoop(*halvingStore, halvingEv, *halvingAgent).run();
+    EXPECT_EQ(halving.reason, "the agent has nothing left to propose");
+
+    const Session& s = halvingStore->session();
+    std::set<ParamValues> screened, promoted;
+    for (const CandidateId& id : s.tree.order()) {
+        const Candidate& c = s.tree.at(id);
+        if (c.fidelity.screen()) {
+            EXPECT_EQ(c.fidelity, (Fidelity { 5, 1 }));
+            EXPECT_TRUE(screened.insert(c.params).second) << "screened twice";
+            EXPECT_NE(c.status, CandidateStatus::Accepted) << "a screen became a best";
+            if (!s.evaluations.at(id).shapes.empty()) { // measured, not pruned before the device
+                EXPECT_TRUE(s.evaluations.at(id).fidelity.screen());
+            }
+        } else if (c.agent == halvingAgent->name()) {
+            EXPECT_TRUE(promoted.insert(c.params).second) << "promoted twice";
+        }
+    }
+    for (const ParamValues& p : promoted)
+        EXPECT_TRUE(screened.count(p)) << "full protocol without a screen";
+    // One in four screens goes up (the root, measured in full first, holds one of the slots).
+    EXPECT_LE(promoted.size(), (screened.size() + 3) / 4);
+    EXPECT_GE(promoted.size() + 1, screened.size() / 4);
+    ASSERT_TRUE(halving.best);
+    EXPECT_FALSE(s.tree.at(*halving.best).fidelity.screen());
+    EXPECT_GE(halving.bestObjective, trueOptimumObjective(halvingEv) / 1.03);
+    // The same final best for less than half the device time of the full-protocol sweep.
+    ASSERT_TRUE(full.best);
+    EXPECT_GE(halving.bestObjective, full.bestObjective / 1.03);
+    EXPECT_LT(deviceMsOf(s), 0.5 * deviceMsOf(fullStore->session()));
+    std::filesystem::remove_all(fullDir);
+    std::filesystem::remove_all(halvingDir);
+}
+
+TEST(TunerAgent, ResumedHalvingTunerRepeatsNoTrial)
+{
+    const auto dir = freshDir("tuner-halving-resume");
+    int evaluated = 0;
+    const auto reopened = stoppedAndResumed(dir, "anneal:halving", 30, 60, &evaluated);
+    EXPECT_LE(evaluated, 60);
+    std::set<std::pair<ParamValues, bool>> trials;
+    int full = 0;
+    for (const auto& id : reopened->session().tree.order()) {
+        const Candidate& c = reopened->session().tree.at(id);
+        EXPECT_TRUE(trials.insert({ c.params, c.fidelity.screen() }).second);
+        full += c.fidelity.screen() ? 0 : 1;
+    }
+    EXPECT_EQ(trials.size(), 60u);
+    EXPECT_GT(full, 5); // the root and the promotions
+    std::filesystem::remove_all(dir);
+}
+
+TEST(TunerAgent, MalformedHalvingSuffixIsAnInputError)
+{
+    for (const char* bad : { "bayes:halving=", "bayes:halving=0x1", "bayes:halving=5", "bayes:halving=5x1y",
+             "bayes:screens", "nope:halving" })
+        EXPECT_THROW(makeTunerAgent(bad), InputError) << bad;
+    EXPECT_NO_THROW(makeTunerAgent("random:halving=3x0"));
 }
 
 TEST(TunerAgent, UnknownStrategyIsAnInputError)

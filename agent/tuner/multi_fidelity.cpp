@@ -1,0 +1,111 @@
+#include "agent/tuner/multi_fidelity.h"
+
+#include "core/errors.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kl::tuner {
+
+std::vector<std::size_t> promotable(const std::vector<std::pair<std::size_t, double>>& rungResults, double eta,
+    const std::set<std::size_t>& promoted, bool final)
+{
+    std::vector<std::pair<double, std::size_t>> ranked;
+    for (const auto& [i, c] : rungResults)
+        if (std::isfinite(c))
+            ranked.emplace_back(c, i);
+    std::sort(ranked.begin(), ranked.end());
+    const double share = static_cast<double>(rungResults.size()) / eta;
+    const auto budget = static_cast<std::size_t>(final ? std::ceil(share - 1e-9) : std::floor(share + 1e-9));
+    std::vector<std::size_t> out;
+    for (std::size_t k = 0; k < ranked.size() && promoted.size() + out.size() < budget; ++k)
+        if (!promoted.count(ranked[k].second))
+            out.push_back(ranked[k].second);
+    return out;
+}
+
+MultiFidelitySearch::MultiFidelitySearch(std::unique_ptr<SearchStrategy> base, HalvingPlan plan)
+    : m_base(std::move(base))
+    , m_plan(std::move(plan))
+    , m_results(m_plan.fullRung() + 1)
+    , m_taken(m_plan.fullRung() + 1)
+    , m_promoted(m_plan.fullRung() + 1)
+{
+    if (!(m_plan.eta > 1))
+        throw InputError("multi-fidelity search: eta must be above 1 (got " + std::to_string(m_plan.eta) + ")");
+    for (const Fidelity& f : m_plan.screens)
+        if (!f.screen())
+            throw InputError("multi-fidelity search: every screen rung needs a sample count above 0");
+}
+
+std::vector<Trial> MultiFidelitySearch::next(std::size_t n)
+{
+    std::vector<Trial> out;
+    for (std::size_t rung = m_plan.fullRung(); rung-- > 0 && out.size() < n;)
+        for (std::size_t i : promotableAt(rung)) {
+            if (out.size() >= n)
+                break;
+            m_promoted[rung].insert(i);
+            m_taken[rung + 1].insert(i);
+            out.push_back({ i, rung + 1 });
+        }
+    if (out.size() < n)
+        for (std::size_t i : m_base->next(n - out.size())) {
+            m_taken[0].insert(i);
+            out.push_back({ i, 0 });
+        }
+    return out;
+}
+
+void MultiFidelitySearch::markInFlight(const Trial& t)
+{
+    if (t.rung > m_plan.fullRung())
+        return;
+    m_taken[t.rung].insert(t.index);
+    if (t.rung == 0)
+        m_base->markVisited(t.index);
+    else
+        m_promoted[t.rung - 1].insert(t.index);
+}
+
+void MultiFidelitySearch::observe(const Trial& t, double cost)
+{
+    if (t.rung > m_plan.fullRung())
+        return;
+    markInFlight(t);
+    if (std::isnan(cost))
+        cost = INFINITY;
+    auto& results = m_results[t.rung];
+    if (std::any_of(results.begin(), results.end(), [&](const auto& r) { return r.first == t.index; }))
+        return; // one result per configuration and rung
+    results.emplace_back(t.index, cost);
+    if (t.rung == 0)
+        m_base->observe(t.index, cost);
+    if (t.rung == m_plan.fullRung() && std::isfinite(cost) && (!m_bestFull || cost < m_bestFullCost)) {
+        m_bestFull = t.index;
+        m_bestFullCost = cost;
+    }
+}
+
+bool MultiFidelitySearch::exhausted() const
+{
+    if (!m_base->exhausted())
+        return false;
+    for (std::size_t rung = 0; rung < m_plan.fullRung(); ++rung)
+        if (!promotableAt(rung).empty())
+            return false;
+    return true;
+}
+
+std::vector<std::size_t> MultiFidelitySearch::promotableAt(std::size_t rung) const
+{
+    // Final: the base strategy has nothing left and no result is outstanding at this rung or below it, so the
+    // rung's budget rounds up and a late best is not stranded below the full protocol.
+    bool final = m_base->exhausted();
+    for (std::size_t r = 0; final && r <= rung; ++r)
+        final = m_taken[r].size() == m_results[r].size()
+            && (r == rung || promotable(m_results[r], m_plan.eta, m_promoted[r], true).empty());
+    return promotable(m_results[rung], m_plan.eta, m_promoted[rung], final);
+}
+
+} // namespace kl::tuner

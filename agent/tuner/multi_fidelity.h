@@ -1,0 +1,68 @@
+#pragma once
+// Multi-fidelity search over any base strategy: asynchronous successive halving (ASHA). The base strategy
+// proposes configurations; each is first screened (few timing samples on a subset of the tuning shapes, rung 0);
+// a configuration goes up a rung once it is among the best 1/eta of the results its rung holds; the top rung
+// is the full protocol, the only one whose results can become the session's best. Promotion never waits for a
+// whole rung, so the device is never idle behind a slow screen.
+#include "agent/tuner/strategy.h"
+#include "core/evaluation.h"
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace kl::tuner {
+
+struct HalvingPlan {
+    std::vector<Fidelity> screens { Fidelity { 8, 1 } }; // cheapest first; the full protocol follows them
+    double eta = 4; // one in eta of a rung's results goes up
+    std::size_t fullRung() const { return screens.size(); }
+};
+
+// One evaluation the search asks for: a configuration at a rung (HalvingPlan::fullRung(): the full protocol).
+struct Trial {
+    std::size_t index = 0;
+    std::size_t rung = 0;
+    bool operator==(const Trial&) const = default;
+};
+
+// The configurations of one rung's results that may go up now. The rung's budget is floor(results / eta)
+// promotions (ceil once the rung is final: nothing more will arrive), of which `promoted` used some; the free
+// slots go to the best-ranked results (finite costs only; ties broken by the lower index) not yet promoted.
+std::vector<std::size_t> promotable(const std::vector<std::pair<std::size_t, double>>& rungResults, double eta,
+    const std::set<std::size_t>& promoted, bool final = false);
+
+class MultiFidelitySearch {
+public:
+    MultiFidelitySearch(std::unique_ptr<SearchStrategy> base, HalvingPlan plan);
+
+    // Up to n trials: promotions first (highest rung first), then new screens from the base strategy.
+    std::vector<Trial> next(std::size_t n);
+    // The base strategy learns from the cheapest rung's result of each configuration (what it ranked it by).
+    void observe(const Trial& t, double cost);
+    // A trial taken without a result yet (in flight before a resume).
+    void markInFlight(const Trial& t);
+
+    const HalvingPlan& plan() const { return m_plan; }
+    const SearchStrategy& base() const { return *m_base; }
+    // The best configuration measured with the full protocol; screens never count.
+    std::optional<std::size_t> bestFull() const { return m_bestFull; }
+    // Nothing left to screen and nothing left to promote.
+    bool exhausted() const;
+
+private:
+    std::vector<std::size_t> promotableAt(std::size_t rung) const;
+
+    std::unique_ptr<SearchStrategy> m_base;
+    HalvingPlan m_plan;
+    std::vector<std::vector<std::pair<std::size_t, double>>> m_results; // per rung, in observation order
+    std::vector<std::set<std::size_t>> m_taken; // per rung: proposed (in flight or observed)
+    std::vector<std::set<std::size_t>> m_promoted; // per rung: sent to the next rung
+    std::optional<std::size_t> m_bestFull;
+    double m_bestFullCost = 0;
+};
+
+} // namespace kl::tuner
