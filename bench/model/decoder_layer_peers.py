@@ -25,6 +25,7 @@ PEAKS below, from /work/shared/measurements/anchors-h200.json (copy_TBps; gemm_4
 Writes DIR/decoder-layer-peers.json and DIR/decoder-layer-peers.md.
 """
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -82,6 +83,23 @@ class DecodeStep(torch.nn.Module):
         o = F.scaled_dot_product_attention(q, kc, vc, attn_mask=valid, scale=a.scaling, enable_gqa=True)
         x = x + a.o_proj(o.transpose(1, 2).reshape(b, 1, -1))
         return x + self.layer.mlp(self.layer.post_attention_layernorm(x))
+
+
+def check_against_hf(step, x, pos, kc, vc):
+    """rel-l2 of the step against HF's own LlamaDecoderLayer.forward, fed the same cache through a DynamicCache:
+    the peer is the layer, not a re-implementation of it."""
+    import transformers
+    kc0, vc0 = kc.clone(), vc.clone()
+    out = step(x, pos, kc0, vc0).float()
+    cache = transformers.DynamicCache()
+    cache.update(kc0[:, :, :-1].clone(), vc0[:, :, :-1].clone(), 0)
+    position_ids = pos.view(1, 1).expand(x.shape[0], 1)
+    name = "cache" if "cache" in inspect.signature(modeling_llama.LlamaDecoderLayer.forward).parameters \
+        else "past_key_values"
+    hf = step.layer(x, attention_mask=None, position_ids=position_ids, use_cache=True,
+                    position_embeddings=step.rotary(x, position_ids), **{name: cache})
+    hf = (hf[0] if isinstance(hf, tuple) else hf).float()
+    return ((out - hf).norm() / hf.norm()).item()
 
 
 def timer(fn, iters, cuda):
@@ -151,7 +169,9 @@ def table(r):
         lines.append(f"| {row['batch']} | {fmt(row['eager_us'], '.1f')} | {fmt(row['compile_us'], '.1f')} | "
                      f"{fmt(row['graph_us'], '.1f')} | {fmt(kl.get('graph_us'), '.1f')} | "
                      f"{fmt(kl.get('eager_us'), '.1f')} | {mfu} | {mbu} |")
-    lines += ["", "FLOPs and bytes per step: the formulas in bench/model/decoder_layer_peers.py's header."]
+    lines += ["", "FLOPs and bytes per step: the formulas in bench/model/decoder_layer_peers.py's header. The step "
+              "against HF's LlamaDecoderLayer.forward on the same cache, rel-l2: "
+              + ", ".join(f"B={row['batch']} {row['rel_l2_vs_hf_layer']:.2g}" for row in r["rows"]) + "."]
     lines += [f"- {n}" for n in r["notes"]]
     return "\n".join(lines) + "\n"
 
@@ -190,7 +210,10 @@ def main():
             pos = torch.tensor([a.context - 1], device=a.device)
             args = (x, pos, kc, vc)
             ref = step(*args).float()
-            row = {"batch": b, "eager_us": timer(lambda: step(*args), a.iters, cuda)}
+            row_check = check_against_hf(step, *args)
+            row = {"batch": b, "rel_l2_vs_hf_layer": row_check, "eager_us": timer(lambda: step(*args), a.iters, cuda)}
+            if row_check > (2e-2 if cuda else 1e-4):
+                notes.append(f"B={b}: the step DIFFERS from HF's LlamaDecoderLayer (rel-l2 {row_check:.3g})")
             row["compile_us"] = None
             if compiled is not None:
                 err = ((compiled(*args).float() - ref).norm() / ref.norm()).item()
