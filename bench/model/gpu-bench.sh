@@ -12,7 +12,8 @@
 #  6. decoder_layer_peers.py: one decoder layer's decode step at B = 1, 16, 64 as eager, torch.compile and CUDA
 #     graph with MFU/MBU; KernelLoop columns from PIPELINE_RESULT (kloop pipeline run llama_decoder_decode --out).
 # Run: BENCHES=model scripts/gpu-check benches   (PIPELINE_RESULT=path/llama_decoder_decode.json optional;
-#      MODEL_SWAP_BUDGET candidates per extra session, default 16)
+#      MODEL_SWAP_BUDGET candidates per extra session, default 16; MODEL_SKIP_PROJECTION=1 leaves out 1-3 and
+#      exports rmsnorm like the others, to fit the device tool's 10 minutes a command)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$ROOT/model-bench-out}
@@ -52,9 +53,13 @@ export_bundle() { # problem -> $OUT/bundle-<problem>
 }
 
 rc=0
-projection_bench || rc=1
 SWAP_ARGS=()
-[[ -f "$OUT/bundle/manifest.json" ]] && SWAP_ARGS+=(--rmsnorm-bundle "$OUT/bundle")
+if [[ -z "${MODEL_SKIP_PROJECTION:-}" ]]; then
+    projection_bench || rc=1
+    [[ -f "$OUT/bundle/manifest.json" ]] && SWAP_ARGS+=(--rmsnorm-bundle "$OUT/bundle")
+else
+    export_bundle rmsnorm && SWAP_ARGS+=(--rmsnorm-bundle "$OUT/bundle-rmsnorm")
+fi
 export_bundle silu_and_mul && SWAP_ARGS+=(--silu-bundle "$OUT/bundle-silu_and_mul")
 export_bundle decode_attention && SWAP_ARGS+=(--attention-bundle "$OUT/bundle-decode_attention")
 export TORCH_EXTENSIONS_DIR=$OUT/torch-ext
