@@ -5,6 +5,15 @@
 #  2. kloop trace analyze --session: the projected saving of the best candidate (Amdahl, per shape);
 #  3. kloop export, and the exported op swapped into the same Hugging Face Llama for its RMSNorm: traces and wall
 #     times of the stock and the patched model, logits compared; the measured change next to the projection.
+# Issue 19 (engagement proof and decoder-layer peers), after that:
+#  4. a short kloop run + kloop export of silu_and_mul and decode_attention (the rmsnorm bundle from 3. is reused);
+#  5. swap_llama.py: those bundles in a HF Llama (prefill 1024 + 64 decode, CUDA graphs both sides) vs stock:
+#     decode tokens/s, logits agreement, profiler count of kl_* kernels -> swap/swap-llama.{md,json}, ours-trace;
+#  6. decoder_layer_peers.py: one decoder layer's decode step at B = 1, 16, 64 as eager, torch.compile and CUDA
+#     graph with MFU/MBU; KernelLoop columns from PIPELINE_RESULT (kloop pipeline run llama_decoder_decode --out).
+# Run: BENCHES=model scripts/gpu-check benches   (PIPELINE_RESULT=path/llama_decoder_decode.json optional;
+#      MODEL_SWAP_BUDGET candidates per extra session, default 16; MODEL_SKIP_PROJECTION=1 leaves out 1-3 and
+#      exports rmsnorm like the others, to fit the device tool's 10 minutes a command)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$ROOT/model-bench-out}
@@ -14,19 +23,52 @@ KLOOP=${BUILD_DIR:-$ROOT/build}/cli/kloop
 TRACE=${MODEL_TRACE:-$ROOT/resources/traces/h200-llama-decode.pt.trace.json.gz}
 S=$OUT/session
 export PYTHONUNBUFFERED=1
-rm -rf "$S" "$OUT/bundle"
-set -x
-"$KLOOP" session new "$S" --problem rmsnorm --from-trace "$TRACE" --json >"$OUT/session-new.json" || exit 1
-"$KLOOP" run --resume "$S" --agent "${MODEL_AGENT:-tuner:bayes}" --budget "${MODEL_BUDGET:-24}" --no-tuning-db \
-    >"$OUT/run.log" 2>&1 || { tail -20 "$OUT/run.log"; exit 1; }
-"$KLOOP" trace analyze "$TRACE" --json --session "$S" >"$OUT/projection.json" 2>/dev/null || exit 1
-"$KLOOP" export "$S" --out "$OUT/bundle" --json >"$OUT/export.json" 2>&1 ||
-    "$KLOOP" export "$S" --out "$OUT/bundle" --force --json >"$OUT/export.json" 2>&1 || exit 1
-python3 "$ROOT/bench/model/llama_trace.py" --out "$OUT/stock.json.gz" --timing "$OUT/stock-timing.json" \
-    --logits "$OUT/stock-logits.pt" || exit 1
-python3 "$ROOT/bench/model/llama_trace.py" --out "$OUT/ours.json.gz" --timing "$OUT/ours-timing.json" \
-    --logits "$OUT/ours-logits.pt" --rmsnorm-bundle "$OUT/bundle" || exit 1
-"$KLOOP" trace analyze "$OUT/stock.json.gz" --json >"$OUT/stock-analysis.json" 2>/dev/null
-"$KLOOP" trace analyze "$OUT/ours.json.gz" --json >"$OUT/ours-analysis.json" 2>/dev/null
-set +x
-python3 "$ROOT/bench/model/projection_table.py" "$OUT" | tee "$OUT/summary.md"
+projection_bench() {
+    rm -rf "$S" "$OUT/bundle"
+    set -x
+    "$KLOOP" session new "$S" --problem rmsnorm --from-trace "$TRACE" --json >"$OUT/session-new.json" || return 1
+    "$KLOOP" run --resume "$S" --agent "${MODEL_AGENT:-tuner:bayes}" --budget "${MODEL_BUDGET:-24}" --no-tuning-db \
+        >"$OUT/run.log" 2>&1 || { tail -20 "$OUT/run.log"; return 1; }
+    "$KLOOP" trace analyze "$TRACE" --json --session "$S" >"$OUT/projection.json" 2>/dev/null || return 1
+    "$KLOOP" export "$S" --out "$OUT/bundle" --json >"$OUT/export.json" 2>&1 ||
+        "$KLOOP" export "$S" --out "$OUT/bundle" --force --json >"$OUT/export.json" 2>&1 || return 1
+    python3 "$ROOT/bench/model/llama_trace.py" --out "$OUT/stock.json.gz" --timing "$OUT/stock-timing.json" \
+        --logits "$OUT/stock-logits.pt" || return 1
+    python3 "$ROOT/bench/model/llama_trace.py" --out "$OUT/ours.json.gz" --timing "$OUT/ours-timing.json" \
+        --logits "$OUT/ours-logits.pt" --rmsnorm-bundle "$OUT/bundle" || return 1
+    "$KLOOP" trace analyze "$OUT/stock.json.gz" --json >"$OUT/stock-analysis.json" 2>/dev/null
+    "$KLOOP" trace analyze "$OUT/ours.json.gz" --json >"$OUT/ours-analysis.json" 2>/dev/null
+    set +x
+    python3 "$ROOT/bench/model/projection_table.py" "$OUT" | tee "$OUT/summary.md"
+}
+
+# Issue 19. A bundle whose session or export fails is left out: swap_llama.py then runs stock for that op, saying so.
+export_bundle() { # problem -> $OUT/bundle-<problem>
+    local p=$1 s=$OUT/session-$1
+    rm -rf "$s" "$OUT/bundle-$p"
+    "$KLOOP" run --problem "$p" --agent tuner:random --budget "${MODEL_SWAP_BUDGET:-16}" --session "$s" \
+        >"$OUT/run-$p.log" 2>&1 || { tail -5 "$OUT/run-$p.log"; return 1; }
+    "$KLOOP" export "$s" --out "$OUT/bundle-$p" --json >"$OUT/export-$p.json" 2>&1 ||
+        "$KLOOP" export "$s" --out "$OUT/bundle-$p" --force --json >"$OUT/export-$p.json" 2>&1
+}
+
+rc=0
+SWAP_ARGS=()
+if [[ -z "${MODEL_SKIP_PROJECTION:-}" ]]; then
+    projection_bench || rc=1
+    [[ -f "$OUT/bundle/manifest.json" ]] && SWAP_ARGS+=(--rmsnorm-bundle "$OUT/bundle")
+else
+    export_bundle rmsnorm && SWAP_ARGS+=(--rmsnorm-bundle "$OUT/bundle-rmsnorm")
+fi
+export_bundle silu_and_mul && SWAP_ARGS+=(--silu-bundle "$OUT/bundle-silu_and_mul")
+export_bundle decode_attention && SWAP_ARGS+=(--attention-bundle "$OUT/bundle-decode_attention")
+export TORCH_EXTENSIONS_DIR=$OUT/torch-ext
+python3 "$ROOT/bench/model/swap_llama.py" --out-dir "$OUT/swap" "${SWAP_ARGS[@]}" >"$OUT/swap.log" 2>&1 || rc=1
+tail -n 40 "$OUT/swap.log"
+PEERS_ARGS=()
+[[ -n "${PIPELINE_RESULT:-}" ]] && PEERS_ARGS+=(--pipeline-result "$PIPELINE_RESULT")
+python3 "$ROOT/bench/model/decoder_layer_peers.py" --out-dir "$OUT/peers" "${PEERS_ARGS[@]}" >"$OUT/peers.log" 2>&1 ||
+    rc=1
+tail -n 20 "$OUT/peers.log"
+cat "$OUT/swap/swap-llama.md" "$OUT/peers/decoder-layer-peers.md" >>"$OUT/summary.md" 2>/dev/null
+exit $rc

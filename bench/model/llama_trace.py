@@ -17,23 +17,31 @@ import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
-def build_model(layers: int, seed: int) -> LlamaForCausalLM:
-    # Llama-3-8B's layer shapes with fewer layers, so the trace stays small enough to keep in the repository.
+# Llama-3-8B's layer shapes; a tiny variant (same head_dim 128 and GQA ratio) for CPU plumbing tests.
+LLAMA3_8B_SHAPES = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                        vocab_size=128256)
+TINY_SHAPES = dict(hidden_size=512, intermediate_size=1024, num_attention_heads=4, num_key_value_heads=1,
+                   vocab_size=1024)
+
+
+def llama_config(layers: int, tiny: bool = False) -> LlamaConfig:
     cfg = LlamaConfig(
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_attention_heads=32,
-        num_key_value_heads=8,
+        **(TINY_SHAPES if tiny else LLAMA3_8B_SHAPES),
         num_hidden_layers=layers,
-        vocab_size=128256,
         max_position_embeddings=8192,
         rms_norm_eps=1e-5,
         rope_theta=500000.0,
     )
     cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+def build_model(layers: int, seed: int, device: str = "cuda", dtype=torch.bfloat16,
+                tiny: bool = False) -> LlamaForCausalLM:
+    # Few layers, so the trace stays small enough to keep in the repository.
     torch.manual_seed(seed)
-    with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    with torch.device(device):
+        model = LlamaForCausalLM(llama_config(layers, tiny)).to(dtype)
     return model.eval()
 
 
@@ -49,12 +57,16 @@ def prefill_and_decode(model, ids, decode_steps):
     return token
 
 
-def use_exported_rmsnorm(model, bundle: str) -> int:
-    """Replaces every LlamaRMSNorm's forward by the bundle's op; returns how many modules it replaced."""
+def load_bundle(bundle: str):
+    """An exported bundle's torch.ops namespace (built by the bundle's torch/kl_P.py loader) and its manifest."""
     manifest = json.load(open(os.path.join(bundle, "manifest.json")))
     prefix = "kl_" + manifest["problem"]["name"].lower()
     sys.path.insert(0, os.path.join(bundle, "torch"))
-    ops = __import__(prefix).load()
+    return __import__(prefix).load(), manifest
+
+
+def swap_rmsnorm(model, run) -> int:
+    """Replaces every LlamaRMSNorm's forward by run(x [T, H], w, eps); returns how many modules it replaced."""
     replaced = 0
     for module in model.modules():
         if type(module).__name__.endswith("RMSNorm"):
@@ -62,11 +74,16 @@ def use_exported_rmsnorm(model, bundle: str) -> int:
 
             def forward(hidden, module=module, eps=eps):
                 flat = hidden.reshape(-1, hidden.shape[-1]).contiguous()
-                return ops.run(flat, module.weight, eps).view_as(hidden)
+                return run(flat, module.weight, eps).view_as(hidden)
 
             module.forward = forward
             replaced += 1
     return replaced
+
+
+def use_exported_rmsnorm(model, bundle: str) -> int:
+    """Replaces every LlamaRMSNorm's forward by the bundle's op; returns how many modules it replaced."""
+    return swap_rmsnorm(model, load_bundle(bundle)[0].run)
 
 
 def wall_times(model, ids, decode_steps, runs):
