@@ -1,0 +1,250 @@
+// Pipelines as data (issue #19): pipeline.json loads against the problem catalogue, and bad wiring is refused with
+// an error naming the file and the field.
+#include "core/catalogue.h"
+#include "core/errors.h"
+#include "core/pipeline.h"
+#include "tests/support/temp_dir.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <gtest/gtest.h>
+
+namespace {
+// The MLP half of a decoder layer over the catalogue's own problems; each refusal below breaks one thing of it.
+kl::Json mlpJson()
+{
+    return kl::Json::parse(R"JSON({
+      "name": "mlp", "description": "rmsnorm -> gate/up -> silu_and_mul -> down",
+      "dims": [{"name": "T", "min": 1, "max": 64}],
+      "constants": {"H": 4096, "I": 8192},
+      "inputs": ["x", "w_norm", "w_gate_up", "w_down"],
+      "stages": [
+        {"name": "norm", "problem": "rmsnorm", "dims": {"T": "T", "H": "H"}, "inputs": {"x": "x", "w": "w_norm"}},
+        {"name": "gate_up", "problem": "gemm_bf16", "dims": {"M": "T", "N": "2 * I", "K": "H"},
+         "inputs": {"A": "norm.y", "B": "w_gate_up"}, "impl": "library"},
+        {"name": "act", "problem": "silu_and_mul", "dims": {"T": "T", "I": "I"}, "inputs": {"x": "gate_up.C"},
+         "impl": {"session": "runs/silu", "candidate": "c0007"}},
+        {"name": "down", "problem": "gemm_bf16", "dims": {"M": "T", "N": "H", "K": "I"},
+         "inputs": {"A": "act.y", "B": "w_down"}}],
+      "outputs": [{"name": "out", "from": "down.C"}],
+      "tuning_shapes": [{"dims": {"T": 1}}, {"dims": {"T": 64}}],
+      "verify_shapes": [{"dims": {"T": 3}}],
+      "flops": "2 * T * 3 * I * H", "bytes": "2 * 3 * I * H"})JSON");
+}
+
+// The catalogue's problems, and rmsnorm_f32: rmsnorm writing f32, for a dtype mismatch.
+kl::Problem lookup(const std::string& name)
+{
+    if (name != "rmsnorm_f32")
+        return kl::catalogueProblem(name);
+    kl::Problem p = kl::catalogueProblem("rmsnorm");
+    for (auto& t : p.tensors)
+        if (t.name == "y")
+            t.dtype = kl::DType::F32;
+    return p;
+}
+
+std::string refusal(const kl::Json& j)
+{
+    try {
+        kl::pipelineFromJson(j, "mlp/pipeline.json", lookup);
+    } catch (const kl::InputError& e) {
+        return e.what();
+    }
+    return "accepted";
+}
+
+#define EXPECT_REFUSED(json, ...)                                                                                      \
+    do {                                                                                                               \
+        const std::string why = refusal(json);                                                                         \
+        for (const char* part : { __VA_ARGS__ })                                                                       \
+            EXPECT_NE(why.find(part), std::string::npos) << "missing '" << part << "' in: " << why;                    \
+    } while (0)
+} // namespace
+
+TEST(Pipeline, LoadsWithStageShapesWiringAndImplementations)
+{
+    const kl::Pipeline p = kl::pipelineFromJson(mlpJson(), "mlp/pipeline.json", lookup);
+    ASSERT_EQ(p.stages.size(), 4u);
+    EXPECT_EQ(p.stages[1].problem.name, "gemm_bf16");
+    EXPECT_EQ(p.stages[1].impl.kind, kl::StageImpl::Kind::Library);
+    EXPECT_EQ(p.stages[0].impl.kind, kl::StageImpl::Kind::Baseline);
+    EXPECT_EQ(p.stages[2].impl.describe(), "candidate c0007 of runs/silu");
+    const kl::Shape s = p.space.tuningShapes[1];
+    EXPECT_EQ(s.dims.at("T"), 64);
+    EXPECT_EQ(s.dims.at("I"), 8192); // constants fill every shape
+    const kl::Shape gateUp = p.stages[1].shapeAt(s);
+    EXPECT_EQ(gateUp.dims.at("M"), 64);
+    EXPECT_EQ(gateUp.dims.at("N"), 16384);
+    EXPECT_EQ(gateUp.dims.at("K"), 4096);
+    EXPECT_EQ(p.extentsAt(kl::TensorSource::parse("gate_up.C"), s), (std::vector<std::int64_t> { 64, 16384 }));
+    // A pipeline input is described by the first stage that reads it.
+    EXPECT_EQ(p.describingStage({ "", "w_gate_up" })->name, "gate_up");
+    EXPECT_EQ(p.extentsAt({ "", "w_gate_up" }, s), (std::vector<std::int64_t> { 16384, 4096 }));
+    EXPECT_EQ(p.sourceSpec({ "", "x" })->dtype, kl::DType::BF16);
+    EXPECT_EQ(p.outputs[0].source.text(), "down.C");
+    EXPECT_DOUBLE_EQ(p.space.flops.evaluate(s.bindings()), 2.0 * 64 * 3 * 8192 * 4096);
+}
+
+TEST(Pipeline, RoundTripsThroughJson)
+{
+    const kl::Pipeline p = kl::pipelineFromJson(mlpJson(), "mlp/pipeline.json", lookup);
+    const kl::Pipeline q = kl::pipelineFromJson(kl::toJson(p), "again", lookup);
+    EXPECT_EQ(kl::toJson(q), kl::toJson(p));
+    EXPECT_EQ(q.stages[2].impl.candidate, "c0007");
+    EXPECT_EQ(q.space.verifyShapes, p.space.verifyShapes);
+}
+
+TEST(Pipeline, RefusesUnknownProblem)
+{
+    kl::Json j = mlpJson();
+    j["stages"][1]["problem"] = "gemm_fp4";
+    EXPECT_REFUSED(j, "mlp/pipeline.json.stages[1].problem", "unknown problem 'gemm_fp4'");
+}
+
+TEST(Pipeline, RefusesUnknownTensors)
+{
+    kl::Json j = mlpJson();
+    j["stages"][1]["inputs"]["A"] = "norm.z";
+    EXPECT_REFUSED(j, "stages[1].inputs.A", "no output 'z'");
+    j = mlpJson();
+    j["stages"][1]["inputs"]["Q"] = "norm.y";
+    EXPECT_REFUSED(j, "stages[1].inputs.Q", "has no tensor 'Q'");
+    j = mlpJson();
+    j["stages"][0]["inputs"]["x"] = "hidden";
+    EXPECT_REFUSED(j, "stages[0].inputs.x", "'hidden' is not a pipeline input");
+    j = mlpJson();
+    j["stages"][1]["inputs"]["A"] = "nowhere.y";
+    EXPECT_REFUSED(j, "stages[1].inputs.A", "names no stage 'nowhere'");
+    j = mlpJson();
+    j["stages"][1]["inputs"]["C"] = "norm.y"; // an output of the stage's own problem
+    EXPECT_REFUSED(j, "stages[1].inputs.C", "is an output of problem gemm_bf16");
+}
+
+TEST(Pipeline, RefusesDtypeMismatch)
+{
+    kl::Json j = mlpJson();
+    j["stages"][0]["problem"] = "rmsnorm_f32";
+    EXPECT_REFUSED(j, "stages[1].inputs.A", "'norm.y' is f32", "input A is bf16");
+}
+
+TEST(Pipeline, RefusesShapeMismatchAtTheFirstShapeWhereItFails)
+{
+    kl::Json j = mlpJson();
+    j["stages"][1]["dims"]["N"] = "I"; // gate/up writes [T, I]; silu_and_mul reads [T, 2 I]
+    EXPECT_REFUSED(j, "stages[2].inputs.x at tuning_shapes[0] (H=4096,I=8192,T=1)", "'gate_up.C' is [1, 8192]",
+        "input x is [1, 16384]");
+    // A mismatch only at a verify shape is found there: silu_and_mul's T from a formula that agrees at T = 1, 64.
+    j = mlpJson();
+    j["stages"][2]["dims"]["T"] = "T == 3 ? 2 : T";
+    EXPECT_REFUSED(j, "stages[2].inputs.x at verify_shapes[0] (H=4096,I=8192,T=3)", "is [3, 16384]");
+}
+
+TEST(Pipeline, RefusesInputFromALaterStageOrItselfAsACycle)
+{
+    kl::Json j = mlpJson();
+    j["stages"][1]["inputs"]["A"] = "down.C";
+    EXPECT_REFUSED(j, "stages[1].inputs.A", "comes from stage 3 (down)", "cycle");
+    j = mlpJson();
+    j["stages"][1]["inputs"]["A"] = "gate_up.C";
+    EXPECT_REFUSED(j, "stages[1].inputs.A", "comes from stage 1 (gate_up)", "cycle");
+}
+
+TEST(Pipeline, RefusesOutputNeverProduced)
+{
+    kl::Json j = mlpJson();
+    j["outputs"][0]["from"] = "down.D";
+    EXPECT_REFUSED(j, "outputs[0].from", "produces no 'D'");
+    j["outputs"][0]["from"] = "x";
+    EXPECT_REFUSED(j, "outputs[0].from", "'x' is produced by no stage");
+    j["outputs"] = kl::Json::array();
+    EXPECT_REFUSED(j, "outputs: at least one output");
+}
+
+TEST(Pipeline, RefusesUnwiredStageInputAndUnreadPipelineInput)
+{
+    kl::Json j = mlpJson();
+    j["stages"][3]["inputs"].erase("B");
+    EXPECT_REFUSED(j, "stages[3].inputs: input 'B' of problem gemm_bf16 is not wired");
+    j = mlpJson();
+    j["inputs"].push_back("spare");
+    EXPECT_REFUSED(j, "inputs[4]: input 'spare' is read by no stage");
+}
+
+TEST(Pipeline, RefusesDimMappingOutsideTheStageProblemsValidityRange)
+{
+    kl::Json j = mlpJson();
+    j["constants"]["I"] = 14336; // Llama-3-8B: the gate/up GEMM's N = 28672 is past gemm_bf16's N <= 16384
+    EXPECT_REFUSED(j, "stages[1].dims at tuning_shapes[0]", "outside the validity range of problem gemm_bf16",
+        "N=28672 is outside [256, 16384]");
+    j = mlpJson();
+    j["dims"][0]["max"] = 8192; // T up to 8192 would be in range for every stage, but a verify shape breaks one
+    j["verify_shapes"] = kl::Json::parse(R"([{"dims": {"T": 5000}}])");
+    EXPECT_REFUSED(j, "stages[1].dims at verify_shapes[0] (H=4096,I=8192,T=5000)", "M=5000 is outside [1, 4096]");
+}
+
+TEST(Pipeline, RefusesUnmappedOrUnknownDims)
+{
+    kl::Json j = mlpJson();
+    j["stages"][1]["dims"].erase("K");
+    EXPECT_REFUSED(j, "stages[1].dims: dim K of problem gemm_bf16 is not mapped");
+    j = mlpJson();
+    j["stages"][1]["dims"]["Z"] = "T";
+    EXPECT_REFUSED(j, "stages[1].dims.Z: not a dim of problem gemm_bf16");
+    j = mlpJson();
+    j["stages"][1]["dims"]["M"] = "B";
+    EXPECT_REFUSED(j, "stages[1].dims.M", "names 'B', which is not a dim of the pipeline");
+}
+
+TEST(Pipeline, RefusesBadStagesAndImplementations)
+{
+    kl::Json j = mlpJson();
+    j["stages"][2]["name"] = "norm";
+    EXPECT_REFUSED(j, "stages[2].name: a stage named 'norm' comes earlier");
+    j = mlpJson();
+    j["stages"][0]["impl"] = "library";
+    EXPECT_REFUSED(j, "stages[0].impl: problem rmsnorm has no library fallback");
+    j["stages"][0]["impl"] = "fastest";
+    EXPECT_REFUSED(j, "stages[0].impl: 'fastest' is not an implementation");
+    j["stages"][0]["impl"] = { { "session", "runs/x" }, { "candidate", "../../etc" } };
+    EXPECT_REFUSED(j, "stages[0].impl.candidate", "is not a candidate id");
+    j = mlpJson();
+    j["flops"] = "2 * T * Q";
+    EXPECT_REFUSED(j, "mlp/pipeline.json.flops", "not a dim");
+    j = mlpJson();
+    j["stages"] = kl::Json::array();
+    EXPECT_REFUSED(j, "stages: at least one stage");
+}
+
+TEST(Pipeline, ShippedPipelinesLoadFromTheCatalogue)
+{
+    std::vector<std::string> errors;
+    const std::vector<kl::Pipeline> all = kl::loadPipelines(&errors);
+    EXPECT_TRUE(errors.empty()) << errors.front();
+    const auto names = kl::listPipelines();
+    EXPECT_EQ(all.size(), names.size());
+    ASSERT_NE(std::find(names.begin(), names.end(), "llama_mlp_decode"), names.end());
+    const kl::Pipeline p = kl::loadPipeline(kl::findPipelineFolder("llama_mlp_decode"));
+    EXPECT_EQ(p.stages.size(), 4u);
+    EXPECT_GT(p.peaks.flopsPerSecond, 0);
+    for (const auto& pipeline : all)
+        EXPECT_FALSE(pipeline.peaks.source.empty()) << pipeline.name << ": MFU/MBU need measured peaks";
+}
+
+TEST(Pipeline, CatalogueReportsABadFileByName)
+{
+    kl::test::TempDir dir;
+    std::filesystem::create_directories(dir.path() / "broken");
+    kl::Json j = mlpJson();
+    j["stages"][3]["inputs"]["A"] = "gate_up.C";
+    std::ofstream(dir.path() / "broken" / "pipeline.json") << j.dump();
+    ::setenv("KL_PIPELINES_DIR", dir.path().c_str(), 1);
+    std::vector<std::string> errors;
+    kl::loadPipelines(&errors);
+    EXPECT_EQ(kl::findPipelineFolder("broken"), dir.path() / "broken");
+    ::unsetenv("KL_PIPELINES_DIR");
+    ASSERT_EQ(errors.size(), 1u);
+    EXPECT_NE(errors[0].find("broken/pipeline.json.stages[3].inputs.A"), std::string::npos) << errors[0];
+    EXPECT_NE(errors[0].find("is [1, 16384] but problem gemm_bf16's input A is [1, 8192]"), std::string::npos)
+        << errors[0];
+}
