@@ -3,6 +3,7 @@
 #include "core/catalogue.h"
 #include "core/errors.h"
 #include "core/pipeline.h"
+#include "core/pipeline_result.h"
 #include "tests/support/temp_dir.h"
 
 #include <cstdlib>
@@ -247,4 +248,157 @@ TEST(Pipeline, CatalogueReportsABadFileByName)
     EXPECT_NE(errors[0].find("broken/pipeline.json.stages[3].inputs.A"), std::string::npos) << errors[0];
     EXPECT_NE(errors[0].find("is [1, 16384] but problem gemm_bf16's input A is [1, 8192]"), std::string::npos)
         << errors[0];
+}
+
+namespace {
+kl::TimingStats timing(double medianUs, double halfWidth = 0.01)
+{
+    kl::TimingStats t;
+    t.medianUs = medianUs;
+    t.ciLowUs = medianUs * (1 - halfWidth);
+    t.ciHighUs = medianUs * (1 + halfWidth);
+    t.samples = 40;
+    return t;
+}
+
+kl::CorrectnessStats passed(const char* distribution, bool ok = true)
+{
+    kl::CorrectnessStats c;
+    c.distribution = distribution;
+    c.passed = ok;
+    return c;
+}
+
+// Two stages measured at one shape: norm (baseline) and act (a candidate), everything correct and captured.
+kl::PipelineResult measured()
+{
+    kl::PipelineResult r;
+    r.pipeline = "mlp";
+    r.peaks = { 1e15, 4e12, "test peaks" };
+    kl::PipelineShapeResult s;
+    s.shape.dims = { { "T", 16 } };
+    for (const char* name : { "norm", "act" }) {
+        kl::PipelineStageResult st;
+        st.stage = name;
+        st.problem = name == std::string("norm") ? "rmsnorm" : "silu_and_mul";
+        st.impl = name == std::string("norm") ? "baseline" : "candidate c0007 of runs/silu";
+        st.differsFromBaseline = name != std::string("norm");
+        st.shape.dims = { { "T", 16 }, { "H", 4096 } };
+        st.graph = timing(name == std::string("norm") ? 3.0 : 1.0);
+        st.eager = timing(name == std::string("norm") ? 8.0 : 6.0);
+        st.baselineGraph = timing(name == std::string("norm") ? 3.0 : 2.0);
+        st.baselineEager = timing(name == std::string("norm") ? 8.0 : 7.0);
+        st.check = passed("stage:normal");
+        s.stages.push_back(st);
+    }
+    s.graph = timing(4.0);
+    s.eager = timing(14.0);
+    s.baselineGraph = timing(5.0);
+    s.baselineEager = timing(15.0);
+    s.speedup = 1.25;
+    s.speedupCiLow = 1.2;
+    s.speedupCiHigh = 1.3;
+    s.eagerSpeedup = 15.0 / 14.0;
+    s.checks = { passed("end-to-end:normal"), passed("end-to-end:graph") };
+    s.correct = true;
+    s.flops = 8e6;
+    s.bytes = 8e6;
+    r.shapes.push_back(s);
+    return r;
+}
+
+bool hasReason(const kl::PipelineResult& r, const std::string& rule, const std::string& part)
+{
+    for (const auto& x : r.reasons)
+        if (x.rule == rule && x.message.find(part) != std::string::npos)
+            return true;
+    return false;
+}
+} // namespace
+
+TEST(PipelineResult, SharesAndUtilisationFromTheGraphTimes)
+{
+    kl::PipelineResult r = measured();
+    kl::judgePipeline(r);
+    EXPECT_TRUE(r.accepted);
+    EXPECT_TRUE(r.reasons.empty());
+    const auto& s = r.shapes[0];
+    EXPECT_DOUBLE_EQ(s.stages[0].share, 0.75);
+    EXPECT_DOUBLE_EQ(s.stages[1].share, 0.25);
+    EXPECT_DOUBLE_EQ(s.mfu, 8e6 / 4e-6 / 1e15);
+    EXPECT_DOUBLE_EQ(s.mbu, 8e6 / 4e-6 / 4e12);
+}
+
+TEST(PipelineResult, AStageThatBreaksCaptureIsRejectedByName)
+{
+    kl::PipelineResult r = measured();
+    r.shapes[0].stages[1].captured = false;
+    r.shapes[0].stages[1].graph.reset();
+    r.shapes[0].stages[1].captureError = "operation not permitted when stream is capturing";
+    r.shapes[0].graph.reset();
+    kl::judgePipeline(r);
+    EXPECT_FALSE(r.accepted);
+    ASSERT_EQ(r.reasons.size(), 1u);
+    EXPECT_TRUE(
+        hasReason(r, "pipeline.graph-capture-failed", "stage act (silu_and_mul, candidate c0007 of runs/silu)"));
+    EXPECT_TRUE(hasReason(r, "pipeline.graph-capture-failed", "not permitted when stream is capturing"));
+    // Without a graph of the whole pipeline and no stage to blame, the pipeline itself is named.
+    r = measured();
+    r.shapes[0].graph.reset();
+    kl::judgePipeline(r);
+    EXPECT_TRUE(hasReason(r, "pipeline.graph-capture-failed", "the pipeline cannot be captured"));
+}
+
+TEST(PipelineResult, AStageThatWinsOnlyEagerIsRejectedByName)
+{
+    kl::PipelineResult r = measured();
+    r.shapes[0].stages[1].eager = timing(4.0); // beats its baseline's 7 us eager ...
+    r.shapes[0].stages[1].graph = timing(2.5); // ... but not its 2 us under the graph
+    kl::judgePipeline(r);
+    EXPECT_FALSE(r.accepted);
+    EXPECT_TRUE(hasReason(r, "pipeline.eager-only-win", "stage act"));
+    EXPECT_TRUE(hasReason(r, "pipeline.eager-only-win", "eager 4.00 us vs 7.00 us, graph 2.50 us vs 2.00 us"));
+    // The baseline stage's own timings are never a win to judge.
+    r = measured();
+    r.shapes[0].stages[0].eager = timing(4.0);
+    kl::judgePipeline(r);
+    EXPECT_TRUE(r.accepted);
+    // The pipeline as a whole: faster eager, slower under the graph.
+    r = measured();
+    r.shapes[0].eagerSpeedup = 1.2;
+    r.shapes[0].speedup = 0.9;
+    r.shapes[0].speedupCiLow = 0.88;
+    r.shapes[0].speedupCiHigh = 0.92;
+    kl::judgePipeline(r);
+    EXPECT_TRUE(hasReason(r, "pipeline.eager-only-win", "only with graphs off at T=16"));
+}
+
+TEST(PipelineResult, WrongStagesAndOutputsAreRejected)
+{
+    kl::PipelineResult r = measured();
+    r.shapes[0].stages[0].check = passed("stage:normal", false);
+    r.shapes[0].checks[1].passed = false;
+    r.shapes[0].correct = false;
+    kl::judgePipeline(r);
+    EXPECT_FALSE(r.accepted);
+    EXPECT_TRUE(hasReason(r, "pipeline.stage-wrong", "stage norm (rmsnorm, baseline)"));
+    EXPECT_TRUE(hasReason(r, "pipeline.end-to-end-wrong", "check end-to-end:graph"));
+}
+
+TEST(PipelineResult, RoundTripsAndRefusesBadFieldsByName)
+{
+    kl::PipelineResult r = measured();
+    kl::judgePipeline(r);
+    const kl::Json j = kl::toJson(r);
+    const kl::PipelineResult back = kl::pipelineResultFromJson(j, "result.json");
+    EXPECT_EQ(kl::toJson(back), j);
+    kl::Json bad = j;
+    bad["shapes"][0]["stages"][1]["graph"]["median_us"] = "fast";
+    try {
+        kl::pipelineResultFromJson(bad, "result.json");
+        FAIL() << "accepted a string median";
+    } catch (const kl::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("result.json.shapes[0].stages[1].graph.median_us"), std::string::npos)
+            << e.what();
+    }
 }
