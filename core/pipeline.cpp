@@ -6,6 +6,8 @@
 #include "core/session_store.h"
 
 #include <algorithm>
+#include <functional>
+#include <numeric>
 #include <set>
 #include <utility>
 
@@ -293,10 +295,15 @@ void validatePipeline(const Pipeline& p, const std::string& where)
                     } catch (const ExprError& e) {
                         throw InputError(w + ".inputs." + input + at + ": " + e.what());
                     }
-                    if (have != want)
+                    const bool mismatch = st.reshaped.count(input)
+                        ? std::accumulate(have.begin(), have.end(), std::int64_t { 1 }, std::multiplies<>())
+                            != std::accumulate(want.begin(), want.end(), std::int64_t { 1 }, std::multiplies<>())
+                        : have != want;
+                    if (mismatch)
                         throw InputError(w + ".inputs." + input + at + ": '" + source.text() + "' is "
                             + extentsText(have) + " but problem " + st.problemName + "'s input " + input + " is "
-                            + extentsText(want));
+                            + extentsText(want)
+                            + (st.reshaped.count(input) ? " (reshaped: the element counts differ)" : ""));
                 }
             }
         }
@@ -348,9 +355,16 @@ Pipeline pipelineFromJson(const Json& j, const std::string& where, const Problem
             const Json* inputs = optionalObject(s, "inputs", w);
             if (inputs)
                 for (const auto& [input, from] : inputs->items()) {
+                    const std::string wi = w + ".inputs." + abbreviate(input);
+                    if (from.is_object()) {
+                        st.inputs.emplace(input, TensorSource::parse(string(from, "from", wi)));
+                        if (booleanOr(from, "reshape", false, wi))
+                            st.reshaped.insert(input);
+                        continue;
+                    }
                     if (!from.is_string())
                         throw InputError(
-                            w + ".inputs." + abbreviate(input) + ": expected a pipeline input or stage.tensor");
+                            wi + ": expected a pipeline input, stage.tensor or {\"from\": ..., \"reshape\": true}");
                     st.inputs.emplace(input, TensorSource::parse(from.get<std::string>()));
                 }
             if (s.contains("impl"))
@@ -397,7 +411,7 @@ Json toJson(const Pipeline& p)
         for (const auto& [d, e] : st.dims)
             dims[d] = e.text();
         for (const auto& [t, s] : st.inputs)
-            inputs[t] = s.text();
+            inputs[t] = st.reshaped.count(t) ? Json { { "from", s.text() }, { "reshape", true } } : Json(s.text());
         stages.push_back({ { "name", st.name }, { "problem", st.problemName }, { "dims", dims }, { "inputs", inputs },
             { "impl", implToJson(st.impl) } });
     }

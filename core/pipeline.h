@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct PipelineStage {
     std::string problemName;
     std::map<std::string, Expr> dims; // a stage problem's dim -> an expression over the pipeline's dims
     std::map<std::string, TensorSource> inputs; // each input tensor of the stage problem -> its source
+    // Inputs read as a reshape of their source ({"from": ..., "reshape": true}): the same elements in row-major
+    // order, so only the element counts must agree (attention's [T, HQ, D] output as the O-projection's [T, H]).
+    std::set<std::string> reshaped;
     StageImpl impl;
     Problem problem; // the stage problem, resolved while parsing
     // The stage problem's shape at a pipeline shape (constants added). Throws ExprError.

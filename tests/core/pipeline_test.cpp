@@ -141,6 +141,25 @@ TEST(Pipeline, RefusesShapeMismatchAtTheFirstShapeWhereItFails)
     EXPECT_REFUSED(j, "stages[2].inputs.x at verify_shapes[0] (H=4096,I=8192,T=3)", "is [3, 16384]");
 }
 
+TEST(Pipeline, AReshapedInputNeedsOnlyTheSameElementCount)
+{
+    // gate_up.C [T, 2 I] read by the down GEMM as A [T, I] is refused, also as a reshape (half the elements) ...
+    kl::Json j = mlpJson();
+    j["stages"][3]["inputs"]["A"] = "gate_up.C";
+    EXPECT_REFUSED(j, "stages[3].inputs.A", "is [1, 16384] but problem gemm_bf16's input A is [1, 8192]");
+    j["stages"][3]["inputs"]["A"] = { { "from", "gate_up.C" }, { "reshape", true } };
+    EXPECT_REFUSED(j, "stages[3].inputs.A", "reshaped: the element counts differ");
+    // ... while silu_and_mul's [T, I] output read as the down GEMM's [T * I / 4096, 4096] rows passes as a reshape.
+    j = mlpJson();
+    j["stages"][3]["dims"] = { { "M", "T * I / 4096" }, { "N", "H" }, { "K", "4096" } };
+    j["stages"][3]["inputs"]["A"] = { { "from", "act.y" }, { "reshape", true } };
+    const kl::Pipeline p = kl::pipelineFromJson(j, "mlp/pipeline.json", lookup);
+    EXPECT_TRUE(p.stages[3].reshaped.count("A"));
+    EXPECT_EQ(kl::pipelineFromJson(kl::toJson(p), "again", lookup).stages[3].reshaped, p.stages[3].reshaped);
+    j["stages"][3]["inputs"]["A"] = "act.y";
+    EXPECT_REFUSED(j, "stages[3].inputs.A", "'act.y' is [1, 8192] but problem gemm_bf16's input A is [2, 4096]");
+}
+
 TEST(Pipeline, RefusesInputFromALaterStageOrItselfAsACycle)
 {
     kl::Json j = mlpJson();
