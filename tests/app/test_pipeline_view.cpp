@@ -1,12 +1,14 @@
 // The pipeline view from a recorded pipeline result (tests/app/fixtures, the worker's pipeline reply as
 // `kloop pipeline run --json` writes it): its stage model under QAbstractItemModelTester, the strip, the end-to-end
 // summary, and a stage that breaks capture shown and rejected by name.
+#include "app/main_window.h"
 #include "app/models/pipeline_stage_model.h"
 #include "app/pipeline_panel.h"
 #include "core/session_store.h"
 
 #include <QAbstractItemModelTester>
 #include <QComboBox>
+#include <QDockWidget>
 #include <QImage>
 #include <QTemporaryDir>
 #include <fstream>
@@ -131,4 +133,14 @@ TEST(PipelineView, ABadFileIsReportedByFieldAndKeepsWhatWasShown)
     EXPECT_EQ(panel.model()->rowCount(), 4);
     EXPECT_FALSE(panel.loadFile(dir.filePath(QStringLiteral("missing.json"))));
     EXPECT_TRUE(panel.error().contains(QStringLiteral("missing.json")));
+}
+
+TEST(PipelineView, IsADockOfTheWorkbench)
+{
+    MainWindow w;
+    auto* dock = w.findChild<QDockWidget*>(QStringLiteral("pipelineDock"));
+    ASSERT_NE(dock, nullptr);
+    EXPECT_EQ(dock->widget(), w.pipelinePanel());
+    ASSERT_TRUE(w.pipelinePanel()->loadFile(kFixture)) << w.pipelinePanel()->error().toStdString();
+    EXPECT_EQ(w.pipelinePanel()->model()->rowCount(), 4);
 }
