@@ -180,6 +180,46 @@ namespace {
         return s;
     }
 
+    // The candidate's tensor-map geometry at each probe shape, computed with core's resolveTensorMap (what the
+    // harness encoded), for the C re-statement of its rules in the dispatcher to be checked against.
+    std::string tensorMapExpectations(const BundleModel& m, const std::string& name)
+    {
+        const auto& plan = m.plan->dispatch;
+        const auto& maps = m.cand.spec.tensorMaps;
+        std::ostringstream o;
+        o << "/* Expected tensor maps, computed by the exporter with the harness's rules (ok 0: refused). */\n";
+        o << "static const struct {\n    long long v[" << std::max<std::size_t>(plan.dims.size(), 1)
+          << "];\n    int map, ok, rank;\n    unsigned long long dim[5], stride[4];\n    unsigned box[5], es[5];\n} "
+          << name << "[] = {\n";
+        int rows = 0;
+        for (const auto& s : probeShapes(m)) {
+            for (std::size_t i = 0; i < maps.size(); ++i) {
+                TensorMapGeometry g;
+                bool ok = true;
+                try {
+                    g = resolveTensorMap(maps[i], *m.problem, bindingsFor(m.cand.params, s.bindings()));
+                } catch (const InputError&) {
+                    ok = false;
+                }
+                const auto list = [&](const auto* a, int n) {
+                    std::string l = "{";
+                    for (int d = 0; d < std::max(n, 1); ++d)
+                        l += (d ? ", " : "") + std::to_string(ok && d < n ? a[d] : 0) + "u";
+                    return l + "}";
+                };
+                o << "    {{";
+                for (std::size_t d = 0; d < plan.dims.size(); ++d)
+                    o << (d ? ", " : "") << s.dims.at(plan.dims[d]) << "LL";
+                o << "}, " << i << ", " << ok << ", " << (ok ? g.rank : 0) << ", " << list(g.globalDim, g.rank) << ", "
+                  << list(g.globalStrideBytes, g.rank - 1) << ", " << list(g.box, g.rank) << ", "
+                  << list(g.elementStrides, g.rank) << "}, /* " << maps[i].name << " at " << s.label() << " */\n";
+                ++rows;
+            }
+        }
+        o << "};\nstatic const int " << name << "_count = " << rows << ";\n";
+        return o.str();
+    }
+
 } // namespace
 
 std::string genDispatchTest(const BundleModel& m)
@@ -191,6 +231,8 @@ std::string genDispatchTest(const BundleModel& m)
          "   expects (the candidate only inside its verified-and-faster regions; the fallback elsewhere). */\n";
     o << "#include \"" << P << "_dispatch.h\"\n\n#include <stdio.h>\n\n";
     o << expectationTable(m, "kl_expect");
+    if (!m.cand.spec.tensorMaps.empty())
+        o << tensorMapExpectations(m, "kl_maps");
     o << "\nint main(void)\n{\n    int i, failures = 0, n = 0;\n    " << P << "_dims d;\n";
     o << "    printf(\"dispatch table: %d region(s) for the candidate\\n\", " << P << "_region_count());\n";
     o << "    for (i = 0; i < kl_expect_count; ++i) {\n        const char* why = NULL;\n        int got;\n        ";
@@ -200,8 +242,24 @@ std::string genDispatchTest(const BundleModel& m)
          "got %d, expected %d (%s)\\n\", i, got, "
          "kl_expect[i].expected, why ? why : \"\");\n        }\n    }\n";
     o << "    (void)" << U << "_IMPL_NONE;\n";
-    o << "    printf(\"%d of %d probe shapes dispatched as expected\\n\", n - failures, n);\n    return failures ? 1 : "
-         "0;\n}\n";
+    o << "    printf(\"%d of %d probe shapes dispatched as expected\\n\", n - failures, n);\n";
+    if (!m.cand.spec.tensorMaps.empty()) {
+        o << "    for (i = 0; i < kl_maps_count; ++i) {\n        const char* why = NULL;\n        " << P
+          << "_tensor_map g;\n        int ok, j, same;\n        " << setDims(m, "d", "kl_maps[i].v") << "\n";
+        o << "        ok = " << P << "_candidate_tensor_map(kl_maps[i].map, &d, &g, &why);\n"
+          << "        same = ok == kl_maps[i].ok && (!ok || g.rank == kl_maps[i].rank);\n"
+             "        for (j = 0; same && ok && j < g.rank; ++j)\n"
+             "            same = g.dim[j] == kl_maps[i].dim[j] && g.box[j] == kl_maps[i].box[j]\n"
+             "                && g.element_strides[j] == kl_maps[i].es[j] && (j == 0 || g.stride_bytes[j - 1] == "
+             "kl_maps[i].stride[j - 1]);\n"
+             "        if (!same) {\n            ++failures;\n            printf(\"FAIL tensor map row %d: got %s, "
+             "expected %s (%s)\\n\", i, ok ? \"encodable\" : \"refused\",\n"
+             "                   kl_maps[i].ok ? \"encodable\" : \"refused\", why ? why : \"same geometry "
+             "expected\");\n"
+             "        }\n    }\n";
+        o << "    printf(\"%d tensor-map probes checked against the harness's geometry\\n\", kl_maps_count);\n";
+    }
+    o << "    return failures ? 1 : 0;\n}\n";
     return o.str();
 }
 

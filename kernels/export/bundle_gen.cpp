@@ -53,10 +53,11 @@ namespace {
         return "kl_d_" + cIdent(d);
     }
 
-    // Expression identifiers inside generated host code: dims as locals, parameters as their baked value.
-    IdentifierMap identMap(const Problem& p, const ParamValues* params, const std::string& what)
+    // Expression identifiers inside generated host code: dims as locals, parameters as their baked value, and in
+    // a launcher (onDevice) SM_COUNT as the device's multiprocessor count read at run time.
+    IdentifierMap identMap(const Problem& p, const ParamValues* params, const std::string& what, bool onDevice = false)
     {
-        return [&p, params, what](const std::string& name) -> std::string {
+        return [&p, params, what, onDevice](const std::string& name) -> std::string {
             if (p.dim(name))
                 return dimVar(name);
             if (params) {
@@ -64,6 +65,8 @@ namespace {
                 if (it != params->end())
                     return std::to_string(it->second) + ".0";
             }
+            if (onDevice && name == kSmCountIdentifier)
+                return "kl_sm_count";
             throw InputError(what + ": '" + name + "' is neither a dim of problem '" + p.name + "' nor a parameter");
         };
     }
@@ -136,6 +139,10 @@ namespace {
         for (const auto& d : m.problem->dims)
             s += "    if (dims->" + cIdent(d.name) + " > INT_MAX) {\n        if (why) *why = "
                 + cString(d.name + " does not fit the kernel's int argument") + ";\n        return 0;\n    }\n";
+        // A shape whose tensor map cuTensorMapEncodeTiled would refuse goes to the fallback.
+        for (std::size_t i = 0; i < k.spec.tensorMaps.size(); ++i)
+            s += "    {\n        " + m.prefix + "_tensor_map kl_map;\n        if (!" + m.prefix + "_" + k.role
+                + "_tensor_map(" + std::to_string(i) + ", dims, &kl_map, why)) return 0;\n    }\n";
         return s + "    return 1;\n";
     }
 
@@ -168,7 +175,121 @@ namespace {
             if (it == s.dims.end() || it->second > INT_MAX)
                 return false;
         }
-        return k.spec.satisfies(k.params, s.bindings());
+        if (!k.spec.satisfies(k.params, s.bindings()))
+            return false;
+        for (const auto& map : k.spec.tensorMaps) {
+            try {
+                resolveTensorMap(map, *m.problem, bindingsFor(k.params, s.bindings()));
+            } catch (const InputError&) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    int swizzleSpanBytes(TmaSwizzle s)
+    {
+        switch (s) {
+        case TmaSwizzle::None:
+            return 0;
+        case TmaSwizzle::B32:
+            return 32;
+        case TmaSwizzle::B64:
+            return 64;
+        case TmaSwizzle::B128:
+            return 128;
+        }
+        return 0;
+    }
+
+    // The tensor maps of one implementation as a C function over the dims: the geometry cuTensorMapEncodeTiled
+    // takes, or 0 and why where it would refuse the map at this shape. The rules are core/tensor_map.cpp's
+    // (resolveTensorMap), re-stated in C for the bundle; the dispatch self-test checks the two agree.
+    std::string tensorMapGeometryC(const BundleModel& m, const KernelImpl& k)
+    {
+        const std::string& P = m.prefix;
+        const Problem& p = *m.problem;
+        std::ostringstream o;
+        o << "int " << P << "_" << k.role << "_tensor_map_count(void) { return " << k.spec.tensorMaps.size()
+          << "; }\n\n";
+        o << "int " << P << "_" << k.role << "_tensor_map(int index, const " << P << "_dims* dims, " << P
+          << "_tensor_map* map, const char** why)\n{\n";
+        o << "    const char* kl_unused = NULL;\n    long long kl_v = 0;\n    unsigned long long kl_stride = 0;\n";
+        o << "    if (!why) why = &kl_unused;\n    if (!dims || !map) {\n        *why = \"no dims\";\n        return "
+             "0;\n"
+             "    }\n";
+        o << dimLocals(p, "dims", "    ");
+        o << "    (void)kl_v;\n    (void)kl_stride;\n    switch (index) {\n";
+        for (std::size_t i = 0; i < k.spec.tensorMaps.size(); ++i) {
+            const TensorMapSpec& map = k.spec.tensorMaps[i];
+            const TensorSpec* t = p.tensor(map.tensor);
+            const std::string where = "@kl:tensormap " + map.name + " (line " + std::to_string(map.line) + ")";
+            if (!t)
+                throw InputError(where + ": '" + map.tensor + "' is not a tensor of " + p.name);
+            const int rank = static_cast<int>(t->shape.size());
+            if (rank < 1 || rank > TensorMapSpec::kMaxRank || static_cast<int>(map.box.size()) != rank
+                || (!map.elementStrides.empty() && static_cast<int>(map.elementStrides.size()) != rank))
+                throw InputError(where + ": its box does not match the rank of " + map.tensor);
+            if (map.interleave == TmaInterleave::B32 && map.swizzle != TmaSwizzle::B32)
+                throw InputError(where + ": 32-byte interleave needs swizzle=32B");
+            const int elem = static_cast<int>(dtypeBytes(t->dtype));
+            const int strideAlign = map.interleave == TmaInterleave::B32 ? 32 : 16;
+            const int interleaveBytes = map.interleave == TmaInterleave::None ? 0
+                : map.interleave == TmaInterleave::B16                        ? 16
+                                                                              : 32;
+            const int l2Bytes = map.l2Promotion == TmaL2Promotion::None ? 0
+                : map.l2Promotion == TmaL2Promotion::B64                ? 64
+                : map.l2Promotion == TmaL2Promotion::B128               ? 128
+                                                                        : 256;
+            const auto fail = [&](const std::string& why) {
+                return "        {\n            *why = " + cString(map.name + " " + why)
+                    + ";\n            return 0;\n        }\n";
+            };
+            const auto ex = [&](const Expr& e, const std::string& what) {
+                return toCExpression(e.text(), identMap(p, &k.params, where + " " + what), where + " " + what);
+            };
+            o << "    case " << i << ": /* " << map.name << ": tensor " << map.tensor << ", line " << map.line
+              << " */\n";
+            o << "        map->rank = " << rank << ";\n        map->dtype_bytes = " << elem
+              << ";\n        map->interleave_bytes = " << interleaveBytes
+              << ";\n        map->swizzle_bytes = " << swizzleSpanBytes(map.swizzle)
+              << ";\n        map->l2_promotion_bytes = " << l2Bytes
+              << ";\n        map->oob_nan = " << (map.oobFill == TmaOobFill::Nan ? 1 : 0) << ";\n";
+            o << "        kl_stride = " << elem << "ULL;\n";
+            for (int d = 0; d < rank; ++d) {
+                const std::string ds = std::to_string(d);
+                o << "        if (!klx_to_int(" << ex(t->shape[static_cast<std::size_t>(rank - 1 - d)], "tensor")
+                  << ", 1, 4294967296LL, &kl_v))\n"
+                  << fail(map.tensor + " dimension " + ds + " (innermost first) is not 1 to 2^32");
+                o << "        map->dim[" << d << "] = (unsigned long long)kl_v;\n";
+                if (d > 0)
+                    o << "        if (kl_stride % " << strideAlign << "ULL != 0 || kl_stride >= (1ULL << 40))\n"
+                      << fail(map.tensor + " dimension " + ds + "'s stride is not a multiple of "
+                             + std::to_string(strideAlign) + " bytes below 2^40")
+                      << "        map->stride_bytes[" << d - 1 << "] = kl_stride;\n";
+                o << "        kl_stride *= map->dim[" << d << "];\n";
+                o << "        if (!klx_to_int(" << ex(map.box[static_cast<std::size_t>(d)], "box") << ", 1, "
+                  << TensorMapSpec::kMaxBox << "LL, &kl_v))\n"
+                  << fail("box[" + ds + "] is not 1 to 256") << "        map->box[" << d << "] = (unsigned)kl_v;\n";
+                if (map.elementStrides.empty())
+                    o << "        map->element_strides[" << d << "] = 1u;\n";
+                else
+                    o << "        if (!klx_to_int(" << ex(map.elementStrides[static_cast<std::size_t>(d)], "elemstride")
+                      << ", 1, " << TensorMapSpec::kMaxElementStride << "LL, &kl_v))\n"
+                      << fail("elemstride[" + ds + "] is not 1 to 8") << "        map->element_strides[" << d
+                      << "] = (unsigned)kl_v;\n";
+            }
+            if (map.interleave == TmaInterleave::None) {
+                o << "        if ((unsigned long long)map->box[0] * " << elem << "ULL % 16ULL != 0)\n"
+                  << fail("box[0] is not a multiple of 16 bytes");
+                if (const int span = swizzleSpanBytes(map.swizzle))
+                    o << "        if ((unsigned long long)map->box[0] * " << elem << "ULL > " << span << "ULL)\n"
+                      << fail("box[0] is wider than the " + std::to_string(span) + "-byte swizzle span");
+            }
+            o << "        return 1;\n";
+        }
+        o << "    default:\n        *why = \"no such tensor map\";\n        return 0;\n    }\n}\n\n";
+        return o.str();
     }
 
 } // namespace
@@ -401,6 +522,28 @@ std::string genDispatchHeader(const BundleModel& m)
     o << "int " << P << "_region(int index, long long* lo, long long* hi);\n";
     o << "int " << P << "_dim_count(void);\n";
     o << "const char* " << P << "_dim_name(int index);\n\n";
+    const bool maps = !m.cand.spec.tensorMaps.empty() || (!m.libraryFallback && !m.fallback.spec.tensorMaps.empty());
+    if (maps) {
+        o << "/* A TMA tensor map (@kl:tensormap) at one shape, innermost dimension first: what "
+             "cuTensorMapEncodeTiled\n"
+             "   takes, less the address. */\n";
+        o << "typedef struct " << P
+          << "_tensor_map {\n    int rank;\n    int dtype_bytes;\n    int interleave_bytes; /* 0, 16, 32 */\n"
+             "    int swizzle_bytes; /* 0, 32, 64, 128 */\n    int l2_promotion_bytes; /* 0, 64, 128, 256 */\n"
+             "    int oob_nan; /* out-of-bounds elements read as NaN, else zero */\n    unsigned long long dim[5];\n"
+             "    unsigned long long stride_bytes[4]; /* of dimensions 1 .. rank-1 */\n    unsigned box[5];\n"
+             "    unsigned element_strides[5];\n} "
+          << P << "_tensor_map;\n\n";
+        for (const KernelImpl* k : { &m.cand, &m.fallback }) {
+            if (k->spec.tensorMaps.empty() || (k == &m.fallback && m.libraryFallback))
+                continue;
+            o << "/* The " << k->role
+              << "'s tensor maps; 0 (and why) where the driver would refuse one at this shape. */\n";
+            o << "int " << P << "_" << k->role << "_tensor_map_count(void);\n";
+            o << "int " << P << "_" << k->role << "_tensor_map(int index, const " << P << "_dims* dims, " << P
+              << "_tensor_map* map, const char** why);\n\n";
+        }
+    }
     o << "#ifdef __cplusplus\n}\n#endif\n\n#endif\n";
     return o.str();
 }
@@ -541,6 +684,10 @@ std::string genDispatchC(const BundleModel& m)
     }
     o << "    return 1;\n}\n\n";
 
+    if (!m.cand.spec.tensorMaps.empty())
+        o << tensorMapGeometryC(m, m.cand);
+    if (!m.libraryFallback && !m.fallback.spec.tensorMaps.empty())
+        o << tensorMapGeometryC(m, m.fallback);
     o << "int " << P << "_candidate_supports(const " << P << "_dims* dims, const char** why)\n{\n"
       << supportsBody(m, m.cand) << "}\n\n";
     o << "int " << P << "_fallback_supports(const " << P << "_dims* dims, const char** why)\n{\n";
@@ -626,6 +773,34 @@ std::string genKernelHeader(const BundleModel& m, const KernelImpl& k, const std
 
 namespace {
 
+    // The launcher's table of driver entry points: kl_cu().tensorMapEncodeTiled for cuTensorMapEncodeTiled.
+    std::string driverApiTable(const std::vector<std::string>& symbols)
+    {
+        const auto field = [](const std::string& symbol) {
+            std::string f = symbol.substr(2);
+            f[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(f[0])));
+            return f;
+        };
+        std::ostringstream o;
+        o << "/* The driver API through the runtime's entry points (CUDA 12.5+): the library does not link libcuda, "
+             "so it\n   (and its self-test) loads on a machine without a driver, and the runtime's own driver is the "
+             "one called. */\nstruct KlDriver {\n";
+        for (const auto& sym : symbols)
+            o << "    decltype(&" << sym << ") " << field(sym) << ";\n";
+        o << "    bool ok;\n};\n\nconst KlDriver& kl_cu()\n{\n    static const KlDriver d = [] {\n        KlDriver r = "
+             "{};\n"
+             "        r.ok = true;\n";
+        o << "#define KL_ENTRY(symbol, field) \\\n    do { \\\n"
+             "        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound; \\\n"
+             "        r.ok = r.ok && cudaGetDriverEntryPointByVersion(#symbol, (void**)&r.field, 12000, "
+             "cudaEnableDefault, &q) \\\n"
+             "                == cudaSuccess && q == cudaDriverEntryPointSuccess && r.field; \\\n    } while (0)\n";
+        for (const auto& sym : symbols)
+            o << "        KL_ENTRY(" << sym << ", " << field(sym) << ");\n";
+        o << "#undef KL_ENTRY\n        return r;\n    }();\n    return d;\n}\n\n";
+        return o.str();
+    }
+
     // The driver-API side of a Triton candidate's launcher: its CUBINs are loaded once per CUDA context (the
     // caller's stream's), the one matching the device's compute capability, and the grid is a function of its own
     // so the PyTorch module can launch the Triton source with the same grid.
@@ -637,50 +812,9 @@ namespace {
         std::ostringstream o;
         o << "#include \"" << P << "_candidate_cubin.h\"\n\n#include <cuda.h>\n#include <mutex>\n\n";
         o << "namespace {\n\n";
-        o << R"(/* The driver API through the runtime's entry points (CUDA 12.5+): the library does not link libcuda, so it
-   (and its self-test) loads on a machine without a driver, and the runtime's own driver is the one called. */
-struct KlDriver {
-    decltype(&cuModuleLoadData) moduleLoadData;
-    decltype(&cuModuleGetFunction) moduleGetFunction;
-    decltype(&cuFuncSetAttribute) funcSetAttribute;
-    decltype(&cuLaunchKernelEx) launchKernelEx;
-    decltype(&cuStreamGetCtx) streamGetCtx;
-    decltype(&cuCtxGetCurrent) ctxGetCurrent;
-    decltype(&cuCtxPushCurrent) ctxPushCurrent;
-    decltype(&cuCtxPopCurrent) ctxPopCurrent;
-    decltype(&cuCtxGetDevice) ctxGetDevice;
-    decltype(&cuDeviceGetAttribute) deviceGetAttribute;
-    bool ok;
-};
-
-const KlDriver& kl_cu()
-{
-    static const KlDriver d = [] {
-        KlDriver r = {};
-        r.ok = true;
-#define KL_ENTRY(symbol, field)                                                                                     \
-    do {                                                                                                           \
-        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;                                    \
-        r.ok = r.ok && cudaGetDriverEntryPointByVersion(#symbol, (void**)&r.field, 12000, cudaEnableDefault, &q)    \
-                == cudaSuccess && q == cudaDriverEntryPointSuccess && r.field;                                      \
-    } while (0)
-        KL_ENTRY(cuModuleLoadData, moduleLoadData);
-        KL_ENTRY(cuModuleGetFunction, moduleGetFunction);
-        KL_ENTRY(cuFuncSetAttribute, funcSetAttribute);
-        KL_ENTRY(cuLaunchKernelEx, launchKernelEx);
-        KL_ENTRY(cuStreamGetCtx, streamGetCtx);
-        KL_ENTRY(cuCtxGetCurrent, ctxGetCurrent);
-        KL_ENTRY(cuCtxPushCurrent, ctxPushCurrent);
-        KL_ENTRY(cuCtxPopCurrent, ctxPopCurrent);
-        KL_ENTRY(cuCtxGetDevice, ctxGetDevice);
-        KL_ENTRY(cuDeviceGetAttribute, deviceGetAttribute);
-#undef KL_ENTRY
-        return r;
-    }();
-    return d;
-}
-
-)";
+        o << driverApiTable(
+            { "cuModuleLoadData", "cuModuleGetFunction", "cuFuncSetAttribute", "cuLaunchKernelEx", "cuStreamGetCtx",
+                "cuCtxGetCurrent", "cuCtxPushCurrent", "cuCtxPopCurrent", "cuCtxGetDevice", "cuDeviceGetAttribute" });
         o << "struct KlLoaded {\n    CUcontext ctx;\n    CUmodule module;\n    CUfunction fn; /* NULL: no CUBIN for "
              "this device, or it did not load */\n    int cubin;\n};\n";
         o << "std::mutex kl_mutex;\nKlLoaded kl_loaded[64];\nint kl_n_loaded = 0;\n\n";
@@ -732,6 +866,101 @@ const KlDriver& kl_cu()
         return o.str();
     }
 
+    bool usesSmCount(const KernelImpl& k)
+    {
+        for (const auto& l : k.spec.launches) {
+            std::vector<const Expr*> exprs = { &l.sharedBytes };
+            for (int d = 0; d < 3; ++d)
+                exprs.insert(exprs.end(), { &l.grid[d], &l.block[d], &l.cluster[d] });
+            for (const Expr* e : exprs)
+                for (const auto& id : e->identifiers())
+                    if (id == kSmCountIdentifier)
+                        return true;
+        }
+        return false;
+    }
+
+    const char* tensorMapDataTypeName(DType t)
+    {
+        switch (t) {
+        case DType::F32:
+            return "CU_TENSOR_MAP_DATA_TYPE_FLOAT32";
+        case DType::F16:
+            return "CU_TENSOR_MAP_DATA_TYPE_FLOAT16";
+        case DType::BF16:
+            return "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16";
+        case DType::F64:
+            return "CU_TENSOR_MAP_DATA_TYPE_FLOAT64";
+        case DType::I32:
+            return "CU_TENSOR_MAP_DATA_TYPE_INT32";
+        case DType::I64:
+            return "CU_TENSOR_MAP_DATA_TYPE_INT64";
+        case DType::U8:
+        case DType::FP8E4M3:
+            return "CU_TENSOR_MAP_DATA_TYPE_UINT8";
+        }
+        return "CU_TENSOR_MAP_DATA_TYPE_UINT8";
+    }
+
+    // What a CUDA launcher needs beyond <<<>>>-style launches: the driver's tensor-map encoder and the device's
+    // multiprocessor count for SM_COUNT grids.
+    std::string hopperLaunchSupport(const KernelImpl& k)
+    {
+        std::ostringstream o;
+        if (!k.spec.tensorMaps.empty())
+            o << "#include <cuda.h>\n\nnamespace {\n\n"
+              << driverApiTable({ "cuTensorMapEncodeTiled" }) << "} // namespace\n\n";
+        if (usesSmCount(k))
+            o << "/* SM_COUNT in the launch plan: the current device's multiprocessor count, read once per device.\n"
+                 "   cudaDeviceGetAttribute is not a stream operation, so this is capturable. 0 on failure. */\n"
+                 "static int kl_device_sm_count(void)\n{\n    static std::atomic<int> kl_sms[64];\n"
+                 "    int dev = 0, n = 0;\n    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return "
+                 "0;\n    n = kl_sms[dev].load();\n"
+                 "    if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)\n"
+                 "        kl_sms[dev].store(n);\n    return n;\n}\n\n";
+        return o.str();
+    }
+
+    // Each @kl:tensormap encoded for the caller's buffer before the first launch, on the host (capturable): the
+    // geometry from the dispatcher's C function, the enums the harness used. A shape or address the driver would
+    // refuse returns ERR_UNSUPPORTED_SHAPE before anything is launched, and the dispatcher then runs the fallback.
+    std::string encodeTensorMaps(const BundleModel& m, const KernelImpl& k)
+    {
+        static const char* const swizzle[] = { "CU_TENSOR_MAP_SWIZZLE_NONE", "CU_TENSOR_MAP_SWIZZLE_32B",
+            "CU_TENSOR_MAP_SWIZZLE_64B", "CU_TENSOR_MAP_SWIZZLE_128B" };
+        static const char* const interleave[]
+            = { "CU_TENSOR_MAP_INTERLEAVE_NONE", "CU_TENSOR_MAP_INTERLEAVE_16B", "CU_TENSOR_MAP_INTERLEAVE_32B" };
+        static const char* const l2[] = { "CU_TENSOR_MAP_L2_PROMOTION_NONE", "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
+            "CU_TENSOR_MAP_L2_PROMOTION_L2_128B", "CU_TENSOR_MAP_L2_PROMOTION_L2_256B" };
+        const std::string& P = m.prefix;
+        const std::string& U = m.upper;
+        std::ostringstream o;
+        for (std::size_t i = 0; i < k.spec.tensorMaps.size(); ++i) {
+            const TensorMapSpec& map = k.spec.tensorMaps[i];
+            const TensorSpec* t = m.problem->tensor(map.tensor);
+            const std::string v = "kl_tm_" + cIdent(map.name);
+            o << "    /* @kl:tensormap " << map.name << " over " << map.tensor << " (line " << map.line << ") */\n";
+            o << "    alignas(64) CUtensorMap " << v << ";\n    {\n        " << P << "_tensor_map g;\n";
+            o << "        cuuint64_t dim[5], stride[4];\n        cuuint32_t box[5], es[5];\n        int d;\n";
+            o << "        if (!" << P << "_" << k.role << "_tensor_map(" << i << ", dims, &g, NULL)) return " << U
+              << "_ERR_UNSUPPORTED_SHAPE;\n";
+            o << "        if ((uintptr_t)" << cIdent(map.tensor)
+              << " % (g.interleave_bytes == 32 ? 32u : 16u) != 0) return " << U << "_ERR_UNSUPPORTED_SHAPE;\n";
+            o << "        for (d = 0; d < g.rank; ++d) {\n            dim[d] = (cuuint64_t)g.dim[d];\n"
+                 "            box[d] = (cuuint32_t)g.box[d];\n            es[d] = (cuuint32_t)g.element_strides[d];\n"
+                 "            if (d > 0) stride[d - 1] = (cuuint64_t)g.stride_bytes[d - 1];\n        }\n";
+            o << "        if (!kl_cu().ok\n            || kl_cu().tensorMapEncodeTiled(&" << v << ", "
+              << tensorMapDataTypeName(t->dtype) << ", (cuuint32_t)g.rank, (void*)" << cIdent(map.tensor)
+              << ", dim, stride, box, es,\n                   " << interleave[static_cast<int>(map.interleave)] << ", "
+              << swizzle[static_cast<int>(map.swizzle)] << ", " << l2[static_cast<int>(map.l2Promotion)] << ", "
+              << (map.oobFill == TmaOobFill::Nan ? "CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA"
+                                                 : "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE")
+              << ")\n                   != CUDA_SUCCESS)\n            return " << U
+              << "_ERR_UNSUPPORTED_SHAPE;\n    }\n";
+        }
+        return o.str();
+    }
+
 } // namespace
 
 std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
@@ -770,6 +999,7 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
         for (const auto& kn : kernels)
             o << "#define " << kn << " " << P << "_" << k.role << "__" << kn << "\n";
         o << "#include \"" << P << "_" << k.role << ".cuh\"\n\n";
+        o << hopperLaunchSupport(k);
     }
     o << "extern \"C\" int " << P << "_run_" << k.role << "(" << paramList(m) << ")\n{\n";
     o << "    const char* kl_why = NULL;\n    if (!dims) return " << U << "_ERR_BAD_ARGUMENT;\n";
@@ -808,11 +1038,16 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
     if (triton)
         o << "    const KlLoaded* kl_loaded_fn = kl_load_for(stream);\n    if (!kl_loaded_fn) return " << U
           << "_ERR_LAUNCH; /* no CUBIN for this GPU: " << P << "_run uses the fallback */\n";
+    else
+        o << encodeTensorMaps(m, k);
+    if (usesSmCount(k))
+        o << "    const double kl_sm_count = (double)kl_device_sm_count();\n    if (kl_sm_count < 1) return " << U
+          << "_ERR_LAUNCH;\n";
     int step = 0;
     for (const auto& l : k.spec.launches) {
         ++step;
         auto ex = [&](const Expr& e, const std::string& what) {
-            return toCExpression(e.text(), identMap(p, &k.params, what), what);
+            return toCExpression(e.text(), identMap(p, &k.params, what, true), what);
         };
         o << "    /* launch " << step << " of " << k.spec.launches.size() << ": " << l.kernel << " grid=("
           << commentSafe(l.grid[0].text()) << ", " << commentSafe(l.grid[1].text()) << ", "
@@ -854,6 +1089,10 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
         int ai = 0;
         for (const auto& a : l.args) {
             const std::string v = "kl_a" + std::to_string(ai++);
+            if (k.spec.tensorMap(a) && !triton) {
+                argNames.push_back("kl_tm_" + cIdent(a)); // a CUtensorMap, passed by value
+                continue;
+            }
             if (p.tensor(a)) {
                 o << "        void* " << v << " = (void*)" << cIdent(a) << ";\n";
             } else if (wsPtr.count(a)) {
@@ -907,6 +1146,36 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
         if (argNames.empty())
             o << "NULL";
         o << "};\n";
+        if (l.hasCluster || l.programmaticLaunch) {
+            o << "        cudaLaunchConfig_t kl_cfg = {};\n        cudaLaunchAttribute kl_attr[2] = {};\n"
+                 "        kl_cfg.gridDim = dim3((unsigned)kl_g[0], (unsigned)kl_g[1], (unsigned)kl_g[2]);\n"
+                 "        kl_cfg.blockDim = dim3((unsigned)kl_b[0], (unsigned)kl_b[1], (unsigned)kl_b[2]);\n"
+                 "        kl_cfg.dynamicSmemBytes = (size_t)kl_smem;\n        kl_cfg.stream = stream;\n"
+                 "        kl_cfg.attrs = kl_attr;\n        kl_cfg.numAttrs = 0;\n";
+            if (l.hasCluster) {
+                o << "        {\n            long long kl_c[3];\n";
+                for (int d = 0; d < 3; ++d)
+                    o << "            if (!klx_to_int(" << ex(l.cluster[d], "cluster") << ", 1, " << kMaxClusterBlocks
+                      << "LL, &kl_c[" << d << "]) || kl_g[" << d << "] % kl_c[" << d << "] != 0) return " << U
+                      << "_ERR_UNSUPPORTED_SHAPE;\n";
+                o << "            if (kl_c[0] * kl_c[1] * kl_c[2] > " << kMaxClusterBlocks << "LL) return " << U
+                  << "_ERR_UNSUPPORTED_SHAPE;\n";
+                o << "            kl_attr[kl_cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;\n"
+                     "            kl_attr[kl_cfg.numAttrs].val.clusterDim.x = (unsigned)kl_c[0];\n"
+                     "            kl_attr[kl_cfg.numAttrs].val.clusterDim.y = (unsigned)kl_c[1];\n"
+                     "            kl_attr[kl_cfg.numAttrs].val.clusterDim.z = (unsigned)kl_c[2];\n"
+                     "            ++kl_cfg.numAttrs;\n        }\n";
+            }
+            if (l.programmaticLaunch)
+                o << "        /* pdl=1: may start while the previous kernel on the stream drains; it waits with\n"
+                     "           griddepcontrol.wait, as it did under the harness. */\n"
+                     "        kl_attr[kl_cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;\n"
+                     "        kl_attr[kl_cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;\n"
+                     "        ++kl_cfg.numAttrs;\n";
+            o << "        if (cudaLaunchKernelExC(&kl_cfg, (const void*)" << kname
+              << ", kl_args) != cudaSuccess)\n            return " << U << "_ERR_LAUNCH;\n    }\n";
+            continue;
+        }
         o << "        if (cudaLaunchKernel((const void*)" << kname
           << ", dim3((unsigned)kl_g[0], (unsigned)kl_g[1], (unsigned)kl_g[2]), dim3((unsigned)kl_b[0], "
              "(unsigned)kl_b[1], "
@@ -1027,8 +1296,13 @@ std::string genRunCu(const BundleModel& m)
              "*/\n"
           << "        if (!" << P << "_candidate_available(stream))\n            return " << P << "_run_fallback("
           << argList(m) << ");\n";
-    o << "        return " << P << "_run_candidate(" << argList(m) << ");\n    case " << U
-      << "_IMPL_FALLBACK:\n        return " << P << "_run_fallback(" << argList(m)
+    // What the candidate declines at run time (a grid its cluster shape does not divide, a buffer its tensor maps
+    // cannot address, an SM_COUNT grid out of range) it declines before launching its first kernel or, in a
+    // multi-kernel plan, leaves to the fallback to overwrite: the fallback computes every output from the inputs.
+    o << "    {\n        const int kl_rc = " << P << "_run_candidate(" << argList(m) << ");\n        if (kl_rc == " << U
+      << "_ERR_UNSUPPORTED_SHAPE)\n            return " << P << "_run_fallback(" << argList(m)
+      << ");\n        return kl_rc;\n    }\n";
+    o << "    case " << U << "_IMPL_FALLBACK:\n        return " << P << "_run_fallback(" << argList(m)
       << ");\n    default:\n        return " << U << "_ERR_UNSUPPORTED_SHAPE;\n    }\n}\n\n";
     o << "extern \"C\" const char* " << P << "_error_string(int code)\n{\n    switch (code) {\n";
     o << "    case " << U << "_OK: return \"ok\";\n";

@@ -268,25 +268,15 @@ namespace {
         } catch (const InputError& e) {
             throw InputError("the " + role + "'s annotations: " + e.what());
         }
-        // The generated host launcher passes pointers and ints with <<<>>>; what only the worker does so far
-        // (tensor maps encoded per buffer, cluster and PDL launch attributes, the SM_COUNT grid) is refused here
-        // rather than exported as a bundle that would launch the kernel wrongly.
-        for (const auto& m : k.spec.tensorMaps)
-            throw InputError("the " + role + " declares @kl:tensormap " + m.name + " (line " + std::to_string(m.line)
-                + "): exported bundles do not encode tensor maps yet; export a candidate without them");
-        for (const auto& l : k.spec.launches) {
-            bool smCount = false;
-            for (const auto& g : l.grid)
-                for (const auto& id : g.identifiers())
-                    smCount |= id == kSmCountIdentifier;
-            if (l.hasCluster || l.programmaticLaunch || smCount)
-                throw InputError("the " + role + "'s launch of " + l.kernel + " (line " + std::to_string(l.line)
-                    + ") uses "
-                    + (l.hasCluster                ? "cluster="
-                            : l.programmaticLaunch ? "pdl=1"
-                                                   : "SM_COUNT")
-                    + ": exported bundles launch with <<<>>> and do not carry launch attributes yet");
-        }
+        // A CUDA launcher encodes tensor maps and sets cluster/PDL attributes (bundle_gen.cpp); the Triton
+        // launcher passes Triton's ABI only, so what only the harness does for it is refused rather than exported
+        // as a bundle that would launch the kernel wrongly.
+        if (k.triton())
+            for (const auto& l : k.spec.launches)
+                if (l.hasCluster || l.programmaticLaunch)
+                    throw InputError("the " + role + "'s launch of " + l.kernel + " (line " + std::to_string(l.line)
+                        + ") uses " + (l.hasCluster ? "cluster=" : "pdl=1")
+                        + ": exported Triton bundles do not carry launch attributes yet");
         k.params = k.spec.defaults();
         for (const auto& [n, v] : params)
             k.params[n] = v;

@@ -334,6 +334,12 @@ namespace {
             return "a performance-monitor counter";
         if (reg == "%gridid")
             return "the grid's launch sequence number";
+        // %envreg0..31 are written by the driver per launch and undocumented: no honest kernel reads them, and
+        // whatever they hold may tell one launch from another.
+        if (reg.rfind("%envreg", 0) == 0 && reg.size() > 7 && std::all_of(reg.begin() + 7, reg.end(), [](char c) {
+                return std::isdigit(static_cast<unsigned char>(c));
+            }))
+            return "a driver-set environment register";
         return nullptr;
     }
 

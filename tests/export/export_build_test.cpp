@@ -3,6 +3,7 @@
 // cuBLAS-fallback gemm bundle through nvcc -c of each .cu.
 #include "export_fixture.h"
 #include "kernels/export/exporter.h"
+#include "tests/support/text_file.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -92,6 +93,40 @@ namespace {
         fs::remove_all(b.dir);
     }
 
+    TEST(ExportBuild, ClusterAndPdlLaunchesCompileWithNvcc)
+    {
+        if (!fs::exists(KL_NVCC))
+            GTEST_SKIP() << "nvcc not found";
+        // The rmsnorm fixture with its second kernel in clusters of two along the rows and launched with PDL.
+        std::string source = kl::test::readTextFile(fixtureDir("rmsnorm_fx") / "candidate.cu");
+        const std::string apply = "grid=(ceil_div(H, BLOCK*VEC), T) block=(BLOCK) smem=0 args=(y,";
+        const auto at = source.find(apply);
+        ASSERT_NE(at, std::string::npos);
+        source.insert(at + apply.find(" args="), " cluster=(1, 2, 1) pdl=1");
+        const fs::path candidate = kl::test::freshDir("cluster-src") / "candidate.cu";
+        fs::create_directories(candidate.parent_path());
+        std::ofstream(candidate) << source;
+        const BuiltSession b = buildSessionFrom(fixtureDir("rmsnorm_fx"), candidate, rmsnormOutcomes());
+        const fs::path out = kl::test::freshDir("cluster");
+        ExportOptions o;
+        o.outDir = out;
+        exportBundle(SessionStore::load(b.dir), b.problem, o);
+        const std::string launcher = kl::test::readTextFile(out / "src/kl_rmsnorm_fx_candidate.cu");
+        EXPECT_NE(launcher.find("cudaLaunchAttributeClusterDimension"), std::string::npos);
+        EXPECT_NE(launcher.find("cudaLaunchAttributeProgrammaticStreamSerialization"), std::string::npos);
+        const std::string inc = " -I" + (out / "include").string() + " -I" + (out / "src").string();
+        std::string log;
+        EXPECT_EQ(runCommand("cd " + out.string() + " && " + KL_NVCC
+                          + " -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Werror all-warnings -c" + inc
+                          + " src/kl_rmsnorm_fx_candidate.cu src/kl_rmsnorm_fx_run.cu",
+                      &log),
+            0)
+            << log;
+        fs::remove_all(out);
+        fs::remove_all(candidate.parent_path());
+        fs::remove_all(b.dir);
+    }
+
 } // namespace
 } // namespace kl
 
@@ -99,18 +134,24 @@ namespace kl {
 namespace {
 
     // The shipped problems' tunable templates, exported as candidates with their reference or cuBLAS fallback:
-    // every launcher compiles with nvcc, warnings as errors.
+    // every launcher compiles with nvcc, warnings as errors. sm_90a only (nvcc's -arch=sm_90a also emits
+    // compute_90 PTX, which has no wgmma), as the bundle's own CMake project builds it.
     TEST(ExportBuild, ShippedProblemTemplatesExportAndCompile)
     {
         if (!fs::exists(KL_NVCC))
             GTEST_SKIP() << "nvcc not found";
         const fs::path problems = fs::path(KL_SOURCE_DIR) / "kernels/problems";
         int exported = 0;
-        for (const char* name : { "rmsnorm", "softmax", "silu_and_mul", "gemm_bf16", "decode_attention" }) {
+        const std::pair<const char*, int> shipped[] = { { "rmsnorm", 0 }, { "softmax", 0 }, { "silu_and_mul", 0 },
+            { "gemm_bf16", 0 }, { "gemm_bf16", 90 }, { "decode_attention", 0 } };
+        for (const auto& [name, arch] : shipped) {
             if (!fs::exists(problems / name / "problem.json"))
                 continue;
             const Problem p = loadProblem((problems / name).string());
-            BuiltSession b = buildSessionFrom(problems / name, problems / name / p.templateFile, syntheticOutcomes(p));
+            // arch 90: the Hopper template (tensor maps, an SM_COUNT grid, PDL); its dispatch test also checks the
+            // tensor-map geometry the launcher encodes against the harness's.
+            BuiltSession b = buildSessionFrom(
+                problems / name, problems / name / (arch ? p.templateFor(arch) : p.templateFile), syntheticOutcomes(p));
             const fs::path out = kl::test::freshDir(std::string("real-") + name);
             ExportOptions o;
             o.outDir = out;
@@ -118,17 +159,18 @@ namespace {
             const std::string P = std::string("kl_") + name;
             const std::string inc = " -I" + (out / "include").string() + " -I" + (out / "src").string();
             std::string log;
-            EXPECT_EQ(
-                runCommand("cd " + out.string() + " && " + KL_NVCC + " -std=c++17 -arch=sm_90a -Werror all-warnings -c"
-                        + inc + " src/" + P + "_candidate.cu src/" + P + "_fallback.cu",
-                    &log),
+            EXPECT_EQ(runCommand("cd " + out.string() + " && " + KL_NVCC
+                              + " -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Werror all-warnings -c" + inc
+                              + " src/" + P + "_candidate.cu src/" + P + "_fallback.cu src/" + P + "_run.cu",
+                          &log),
                 0)
                 << name << "\n"
                 << log;
             // The self-test draws integer inputs with meaning (page tables, lengths) for the problems that have them.
             if (std::string(name) == "decode_attention") {
                 EXPECT_EQ(runCommand("cd " + out.string() + " && " + KL_NVCC
-                                  + " -std=c++17 -arch=sm_90a -Werror all-warnings -c" + inc + " test/selftest.cu",
+                                  + " -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Werror all-warnings -c" + inc
+                                  + " test/selftest.cu",
                               &log),
                     0)
                     << name << "\n"

@@ -220,19 +220,31 @@ namespace {
 
     // ---- the bundle ----------------------------------------------------------------------------------------
 
-    TEST(Export, HopperCandidateWithTensorMapsIsRefusedNamingTheAnnotation)
+    TEST(Export, HopperCandidateLauncherEncodesItsTensorMapsAndSetsLaunchAttributes)
     {
-        // The generated host launcher cannot encode tensor maps or set launch attributes yet: a clear refusal, not a
-        // bundle that would launch the kernel with garbage arguments.
+        // The sm_90 GEMM: two TMA maps over A and B, an SM_COUNT persistent grid, a PDL split-K reduction.
         const fs::path gemm = fs::path(KL_SOURCE_DIR) / "kernels" / "problems" / "gemm_bf16";
         const Problem p = loadProblem(gemm.string());
         const BuiltSession b = buildSessionFrom(gemm, gemm / p.templateFor(90), syntheticOutcomes(p));
-        try {
-            exportTo(b, kl::test::freshDir("hopper"));
-            ADD_FAILURE() << "exported";
-        } catch (const InputError& e) {
-            EXPECT_NE(std::string(e.what()).find("declares @kl:tensormap tmA"), std::string::npos) << e.what();
-        }
+        const fs::path out = kl::test::freshDir("hopper");
+        exportTo(b, out);
+        const std::string launcher = kl::test::readTextFile(out / "src/kl_gemm_bf16_candidate.cu");
+        for (const char* map : { "kl_tm_tmA", "kl_tm_tmB" })
+            EXPECT_NE(launcher.find(std::string("alignas(64) CUtensorMap ") + map), std::string::npos) << map;
+        EXPECT_NE(
+            launcher.find("tensorMapEncodeTiled(&kl_tm_tmA, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"), std::string::npos);
+        EXPECT_NE(launcher.find("CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B"), std::string::npos);
+        EXPECT_NE(launcher.find("cudaGetDriverEntryPointByVersion"), std::string::npos) << "libcuda is not linked";
+        EXPECT_NE(launcher.find("kl_device_sm_count()"), std::string::npos);
+        EXPECT_NE(launcher.find("cudaLaunchAttributeProgrammaticStreamSerialization"), std::string::npos);
+        EXPECT_EQ(launcher.find("cudaLaunchAttributeClusterDimension"), std::string::npos) << "no cluster= line";
+        const std::string dispatch = kl::test::readTextFile(out / "src/kl_gemm_bf16_dispatch.c");
+        EXPECT_NE(dispatch.find("int kl_gemm_bf16_candidate_tensor_map(int index"), std::string::npos);
+        EXPECT_NE(dispatch.find("if (!kl_gemm_bf16_candidate_tensor_map(1, dims, &kl_map, why)) return 0;"),
+            std::string::npos)
+            << "a shape whose map the driver would refuse goes to the fallback";
+        fs::remove_all(out);
+        fs::remove_all(b.dir);
     }
 
     TEST(Export, WritesACompleteBundleWithHashesAndProvenance)

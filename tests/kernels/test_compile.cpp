@@ -84,7 +84,7 @@ TEST(NvrtcCompile, EveryProblemSourceCompilesToCubin)
             names.push_back(p.name + "/" + file);
         }
     }
-    EXPECT_EQ(problems, 6);
+    EXPECT_EQ(problems, 11);
     for (std::size_t i = 0; i < futures.size(); ++i) {
         const auto m = futures[i].get();
         EXPECT_TRUE(m->report.ok) << names[i] << ":\n" << m->report.log;
@@ -235,9 +235,15 @@ TEST(NvrtcCompile, EveryReferenceCompilesWithFp32AndFp64Accumulation)
         const auto b = compiler.compile(fp64);
         ASSERT_TRUE(a->report.ok) << p.name << ":\n" << a->report.log;
         ASSERT_TRUE(b->report.ok) << p.name << " (KL_ACC=double):\n" << b->report.log;
-        EXPECT_NE(a->cubin, b->cubin) << p.name << ": KL_ACC changes nothing";
+        // A selection (dsa_topk's indices) accumulates nothing: its exact integer output has no rounding to measure.
+        const bool integerOutputsOnly = std::all_of(p.tensors.begin(), p.tensors.end(), [](const kl::TensorSpec& t) {
+            return t.role != kl::TensorRole::Output || t.dtype == kl::DType::I32 || t.dtype == kl::DType::I64;
+        });
+        if (!integerOutputsOnly) {
+            EXPECT_NE(a->cubin, b->cubin) << p.name << ": KL_ACC changes nothing";
+        }
     }
-    EXPECT_EQ(problems, 6);
+    EXPECT_EQ(problems, 11);
 }
 
 TEST(NvrtcCompile, HarnessHelperKernelsCompile)

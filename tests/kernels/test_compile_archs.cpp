@@ -8,6 +8,7 @@
 #include "core/kernel_spec.h"
 #include "core/loop_device_limits.h"
 #include "kernels/nvrtc_compiler.h"
+#include "kernels/shape_sampler.h"
 #include "tests/support/text_file.h"
 
 #include <filesystem>
@@ -82,8 +83,10 @@ TEST(ProblemArchs, ShippedProblemsDeclareTheirOldestArchitecture)
     for (const auto& p : shippedProblems())
         minArch[p.name] = p.minArch;
     // bf16 tensor-core MMA (wmma on __nv_bfloat16) starts at sm_80; the others run on Turing.
-    const std::map<std::string, int> expected = { { "decode_attention", 75 }, { "gemm_bf16", 80 }, { "mla_decode", 75 },
-        { "rmsnorm", 75 }, { "silu_and_mul", 75 }, { "softmax", 75 } };
+    // dsa_indexer's template multiplies on the bf16 tensor cores (mma.sync m16n8k16).
+    const std::map<std::string, int> expected = { { "add_rmsnorm", 75 }, { "decode_attention", 75 },
+        { "dsa_indexer", 80 }, { "dsa_topk", 75 }, { "gemm_bf16", 80 }, { "mla_decode", 75 }, { "rmsnorm", 75 },
+        { "rotary_embedding", 75 }, { "silu_and_mul", 75 }, { "softmax", 75 }, { "sparse_mla_decode", 75 } };
     EXPECT_EQ(minArch, expected);
 }
 
@@ -126,9 +129,9 @@ TEST(ProblemArchs, EverySourceCompilesAtItsDefaultsOnEveryDeclaredArch)
             }
         }
     }
-    // gemm_bf16 is the one problem that does not support sm_75; the skip is reported, not silent.
-    EXPECT_EQ(skippedLabels, (std::set<std::string> { "gemm_bf16@sm_75" }));
-    EXPECT_EQ(supported.size(), (6 * 5 - 1) * 3u);
+    // gemm_bf16 and dsa_indexer do not support sm_75; the skips are reported, not silent.
+    EXPECT_EQ(skippedLabels, (std::set<std::string> { "dsa_indexer@sm_75", "gemm_bf16@sm_75" }));
+    EXPECT_EQ(supported.size(), (11 * 5 - 2) * 3u);
     for (auto& e : supported) {
         const auto m = e.module.get();
         EXPECT_TRUE(m->report.ok) << e.label << ":\n" << m->report.log;
@@ -144,6 +147,23 @@ TEST(ProblemArchs, EverySourceCompilesAtItsDefaultsOnEveryDeclaredArch)
         for (auto& e : entries)
             anyFailed |= !e.module.get()->report.ok;
         EXPECT_TRUE(anyFailed) << where << " compiles at its defaults: lower the problem's min_arch";
+    }
+}
+
+// The harness binds each plan before it runs: every shipped reference, baseline and template at its defaults fits an
+// H200 (threads, grid, shared memory) at every shape a request may carry, held-out extremes and random shapes included.
+TEST(ProblemArchs, EveryLaunchPlanFitsAnH200AtEveryShapeTheHarnessRuns)
+{
+    const kl::DeviceInfo h200 = deviceModel(9, 0, 227, 2048);
+    for (const auto& p : shippedProblems()) {
+        std::vector<kl::Shape> shapes = kl::shapesOf(p);
+        for (const auto& s : kl::heldOutShapes(p, 40, 7))
+            shapes.push_back(p.withConstants(s));
+        for (const auto& file : { p.referenceFile, p.baselineFile, p.templateFor(90) }) {
+            const kl::KernelSpec spec = kl::parseKernelSpec(kl::test::readTextFile(problemsDir() / p.name / file));
+            const auto why = kl::checkDeviceLimits(spec, spec.defaults(), shapes, h200);
+            EXPECT_FALSE(why.has_value()) << p.name << "/" << file << ": " << (why ? why->message : "");
+        }
     }
 }
 

@@ -52,11 +52,14 @@ TEST_F(KloopArchs, ProblemsListsTheOldestArchitectureOfEach)
     EXPECT_EQ(shown["gemm_bf16"], "sm_80+");
     EXPECT_EQ(shown["softmax"], "sm_75+");
     EXPECT_EQ(shown["rmsnorm"], "sm_75+");
+    EXPECT_EQ(shown["dsa_indexer"], "sm_80+");
 
     const ProcessResult json = kloop({ "problems", "--json" });
     ASSERT_EQ(json.exitCode, 0) << json.err;
-    for (const auto& row : nlohmann::json::parse(json.out))
-        EXPECT_EQ(row.at("min_arch"), row.at("name") == "gemm_bf16" ? "sm_80" : "sm_75") << row.dump();
+    for (const auto& row : nlohmann::json::parse(json.out)) {
+        const bool tensorCores = row.at("name") == "gemm_bf16" || row.at("name") == "dsa_indexer";
+        EXPECT_EQ(row.at("min_arch"), tensorCores ? "sm_80" : "sm_75") << row.dump();
+    }
 }
 
 TEST_F(KloopArchs, CompileOnlyRefusesAnArchitectureTheProblemDoesNotSupport)

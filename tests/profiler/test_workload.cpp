@@ -18,7 +18,8 @@ const std::string kLlamaTrace = kSource + "/resources/traces/h200-llama-decode.p
 std::vector<Problem> catalogue()
 {
     std::vector<Problem> out;
-    for (const char* name : { "rmsnorm", "silu_and_mul", "gemm_bf16", "decode_attention", "softmax", "mla_decode" })
+    for (const char* name : { "rmsnorm", "silu_and_mul", "gemm_bf16", "decode_attention", "softmax", "mla_decode",
+             "add_rmsnorm", "rotary_embedding" })
         out.push_back(loadProblem(kSource + "/kernels/problems/" + name));
     return out;
 }
@@ -209,6 +210,33 @@ TEST(Workload, NvtxRangeSizesFromEmitNvtxAreOpInputs)
         = std::find_if(w.groups.begin(), w.groups.end(), [](const OpGroup& g) { return g.name == "aten::cat"; });
     ASSERT_NE(cat, w.groups.end());
     EXPECT_EQ(cat->opClass, "copy");
+}
+
+// vLLM's fused kernels are ops of their own: fused_add_rms_norm is add_rmsnorm (not rmsnorm), and rotary_embedding
+// is the problem only for its Llama-3-8B head layout (32 query and 8 key heads of 128 flattened), another model's is
+// left alone rather than given the wrong constants.
+TEST(Workload, VllmFusedAddRmsNormAndRotaryAreTheirProblems)
+{
+    NvtxBuilder b;
+    b.op("_C::fused_add_rms_norm, seq = 1, op_id = 1, sizes = [[16, 4096], [16, 4096], [4096], []]", 1, 4000);
+    b.op("_C::rotary_embedding, seq = 2, op_id = 2, sizes = [[16], [16, 4096], [16, 1024], [], [8192, 128], []]", 1,
+        3000);
+    b.op(
+        "_C::rotary_embedding, seq = 3, op_id = 3, sizes = [[16], [16, 2048], [16, 512], [], [8192, 64], []]", 1, 3000);
+    b.t.finalize();
+    const Workload w = analyzeWorkload(b.t, catalogue());
+    const TunableOp* norm = w.tunableFor("add_rmsnorm");
+    ASSERT_NE(norm, nullptr);
+    ASSERT_EQ(norm->shapes.size(), 1u);
+    EXPECT_EQ(norm->shapes[0].shape.dims.at("T"), 16);
+    EXPECT_EQ(norm->shapes[0].shape.dims.at("H"), 4096);
+    EXPECT_EQ(w.tunableFor("rmsnorm"), nullptr);
+    const TunableOp* rope = w.tunableFor("rotary_embedding");
+    ASSERT_NE(rope, nullptr);
+    ASSERT_EQ(rope->shapes.size(), 1u);
+    EXPECT_EQ(rope->shapes[0].shape.dims.at("T"), 16);
+    EXPECT_EQ(rope->shapes[0].shape.dims.at("HQ"), 32);
+    EXPECT_EQ(rope->calls, 1u) << "the 16-head rotary is another model's";
 }
 
 TEST(Workload, ATraceWithoutShapesSaysHowToRecordThem)

@@ -52,8 +52,8 @@ bool onlyLowerPrecision(const std::vector<kl::VerdictReason>& rs)
 
 TEST(PtxRules, TimeAndLaunchIdentityRegistersAreRejectedSmidIsNot)
 {
-    for (const char* reg :
-        { "%globaltimer", "%globaltimer_lo", "%clock", "%clock_hi", "%clock64", "%pm3", "%gridid" }) {
+    for (const char* reg : { "%globaltimer", "%globaltimer_lo", "%clock", "%clock_hi", "%clock64", "%pm3", "%gridid",
+             "%envreg0", "%envreg31" }) {
         const auto rs = checkPtx(module("", std::string("\tmov.u64 \t%rd1, ") + reg + ";"), bf16Problem());
         ASSERT_EQ(rules(rs), std::vector<std::string> { "ptx.special-register" }) << reg << "\n" << describe(rs);
         EXPECT_TRUE(rs[0].blocking);
