@@ -249,6 +249,20 @@ TEST(Pipeline, ShippedPipelinesLoadFromTheCatalogue)
     EXPECT_GT(p.peaks.flopsPerSecond, 0);
     for (const auto& pipeline : all)
         EXPECT_FALSE(pipeline.peaks.source.empty()) << pipeline.name << ": MFU/MBU need measured peaks";
+    // The decoder layer (round5-interfaces.md): nine stages, attention's output read as the O-projection's rows.
+    const kl::Pipeline layer = kl::loadPipeline(kl::findPipelineFolder("llama_decoder_decode"));
+    ASSERT_EQ(layer.stages.size(), 9u);
+    EXPECT_EQ(layer.stages[4].inputs.at("A").text(), "attn.out");
+    EXPECT_TRUE(layer.stages[4].reshaped.count("A"));
+    EXPECT_EQ(layer.stages[5].inputs.at("residual").text(), "norm1.residual_out");
+    // DSA decode: the indexer's scores into top-k, its indices into sparse MLA; block_table and seq_lens shared.
+    const kl::Pipeline dsa = kl::loadPipeline(kl::findPipelineFolder("dsa_decode"));
+    ASSERT_EQ(dsa.stages.size(), 3u);
+    EXPECT_EQ(dsa.stages[2].inputs.at("indices").text(), "topk.indices");
+    EXPECT_EQ(dsa.stages[0].inputs.at("block_table"), dsa.stages[2].inputs.at("block_table"));
+    EXPECT_EQ(dsa.stages[0].inputs.at("seq_lens"), dsa.stages[1].inputs.at("seq_lens"));
+    const kl::Shape big = dsa.space.tuningShapes[1]; // B = 128, SQ = 1, MAXP = 128
+    EXPECT_EQ(dsa.extentsAt({ "topk", "indices" }, big), (std::vector<std::int64_t> { 128, 1, 2048 }));
 }
 
 TEST(Pipeline, CatalogueReportsABadFileByName)
