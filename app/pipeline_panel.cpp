@@ -2,7 +2,7 @@
 
 #include "app/models/pipeline_stage_model.h"
 #include "core/errors.h"
-#include "core/session_store.h"
+#include "core/json_fields.h"
 
 #include <QComboBox>
 #include <QHeaderView>
@@ -111,13 +111,7 @@ PipelinePanel::PipelinePanel(QWidget* parent)
 bool PipelinePanel::loadFile(const QString& path)
 {
     try {
-        const std::string text = kl::readFile(path.toStdString(), 64u << 20);
-        kl::Json j;
-        try {
-            j = kl::Json::parse(text);
-        } catch (const kl::Json::exception& e) {
-            throw kl::InputError(path.toStdString() + ": not valid JSON (" + e.what() + ")");
-        }
+        const kl::Json j = kl::jsonfield::readJsonFile(path.toStdString(), 64u << 20);
         setResult(kl::pipelineResultFromJson(j, path.toStdString()));
         return true;
     } catch (const std::exception& e) {

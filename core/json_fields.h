@@ -3,6 +3,7 @@
 // pipeline.json): defined once in core/json_io.cpp, each throwing InputError naming the field.
 #include "core/json_io.h"
 
+#include <filesystem>
 #include <vector>
 
 namespace kl {
@@ -13,6 +14,8 @@ namespace jsonfield {
     const Json* optionalObject(const Json& j, const char* key, const std::string& where); // nullptr when absent
     // An expression written as a string or an integer; fallback (when given) stands in for an absent key.
     Expr exprField(const Json& j, const char* key, const std::string& where, const char* fallback = nullptr);
+    // A JSON file of at most maxBytes, parsed; InputError naming the file.
+    Json readJsonFile(const std::filesystem::path& file, std::size_t maxBytes = 4u << 20);
 } // namespace jsonfield
 
 // problem.json's "dims", "constants" and "dim_constraints" into p.

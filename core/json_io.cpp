@@ -147,6 +147,23 @@ namespace jsonfield {
         }
     }
 
+    Json readJsonFile(const std::filesystem::path& file, std::size_t maxBytes)
+    {
+        std::string text;
+        try {
+            text = readFile(file, maxBytes);
+        } catch (const std::exception& e) {
+            throw InputError(file.string() + ": " + e.what());
+        }
+        try {
+            return Json::parse(text);
+        } catch (const Json::parse_error& e) {
+            throw InputError(file.string() + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+        } catch (const Json::exception& e) {
+            throw InputError(file.string() + ": " + e.what());
+        }
+    }
+
 } // namespace jsonfield
 
 using namespace jsonfield;
@@ -880,21 +897,7 @@ Json toJson(const Problem& p)
 Problem loadProblem(const std::string& folder)
 {
     const std::filesystem::path file = std::filesystem::path(folder) / "problem.json";
-    std::string text;
-    try {
-        text = readFile(file, 4u << 20);
-    } catch (const std::exception& e) {
-        throw InputError(file.string() + ": " + e.what());
-    }
-    Json j;
-    try {
-        j = Json::parse(text);
-    } catch (const Json::parse_error& e) {
-        throw InputError(file.string() + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
-    } catch (const Json::exception& e) {
-        throw InputError(file.string() + ": " + e.what());
-    }
-    Problem p = problemFromJson(j, file.string());
+    Problem p = problemFromJson(readJsonFile(file), file.string());
     p.folder = folder;
     return p;
 }

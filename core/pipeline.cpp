@@ -429,21 +429,7 @@ Json toJson(const Pipeline& p)
 Pipeline loadPipeline(const fs::path& folder, const ProblemLookup& lookup)
 {
     const fs::path file = folder / "pipeline.json";
-    std::string text;
-    try {
-        text = readFile(file, 4u << 20);
-    } catch (const std::exception& e) {
-        throw InputError(file.string() + ": " + e.what());
-    }
-    Json j;
-    try {
-        j = Json::parse(text);
-    } catch (const Json::parse_error& e) {
-        throw InputError(file.string() + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
-    } catch (const Json::exception& e) {
-        throw InputError(file.string() + ": " + e.what());
-    }
-    Pipeline p = pipelineFromJson(j, file.string(), lookup);
+    Pipeline p = pipelineFromJson(readJsonFile(file), file.string(), lookup);
     p.folder = folder.string();
     return p;
 }
