@@ -8,6 +8,7 @@
 #include "app/hypothesis_console.h"
 #include "app/models/candidate_tree_model.h"
 #include "app/models/session_metrics.h"
+#include "app/pipeline_panel.h"
 #include "app/review_panel.h"
 #include "app/session_controller.h"
 #include "app/start_page.h"
@@ -161,6 +162,7 @@ MainWindow::MainWindow(QWidget* parent)
     , m_timeline(new TimelinePanel(this))
     , m_bottleneck(new BottleneckPanel(this))
     , m_workersPanel(new WorkersPanel(this))
+    , m_pipelinePanel(new PipelinePanel(this))
     , m_workerLabel(new StatusField(60, this))
     , m_gpuLabel(new StatusField(48, this))
     , m_bestLabel(new StatusField(24, this))
@@ -188,11 +190,13 @@ MainWindow::MainWindow(QWidget* parent)
     m_messages->setPlaceholderText(tr("Errors and warnings appear here, in full."));
     auto* messages = addDock(tr("Messages"), QStringLiteral("messagesDock"), m_messages, Qt::BottomDockWidgetArea);
     auto* workers = addDock(tr("Workers"), QStringLiteral("workersDock"), m_workersPanel, Qt::BottomDockWidgetArea);
+    auto* pipeline = addDock(tr("Pipeline"), QStringLiteral("pipelineDock"), m_pipelinePanel, Qt::BottomDockWidgetArea);
     splitDockWidget(review, console, Qt::Vertical);
     tabifyDockWidget(console, bottleneck);
     tabifyDockWidget(charts, timeline);
     tabifyDockWidget(timeline, messages);
     tabifyDockWidget(messages, workers);
+    tabifyDockWidget(workers, pipeline);
     console->raise();
     charts->raise();
     resizeDocks({ findChild<QDockWidget*>(QStringLiteral("candidatesDock")), review }, { 560, 400 }, Qt::Horizontal);
@@ -387,6 +391,19 @@ void MainWindow::createActions()
     file->addAction(tr("&Follow Running Session…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_F), this,
         [this]() { openSessionDialog(OpenMode::Follow); });
     file->addAction(tr("Open &Trace…"), QKeySequence(Qt::CTRL | Qt::Key_T), this, &MainWindow::openTraceDialog);
+    // A result of kloop pipeline run --out (the worker's pipeline reply).
+    file->addAction(tr("Open &Pipeline Result…"), this, [this]() {
+        const QString path = QFileDialog::getOpenFileName(
+            this, tr("Open pipeline result"), QString(), tr("Pipeline results (*.json);;All files (*)"));
+        if (path.isEmpty())
+            return;
+        if (!m_pipelinePanel->loadFile(path))
+            showMessage(m_pipelinePanel->error());
+        if (auto* dock = findChild<QDockWidget*>(QStringLiteral("pipelineDock"))) {
+            dock->show();
+            dock->raise();
+        }
+    });
     file->addSeparator();
     file->addAction(tr("&Export Selected Candidate…"), QKeySequence(Qt::CTRL | Qt::Key_E), this, [this]() {
         QString id = m_candidates->currentCandidate();

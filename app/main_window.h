@@ -33,6 +33,7 @@ class StatusField;
 class StartPage;
 class TimelinePanel;
 class WorkersPanel;
+class PipelinePanel;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -72,6 +73,7 @@ public:
     TimelinePanel* timelinePanel() const { return m_timeline; }
     QWidget* bottleneckPanel() const { return m_bottleneck; }
     WorkersPanel* workersPanel() const { return m_workersPanel; }
+    PipelinePanel* pipelinePanel() const { return m_pipelinePanel; }
     // Errors and warnings, with the time they happened, in full: the status bar only says that one arrived.
     QPlainTextEdit* messageLog() const { return m_messages; }
     QString budgetText() const;
@@ -118,6 +120,7 @@ private:
     QWidget* m_bottleneck;
     std::shared_ptr<const kl::prof::Workload> m_workload; // of the trace under study, for "Tune this"
     WorkersPanel* m_workersPanel;
+    PipelinePanel* m_pipelinePanel;
     StatusField* m_workerLabel;
     StatusField* m_gpuLabel;
     StatusField* m_bestLabel;

@@ -32,59 +32,96 @@ fs::path dataRoot()
     return KL_SOURCE_ROOT;
 }
 
+namespace {
+    // $envVar (colon-separated), then the installed share folder, then the source tree: folders of `kind`.
+    std::vector<fs::path> searchPath(const char* envVar, const char* kind)
+    {
+        std::vector<fs::path> path;
+        if (const char* env = std::getenv(envVar); env && *env) {
+            std::string s = env;
+            std::size_t start = 0;
+            while (start <= s.size()) {
+                const std::size_t colon = s.find(':', start);
+                const std::string part
+                    = s.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+                if (!part.empty())
+                    path.emplace_back(part);
+                if (colon == std::string::npos)
+                    break;
+                start = colon + 1;
+            }
+        }
+        path.push_back(dataRoot() / "kernels" / kind);
+        path.push_back(fs::path(KL_SOURCE_ROOT) / "kernels" / kind);
+        std::vector<fs::path> unique;
+        std::set<std::string> seen;
+        for (const auto& p : path)
+            if (seen.insert(p.lexically_normal().string()).second)
+                unique.push_back(p);
+        return unique;
+    }
+
+    // Names of the folders of `path` holding `file`, sorted, first wins.
+    std::vector<std::string> listFolders(const std::vector<fs::path>& path, const char* file)
+    {
+        std::set<std::string> names;
+        for (const auto& dir : path) {
+            std::error_code ec;
+            for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+                if (it->is_directory() && fs::exists(it->path() / file))
+                    names.insert(it->path().filename().string());
+        }
+        return { names.begin(), names.end() };
+    }
+
+    // kind: "problem" or "pipeline", whose folders hold kind + ".json".
+    fs::path findFolder(const std::string& nameOrPath, const std::string& kind, const std::vector<fs::path>& path)
+    {
+        const std::string file = kind + ".json";
+        std::error_code ec;
+        if (nameOrPath.find('/') != std::string::npos) {
+            if (fs::exists(fs::path(nameOrPath) / file, ec))
+                return fs::absolute(nameOrPath, ec);
+            throw InputError("no " + file + " in " + nameOrPath);
+        }
+        for (const auto& dir : path)
+            if (fs::exists(dir / nameOrPath / file, ec))
+                return dir / nameOrPath;
+        std::string known;
+        for (const auto& n : listFolders(path, file.c_str()))
+            known += (known.empty() ? "" : ", ") + n;
+        throw InputError("unknown " + kind + " '" + nameOrPath + "' (known: " + (known.empty() ? "none" : known) + ")");
+    }
+} // namespace
+
 std::vector<fs::path> problemSearchPath()
 {
-    std::vector<fs::path> path;
-    if (const char* env = std::getenv("KL_PROBLEMS_DIR"); env && *env) {
-        std::string s = env;
-        std::size_t start = 0;
-        while (start <= s.size()) {
-            const std::size_t colon = s.find(':', start);
-            const std::string part = s.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-            if (!part.empty())
-                path.emplace_back(part);
-            if (colon == std::string::npos)
-                break;
-            start = colon + 1;
-        }
-    }
-    path.push_back(dataRoot() / "kernels" / "problems");
-    path.push_back(fs::path(KL_SOURCE_ROOT) / "kernels" / "problems");
-    std::vector<fs::path> unique;
-    std::set<std::string> seen;
-    for (const auto& p : path)
-        if (seen.insert(p.lexically_normal().string()).second)
-            unique.push_back(p);
-    return unique;
+    return searchPath("KL_PROBLEMS_DIR", "problems");
 }
 
 std::vector<std::string> listProblems()
 {
-    std::set<std::string> names;
-    for (const auto& dir : problemSearchPath()) {
-        std::error_code ec;
-        for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-            if (it->is_directory() && fs::exists(it->path() / "problem.json"))
-                names.insert(it->path().filename().string());
-    }
-    return { names.begin(), names.end() };
+    return listFolders(problemSearchPath(), "problem.json");
 }
 
 fs::path findProblemFolder(const std::string& nameOrPath)
 {
-    std::error_code ec;
-    if (nameOrPath.find('/') != std::string::npos) {
-        if (fs::exists(fs::path(nameOrPath) / "problem.json", ec))
-            return fs::absolute(nameOrPath, ec);
-        throw InputError("no problem.json in " + nameOrPath);
-    }
-    for (const auto& dir : problemSearchPath())
-        if (fs::exists(dir / nameOrPath / "problem.json", ec))
-            return dir / nameOrPath;
-    std::string known;
-    for (const auto& n : listProblems())
-        known += (known.empty() ? "" : ", ") + n;
-    throw InputError("unknown problem '" + nameOrPath + "' (known: " + (known.empty() ? "none" : known) + ")");
+    return findFolder(nameOrPath, "problem", problemSearchPath());
+}
+
+std::vector<fs::path> pipelineSearchPath()
+{
+    return searchPath("KL_PIPELINES_DIR", "pipelines");
+}
+
+std::vector<std::string> listPipelines()
+{
+    return listFolders(pipelineSearchPath(), "pipeline.json");
+}
+
+fs::path findPipelineFolder(const std::string& nameOrPath)
+{
+    return findFolder(nameOrPath, "pipeline", pipelineSearchPath());
 }
 
 std::vector<Problem> loadCatalogue(std::vector<std::string>* errors)

@@ -18,6 +18,10 @@ std::vector<std::string> listProblems();
 std::vector<Problem> loadCatalogue(std::vector<std::string>* errors = nullptr);
 // The folder of a problem given by name or by path; throws InputError when there is none.
 std::filesystem::path findProblemFolder(const std::string& nameOrPath);
+// Pipelines (kernels/pipelines/<name>/pipeline.json) are found the same way, $KL_PIPELINES_DIR first.
+std::vector<std::filesystem::path> pipelineSearchPath();
+std::vector<std::string> listPipelines();
+std::filesystem::path findPipelineFolder(const std::string& nameOrPath);
 // The folder of a session's problem, the one lookup every command and the workbench use: `problemOption`
 // (--problem NAME|DIR) wins; else the recorded folder (as recorded, then inside `sessionDir`), then
 // `sessionDir`/problem, then the recorded folder's name and the problem's name in each of `roots` (the search path

@@ -1,6 +1,7 @@
 #include "core/json_io.h"
 
 #include "core/errors.h"
+#include "core/json_fields.h"
 #include "core/session_store.h"
 
 #include <cmath>
@@ -100,12 +101,6 @@ namespace jsonfield {
         return v.get<bool>();
     }
 
-} // namespace jsonfield
-
-using namespace jsonfield;
-
-namespace {
-
     const Json& arrayField(const Json& j, const char* key, const std::string& where)
     {
         const Json& v = require(j, key, where);
@@ -131,7 +126,7 @@ namespace {
         return &v;
     }
 
-    Expr exprField(const Json& j, const char* key, const std::string& where, const char* fallback = nullptr)
+    Expr exprField(const Json& j, const char* key, const std::string& where, const char* fallback)
     {
         std::string text;
         if (fallback && (!j.contains(key) || j.at(key).is_null()))
@@ -151,6 +146,29 @@ namespace {
             throw InputError(where + "." + key + ": " + e.what());
         }
     }
+
+    Json readJsonFile(const std::filesystem::path& file, std::size_t maxBytes)
+    {
+        std::string text;
+        try {
+            text = readFile(file, maxBytes);
+        } catch (const std::exception& e) {
+            throw InputError(file.string() + ": " + e.what());
+        }
+        try {
+            return Json::parse(text);
+        } catch (const Json::parse_error& e) {
+            throw InputError(file.string() + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+        } catch (const Json::exception& e) {
+            throw InputError(file.string() + ": " + e.what());
+        }
+    }
+
+} // namespace jsonfield
+
+using namespace jsonfield;
+
+namespace {
 
     Json paramsToJson(const ParamValues& p)
     {
@@ -613,19 +631,8 @@ Evaluation evaluationFromJson(const Json& j, const std::string& where)
     return e;
 }
 
-Problem problemFromJson(const Json& j, const std::string& where)
+void dimSpaceFromJson(const Json& j, const std::string& where, Problem& p)
 {
-    Problem p;
-    p.name = string(j, "name", where);
-    if (!isSafeId(p.name))
-        throw InputError(where + ".name: '" + abbreviate(p.name) + "' must be letters, digits, '_' or '-'");
-    p.description = stringOr(j, "description", "", where);
-    if (const Json* tags = optionalArray(j, "tags", where))
-        for (const auto& t : *tags) {
-            if (!t.is_string())
-                throw InputError(where + ".tags: expected strings");
-            p.tags.push_back(t.get<std::string>());
-        }
     {
         int i = 0;
         for (const auto& d : arrayField(j, "dims", where)) {
@@ -666,6 +673,39 @@ Problem problemFromJson(const Json& j, const std::string& where)
             }
         }
     }
+}
+
+std::vector<Shape> shapesFromJson(const Json& j, const char* key, const Problem& p, const std::string& where)
+{
+    std::vector<Shape> out;
+    if (const Json* ss = optionalArray(j, key, where)) {
+        int i = 0;
+        for (const auto& s : *ss) {
+            const std::string w = where + "." + key + "[" + std::to_string(i++) + "]";
+            Shape sh = p.withConstants(shapeFromJson(s, w));
+            std::string why;
+            if (!p.shapeIsValid(sh, &why))
+                throw InputError(w + ": " + why);
+            out.push_back(std::move(sh));
+        }
+    }
+    return out;
+}
+
+Problem problemFromJson(const Json& j, const std::string& where)
+{
+    Problem p;
+    p.name = string(j, "name", where);
+    if (!isSafeId(p.name))
+        throw InputError(where + ".name: '" + abbreviate(p.name) + "' must be letters, digits, '_' or '-'");
+    p.description = stringOr(j, "description", "", where);
+    if (const Json* tags = optionalArray(j, "tags", where))
+        for (const auto& t : *tags) {
+            if (!t.is_string())
+                throw InputError(where + ".tags: expected strings");
+            p.tags.push_back(t.get<std::string>());
+        }
+    dimSpaceFromJson(j, where, p);
     if (const Json* ss = optionalArray(j, "scalars", where)) {
         int i = 0;
         for (const auto& s : *ss) {
@@ -740,21 +780,8 @@ Problem problemFromJson(const Json& j, const std::string& where)
         hasOutput |= t.role == TensorRole::Output;
     if (!hasOutput)
         throw InputError(where + ".tensors: at least one output is required");
-    auto shapes = [&](const char* key, std::vector<Shape>& out) {
-        if (const Json* ss = optionalArray(j, key, where)) {
-            int i = 0;
-            for (const auto& s : *ss) {
-                const std::string w = where + "." + key + "[" + std::to_string(i++) + "]";
-                Shape sh = p.withConstants(shapeFromJson(s, w));
-                std::string why;
-                if (!p.shapeIsValid(sh, &why))
-                    throw InputError(w + ": " + why);
-                out.push_back(std::move(sh));
-            }
-        }
-    };
-    shapes("tuning_shapes", p.tuningShapes);
-    shapes("verify_shapes", p.verifyShapes);
+    p.tuningShapes = shapesFromJson(j, "tuning_shapes", p, where);
+    p.verifyShapes = shapesFromJson(j, "verify_shapes", p, where);
     p.tuningShapesFrom = stringOr(j, "tuning_shapes_from", "", where);
     if (p.tuningShapes.empty())
         throw InputError(where + ".tuning_shapes: at least one shape is required");
@@ -901,21 +928,7 @@ Json toJson(const Problem& p)
 Problem loadProblem(const std::string& folder)
 {
     const std::filesystem::path file = std::filesystem::path(folder) / "problem.json";
-    std::string text;
-    try {
-        text = readFile(file, 4u << 20);
-    } catch (const std::exception& e) {
-        throw InputError(file.string() + ": " + e.what());
-    }
-    Json j;
-    try {
-        j = Json::parse(text);
-    } catch (const Json::parse_error& e) {
-        throw InputError(file.string() + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
-    } catch (const Json::exception& e) {
-        throw InputError(file.string() + ": " + e.what());
-    }
-    Problem p = problemFromJson(j, file.string());
+    Problem p = problemFromJson(readJsonFile(file), file.string());
     p.folder = folder;
     return p;
 }

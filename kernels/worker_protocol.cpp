@@ -876,6 +876,73 @@ void fromJson(const Json& j, ProfileOpReply& out)
         out.report = profileReport(j, "profile reply");
 }
 
+Json toJson(const PipelineRequest& r)
+{
+    Json j = op(PipelineRequest::kOp);
+    j["pipeline"] = r.pipeline;
+    Json stages = Json::array();
+    for (const auto& st : r.stages) {
+        Json e = { { "impl", st.impl }, { "label", st.label } };
+        if (st.candidate)
+            e["candidate"] = toJson(*st.candidate);
+        stages.push_back(std::move(e));
+    }
+    j["stages"] = stages;
+    j["shapes"] = array(r.shapes);
+    j["seed"] = r.seed;
+    j["max_seconds_per_shape"] = r.maxSecondsPerShape;
+    j["target_rel_ci"] = r.targetRelCi;
+    j["min_samples"] = r.minSamples;
+    j["max_samples"] = r.maxSamples;
+    j["stage_samples"] = r.stageSamples;
+    return j;
+}
+void fromJson(const Json& j, PipelineRequest& out)
+{
+    const std::string w = "pipeline";
+    out.pipeline = jsonfield::require(j, "pipeline", w);
+    if (!out.pipeline.is_object())
+        throw InputError(w + ".pipeline: expected pipeline.json's object");
+    const Json& stages = arrayField(j, "stages", w);
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+        const std::string sw = at(w, "stages", i);
+        PipelineStageWire st;
+        st.impl = jsonfield::string(stages[i], "impl", sw);
+        if (st.impl != "baseline" && st.impl != "library" && st.impl != "reference" && st.impl != "candidate")
+            throw InputError(sw + ".impl: '" + st.impl + "' is not baseline, library, reference or candidate");
+        st.label = jsonfield::stringOr(stages[i], "label", st.impl, sw);
+        if (st.impl == "candidate")
+            st.candidate = candidateWire(jsonfield::require(stages[i], "candidate", sw), sw + ".candidate");
+        out.stages.push_back(std::move(st));
+    }
+    const Json& shapes = arrayField(j, "shapes", w);
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+        out.shapes.push_back(kl::shapeFromJson(shapes[i], at(w, "shapes", i)));
+    out.seed = seedOf(j, w);
+    out.maxSecondsPerShape = jsonfield::numberOr(j, "max_seconds_per_shape", 2.0, w);
+    out.targetRelCi = jsonfield::numberOr(j, "target_rel_ci", 0.01, w);
+    out.minSamples = intOr(j, "min_samples", 10, w, 1);
+    out.maxSamples = intOr(j, "max_samples", 2000, w, 1);
+    out.stageSamples = intOr(j, "stage_samples", 24, w, 1, 100000);
+}
+Json toJson(const PipelineReply& r)
+{
+    Json j = { { "compiles", array(r.compiles) } };
+    if (r.ran)
+        j["result"] = kl::toJson(r.result);
+    return j;
+}
+void fromJson(const Json& j, PipelineReply& out)
+{
+    const std::string w = "pipeline reply";
+    const Json& compiles = arrayField(j, "compiles", w);
+    for (std::size_t i = 0; i < compiles.size(); ++i)
+        out.compiles.push_back(kl::compileReportFromJson(compiles[i], at(w, "compiles", i)));
+    out.ran = j.contains("result");
+    if (out.ran)
+        out.result = kl::pipelineResultFromJson(j.at("result"), w + ".result");
+}
+
 Json toJson(const ShutdownRequest&)
 {
     return op(ShutdownRequest::kOp);

@@ -4,15 +4,16 @@
 // "ok" and either the result fields or "error". A response with "fatal": true means the worker's CUDA
 // context is gone (sticky fault) and the worker exits right after sending it.
 //
-// ops: hello, ping, sample, load_problem, compile, verify, time, trace, profile, shutdown (see kernels/HARNESS.md for
-// fields). Each op has one request and one reply struct below, serialised here and nowhere else: the client
-// (kernels/worker_client), the worker (kernels/worker/worker_main) and the worker test double all use them.
+// ops: hello, ping, sample, load_problem, compile, verify, time, trace, profile, pipeline, shutdown (see
+// kernels/HARNESS.md for fields). Each op has one request and one reply struct below, serialised here and nowhere else:
+// the client (kernels/worker_client), the worker (kernels/worker/worker_main) and the worker test double all use them.
 // A ping is answered at once even while another request runs, so a client tells a busy worker from a lost one.
 //
 // The wire forms below live in kl::wire so they never clash with the session-store forms in core/json_io.
 #include "core/device.h"
 #include "core/evaluation.h"
 #include "core/kernel_spec.h"
+#include "core/pipeline_result.h"
 #include "core/problem.h"
 #include "kernels/plan_profile.h"
 
@@ -242,6 +243,34 @@ struct ProfileOpReply {
     std::optional<ProfileReport> report; // none: the module did not load (compile says why)
 };
 
+// The pipeline op: every stage problem loaded with load_problem first; per stage, what runs: "baseline" and
+// "library" (the problem's baseline plan, cuBLAS where it names a library), "reference", or "candidate" with its
+// module.
+struct PipelineStageWire {
+    std::string impl = "baseline";
+    std::string label; // StageImpl::describe(), for the result
+    std::optional<CandidateWire> candidate;
+};
+struct PipelineReply;
+struct PipelineRequest {
+    static constexpr const char* kOp = "pipeline";
+    using Reply = PipelineReply;
+    Json pipeline; // kl::toJson(Pipeline)
+    std::vector<PipelineStageWire> stages; // parallel to the pipeline's stages
+    std::vector<Shape> shapes;
+    std::uint64_t seed = 1;
+    double maxSecondsPerShape = 2.0;
+    double targetRelCi = 0.01;
+    int minSamples = 10;
+    int maxSamples = 2000;
+    int stageSamples = 24;
+};
+struct PipelineReply {
+    std::vector<CompileReport> compiles; // per candidate stage, in stage order; nothing ran when one failed
+    bool ran = false;
+    PipelineResult result;
+};
+
 struct ShutdownReply { };
 struct ShutdownRequest {
     static constexpr const char* kOp = "shutdown";
@@ -261,6 +290,7 @@ Json toJson(const VerifyRequest& r);
 Json toJson(const TimeRequest& r);
 Json toJson(const TraceRequest& r);
 Json toJson(const ProfileOpRequest& r);
+Json toJson(const PipelineRequest& r);
 Json toJson(const ShutdownRequest& r);
 Json toJson(const HelloReply& r);
 Json toJson(const PingReply& r);
@@ -271,6 +301,7 @@ Json toJson(const VerifyReply& r);
 Json toJson(const TimeReply& r);
 Json toJson(const TraceReply& r);
 Json toJson(const ProfileOpReply& r);
+Json toJson(const PipelineReply& r);
 Json toJson(const ShutdownReply& r);
 
 void fromJson(const Json& j, HelloRequest& out);
@@ -282,6 +313,7 @@ void fromJson(const Json& j, VerifyRequest& out);
 void fromJson(const Json& j, TimeRequest& out);
 void fromJson(const Json& j, TraceRequest& out);
 void fromJson(const Json& j, ProfileOpRequest& out);
+void fromJson(const Json& j, PipelineRequest& out);
 void fromJson(const Json& j, ShutdownRequest& out);
 void fromJson(const Json& j, HelloReply& out);
 void fromJson(const Json& j, PingReply& out);
@@ -292,6 +324,7 @@ void fromJson(const Json& j, VerifyReply& out);
 void fromJson(const Json& j, TimeReply& out);
 void fromJson(const Json& j, TraceReply& out);
 void fromJson(const Json& j, ProfileOpReply& out);
+void fromJson(const Json& j, PipelineReply& out);
 void fromJson(const Json& j, ShutdownReply& out);
 
 template <class T> T parse(const Json& j)

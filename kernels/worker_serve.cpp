@@ -64,6 +64,8 @@ namespace {
             return serve<TraceRequest>(req, [&](const auto& r) { return h.trace(r); });
         if (op == ProfileOpRequest::kOp)
             return serve<ProfileOpRequest>(req, [&](const auto& r) { return h.profile(r); });
+        if (op == PipelineRequest::kOp)
+            return serve<PipelineRequest>(req, [&](const auto& r) { return h.pipeline(r); });
         if (op == ShutdownRequest::kOp) {
             *stop = true;
             return toJson(ShutdownReply {});
@@ -81,6 +83,11 @@ namespace {
 void sendStartFailure(std::FILE* protocol, const std::string& why)
 {
     Sender(protocol).send({ { "id", 0 }, { "ok", false }, { "fatal", true }, { "error", why } });
+}
+
+PipelineReply WorkerHandler::pipeline(const PipelineRequest&)
+{
+    throw InputError("this worker does not run pipelines");
 }
 
 int serveWorker(WorkerHandler& handler, std::FILE* protocol)

@@ -23,6 +23,8 @@ public:
     virtual TimeReply time(const TimeRequest& r) = 0;
     virtual TraceReply trace(const TraceRequest& r) = 0;
     virtual ProfileOpReply profile(const ProfileOpRequest& r) = 0;
+    // A worker without a pipeline engine (the CPU test double) refuses the op.
+    virtual PipelineReply pipeline(const PipelineRequest& r);
     // Non-empty when this exception left the worker unusable (a sticky CUDA fault): the reply is marked fatal and
     // the worker exits right after it, so the client starts a fresh one.
     virtual std::optional<std::string> fatal(const std::exception&) { return std::nullopt; }

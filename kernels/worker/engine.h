@@ -4,6 +4,7 @@
 #include "core/device.h"
 #include "core/evaluation.h"
 #include "core/kernel_spec.h"
+#include "core/pipeline_result.h"
 #include "core/problem.h"
 #include "kernels/nvrtc_compiler.h"
 #include "kernels/worker/cupti_kernel_log.h"
@@ -145,6 +146,24 @@ struct TraceOutcome {
     bool cuptiAvailable = false;
 };
 
+// One stage of a pipeline run: its problem as loaded, the plan it runs (nullptr: the problem's baseline).
+struct PipelineStageRun {
+    const LoadedProblem* problem = nullptr;
+    std::shared_ptr<Plan> impl;
+    std::string implLabel = "baseline"; // StageImpl::describe()
+    bool differsFromBaseline = false;
+};
+
+struct PipelineOptions {
+    std::vector<Shape> shapes; // the pipeline's shapes
+    std::uint64_t seed = 1;
+    double maxSecondsPerShape = 2.0;
+    double targetRelHalfWidth = 0.01;
+    int minSamples = 10;
+    int maxSamples = 2000;
+    int stageSamples = 24; // rounds of each stage alone
+};
+
 class Engine {
 public:
     Engine(); // creates the context on device KL_DEVICE (default 0); throws CudaError
@@ -165,6 +184,8 @@ public:
     VerifyOutcome verify(const LoadedProblem& lp, const Plan& candidate, const VerifyOptions& o);
     TimeOutcome time(const LoadedProblem& lp, const Plan& candidate, const TimeOptions& o);
     TraceOutcome trace(const LoadedProblem& lp, const Plan& candidate, const Shape& s, int launches);
+    // The pipeline op: `runs` parallel to p's stages. Judged (kl::judgePipeline) before it returns.
+    PipelineResult runPipeline(const Pipeline& p, const std::vector<PipelineStageRun>& runs, const PipelineOptions& o);
 
     // The stream of the candidate's and the baseline's launches.
     CUstream stream() const { return m_stream; }

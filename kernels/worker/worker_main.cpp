@@ -171,6 +171,46 @@ public:
         return r;
     }
 
+    wire::PipelineReply pipeline(const wire::PipelineRequest& req) override
+    {
+        wire::PipelineReply r;
+        const kl::Pipeline p = kl::pipelineFromJson(
+            req.pipeline, "pipeline request", [&](const std::string& name) { return problemOf(name).problem; });
+        if (req.stages.size() != p.stages.size())
+            throw kl::InputError("pipeline request: " + std::to_string(req.stages.size()) + " stages for pipeline "
+                + p.name + "'s " + std::to_string(p.stages.size()));
+        std::vector<kl::worker::PipelineStageRun> runs;
+        for (std::size_t i = 0; i < p.stages.size(); ++i) {
+            const wire::PipelineStageWire& w = req.stages[i];
+            kl::worker::PipelineStageRun run;
+            run.problem = &problemOf(p.stages[i].problemName);
+            run.implLabel = w.label;
+            if (w.impl == "reference") {
+                run.impl = run.problem->reference;
+                run.differsFromBaseline = true;
+            } else if (w.impl == "candidate") {
+                kl::CompileReport report;
+                run.impl = m_engine.candidatePlan(moduleSpec(*w.candidate), &report);
+                r.compiles.push_back(report);
+                if (!run.impl)
+                    return r;
+                run.differsFromBaseline = true;
+            }
+            runs.push_back(std::move(run));
+        }
+        kl::worker::PipelineOptions o;
+        o.shapes = req.shapes;
+        o.seed = req.seed;
+        o.maxSecondsPerShape = req.maxSecondsPerShape;
+        o.targetRelHalfWidth = req.targetRelCi;
+        o.minSamples = req.minSamples;
+        o.maxSamples = req.maxSamples;
+        o.stageSamples = req.stageSamples;
+        r.result = m_engine.runPipeline(p, runs, o);
+        r.ran = true;
+        return r;
+    }
+
     std::optional<std::string> fatal(const std::exception& e) override
     {
         if (const auto* cuda = dynamic_cast<const kl::worker::CudaError*>(&e); cuda && cuda->sticky())

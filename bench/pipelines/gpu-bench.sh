@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Pipelines on the GPU (issue #19); scripts/gpu-check runs it as: gpu-bench.sh OUTDIR (BUILD_DIR set).
+# kloop pipeline run of every shipped pipeline at its tuning shapes (llama_decoder_decode and llama_mlp_decode at
+# T = 1, 16, 64; dsa_decode at B = 64..128), each result JSON (the workbench's pipeline view opens it) and one
+# table: end to end under one CUDA graph and eager against the all-baseline pipeline, MFU/MBU and the stage shares.
+set -uo pipefail
+OUT=${1:?usage: gpu-bench.sh OUTDIR}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD_DIR:-$ROOT/build}
+export KL_WORKER=${KL_WORKER:-$BUILD/kernels/kloop-worker}
+mkdir -p "$OUT"
+rc=0
+"$BUILD/cli/kloop" pipeline validate >"$OUT/validate.log" 2>&1 || rc=1
+cat "$OUT/validate.log"
+for dir in "$ROOT"/kernels/pipelines/*/; do
+    p=$(basename "$dir")
+    echo "== kloop pipeline run $p"
+    # exit 1 is a rejected pipeline: its reasons are in the table, not a failure of the bench
+    "$BUILD/cli/kloop" pipeline run "$p" --max-seconds "${KL_PIPELINE_SECONDS:-3}" --out "$OUT/$p.json" \
+        >"$OUT/$p.txt" 2>"$OUT/$p.err"
+    [[ -s "$OUT/$p.json" ]] || rc=1
+    cat "$OUT/$p.txt"; tail -n 3 "$OUT/$p.err"
+done
+python3 - "$OUT" >"$OUT/summary.md" <<'PY' || rc=1
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+print("| pipeline | shape | graph us | all-baseline graph us | speedup [95% CI] | eager us | eager speedup | MFU | MBU | stage shares | verdict |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for f in sorted(out.glob("*.json")):
+    r = json.loads(f.read_text())
+    for s in r["shapes"]:
+        g, bg, e = s.get("graph", {}), s.get("baseline_graph", {}), s.get("eager", {})
+        shares = ", ".join(f"{st['stage']} {100 * st['share']:.0f}%" for st in s["stages"])
+        print(f"| {r['pipeline']} | {','.join(f'{k}={v}' for k, v in s['shape']['dims'].items())} | "
+              f"{g.get('median_us', float('nan')):.2f} | {bg.get('median_us', float('nan')):.2f} | "
+              f"{s['speedup']:.3f} [{s['speedup_ci_low']:.3f}, {s['speedup_ci_high']:.3f}] | "
+              f"{e.get('median_us', float('nan')):.2f} | {s['eager_speedup']:.3f} | {100 * s['mfu']:.1f}% | "
+              f"{100 * s['mbu']:.1f}% | {shares} | {'accepted' if r['accepted'] else 'rejected'} |")
+PY
+cat "$OUT/summary.md"
+exit $rc

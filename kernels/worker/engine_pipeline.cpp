@@ -1,0 +1,501 @@
+// The pipeline op (kernels/HARNESS.md, "Pipelines"): a pipeline's tensors allocated once per rotating set, its
+// stages run in order, the whole of it captured into one CUDA graph and timed end to end against the all-baseline
+// pipeline (interleaved, both eager and under the graph), verified end to end and stage by stage against the
+// stages' references chained.
+#include "kernels/pipeline_plan.h"
+#include "kernels/stats.h"
+#include "kernels/worker/correctness_slots.h"
+#include "kernels/worker/cuda_check.h"
+#include "kernels/worker/engine.h"
+#include "kernels/worker/engine_buffers.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace kl::worker {
+
+namespace {
+    constexpr int kCandidate = 0;
+    constexpr int kBaseline = 1;
+
+    // Graphs and events of one shape, released however the shape ends.
+    struct GpuObjects {
+        std::vector<CUgraphExec> graphs;
+        std::vector<CUevent> events;
+        ~GpuObjects()
+        {
+            for (auto g : graphs)
+                cuGraphExecDestroy(g);
+            for (auto e : events)
+                cuEventDestroy(e);
+        }
+        CUevent event(std::size_t i)
+        {
+            while (events.size() <= i) {
+                CUevent e;
+                KL_CU(cuEventCreate(&e, CU_EVENT_DEFAULT));
+                events.push_back(e);
+            }
+            return events[i];
+        }
+    };
+
+    // Captures what `enqueue` launches on `s` into an instantiated graph; the error text when it cannot be.
+    std::string capture(CUstream s, const std::function<void()>& enqueue, GpuObjects& gpu, CUgraphExec* out)
+    {
+        *out = nullptr;
+        CUresult r = cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+        if (r != CUDA_SUCCESS)
+            return cuErrorText(r);
+        std::string error;
+        try {
+            enqueue();
+        } catch (const CudaError& e) {
+            if (e.sticky())
+                throw;
+            error = e.what();
+        }
+        CUgraph graph = nullptr;
+        r = cuStreamEndCapture(s, &graph);
+        if (r != CUDA_SUCCESS && error.empty())
+            error = cuErrorText(r);
+        if (error.empty() && graph) {
+            r = cuGraphInstantiate(out, graph, 0);
+            if (r != CUDA_SUCCESS)
+                error = cuErrorText(r);
+            else
+                gpu.graphs.push_back(*out);
+        }
+        if (graph)
+            cuGraphDestroy(graph);
+        return error;
+    }
+} // namespace
+
+PipelineResult Engine::runPipeline(
+    const Pipeline& p, const std::vector<PipelineStageRun>& runs, const PipelineOptions& o)
+{
+    PipelineResult result;
+    result.pipeline = p.name;
+    result.device = m_device;
+    result.peaks = p.peaks;
+    if (runs.size() != p.stages.size())
+        throw std::invalid_argument("pipeline " + p.name + ": " + std::to_string(runs.size()) + " stage runs for "
+            + std::to_string(p.stages.size()) + " stages");
+    const std::size_t nStages = p.stages.size();
+    for (const Shape& shape : o.shapes) {
+        PipelineShapeResult sr;
+        sr.shape = shape;
+        const Bindings pb = shape.bindings();
+        sr.flops = p.space.flops.evaluate(pb);
+        sr.bytes = p.space.bytes.evaluate(pb);
+        const PipelineLayout layout = planPipeline(p, shape);
+        std::vector<std::unique_ptr<BoundPlan>> bound[2], ref(nStages);
+        bound[kCandidate].resize(nStages);
+        bound[kBaseline].resize(nStages);
+        for (std::size_t i = 0; i < nStages; ++i) {
+            PipelineStageResult st;
+            st.stage = p.stages[i].name;
+            st.problem = p.stages[i].problemName;
+            st.impl = runs[i].implLabel;
+            st.differsFromBaseline = runs[i].differsFromBaseline;
+            st.shape = layout.stages[i].shape;
+            sr.stages.push_back(std::move(st));
+        }
+        try {
+            for (std::size_t i = 0; i < nStages; ++i) {
+                const LoadedProblem& lp = *runs[i].problem;
+                const Shape& s = layout.stages[i].shape;
+                bound[kCandidate][i] = (runs[i].impl ? *runs[i].impl : *lp.baseline).bind(lp.problem, s);
+                bound[kBaseline][i] = lp.baseline->bind(lp.problem, s);
+                ref[i] = lp.reference->bind(lp.problem, s);
+            }
+        } catch (const LaunchConfigError& e) {
+            addReason(
+                result.reasons, reason("launch.invalid-config", "pipeline at " + shape.label() + ": " + e.what()));
+            result.shapes.push_back(std::move(sr));
+            continue;
+        }
+
+        // Candidate arena: every pipeline buffer and every stage's workspaces, for `sets` rotating sets, for the
+        // pipeline and the all-baseline pipeline apart.
+        std::uint64_t workspaceBytes = 0;
+        for (int v : { kCandidate, kBaseline })
+            for (const auto& b : bound[v])
+                for (const auto& w : b->workspaces())
+                    workspaceBytes += alignUp(w.bytes, kAlign);
+        std::size_t freeMem = 0, totalMem = 0;
+        cuMemGetInfo(&freeMem, &totalMem);
+        const std::uint64_t budget = (static_cast<std::uint64_t>(freeMem) + m_cand.capacity()) / 2;
+        const int sets = pipelineRotationSets(layout.bytesPerSet + workspaceBytes / 2, m_device.l2Bytes, budget, 2);
+        sr.inputSets = sets;
+        const std::uint64_t gran = m_cand.granularity();
+        std::vector<CandidateSlab> slabs[2];
+        std::vector<std::map<std::string, std::size_t>> wsSlab[2];
+        std::uint64_t candBytes = 2 * gran;
+        for (int v : { kCandidate, kBaseline }) {
+            for (const auto& b : layout.buffers) {
+                CandidateSlab cs = tensorSlab({ b.spec, b.elements, b.bytes }, sets, gran, m_rng);
+                cs.role = b.pipelineInput ? TensorRole::Input : TensorRole::Output;
+                slabs[v].push_back(std::move(cs));
+            }
+            wsSlab[v].resize(nStages);
+            for (std::size_t i = 0; i < nStages; ++i)
+                for (const auto& w : bound[v][i]->workspaces()) {
+                    wsSlab[v][i][w.name] = slabs[v].size();
+                    slabs[v].push_back(workspaceSlab(w, sets, gran, m_rng));
+                }
+            for (const auto& cs : slabs[v])
+                candBytes += cs.layout.mappedBytes;
+        }
+        KL_CU(cuStreamSynchronize(m_stream));
+        KL_CU(cuStreamSynchronize(m_hstream));
+        m_cand.reset(candBytes);
+        for (int v : { kCandidate, kBaseline })
+            for (auto& cs : slabs[v])
+                cs.base = mapSlab(cs.layout);
+        // What stage i of variant v binds at set k.
+        auto buffersOf = [&](int v, std::size_t i, int k) {
+            BufferMap m;
+            for (const auto& [tensor, b] : layout.stages[i].buffers)
+                m[tensor] = slabs[v][b].buffer(k);
+            for (const auto& [name, s] : wsSlab[v][i])
+                m[name] = slabs[v][s].buffer(k);
+            return m;
+        };
+        auto runStage = [&](int v, std::size_t i, int k) { bound[v][i]->run(m_stream, buffersOf(v, i, k)); };
+        auto runAll = [&](int v, int k) {
+            for (std::size_t i = 0; i < nStages; ++i)
+                runStage(v, i, k);
+        };
+        // Outputs poisoned, workspaces poisoned unless the plan zeroes them, as before every harness launch.
+        auto poisonOutputs = [&](int v) {
+            for (const auto& cs : slabs[v]) {
+                if (cs.role != TensorRole::Output || !cs.elements)
+                    continue;
+                if (!cs.workspace)
+                    m_harness.slabPoison(m_stream, cs.base, cs.layout, cs.elements, cs.dtype,
+                        HarnessKernels::poisonPattern(cs.dtype, 0));
+                else if (!cs.zeroInit)
+                    m_harness.slabPoison(m_stream, cs.base, cs.layout, cs.elements, DType::I32, kWorkspacePoison);
+            }
+        };
+
+        // Harness arena: the chained reference's tensors (one set), its workspaces and the correctness slots: the
+        // end-to-end check eager and replayed from the graph (each pipeline output), then each stage's outputs.
+        std::vector<std::size_t> slotStart;
+        std::size_t slotCount = 2 * p.outputs.size();
+        for (std::size_t i = 0; i < nStages; ++i) {
+            slotStart.push_back(slotCount);
+            for (const auto& t : p.stages[i].problem.tensors)
+                slotCount += t.role == TensorRole::Output ? 1 : 0;
+        }
+        std::uint64_t hBytes = (64ull << 20) + slotCount * kSlotCount * 8;
+        for (const auto& b : layout.buffers)
+            hBytes += alignUp(std::max<std::uint64_t>(b.bytes, 16), kAlign);
+        for (const auto& r : ref)
+            for (const auto& w : r->workspaces())
+                hBytes += alignUp(std::max<std::uint64_t>(w.bytes, 4), kAlign);
+        m_hmem.reset(hBytes, m_hstream);
+        const CUdeviceptr hSlots = m_hmem.alloc(slotCount * kSlotCount * 8);
+        KL_CU(cuMemsetD8Async(hSlots, 0, slotCount * kSlotCount * 8, m_hstream));
+        std::vector<CUdeviceptr> hBuf;
+        for (const auto& b : layout.buffers)
+            hBuf.push_back(m_hmem.alloc(std::max<std::uint64_t>(b.bytes, 16)));
+        std::vector<BufferMap> refWork(nStages);
+        for (std::size_t i = 0; i < nStages; ++i)
+            for (const auto& w : ref[i]->workspaces())
+                refWork[i][w.name] = m_hmem.alloc(std::max<std::uint64_t>(w.bytes, 4));
+        auto compareInto = [&](std::size_t slot, CUdeviceptr cand, std::size_t b) {
+            const PipelineBuffer& buf = layout.buffers[b];
+            if (!buf.elements)
+                return;
+            const CUdeviceptr sl = hSlots + slot * kSlotCount * 8;
+            m_harness.sumSquares(m_hstream, hBuf[b], buf.elements, buf.spec->dtype, sl + kRefSumSq * 8);
+            m_harness.compare(m_hstream, cand, hBuf[b], buf.elements, buf.spec->dtype,
+                HarnessKernels::poisonPattern(buf.spec->dtype, 0), sl, sl + kRefSumSq * 8);
+        };
+
+        GpuObjects gpu;
+        try {
+            // Timing inputs in every set (the same values for both variants); everything else poisoned.
+            for (std::size_t b = 0; b < layout.buffers.size(); ++b) {
+                const PipelineBuffer& buf = layout.buffers[b];
+                if (!buf.pipelineInput || !buf.elements)
+                    continue;
+                for (int v : { kCandidate, kBaseline })
+                    m_harness.slabFillInput(m_stream, slabs[v][b].base, slabs[v][b].layout, *buf.spec,
+                        buf.describingShape, buf.elements, Distribution::Normal,
+                        o.seed ^ (0x9E3779B97F4A7C15ull * (b + 1)));
+            }
+            poisonOutputs(kCandidate);
+            poisonOutputs(kBaseline);
+
+            // Fresh inputs for verification, in the harness's pristine copy and the candidate's set 0; the
+            // references chained on the harness stream.
+            const std::uint64_t verifySeed = o.seed * 0x2545F4914F6CDD1Dull + 0x5EEDull;
+            auto fillVerifyInputs = [&]() {
+                for (std::size_t b = 0; b < layout.buffers.size(); ++b) {
+                    const PipelineBuffer& buf = layout.buffers[b];
+                    if (buf.pipelineInput && buf.elements)
+                        m_harness.fillInput(m_stream, slabs[kCandidate][b].buffer(0), *buf.spec, buf.describingShape,
+                            buf.elements, Distribution::Normal, verifySeed ^ (0x9E3779B97F4A7C15ull * (b + 1)));
+                }
+            };
+            for (std::size_t b = 0; b < layout.buffers.size(); ++b) {
+                const PipelineBuffer& buf = layout.buffers[b];
+                if (buf.pipelineInput && buf.elements)
+                    m_harness.fillInput(m_hstream, hBuf[b], *buf.spec, buf.describingShape, buf.elements,
+                        Distribution::Normal, verifySeed ^ (0x9E3779B97F4A7C15ull * (b + 1)));
+            }
+            for (std::size_t i = 0; i < nStages; ++i) {
+                BufferMap m = refWork[i];
+                for (const auto& [tensor, b] : layout.stages[i].buffers)
+                    m[tensor] = hBuf[b];
+                ref[i]->run(m_hstream, m);
+            }
+            // End to end, eager.
+            fillVerifyInputs();
+            runAll(kCandidate, 0);
+            handoff(m_stream, m_hstream);
+            for (std::size_t oi = 0; oi < p.outputs.size(); ++oi) {
+                const std::size_t b = layout.bufferOf(p.outputs[oi].source);
+                compareInto(oi, slabs[kCandidate][b].buffer(0), b);
+            }
+            // Each stage alone, on the chained reference's inputs (copied into its own buffers of set 0).
+            for (std::size_t i = 0; i < nStages; ++i) {
+                handoff(m_stream, m_hstream);
+                for (const auto& [tensor, source] : p.stages[i].inputs) {
+                    const std::size_t b = layout.stages[i].buffers.at(tensor);
+                    m_harness.copy(m_hstream, hBuf[b], slabs[kCandidate][b].buffer(0),
+                        (std::max<std::uint64_t>(layout.buffers[b].bytes, 16) + 15) / 16);
+                }
+                handoff(m_hstream, m_stream);
+                for (const auto& t : p.stages[i].problem.tensors)
+                    if (t.role == TensorRole::Output) {
+                        const PipelineBuffer& buf = layout.buffers[layout.stages[i].buffers.at(t.name)];
+                        if (buf.elements)
+                            m_harness.poison(m_stream, slabs[kCandidate][layout.stages[i].buffers.at(t.name)].buffer(0),
+                                buf.elements, t.dtype, HarnessKernels::poisonPattern(t.dtype, 0));
+                    }
+                runStage(kCandidate, i, 0);
+                handoff(m_stream, m_hstream);
+                std::size_t oi = 0;
+                for (const auto& t : p.stages[i].problem.tensors)
+                    if (t.role == TensorRole::Output) {
+                        const std::size_t b = layout.stages[i].buffers.at(t.name);
+                        compareInto(slotStart[i] + oi++, slabs[kCandidate][b].buffer(0), b);
+                    }
+            }
+            handoff(m_hstream, m_stream);
+
+            // Capture: each stage alone first, so a failure names its stage; then the whole pipeline, per set.
+            bool allCaptured = true;
+            for (std::size_t i = 0; i < nStages; ++i) {
+                CUgraphExec g = nullptr;
+                const std::string error = capture(
+                    m_stream, [&] { runStage(kCandidate, i, 0); }, gpu, &g);
+                sr.stages[i].captured = error.empty();
+                sr.stages[i].captureError = error;
+                allCaptured = allCaptured && error.empty();
+            }
+            std::vector<CUgraphExec> pipelineGraph[2];
+            if (allCaptured) {
+                for (int v : { kCandidate, kBaseline })
+                    for (int k = 0; k < sets; ++k) {
+                        CUgraphExec g = nullptr;
+                        const std::string error = capture(
+                            m_stream, [&] { runAll(v, k); }, gpu, &g);
+                        if (!error.empty()) {
+                            addReason(result.reasons,
+                                reason("pipeline.graph-capture-failed",
+                                    std::string(v == kCandidate ? "the pipeline" : "the all-baseline pipeline")
+                                        + " could not be captured whole at " + shape.label() + ": " + error));
+                            pipelineGraph[kCandidate].clear();
+                            break;
+                        }
+                        pipelineGraph[v].push_back(g);
+                    }
+            }
+            const bool graphs = pipelineGraph[kCandidate].size() == static_cast<std::size_t>(sets)
+                && pipelineGraph[kBaseline].size() == static_cast<std::size_t>(sets);
+            // End to end, replayed from the graph.
+            if (graphs) {
+                fillVerifyInputs();
+                poisonOutputs(kCandidate);
+                KL_CU(cuGraphLaunch(pipelineGraph[kCandidate][0], m_stream));
+                handoff(m_stream, m_hstream);
+                for (std::size_t oi = 0; oi < p.outputs.size(); ++oi) {
+                    const std::size_t b = layout.bufferOf(p.outputs[oi].source);
+                    compareInto(p.outputs.size() + oi, slabs[kCandidate][b].buffer(0), b);
+                }
+                handoff(m_hstream, m_stream);
+            }
+            // The verdicts of the checks.
+            std::vector<std::uint64_t> host(slotCount * kSlotCount);
+            KL_CU(cuStreamSynchronize(m_hstream));
+            KL_CU(cuMemcpyDtoH(host.data(), hSlots, host.size() * 8));
+            {
+                std::vector<std::string> names;
+                std::vector<Tolerance> tolerances;
+                for (const auto& out : p.outputs) {
+                    // End to end, the rounding of every stage adds up: the producing problem's stated tolerance.
+                    const PipelineStage* producer = p.stage(out.source.stage);
+                    names.push_back(out.name);
+                    tolerances.push_back(producer->problem.toleranceFor(p.sourceSpec(out.source)->dtype));
+                }
+                for (int g = 0; g < (graphs ? 2 : 1); ++g) {
+                    OutputJudgement j = judgeCheck(&host[g * p.outputs.size() * kSlotCount], names, tolerances);
+                    j.stats.distribution = g == 0 ? "end-to-end:eager" : "end-to-end:graph";
+                    j.stats.seed = verifySeed;
+                    sr.checks.push_back(j.stats);
+                }
+            }
+            for (std::size_t i = 0; i < nStages; ++i) {
+                std::vector<std::string> names;
+                for (const auto& t : p.stages[i].problem.tensors)
+                    if (t.role == TensorRole::Output)
+                        names.push_back(t.name);
+                OutputJudgement j
+                    = judgeCheck(&host[slotStart[i] * kSlotCount], names, outputTolerances(*runs[i].problem, names));
+                j.stats.distribution = "stage:" + p.stages[i].name;
+                j.stats.seed = verifySeed;
+                sr.stages[i].check = j.stats;
+            }
+            sr.correct = true;
+            for (const auto& c : sr.checks)
+                sr.correct = sr.correct && c.passed;
+
+            // Every set of both variants run once, untimed: every intermediate holds what its stage wrote (integer
+            // intermediates such as top-k indices must be valid before a stage is timed alone), and clocks are up.
+            for (int k = 0; k < sets; ++k) {
+                runAll(kCandidate, k);
+                runAll(kBaseline, k);
+            }
+            KL_CU(cuStreamSynchronize(m_stream));
+
+            // Timed rounds: each item once per round on its set (the baseline half a rotation behind), the order
+            // rotating so that no item always follows the same one.
+            using Item = std::function<void(int set)>;
+            auto timeRounds
+                = [&](const std::vector<Item>& items, const std::vector<int>& offsets, int minRounds, int maxRounds,
+                      double maxSeconds, const std::function<bool(const std::vector<std::vector<double>>&)>& enough) {
+                      std::vector<std::vector<double>> samples(items.size());
+                      const std::size_t n = items.size();
+                      const int batch = 8;
+                      const double start = nowSeconds();
+                      for (int round = 0;;) {
+                          for (int r = 0; r < batch; ++r, ++round)
+                              for (std::size_t q = 0; q < n; ++q) {
+                                  const std::size_t idx = (q + static_cast<std::size_t>(round)) % n;
+                                  const std::size_t e = (static_cast<std::size_t>(r) * n + idx) * 2;
+                                  KL_CU(cuEventRecord(gpu.event(e), m_stream));
+                                  items[idx]((round + offsets[idx]) % sets);
+                                  KL_CU(cuEventRecord(gpu.event(e + 1), m_stream));
+                              }
+                          KL_CU(cuStreamSynchronize(m_stream));
+                          for (int r = 0; r < batch; ++r)
+                              for (std::size_t idx = 0; idx < n; ++idx) {
+                                  const std::size_t e = (static_cast<std::size_t>(r) * n + idx) * 2;
+                                  float ms = 0;
+                                  KL_CU(cuEventElapsedTime(&ms, gpu.events[e], gpu.events[e + 1]));
+                                  samples[idx].push_back(static_cast<double>(ms) * 1000.0);
+                              }
+                          if (round >= minRounds
+                              && (round >= maxRounds || nowSeconds() - start > maxSeconds || enough(samples)))
+                              break;
+                      }
+                      return samples;
+                  };
+            auto paired
+                = [](const std::vector<double>& base, const std::vector<double>& cand, double* low, double* high) {
+                      std::vector<double> ratios;
+                      for (std::size_t i = 0; i < base.size() && i < cand.size(); ++i)
+                          if (cand[i] > 0)
+                              ratios.push_back(base[i] / cand[i]);
+                      if (low && high)
+                          medianConfidence(ratios, low, high);
+                      return percentile(ratios, 0.5);
+                  };
+            const int half = sets / 2;
+            {
+                std::vector<Item> items
+                    = { [&](int k) { runAll(kCandidate, k); }, [&](int k) { runAll(kBaseline, k); } };
+                std::vector<int> offsets = { 0, half };
+                if (graphs) {
+                    items.push_back([&](int k) { KL_CU(cuGraphLaunch(pipelineGraph[kCandidate][k], m_stream)); });
+                    items.push_back([&](int k) { KL_CU(cuGraphLaunch(pipelineGraph[kBaseline][k], m_stream)); });
+                    offsets.push_back(0);
+                    offsets.push_back(half);
+                }
+                const std::size_t judged = graphs ? 2 : 0; // the CI target holds for the graph times when there are
+                const auto s = timeRounds(items, offsets, o.minSamples, o.maxSamples, o.maxSecondsPerShape,
+                    [&](const std::vector<std::vector<double>>& x) {
+                        return relativeHalfWidth(summarize(x[judged], graphs, 1)) <= o.targetRelHalfWidth
+                            && relativeHalfWidth(summarize(x[judged + 1], graphs, 1)) <= o.targetRelHalfWidth;
+                    });
+                sr.eager = summarize(s[0], false, 1);
+                sr.baselineEager = summarize(s[1], false, 1);
+                sr.eagerSpeedup = paired(s[1], s[0], nullptr, nullptr);
+                if (graphs) {
+                    sr.graph = summarize(s[2], true, 1);
+                    sr.baselineGraph = summarize(s[3], true, 1);
+                    sr.speedup = paired(s[3], s[2], &sr.speedupCiLow, &sr.speedupCiHigh);
+                } else {
+                    sr.speedup = paired(s[1], s[0], &sr.speedupCiLow, &sr.speedupCiHigh);
+                }
+                for (auto* t : { &sr.eager, &sr.baselineEager, &sr.graph, &sr.baselineGraph })
+                    if (*t) {
+                        (*t)->inputSets = sets;
+                        (*t)->device = m_nvml.latest();
+                    }
+            }
+            // Each stage alone: its share of the pipeline, and whether it wins only with graphs off.
+            for (std::size_t i = 0; i < nStages; ++i) {
+                std::vector<Item> items
+                    = { [&](int k) { runStage(kCandidate, i, k); }, [&](int k) { runStage(kBaseline, i, k); } };
+                std::vector<int> offsets = { 0, half };
+                std::vector<CUgraphExec> stageGraph[2];
+                if (sr.stages[i].captured) {
+                    for (int v : { kCandidate, kBaseline })
+                        for (int k = 0; k < sets; ++k) {
+                            CUgraphExec g = nullptr;
+                            if (capture(
+                                    m_stream, [&] { runStage(v, i, k); }, gpu, &g)
+                                    .empty())
+                                stageGraph[v].push_back(g);
+                        }
+                }
+                const bool stageGraphs = stageGraph[kCandidate].size() == static_cast<std::size_t>(sets)
+                    && stageGraph[kBaseline].size() == static_cast<std::size_t>(sets);
+                if (stageGraphs) {
+                    items.push_back([&](int k) { KL_CU(cuGraphLaunch(stageGraph[kCandidate][k], m_stream)); });
+                    items.push_back([&](int k) { KL_CU(cuGraphLaunch(stageGraph[kBaseline][k], m_stream)); });
+                    offsets.push_back(0);
+                    offsets.push_back(half);
+                }
+                const auto s = timeRounds(items, offsets, o.stageSamples, o.stageSamples,
+                    o.maxSecondsPerShape / static_cast<double>(nStages),
+                    [](const std::vector<std::vector<double>>&) { return false; });
+                PipelineStageResult& st = sr.stages[i];
+                st.eager = summarize(s[0], false, 1);
+                st.baselineEager = summarize(s[1], false, 1);
+                if (stageGraphs) {
+                    st.graph = summarize(s[2], true, 1);
+                    st.baselineGraph = summarize(s[3], true, 1);
+                }
+            }
+            std::fprintf(stderr, "[worker] pipeline %s %s: sets %d, %s, %zu stages\n", p.name.c_str(),
+                shape.label().c_str(), sets, graphs ? "graph" : "eager only", nStages);
+        } catch (const CudaError& e) {
+            if (e.sticky())
+                throw;
+            addReason(result.reasons, reason("launch.failed", "pipeline at " + shape.label() + ": " + e.what()));
+        }
+        result.shapes.push_back(std::move(sr));
+    }
+    judgePipeline(result);
+    return result;
+}
+
+} // namespace kl::worker
