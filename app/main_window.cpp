@@ -7,6 +7,7 @@
 #include "app/diff_view.h"
 #include "app/hypothesis_console.h"
 #include "app/models/candidate_tree_model.h"
+#include "app/models/regime_table_model.h"
 #include "app/models/session_metrics.h"
 #include "app/review_panel.h"
 #include "app/session_controller.h"
@@ -31,6 +32,7 @@
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QHeaderView>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
@@ -39,6 +41,7 @@
 #include <QSettings>
 #include <QStackedWidget>
 #include <QStatusBar>
+#include <QTableView>
 #include <QTime>
 #include <QTimer>
 #include <QTreeView>
@@ -161,6 +164,8 @@ MainWindow::MainWindow(QWidget* parent)
     , m_timeline(new TimelinePanel(this))
     , m_bottleneck(new BottleneckPanel(this))
     , m_workersPanel(new WorkersPanel(this))
+    , m_regimes(new RegimeTableModel(this))
+    , m_regimeView(new QTableView(this))
     , m_workerLabel(new StatusField(60, this))
     , m_gpuLabel(new StatusField(48, this))
     , m_bestLabel(new StatusField(24, this))
@@ -188,11 +193,19 @@ MainWindow::MainWindow(QWidget* parent)
     m_messages->setPlaceholderText(tr("Errors and warnings appear here, in full."));
     auto* messages = addDock(tr("Messages"), QStringLiteral("messagesDock"), m_messages, Qt::BottomDockWidgetArea);
     auto* workers = addDock(tr("Workers"), QStringLiteral("workersDock"), m_workersPanel, Qt::BottomDockWidgetArea);
+    m_regimeView->setObjectName(QStringLiteral("regimeTable"));
+    m_regimeView->setModel(m_regimes);
+    m_regimeView->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_regimeView->setSelectionMode(QAbstractItemView::SingleSelection);
+    m_regimeView->horizontalHeader()->setStretchLastSection(true);
+    m_regimeView->verticalHeader()->hide();
+    auto* regimes = addDock(tr("Regimes"), QStringLiteral("regimesDock"), m_regimeView, Qt::BottomDockWidgetArea);
     splitDockWidget(review, console, Qt::Vertical);
     tabifyDockWidget(console, bottleneck);
     tabifyDockWidget(charts, timeline);
     tabifyDockWidget(timeline, messages);
     tabifyDockWidget(messages, workers);
+    tabifyDockWidget(workers, regimes);
     console->raise();
     charts->raise();
     resizeDocks({ findChild<QDockWidget*>(QStringLiteral("candidatesDock")), review }, { 560, 400 }, Qt::Horizontal);
@@ -235,6 +248,11 @@ MainWindow::MainWindow(QWidget* parent)
     });
 
     connect(m_candidates, &CandidatePanel::currentCandidateChanged, this, &MainWindow::onCurrentCandidate);
+    connect(m_regimeView, &QTableView::clicked, this, [this](const QModelIndex& index) {
+        const QString id = index.data(RegimeTableModel::CandidateIdRole).toString();
+        if (!id.isEmpty())
+            m_candidates->selectCandidate(id); // the regime's winner, as a click on a chart point selects one
+    });
     connect(m_candidates, &CandidatePanel::compareRequested, this, &MainWindow::compare);
     connect(m_candidates, &CandidatePanel::branchRequested, this, [this](const QString& id) {
         if (!m_controller->isWritable()) {
@@ -505,6 +523,7 @@ void MainWindow::openSession(const QString& directory, OpenMode requested, doubl
     m_candidates->setSession(nullptr);
     m_review->setSession(nullptr);
     m_charts->setSession(nullptr);
+    m_regimes->setSession(nullptr);
     m_workersPanel->clear();
     m_controller->open(directory, mode, speed);
     if (demo)
@@ -562,6 +581,7 @@ void MainWindow::onSessionUpdated(const SessionSnapshot& s)
     m_candidates->setSession(s);
     m_review->setSession(s);
     m_charts->setSession(s);
+    m_regimes->setSession(s);
     m_workersPanel->setSession(s);
     if (!s)
         return;
