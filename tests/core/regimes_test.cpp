@@ -67,14 +67,6 @@ std::vector<Regime> decodePrefill()
     return ::testing::AssertionFailure() << "'" << text << "' lacks '" << part << "'";
 }
 
-bool hasRule(const Decision& d, const std::string& rule)
-{
-    for (const auto& r : d.reasons)
-        if (r.rule == rule)
-            return true;
-    return false;
-}
-
 } // namespace
 
 TEST(RegimeFormat, ParsedWithTheirConditionsAndRoundTripped)
