@@ -7,6 +7,7 @@
 #include "app/diff_view.h"
 #include "app/hypothesis_console.h"
 #include "app/models/candidate_tree_model.h"
+#include "app/models/regime_table_model.h"
 #include "app/models/session_metrics.h"
 #include "app/pipeline_panel.h"
 #include "app/review_panel.h"
@@ -32,6 +33,7 @@
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QHeaderView>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
@@ -40,6 +42,7 @@
 #include <QSettings>
 #include <QStackedWidget>
 #include <QStatusBar>
+#include <QTableView>
 #include <QTime>
 #include <QTimer>
 #include <QTreeView>
@@ -163,6 +166,8 @@ MainWindow::MainWindow(QWidget* parent)
     , m_bottleneck(new BottleneckPanel(this))
     , m_workersPanel(new WorkersPanel(this))
     , m_pipelinePanel(new PipelinePanel(this))
+    , m_regimes(new RegimeTableModel(this))
+    , m_regimeView(new QTableView(this))
     , m_workerLabel(new StatusField(60, this))
     , m_gpuLabel(new StatusField(48, this))
     , m_bestLabel(new StatusField(24, this))
@@ -191,12 +196,20 @@ MainWindow::MainWindow(QWidget* parent)
     auto* messages = addDock(tr("Messages"), QStringLiteral("messagesDock"), m_messages, Qt::BottomDockWidgetArea);
     auto* workers = addDock(tr("Workers"), QStringLiteral("workersDock"), m_workersPanel, Qt::BottomDockWidgetArea);
     auto* pipeline = addDock(tr("Pipeline"), QStringLiteral("pipelineDock"), m_pipelinePanel, Qt::BottomDockWidgetArea);
+    m_regimeView->setObjectName(QStringLiteral("regimeTable"));
+    m_regimeView->setModel(m_regimes);
+    m_regimeView->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_regimeView->setSelectionMode(QAbstractItemView::SingleSelection);
+    m_regimeView->horizontalHeader()->setStretchLastSection(true);
+    m_regimeView->verticalHeader()->hide();
+    auto* regimes = addDock(tr("Regimes"), QStringLiteral("regimesDock"), m_regimeView, Qt::BottomDockWidgetArea);
     splitDockWidget(review, console, Qt::Vertical);
     tabifyDockWidget(console, bottleneck);
     tabifyDockWidget(charts, timeline);
     tabifyDockWidget(timeline, messages);
     tabifyDockWidget(messages, workers);
     tabifyDockWidget(workers, pipeline);
+    tabifyDockWidget(workers, regimes);
     console->raise();
     charts->raise();
     resizeDocks({ findChild<QDockWidget*>(QStringLiteral("candidatesDock")), review }, { 560, 400 }, Qt::Horizontal);
@@ -239,6 +252,11 @@ MainWindow::MainWindow(QWidget* parent)
     });
 
     connect(m_candidates, &CandidatePanel::currentCandidateChanged, this, &MainWindow::onCurrentCandidate);
+    connect(m_regimeView, &QTableView::clicked, this, [this](const QModelIndex& index) {
+        const QString id = index.data(RegimeTableModel::CandidateIdRole).toString();
+        if (!id.isEmpty())
+            m_candidates->selectCandidate(id); // the regime's winner, as a click on a chart point selects one
+    });
     connect(m_candidates, &CandidatePanel::compareRequested, this, &MainWindow::compare);
     connect(m_candidates, &CandidatePanel::branchRequested, this, [this](const QString& id) {
         if (!m_controller->isWritable()) {
@@ -522,6 +540,7 @@ void MainWindow::openSession(const QString& directory, OpenMode requested, doubl
     m_candidates->setSession(nullptr);
     m_review->setSession(nullptr);
     m_charts->setSession(nullptr);
+    m_regimes->setSession(nullptr);
     m_workersPanel->clear();
     m_controller->open(directory, mode, speed);
     if (demo)
@@ -579,6 +598,7 @@ void MainWindow::onSessionUpdated(const SessionSnapshot& s)
     m_candidates->setSession(s);
     m_review->setSession(s);
     m_charts->setSession(s);
+    m_regimes->setSession(s);
     m_workersPanel->setSession(s);
     if (!s)
         return;

@@ -14,6 +14,7 @@ class QDockWidget;
 class QLabel;
 class QPlainTextEdit;
 class QStackedWidget;
+class QTableView;
 class QTimer;
 
 namespace kl::prof {
@@ -27,6 +28,7 @@ class CandidatePanel;
 class ChartsPanel;
 class DiffView;
 class HypothesisConsole;
+class RegimeTableModel;
 class ReviewPanel;
 class SessionController;
 class StatusField;
@@ -121,6 +123,8 @@ private:
     std::shared_ptr<const kl::prof::Workload> m_workload; // of the trace under study, for "Tune this"
     WorkersPanel* m_workersPanel;
     PipelinePanel* m_pipelinePanel;
+    RegimeTableModel* m_regimes; // each regime's winner (problem.json "regimes"); empty for a session of one
+    QTableView* m_regimeView;
     StatusField* m_workerLabel;
     StatusField* m_gpuLabel;
     StatusField* m_bestLabel;

@@ -3,10 +3,12 @@
 #include "cli/command.h"
 #include "cli/flashinfer_bench_export.h"
 #include "core/catalogue.h"
+#include "core/current_best.h"
 #include "core/errors.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
 #include "kernels/export/exporter.h"
+#include "kernels/export/regime_export.h"
 
 #include <filesystem>
 #include <iostream>
@@ -15,6 +17,51 @@ namespace fs = std::filesystem;
 
 namespace kl::cli {
 namespace {
+
+    int printRegimeExport(const Session& s, const exporter::RegimeExportResult& r, bool json)
+    {
+        if (json) {
+            Json j { { "out", r.outDir.string() }, { "forced", r.forced }, { "files", r.files },
+                { "warnings", r.plan.warnings }, { "fallback", r.plan.fallbackDescription } };
+            j["refusals"] = Json::array();
+            for (const auto& x : r.plan.refusals)
+                j["refusals"].push_back({ { "code", x.code }, { "message", x.message } });
+            j["regimes"] = Json::array();
+            for (const auto& e : r.plan.entries) {
+                Json regions = Json::array();
+                for (const auto& reg : e.plan.dispatch.candidateRegions)
+                    regions.push_back(reg.label(e.plan.dispatch.dims));
+                j["regimes"].push_back({ { "name", e.regime.name }, { "condition", e.regime.condition.text() },
+                    { "candidate", e.candidateId ? Json(*e.candidateId) : Json() }, { "candidate_regions", regions } });
+            }
+            std::cout << j.dump(2) << "\n";
+            return kExitOk;
+        }
+        if (r.forced) {
+            std::cerr << "WARNING: FORCED EXPORT despite:\n";
+            for (const auto& x : r.plan.refusals)
+                std::cerr << "  - " << x.code << ": " << x.message << "\n";
+        }
+        std::cout << "exported the regime winners of session " << s.id << " to " << r.outDir.string() << " ("
+                  << r.files.size() << " files)\ndispatch:\n";
+        for (const auto& e : r.plan.entries) {
+            std::cout << "  regime " << e.regime.name << " (" << e.regime.condition.text() << "): ";
+            if (!e.candidateId) {
+                std::cout << "no winner, fallback\n";
+                continue;
+            }
+            std::cout << "candidate " << *e.candidateId << "\n";
+            for (const auto& reg : e.plan.dispatch.candidateRegions)
+                std::cout << "    candidate  " << reg.label(e.plan.dispatch.dims) << "  (" << reg.wins
+                          << " shapes faster, " << reg.minSpeedup << "x .. " << reg.maxSpeedup << "x)\n";
+        }
+        std::cout << "  fallback   everywhere else: " << r.plan.fallbackDescription << "\n";
+        for (const auto& w : r.plan.warnings)
+            std::cout << "warning: " << w << "\n";
+        std::cout << "build and self-test: cmake -S " << r.outDir.string()
+                  << " -B build && cmake --build build && ctest --test-dir build\n";
+        return kExitOk;
+    }
 
     int runExport(const Args& a)
     {
@@ -48,6 +95,8 @@ namespace {
             o.force = a.has("force");
             o.overwrite = a.has("overwrite");
             o.minSpeedup = minSpeedup;
+            if (o.candidateId.empty() && !problem.regimes.empty() && !regimeWinners(s).empty())
+                return printRegimeExport(s, exporter::exportRegimes(s, problem, o), json);
             const exporter::ExportResult r = exporter::exportBundle(s, problem, o);
             const auto& d = r.plan.dispatch;
             if (json) {
@@ -110,6 +159,10 @@ namespace {
         "Refuses candidates that are pending review, flagged, not accepted or not verified on their whole range;\n"
         "--force exports anyway and writes the reasons into the manifest and headers. An existing non-empty DIR needs\n"
         "--overwrite (and must be an earlier bundle). Default candidate: the accepted one with the best objective.\n"
+        "A session with a best per shape regime (problem.json \"regimes\") exports, without --candidate, a dispatcher\n"
+        "with one entry per regime: each winner's bundle under DIR/<regime>/, used inside the boxes of its regime "
+        "where\n"
+        "it was measured faster, and the fallback everywhere else (include/kl_<problem>_regimes.h).\n"
         "--format flashinfer-bench writes the candidate as a FlashInfer-Bench Solution and one Trace per timed shape\n"
         "into DIR's TraceSet folders (solutions/, traces/, and definitions/ for a problem from `kloop problems "
         "import`),\n"

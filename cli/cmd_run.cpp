@@ -305,6 +305,10 @@ namespace {
         if (llm && !a.has("auto-approve") && !(recorded && recorded->settings.autoApproveLlm))
             std::cerr << "kloop run: LLM proposals wait for the engineer's review (kernelloop workbench); pass "
                          "--auto-approve to evaluate them unattended (the referee still gates every candidate)\n";
+        const std::string regimes = a.optionOr("regimes", "problem");
+        if (!SessionSettings::isKnownRegimes(regimes))
+            throw UsageError(
+                "--regimes is problem (a best per regime of problem.json) or single, got '" + regimes + "'");
         const std::string objective = a.optionOr("objective", "weighted-geomean-speedup");
         if (!isKnownObjective(objective)) {
             std::cerr << "kloop run: unknown objective '" << objective
@@ -419,6 +423,7 @@ namespace {
             header.device = device;
             header.settings.agent = agentSpec;
             header.settings.objective = objective;
+            header.settings.regimes = regimes;
             header.settings.budget = budget;
             header.settings.autoApproveLlm = a.has("auto-approve");
             header.settings.extra = agentOptions.extra;
@@ -587,7 +592,8 @@ namespace {
 
     const CommandRegistration reg { { "run", "tune a problem on the local GPU with the research loop",
         "kloop run --problem NAME|DIR --agent SPEC --session DIR [--budget N] [--minutes M]\n"
-        "          [--converge N] [--objective NAME] [--shapes \"T=16,H=8192;T=4096,H=8192@3\"] [--seed N]\n"
+        "          [--converge N] [--objective NAME] [--regimes problem|single]\n"
+        "          [--shapes \"T=16,H=8192;T=4096,H=8192@3\"] [--seed N]\n"
         "          [--tuning-db FILE | --no-tuning-db] [--no-held-out] [--compile-threads N] [--pipeline N]\n"
         "          [--arch sm_90a] [--language cuda|triton] [--quick] [--auto-approve] [--llm-settings FILE] "
         "[--llm-model M] [--llm-base-url "
@@ -602,16 +608,19 @@ namespace {
         "convergence\n(no accepted improvement in N evaluations), Ctrl-C, or the search space is exhausted. "
         "Strategies: "
         "exhaustive,\nrandom, anneal, genetic, bayes. A candidate is accepted only when correct on every verification "
-        "shape and\nfaster than the best with the 95% interval of the ratio above 1. Every measured configuration goes "
+        "shape and\nfaster than the best with the 95% interval of the ratio above 1 (--regimes problem, the default: "
+        "faster "
+        "than the\nbest of some shape regime of problem.json on that regime's shapes; single: one best over every "
+        "shape). Every\nmeasured configuration goes "
         "to the\ntuning database (default ~/.cache/kernelloop/tuning.jsonl) and is never measured again. --resume "
         "continues a\nsession after a crash or kill -9; nothing recorded is measured twice. kill -USR1 pauses and "
         "resumes. --json prints one JSON "
         "object per event\nand a final {\"summary\": ...}. Exit codes: 0 finished or stopped, 1 failure (no GPU, "
         "evaluator failure),\n2 usage.",
         { "json", "no-tuning-db", "no-held-out", "auto-approve", "quick" },
-        { "problem", "agent", "session", "resume", "budget", "minutes", "converge", "objective", "shapes", "seed",
-            "tuning-db", "compile-threads", "pipeline", "arch", "id", "llm-settings", "llm-model", "llm-base-url",
-            "language", "workers" },
+        { "problem", "agent", "session", "resume", "budget", "minutes", "converge", "objective", "regimes", "shapes",
+            "seed", "tuning-db", "compile-threads", "pipeline", "arch", "id", "llm-settings", "llm-model",
+            "llm-base-url", "language", "workers" },
         &runGuarded } };
 
 } // namespace

@@ -102,6 +102,10 @@ namespace {
         header.problemName = problem.name;
         header.problemFolder = folder.string();
         header.settings.agent = a.optionOr("agent", "");
+        header.settings.regimes = a.optionOr("regimes", "problem");
+        if (!SessionSettings::isKnownRegimes(header.settings.regimes))
+            throw UsageError("--regimes is problem (a best per regime of problem.json) or single, got '"
+                + header.settings.regimes + "'");
         auto store = SessionStore::create(dir, header);
         // Seed the tree: the naive baseline is the root; the tunable template with its defaults branches from it.
         std::vector<std::string> seeded;
@@ -166,6 +170,43 @@ namespace {
         return boards;
     }
 
+    Json regimesJson(const Session& s)
+    {
+        Json out = Json::array();
+        for (const RegimeWinner& w : regimeWinners(s))
+            out.push_back({ { "regime", w.regime }, { "condition", w.condition },
+                { "winner", w.winner ? Json(*w.winner) : Json() }, { "speedup", w.result.objective },
+                { "ci_low", w.result.objectiveCiLow }, { "ci_high", w.result.objectiveCiHigh },
+                { "timed_shapes", w.result.timedShapes }, { "verified_shapes", w.result.verifiedShapes } });
+        return out;
+    }
+
+    void printRegimes(const Session& s)
+    {
+        const auto winners = regimeWinners(s);
+        if (winners.empty())
+            return;
+        auto row = [](const std::string& regime, const std::string& condition, const std::string& winner,
+                       const std::string& speedup, const std::string& ci, const std::string& verified) {
+            char buf[256];
+            std::snprintf(buf, sizeof buf, "  %-12s %-24s %-8s %-9s %-18s %s\n", regime.c_str(), condition.c_str(),
+                winner.c_str(), speedup.c_str(), ci.c_str(), verified.c_str());
+            std::cout << buf;
+        };
+        std::cout << "regimes (a best per regime; speedup over the baseline on the regime's tuning shapes):\n";
+        row("regime", "condition", "winner", "speedup", "95% CI", "verified shapes");
+        for (const RegimeWinner& w : winners) {
+            if (!w.winner) {
+                row(w.regime, w.condition, "-", "-", "-", "- (the fallback)");
+                continue;
+            }
+            char speedup[32], ci[64];
+            std::snprintf(speedup, sizeof speedup, "%.3fx", w.result.objective);
+            std::snprintf(ci, sizeof ci, "[%.3f, %.3f]", w.result.objectiveCiLow, w.result.objectiveCiHigh);
+            row(w.regime, w.condition, *w.winner, speedup, ci, std::to_string(w.result.verifiedShapes));
+        }
+    }
+
     int runShow(const Args& a)
     {
         if (a.positionals().size() != 1) {
@@ -190,7 +231,7 @@ namespace {
             Json j = { { "id", s.id }, { "problem", s.problemName }, { "device", toJson(s.device) },
                 { "settings", toJson(s.settings) }, { "head", s.tree.head() }, { "best", best ? Json(*best) : Json() },
                 { "candidates", cands }, { "hypotheses", hyps }, { "events", report.eventsLoaded },
-                { "warnings", report.warnings }, { "leaderboards", leaderboards(s) } };
+                { "warnings", report.warnings }, { "leaderboards", leaderboards(s) }, { "regimes", regimesJson(s) } };
             std::cout << j.dump(2) << "\n";
             return kExitOk;
         }
@@ -203,6 +244,7 @@ namespace {
             std::cout << "warning: " << w << "\n";
         for (const auto& root : s.tree.roots())
             printTree(s, root, 1);
+        printRegimes(s);
         const Json boards = leaderboards(s);
         for (const auto& [gpu, board] : boards.items()) {
             std::string workers;
@@ -394,13 +436,16 @@ namespace {
     }
 
     const CommandRegistration regNew { { "session new", "create a session directory for a problem",
-        "kloop session new DIR --problem NAME [--from-trace TRACE [--max-shapes N]] [--id ID] [--json]\n"
+        "kloop session new DIR --problem NAME [--from-trace TRACE [--max-shapes N]] [--regimes problem|single] [--id "
+        "ID]\n"
+        "          [--json]\n"
         "Creates DIR with session.json and a journal, seeded with the problem's baseline "
         "(root) and its tunable template (child).\n"
         "--from-trace: the tuning shapes are the shapes the traced model ran the problem at (its problem.json\n"
         "\"trace_match\" rules find them), weighted by their share of its GPU time, at most N (8); the session\n"
-        "keeps its own copy of the problem in DIR/problem. Held-out shapes still span the whole validity range.",
-        { "json" }, { "problem", "id", "agent", "from-trace", "max-shapes" }, &runNew } };
+        "keeps its own copy of the problem in DIR/problem. Held-out shapes still span the whole validity range.\n"
+        "--regimes single: one best over every shape, not one per shape regime of problem.json.",
+        { "json" }, { "problem", "id", "agent", "from-trace", "max-shapes", "regimes" }, &runNew } };
     const CommandRegistration regShow { { "session show", "print a session's candidate tree",
         "kloop session show DIR [--json]\n"
         "Loads the session read-only; a torn last journal line is reported, not fatal.",

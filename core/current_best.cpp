@@ -34,4 +34,33 @@ std::optional<CurrentBest> currentBestOf(const Session& session, const std::opti
     return best;
 }
 
+std::vector<RegimeWinner> regimeWinners(const Session& session)
+{
+    std::vector<RegimeWinner> out;
+    const Evaluation* latest = nullptr;
+    for (const CandidateId& id : session.tree.order())
+        if (const auto it = session.evaluations.find(id);
+            it != session.evaluations.end() && !it->second.regimes.empty())
+            latest = &it->second;
+    if (!latest)
+        return out;
+    for (const RegimeResult& r : latest->regimes)
+        out.push_back({ r.name, r.condition, std::nullopt, RegimeResult {} });
+    for (const CandidateId& id : session.tree.order()) {
+        const auto it = session.evaluations.find(id);
+        if (session.tree.at(id).status != CandidateStatus::Accepted || it == session.evaluations.end())
+            continue;
+        for (const RegimeResult& r : it->second.regimes) {
+            if (!r.won || !(r.objective > 0))
+                continue;
+            for (RegimeWinner& w : out)
+                if (w.regime == r.name && (!w.winner || r.objective > w.result.objective)) {
+                    w.winner = id;
+                    w.result = r;
+                }
+        }
+    }
+    return out;
+}
+
 } // namespace kl

@@ -15,4 +15,14 @@ std::optional<CandidateId> bestAcceptedId(const Session& session);
 // session has no accepted, measured candidate.
 std::optional<CurrentBest> currentBestOf(const Session& session, const std::optional<CandidateId>& bestId = {});
 
+// A regime of the session with its best: the accepted candidate that won it with the highest objective there.
+struct RegimeWinner {
+    std::string regime;
+    std::string condition;
+    std::optional<CandidateId> winner; // none: no candidate beat the baseline there yet
+    RegimeResult result; // the winner's record for the regime (objective: its speedup over the baseline there)
+};
+// In the order the session's latest evaluation with regimes lists them; empty for a session of one regime.
+std::vector<RegimeWinner> regimeWinners(const Session& session);
+
 } // namespace kl

@@ -92,6 +92,19 @@ struct MeasuredOn {
     bool empty() const { return worker.empty() && gpu.empty(); }
 };
 
+// One regime's part of an evaluation (problem.json "regimes", session setting "regimes": "problem"): the objective
+// over the regime's timed shapes, how many of its shapes were checked, and whether it became the regime's best.
+struct RegimeResult {
+    std::string name;
+    std::string condition; // the problem's expression, recorded so that a session reads without its problem
+    double objective = 0; // 0: no timed shape of the regime has a speedup
+    double objectiveCiLow = 0;
+    double objectiveCiHigh = 0;
+    int timedShapes = 0; // visible and held-out shapes inside the regime with a speedup
+    int verifiedShapes = 0; // correct shapes inside the regime, held-out included
+    bool won = false; // accepted as the regime's new best
+};
+
 struct Evaluation {
     std::string candidateId;
     Verdict verdict = Verdict::Rejected;
@@ -105,6 +118,7 @@ struct Evaluation {
     DeviceSample deviceAfter;
     std::int64_t startedMs = 0;
     std::int64_t finishedMs = 0;
+    std::vector<RegimeResult> regimes {}; // empty: one regime (the setting "single", or a session older than regimes)
     MeasuredOn measuredOn; // empty when nothing ran on a GPU (compile failure, pruned, reused from an older store)
     Fidelity fidelity; // what the timing ran: the full protocol or a screen
     double deviceMs = 0; // time the evaluation held the GPU (verification and timing); 0: not recorded

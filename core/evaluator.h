@@ -36,6 +36,11 @@ struct EvaluateOptions {
     // The best measured on each GPU model (MeasuredOn::gpu): an evaluator with GPUs of several models judges a
     // result against the best of the model that measures it, never another model's (none there: no best).
     std::map<std::string, CurrentBest> bestByGpu;
+    // Non-empty: heldOutCount held-out shapes are drawn inside each of these regimes and the first
+    // timedHeldOutPerRegime random ones of each are timed against the baseline too, so that a regime's winner is
+    // checked on its whole regime. Empty: drawn over the whole range and only verified.
+    std::vector<Regime> regimes {};
+    int timedHeldOutPerRegime = 2;
 };
 
 class Evaluator {

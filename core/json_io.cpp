@@ -383,7 +383,7 @@ Json toJson(const SessionSettings& s)
     Json extra = Json::object();
     for (const auto& [k, v] : s.extra)
         extra[k] = v;
-    return { { "objective", s.objective }, { "agent", s.agent },
+    return { { "objective", s.objective }, { "regimes", s.regimes }, { "agent", s.agent },
         { "budget",
             { { "max_evaluations", s.budget.maxEvaluations }, { "max_minutes", s.budget.maxMinutes },
                 { "convergence_window", s.budget.convergenceWindow } } },
@@ -396,6 +396,10 @@ SessionSettings settingsFromJson(const Json& j, const std::string& where)
     if (j.is_null())
         return s;
     s.objective = stringOr(j, "objective", s.objective, where);
+    s.regimes = stringOr(j, "regimes", "single", where); // absent: written before regimes, one best over every shape
+    if (!SessionSettings::isKnownRegimes(s.regimes))
+        throw InputError(where + ".regimes: '" + abbreviate(s.regimes)
+            + "' is not a regime setting (\"problem\": a best per regime of problem.json; \"single\": one best)");
     s.agent = stringOr(j, "agent", "", where);
     if (const Json* b = optionalObject(j, "budget", where)) {
         s.budget.maxEvaluations
@@ -576,6 +580,10 @@ Json toJson(const Evaluation& e)
         { "objective_ci_low", e.objectiveCiLow }, { "objective_ci_high", e.objectiveCiHigh },
         { "device_before", toJson(e.deviceBefore) }, { "device_after", toJson(e.deviceAfter) },
         { "started_ms", e.startedMs }, { "finished_ms", e.finishedMs } };
+    for (const RegimeResult& r : e.regimes)
+        j["regimes"].push_back({ { "name", r.name }, { "condition", r.condition }, { "objective", r.objective },
+            { "objective_ci_low", r.objectiveCiLow }, { "objective_ci_high", r.objectiveCiHigh },
+            { "timed_shapes", r.timedShapes }, { "verified_shapes", r.verifiedShapes }, { "won", r.won } });
     if (!e.measuredOn.empty())
         j["measured_on"]
             = { { "worker", e.measuredOn.worker }, { "gpu", e.measuredOn.gpu }, { "uuid", e.measuredOn.uuid } };
@@ -615,6 +623,24 @@ Evaluation evaluationFromJson(const Json& j, const std::string& where)
         e.deviceAfter = deviceSampleFromJson(j.at("device_after"), where + ".device_after");
     e.startedMs = integerOr(j, "started_ms", 0, where, 0);
     e.finishedMs = integerOr(j, "finished_ms", 0, where, 0);
+    if (const Json* rs = optionalArray(j, "regimes", where)) {
+        int i = 0;
+        for (const auto& r : *rs) {
+            const std::string w = where + ".regimes[" + std::to_string(i++) + "]";
+            if (!r.is_object())
+                throw InputError(w + ": expected an object");
+            RegimeResult rr;
+            rr.name = string(r, "name", w);
+            rr.condition = stringOr(r, "condition", "", w);
+            rr.objective = numberOr(r, "objective", 0, w);
+            rr.objectiveCiLow = numberOr(r, "objective_ci_low", 0, w);
+            rr.objectiveCiHigh = numberOr(r, "objective_ci_high", 0, w);
+            rr.timedShapes = static_cast<int>(integerOr(r, "timed_shapes", 0, w, 0, 100000000));
+            rr.verifiedShapes = static_cast<int>(integerOr(r, "verified_shapes", 0, w, 0, 100000000));
+            rr.won = booleanOr(r, "won", false, w);
+            e.regimes.push_back(std::move(rr));
+        }
+    }
     if (j.contains("measured_on")) {
         const Json& m = j.at("measured_on");
         const std::string mw = where + ".measured_on";
@@ -848,6 +874,15 @@ Problem problemFromJson(const Json& j, const std::string& where)
             p.traceMatch.push_back(std::move(rule));
         }
     }
+    if (const Json* regimes = optionalArray(j, "regimes", where)) {
+        int i = 0;
+        for (const auto& r : *regimes) {
+            const std::string w = where + ".regimes[" + std::to_string(i++) + "]";
+            if (!r.is_object())
+                throw InputError(w + ": expected an object like {\"name\": \"decode\", \"when\": \"T <= 256\"}");
+            p.regimes.push_back({ string(r, "name", w), exprField(r, "when", w) });
+        }
+    }
     validateProblem(p, where);
     return p;
 }
@@ -920,6 +955,8 @@ Json toJson(const Problem& p)
             r["dims"][dim] = e.text();
         j["trace_match"].push_back(std::move(r));
     }
+    for (const Regime& r : p.regimes)
+        j["regimes"].push_back({ { "name", r.name }, { "when", r.condition.text() } });
     if (!p.tritonTemplateFile.empty())
         j["triton_template"] = p.tritonTemplateFile;
     return j;

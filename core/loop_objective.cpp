@@ -49,7 +49,21 @@ double ObjectiveValue::logHalfWidth() const
     return std::max({ std::log(ciHigh) - l, l - std::log(ciLow), 0.0 });
 }
 
-std::optional<ObjectiveValue> computeObjective(const Evaluation& e, const std::string& objective, std::string* why)
+namespace {
+
+    bool inRegime(const Regime& r, const Shape& s)
+    {
+        try {
+            return r.contains(s);
+        } catch (const ExprError&) {
+            return false; // validateProblem evaluated every condition at the declared shapes
+        }
+    }
+
+} // namespace
+
+std::optional<ObjectiveValue> computeObjective(
+    const Evaluation& e, const std::string& objective, std::string* why, const Regime* regime)
 {
     if (!isKnownObjective(objective))
         throw InputError("unknown objective '" + objective
@@ -57,7 +71,7 @@ std::optional<ObjectiveValue> computeObjective(const Evaluation& e, const std::s
               "min-speedup)");
     std::vector<const ShapeResult*> timed;
     for (const ShapeResult& s : e.shapes) {
-        if (s.heldOut || !s.timing)
+        if (s.heldOut || !s.timing || (regime && !inRegime(*regime, s.shape)))
             continue;
         if (!(s.speedup > 0) || !std::isfinite(s.speedup)) {
             if (why)
@@ -68,7 +82,7 @@ std::optional<ObjectiveValue> computeObjective(const Evaluation& e, const std::s
     }
     if (timed.empty()) {
         if (why)
-            *why = "no timed shape";
+            *why = regime ? "no timed shape in regime " + regime->name : std::string("no timed shape");
         return std::nullopt;
     }
     if (objective == "min-speedup") {
@@ -104,6 +118,72 @@ BestComparison compareWithBest(const ObjectiveValue& candidate, const std::optio
     return { std::log(candidate.value) - std::log(base.value),
         std::hypot(candidate.logHalfWidth(), base.logHalfWidth()) };
 }
+
+namespace {
+
+    std::string comparisonText(const BestComparison& c)
+    {
+        const double h = c.logHalfWidth;
+        return fmt(
+            "%.3fx, 95%% CI [%.3f, %.3f]", std::exp(c.logRatio), std::exp(c.logRatio - h), std::exp(c.logRatio + h));
+    }
+
+    // A correct, unblocked candidate judged regime by regime: it wins each regime whose best it improves.
+    Decision decideByRegime(const DecideInput& in, const Evaluation& e, bool flagged, Decision d)
+    {
+        std::string won, lost;
+        bool allSlower = true;
+        for (const RegimeStanding& st : in.regimes) {
+            RegimeResult r;
+            r.name = st.regime.name;
+            r.condition = st.regime.condition.text();
+            for (const ShapeResult& s : e.shapes)
+                if (inRegime(st.regime, s.shape)) {
+                    r.verifiedShapes += s.correct ? 1 : 0;
+                    r.timedShapes += s.timing && s.speedup > 0 ? 1 : 0;
+                }
+            std::string why;
+            const std::optional<ObjectiveValue> v = computeObjective(e, in.objective, &why, &st.regime);
+            const std::string against = st.best ? "its best " + st.bestId : std::string("the baseline");
+            if (!v) {
+                lost += (lost.empty() ? "" : "; ") + r.name + ": " + why;
+                d.regimes.push_back(r);
+                continue;
+            }
+            r.objective = v->value;
+            r.objectiveCiLow = v->ciLow;
+            r.objectiveCiHigh = v->ciHigh;
+            const BestComparison c = compareWithBest(*v, st.best);
+            r.won = c.improves();
+            (r.won ? won : lost) += std::string((r.won ? won : lost).empty() ? "" : "; ") + r.name + " vs " + against
+                + ": " + comparisonText(c);
+            allSlower &= c.slower();
+            d.improves |= r.won;
+            d.regimes.push_back(r);
+        }
+        if (!d.improves) {
+            d.reasons.push_back({ allSlower ? "decide.slower" : "decide.not-significant",
+                std::string(allSlower ? "slower than the best in every regime: "
+                                      : "not significantly faster than the best in any regime: ")
+                    + lost,
+                0, true });
+            d.verdict = Verdict::Rejected;
+            return d;
+        }
+        for (RegimeResult& r : d.regimes)
+            r.won = r.won && !flagged; // a flagged candidate wins nothing until the engineer approves it
+        if (flagged) {
+            d.reasons.push_back({ "decide.flagged",
+                "faster in regime " + won + " but flagged by the referee: waits for review", 0, false });
+            d.verdict = Verdict::PendingReview;
+            return d;
+        }
+        d.reasons.push_back({ "decide.faster", "faster in regime " + won, 0, false });
+        d.verdict = Verdict::Accepted;
+        return d;
+    }
+
+} // namespace
 
 Decision decide(const DecideInput& in)
 {
@@ -158,6 +238,9 @@ Decision decide(const DecideInput& in)
         return d;
     }
 
+    if (!in.regimes.empty())
+        return decideByRegime(in, e, flagged, std::move(d));
+
     const std::string against
         = in.best ? "best " + (in.bestId.empty() ? std::string("so far") : in.bestId) : "the baseline";
     const BestComparison vsBest = compareWithBest(*d.objective, in.best);
@@ -191,6 +274,7 @@ Evaluation applyDecision(Evaluation e, const Decision& d)
 {
     e.verdict = d.verdict;
     e.reasons = d.reasons;
+    e.regimes = d.regimes;
     if (d.objective) {
         e.objective = d.objective->value;
         e.objectiveCiLow = d.objective->ciLow;

@@ -244,6 +244,42 @@ Shape Problem::withConstants(Shape s) const
     return s;
 }
 
+std::vector<std::size_t> Problem::regimesOf(const Shape& s) const
+{
+    std::vector<std::size_t> in;
+    const Bindings b = s.bindings();
+    for (std::size_t i = 0; i < regimes.size(); ++i)
+        if (regimes[i].condition.evaluateBool(b)) // one set of bindings for every regime
+            in.push_back(i);
+    return in;
+}
+
+std::string regimePartitionError(const Problem& p, const std::vector<Shape>& shapes, const std::string& what)
+{
+    if (p.regimes.empty())
+        return {};
+    std::string names;
+    for (const Regime& r : p.regimes)
+        names += (names.empty() ? "" : ", ") + r.name;
+    for (const Shape& s : shapes) {
+        std::vector<std::size_t> in;
+        try {
+            in = p.regimesOf(s);
+        } catch (const ExprError& e) {
+            return what + " " + s.label() + ": " + e.what();
+        }
+        if (in.empty())
+            return what + " " + s.label() + " is in no regime (a gap; regimes: " + names + ")";
+        if (in.size() > 1) {
+            std::string both;
+            for (std::size_t i : in)
+                both += (both.empty() ? "" : " and ") + p.regimes[i].name;
+            return what + " " + s.label() + " is in " + both + " (regimes overlap)";
+        }
+    }
+    return {};
+}
+
 const DimSpec* Problem::dim(const std::string& n) const
 {
     for (const auto& d : dims)
@@ -454,6 +490,30 @@ void validateProblem(const Problem& p, const std::string& where)
     };
     atEveryShape(p.tuningShapes, "tuning_shapes");
     atEveryShape(p.verifyShapes, "verify_shapes");
+
+    for (std::size_t i = 0; i < p.regimes.size(); ++i) {
+        const Regime& r = p.regimes[i];
+        const std::string field = where + ".regimes[" + std::to_string(i) + "]";
+        const bool lowerIdent = !r.name.empty() && r.name.size() <= 32 && r.name[0] >= 'a' && r.name[0] <= 'z'
+            && std::all_of(r.name.begin(), r.name.end(),
+                [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+        if (!lowerIdent)
+            throw InputError(field + ".name: '" + abbreviate(r.name)
+                + "' is not a name like \"decode\" (lower-case letters, digits and _, at most 32)");
+        for (std::size_t k = 0; k < i; ++k)
+            if (p.regimes[k].name == r.name)
+                throw InputError(field + ".name: regime '" + r.name + "' is declared twice");
+        requireDimsOnly(r.condition, field + ".when");
+    }
+    for (const auto& [shapes, key] :
+        { std::pair { &p.tuningShapes, "tuning shape" }, std::pair { &p.verifyShapes, "verify shape" } })
+        if (const std::string gap = regimePartitionError(p, *shapes, key); !gap.empty())
+            throw InputError(where + ".regimes: " + gap);
+    for (std::size_t i = 0; i < p.regimes.size(); ++i)
+        if (std::none_of(
+                p.tuningShapes.begin(), p.tuningShapes.end(), [&](const Shape& s) { return p.regimes[i].contains(s); }))
+            throw InputError(where + ".regimes[" + std::to_string(i) + "]: regime '" + p.regimes[i].name + "' ("
+                + abbreviate(p.regimes[i].condition.text()) + ") holds at no tuning shape, so nothing would time it");
 
     for (const auto& [dtype, tol] : p.tolerances)
         for (const auto& [value, key] : { std::pair { tol.relL2, "rel_l2" }, std::pair { tol.maxAbs, "max_abs" } })

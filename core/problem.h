@@ -96,6 +96,15 @@ struct TraceMatchRule {
 // Whether name is a variable a trace-match expression may use (in3_0, in0_rows, ...).
 bool isTraceInputVariable(const std::string& name);
 
+// problem.json "regimes": named parts of the validity range that a session tunes separately (decode: "T <= 256",
+// prefill: "T > 256"), each with its own best candidate and its own entry in an exported dispatcher. Every shape of
+// the range lies in exactly one regime; a problem without regimes is one regime, the whole range.
+struct Regime {
+    std::string name; // a C identifier in lower case: it names the regime's part of an exported bundle
+    Expr condition; // over dims
+    bool contains(const Shape& s) const { return condition.evaluateBool(s.bindings()); } // throws ExprError
+};
+
 struct Tolerance {
     double relL2 = 1e-2;
     double maxAbs = 1e-1;
@@ -124,6 +133,7 @@ struct Problem {
     std::string tritonTemplateFile; // problem.json "triton_template": the Triton alternative (--language triton)
     std::string libraryBaseline; // e.g. "cublas_gemm_bf16": the fallback an export dispatches to
     std::vector<TraceMatchRule> traceMatch;
+    std::vector<Regime> regimes {};
     int minArch = 0; // problem.json "min_arch" ("sm_80"): the oldest architecture it supports, x10; 0: any
     std::string folder; // where it was loaded from (not serialized into sessions)
 
@@ -133,6 +143,9 @@ struct Problem {
     // s with every constant the problem declares and s lacks (shapes written by people name only the free dims).
     Shape withConstants(Shape s) const;
     bool shapeIsValid(const Shape& s, std::string* why = nullptr) const;
+    // The indices of the regimes whose condition holds at s: one for a shape of a well-formed problem. Throws
+    // ExprError when a condition cannot be evaluated there.
+    std::vector<std::size_t> regimesOf(const Shape& s) const;
     Tolerance toleranceFor(DType t) const;
     bool supportsArch(int arch) const { return arch == 0 || arch >= minArch; } // 0: not known, not refused
     // Empty when the problem runs on arch, else why not, naming problem.json's "min_arch".
@@ -151,6 +164,11 @@ std::optional<std::string> badProblemName(const Problem& p, const std::string& n
 // evaluating at every declared shape (no division by zero, no negative extent, no tensor above
 // kMaxTensorElements), tolerances not negative, a tuning weight above zero. Throws InputError naming where's field.
 void validateProblem(const Problem& p, const std::string& where);
+
+// Where shapes break the regime partition ("sampled shape T=3,H=1024 is in no regime (regimes: decode, prefill)",
+// "... is in both decode and prefill"), naming the first such shape of `what`; empty when each shape lies in exactly
+// one regime or the problem declares none.
+std::string regimePartitionError(const Problem& p, const std::vector<Shape>& shapes, const std::string& what);
 
 // The values of an integer input with a kind (IntValues) at shape s: count elements, from seed, identical on every
 // machine (the worker fills inputs with them; tests and bundles can regenerate them). Throws ExprError.

@@ -86,6 +86,7 @@ namespace {
             e.verdict = blocking ? Verdict::Rejected : flag ? Verdict::PendingReview : Verdict::Correct;
         }
         e.objective = e.objectiveCiLow = e.objectiveCiHigh = 0;
+        e.regimes.clear();
         return e;
     }
 
@@ -135,6 +136,9 @@ ResearchLoop::ResearchLoop(SessionStore& store, Evaluator& evaluator, Agent& age
     // Every device thread needs a compiled candidate waiting, or the pool's GPUs idle behind NVRTC.
     if (m_options.deviceThreads > 1)
         m_options.pipelineDepth = std::max(m_options.pipelineDepth, m_options.deviceThreads + 1);
+    if (session().settings.regimes == "problem")
+        m_regimes = m_evaluator.problem().regimes;
+    m_options.evaluate.regimes = m_regimes;
     restoreFromStore();
 }
 
@@ -177,7 +181,18 @@ void ResearchLoop::restoreFromStore()
     for (const auto& [gpu, id] : bestIdByGpu)
         if (auto b = currentBestOf(s, id))
             refereeBestByGpu[gpu] = std::move(*b);
+    std::vector<std::optional<ObjectiveValue>> regimeBest(m_regimes.size());
+    std::vector<std::string> regimeBestId(m_regimes.size());
+    for (const RegimeWinner& w : regimeWinners(s))
+        for (std::size_t r = 0; r < m_regimes.size(); ++r)
+            if (w.winner && m_regimes[r].name == w.regime) {
+                regimeBest[r]
+                    = ObjectiveValue { w.result.objective, w.result.objectiveCiLow, w.result.objectiveCiHigh };
+                regimeBestId[r] = *w.winner;
+            }
     std::lock_guard lock(m_mutex);
+    m_regimeBest = std::move(regimeBest);
+    m_regimeBestId = std::move(regimeBestId);
     m_best = best;
     m_bestValue = bestValue;
     m_bestByGpu = std::move(bestByGpu);
@@ -309,9 +324,31 @@ void ResearchLoop::reviewNow(const CandidateId& id, bool approved, const std::st
             enqueue(s.tree.at(id)); // otherwise the next run() picks it up
         return;
     }
-    // Evaluated and flagged: the engineer vouches for it; it still has to beat the best.
-    const Evaluation& e = *recordedEval;
+    // Evaluated and flagged: the engineer vouches for it; it still has to beat the best (of some regime).
+    Evaluation e = *recordedEval;
     const ObjectiveValue value { e.objective, e.objectiveCiLow, e.objectiveCiHigh };
+    if (!m_regimes.empty()) {
+        bool won = false;
+        {
+            std::lock_guard lock(m_mutex);
+            for (RegimeResult& r : e.regimes)
+                for (std::size_t i = 0; i < m_regimes.size(); ++i)
+                    if (r.name == m_regimes[i].name && r.objective > 0) {
+                        r.won = compareWithBest({ r.objective, r.objectiveCiLow, r.objectiveCiHigh }, m_regimeBest[i])
+                                    .improves();
+                        won |= r.won;
+                    }
+        }
+        if (!won) {
+            m_store.setStatus(id, CandidateStatus::Rejected,
+                "approved by the engineer but no longer faster than the best of any regime");
+            return;
+        }
+        m_store.recordEvaluation(e);
+        m_store.setStatus(id, CandidateStatus::Accepted, "approved by the engineer: " + reason);
+        setBest(id, value, e.regimes);
+        return;
+    }
     if (!(e.objective > 0) || !compareWithBest(value, m_bestValue).improves()) {
         m_store.setStatus(id, CandidateStatus::Rejected,
             "approved by the engineer but no longer faster than the best"
@@ -322,8 +359,17 @@ void ResearchLoop::reviewNow(const CandidateId& id, bool approved, const std::st
     setBest(id, value);
 }
 
-void ResearchLoop::setBest(const CandidateId& id, const ObjectiveValue& v)
+std::vector<RegimeStanding> ResearchLoop::regimeStandings() const
 {
+    std::vector<RegimeStanding> out;
+    for (std::size_t r = 0; r < m_regimes.size(); ++r)
+        out.push_back({ m_regimes[r], m_regimeBest[r], m_regimeBestId[r] });
+    return out;
+}
+
+void ResearchLoop::setBest(const CandidateId& id, const ObjectiveValue& v, const std::vector<RegimeResult>& regimes)
+{
+    nlohmann::json won = nlohmann::json::array();
     std::optional<CandidateId> previous;
     std::optional<CurrentBest> refereeBest = currentBestOf(session(), id);
     const auto recorded = session().evaluations.find(id);
@@ -338,6 +384,13 @@ void ResearchLoop::setBest(const CandidateId& id, const ObjectiveValue& v)
         if (refereeBest)
             m_refereeBestByGpu[gpu] = *refereeBest;
         m_refereeBest = std::move(refereeBest);
+        for (const RegimeResult& r : regimes)
+            for (std::size_t i = 0; i < m_regimes.size(); ++i)
+                if (r.won && r.name == m_regimes[i].name) {
+                    m_regimeBest[i] = ObjectiveValue { r.objective, r.objectiveCiLow, r.objectiveCiHigh };
+                    m_regimeBestId[i] = id;
+                    won.push_back(r.name);
+                }
     }
     m_sinceImprovement = 0;
     Event e;
@@ -346,6 +399,8 @@ void ResearchLoop::setBest(const CandidateId& id, const ObjectiveValue& v)
     e.timeMs = nowMs();
     e.data = { { "objective", v.value }, { "ciLow", v.ciLow }, { "ciHigh", v.ciHigh },
         { "previous", previous.value_or("") } };
+    if (!won.empty())
+        e.data["regimes"] = won; // the regimes whose best it became
     m_store.append(e);
     if (session().tree.head() != id)
         m_store.moveHead(id, "new best: proposals branch from it");
@@ -417,6 +472,7 @@ void ResearchLoop::recordDecided(Candidate c, Evaluation raw, bool measured)
         std::lock_guard lock(m_mutex);
         in.best = m_bestValue;
         in.bestId = m_best.value_or("");
+        in.regimes = regimeStandings();
         // Another GPU model's best is no yardstick: compare with the best measured on this one (if any).
         if (!raw.measuredOn.gpu.empty() && m_best && session().evaluations.count(*m_best)
             && gpuModelOf(session().evaluations.at(*m_best)) != raw.measuredOn.gpu) {
@@ -434,7 +490,7 @@ void ResearchLoop::recordDecided(Candidate c, Evaluation raw, bool measured)
         m_store.setStatus(c.id, want, d.reasons.empty() ? std::string() : d.reasons.back().message);
     ++m_result.recordedThisRun;
     if (d.verdict == Verdict::Accepted && d.objective)
-        setBest(c.id, *d.objective);
+        setBest(c.id, *d.objective, d.regimes);
     else if (!raw.fidelity.screen()) // a screen can never improve: it does not count towards convergence
         ++m_sinceImprovement;
     try {

@@ -114,7 +114,8 @@ private:
     int budgetLeft() const;
     const Budget& budget() const;
     void emitStep(EventKind kind, const CandidateId& id, nlohmann::json data);
-    void setBest(const CandidateId& id, const ObjectiveValue& v);
+    void setBest(const CandidateId& id, const ObjectiveValue& v, const std::vector<RegimeResult>& regimes = {});
+    std::vector<RegimeStanding> regimeStandings() const; // under m_mutex
     void requestProfile(const CandidateId& id); // of the best, when a profiler is set and it has none yet
     void handleProfiled(const Message& m);
     const Session& session() const { return m_store.session(); }
@@ -152,6 +153,11 @@ private:
     std::string gpuModelOf(const Evaluation& e) const;
     std::optional<CurrentBest> m_refereeBest; // what evaluate() is told about the best (EvaluateOptions::best)
     std::map<std::string, CurrentBest> m_refereeBestByGpu; // EvaluateOptions::bestByGpu
+    // The session's regimes (SessionSettings::regimes "problem": the problem's; empty: one best over every shape),
+    // fixed at construction, and each one's best so far (by index), under m_mutex.
+    std::vector<Regime> m_regimes;
+    std::vector<std::optional<ObjectiveValue>> m_regimeBest;
+    std::vector<std::string> m_regimeBestId;
     std::map<std::string, Evaluation> m_measured; // key digest -> the evaluator's output, this session
     int m_sinceImprovement = 0;
     bool m_agentExhausted = false;

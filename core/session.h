@@ -20,6 +20,10 @@ struct Budget {
 
 struct SessionSettings {
     std::string objective = "weighted-geomean-speedup";
+    // "problem": a best candidate per regime of problem.json (one when it declares none); "single": one best over
+    // every shape. A session.json written before regimes existed reads as "single", as it ran.
+    std::string regimes = "problem";
+    static bool isKnownRegimes(const std::string& v) { return v == "problem" || v == "single"; }
     std::string agent; // "tuner:anneal", "llm:openai", ...
     Budget budget;
     double reviewJumpFactor = 2.0; // a jump above this over the best goes to human review

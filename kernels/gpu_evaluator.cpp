@@ -339,11 +339,29 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
             if (std::find(visible.begin(), visible.end(), s) == visible.end())
                 visible.push_back(s);
     std::vector<Shape> heldOut;
+    std::vector<Shape> heldOutTimed; // drawn inside a regime, timed to check its winner there
+    const std::vector<Shape> extremes = extremeShapes(m_problem); // verified only: timing them checks no regime
+    auto drawHeldOut = [&](const Regime* regime, std::uint64_t salt) {
+        int timed = 0;
+        for (const auto& s : heldOutShapes(m_problem, opt.heldOutCount, seed ^ 0x4E1D07ull ^ salt, true, regime)) {
+            if (std::find(visible.begin(), visible.end(), s) != visible.end()
+                || std::find(heldOut.begin(), heldOut.end(), s) != heldOut.end())
+                continue;
+            heldOut.push_back(s);
+            const bool extreme = std::find(extremes.begin(), extremes.end(), s) != extremes.end();
+            if (regime && !extreme && timed < opt.timedHeldOutPerRegime) {
+                heldOutTimed.push_back(s);
+                ++timed;
+            }
+        }
+    };
     // A screen leaves the held-out shapes to the full protocol, which every candidate passes before it is accepted.
-    if (opt.heldOutShapes && !opt.fidelity.screen())
-        for (const auto& s : heldOutShapes(m_problem, opt.heldOutCount, seed ^ 0x4E1D07ull))
-            if (std::find(visible.begin(), visible.end(), s) == visible.end())
-                heldOut.push_back(s);
+    const bool drawHeld = opt.heldOutShapes && !opt.fidelity.screen();
+    if (drawHeld && opt.regimes.empty())
+        drawHeldOut(nullptr, 0);
+    if (drawHeld)
+        for (std::size_t r = 0; r < opt.regimes.size(); ++r)
+            drawHeldOut(&opt.regimes[r], 0x9E3779B97F4A7C15ull * (r + 1));
     wire::VerifyRequest verifyReq;
     verifyReq.problem = m_problem.name;
     verifyReq.candidate = candidateWire(c, *mod);
@@ -374,6 +392,7 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     timeReq.problem = m_problem.name;
     timeReq.candidate = verifyReq.candidate;
     timeReq.shapes = screenTuningShapes(m_problem.tuningShapes, opt.fidelity);
+    timeReq.shapes.insert(timeReq.shapes.end(), heldOutTimed.begin(), heldOutTimed.end());
     timeReq.baseline = opt.timeBaseline;
     timeReq.maxSecondsPerShape = opt.maxSecondsPerShape;
     timeReq.targetRelCi = m_options.targetRelCi;
@@ -386,8 +405,8 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     timeReq.graphMode = m_options.graphMode;
     timeReq.recheck = m_options.recheckTimedOutputs;
     timeReq.seed = seed ^ 0x7131EDull;
-    const double timeout = opt.maxSecondsPerShape * 3.0 * static_cast<double>(m_problem.tuningShapes.size())
-        + m_options.timeTimeoutSlackSeconds;
+    const double timeout
+        = opt.maxSecondsPerShape * 3.0 * static_cast<double>(timeReq.shapes.size()) + m_options.timeTimeoutSlackSeconds;
     const auto time = m_client->call(timeReq, timeout);
     if (!time.ok())
         return failFromReply(time.reply, "timing");
@@ -405,8 +424,9 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         if (e.deviceAfter.smClockMHz == 0)
             e.deviceBefore = before.available ? before : e.deviceBefore;
         e.deviceAfter = after;
-        auto it = std::find_if(
-            e.shapes.begin(), e.shapes.end(), [&](const ShapeResult& x) { return !x.heldOut && x.shape == r.shape; });
+        // Visible and held-out shapes are distinct, so the shape alone finds the verification result it times.
+        auto it
+            = std::find_if(e.shapes.begin(), e.shapes.end(), [&](const ShapeResult& x) { return x.shape == r.shape; });
         if (it == e.shapes.end()) {
             e.shapes.push_back(r);
             continue;

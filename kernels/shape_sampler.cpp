@@ -20,6 +20,17 @@ namespace {
         return r;
     }
 
+    bool inside(const Regime* r, const Shape& s)
+    {
+        if (!r)
+            return true;
+        try {
+            return r->contains(s);
+        } catch (const ExprError&) {
+            return false;
+        }
+    }
+
 } // namespace
 
 std::vector<Shape> extremeShapes(const Problem& p)
@@ -45,7 +56,7 @@ std::vector<Shape> extremeShapes(const Problem& p)
     return out;
 }
 
-std::vector<Shape> randomShapes(const Problem& p, int count, std::uint64_t seed)
+std::vector<Shape> randomShapes(const Problem& p, int count, std::uint64_t seed, const Regime* regime)
 {
     std::vector<Shape> out;
     std::mt19937_64 rng(seed);
@@ -62,7 +73,7 @@ std::vector<Shape> randomShapes(const Problem& p, int count, std::uint64_t seed)
                     v = static_cast<double>(d.min) + u01(rng) * static_cast<double>(d.max - d.min);
                 s.dims[d.name] = roundToMultiple(static_cast<std::int64_t>(std::llround(v)), d, u01(rng) < 0.5);
             }
-            if (p.shapeIsValid(s)) {
+            if (p.shapeIsValid(s) && inside(regime, s)) {
                 out.push_back(s);
                 break;
             }
@@ -71,12 +82,15 @@ std::vector<Shape> randomShapes(const Problem& p, int count, std::uint64_t seed)
     return out;
 }
 
-std::vector<Shape> heldOutShapes(const Problem& p, int randomCount, std::uint64_t seed, bool withExtremes)
+std::vector<Shape> heldOutShapes(
+    const Problem& p, int randomCount, std::uint64_t seed, bool withExtremes, const Regime* regime)
 {
     std::vector<Shape> out;
     if (withExtremes)
-        out = extremeShapes(p);
-    for (const auto& s : randomShapes(p, randomCount, seed))
+        for (const auto& s : extremeShapes(p))
+            if (inside(regime, s))
+                out.push_back(s);
+    for (const auto& s : randomShapes(p, randomCount, seed, regime))
         if (std::find(out.begin(), out.end(), s) == out.end())
             out.push_back(s);
     return out;

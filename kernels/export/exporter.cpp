@@ -314,6 +314,13 @@ namespace {
 
 } // namespace
 
+std::string bundlePrefix(const Problem& problem)
+{
+    std::string p = "kl_" + detail::cIdent(problem.name);
+    std::transform(p.begin(), p.end(), p.begin(), [](unsigned char c) { return std::tolower(c); });
+    return p;
+}
+
 std::string defaultCandidate(const Session& s, bool anyStatus)
 {
     std::string best;
@@ -339,10 +346,12 @@ std::string defaultCandidate(const Session& s, bool anyStatus)
     return best;
 }
 
-ExportPlan planExport(const Session& s, const Problem& problem, const std::string& candidateId, double minSpeedup)
+ExportPlan planExport(
+    const Session& s, const Problem& problem, const std::string& candidateId, double minSpeedup, const Regime* regime)
 {
     ExportPlan plan;
     plan.candidateId = candidateId;
+    plan.regime = regime ? regime->name : std::string();
     if (!s.tree.contains(candidateId))
         throw InputError("session " + s.id + " has no candidate '" + candidateId + "'");
     const Candidate& c = s.tree.at(candidateId);
@@ -417,6 +426,13 @@ ExportPlan planExport(const Session& s, const Problem& problem, const std::strin
                         + "] but verified only on " + got);
             }
         }
+        if (regime) {
+            std::vector<ShapeResult> inside;
+            for (const ShapeResult& r : ev.shapes)
+                if (regime->contains(r.shape))
+                    inside.push_back(r);
+            plan.dispatch = buildDispatchPlan(problem, inside, minSpeedup);
+        }
         for (const auto* sample : { &ev.deviceBefore, &ev.deviceAfter })
             if (sample->available && sample->throttled())
                 plan.warnings.push_back("measured while the GPU was throttled: " + sample->throttleText);
@@ -474,9 +490,7 @@ namespace {
         std::vector<std::string> warnings = plan.warnings;
 
         BundleModel m;
-        m.prefix = "kl_" + detail::cIdent(problem.name);
-        std::transform(
-            m.prefix.begin(), m.prefix.end(), m.prefix.begin(), [](unsigned char c) { return std::tolower(c); });
+        m.prefix = plan.prefix.empty() ? bundlePrefix(problem) : plan.prefix;
         m.upper = m.prefix;
         std::transform(
             m.upper.begin(), m.upper.end(), m.upper.begin(), [](unsigned char c) { return std::toupper(c); });
@@ -728,6 +742,57 @@ std::map<std::string, std::string> generateBundle(
     return generateWith(s, problem, plan, forced, makeScrubber({}, { fs::path(problem.folder) }));
 }
 
+namespace {
+
+    fs::path checkedOutDir(const ExportOptions& options)
+    {
+        if (options.outDir.empty())
+            throw InputError("export: no output directory (--out DIR)");
+        std::error_code ec;
+        const fs::path out = fs::absolute(options.outDir, ec);
+        if (fs::exists(out, ec)) {
+            if (!fs::is_directory(out, ec))
+                throw InputError("export: " + options.outDir.string() + " exists and is not a directory");
+            if (!fs::is_empty(out, ec) && !options.overwrite)
+                throw InputError(
+                    "export: " + options.outDir.string() + " exists and is not empty; pass --overwrite to replace it");
+        }
+        return out;
+    }
+
+    Scrubber scrubberFor(const Problem& problem, const ExportOptions& options)
+    {
+        std::error_code ec;
+        return makeScrubber(options.secrets, { fs::path(problem.folder), fs::absolute(options.outDir, ec) });
+    }
+
+} // namespace
+
+std::map<std::string, std::string> generateBundleFor(
+    const Session& s, const Problem& problem, const ExportPlan& plan, bool forced, const ExportOptions& options)
+{
+    return generateWith(s, problem, plan, forced, scrubberFor(problem, options));
+}
+
+std::filesystem::path writeExport(
+    const std::map<std::string, std::string>& files, const Problem& problem, const ExportOptions& options)
+{
+    const fs::path out = checkedOutDir(options);
+    const Scrubber scrub = scrubberFor(problem, options);
+    // Defense in depth: whatever the scrubbing missed stops the export before anything is written.
+    for (const auto& [path, content] : files) {
+        const auto leaks = findLeaks(content, scrub.secrets, scrub.paths);
+        if (!leaks.empty())
+            throw InputError("export: " + path + " would contain " + leaks.front() + "; nothing was written");
+    }
+    std::error_code ec;
+    if (fs::exists(out, ec) && !fs::is_empty(out, ec) && !isExportedBundle(out))
+        throw InputError("export: " + options.outDir.string()
+            + " is not an exported bundle (no manifest.json); refusing to overwrite it");
+    writeBundleBeside(out, files);
+    return out;
+}
+
 ExportResult exportBundle(const Session& s, const Problem& problem, const ExportOptions& options)
 {
     if (options.outDir.empty())
@@ -747,31 +812,9 @@ ExportResult exportBundle(const Session& s, const Problem& problem, const Export
         throw ExportRefused(msg, result.plan.refusals);
     }
     result.forced = !result.plan.refusals.empty();
-
-    std::error_code ec;
-    const fs::path out = fs::absolute(options.outDir, ec);
-    if (fs::exists(out, ec)) {
-        if (!fs::is_directory(out, ec))
-            throw InputError("export: " + options.outDir.string() + " exists and is not a directory");
-        if (!fs::is_empty(out, ec) && !options.overwrite)
-            throw InputError(
-                "export: " + options.outDir.string() + " exists and is not empty; pass --overwrite to replace it");
-    }
-    const Scrubber scrub = makeScrubber(options.secrets, { fs::path(problem.folder), out });
-    auto files = generateWith(s, problem, result.plan, result.forced, scrub);
-
-    // Defense in depth: whatever the scrubbing missed stops the export before anything is written.
-    for (const auto& [path, content] : files) {
-        const auto leaks = findLeaks(content, scrub.secrets, scrub.paths);
-        if (!leaks.empty())
-            throw InputError("export: " + path + " would contain " + leaks.front() + "; nothing was written");
-    }
-
-    if (fs::exists(out, ec) && !fs::is_empty(out, ec) && !isExportedBundle(out))
-        throw InputError("export: " + options.outDir.string()
-            + " is not an exported bundle (no manifest.json); refusing to overwrite it");
-    writeBundleBeside(out, files);
-    result.outDir = out;
+    checkedOutDir(options); // before generating: a wrong --out fails at once
+    const auto files = generateBundleFor(s, problem, result.plan, result.forced, options);
+    result.outDir = writeExport(files, problem, options);
     for (const auto& [path, content] : files) {
         result.files.push_back(path);
         if (path != "manifest.json")

@@ -42,6 +42,8 @@ struct ExportPlan {
     double minSpeedup = 1.0; // lower CI end a shape had to clear to count as faster
     bool usesLibraryFallback = false; // e.g. cuBLAS for gemm_bf16
     std::string fallbackDescription;
+    std::string prefix {}; // of the C API's names ("kl_rmsnorm_decode" for a regime's bundle); empty: kl_<problem>
+    std::string regime {}; // the regime whose shapes the dispatch table was built from; empty: every shape
 };
 
 class ExportRefused : public std::runtime_error {
@@ -65,18 +67,31 @@ struct ExportResult {
     bool forced = false;
 };
 
+// "kl_<problem>" in lower case: the prefix of a bundle's C API.
+std::string bundlePrefix(const Problem& problem);
+
 // The default candidate: the Accepted one with an evaluation and the highest objective (with anyStatus, when
 // none is accepted, the evaluated one with the highest objective, for a forced export). Throws InputError
 // when there is none.
 std::string defaultCandidate(const Session& session, bool anyStatus = false);
 
-// Checks and the dispatch table; throws InputError for an unknown candidate or an unreadable source.
-ExportPlan planExport(
-    const Session& session, const Problem& problem, const std::string& candidateId, double minSpeedup = 1.0);
+// Checks and the dispatch table; throws InputError for an unknown candidate or an unreadable source. With a regime,
+// the dispatch table is built from the candidate's shapes inside it (each box lies among the regime's shapes); the
+// checks still cover every shape it was verified on.
+ExportPlan planExport(const Session& session, const Problem& problem, const std::string& candidateId,
+    double minSpeedup = 1.0, const Regime* regime = nullptr);
 
 // Plans and writes the bundle. Throws ExportRefused when the plan has refusals and !force, InputError when
 // outDir exists and is not empty without overwrite, or when a file would carry a secret or an absolute path.
 ExportResult exportBundle(const Session& session, const Problem& problem, const ExportOptions& options);
+
+// The bundle's files as exportBundle writes them: scrubbed of options.secrets and of the problem's and outDir's paths.
+std::map<std::string, std::string> generateBundleFor(
+    const Session& session, const Problem& problem, const ExportPlan& plan, bool forced, const ExportOptions& options);
+// Writes files into options.outDir, as exportBundle does: refuses a non-empty directory without overwrite or one that
+// is not an earlier export, and any file that would carry a secret or a private path. Returns the absolute directory.
+std::filesystem::path writeExport(
+    const std::map<std::string, std::string>& files, const Problem& problem, const ExportOptions& options);
 
 // Generates the bundle in memory: bundle-relative path -> content (manifest.json included). Used by
 // exportBundle and by tests.

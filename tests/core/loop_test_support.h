@@ -1,6 +1,7 @@
 #pragma once
 // Shared fixtures for the loop tests: temporary session directories and a scripted agent.
 #include "core/agent.h"
+#include "core/loop_objective.h"
 #include "core/session_store.h"
 #include "tests/core/synthetic_evaluator.h"
 #include "tests/support/temp_dir.h"
@@ -26,6 +27,15 @@ inline Session sessionHeader(const SyntheticEvaluatorForTests& ev, const std::st
     s.settings.budget = budget;
     s.createdMs = nowMs();
     return s;
+}
+
+// Whether the decision carries a reason with this rule.
+inline bool hasRule(const Decision& d, const std::string& rule)
+{
+    for (const auto& r : d.reasons)
+        if (r.rule == rule)
+            return true;
+    return false;
 }
 
 // Proposes the given configurations in order, as children of the context's head.

@@ -1,10 +1,12 @@
 #include "core/errors.h"
 #include "core/loop_objective.h"
+#include "tests/core/loop_test_support.h"
 
 #include <cmath>
 #include <gtest/gtest.h>
 
 using namespace kl;
+using kl::testonly::hasRule;
 
 namespace {
 
@@ -28,14 +30,6 @@ Evaluation evaluationWith(std::vector<ShapeResult> shapes, Verdict v = Verdict::
     e.verdict = v;
     e.shapes = std::move(shapes);
     return e;
-}
-
-bool hasRule(const Decision& d, const std::string& rule)
-{
-    for (const auto& r : d.reasons)
-        if (r.rule == rule)
-            return true;
-    return false;
 }
 
 } // namespace

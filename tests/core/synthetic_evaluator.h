@@ -127,6 +127,12 @@ public:
         std::lock_guard lock(m_mutex);
         return m_bests;
     }
+    // The regimes the loop asked held-out shapes to be drawn in, with each evaluation.
+    std::vector<std::vector<Regime>> regimesHandedOver() const
+    {
+        std::lock_guard lock(m_mutex);
+        return m_regimes;
+    }
 
     const DeviceInfo& device() const override { return m_device; }
     const Problem& problem() const override { return m_problem; }
@@ -163,6 +169,7 @@ public:
             std::lock_guard lock(m_mutex);
             m_evaluated.push_back(c.params);
             m_bests.push_back(options.best);
+            m_regimes.push_back(options.regimes);
         }
         Evaluation e;
         e.candidateId = c.id;
@@ -258,6 +265,7 @@ private:
     mutable std::mutex m_mutex;
     std::vector<ParamValues> m_evaluated;
     std::vector<std::optional<CurrentBest>> m_bests;
+    std::vector<std::vector<Regime>> m_regimes;
     std::atomic<int> m_inEvaluate { 0 };
 };
 

@@ -4,6 +4,7 @@
 #include "export_fixture.h"
 #include "kernels/export/exporter.h"
 #include "tests/support/text_file.h"
+#include "kernels/export/regime_export.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -39,6 +40,23 @@ namespace {
         return out;
     }
 
+    // Configures, builds and runs ctest on an exported CMake project in out/build; *log is the last step's output.
+    ::testing::AssertionResult cmakeBuildAndCtest(const fs::path& out, std::string* log)
+    {
+        const fs::path build = out / "build";
+        const std::string gen = std::system("command -v ninja > /dev/null 2>&1") == 0 ? " -G Ninja" : "";
+        if (runCommand(std::string(KL_CMAKE) + " -S " + out.string() + " -B " + build.string() + gen
+                    + " -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER=" + KL_NVCC,
+                log)
+            != 0)
+            return ::testing::AssertionFailure() << "configure failed:\n" << *log;
+        if (runCommand(std::string(KL_CMAKE) + " --build " + build.string() + " -j2", log) != 0)
+            return ::testing::AssertionFailure() << "build failed:\n" << *log;
+        if (runCommand("cd " + build.string() + " && ctest --output-on-failure", log) != 0)
+            return ::testing::AssertionFailure() << "ctest failed:\n" << *log;
+        return ::testing::AssertionSuccess();
+    }
+
     TEST(ExportBuild, RmsnormBundleBuildsWithItsOwnCMakeProjectAndPassesCtestOnTheCpu)
     {
         if (!fs::exists(KL_NVCC))
@@ -47,14 +65,7 @@ namespace {
         const fs::path out = exportFixture("rmsnorm_fx", rmsnormOutcomes(), b);
         const fs::path build = out / "build";
         std::string log;
-        const std::string gen = std::system("command -v ninja > /dev/null 2>&1") == 0 ? " -G Ninja" : "";
-        ASSERT_EQ(runCommand(std::string(KL_CMAKE) + " -S " + out.string() + " -B " + build.string() + gen
-                          + " -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER=" + KL_NVCC,
-                      &log),
-            0)
-            << log;
-        ASSERT_EQ(runCommand(std::string(KL_CMAKE) + " --build " + build.string() + " -j2", &log), 0) << log;
-        ASSERT_EQ(runCommand("cd " + build.string() + " && ctest --output-on-failure", &log), 0) << log;
+        ASSERT_TRUE(cmakeBuildAndCtest(out, &log));
         EXPECT_NE(log.find("dispatch"), std::string::npos);
         EXPECT_TRUE(fs::exists(build / "libkl_rmsnorm_fx.a"));
         fs::remove_all(out);
@@ -132,6 +143,27 @@ namespace {
 
 namespace kl {
 namespace {
+
+    // The regime dispatcher (issue 20) through its own CMake project: both regime bundles and the top-level library
+    // build with nvcc, and ctest runs its regime-dispatch test and each bundle's dispatch test (self-tests skip).
+    TEST(ExportBuild, RegimeDispatcherBuildsWithItsCMakeProjectAndPassesCtestOnTheCpu)
+    {
+        if (!fs::exists(KL_NVCC))
+            GTEST_SKIP() << "nvcc not found";
+        RegimeSession r;
+        buildRegimeSession(r);
+        const fs::path out = kl::test::freshDir("build-regimes");
+        ExportOptions o;
+        o.outDir = out;
+        exportRegimes(SessionStore::load(r.built.dir), r.problem, o);
+        const fs::path build = out / "build";
+        std::string log;
+        ASSERT_TRUE(cmakeBuildAndCtest(out, &log));
+        EXPECT_NE(log.find("regimes_dispatch"), std::string::npos) << log;
+        EXPECT_TRUE(fs::exists(build / "libkl_rmsnorm_fx_regimes.a"));
+        EXPECT_TRUE(fs::exists(build / "decode" / "libkl_rmsnorm_fx_decode.a"));
+        fs::remove_all(out);
+    }
 
     // The shipped problems' tunable templates, exported as candidates with their reference or cuBLAS fallback:
     // every launcher compiles with nvcc, warnings as errors. sm_90a only (nvcc's -arch=sm_90a also emits

@@ -214,4 +214,71 @@ inline std::vector<ShapeOutcome> syntheticOutcomes(const Problem& p)
     return out;
 }
 
+// Shape regimes (issue 20): the rmsnorm fixture with decode (T <= 256) / prefill regimes and a winner for each.
+// The decode specialist: faster at few tokens, slower from 256 on.
+inline std::vector<ShapeOutcome> decodeSpecialist()
+{
+    return {
+        { { { "T", 1 }, { "H", 1024 } }, true, 1.30 },
+        { { { "T", 16 }, { "H", 4096 } }, true, 1.40 },
+        { { { "T", 128 }, { "H", 4096 } }, true, 1.25 },
+        { { { "T", 40 }, { "H", 2048 } }, true, 1.30, 0.02, true },
+        { { { "T", 256 }, { "H", 16384 } }, true, 0.95 },
+        { { { "T", 4096 }, { "H", 4096 } }, true, 0.90 },
+        { { { "T", 65536 }, { "H", 16384 } }, true, 0.80 },
+        { { { "T", 20000 }, { "H", 2048 } }, true, 0, 0.02, true },
+    };
+}
+
+// The prefill specialist: slower at few tokens, faster from 300 on.
+inline std::vector<ShapeOutcome> prefillSpecialist()
+{
+    return {
+        { { { "T", 1 }, { "H", 1024 } }, true, 0.70 },
+        { { { "T", 16 }, { "H", 4096 } }, true, 0.80 },
+        { { { "T", 300 }, { "H", 1024 } }, true, 1.20, 0.02, true },
+        { { { "T", 4096 }, { "H", 4096 } }, true, 1.50 },
+        { { { "T", 777 }, { "H", 6144 } }, true, 1.35, 0.02, true },
+        { { { "T", 65536 }, { "H", 1024 } }, true, 1.30 },
+        { { { "T", 65536 }, { "H", 16384 } }, true, 1.40 },
+    };
+}
+
+inline RegimeResult regimeResult(const char* name, const char* when, double objective, bool won)
+{
+    return { name, when, objective, objective * 0.99, objective * 1.01, 2, 4, won };
+}
+
+struct RegimeSession {
+    BuiltSession built;
+    Problem problem; // the fixture with decode / prefill regimes
+    std::string decodeWinner;
+    std::string prefillWinner;
+    ~RegimeSession() { std::filesystem::remove_all(built.dir); }
+};
+
+// Two tuned candidates: the decode specialist won decode, the prefill specialist won prefill (unless
+// prefillWins is false: then it won nothing and was rejected).
+inline void buildRegimeSession(RegimeSession& r, bool prefillWins = true)
+{
+    r.built = buildSession("rmsnorm_fx", decodeSpecialist());
+    r.problem = r.built.problem;
+    r.problem.regimes = { { "decode", Expr::parse("T <= 256") }, { "prefill", Expr::parse("T > 256") } };
+    auto store = SessionStore::open(r.built.dir);
+    Evaluation decode = store->session().evaluations.at(r.built.candidateId);
+    decode.regimes = { regimeResult("decode", "T <= 256", 1.3, true), regimeResult("prefill", "T > 256", 0.85, false) };
+    store->recordEvaluation(decode);
+    r.decodeWinner = r.built.candidateId;
+    Candidate other = store->session().tree.at(r.built.candidateId);
+    other.id.clear();
+    other.params["BLOCK"] = 256;
+    store->proposeCandidate(other);
+    r.prefillWinner = store->session().tree.order().back();
+    Evaluation prefill
+        = evaluationFor(r.prefillWinner, prefillSpecialist(), prefillWins ? Verdict::Accepted : Verdict::Rejected);
+    prefill.regimes
+        = { regimeResult("decode", "T <= 256", 0.75, false), regimeResult("prefill", "T > 256", 1.45, prefillWins) };
+    store->recordEvaluation(prefill);
+}
+
 } // namespace kl::test

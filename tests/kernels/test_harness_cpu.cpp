@@ -101,6 +101,35 @@ TEST(HeldOutShapes, ConstraintsAreRespected)
         EXPECT_TRUE(p.shapeIsValid(s)) << s.label();
 }
 
+TEST(HeldOutShapes, DrawnInsideARegime)
+{
+    const auto p = problem("rmsnorm");
+    ASSERT_EQ(p.regimes.size(), 2u);
+    const auto decode = kl::heldOutShapes(p, 8, 7, true, &p.regimes[0]);
+    const auto prefill = kl::heldOutShapes(p, 8, 7, true, &p.regimes[1]);
+    EXPECT_GE(decode.size(), 8u);
+    EXPECT_GE(prefill.size(), 8u);
+    for (const auto& s : decode) {
+        EXPECT_TRUE(p.shapeIsValid(s)) << s.label();
+        EXPECT_LE(s.dims.at("T"), 256) << s.label();
+    }
+    for (const auto& s : prefill)
+        EXPECT_GT(s.dims.at("T"), 256) << s.label();
+    // The extremes that lie in the regime come first: T=1 at both H extremes for decode.
+    EXPECT_EQ(decode[0].dims.at("T"), 1);
+    EXPECT_EQ(kl::randomShapes(p, 6, 3, &p.regimes[0]), kl::randomShapes(p, 6, 3, &p.regimes[0]));
+}
+
+// Each shipped problem with regimes partitions its validity range: every shape sampled from it lies in exactly one.
+TEST(HeldOutShapes, ShippedRegimesPartitionSampledShapes)
+{
+    for (const char* name : { "rmsnorm", "silu_and_mul", "softmax", "gemm_bf16" }) {
+        const auto p = problem(name);
+        EXPECT_EQ(p.regimes.size(), 2u) << name;
+        EXPECT_EQ(kl::regimePartitionError(p, kl::heldOutShapes(p, 500, 1234), "sampled shape"), "") << name;
+    }
+}
+
 TEST(Wire, Base64RoundTripsBinary)
 {
     std::string bytes;

@@ -1,0 +1,118 @@
+// The Regimes table (issue 20): each regime's winner with its speedup interval and verified shapes, under
+// QAbstractItemModelTester, following snapshots; and the workbench shows it in its Regimes dock.
+#include "app/main_window.h"
+#include "app/models/regime_table_model.h"
+
+#include <QAbstractItemModelTester>
+#include <QDockWidget>
+#include <QSignalSpy>
+#include <QTableView>
+#include <gtest/gtest.h>
+
+using namespace kl::app;
+
+namespace {
+
+kl::Candidate candidate(const std::string& id, kl::CandidateStatus status)
+{
+    kl::Candidate c;
+    c.id = id;
+    c.source = "// " + id;
+    c.status = status;
+    return c;
+}
+
+kl::Evaluation evaluation(const std::string& id, double decode, bool decodeWon, double prefill, bool prefillWon)
+{
+    kl::Evaluation e;
+    e.candidateId = id;
+    e.verdict = kl::Verdict::Accepted;
+    e.objective = 1.2;
+    e.regimes = { { "decode", "T <= 256", decode, decode * 0.98, decode * 1.02, 2, 5, decodeWon },
+        { "prefill", "T > 256", prefill, prefill * 0.99, prefill * 1.01, 3, 6, prefillWon } };
+    return e;
+}
+
+// c0001 won both regimes, c0002 then won decode; c0003 (rejected) won nothing.
+SessionSnapshot session(bool withSecondWinner)
+{
+    kl::Session s;
+    s.id = "regimes";
+    s.tree.add(candidate("c0001", kl::CandidateStatus::Accepted));
+    s.evaluations["c0001"] = evaluation("c0001", 1.3, true, 1.4, true);
+    if (withSecondWinner) {
+        kl::Candidate c = candidate("c0002", kl::CandidateStatus::Accepted);
+        c.parentId = "c0001";
+        s.tree.add(c);
+        s.evaluations["c0002"] = evaluation("c0002", 1.9, true, 1.1, false);
+    }
+    kl::Candidate r = candidate("c0003", kl::CandidateStatus::Rejected);
+    r.parentId = "c0001";
+    s.tree.add(r);
+    s.evaluations["c0003"] = evaluation("c0003", 2.5, false, 2.5, false);
+    return std::make_shared<const kl::Session>(std::move(s));
+}
+
+QString cell(const RegimeTableModel& m, int row, int column, int role = Qt::DisplayRole)
+{
+    return m.data(m.index(row, column), role).toString();
+}
+
+} // namespace
+
+TEST(RegimeTableModel, ListsEachRegimesWinnerWithItsIntervalAndVerifiedShapes)
+{
+    RegimeTableModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
+    model.setSession(session(false));
+    ASSERT_EQ(model.rowCount(), 2);
+    EXPECT_EQ(model.columnCount(), RegimeTableModel::ColumnCount);
+    EXPECT_EQ(cell(model, 0, RegimeTableModel::RegimeColumn), QStringLiteral("decode"));
+    EXPECT_EQ(cell(model, 0, RegimeTableModel::ConditionColumn), QStringLiteral("T <= 256"));
+    EXPECT_EQ(cell(model, 0, RegimeTableModel::WinnerColumn), QStringLiteral("c0001"));
+    EXPECT_EQ(cell(model, 0, RegimeTableModel::SpeedupColumn), QStringLiteral("1.300x [1.274, 1.326]"));
+    EXPECT_EQ(cell(model, 1, RegimeTableModel::VerifiedColumn), QStringLiteral("6"));
+    EXPECT_EQ(
+        cell(model, 1, RegimeTableModel::WinnerColumn, RegimeTableModel::CandidateIdRole), QStringLiteral("c0001"));
+    EXPECT_EQ(model.headerData(RegimeTableModel::SpeedupColumn, Qt::Horizontal).toString(),
+        QStringLiteral("Speedup (95% CI)"));
+
+    // A new decode winner changes its row in place; the prefill row keeps its winner.
+    QSignalSpy changed(&model, &QAbstractItemModel::dataChanged);
+    QSignalSpy reset(&model, &QAbstractItemModel::modelReset);
+    model.setSession(session(true));
+    EXPECT_EQ(reset.count(), 0);
+    ASSERT_EQ(changed.count(), 1);
+    EXPECT_EQ(changed.front().at(0).toModelIndex().row(), 0);
+    EXPECT_EQ(cell(model, 0, RegimeTableModel::WinnerColumn), QStringLiteral("c0002"));
+    EXPECT_EQ(cell(model, 0, RegimeTableModel::SpeedupColumn), QStringLiteral("1.900x [1.862, 1.938]"));
+    EXPECT_EQ(cell(model, 1, RegimeTableModel::WinnerColumn), QStringLiteral("c0001"));
+
+    // A session of one regime (or none open) has no rows.
+    model.setSession(nullptr);
+    EXPECT_EQ(model.rowCount(), 0);
+}
+
+TEST(RegimeTableModel, ARegimeWithoutWinnerSaysTheFallbackServesIt)
+{
+    kl::Session s;
+    s.tree.add(candidate("c0001", kl::CandidateStatus::Rejected));
+    s.evaluations["c0001"] = evaluation("c0001", 0.9, false, 0.8, false);
+    RegimeTableModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
+    model.setSession(std::make_shared<const kl::Session>(std::move(s)));
+    ASSERT_EQ(model.rowCount(), 2);
+    EXPECT_EQ(cell(model, 0, RegimeTableModel::WinnerColumn), QStringLiteral("none: the fallback"));
+    EXPECT_EQ(cell(model, 0, RegimeTableModel::SpeedupColumn), QString());
+    EXPECT_EQ(cell(model, 0, RegimeTableModel::WinnerColumn, RegimeTableModel::CandidateIdRole), QString());
+}
+
+TEST(RegimeTableModel, TheWorkbenchHasARegimesDockWithTheTable)
+{
+    MainWindow w;
+    auto* dock = w.findChild<QDockWidget*>(QStringLiteral("regimesDock"));
+    ASSERT_NE(dock, nullptr);
+    auto* view = w.findChild<QTableView*>(QStringLiteral("regimeTable"));
+    ASSERT_NE(view, nullptr);
+    EXPECT_NE(qobject_cast<RegimeTableModel*>(view->model()), nullptr);
+}
