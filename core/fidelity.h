@@ -14,7 +14,11 @@ struct Fidelity {
     int screenShapes = 0; // tuning shapes a screen times, spread over the list (screenTuningShapes); 0: all
     bool screen() const { return screenSamples > 0; }
     std::string label() const; // "full", "screen:8x2"
-    bool operator==(const Fidelity&) const = default;
+    // Spelled out: nvcc compiles this header in C++17 (the CUPTI tests), which has no defaulted comparisons.
+    bool operator==(const Fidelity& o) const
+    {
+        return screenSamples == o.screenSamples && screenShapes == o.screenShapes;
+    }
 };
 // The tuning shapes a fidelity times: all of them for the full protocol, else screenShapes of them spread evenly
 // over the list (first and last included), in the list's order.

@@ -509,11 +509,8 @@ void validateProblem(const Problem& p, const std::string& where)
         { std::pair { &p.tuningShapes, "tuning shape" }, std::pair { &p.verifyShapes, "verify shape" } })
         if (const std::string gap = regimePartitionError(p, *shapes, key); !gap.empty())
             throw InputError(where + ".regimes: " + gap);
-    for (std::size_t i = 0; i < p.regimes.size(); ++i)
-        if (std::none_of(
-                p.tuningShapes.begin(), p.tuningShapes.end(), [&](const Shape& s) { return p.regimes[i].contains(s); }))
-            throw InputError(where + ".regimes[" + std::to_string(i) + "]: regime '" + p.regimes[i].name + "' ("
-                + abbreviate(p.regimes[i].condition.text()) + ") holds at no tuning shape, so nothing would time it");
+    // A regime may hold no tuning shape: a session tuned at a model's decode shapes only (from a trace, --shapes)
+    // still carries the problem's regimes, and the one nothing times keeps the fallback.
 
     for (const auto& [dtype, tol] : p.tolerances)
         for (const auto& [value, key] : { std::pair { tol.relL2, "rel_l2" }, std::pair { tol.maxAbs, "max_abs" } })

@@ -218,4 +218,27 @@ TEST(CurrentBest, ComesFromTheSessionsAcceptedCandidates)
     EXPECT_EQ(count(checkPhysics(e, rmsnorm(), h200(), ps), "physics.suspicious-jump"), 1);
 }
 
+TEST(Physics, OneShapeCarryingTheGainIsJudgedWithinItsRegime)
+{
+    // Launch-bound decode shapes gain little, two prefill shapes gain 3x alike: lopsided over all shapes, even
+    // within each regime. A shape that stands alone in its regime is still sent to review.
+    kl::Problem p = rmsnorm();
+    kl::Evaluation e;
+    e.shapes = { timed(1, 8192, 2.0, 0.85), timed(16, 8192, 2.2, 0.9), timed(64, 8192, 2.5, 1.2),
+        timed(4096, 8192, 60.0, 3.2), timed(32768, 8192, 400.0, 3.5) };
+    EXPECT_EQ(count(checkPhysics(e, p, h200(), PhysicsSettings {}), "physics.single-shape-speedup"), 1);
+    kl::Regime decode, prefill;
+    decode.name = "decode";
+    decode.condition = kl::Expr::parse("T <= 256");
+    prefill.name = "prefill";
+    prefill.condition = kl::Expr::parse("T > 256");
+    p.regimes = { decode, prefill };
+    EXPECT_TRUE(checkPhysics(e, p, h200(), PhysicsSettings {}).empty());
+    e.shapes.push_back(timed(16384, 8192, 200.0, 1.1));
+    e.shapes[3].speedup = 1.0;
+    const auto rs = checkPhysics(e, p, h200(), PhysicsSettings {});
+    ASSERT_EQ(count(rs, "physics.single-shape-speedup"), 1);
+    EXPECT_NE(rs.front().message.find("in regime prefill"), std::string::npos) << rs.front().message;
+}
+
 } // namespace
