@@ -3,8 +3,8 @@
 // cuBLAS-fallback gemm bundle through nvcc -c of each .cu.
 #include "export_fixture.h"
 #include "kernels/export/exporter.h"
-#include "tests/support/text_file.h"
 #include "kernels/export/regime_export.h"
+#include "tests/support/text_file.h"
 
 #include <cstdlib>
 #include <fstream>
