@@ -6,27 +6,27 @@ namespace kl {
 
 namespace {
 
-    std::uint64_t swizzleBytes(TmaSwizzle s)
-    {
-        switch (s) {
-        case TmaSwizzle::None:
-            return 0;
-        case TmaSwizzle::B32:
-            return 32;
-        case TmaSwizzle::B64:
-            return 64;
-        case TmaSwizzle::B128:
-            return 128;
-        }
-        return 0;
-    }
-
     bool isFloat(DType t)
     {
         return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64;
     }
 
 } // namespace
+
+std::uint64_t swizzleSpanBytes(TmaSwizzle s)
+{
+    switch (s) {
+    case TmaSwizzle::None:
+        return 0;
+    case TmaSwizzle::B32:
+        return 32;
+    case TmaSwizzle::B64:
+        return 64;
+    case TmaSwizzle::B128:
+        return 128;
+    }
+    return 0;
+}
 
 std::uint64_t TensorMapGeometry::boxBytes() const
 {
@@ -115,7 +115,7 @@ TensorMapGeometry resolveTensorMap(const TensorMapSpec& map, const Problem& prob
             fail("box[0]",
                 std::to_string(g.box[0]) + " elements of " + std::to_string(elem) + " bytes are "
                     + std::to_string(innerBytes) + " bytes; the innermost box extent must be a multiple of 16 bytes");
-        if (const std::uint64_t span = swizzleBytes(map.swizzle); span && innerBytes > span)
+        if (const std::uint64_t span = swizzleSpanBytes(map.swizzle); span && innerBytes > span)
             fail("swizzle",
                 "the innermost box extent is " + std::to_string(innerBytes) + " bytes, wider than the "
                     + std::to_string(span) + "-byte swizzle span");

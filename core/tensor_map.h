@@ -57,6 +57,9 @@ struct TensorMapGeometry {
 // the annotation's line, the map and the field when cuTensorMapEncodeTiled would refuse it.
 TensorMapGeometry resolveTensorMap(const TensorMapSpec& map, const Problem& problem, const Bindings& vars);
 
+// The bytes one swizzle pattern spans (0 for none): the innermost box extent may not exceed it.
+std::uint64_t swizzleSpanBytes(TmaSwizzle s);
+
 // The address rule, which only the worker can check: 16-byte alignment, 32 with 32-byte interleave. Empty when
 // the address is fine, else why not.
 std::string tensorMapAddressProblem(const TensorMapSpec& map, const TensorMapGeometry& g, std::uint64_t address);

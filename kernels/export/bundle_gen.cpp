@@ -187,21 +187,6 @@ namespace {
         return true;
     }
 
-    int swizzleSpanBytes(TmaSwizzle s)
-    {
-        switch (s) {
-        case TmaSwizzle::None:
-            return 0;
-        case TmaSwizzle::B32:
-            return 32;
-        case TmaSwizzle::B64:
-            return 64;
-        case TmaSwizzle::B128:
-            return 128;
-        }
-        return 0;
-    }
-
     // The tensor maps of one implementation as a C function over the dims: the geometry cuTensorMapEncodeTiled
     // takes, or 0 and why where it would refuse the map at this shape. The rules are core/tensor_map.cpp's
     // (resolveTensorMap), re-stated in C for the bundle; the dispatch self-test checks the two agree.
@@ -252,7 +237,7 @@ namespace {
               << " */\n";
             o << "        map->rank = " << rank << ";\n        map->dtype_bytes = " << elem
               << ";\n        map->interleave_bytes = " << interleaveBytes
-              << ";\n        map->swizzle_bytes = " << swizzleSpanBytes(map.swizzle)
+              << ";\n        map->swizzle_bytes = " << static_cast<int>(swizzleSpanBytes(map.swizzle))
               << ";\n        map->l2_promotion_bytes = " << l2Bytes
               << ";\n        map->oob_nan = " << (map.oobFill == TmaOobFill::Nan ? 1 : 0) << ";\n";
             o << "        kl_stride = " << elem << "ULL;\n";
@@ -282,7 +267,7 @@ namespace {
             if (map.interleave == TmaInterleave::None) {
                 o << "        if ((unsigned long long)map->box[0] * " << elem << "ULL % 16ULL != 0)\n"
                   << fail("box[0] is not a multiple of 16 bytes");
-                if (const int span = swizzleSpanBytes(map.swizzle))
+                if (const int span = static_cast<int>(swizzleSpanBytes(map.swizzle)))
                     o << "        if ((unsigned long long)map->box[0] * " << elem << "ULL > " << span << "ULL)\n"
                       << fail("box[0] is wider than the " + std::to_string(span) + "-byte swizzle span");
             }
