@@ -11,6 +11,16 @@ namespace kl {
 using namespace jsonfield;
 
 namespace {
+
+    // What a failed end-to-end check measured, so the engineer sees how far off and in what way.
+    std::string checkFigures(const CorrectnessStats& c)
+    {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "rel_l2 %.3g, max_abs %.3g", c.relL2, c.maxAbs);
+        return std::string(buf) + (c.nonFinite ? ", non-finite values" : "")
+            + (c.fullCoverage ? "" : ", outputs not fully written");
+    }
+
     void putTiming(Json& j, const char* key, const std::optional<TimingStats>& t)
     {
         if (t)
@@ -189,7 +199,7 @@ void judgePipeline(PipelineResult& r)
             if (!c.passed)
                 add("pipeline.end-to-end-wrong", "",
                     "the pipeline's outputs differ from the chained references" + at + " (check " + c.distribution
-                        + ")");
+                        + ": " + checkFigures(c) + ")");
         if (s.graph && s.graph->medianUs > 0) {
             const double seconds = s.graph->medianUs * 1e-6;
             s.mfu = r.peaks.flopsPerSecond > 0 ? s.flops / seconds / r.peaks.flopsPerSecond : 0;

@@ -644,6 +644,19 @@ void ResearchLoop::handle(Message& m)
     case Message::Kind::Finished:
         break;
     }
+    // However this decision ends, the device may then take the next job with the best it leaves.
+    struct Decided {
+        ResearchLoop* loop;
+        bool measured;
+        ~Decided()
+        {
+            if (!measured)
+                return;
+            std::lock_guard lock(loop->m_mutex);
+            --loop->m_undecided;
+            loop->m_cv.notify_all();
+        }
+    } decided { this, m.measured };
     m_agentWaiting = false;
     if (m.measured) {
         ++m_result.evaluatedThisRun;
@@ -964,7 +977,7 @@ void ResearchLoop::deviceWorker()
                 // In proposal order: a child is never measured before the parent it is compared with, and
                 // the compile pool, running ahead, normally has the first job ready.
                 ready = m_jobs.begin();
-                return ready != m_jobs.end() && (*ready)->compiled;
+                return ready != m_jobs.end() && (*ready)->compiled && m_undecided == 0;
             });
             if (m_shutdown)
                 return;
@@ -1027,8 +1040,10 @@ void ResearchLoop::deviceWorker()
         }
         std::lock_guard lock(m_mutex);
         m_onDevice.erase(done.id);
-        if (!(m_dropInFlight && done.kind == Message::Kind::Finished))
+        if (!(m_dropInFlight && done.kind == Message::Kind::Finished)) {
+            m_undecided += done.measured ? 1 : 0;
             m_messages.push_back(std::move(done));
+        }
         m_cv.notify_all();
     }
 }

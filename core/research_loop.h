@@ -137,6 +137,9 @@ private:
     bool m_shutdown = false;
     bool m_stopRequested = false;
     bool m_dropInFlight = false;
+    // Measured evaluations handed to the loop thread and not yet decided: the device waits for none, so the best it
+    // hands the next evaluation (the referee's jump and single-shape checks) is never one decision stale.
+    int m_undecided = 0;
     std::string m_stopReason;
     bool m_paused = false;
     CancelToken m_deviceCancel;

@@ -90,7 +90,8 @@ TEST_F(KloopCli, EveryCommandRejectsUnknownOptionsAndMissingValuesWithExitTwo)
     const std::vector<std::string> commands = listedCommands(help.out);
     // One option that takes a value, per command that has one.
     const std::map<std::string, std::string> valueOption { { "eval", "arch" }, { "export", "out" }, { "problems", "" },
-        { "problems import", "workloads" }, { "profile", "out" }, { "profile sol", "out" }, { "prompt", "problem" },
+        { "problems import", "workloads" }, { "pipeline run", "out" }, { "pipeline show", "" },
+        { "pipeline validate", "" }, { "profile", "out" }, { "profile sol", "out" }, { "prompt", "problem" },
         { "run", "budget" }, { "session diff", "context" }, { "session list", "" }, { "session new", "problem" },
         { "session show", "" }, { "trace analyze", "work" }, { "trace export", "out" }, { "trace info", "" },
         { "tuning-db export", "space" }, { "tuning-db import", "problem" }, { "tuning-db list", "db" },

@@ -411,11 +411,13 @@ TEST(PipelineResult, WrongStagesAndOutputsAreRejected)
     kl::PipelineResult r = measured();
     r.shapes[0].stages[0].check = passed("stage:normal", false);
     r.shapes[0].checks[1].passed = false;
+    r.shapes[0].checks[1].relL2 = 0.031;
+    r.shapes[0].checks[1].maxAbs = 0.5;
     r.shapes[0].correct = false;
     kl::judgePipeline(r);
     EXPECT_FALSE(r.accepted);
     EXPECT_TRUE(hasReason(r, "pipeline.stage-wrong", "stage norm (rmsnorm, baseline)"));
-    EXPECT_TRUE(hasReason(r, "pipeline.end-to-end-wrong", "check end-to-end:graph"));
+    EXPECT_TRUE(hasReason(r, "pipeline.end-to-end-wrong", "check end-to-end:graph: rel_l2 0.031, max_abs 0.5"));
 }
 
 TEST(PipelineResult, RoundTripsAndRefusesBadFieldsByName)

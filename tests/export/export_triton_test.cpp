@@ -39,8 +39,8 @@ namespace {
                 { "HOME", (s_scratch / "home").string() }, { "KL_CACHE_DIR", (s_scratch / "cache").string() },
                 { "KL_PROBLEMS_DIR", "" }, { "KL_TRITON_PYTHON", tritonPython() } };
             const auto run = clitest::runKloop(
-                { "run", "--problem", "rmsnorm", "--language", "triton", "--agent", "tuner:random", "--budget", "4",
-                    "--no-tuning-db", "--session", (s_scratch / "session").string() },
+                { "run", "--problem", "rmsnorm", "--language", "triton", "--agent", "tuner:random", "--regimes",
+                    "single", "--budget", "4", "--no-tuning-db", "--session", (s_scratch / "session").string() },
                 env, s_scratch);
             if (run.exitCode != 0) {
                 s_why = "kloop run failed: " + run.err + run.out;
