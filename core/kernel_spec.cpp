@@ -768,10 +768,14 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
                             throw InputError("line " + std::to_string(l.line) + ": @kl:launch " + what + " at "
                                 + shape.label() + " with the defaults: " + e.what());
                         }
-                        if (v < 1)
+                        // A grid of 0 skips the launch (kernels/HARNESS.md); blocks and clusters need at least 1.
+                        const bool isGrid = exprs == l.grid;
+                        if (v < (isGrid ? 0 : 1))
                             throw InputError("line " + std::to_string(l.line) + ": @kl:launch " + what + " '"
                                 + abbreviate(exprs[d].text()) + "' is " + std::to_string(v) + " at " + shape.label()
-                                + " with the defaults; a launch needs at least 1");
+                                + " with the defaults; a launch needs at least " + (isGrid ? "0" : "1"));
+                        if (isGrid && v == 0)
+                            v = 1; // for the cluster check below: an unmade launch meets any cluster shape
                         if (exprs == l.cluster)
                             cluster[d] = v;
                         else if (exprs == l.grid)
@@ -792,6 +796,18 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
                 + " arguments to " + l.kernel + ", whose parameter list (line " + std::to_string(sig->line)
                 + ") declares " + std::to_string(sig->parameters));
     }
+    // Some launch must be made at every shape (each grid above was evaluable).
+    for (const auto* shapes : { &problem.tuningShapes, &problem.verifyShapes })
+        for (const auto& shape : *shapes) {
+            Bindings b = bindingsFor(spec.defaults(), shape.bindings());
+            b[kSmCountIdentifier] = 1;
+            const bool any = std::ranges::any_of(spec.launches, [&](const LaunchStep& l) {
+                return std::ranges::all_of(l.grid, [&](const Expr& g) { return g.evaluateInt(b) > 0; });
+            });
+            if (!any && !spec.launches.empty())
+                throw InputError("@kl:launch: every launch has a grid of 0 at " + shape.label()
+                    + " with the defaults, so the plan launches nothing there");
+        }
     return spec;
 }
 

@@ -13,7 +13,8 @@
 // and workspaces pass as device pointers, dims as int, scalars by their declared type, tensor maps
 // (@kl:tensormap, core/tensor_map.h) as a CUtensorMap by value. A launch line may add cluster=(X, Y, Z)
 // (thread-block clusters, sm_90+; the grid a multiple of it) and pdl=1 (programmatic dependent launch: the
-// kernel may start while the plan's previous kernel finishes, and waits with griddepcontrol.wait).
+// kernel may start while the plan's previous kernel finishes, and waits with griddepcontrol.wait). A grid of 0 in
+// some dimension means the launch is not made for that shape and those parameters.
 #include "core/expr.h"
 #include "core/problem.h"
 #include "core/tensor_map.h"

@@ -91,6 +91,21 @@ std::optional<VerdictReason> checkDeviceLimits(const KernelSpec& spec, const Par
         for (std::size_t si = 0; si < bindingSets.size(); ++si) {
             const Bindings& b = bindingSets[si];
             const std::string where = step.kernel + (shapes.empty() ? "" : " at " + shapes[si].label());
+            bool launched = true; // a grid of 0 in some dimension: the launch is not made, nothing else applies
+            for (int d = 0; d < 3; ++d) {
+                if (step.grid[d].empty())
+                    continue;
+                const auto g = tryEval(step.grid[d], b);
+                const std::int64_t limit = d == 0 ? 2147483647LL : 65535;
+                if (g && (*g < 0 || *g > limit))
+                    return reason("device.grid-dims",
+                        where + ": grid dimension " + std::to_string(d) + " = " + std::to_string(*g) + " is outside 0.."
+                            + std::to_string(limit),
+                        step.line);
+                launched = launched && (!g || *g > 0);
+            }
+            if (!launched)
+                continue;
             std::int64_t block[3] = { 1, 1, 1 };
             bool blockKnown = true;
             for (int d = 0; d < 3; ++d) {
@@ -128,17 +143,6 @@ std::optional<VerdictReason> checkDeviceLimits(const KernelSpec& spec, const Par
                                 + std::to_string(device.regsPerBlock),
                             step.line);
                 }
-            }
-            for (int d = 0; d < 3; ++d) {
-                if (step.grid[d].empty())
-                    continue;
-                const auto g = tryEval(step.grid[d], b);
-                const std::int64_t limit = d == 0 ? 2147483647LL : 65535;
-                if (g && (*g < 1 || *g > limit))
-                    return reason("device.grid-dims",
-                        where + ": grid dimension " + std::to_string(d) + " = " + std::to_string(*g) + " is outside 1.."
-                            + std::to_string(limit),
-                        step.line);
             }
             if (smemLimit > 0) {
                 std::int64_t smem = tryEval(step.sharedBytes, b).value_or(0);

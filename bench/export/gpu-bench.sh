@@ -52,11 +52,13 @@ log "session: $SESSION ($SESSION_KIND)"
 BUNDLE=$OUT/bundle
 FORCED=no
 rm -rf "$BUNDLE"
-if ! step export "$KLOOP" export "$SESSION" --out "$BUNDLE" --json; then
+# EXPORT_CANDIDATE: one candidate of the session (a session whose every candidate lost to the fallback has no winner).
+PICK=${EXPORT_CANDIDATE:+--candidate $EXPORT_CANDIDATE}
+if ! step export "$KLOOP" export "$SESSION" --out "$BUNDLE" $PICK --json; then
     # Refused (safe by default): the reasons are in export.log; go on with --force to exercise the build.
     FORCED=yes
     rm -rf "$BUNDLE"
-    step export-forced "$KLOOP" export "$SESSION" --out "$BUNDLE" --force --json
+    step export-forced "$KLOOP" export "$SESSION" --out "$BUNDLE" $PICK --force --json
 fi
 
 step bundle-configure cmake -S "$BUNDLE" -B "$BUNDLE/build" -G Ninja -DCMAKE_BUILD_TYPE=Release

@@ -60,6 +60,8 @@ struct SweepResult {
     int crashed = 0;
     double wallSeconds = 0;
     double compileWallSeconds = 0;
+    double compileWaitSeconds = 0; // the evaluation loop waiting for a compile: 0 when the GPU side sets the rate
+    double deviceSeconds = 0; // the evaluations' time on the worker (verification and timing)
     kl::ParamValues best;
     double bestObjective = 0;
     std::map<std::string, int> rules;
@@ -90,10 +92,13 @@ SweepResult sweep(kl::GpuEvaluator& ev, int count, double maxSecondsPerShape, in
     for (const auto& c : cands)
         compiles.push_back(ev.compileAsync(c)); // the pool compiles ahead while the GPU evaluates
     for (std::size_t i = 0; i < cands.size(); ++i) {
+        const double waitStart = seconds();
         compiles[i].wait();
+        r.compileWaitSeconds += seconds() - waitStart;
         if (i + 1 == cands.size())
             r.compileWallSeconds = seconds() - t0;
         const auto e = ev.evaluate(cands[i], opt, kl::CancelToken {});
+        r.deviceSeconds += e.deviceMs * 1e-3;
         ++r.evaluated;
         switch (e.verdict) {
         case kl::Verdict::Correct:
@@ -246,26 +251,31 @@ int main(int argc, char** argv)
         const double perMin = sw.wallSeconds > 0 ? sw.evaluated / (sw.wallSeconds / 60.0) : 0;
         results["sweep"] = { { "configs", sw.evaluated }, { "correct", sw.correct }, { "rejected", sw.rejected },
             { "compile_failed", sw.compileFailed }, { "crashed_or_timeout", sw.crashed }, { "wall_s", sw.wallSeconds },
-            { "compile_wall_s", sw.compileWallSeconds }, { "evals_per_min", perMin },
-            { "best_params", kl::wire::toJson(sw.best) }, { "best_objective", sw.bestObjective },
-            { "compile_threads", rms.compiler().threads() }, { "rules", sw.rules } };
-        std::printf("sweep: %d rmsnorm configs in %.1f s = %.0f evaluations/min (compiles done after %.1f s); correct "
-                    "%d; best %s (geomean %.2f us)\n",
-            sw.evaluated, sw.wallSeconds, perMin, sw.compileWallSeconds, sw.correct, paramsText(sw.best).c_str(),
-            sw.bestObjective);
+            { "compile_wall_s", sw.compileWallSeconds }, { "compile_wait_s", sw.compileWaitSeconds },
+            { "device_s", sw.deviceSeconds }, { "evals_per_min", perMin }, { "best_params", kl::wire::toJson(sw.best) },
+            { "best_objective", sw.bestObjective }, { "compile_threads", rms.compiler().threads() },
+            { "rules", sw.rules } };
+        std::printf("sweep: %d rmsnorm configs in %.1f s = %.0f evaluations/min (waited %.1f s for compiles, %.1f s on "
+                    "the worker); correct %d; best %s (geomean %.2f us)\n",
+            sw.evaluated, sw.wallSeconds, perMin, sw.compileWaitSeconds, sw.deviceSeconds, sw.correct,
+            paramsText(sw.best).c_str(), sw.bestObjective);
         std::fflush(stdout);
         md << "## Sweep throughput (compile + verify + time)\n\n"
            << sw.evaluated << " rmsnorm template configurations, cold compile cache, " << rms.compiler().threads()
            << " compile threads; each evaluation verifies " << rms.problem().verifyShapes.size() << " verify + "
            << rms.problem().tuningShapes.size() << " tuning shapes + the range extremes + 2 random held-out shapes "
-           << "(5 checks + graph replay each, CUPTI on) and times the " << rms.problem().tuningShapes.size()
+           << "(5 checks + graph replay each, the order checks + graph replay on shapes over 1 GiB; CUPTI on) and "
+              "times the "
+           << rms.problem().tuningShapes.size()
            << " tuning shapes (adaptive to a 1% CI, <= 30 ms per shape, timed outputs re-checked). Tuner mode: "
            << "configurations are ranked by their own medians (EvaluateOptions::timeBaseline = false); the winners "
            << "are timed interleaved with the baseline in the problem table below.\n\n"
-           << "| evaluations | wall s | evaluations/min | correct | rejected | compile failed | crashed/hung "
-              "|\n|---|---|---|---|---|---|---|\n"
-           << "| " << sw.evaluated << " | " << fmt(sw.wallSeconds, 1) << " | " << fmt(perMin, 0) << " | " << sw.correct
-           << " | " << sw.rejected << " | " << sw.compileFailed << " | " << sw.crashed << " |\n\n"
+           << "| evaluations | wall s | evaluations/min | on the worker s | waiting for compiles s | correct | "
+              "rejected "
+              "| compile failed | crashed/hung |\n|---|---|---|---|---|---|---|---|---|\n"
+           << "| " << sw.evaluated << " | " << fmt(sw.wallSeconds, 1) << " | " << fmt(perMin, 0) << " | "
+           << fmt(sw.deviceSeconds, 1) << " | " << fmt(sw.compileWaitSeconds, 1) << " | " << sw.correct << " | "
+           << sw.rejected << " | " << sw.compileFailed << " | " << sw.crashed << " |\n\n"
            << "best: " << paramsText(sw.best) << " (geometric mean of its medians over the tuning shapes "
            << fmt(sw.bestObjective, 2) << " us)\n\n";
     }

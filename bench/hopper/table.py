@@ -34,3 +34,61 @@ for label, (d, us, point, base) in sorted(rows.items(), key=lambda kv: (kv[1][0]
     flops = 2 * d["M"] * d["N"] * d["K"]
     t, tb = flops / (us * 1e-6) / 1e12, flops / (base * 1e-6) / 1e12
     print(f"| {label} | {us:.1f} | {t:.0f} | {base:.1f} | {tb:.0f} | {base / us:.3f} | {100 * t / peak:.0f}% | {point} |")
+
+# The tuner's session (gpu-bench.sh step 2): per shape the fastest verified candidate it evaluated ("reached"),
+# and what its exported dispatcher would serve there: the winner of the shape's regime (kloop session show).
+session = os.path.join(out, "session-bayes")
+cands = os.path.join(session, "candidates")
+if not os.path.isdir(cands):
+    sys.exit(0)
+best = {}  # label -> (dims, us, cuBLAS us, candidate id)
+by_candidate = {}  # candidate id -> {label: (us, cuBLAS us)}
+evaluated = correct = 0
+for cid in sorted(os.listdir(cands)):
+    try:
+        e = json.load(open(os.path.join(cands, cid, "evaluation.json")))
+    except (OSError, ValueError):
+        continue
+    evaluated += 1
+    if not all(s.get("correct") for s in e.get("shapes", [])) or not e.get("shapes"):
+        continue
+    correct += 1
+    for s in e["shapes"]:
+        if s.get("held_out") or "timing" not in s or "baseline_timing" not in s:
+            continue
+        d = s["shape"]["dims"]
+        label = f"M={d['M']} N={d['N']} K={d['K']}"
+        us, base = s["timing"]["median_us"], s["baseline_timing"]["median_us"]
+        by_candidate.setdefault(cid, {})[label] = (us, base)
+        if label not in best or base / us > best[label][2] / best[label][1]:
+            best[label] = (d, us, base, cid)
+winners = {}
+try:
+    import subprocess
+    kloop = os.path.join(os.environ.get("BUILD_DIR", "build"), "cli", "kloop")
+    shown = json.loads(subprocess.run([kloop, "session", "show", session, "--json"], capture_output=True, text=True).stdout)
+    winners = {r["regime"]: r for r in shown.get("regimes", [])}
+except (OSError, ValueError) as err:
+    print(f"kloop session show: {err}")
+
+
+def params_of(cid):
+    try:
+        return ",".join(f"{k}={v}" for k, v in sorted(json.load(open(os.path.join(cands, cid, "candidate.json")))["params"].items()))
+    except (OSError, ValueError, KeyError):
+        return "?"
+
+
+print(f"\n## kloop run --agent tuner:bayes on the same shapes: {evaluated} candidates evaluated, {correct} verified correct\n")
+print("Regime winners (kloop session show): " + "; ".join(
+    f"{r}: {w.get('winner') or 'the fallback'} (speedup {w.get('speedup', 0):.3f} over its tuning shapes)" for r, w in winners.items()) + "\n")
+print("| shape | best reached us | cuBLAS us | ratio | TFLOP/s | % of peak | candidate | regime winner's ratio here |")
+print("|---|---|---|---|---|---|---|---|")
+for label, (d, us, base, cid) in sorted(best.items(), key=lambda kv: (kv[1][0]["M"] < 1000, kv[1][0]["M"], kv[1][0]["N"], kv[1][0]["K"])):
+    flops = 2 * d["M"] * d["N"] * d["K"]
+    t = flops / (us * 1e-6) / 1e12
+    regime = "decode" if d["M"] <= 128 else "prefill"
+    w = (winners.get(regime) or {}).get("winner")
+    here = by_candidate.get(w, {}).get(label) if w else None
+    wr = f"{here[1] / here[0]:.3f} ({w})" if here else "- (cuBLAS)"
+    print(f"| {label} | {us:.1f} | {base:.1f} | {base / us:.3f} | {t:.0f} | {100 * t / peak:.0f}% | {cid} {params_of(cid)} | {wr} |")

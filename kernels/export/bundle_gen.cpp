@@ -1045,13 +1045,16 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
             o << "        if (!" << P << "_candidate_grid(dims, kl_g)) return " << U << "_ERR_UNSUPPORTED_SHAPE;\n";
         for (int d = 0; d < 3; ++d) {
             if (!triton)
-                o << "        if (!klx_to_int(" << ex(l.grid[d], "grid") << ", 1, "
+                o << "        if (!klx_to_int(" << ex(l.grid[d], "grid") << ", 0, "
                   << (d == 0 ? "2147483647LL" : "65535LL") << ", &kl_g[" << d << "])) return " << U
                   << "_ERR_UNSUPPORTED_SHAPE;\n";
             o << "        if (!klx_to_int(" << ex(l.block[d], "block") << ", 1, 1024, &kl_b[" << d << "])) return " << U
               << "_ERR_UNSUPPORTED_SHAPE;\n";
         }
         o << "        if (kl_b[0] * kl_b[1] * kl_b[2] > 1024) return " << U << "_ERR_UNSUPPORTED_SHAPE;\n";
+        const std::string skipLabel = "kl_skip_" + std::to_string(step);
+        if (!triton) // a grid of no blocks: the harness made no launch either
+            o << "        if (kl_g[0] == 0 || kl_g[1] == 0 || kl_g[2] == 0) goto " << skipLabel << ";\n";
         o << "        if (!klx_to_int(" << ex(l.sharedBytes, "smem") << ", 0, INT_MAX, &kl_smem)) return " << U
           << "_ERR_UNSUPPORTED_SHAPE;\n";
         const std::string kname = P + "_" + k.role + "__" + l.kernel;
@@ -1145,11 +1148,13 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
                       << "_ERR_UNSUPPORTED_SHAPE;\n";
                 o << "            if (kl_c[0] * kl_c[1] * kl_c[2] > " << kMaxClusterBlocks << "LL) return " << U
                   << "_ERR_UNSUPPORTED_SHAPE;\n";
-                o << "            kl_attr[kl_cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;\n"
-                     "            kl_attr[kl_cfg.numAttrs].val.clusterDim.x = (unsigned)kl_c[0];\n"
-                     "            kl_attr[kl_cfg.numAttrs].val.clusterDim.y = (unsigned)kl_c[1];\n"
-                     "            kl_attr[kl_cfg.numAttrs].val.clusterDim.z = (unsigned)kl_c[2];\n"
-                     "            ++kl_cfg.numAttrs;\n        }\n";
+                o << "            /* a cluster of one block is a plain launch, as under the harness */\n"
+                     "            if (kl_c[0] * kl_c[1] * kl_c[2] > 1) {\n"
+                     "                kl_attr[kl_cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;\n"
+                     "                kl_attr[kl_cfg.numAttrs].val.clusterDim.x = (unsigned)kl_c[0];\n"
+                     "                kl_attr[kl_cfg.numAttrs].val.clusterDim.y = (unsigned)kl_c[1];\n"
+                     "                kl_attr[kl_cfg.numAttrs].val.clusterDim.z = (unsigned)kl_c[2];\n"
+                     "                ++kl_cfg.numAttrs;\n            }\n        }\n";
             }
             if (l.programmaticLaunch)
                 o << "        /* pdl=1: may start while the previous kernel on the stream drains; it waits with\n"
@@ -1158,14 +1163,15 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
                      "        kl_attr[kl_cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;\n"
                      "        ++kl_cfg.numAttrs;\n";
             o << "        if (cudaLaunchKernelExC(&kl_cfg, (const void*)" << kname
-              << ", kl_args) != cudaSuccess)\n            return " << U << "_ERR_LAUNCH;\n    }\n";
+              << ", kl_args) != cudaSuccess)\n            return " << U << "_ERR_LAUNCH;\n    }\n    " << skipLabel
+              << ":;\n";
             continue;
         }
         o << "        if (cudaLaunchKernel((const void*)" << kname
           << ", dim3((unsigned)kl_g[0], (unsigned)kl_g[1], (unsigned)kl_g[2]), dim3((unsigned)kl_b[0], "
              "(unsigned)kl_b[1], "
              "(unsigned)kl_b[2]), kl_args, (size_t)kl_smem, stream) != cudaSuccess)\n            return "
-          << U << "_ERR_LAUNCH;\n    }\n";
+          << U << "_ERR_LAUNCH;\n    }\n    " << skipLabel << ":;\n";
     }
     o << "    return " << U << "_OK;\n}\n";
     return o.str();

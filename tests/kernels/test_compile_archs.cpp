@@ -167,6 +167,28 @@ TEST(ProblemArchs, EveryLaunchPlanFitsAnH200AtEveryShapeTheHarnessRuns)
     }
 }
 
+TEST(ProblemArchs, AnEmptyGridSkipsItsLaunchAndANegativeOneIsRefused)
+{
+    const kl::DeviceInfo h200 = deviceModel(9, 0, 227, 2048);
+    kl::Shape s;
+    s.dims = { { "N", 4096 } };
+    auto plan = [](const std::string& grid) {
+        // The second line's block would exceed any device: it only counts when the launch is made.
+        return kl::parseKernelSpec("// @kl:param SPLIT = 1 in [1, 2]\n"
+                                   "// @kl:launch k grid=(N) block=(256) args=(N)\n"
+                                   "// @kl:launch r grid=("
+            + grid + ") block=(4096) args=(N)\n");
+    };
+    EXPECT_FALSE(kl::checkDeviceLimits(plan("SPLIT > 1 ? N : 0"), { { "SPLIT", 1 } }, { s }, h200));
+    const auto made = kl::checkDeviceLimits(plan("SPLIT > 1 ? N : 0"), { { "SPLIT", 2 } }, { s }, h200);
+    ASSERT_TRUE(made.has_value());
+    EXPECT_EQ(made->rule, "device.block-dims");
+    const auto negative = kl::checkDeviceLimits(plan("0 - N"), { { "SPLIT", 1 } }, { s }, h200);
+    ASSERT_TRUE(negative.has_value());
+    EXPECT_EQ(negative->rule, "device.grid-dims");
+    EXPECT_NE(negative->message.find("-4096 is outside 0..2147483647"), std::string::npos) << negative->message;
+}
+
 TEST(ProblemArchs, TunerPrunesClusterSizesBelowSm90AndKeepsThemOnSm90)
 {
     kl::Problem softmax;

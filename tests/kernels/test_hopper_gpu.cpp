@@ -6,6 +6,7 @@
 #include "core/json_io.h"
 #include "core/session_store.h"
 #include "kernels/gpu_evaluator.h"
+#include "kernels/worker_protocol.h"
 #include "tests/support/gpu_available.h"
 
 #include <algorithm>
@@ -80,18 +81,24 @@ protected:
 
 } // namespace
 
-TEST_F(HopperGpu, TmaWgmmaTemplatePassesAtTheDefaultsAndWithSplitK)
+// The defaults; split-K summed by a second kernel and in the GEMM (the last split of a tile); B multicast in clusters
+// of two, alone and with split-K.
+TEST_F(HopperGpu, TmaWgmmaTemplatePassesWithSplitKClustersAndInKernelReduction)
 {
     for (const kl::ParamValues& p :
-        { kl::ParamValues {}, kl::ParamValues { { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 } } }) {
+        { kl::ParamValues {}, kl::ParamValues { { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 } },
+            kl::ParamValues { { "BM", 128 }, { "BN", 128 }, { "STAGES", 5 }, { "SPLITK", 2 }, { "REDUCE", 1 } },
+            kl::ParamValues { { "CM", 2 } },
+            kl::ParamValues {
+                { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 }, { "REDUCE", 1 }, { "CM", 2 } } }) {
         const auto e = ev->evaluate(candidate(source, p, "tma"), quick(), kl::CancelToken {});
         EXPECT_EQ(e.verdict, kl::Verdict::Correct) << reasonsText(e);
         for (const auto& s : e.shapes) {
             EXPECT_TRUE(s.correct) << s.shape.label();
             if (s.timing)
-                std::printf("[ hopper ] %s SPLITK=%lld %s: %.2f us, cuBLAS %.2f us, %.3fx\n", s.shape.label().c_str(),
-                    static_cast<long long>(p.count("SPLITK") ? p.at("SPLITK") : 1), s.heldOut ? "held-out" : "",
-                    s.timing->medianUs, s.baselineTiming ? s.baselineTiming->medianUs : 0.0, s.speedup);
+                std::printf("[ hopper ] %s %s %s: %.2f us, cuBLAS %.2f us, %.3fx\n", s.shape.label().c_str(),
+                    kl::wire::toJson(p).dump().c_str(), s.heldOut ? "held-out" : "", s.timing->medianUs,
+                    s.baselineTiming ? s.baselineTiming->medianUs : 0.0, s.speedup);
         }
     }
 }

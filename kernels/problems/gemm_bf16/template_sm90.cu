@@ -3,30 +3,38 @@
 // referee reads is in this file.
 //  - TMA (cp.async.bulk.tensor) loads BMx64 tiles of A and BNx64 tiles of B, 128-byte swizzled, into a ring of
 //    STAGES shared-memory stages; each stage has a "full" mbarrier (the copy engine's byte count) and an "empty"
-//    one (every consumer thread arrives once it is done with the stage).
-//  - Warp specialisation: warpgroup 0 produces (one thread issues the copies; with REGSPLIT=1 setmaxnreg.dec gives
-//    its registers to the two consumers' setmaxnreg.inc), warpgroups 1..BM/64 consume: each owns 64 rows of the tile and issues wgmma m64nBNk16 from shared
-//    memory, keeping one k-block of MMAs in flight (wgmma.wait_group 1) before releasing the stage before it.
-//  - Persistent: SM_COUNT blocks walk the work units (tile x k-split) in a grouped raster (GROUP tiles along M
+//    one (every consumer warp arrives once it is done with the stage).
+//  - Clusters (CM = 2): the two blocks of a cluster take vertically adjacent tiles (same B panel); each loads half
+//    of the B tile and multicasts it into both blocks' shared memory, so B crosses from L2 once per pair. A stage
+//    is free again only when the consumers of both blocks released it (remote mbarrier arrives).
+//  - Warp specialisation: warpgroup 0 produces (one thread issues the copies; with REGSPLIT=1 setmaxnreg.dec
+//    gives its registers to the consumers' setmaxnreg.inc), warpgroups 1..BM/64 consume: each owns 64 rows of the
+//    tile and issues wgmma m64nBNk16 from shared memory, keeping one k-block of MMAs in flight
+//    (wgmma.wait_group 1) before releasing the stage before it.
+//  - Persistent: the blocks walk the work units (tile x k-split) in a grouped raster (GROUP tiles along M
 //    when RASTER=0, along N when RASTER=1) so neighbouring blocks share A or B panels in L2.
-//  - Split-K for skinny M: with SPLITK > 1 each unit writes fp32 partials to the workspace and a second kernel,
-//    launched with programmatic dependent launch, sums them into C.
+//  - Split-K for skinny M: with SPLITK > 1 each unit writes fp32 partials to the workspace; REDUCE=0 sums them in
+//    a second kernel launched with programmatic dependent launch, REDUCE=1 in the GEMM itself: the split that
+//    arrives last at its tile's counter adds the others' partials (no second launch, no waiting).
 // @kl:param BM = 128 in [64, 128]
 // @kl:param BN = 256 in [64, 128, 256]
 // @kl:param STAGES = 4 in [2, 3, 4, 5, 6, 8]
 // @kl:param SPLITK = 1 in [1, 2, 4, 8, 16]
+// @kl:param REDUCE = 0 in [0, 1]
+// @kl:param CM = 1 in [1, 2]
 // @kl:param GROUP = 8 in [1, 4, 8, 16]
 // @kl:param RASTER = 0 in [0, 1]
 // @kl:param REGSPLIT = 0 in [0, 1]
 // @kl:constraint ARCH >= 90
 // @kl:constraint STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES <= 232448
-// @kl:constraint SPLITK == 1 || BM == 64
 // @kl:constraint REGSPLIT == 0 || BM == 128
+// @kl:constraint REDUCE == 0 || SPLITK > 1
 // @kl:workspace part bytes=(SPLITK > 1 ? SPLITK * M * N * 4 : 16) init=poison
+// @kl:workspace arrivals bytes=(REDUCE == 1 ? ceil_div(M, BM) * ceil_div(N, BN) * 4 : 16) init=zero
 // @kl:tensormap tmA tensor=A box=(64, BM) swizzle=128B l2promo=256B oob=zero
-// @kl:tensormap tmB tensor=B box=(64, BN) swizzle=128B l2promo=256B oob=zero
-// @kl:launch gemm_tma_wgmma grid=(min(ceil_div(M, BM) * ceil_div(N, BN) * SPLITK, SM_COUNT)) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) args=(tmA, tmB, C, part, M, N, K)
-// @kl:launch gemm_splitk_reduce grid=(SPLITK > 1 ? ceil_div(M * N, 1024) : 1) block=(256) pdl=1 args=(C, part, M, N)
+// @kl:tensormap tmB tensor=B box=(64, BN / CM) swizzle=128B l2promo=256B oob=zero
+// @kl:launch gemm_tma_wgmma grid=(CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * SPLITK, div(SM_COUNT, CM))) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
+// @kl:launch gemm_splitk_reduce grid=(SPLITK > 1 && REDUCE == 0 ? ceil_div(M * N, 1024) : 0) block=(256) pdl=1 args=(C, part, M, N)
 #include <cuda_bf16.h>
 
 constexpr int BK = 64; // one 128-byte swizzle row of bf16
@@ -73,6 +81,52 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, int
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                  ::"r"(smem_u32(dst)), "l"(map), "r"(inner), "r"(outer), "r"(smem_u32(bar))
                  : "memory");
+}
+
+// The same box into the same shared-memory offset of every block in ctaMask, each block's mbarrier at that offset
+// counting the bytes.
+__device__ __forceinline__ void tma_load_2d_multicast(
+    void* dst, const TensorMap* map, int inner, int outer, unsigned long long* bar, unsigned short ctaMask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;"
+                 ::"r"(smem_u32(dst)), "l"(map), "r"(inner), "r"(outer), "r"(smem_u32(bar)), "h"(ctaMask)
+                 : "memory");
+}
+
+// Arrive on the mbarrier at the same offset in block `rank` of the cluster (this block's own when rank is its own).
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned long long* bar, unsigned rank)
+{
+    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(rank)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait_cluster(unsigned long long* bar, unsigned parity)
+{
+    asm volatile("{\n.reg .pred done;\nwait_%=:\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait_%=;\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_rank()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// The consumer warpgroups only (the producer's threads do not take part): named barrier 1.
+__device__ __forceinline__ void consumers_sync()
+{
+    asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 128) : "memory");
 }
 
 // K-major operand in 128-byte swizzle: 8-row groups 1024 bytes apart (SBO), leading offset unused.
@@ -134,17 +188,19 @@ struct Work {
     int mt, nt, kBegin, kCount, split;
 };
 
-__device__ __forceinline__ Work work_unit(int w, int M, int N, int K)
+// Unit w of the cluster's walk; the CM blocks of a cluster take the CM vertically adjacent tiles of one unit.
+__device__ __forceinline__ Work work_unit(int w, unsigned rank, int M, int N, int K)
 {
-    const int mTiles = (M + BM - 1) / BM, nTiles = (N + BN - 1) / BN, tiles = mTiles * nTiles;
+    const int mTiles = (M + BM - 1) / BM, nTiles = (N + BN - 1) / BN;
+    const int mGroups = (mTiles + CM - 1) / CM, tiles = mGroups * nTiles;
     const int tile = w % tiles, split = w / tiles;
     // Grouped raster: GROUP consecutive tiles along the major direction share their panel of the other operand.
-    const int major = RASTER == 0 ? mTiles : nTiles, minor = RASTER == 0 ? nTiles : mTiles;
+    const int major = RASTER == 0 ? mGroups : nTiles, minor = RASTER == 0 ? nTiles : mGroups;
     const int perGroup = GROUP * minor, first = tile / perGroup * GROUP;
     const int rows = min(major - first, GROUP);
     const int a = first + (tile % perGroup) % rows, b = (tile % perGroup) / rows;
     Work u;
-    u.mt = RASTER == 0 ? a : b;
+    u.mt = (RASTER == 0 ? a : b) * CM + static_cast<int>(rank);
     u.nt = RASTER == 0 ? b : a;
     const int kBlocks = K / BK, per = (kBlocks + SPLITK - 1) / SPLITK;
     u.kBegin = split * per;
@@ -155,9 +211,11 @@ __device__ __forceinline__ Work work_unit(int w, int M, int N, int K)
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     gemm_tma_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ TensorMap tmB,
-                   __nv_bfloat16* __restrict__ C, float* __restrict__ part, int M, int N, int K)
+                   __nv_bfloat16* __restrict__ C, float* __restrict__ part, int* __restrict__ arrivals, int M, int N,
+                   int K)
 {
     extern __shared__ unsigned char smem_raw[];
+    __shared__ int lastSplit;
     unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
     __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem);
     __nv_bfloat16* sB = sA + STAGES * BM * BK;
@@ -165,46 +223,71 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     unsigned long long* empty = full + STAGES;
 
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    const unsigned rank = CM > 1 ? cluster_rank() : 0;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], CONSUMERS * 128);
+            mbar_init(&empty[s], CM * CONSUMERS * 4); // every consumer warp of every block of the cluster
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    if (CM > 1)
+        cluster_sync(); // the partner's barriers exist before anything arrives on them
+    else
+        __syncthreads();
 
-    const int units = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) * SPLITK;
+    const int mTiles = (M + BM - 1) / BM, nTiles = (N + BN - 1) / BN;
+    const int units = ((mTiles + CM - 1) / CM) * nTiles * SPLITK;
+    const int cluster = blockIdx.x / CM, clusters = gridDim.x / CM;
     int stage = 0;
     unsigned phase = 0;
     if (wg == 0) {
 #if REGSPLIT && BM == 128
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
 #endif
-        if (t != 0)
-            return;
-        for (int w = blockIdx.x; w < units; w += gridDim.x) {
-            const Work u = work_unit(w, M, N, K);
-            for (int kb = u.kBegin; kb < u.kBegin + u.kCount; ++kb) {
-                mbar_wait(&empty[stage], phase ^ 1);
-                mbar_expect_tx(&full[stage], STAGE_BYTES);
-                tma_load_2d(sA + stage * BM * BK, &tmA, kb * BK, u.mt * BM, &full[stage]);
-                tma_load_2d(sB + stage * BN * BK, &tmB, kb * BK, u.nt * BN, &full[stage]);
-                if (++stage == STAGES) {
-                    stage = 0;
-                    phase ^= 1;
+        if (t == 0) {
+            for (int w = cluster; w < units; w += clusters) {
+                const Work u = work_unit(w, rank, M, N, K);
+                for (int kb = u.kBegin; kb < u.kBegin + u.kCount; ++kb) {
+                    if (CM > 1)
+                        mbar_wait_cluster(&empty[stage], phase ^ 1);
+                    else
+                        mbar_wait(&empty[stage], phase ^ 1);
+                    mbar_expect_tx(&full[stage], STAGE_BYTES);
+                    tma_load_2d(sA + stage * BM * BK, &tmA, kb * BK, u.mt * BM, &full[stage]);
+                    if (CM > 1)
+                        tma_load_2d_multicast(sB + stage * BN * BK + rank * (BN / CM) * BK, &tmB, kb * BK,
+                            u.nt * BN + rank * (BN / CM), &full[stage], static_cast<unsigned short>((1u << CM) - 1));
+                    else
+                        tma_load_2d(sB + stage * BN * BK, &tmB, kb * BK, u.nt * BN, &full[stage]);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
                 }
             }
         }
+        if (CM > 1)
+            cluster_sync(); // the partner may still arrive on this block's barriers until it is done
         return;
     }
 #if REGSPLIT && BM == 128
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
 #endif
     const int c = wg - 1, warp = t / 32, lane = t % 32;
+    // A stage is released by each consumer warp, to every block of the cluster that wrote into it.
+    auto release = [&](int s) {
+        if (lane == 0)
+            for (unsigned r = 0; r < CM; ++r) {
+                if (CM > 1)
+                    mbar_arrive_cluster(&empty[s], r);
+                else
+                    mbar_arrive(&empty[s]);
+            }
+    };
     float acc[BN / 2];
-    for (int w = blockIdx.x; w < units; w += gridDim.x) {
-        const Work u = work_unit(w, M, N, K);
+    for (int w = cluster; w < units; w += clusters) {
+        const Work u = work_unit(w, rank, M, N, K);
         int previous = -1;
         for (int i = 0; i < u.kCount; ++i) {
             mbar_wait(&full[stage], phase);
@@ -217,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             wgmma_commit();
             wgmma_wait<1>();
             if (previous >= 0)
-                mbar_arrive(&empty[previous]);
+                release(previous);
             previous = stage;
             if (++stage == STAGES) {
                 stage = 0;
@@ -226,11 +309,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
         wgmma_wait<0>();
         if (previous >= 0)
-            mbar_arrive(&empty[previous]);
+            release(previous);
         if (u.kCount == 0)
 #pragma unroll
             for (int j = 0; j < BN / 2; ++j)
                 acc[j] = 0.f;
+        if (u.mt * BM >= M)
+            continue; // the second block of a cluster past the last row tile: it only loaded its partner's B half
         // Accumulator layout of m64nNk16: per 8 columns, rows warp*16 + lane/4 (+8), columns (lane%4)*2 (+1).
         const int row0 = u.mt * BM + c * 64 + warp * 16 + lane / 4;
 #pragma unroll
@@ -250,7 +335,40 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     *reinterpret_cast<float2*>(part + ((long long)u.split * M + row) * N + col) = make_float2(x, y);
             }
         }
+        if (SPLITK == 1 || REDUCE == 0)
+            continue;
+        // In-kernel reduction: the split whose arrival completes the tile's count sums every split's partials.
+        __threadfence();
+        consumers_sync();
+        if (c == 0 && t == 0)
+            lastSplit = atomicAdd(&arrivals[u.mt * nTiles + u.nt], 1) == SPLITK - 1;
+        consumers_sync();
+        if (!lastSplit)
+            continue;
+        __threadfence();
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int col = u.nt * BN + j * 8 + (lane % 4) * 2;
+            if (col >= N)
+                continue;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = row0 + h * 8;
+                if (row >= M)
+                    continue;
+                float x = acc[j * 4 + h * 2], y = acc[j * 4 + h * 2 + 1];
+                for (int s = 0; s < SPLITK; ++s)
+                    if (s != u.split) {
+                        const float2 v = __ldcg(reinterpret_cast<const float2*>(part + ((long long)s * M + row) * N + col));
+                        x += v.x;
+                        y += v.y;
+                    }
+                *reinterpret_cast<__nv_bfloat162*>(C + (long long)row * N + col) = __floats2bfloat162_rn(x, y);
+            }
+        }
     }
+    if (CM > 1)
+        cluster_sync();
 }
 
 extern "C" __global__ void __launch_bounds__(256)
