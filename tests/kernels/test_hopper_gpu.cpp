@@ -1,7 +1,8 @@
 // Hopper candidates on an sm_90 GPU: gemm_bf16's TMA/wgmma template passes the harness (every check, graph
 // capture, held-out shapes) at its defaults and with split-K + programmatic dependent launch; a tensor map the
 // encoder would refuse at the chosen parameters is a launch verdict before anything runs; a TMA candidate that
-// reads past its tile is caught by the checks.
+// reads past its tile is caught by the checks. decode_attention's tensor-core template passes across its space
+// (one split and many, splits with no tokens) and one that drops a sequence's last token is caught.
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
@@ -45,6 +46,15 @@ std::string reasonsText(const kl::Evaluation& e)
     return s;
 }
 
+kl::Candidate candidate(const std::string& src, const kl::ParamValues& params, const std::string& id)
+{
+    kl::Candidate c;
+    c.id = id;
+    c.source = src;
+    c.params = params;
+    return c;
+}
+
 std::string replaced(std::string s, const std::string& from, const std::string& to)
 {
     const auto at = s.find(from);
@@ -66,13 +76,22 @@ protected:
             GTEST_SKIP() << "needs sm_90, the device is " << ev->device().arch;
         source = kl::readFile(std::filesystem::path(ev->problem().folder) / ev->problem().templateFor(90));
     }
-    kl::Candidate candidate(const std::string& src, const kl::ParamValues& params, const std::string& id) const
+    std::unique_ptr<kl::GpuEvaluator> ev;
+    std::string source;
+};
+
+// decode_attention's tensor-core template (sm_80+), as the loop seeds it on this device.
+class DecodeAttentionGpu : public ::testing::Test {
+protected:
+    void SetUp() override
     {
-        kl::Candidate c;
-        c.id = id;
-        c.source = src;
-        c.params = params;
-        return c;
+        if (!kl::test::cudaDeviceAvailable())
+            GTEST_SKIP() << "no CUDA device";
+        ev = std::make_unique<kl::GpuEvaluator>(
+            kl::loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/decode_attention"), options());
+        if (kl::archNumber(ev->device()) < 80)
+            GTEST_SKIP() << "needs sm_80, the device is " << ev->device().arch;
+        source = kl::readFile(std::filesystem::path(ev->problem().folder) / ev->problem().templateFor(80));
     }
     std::unique_ptr<kl::GpuEvaluator> ev;
     std::string source;
@@ -120,5 +139,31 @@ TEST_F(HopperGpu, TmaReadPastItsTileIsCaught)
         = replaced(source, "kb * BK, u.mt * BM, &full[stage]", "kb * BK, u.mt * BM + 1, &full[stage]");
     const auto e = ev->evaluate(candidate(src, {}, "shifted"), quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << reasonsText(e);
+    EXPECT_FALSE(e.correctEverywhere());
+}
+
+TEST_F(DecodeAttentionGpu, TensorCoreTemplatePassesAcrossItsSpace)
+{
+    for (const kl::ParamValues& p :
+        { kl::ParamValues {}, kl::ParamValues { { "TILE", 32 }, { "WARPS", 1 }, { "STAGES", 6 }, { "WAVES", 8 } },
+            kl::ParamValues { { "TILE", 128 }, { "WARPS", 4 }, { "STAGES", 2 }, { "WAVES", 1 } },
+            kl::ParamValues { { "TILE", 64 }, { "WARPS", 2 }, { "STAGES", 4 }, { "WAVES", 3 } } }) {
+        const auto e = ev->evaluate(candidate(source, p, "mma"), quick(), kl::CancelToken {});
+        EXPECT_EQ(e.verdict, kl::Verdict::Correct) << reasonsText(e);
+        for (const auto& s : e.shapes) {
+            EXPECT_TRUE(s.correct) << s.shape.label();
+            if (s.timing)
+                std::printf("[ attention ] %s %s: %.2f us, naive %.2f us\n", s.shape.label().c_str(),
+                    s.heldOut ? "held-out" : "", s.timing->medianUs,
+                    s.baselineTiming ? s.baselineTiming->medianUs : 0.0);
+        }
+    }
+}
+
+TEST_F(DecodeAttentionGpu, DroppingTheLastTokenIsCaught)
+{
+    const std::string src = replaced(source, "const int len = seq_lens[b];", "const int len = seq_lens[b] - 1;");
+    const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
+    EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
     EXPECT_FALSE(e.correctEverywhere());
 }
