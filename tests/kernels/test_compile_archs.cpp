@@ -2,6 +2,7 @@
 // for each architecture the problem declares among sm_75 .. sm_90a; the architectures it does not declare are
 // skipped only where its sources really do not compile; and the tuner's device-limit pruning drops the
 // parameter values that need a newer architecture (softmax CLUSTER > 1 below sm_90) and keeps them on sm_90.
+// decode_attention's tensor-core template (sm_80+) across its space, and its split grid against its workspace.
 #include "agent/tuner/search_space.h"
 #include "core/errors.h"
 #include "core/json_io.h"

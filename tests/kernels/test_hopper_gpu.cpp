@@ -64,37 +64,49 @@ std::string replaced(std::string s, const std::string& from, const std::string& 
     return s;
 }
 
-class HopperGpu : public ::testing::Test {
+// A problem's template as the loop seeds it on this device, skipped below the architecture it needs.
+class TemplateOnGpu : public ::testing::Test {
 protected:
-    void SetUp() override
+    void load(const std::string& problem, int minArch)
     {
         if (!kl::test::cudaDeviceAvailable())
             GTEST_SKIP() << "no CUDA device";
         ev = std::make_unique<kl::GpuEvaluator>(
-            kl::loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/gemm_bf16"), options());
-        if (kl::archNumber(ev->device()) < 90)
-            GTEST_SKIP() << "needs sm_90, the device is " << ev->device().arch;
-        source = kl::readFile(std::filesystem::path(ev->problem().folder) / ev->problem().templateFor(90));
+            kl::loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/" + problem), options());
+        const int arch = kl::archNumber(ev->device());
+        if (arch < minArch)
+            GTEST_SKIP() << "needs sm_" << minArch << ", the device is " << ev->device().arch;
+        source = kl::readFile(std::filesystem::path(ev->problem().folder) / ev->problem().templateFor(arch));
+    }
+    // The template at p is correct at every shape (held-out ones included); prints each shape's timing.
+    void expectCorrect(const kl::ParamValues& p) const
+    {
+        std::string params;
+        for (const auto& [k, v] : p)
+            params += " " + k + "=" + std::to_string(v);
+        const auto e = ev->evaluate(candidate(source, p, "template"), quick(), kl::CancelToken {});
+        EXPECT_EQ(e.verdict, kl::Verdict::Correct) << params << "\n" << reasonsText(e);
+        for (const auto& s : e.shapes) {
+            EXPECT_TRUE(s.correct) << s.shape.label() << params;
+            if (s.timing)
+                std::printf("[ %s ] %s%s %s: %.2f us, baseline %.2f us, %.3fx\n", ev->problem().name.c_str(),
+                    s.shape.label().c_str(), params.c_str(), s.heldOut ? "held-out" : "", s.timing->medianUs,
+                    s.baselineTiming ? s.baselineTiming->medianUs : 0.0, s.speedup);
+        }
     }
     std::unique_ptr<kl::GpuEvaluator> ev;
     std::string source;
 };
 
-// decode_attention's tensor-core template (sm_80+), as the loop seeds it on this device.
-class DecodeAttentionGpu : public ::testing::Test {
+class HopperGpu : public TemplateOnGpu {
 protected:
-    void SetUp() override
-    {
-        if (!kl::test::cudaDeviceAvailable())
-            GTEST_SKIP() << "no CUDA device";
-        ev = std::make_unique<kl::GpuEvaluator>(
-            kl::loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/decode_attention"), options());
-        if (kl::archNumber(ev->device()) < 80)
-            GTEST_SKIP() << "needs sm_80, the device is " << ev->device().arch;
-        source = kl::readFile(std::filesystem::path(ev->problem().folder) / ev->problem().templateFor(80));
-    }
-    std::unique_ptr<kl::GpuEvaluator> ev;
-    std::string source;
+    void SetUp() override { load("gemm_bf16", 90); }
+};
+
+// decode_attention's tensor-core template (sm_80+).
+class DecodeAttentionGpu : public TemplateOnGpu {
+protected:
+    void SetUp() override { load("decode_attention", 80); }
 };
 
 } // namespace
@@ -102,17 +114,8 @@ protected:
 TEST_F(HopperGpu, TmaWgmmaTemplatePassesAtTheDefaultsAndWithSplitK)
 {
     for (const kl::ParamValues& p :
-        { kl::ParamValues {}, kl::ParamValues { { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 } } }) {
-        const auto e = ev->evaluate(candidate(source, p, "tma"), quick(), kl::CancelToken {});
-        EXPECT_EQ(e.verdict, kl::Verdict::Correct) << reasonsText(e);
-        for (const auto& s : e.shapes) {
-            EXPECT_TRUE(s.correct) << s.shape.label();
-            if (s.timing)
-                std::printf("[ hopper ] %s SPLITK=%lld %s: %.2f us, cuBLAS %.2f us, %.3fx\n", s.shape.label().c_str(),
-                    static_cast<long long>(p.count("SPLITK") ? p.at("SPLITK") : 1), s.heldOut ? "held-out" : "",
-                    s.timing->medianUs, s.baselineTiming ? s.baselineTiming->medianUs : 0.0, s.speedup);
-        }
-    }
+        { kl::ParamValues {}, kl::ParamValues { { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 } } })
+        expectCorrect(p);
 }
 
 TEST_F(HopperGpu, MapTheEncoderWouldRefuseIsAVerdictBeforeLaunch)
@@ -147,17 +150,8 @@ TEST_F(DecodeAttentionGpu, TensorCoreTemplatePassesAcrossItsSpace)
     for (const kl::ParamValues& p :
         { kl::ParamValues {}, kl::ParamValues { { "TILE", 32 }, { "WARPS", 1 }, { "STAGES", 6 }, { "WAVES", 8 } },
             kl::ParamValues { { "TILE", 128 }, { "WARPS", 4 }, { "STAGES", 2 }, { "WAVES", 1 } },
-            kl::ParamValues { { "TILE", 64 }, { "WARPS", 2 }, { "STAGES", 4 }, { "WAVES", 3 } } }) {
-        const auto e = ev->evaluate(candidate(source, p, "mma"), quick(), kl::CancelToken {});
-        EXPECT_EQ(e.verdict, kl::Verdict::Correct) << reasonsText(e);
-        for (const auto& s : e.shapes) {
-            EXPECT_TRUE(s.correct) << s.shape.label();
-            if (s.timing)
-                std::printf("[ attention ] %s %s: %.2f us, naive %.2f us\n", s.shape.label().c_str(),
-                    s.heldOut ? "held-out" : "", s.timing->medianUs,
-                    s.baselineTiming ? s.baselineTiming->medianUs : 0.0);
-        }
-    }
+            kl::ParamValues { { "TILE", 64 }, { "WARPS", 2 }, { "STAGES", 4 }, { "WAVES", 3 } } })
+        expectCorrect(p);
 }
 
 TEST_F(DecodeAttentionGpu, DroppingTheLastTokenIsCaught)
