@@ -7,13 +7,14 @@
 // conflict-free; tokens past the split zero-filled so no stale bits reach P . V); the loads of tile i + STAGES - 1
 // are issued before tile i's math. Each warp takes TILE / WARPS tokens of every tile with its own (m, l, acc), so
 // no barrier sits between a warp's S and its PV; the warps merge through shared memory at the end.
-// Splits: as many as keep the grid within WAVES CTAs per SM (WAVES x SM_COUNT / (B x HKV), rounded down: one more
-// split would start a partial second wave, which at B = 16 on 132 SMs costs a third of the time), at least one,
-// at most 64 and one per TILE tokens; SM_COUNT enters capped at 256 so the workspace, which cannot name it, bounds
-// every grid. One split writes the output itself and the merge kernel's
-// grid is 1 (it returns at once); otherwise each split writes an unnormalised partial (acc, m, l), a split with no
-// tokens the neutral one (m = -inf, l = 0), and the merge kernel combines a head's splits. The split count reaches
-// the merge kernel through the workspace's first word (written by every launch, so nothing crosses launches).
+// Splits: as many as keep the grid within WAVES CTAs per SM (WAVES x SM_COUNT / (B x HKV), rounded down: rounding
+// up starts a partial second round; at B = 16 on 132 SMs with 2 CTAs per SM, 3 splits put 384 CTAs in 264 slots,
+// two rounds of a third of the work against one round of a half with 2 splits), at least one, at most 64 and one
+// per TILE tokens; SM_COUNT enters capped at 256 so the workspace, which cannot name it, bounds every grid. One
+// split writes the output itself and the merge kernel's grid is 1 (it returns at once); otherwise each split writes
+// an unnormalised partial (acc, m, l), a split with no tokens the neutral one (m = -inf, l = 0), and the merge
+// kernel combines a head's splits. The split count reaches the merge kernel through the workspace's first word
+// (written by every launch, so nothing crosses launches).
 #include <cuda_bf16.h>
 // @kl:param TILE = 64 in [32, 64, 128]
 // @kl:param WARPS = 4 in [1, 2, 4, 8]
