@@ -7,10 +7,10 @@
 // conflict-free; tokens past the split zero-filled so no stale bits reach P . V); the loads of tile i + STAGES - 1
 // are issued before tile i's math. Each warp takes TILE / WARPS tokens of every tile with its own (m, l, acc), so
 // no barrier sits between a warp's S and its PV; the warps merge through shared memory at the end.
-// Splits: as many as keep the grid within WAVES CTAs per SM (WAVES x SM_COUNT / (B x HKV), rounded down: rounding
-// up starts a partial second round; at B = 16 on 132 SMs with 2 CTAs per SM, 3 splits put 384 CTAs in 264 slots,
-// two rounds of a third of the work against one round of a half with 2 splits), at least one, at most 64 and one
-// per TILE tokens; SM_COUNT enters capped at 256 so the workspace, which cannot name it, bounds every grid. One
+// Splits: WAVES x SM_COUNT / (B x HKV), rounded down, so the grid is at most WAVES CTAs per SM: every CTA is
+// resident from the start and streams one contiguous range of its sequence to the end, with the fewest partials to
+// merge and pipeline fills to pay (a batch that fills the machine gets one split); at least one, at most 64 and one
+// per TILE tokens. SM_COUNT enters capped at 256 so the workspace, which cannot name it, bounds every grid. One
 // split writes the output itself and the merge kernel's grid is 1 (it returns at once); otherwise each split writes
 // an unnormalised partial (acc, m, l), a split with no tokens the neutral one (m = -inf, l = 0), and the merge
 // kernel combines a head's splits. The split count reaches the merge kernel through the workspace's first word
