@@ -175,13 +175,14 @@ namespace {
         const fs::path problems = fs::path(KL_SOURCE_DIR) / "kernels/problems";
         int exported = 0;
         const std::pair<const char*, int> shipped[] = { { "rmsnorm", 0 }, { "softmax", 0 }, { "silu_and_mul", 0 },
-            { "gemm_bf16", 0 }, { "gemm_bf16", 90 }, { "decode_attention", 0 } };
+            { "gemm_bf16", 0 }, { "gemm_bf16", 90 }, { "decode_attention", 0 }, { "decode_attention", 90 } };
         for (const auto& [name, arch] : shipped) {
             if (!fs::exists(problems / name / "problem.json"))
                 continue;
             const Problem p = loadProblem((problems / name).string());
-            // arch 90: the Hopper template (tensor maps, an SM_COUNT grid, PDL); its dispatch test also checks the
-            // tensor-map geometry the launcher encodes against the harness's.
+            // arch 90: the template chosen there (gemm: tensor maps, an SM_COUNT grid, PDL; decode_attention: the
+            // tensor-core one, its split count from SM_COUNT); the dispatch test also checks the tensor-map geometry
+            // the launcher encodes against the harness's.
             BuiltSession b = buildSessionFrom(
                 problems / name, problems / name / (arch ? p.templateFor(arch) : p.templateFile), syntheticOutcomes(p));
             const fs::path out = kl::test::freshDir(std::string("real-") + name);

@@ -2,17 +2,20 @@
 // for each architecture the problem declares among sm_75 .. sm_90a; the architectures it does not declare are
 // skipped only where its sources really do not compile; and the tuner's device-limit pruning drops the
 // parameter values that need a newer architecture (softmax CLUSTER > 1 below sm_90) and keeps them on sm_90.
+// decode_attention's tensor-core template (sm_80+) across its space, and its split grid against its workspace.
 #include "agent/tuner/search_space.h"
 #include "core/errors.h"
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 #include "core/loop_device_limits.h"
 #include "kernels/nvrtc_compiler.h"
+#include "kernels/referee/referee.h"
 #include "kernels/shape_sampler.h"
 #include "tests/support/text_file.h"
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <gtest/gtest.h>
 #include <random>
 #include <set>
@@ -302,4 +305,96 @@ TEST(ProblemArchs, ArchConstraintsAreCheckedPerShapeAndOnlyWhereTheArchIsKnown)
         << "a device of unknown architecture checks no ARCH constraint";
     // Without ARCH bound, the spec's own check leaves the constraint to the device limits.
     EXPECT_TRUE(spec.satisfies(wide, large.bindings()));
+}
+
+// decode_attention's tensor-core template (mma.sync bf16, ldmatrix, cp.async: sm_80+) seeds sessions from sm_80;
+// sm_75 keeps the portable template. Across its space it compiles for each architecture it serves with no spill
+// (the O accumulators and Q fragments live in registers for the whole CTA) and passes the referee's rules.
+TEST(DecodeAttentionTensorCores, ChosenFromSm80AndCompilesAcrossItsSpaceWithoutSpills)
+{
+    const kl::Problem p = kl::loadProblem((problemsDir() / "decode_attention").string());
+    EXPECT_EQ(p.templateFor(75), "template.cu");
+    EXPECT_EQ(p.templateFor(80), "template_sm80.cu");
+    EXPECT_EQ(p.templateFor(90), "template_sm80.cu");
+    const std::string src = kl::test::readTextFile(problemsDir() / "decode_attention" / p.templateFor(80));
+    const kl::KernelSpec spec = kl::parseKernelSpec(src, p);
+    for (const auto& r : kl::referee::checkSource(src, p))
+        ADD_FAILURE() << r.rule << " line " << r.line << ": " << r.message;
+    const kl::DeviceInfo turing = deviceModel(7, 5, 64, 1024);
+    const auto refused = kl::checkDeviceLimits(spec, spec.defaults(), kl::shapesOf(p), turing);
+    ASSERT_TRUE(refused.has_value());
+    EXPECT_EQ(refused->rule, "device.arch");
+
+    const std::vector<kl::ParamValues> points = {
+        spec.defaults(),
+        { { "TILE", 32 }, { "WARPS", 1 }, { "STAGES", 6 }, { "WAVES", 8 } },
+        { { "TILE", 32 }, { "WARPS", 2 }, { "STAGES", 2 }, { "WAVES", 1 } },
+        { { "TILE", 128 }, { "WARPS", 4 }, { "STAGES", 3 }, { "WAVES", 4 } },
+        { { "TILE", 128 }, { "WARPS", 8 }, { "STAGES", 2 }, { "WAVES", 3 } },
+    };
+    kl::NvrtcCompiler compiler(freshCacheDir(), 2);
+    std::vector<std::pair<std::string, std::future<std::shared_ptr<const kl::CompiledModule>>>> modules;
+    for (const char* arch : { "sm_80", "sm_90a" })
+        for (std::size_t i = 0; i < points.size(); ++i) {
+            kl::ParamValues full = spec.defaults();
+            for (const auto& [k, v] : points[i])
+                full[k] = v;
+            spec.requireValidParams(full);
+            kl::CompileJob job = jobFor(src, arch);
+            job.params = full;
+            modules.emplace_back(std::string(arch) + " point " + std::to_string(i), compiler.submit(job));
+        }
+    for (auto& [where, future] : modules) {
+        const auto m = future.get();
+        ASSERT_TRUE(m->report.ok) << where << ":\n" << m->report.log;
+        for (const char* instruction : { "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                 "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global" })
+            EXPECT_NE(m->ptx.find(instruction), std::string::npos) << where << " lacks " << instruction;
+        ASSERT_EQ(m->report.kernels.size(), 2u) << where;
+        for (const auto& k : m->report.kernels) {
+            EXPECT_EQ(k.spillStores, 0) << where << " " << k.kernel << "\n" << m->report.log;
+            EXPECT_EQ(k.localBytes, 0) << where << " " << k.kernel;
+        }
+        for (const auto& r : kl::referee::checkPtx(m->ptx, p))
+            ADD_FAILURE() << where << ": " << r.rule << " line " << r.line << ": " << r.message;
+    }
+}
+
+// The split count comes from the device's SM count, which the workspace's size cannot name: at every shape the
+// harness may run and any SM count, every point's split grid stays within the workspace, the merge runs only
+// when there is more than one split, and a machine-sized batch gets one split.
+TEST(DecodeAttentionTensorCores, SplitGridFitsTheWorkspaceAtEveryShapeAndSmCount)
+{
+    const kl::Problem p = kl::loadProblem((problemsDir() / "decode_attention").string());
+    const kl::KernelSpec spec
+        = kl::parseKernelSpec(kl::test::readTextFile(problemsDir() / "decode_attention" / p.templateFor(90)), p);
+    ASSERT_EQ(spec.launches.size(), 2u);
+    ASSERT_EQ(spec.workspaces.size(), 1u);
+    std::vector<kl::Shape> shapes = kl::shapesOf(p);
+    for (const auto& s : kl::heldOutShapes(p, 40, 11))
+        shapes.push_back(p.withConstants(s));
+    int multiSplit = 0;
+    for (const auto& point : spec.enumerateSpace())
+        for (const auto& shape : shapes)
+            for (const std::int64_t sms : { 1, 108, 132, 148, 4096 }) {
+                kl::Bindings b = kl::bindingsFor(point, shape.bindings());
+                const std::int64_t B = b.at("B"), HQ = b.at("HQ"), tokens = b.at("MAXP") * b.at("PS");
+                const std::int64_t workspace = spec.workspaces[0].bytes.evaluateInt(b);
+                b[kl::kSmCountIdentifier] = sms;
+                const std::int64_t splits = spec.launches[0].grid[0].evaluateInt(b);
+                const std::string where = shape.label() + " SM_COUNT=" + std::to_string(sms);
+                ASSERT_GE(splits, 1) << where;
+                ASSERT_LE(splits, std::min<std::int64_t>(64, (tokens + point.at("TILE") - 1) / point.at("TILE")))
+                    << where;
+                ASSERT_GE(workspace, 16 + B * HQ * splits * (128 + 2) * 4) << where;
+                EXPECT_EQ(spec.launches[1].grid[0].evaluateInt(b), splits > 1 ? B * HQ : 1) << where;
+                multiSplit += splits > 1;
+                if (2 * B * 8 > point.at("WAVES") * std::min<std::int64_t>(sms, 256)) {
+                    EXPECT_EQ(splits, 1) << where;
+                }
+            }
+    EXPECT_GT(multiSplit, 0);
+    kl::Bindings b = kl::bindingsFor(spec.defaults(), p.withConstants(p.tuningShapes[1]).bindings());
+    b[kl::kSmCountIdentifier] = 132;
+    EXPECT_EQ(spec.launches[0].grid[0].evaluateInt(b), 2) << "B=16: 128 (sequence, KV head) pairs, 2 CTAs on 132 SMs";
 }

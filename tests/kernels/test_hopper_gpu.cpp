@@ -1,12 +1,12 @@
 // Hopper candidates on an sm_90 GPU: gemm_bf16's TMA/wgmma template passes the harness (every check, graph
 // capture, held-out shapes) at its defaults and with split-K + programmatic dependent launch; a tensor map the
 // encoder would refuse at the chosen parameters is a launch verdict before anything runs; a TMA candidate that
-// reads past its tile is caught by the checks.
+// reads past its tile is caught by the checks. decode_attention's tensor-core template passes across its space
+// (one split and many, splits with no tokens) and one that drops a sequence's last token is caught.
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
 #include "kernels/gpu_evaluator.h"
-#include "kernels/worker_protocol.h"
 #include "tests/support/gpu_available.h"
 
 #include <algorithm>
@@ -46,6 +46,15 @@ std::string reasonsText(const kl::Evaluation& e)
     return s;
 }
 
+kl::Candidate candidate(const std::string& src, const kl::ParamValues& params, const std::string& id)
+{
+    kl::Candidate c;
+    c.id = id;
+    c.source = src;
+    c.params = params;
+    return c;
+}
+
 std::string replaced(std::string s, const std::string& from, const std::string& to)
 {
     const auto at = s.find(from);
@@ -55,28 +64,49 @@ std::string replaced(std::string s, const std::string& from, const std::string& 
     return s;
 }
 
-class HopperGpu : public ::testing::Test {
+// A problem's template as the loop seeds it on this device, skipped below the architecture it needs.
+class TemplateOnGpu : public ::testing::Test {
 protected:
-    void SetUp() override
+    void load(const std::string& problem, int minArch)
     {
         if (!kl::test::cudaDeviceAvailable())
             GTEST_SKIP() << "no CUDA device";
         ev = std::make_unique<kl::GpuEvaluator>(
-            kl::loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/gemm_bf16"), options());
-        if (kl::archNumber(ev->device()) < 90)
-            GTEST_SKIP() << "needs sm_90, the device is " << ev->device().arch;
-        source = kl::readFile(std::filesystem::path(ev->problem().folder) / ev->problem().templateFor(90));
+            kl::loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/" + problem), options());
+        const int arch = kl::archNumber(ev->device());
+        if (arch < minArch)
+            GTEST_SKIP() << "needs sm_" << minArch << ", the device is " << ev->device().arch;
+        source = kl::readFile(std::filesystem::path(ev->problem().folder) / ev->problem().templateFor(arch));
     }
-    kl::Candidate candidate(const std::string& src, const kl::ParamValues& params, const std::string& id) const
+    // The template at p is correct at every shape (held-out ones included); prints each shape's timing.
+    void expectCorrect(const kl::ParamValues& p) const
     {
-        kl::Candidate c;
-        c.id = id;
-        c.source = src;
-        c.params = params;
-        return c;
+        std::string params;
+        for (const auto& [k, v] : p)
+            params += " " + k + "=" + std::to_string(v);
+        const auto e = ev->evaluate(candidate(source, p, "template"), quick(), kl::CancelToken {});
+        EXPECT_EQ(e.verdict, kl::Verdict::Correct) << params << "\n" << reasonsText(e);
+        for (const auto& s : e.shapes) {
+            EXPECT_TRUE(s.correct) << s.shape.label() << params;
+            if (s.timing)
+                std::printf("[ %s ] %s%s %s: %.2f us, baseline %.2f us, %.3fx\n", ev->problem().name.c_str(),
+                    s.shape.label().c_str(), params.c_str(), s.heldOut ? "held-out" : "", s.timing->medianUs,
+                    s.baselineTiming ? s.baselineTiming->medianUs : 0.0, s.speedup);
+        }
     }
     std::unique_ptr<kl::GpuEvaluator> ev;
     std::string source;
+};
+
+class HopperGpu : public TemplateOnGpu {
+protected:
+    void SetUp() override { load("gemm_bf16", 90); }
+};
+
+// decode_attention's tensor-core template (sm_80+).
+class DecodeAttentionGpu : public TemplateOnGpu {
+protected:
+    void SetUp() override { load("decode_attention", 80); }
 };
 
 } // namespace
@@ -90,17 +120,8 @@ TEST_F(HopperGpu, TmaWgmmaTemplatePassesWithSplitKClustersAndInKernelReduction)
             kl::ParamValues { { "BM", 128 }, { "BN", 128 }, { "STAGES", 5 }, { "SPLITK", 2 }, { "REDUCE", 1 } },
             kl::ParamValues { { "CM", 2 } },
             kl::ParamValues {
-                { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 }, { "REDUCE", 1 }, { "CM", 2 } } }) {
-        const auto e = ev->evaluate(candidate(source, p, "tma"), quick(), kl::CancelToken {});
-        EXPECT_EQ(e.verdict, kl::Verdict::Correct) << reasonsText(e);
-        for (const auto& s : e.shapes) {
-            EXPECT_TRUE(s.correct) << s.shape.label();
-            if (s.timing)
-                std::printf("[ hopper ] %s %s %s: %.2f us, cuBLAS %.2f us, %.3fx\n", s.shape.label().c_str(),
-                    kl::wire::toJson(p).dump().c_str(), s.heldOut ? "held-out" : "", s.timing->medianUs,
-                    s.baselineTiming ? s.baselineTiming->medianUs : 0.0, s.speedup);
-        }
-    }
+                { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 }, { "REDUCE", 1 }, { "CM", 2 } } })
+        expectCorrect(p);
 }
 
 TEST_F(HopperGpu, MapTheEncoderWouldRefuseIsAVerdictBeforeLaunch)
@@ -127,5 +148,22 @@ TEST_F(HopperGpu, TmaReadPastItsTileIsCaught)
         = replaced(source, "kb * BK, u.mt * BM, &full[stage]", "kb * BK, u.mt * BM + 1, &full[stage]");
     const auto e = ev->evaluate(candidate(src, {}, "shifted"), quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << reasonsText(e);
+    EXPECT_FALSE(e.correctEverywhere());
+}
+
+TEST_F(DecodeAttentionGpu, TensorCoreTemplatePassesAcrossItsSpace)
+{
+    for (const kl::ParamValues& p :
+        { kl::ParamValues {}, kl::ParamValues { { "TILE", 32 }, { "WARPS", 1 }, { "STAGES", 6 }, { "WAVES", 8 } },
+            kl::ParamValues { { "TILE", 128 }, { "WARPS", 4 }, { "STAGES", 2 }, { "WAVES", 1 } },
+            kl::ParamValues { { "TILE", 64 }, { "WARPS", 2 }, { "STAGES", 4 }, { "WAVES", 3 } } })
+        expectCorrect(p);
+}
+
+TEST_F(DecodeAttentionGpu, DroppingTheLastTokenIsCaught)
+{
+    const std::string src = replaced(source, "const int len = seq_lens[b];", "const int len = seq_lens[b] - 1;");
+    const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
+    EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
     EXPECT_FALSE(e.correctEverywhere());
 }
