@@ -776,9 +776,11 @@ Problem problemFromJson(const Json& j, const std::string& where)
                 }
             }
             const std::string role = string(t, "role", w);
-            if (role != "input" && role != "output")
-                throw InputError(w + ".role: expected input or output");
-            ts.role = role == "input" ? TensorRole::Input : TensorRole::Output;
+            const auto r = tensorRoleFromName(role);
+            if (!r)
+                throw InputError(w + ".role: unknown role '" + abbreviate(role)
+                    + "' (input, output, or inout for a tensor the kernel updates in place)");
+            ts.role = *r;
             ts.scale = numberOr(t, "scale", 1.0, w);
             ts.largeScale = numberOr(t, "large_scale", 0.0, w);
             if (!(ts.largeScale >= 0))
@@ -803,9 +805,9 @@ Problem problemFromJson(const Json& j, const std::string& where)
     }
     bool hasOutput = false;
     for (const auto& t : p.tensors)
-        hasOutput |= t.role == TensorRole::Output;
+        hasOutput |= writesOutput(t.role);
     if (!hasOutput)
-        throw InputError(where + ".tensors: at least one output is required");
+        throw InputError(where + ".tensors: at least one output (or inout tensor) is required");
     p.tuningShapes = shapesFromJson(j, "tuning_shapes", p, where);
     p.verifyShapes = shapesFromJson(j, "verify_shapes", p, where);
     p.tuningShapesFrom = stringOr(j, "tuning_shapes_from", "", where);
@@ -909,7 +911,7 @@ Json toJson(const Problem& p)
         for (const auto& e : t.shape)
             shape.push_back(e.text());
         Json tj = { { "name", t.name }, { "dtype", dtypeName(t.dtype) }, { "shape", shape },
-            { "role", t.role == TensorRole::Input ? "input" : "output" }, { "scale", t.scale } };
+            { "role", tensorRoleName(t.role) }, { "scale", t.scale } };
         if (t.largeScale > 0)
             tj["large_scale"] = t.largeScale;
         if (t.values.kind != IntValues::Kind::Any)

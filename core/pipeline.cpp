@@ -188,6 +188,13 @@ void validatePipeline(const Pipeline& p, const std::string& where)
         if (!stageNames.insert(st.name).second)
             throw InputError(w + ".name: a stage named '" + st.name + "' comes earlier");
         const Problem& prob = st.problem;
+        // Each pipeline tensor has one producer and is read unchanged by every later stage; a stage that updates a
+        // tensor in place would change what its other readers see, so such stages are refused, not half-supported.
+        for (const auto& t : prob.tensors)
+            if (t.role == TensorRole::InOut)
+                throw InputError(w + ".problem: problem " + prob.name + " updates tensor '" + t.name
+                    + "' in place (role inout); pipeline stages cannot be in-place: use its out-of-place form (e.g. "
+                      "add_rmsnorm for fused_add_rmsnorm)");
         for (const auto& [dim, e] : st.dims) {
             if (!prob.dim(dim)) {
                 std::vector<std::string> known;

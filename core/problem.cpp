@@ -53,6 +53,30 @@ std::optional<DType> dtypeFromName(const std::string& name)
     return std::nullopt;
 }
 
+namespace {
+    constexpr struct {
+        TensorRole role;
+        const char* name;
+    } kTensorRoles[]
+        = { { TensorRole::Input, "input" }, { TensorRole::Output, "output" }, { TensorRole::InOut, "inout" } };
+} // namespace
+
+const char* tensorRoleName(TensorRole r)
+{
+    for (const auto& t : kTensorRoles)
+        if (t.role == r)
+            return t.name;
+    return "input";
+}
+
+std::optional<TensorRole> tensorRoleFromName(const std::string& name)
+{
+    for (const auto& t : kTensorRoles)
+        if (name == t.name)
+            return t.role;
+    return std::nullopt;
+}
+
 std::size_t dtypeBytes(DType t)
 {
     for (const auto& d : kDTypes)
@@ -381,7 +405,7 @@ void validateProblem(const Problem& p, const std::string& where)
         if (t.dtype != DType::I32 && t.dtype != DType::I64)
             throw InputError(field + ": tensor " + t.name + " is " + dtypeName(t.dtype) + "; value kinds ("
                 + intValuesKindName(t.values.kind) + ") are for i32 and i64 inputs");
-        if (t.role != TensorRole::Input)
+        if (!readsInput(t.role))
             throw InputError(field + ": tensor " + t.name + " is an output; value kinds describe inputs");
         if (!(t.values.padFraction >= 0 && t.values.padFraction <= 1))
             throw InputError(field + ".pad_fraction: must be in [0, 1], got " + std::to_string(t.values.padFraction));

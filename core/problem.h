@@ -16,7 +16,22 @@ const char* dtypeName(DType t);
 std::optional<DType> dtypeFromName(const std::string& name);
 std::size_t dtypeBytes(DType t);
 
-enum class TensorRole { Input, Output };
+// InOut: read and written in place (vLLM's fused_add_rms_norm writes the norm into x and updates residual): the
+// harness fills it like an input before every launch and judges it like an output; it is not hashed as an unchanged
+// input (kernels/HARNESS.md, "In-place tensors").
+enum class TensorRole { Input, Output, InOut };
+const char* tensorRoleName(TensorRole r); // "input", "output", "inout": problem.json's "role"
+std::optional<TensorRole> tensorRoleFromName(const std::string& name);
+// Whether a launch reads values the harness put there (inputs and in-out tensors).
+inline bool readsInput(TensorRole r)
+{
+    return r != TensorRole::Output;
+}
+// Whether a launch's result is judged there (outputs and in-out tensors).
+inline bool writesOutput(TensorRole r)
+{
+    return r != TensorRole::Input;
+}
 
 // The values of an integer input that means something (positions, indices, page tables, lengths), so that a
 // kernel reading it indexes inside its tensors. Integers without a kind are rint(normal x scale).

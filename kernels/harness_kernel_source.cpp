@@ -330,6 +330,15 @@ extern "C" __global__ void kl_h_copy(const uint4* __restrict__ src, uint4* __res
 #pragma unroll
   for (int k = 0; k < 4; ++k) if (base + k * blockDim.x < n) dst[base + k * blockDim.x] = v[k];
 }
+// Many (source, destination) buffer pairs of `bytes` each, pair blockIdx.y: in-place tensors restored from the
+// harness's pristine copies before a timed batch. Pointer lists in the harness's own memory.
+extern "C" __global__ void kl_h_copy_pairs(const u64* srcPtrs, const u64* dstPtrs, u64 bytes) {
+  const unsigned char* src = (const unsigned char*)srcPtrs[blockIdx.y];
+  unsigned char* dst = (unsigned char*)dstPtrs[blockIdx.y];
+  const u64 chunks = bytes / 16;
+  for (u64 c = kl_tid(); c < chunks; c += kl_stride()) ((uint4*)dst)[c] = ((const uint4*)src)[c];
+  for (u64 i = chunks * 16 + kl_tid(); i < bytes; i += kl_stride()) dst[i] = src[i];
+}
 extern "C" __global__ void kl_h_spin(u64 cycles) {
   long long start = clock64();
   while ((u64)(clock64() - start) < cycles) { }
@@ -342,7 +351,7 @@ const std::vector<std::string>& harnessKernelNames()
 {
     static const std::vector<std::string> names = { "kl_h_fill", "kl_h_poison", "kl_h_compare", "kl_h_hash",
         "kl_h_copy", "kl_h_spin", "kl_h_sum_squares", "kl_h_compare_pairs", "kl_h_slab_canary_fill",
-        "kl_h_slab_canary_check", "kl_h_slab_poison", "kl_h_slab_fill" };
+        "kl_h_slab_canary_check", "kl_h_slab_poison", "kl_h_slab_fill", "kl_h_copy_pairs" };
     return names;
 }
 

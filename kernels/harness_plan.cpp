@@ -80,6 +80,15 @@ SlabLayout planSlab(std::uint64_t bufferBytes, int sets, std::uint64_t granulari
     return s;
 }
 
+int inputSetOfNextWrite(int q, bool graphs, std::uint64_t launchesSoFar, int inputSets, int outputSets)
+{
+    const std::uint64_t period = static_cast<std::uint64_t>(outputSets);
+    const std::uint64_t j = graphs
+        ? static_cast<std::uint64_t>(q)
+        : launchesSoFar + (static_cast<std::uint64_t>(q) + period - launchesSoFar % period) % period;
+    return static_cast<int>(j % static_cast<std::uint64_t>(inputSets));
+}
+
 int outputRotationPeriod(int inputSets, int launchesPerCycle)
 {
     if (inputSets < 1)

@@ -41,6 +41,12 @@ SlabLayout planSlab(std::uint64_t bufferBytes, int sets, std::uint64_t granulari
 // buffer meets a different input set on every visit and a stale output is wrong for its new inputs.
 int outputRotationPeriod(int inputSets, int launchesPerCycle);
 
+// The input set that output buffer q (of outputSets) meets in the next timed batch, whose launches each write a
+// different buffer: launched one by one from launch number `launchesSoFar` on, launch j reads input set j mod
+// inputSets and writes buffer j mod outputSets; in a graph (`graphs`), buffer q is always written by launch q. The
+// harness restores an in-place tensor's buffer q from that set's pristine copy before the batch.
+int inputSetOfNextWrite(int q, bool graphs, std::uint64_t launchesSoFar, int inputSets, int outputSets);
+
 // Tolerance of one output from what an honest fp32 implementation achieves: the problem's reference built
 // with fp32 accumulation, measured against its fp64 build (both rounded to the output dtype) on calibration
 // inputs. tolerance = max(kMeasuredToleranceFactor x measured, the dtype's rounding floor), never looser than

@@ -158,7 +158,8 @@ namespace {
             o << "- " << t.name << ": " << dtypeName(t.dtype) << " [";
             for (std::size_t i = 0; i < t.shape.size(); ++i)
                 o << (i ? ", " : "") << t.shape[i].text();
-            o << "] " << (t.role == TensorRole::Output ? "output" : "input") << ", row-major, contiguous";
+            o << "] " << (t.role == TensorRole::InOut ? "input and output, updated in place" : tensorRoleName(t.role))
+              << ", row-major, contiguous";
             switch (t.values.kind) {
             case IntValues::Kind::Any:
                 break;
@@ -208,7 +209,7 @@ namespace {
         }
         std::vector<DType> outTypes;
         for (const auto& t : p.tensors)
-            if (t.role == TensorRole::Output && std::find(outTypes.begin(), outTypes.end(), t.dtype) == outTypes.end())
+            if (writesOutput(t.role) && std::find(outTypes.begin(), outTypes.end(), t.dtype) == outTypes.end())
                 outTypes.push_back(t.dtype);
         for (auto t : outTypes) {
             const Tolerance tol = p.toleranceFor(t);

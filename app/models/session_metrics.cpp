@@ -83,7 +83,7 @@ std::optional<kl::CandidateId> bestCandidate(const kl::Session& s)
 std::optional<double> relL2Tolerance(const kl::Problem& p)
 {
     for (const auto& t : p.tensors) {
-        if (t.role == kl::TensorRole::Output)
+        if (kl::writesOutput(t.role))
             return p.toleranceFor(t.dtype).relL2;
     }
     return std::nullopt;

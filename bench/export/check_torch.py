@@ -33,6 +33,10 @@ def torch_reference(problem, inputs, scalars, dims):
         return {"y": F.silu(x[:, :i]) * x[:, i:]}
     if name == "gemm_bf16":
         return {"C": inputs["A"].float() @ inputs["B"].float().t()}
+    if name == "fused_add_rmsnorm":  # in place: x becomes the norm, residual the rounded sum
+        r = (inputs["x"].float() + inputs["residual"].float()).to(torch.bfloat16).float()
+        return {"x": r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + scalars["eps"]) * inputs["w"].float(),
+                "residual": r}
     return None
 
 
@@ -124,21 +128,36 @@ def main():
             continue
         inputs = {}
         for t in tensors:
-            if t["role"] != "input":
+            if t["role"] == "output":
                 continue
             shape = [eval_dim_expr(e, dims) for e in t["shape"]]
             inputs[t["name"]] = (torch.randn(shape, device="cuda", generator=gen) * t.get("scale", 1.0)).to(DTYPES[t["dtype"]])
-        call_args = [inputs[t["name"]] for t in tensors if t["role"] == "input"] + [scalars[s["name"]] for s in problem.get("scalars", [])]
+        # In-place tensors ("inout") are arguments the op mutates: each call gets fresh copies of the pristine values,
+        # and its results are the returned outputs followed by the mutated in-place tensors.
+        in_place = [t for t in tensors if t["role"] == "inout"]
+        out_specs = [t for t in tensors if t["role"] == "output"] + in_place
+
+        def fresh_args():
+            args_ = {t["name"]: inputs[t["name"]].clone() if t["role"] == "inout" else inputs[t["name"]]
+                     for t in tensors if t["role"] != "output"}
+            return args_, [args_[t["name"]] for t in tensors if t["role"] != "output"] + [
+                scalars[s["name"]] for s in problem.get("scalars", [])]
+
+        def results_of(ret, args_):
+            ret = [] if ret is None else list(ret) if isinstance(ret, (list, tuple)) else [ret]
+            return ret + [args_[t["name"]] for t in in_place]
+
+        def invoke(fn):
+            args_, call_args = fresh_args()
+            return results_of(fn(*call_args), args_)
+
         order = [d["name"] for d in problem["dims"]]
         sel = ops.select([dims[d] for d in order])
         expected_candidate = any(in_region(r, dims) for r in regions)
-        out = ops.run(*call_args)
-        outs = out if isinstance(out, (list, tuple)) else [out]
-        out_specs = [t for t in tensors if t["role"] == "output"]
+        outs = invoke(ops.run)
         ref = torch_reference(problem, inputs, scalars, dims)
         if ref is None:  # unknown problem: the bundle's own fallback is the reference
-            fb = ops.run_fallback(*call_args)
-            ref = {t["name"]: r.float() for t, r in zip(out_specs, fb if isinstance(fb, (list, tuple)) else [fb])}
+            ref = {t["name"]: r.float() for t, r in zip(out_specs, invoke(ops.run_fallback))}
         entry = {"dims": dims, "dispatch": "candidate" if sel == 1 else "fallback", "outputs": []}
         ok = True
         for t, o in zip(out_specs, outs):
@@ -149,23 +168,24 @@ def main():
             entry["outputs"].append({"name": t["name"], "rel_l2": rel, "max_err": mx, "ok": good})
         # The candidate itself wherever the dispatcher uses it, and the op under CUDA-graph capture.
         if sel == 1:
-            c = ops.run_candidate(*call_args)
-            c = c if isinstance(c, (list, tuple)) else [c]
-            for t, o in zip(out_specs, c):
+            for t, o in zip(out_specs, invoke(ops.run_candidate)):
                 tol = tolerance.get(t["dtype"], {"rel_l2": 1e-2, "max_abs": 1e-1})
                 rel, mx, finite = errors(o.float(), ref[t["name"]])
                 ok = ok and finite and rel <= tol["rel_l2"] and mx <= tol["max_abs"]
             g = torch.cuda.CUDAGraph()
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
+            gargs, gcall = fresh_args()
             with torch.cuda.stream(s):
-                ops.run(*call_args)  # warm-up outside capture
+                ops.run(*gcall)  # warm-up outside capture
                 with torch.cuda.graph(g):
-                    gout = ops.run(*call_args)
+                    gret = ops.run(*gcall)
             torch.cuda.current_stream().wait_stream(s)
+            for t in in_place:  # the warm-up updated them: replay from the pristine values
+                gargs[t["name"]].copy_(inputs[t["name"]])
             g.replay()
             torch.cuda.synchronize()
-            gout = gout if isinstance(gout, (list, tuple)) else [gout]
+            gout = results_of(gret, gargs)
             same = all(torch.equal(a, b) for a, b in zip(gout, outs)) or all(
                 errors(a.float(), ref[t["name"]])[0] <= tolerance.get(t["dtype"], {"rel_l2": 1e-2})["rel_l2"]
                 for t, a in zip(out_specs, gout))

@@ -419,7 +419,8 @@ static std::vector<double> fromDevice(Kind k, const void* d, size_t n)
 struct TensorInfo {
     const char* name;
     Kind kind;
-    bool output;
+    bool output; /* written by the kernel and compared: outputs and in-place tensors */
+    bool inPlace; /* filled like an input, restored before every call, compared like an output */
     double scale;
     double relL2; /* tolerance of this output's dtype */
     double maxAbs;
@@ -428,14 +429,19 @@ struct TensorInfo {
     o << "\nstatic const TensorInfo kTensors[] = {\n";
     for (const auto& t : p.tensors) {
         const Tolerance tol = p.toleranceFor(t.dtype);
-        o << "    {\"" << t.name << "\", " << kindName(t.dtype) << ", "
-          << (t.role == TensorRole::Output ? "true" : "false") << ", " << fmtDouble(t.scale) << ", "
+        o << "    {\"" << t.name << "\", " << kindName(t.dtype) << ", " << (writesOutput(t.role) ? "true" : "false")
+          << ", " << (t.role == TensorRole::InOut ? "true" : "false") << ", " << fmtDouble(t.scale) << ", "
           << fmtDouble(tol.relL2) << ", " << fmtDouble(tol.maxAbs) << "},\n";
     }
     o << "};\n/* What the candidate returns for a shape it declines at run time; " << P
       << "_run serves it with the fallback. */\nstatic const int kDeclined = " << m.upper
       << "_ERR_UNSUPPORTED_SHAPE;\nstatic const int kNumTensors = " << p.tensors.size()
-      << ";\nstatic const int kNumDims = " << nd << ";\n\n";
+      << ";\nstatic const int kNumDims = " << nd << ";\nstatic const bool kInPlace = "
+      << (std::any_of(
+              p.tensors.begin(), p.tensors.end(), [](const TensorSpec& t) { return t.role == TensorRole::InOut; })
+                 ? "true"
+                 : "false")
+      << "; /* some tensor is updated in place */\n\n";
     o << genIntValues(m);
     o << "static long long numel(int t, const " << P << "_dims* dims)\n{\n" << dimLocals(p, "dims", "    ");
     o << "    switch (t) {\n";
@@ -456,7 +462,7 @@ struct TensorInfo {
     int ti = 0;
     for (const auto& a : apiParams(p)) {
         if (a.tensor)
-            args += std::string(", ") + (a.output ? "" : "(const void*)") + "b[" + std::to_string(ti++) + "]";
+            args += std::string(", ") + (a.cType == "void*" ? "" : "(const void*)") + "b[" + std::to_string(ti++) + "]";
         else
             args += ", (" + a.cType + ")" + scalarValueC(*a.scalar, "d");
     }
@@ -598,27 +604,36 @@ int main()
             continue;
         }
         std::vector<void*> buf(kNumTensors, nullptr);
-        std::vector<std::vector<double>> ref(kNumTensors);
+        std::vector<std::vector<double>> ref(kNumTensors), pristine(kNumTensors);
         for (int t = 0; t < kNumTensors; ++t) {
             const size_t n = (size_t)numel(t, &d);
             KL_CHECK(cudaMalloc(&buf[t], std::max<size_t>(1, n * kindBytes(kTensors[t].kind))));
-            if (!kTensors[t].output && valueKind(t) != 0) {
-                toDevice(kTensors[t].kind, intValues(t, &d, n, rng), buf[t]);
-            } else if (!kTensors[t].output) {
-                std::vector<double> h(n);
+            if (kTensors[t].output && !kTensors[t].inPlace)
+                continue;
+            std::vector<double> h;
+            if (valueKind(t) != 0) {
+                h = intValues(t, &d, n, rng);
+            } else {
+                h.resize(n);
                 for (auto& x : h) {
                     const double r = normal(rng) * kTensors[t].scale;
                     x = (kTensors[t].kind == KL_I32 || kTensors[t].kind == KL_I64 || kTensors[t].kind == KL_U8) ? std::fabs(std::round(r)) : r;
                 }
-                toDevice(kTensors[t].kind, h, buf[t]);
             }
+            toDevice(kTensors[t].kind, h, buf[t]);
+            if (kTensors[t].inPlace)
+                pristine[t] = std::move(h);
         }
         void* ws = nullptr;
         if (wsBytes)
             KL_CHECK(cudaMalloc(&ws, wsBytes));
+        /* Outputs poisoned, in-place tensors back to their pristine values: every call starts from the same state. */
         auto poisonOutputs = [&]() {
+            KL_CHECK(cudaStreamSynchronize(stream));
             for (int t = 0; t < kNumTensors; ++t)
-                if (kTensors[t].output)
+                if (kTensors[t].inPlace)
+                    toDevice(kTensors[t].kind, pristine[t], buf[t]);
+                else if (kTensors[t].output)
                     KL_CHECK(cudaMemsetAsync(buf[t], 0xFF, (size_t)numel(t, &d) * kindBytes(kTensors[t].kind), stream));
         };
         auto checkOutputs = [&](const char* what) {
@@ -667,7 +682,8 @@ int main()
             KL_CHECK(cudaStreamEndCapture(stream, &graph));
             KL_CHECK(cudaGraphInstantiate(&exec, graph, 0));
             KL_CHECK(cudaGraphLaunch(exec, stream));
-            KL_CHECK(cudaGraphLaunch(exec, stream));
+            if (!kInPlace) /* a second replay of an in-place call would update its result again */
+                KL_CHECK(cudaGraphLaunch(exec, stream));
             KL_CHECK(cudaStreamSynchronize(stream));
             const bool gok = rc == 0 && checkOutputs("graph");
             std::printf("      CUDA graph capture + replay of the dispatcher: %s\n", gok ? "ok" : "FAIL");
@@ -772,6 +788,7 @@ std::string genTorchOp(const BundleModel& m)
     o << "namespace {\n\n";
     std::string sig;
     std::string schema;
+    char alias = 'a'; // each tensor updated in place is its own alias set in the schema: Tensor(a!) x
     for (const auto& a : params) {
         if (a.tensor && a.output)
             continue;
@@ -781,7 +798,7 @@ std::string genTorchOp(const BundleModel& m)
         }
         if (a.tensor) {
             sig += "const at::Tensor& " + a.name;
-            schema += "Tensor " + a.name;
+            schema += (a.inPlace ? std::string("Tensor(") + alias++ + "!) " : std::string("Tensor ")) + a.name;
         } else if (a.scalar->dtype == DType::I32) {
             sig += "int64_t " + a.name;
             schema += "int " + a.name
@@ -795,8 +812,9 @@ std::string genTorchOp(const BundleModel& m)
         sig += (sig.empty() ? "" : ", ") + std::string("int64_t ") + cIdent(d) + "_";
         schema += (schema.empty() ? "" : ", ") + std::string("int ") + cIdent(d) + "_";
     }
-    const std::string ret = outputs.size() == 1 ? "at::Tensor" : "std::vector<at::Tensor>";
-    const std::string schemaRet = outputs.size() == 1 ? "Tensor" : "Tensor[]";
+    // A problem whose every result is written in place returns nothing: the op mutates its arguments.
+    const std::string ret = outputs.empty() ? "void" : outputs.size() == 1 ? "at::Tensor" : "std::vector<at::Tensor>";
+    const std::string schemaRet = outputs.empty() ? "()" : outputs.size() == 1 ? "Tensor" : "Tensor[]";
     o << ret << " call(int which" << (sig.empty() ? "" : ", ") << sig << ")\n{\n";
     std::string firstInput;
     for (const auto& a : params) {
@@ -857,7 +875,9 @@ std::string genTorchOp(const BundleModel& m)
       << ");\n    else if (which == 1)\n        rc = " << P << "_run_candidate(" << cargs
       << ");\n    else\n        rc = " << P << "_run(" << cargs << ");\n";
     o << "    TORCH_CHECK(rc == 0, \"" << P << ": \", " << P << "_error_string(rc));\n";
-    if (outNames.size() == 1)
+    if (outNames.empty())
+        o << "}\n\n";
+    else if (outNames.size() == 1)
         o << "    return " << outNames[0] << ";\n}\n\n";
     else {
         o << "    return {";

@@ -315,7 +315,8 @@ std::vector<ApiParam> apiParams(const Problem& p)
         ApiParam a;
         a.tensor = true;
         a.output = t.role == TensorRole::Output;
-        a.cType = a.output ? "void*" : "const void*";
+        a.inPlace = t.role == TensorRole::InOut;
+        a.cType = writesOutput(t.role) ? "void*" : "const void*";
         a.name = cIdent(t.name);
         a.spec = &t;
         out.push_back(a);
@@ -572,7 +573,7 @@ std::string genApiHeader(const BundleModel& m)
             o << " *   " << a.name << ": " << dtypeName(a.spec->dtype) << " [";
             for (std::size_t i = 0; i < a.spec->shape.size(); ++i)
                 o << (i ? ", " : "") << commentSafe(a.spec->shape[i].text());
-            o << "] " << (a.output ? "output" : "input") << "\n";
+            o << "] " << (a.inPlace ? "input and output, updated in place" : a.output ? "output" : "input") << "\n";
         } else {
             o << " *   " << a.name << ": scalar " << dtypeName(a.scalar->dtype) << " (problem value "
               << (a.scalar->formula ? commentSafe(a.scalar->formula->text()) : fmtDouble(a.scalar->value)) << ")\n";

@@ -86,7 +86,8 @@ struct ApiParam {
     std::string cType; // "const void*", "void*", "float", "int"
     std::string name;
     bool tensor = false;
-    bool output = false;
+    bool output = false; // the torch op allocates and returns it
+    bool inPlace = false; // read and updated in place (TensorRole::InOut): the torch op mutates the argument
     const TensorSpec* spec = nullptr;
     const ScalarSpec* scalar = nullptr;
 };

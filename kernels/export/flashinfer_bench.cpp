@@ -574,6 +574,11 @@ ExportResult exportSolution(const Session& s, const Problem& problem, const Expo
 {
     if (o.outDir.empty())
         throw InputError("export: no output directory (--out DIR)");
+    // A FlashInfer-Bench definition names each tensor an input or an output, never both.
+    for (const auto& t : problem.tensors)
+        if (t.role == TensorRole::InOut)
+            throw InputError("export: problem " + problem.name + " updates tensor '" + t.name
+                + "' in place (role inout), which a FlashInfer-Bench definition cannot state; export it as a bundle");
     ExportResult r;
     r.candidateId = o.candidateId.empty() ? exporter::defaultCandidate(s) : o.candidateId;
     const exporter::ExportPlan plan = exporter::planExport(s, problem, r.candidateId, o.minSpeedup);

@@ -39,9 +39,9 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         for (const auto& t : sizes) {
             ioBytes += t.bytes;
             const std::uint64_t b = alignUp(t.bytes, kAlign) + guard;
-            // candidate's and baseline's buffers, and the harness's pristine inputs or references
-            perSetBytes += 3 * b;
-            if (t.spec->role == TensorRole::Output)
+            // candidate's and baseline's buffers, and the harness's pristine inputs or references (both: in place)
+            perSetBytes += (t.spec->role == TensorRole::InOut ? 4 : 3) * b;
+            if (writesOutput(t.spec->role))
                 outputNames.push_back(t.spec->name);
         }
         for (const auto& w : cb->workspaces())
@@ -109,16 +109,22 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         std::map<std::string, CUdeviceptr> hInBase, refBase;
         std::uint64_t hBytes = fixedBytes + static_cast<std::uint64_t>(kMaxChecked) * nOut * kSlotCount * 8
             + 2ull * nOut * outSets * 8 * 2 + nOut * 8 * 2;
+        int inOuts = 0;
         for (const auto& t : sizes) {
-            if (t.spec->role == TensorRole::Input) {
+            if (readsInput(t.spec->role)) {
                 hInLayout[t.spec->name] = packedSlab(t.bytes, sets);
                 hBytes += hInLayout[t.spec->name].mappedBytes + kAlign;
-            } else {
+            }
+            if (writesOutput(t.spec->role)) {
                 refLayout[t.spec->name] = packedSlab(t.bytes, sets);
                 hBytes += refLayout[t.spec->name].mappedBytes + kAlign;
             }
+            inOuts += t.spec->role == TensorRole::InOut ? 1 : 0;
         }
-        CUdeviceptr hSlots = 0, hPairs = 0, hRefSumSq = 0;
+        // The restore's (pristine, candidate or baseline buffer) pointer lists: per in-place tensor and buffer.
+        const std::uint64_t restoreListBytes = static_cast<std::uint64_t>(inOuts) * (outSets + sets) * 16;
+        hBytes += restoreListBytes + kAlign;
+        CUdeviceptr hSlots = 0, hPairs = 0, hRefSumSq = 0, hRestoreLists = 0;
         BufferMap refWork;
         std::vector<std::vector<BufferMap>> refBufs(1);
         {
@@ -126,6 +132,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             hSlots = m_hmem.alloc(static_cast<std::uint64_t>(kMaxChecked) * nOut * kSlotCount * 8);
             hPairs = m_hmem.alloc(2ull * nOut * outSets * 8 * 2);
             hRefSumSq = m_hmem.alloc(nOut * 8);
+            hRestoreLists = m_hmem.alloc(std::max<std::uint64_t>(restoreListBytes, 16));
             KL_CU(
                 cuMemsetD8Async(hSlots, 0, static_cast<std::uint64_t>(kMaxChecked) * nOut * kSlotCount * 8, m_hstream));
             KL_CU(cuMemsetD8Async(hRefSumSq, 0, nOut * 8, m_hstream));
@@ -139,9 +146,10 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
 
         const double setupStart = nowSeconds();
         // Inputs: the same values (from seed and set) in the candidate's, the baseline's and the pristine slabs.
+        // In-place tensors only in the pristine slab: every batch restores the candidate's and the baseline's from it.
         for (std::size_t ti = 0; ti < sizes.size(); ++ti) {
             const auto& t = sizes[ti];
-            if (t.spec->role != TensorRole::Input || !t.elements)
+            if (!readsInput(t.spec->role) || !t.elements)
                 continue;
             const std::uint64_t seed = o.seed ^ (0x9E3779B97F4A7C15ull * (ti + 1));
             for (auto* v : { &candSlabs, &baseSlabs })
@@ -155,6 +163,9 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         for (auto* v : { &candSlabs, &baseSlabs })
             for (const auto& cs : *v)
                 m_harness.slabCanaryFill(m_stream, cs.base, cs.layout);
+        // In-place tensors are restored on the candidate's stream from the pristine slabs filled on the harness's.
+        if (inOuts)
+            handoff(m_hstream, m_stream);
         // The candidate's input slabs, canaries included, hashed before anything ran and after the last launch.
         auto hashCandidateInputs = [&]() {
             KL_CU(cuMemsetD8Async(scratch, 0, 8, m_stream));
@@ -170,13 +181,46 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         const std::uint64_t hashBefore = hashCandidateInputs();
 
         // Before every batch of timed launches (outside the timed intervals), for candidate and baseline alike:
-        // outputs poisoned, workspaces poisoned unless the plan zeroes them, canaries written again. A batch writes
-        // each output buffer at most once, so every launch finds its outputs and workspaces freshly initialised.
+        // outputs poisoned, workspaces poisoned unless the plan zeroes them, in-place tensors restored from the
+        // pristine copy of the input set each buffer meets in the batch, canaries written again. A batch writes each
+        // output buffer at most once, so every launch finds its outputs, workspaces and in-place tensors freshly
+        // initialised. Which input set candidate buffer q meets: kl::inputSetOfNextWrite; the baseline's buffer b
+        // always meets input set (b + sets / 2) mod sets.
         std::vector<int> lastInput(static_cast<std::size_t>(outSets), -1);
-        auto prepare = [&]() {
+        std::uint64_t candLaunches = 0, baseLaunches = 0;
+        auto restoreInOut = [&](bool graphs) {
+            CUdeviceptr lists = hRestoreLists;
+            for (const auto& t : sizes) {
+                if (t.spec->role != TensorRole::InOut || !t.bytes)
+                    continue;
+                const CUdeviceptr pristine = hInBase.at(t.spec->name);
+                const SlabLayout& pl = hInLayout.at(t.spec->name);
+                for (auto* v : { &candSlabs, &baseSlabs })
+                    for (const auto& cs : *v) {
+                        if (cs.name != t.spec->name || cs.workspace)
+                            continue;
+                        const bool isBase = v == &baseSlabs;
+                        const int n = cs.layout.sets();
+                        std::vector<std::uint64_t> ptrs(2 * static_cast<std::size_t>(n));
+                        for (int q = 0; q < n; ++q) {
+                            const int k = isBase ? (q + sets / 2) % sets
+                                                 : inputSetOfNextWrite(q, graphs, candLaunches, sets, outSets);
+                            ptrs[static_cast<std::size_t>(q)] = pristine + pl.bufferOffset(k);
+                            ptrs[static_cast<std::size_t>(n + q)] = cs.buffer(q);
+                        }
+                        // Pageable source: stream-ordered, and read before the call returns, so the lists can be
+                        // reused.
+                        KL_CU(cuMemcpyHtoDAsync(lists, ptrs.data(), ptrs.size() * 8, m_stream));
+                        m_harness.copyPairs(m_stream, lists, lists + n * 8ull, n, t.bytes);
+                        lists += ptrs.size() * 8;
+                    }
+            }
+        };
+        auto prepare = [&](bool graphs) {
+            restoreInOut(graphs);
             for (auto* v : { &candSlabs, &baseSlabs })
                 for (const auto& cs : *v) {
-                    if (cs.role != TensorRole::Output)
+                    if (readsInput(cs.role))
                         continue;
                     if (!cs.workspace && cs.elements)
                         m_harness.slabPoison(m_stream, cs.base, cs.layout, cs.elements, cs.dtype,
@@ -215,7 +259,6 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         };
         // Launch j of the candidate: input set j mod sets, output set j mod outSets. The baseline runs half a
         // rotation behind on its own buffers, so the second of a pair never finds the first's inputs in L2.
-        std::uint64_t candLaunches = 0, baseLaunches = 0;
         auto launchCandidate = [&]() {
             const int k = static_cast<int>(candLaunches % sets), q = static_cast<int>(candLaunches % outSets);
             BufferMap b = candIn[k];
@@ -244,16 +287,22 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 if (k < 0 || refReady[static_cast<std::size_t>(k)])
                     continue;
                 BufferMap b = refWork;
-                for (const auto& t : sizes)
+                for (const auto& t : sizes) {
                     b[t.spec->name] = t.spec->role == TensorRole::Input
                         ? hInBase.at(t.spec->name) + hInLayout.at(t.spec->name).bufferOffset(k)
                         : refBase.at(t.spec->name) + refLayout.at(t.spec->name).bufferOffset(k);
+                    // In place: the reference updates a copy of the pristine values the candidate's launch started
+                    // from.
+                    if (t.spec->role == TensorRole::InOut && t.bytes)
+                        KL_CU(cuMemcpyDtoDAsync(b.at(t.spec->name),
+                            hInBase.at(t.spec->name) + hInLayout.at(t.spec->name).bufferOffset(k), t.bytes, m_hstream));
+                }
                 rb->run(m_hstream, b);
                 refReady[static_cast<std::size_t>(k)] = 1;
                 if (!refSumDone) {
                     int oi = 0;
                     for (const auto& t : sizes)
-                        if (t.spec->role == TensorRole::Output) {
+                        if (writesOutput(t.spec->role)) {
                             if (t.elements)
                                 m_harness.sumSquares(
                                     m_hstream, b.at(t.spec->name), t.elements, t.spec->dtype, hRefSumSq + 8 * oi);
@@ -264,7 +313,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             }
             int oi = 0;
             for (const auto& t : sizes) {
-                if (t.spec->role != TensorRole::Output)
+                if (!writesOutput(t.spec->role))
                     continue;
                 const CandidateSlab* cs = nullptr;
                 for (const auto& c : candSlabs)
@@ -299,7 +348,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             std::vector<double> estC, estB;
             for (int i = 0; i < 5; ++i) {
                 if (i % outSets == 0)
-                    prepare();
+                    prepare(false);
                 KL_CU(cuEventRecord(eventAt(0), m_stream));
                 launchCandidate();
                 KL_CU(cuEventRecord(eventAt(1), m_stream));
@@ -402,7 +451,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                 KL_CU(cuEventRecord(eventAt(e0 + 1), m_stream));
             };
             // Warm-up at the sample rate, untimed.
-            prepare();
+            prepare(graphMode);
             for (int i = 0; i < std::min(3, batchCap); ++i) {
                 enqueue(cand, 0);
                 if (bb)
@@ -417,7 +466,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             const int batch
                 = std::min(batchCap, std::clamp(static_cast<int>(std::ceil(5000.0 / std::max(pairUs, 1.0))), 4, 64));
             for (int batchIndex = 0;; ++batchIndex) {
-                prepare();
+                prepare(graphMode);
                 for (int b = 0; b < batch; ++b) {
                     // Alternate which goes first so neither always runs right after the other's cache state.
                     const std::size_t e = static_cast<std::size_t>(b) * 4;
@@ -489,7 +538,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
                     buildGraphs(g, perSampleFor(tC));
                     for (int i = 0; i < 12; ++i) {
                         if (i % static_cast<int>(g.graphs.size()) == 0)
-                            prepare();
+                            prepare(true);
                         KL_CU(cuEventRecord(eventAt(2 * i), m_stream));
                         launchGraph(g, static_cast<std::size_t>(i) % g.graphs.size());
                         KL_CU(cuEventRecord(eventAt(2 * i + 1), m_stream));

@@ -38,7 +38,7 @@ TraceOutcome Engine::trace(const LoadedProblem& lp, const Plan& candidate, const
         for (int k = 0; k < sets; ++k)
             bufs[static_cast<std::size_t>(k)][cs.name] = cs.buffer(k);
         const TensorSpec* spec = p.tensor(cs.name);
-        if (!cs.workspace && cs.elements && spec && spec->role == TensorRole::Input)
+        if (!cs.workspace && cs.elements && spec && readsInput(spec->role))
             m_harness.slabFillInput(
                 m_stream, cs.base, cs.layout, *spec, s, cs.elements, Distribution::Normal, 77 + i * 1000);
         else if (!cs.workspace && cs.elements)
@@ -87,7 +87,7 @@ BufferMap Engine::filledBuffers(const Problem& p, const Shape& s, const BoundPla
         const auto& t = sizes[i];
         const CUdeviceptr ptr = arenaAlloc(t.bytes);
         buffers[t.spec->name] = ptr;
-        if (t.elements && t.spec->role == TensorRole::Input)
+        if (t.elements && readsInput(t.spec->role))
             m_harness.fillInput(m_stream, ptr, *t.spec, s, t.elements, Distribution::Normal, seed + i);
         else if (t.elements)
             m_harness.fill(m_stream, ptr, t.elements, t.spec->dtype, Distribution::Normal, seed + i, t.spec->scale);

@@ -47,7 +47,7 @@ void Engine::calibrateTolerances(LoadedProblem& lp)
 {
     const Problem& p = lp.problem;
     for (const auto& t : p.tensors)
-        if (t.role == TensorRole::Output) {
+        if (writesOutput(t.role)) {
             OutputTolerance ot;
             ot.dtype = t.dtype;
             ot.stated = p.toleranceFor(t.dtype);
@@ -78,7 +78,7 @@ void Engine::calibrateTolerances(LoadedProblem& lp)
         const auto sizes = tensorSizes(p, shape);
         std::uint64_t need = 64 * kSlotCount * 8;
         for (const auto& t : sizes)
-            need += (t.spec->role == TensorRole::Output ? 2 : 1)
+            need += ((readsInput(t.spec->role) ? 1 : 0) + (writesOutput(t.spec->role) ? 2 : 0))
                 * (alignUp(std::max<std::uint64_t>(t.bytes, 4), kAlign));
         for (const auto* b : { r64.get(), r32.get() })
             for (const auto& w : b->workspaces())
@@ -89,9 +89,9 @@ void Engine::calibrateTolerances(LoadedProblem& lp)
         KL_CU(cuMemsetD8Async(slots, 0, 3 * static_cast<std::uint64_t>(nOut) * kSlotCount * 8, m_hstream));
         BufferMap in, out64, out32, w64, w32;
         for (const auto& t : sizes) {
-            if (t.spec->role == TensorRole::Input) {
+            if (readsInput(t.spec->role))
                 in[t.spec->name] = m_hmem.alloc(std::max<std::uint64_t>(t.bytes, 4));
-            } else {
+            if (writesOutput(t.spec->role)) {
                 out64[t.spec->name] = m_hmem.alloc(std::max<std::uint64_t>(t.bytes, 4));
                 out32[t.spec->name] = m_hmem.alloc(std::max<std::uint64_t>(t.bytes, 4));
             }
@@ -103,19 +103,24 @@ void Engine::calibrateTolerances(LoadedProblem& lp)
         const Distribution dists[3] = { Distribution::Normal, Distribution::Large, Distribution::Outliers };
         for (int d = 0; d < 3; ++d) {
             for (std::size_t ti = 0; ti < sizes.size(); ++ti)
-                if (sizes[ti].spec->role == TensorRole::Input && sizes[ti].elements)
+                if (readsInput(sizes[ti].spec->role) && sizes[ti].elements)
                     m_harness.fillInput(m_hstream, in.at(sizes[ti].spec->name), *sizes[ti].spec, shape,
                         sizes[ti].elements, dists[d], seed ^ (0x9E3779B97F4A7C15ull * (ti + 1)));
-            BufferMap a = in, b = in;
-            a.insert(out64.begin(), out64.end());
+            // An in-place tensor starts from the pristine values in each build's own output buffer.
+            for (const auto& t : sizes)
+                if (t.spec->role == TensorRole::InOut && t.bytes)
+                    for (const BufferMap* o : { &out64, &out32 })
+                        KL_CU(cuMemcpyDtoDAsync(o->at(t.spec->name), in.at(t.spec->name), t.bytes, m_hstream));
+            BufferMap a = out64, b = out32; // std::map::insert keeps these entries over the pristine ones
             a.insert(w64.begin(), w64.end());
-            b.insert(out32.begin(), out32.end());
+            a.insert(in.begin(), in.end());
             b.insert(w32.begin(), w32.end());
+            b.insert(in.begin(), in.end());
             r64->run(m_hstream, a);
             r32->run(m_hstream, b);
             int oi = 0;
             for (const auto& t : sizes) {
-                if (t.spec->role != TensorRole::Output)
+                if (!writesOutput(t.spec->role))
                     continue;
                 const CUdeviceptr sl = slots + (static_cast<std::uint64_t>(d) * nOut + oi++) * kSlotCount * 8;
                 if (!t.elements)
@@ -131,7 +136,7 @@ void Engine::calibrateTolerances(LoadedProblem& lp)
         for (int d = 0; d < 3; ++d) {
             int oi = 0;
             for (const auto& t : sizes) {
-                if (t.spec->role != TensorRole::Output)
+                if (!writesOutput(t.spec->role))
                     continue;
                 const OutputError e = readOutputError(&host[(static_cast<std::size_t>(d) * nOut + oi++) * kSlotCount]);
                 const bool bad = e.nonFinite || e.poisonLeft;
@@ -216,7 +221,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             for (int set = 0; set < 2; ++set)
                 (cs.workspace ? work : cs.role == TensorRole::Input ? inputs : outputs)[set][cs.name] = cs.buffer(set);
         for (const auto& t : sizes)
-            if (t.spec->role == TensorRole::Output)
+            if (writesOutput(t.spec->role))
                 outputNames.push_back(t.spec->name);
         const int nOut = std::max<int>(1, static_cast<int>(outputNames.size()));
         const std::vector<Tolerance> tolerances = outputTolerances(lp, outputNames);
@@ -227,7 +232,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
         const std::uint64_t refStatBytes = static_cast<std::uint64_t>(nChecks) * 8 * nOut;
         std::uint64_t hBytes = slotBytes + refStatBytes + 16 * kAlign;
         for (const auto& t : sizes)
-            hBytes += (t.spec->role == TensorRole::Input ? 1 : 2)
+            hBytes += ((readsInput(t.spec->role) ? 1 : 0) + (writesOutput(t.spec->role) ? 2 : 0))
                 * (alignUp(std::max<std::uint64_t>(t.bytes, 4), kAlign) + kAlign);
         for (const auto& w : rb->workspaces())
             hBytes += alignUp(std::max<std::uint64_t>(w.bytes, 4), kAlign) + kAlign;
@@ -240,9 +245,9 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             KL_CU(cuMemsetD8Async(slots, 0, slotBytes + refStatBytes, m_hstream));
             for (const auto& t : sizes) {
                 const std::uint64_t b = std::max<std::uint64_t>(t.bytes, 4);
-                if (t.spec->role == TensorRole::Input) {
+                if (readsInput(t.spec->role))
                     hInputs[t.spec->name] = m_hmem.alloc(b);
-                } else {
+                if (writesOutput(t.spec->role)) {
                     refs[0][t.spec->name] = m_hmem.alloc(b);
                     refs[1][t.spec->name] = m_hmem.alloc(b);
                 }
@@ -276,14 +281,17 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             m.insert(c.begin(), c.end());
             return m;
         };
-        // The same counter-based values in the candidate's buffers and the harness's pristine copy.
-        auto fillInputs = [&](int set, Distribution dist, std::uint64_t seed, bool harnessToo) {
+        // The same counter-based values in the candidate's buffers and the harness's pristine copy. In-place tensors
+        // are filled before every launch (their buffer holds the previous launch's result), the others whenever the
+        // check's values change.
+        auto fillInputs = [&](int set, Distribution dist, std::uint64_t seed, bool harnessToo, bool inOutOnly = false) {
             for (std::size_t ti = 0; ti < sizes.size(); ++ti) {
                 const auto& t = sizes[ti];
-                if (t.spec->role != TensorRole::Input || t.elements == 0)
+                if (!readsInput(t.spec->role) || t.elements == 0 || (inOutOnly && t.spec->role != TensorRole::InOut))
                     continue;
                 const std::uint64_t s = seed ^ (0x9E3779B97F4A7C15ull * (ti + 1));
-                m_harness.fillInput(m_stream, inputs[set].at(t.spec->name), *t.spec, shape, t.elements, dist, s);
+                const BufferMap& candidateSide = t.spec->role == TensorRole::Input ? inputs[set] : outputs[set];
+                m_harness.fillInput(m_stream, candidateSide.at(t.spec->name), *t.spec, shape, t.elements, dist, s);
                 if (harnessToo)
                     m_harness.fillInput(m_hstream, hInputs.at(t.spec->name), *t.spec, shape, t.elements, dist, s);
             }
@@ -313,11 +321,16 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
         };
         // Each reference output's sum of squares, once per reference run: refStats[refSet] + 8 * output index.
         CUdeviceptr refStats[2] = { 0, 0 };
+        // An in-place tensor: the reference updates a copy of the pristine values in its own output buffer.
         auto runReference = [&](int refSet, CUdeviceptr area) {
-            rb->run(m_hstream, merged(hInputs, refs[refSet], refWork));
+            for (const auto& t : sizes)
+                if (t.spec->role == TensorRole::InOut && t.bytes)
+                    KL_CU(
+                        cuMemcpyDtoDAsync(refs[refSet].at(t.spec->name), hInputs.at(t.spec->name), t.bytes, m_hstream));
+            rb->run(m_hstream, merged(refs[refSet], refWork, hInputs));
             int oi = 0;
             for (const auto& t : sizes)
-                if (t.spec->role == TensorRole::Output) {
+                if (writesOutput(t.spec->role)) {
                     if (t.elements)
                         m_harness.sumSquares(
                             m_hstream, refs[refSet].at(t.spec->name), t.elements, t.spec->dtype, area + 8 * oi);
@@ -337,7 +350,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             handoff(m_stream, m_hstream);
             int oi = 0;
             for (const auto& t : sizes)
-                if (t.spec->role == TensorRole::Output) {
+                if (writesOutput(t.spec->role)) {
                     if (t.elements)
                         m_harness.compare(m_hstream, outputs[outSet].at(t.spec->name), refs[refSet].at(t.spec->name),
                             t.elements, t.spec->dtype, HarnessKernels::poisonPattern(t.spec->dtype, variant),
@@ -404,6 +417,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
             if (!graphError.empty()) {
                 graphFailed = true;
             } else {
+                fillInputs(1, Distribution::Normal, seedA, false, true);
                 prepareLaunch(1, 0);
                 hashInputs(1, 0);
                 toHarness(slotOf(graphCheck, 0) + kHashBefore * 8, scratch, 8);

@@ -54,6 +54,7 @@ void HarnessKernels::load(NvrtcCompiler& compiler, const std::string& arch)
     KL_CU(cuModuleGetFunction(&m_slabCanaryCheck, m_module, "kl_h_slab_canary_check"));
     KL_CU(cuModuleGetFunction(&m_slabPoison, m_module, "kl_h_slab_poison"));
     KL_CU(cuModuleGetFunction(&m_slabFill, m_module, "kl_h_slab_fill"));
+    KL_CU(cuModuleGetFunction(&m_copyPairs, m_module, "kl_h_copy_pairs"));
     CUdevice dev;
     KL_CU(cuCtxGetDevice(&dev));
     KL_CU(cuDeviceGetAttribute(&m_smCount, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
@@ -249,6 +250,18 @@ void HarnessKernels::comparePairs(CUstream s, CUdeviceptr candPtrs, CUdeviceptr 
     const unsigned gx
         = static_cast<unsigned>(std::clamp<std::uint64_t>((vectorLanes(n, dt) + block - 1) / block, 1, budget));
     KL_CU(cuLaunchKernel(m_comparePairs, gx, static_cast<unsigned>(count), 1, block, 1, 1, 0, s, args, nullptr));
+}
+
+void HarnessKernels::copyPairs(
+    CUstream s, CUdeviceptr srcPtrs, CUdeviceptr dstPtrs, int count, std::uint64_t bytes) const
+{
+    if (count <= 0 || bytes == 0)
+        return;
+    void* args[] = { &srcPtrs, &dstPtrs, &bytes };
+    const unsigned block = 256;
+    const std::uint64_t budget = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(m_smCount) * 16 / count);
+    const unsigned gx = static_cast<unsigned>(std::clamp<std::uint64_t>((bytes / 16 + block - 1) / block, 1, budget));
+    KL_CU(cuLaunchKernel(m_copyPairs, gx, static_cast<unsigned>(count), 1, block, 1, 1, 0, s, args, nullptr));
 }
 
 void HarnessKernels::spin(CUstream s, std::uint64_t cycles) const

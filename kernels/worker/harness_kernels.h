@@ -66,6 +66,8 @@ public:
     // rmsCount elements are behind refSumSq.
     void comparePairs(CUstream s, CUdeviceptr candPtrs, CUdeviceptr refPtrs, int count, std::uint64_t n, DType dt,
         std::uint64_t poison, CUdeviceptr slots, CUdeviceptr refSumSq, std::uint64_t rmsCount) const;
+    // count (source, destination) pairs of `bytes` each, pointer lists in device memory (16-byte aligned buffers).
+    void copyPairs(CUstream s, CUdeviceptr srcPtrs, CUdeviceptr dstPtrs, int count, std::uint64_t bytes) const;
     void spin(CUstream s, std::uint64_t cycles) const;
 
     static std::uint64_t poisonPattern(DType dt, int variant);
@@ -80,7 +82,7 @@ private:
     CUmodule m_module = nullptr;
     CUfunction m_fill = nullptr, m_poison = nullptr, m_compare = nullptr, m_hash = nullptr, m_copy = nullptr,
                m_spin = nullptr, m_sumSquares = nullptr, m_comparePairs = nullptr, m_slabCanaryFill = nullptr,
-               m_slabCanaryCheck = nullptr, m_slabPoison = nullptr, m_slabFill = nullptr;
+               m_slabCanaryCheck = nullptr, m_slabPoison = nullptr, m_slabFill = nullptr, m_copyPairs = nullptr;
     void launchSlab(
         CUfunction f, CUstream s, const SlabLayout& l, std::uint64_t lanes, bool withLead, void** args) const;
     int m_smCount = 132;

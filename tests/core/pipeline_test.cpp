@@ -437,3 +437,16 @@ TEST(PipelineResult, RoundTripsAndRefusesBadFieldsByName)
             << e.what();
     }
 }
+
+// A stage that updates a tensor in place would change what the tensor's other readers see: refused, naming the stage.
+TEST(Pipeline, RefusesAnInPlaceStage)
+{
+    kl::Json j = mlpJson();
+    j["inputs"] = { "x", "res", "w_norm", "w_gate_up", "w_down" };
+    j["stages"][0]
+        = { { "name", "norm" }, { "problem", "fused_add_rmsnorm" }, { "dims", { { "T", "T" }, { "H", "H" } } },
+              { "inputs", { { "x", "x" }, { "residual", "res" }, { "w", "w_norm" } } } };
+    j["stages"][1]["inputs"]["A"] = "x";
+    EXPECT_REFUSED(j, "mlp/pipeline.json.stages[0].problem", "fused_add_rmsnorm updates tensor 'x' in place",
+        "pipeline stages cannot be in-place");
+}

@@ -176,3 +176,49 @@ TEST(ProblemFormat, DistinctRowsUseTheWholeRangeWhenItIsLarge)
     EXPECT_EQ(all.count(-1), 0u);
     EXPECT_GT(*std::max_element(v.begin(), v.end()), 65536) << "indices reach the far end of a long context";
 }
+
+// In-place tensors (vLLM's fused_add_rms_norm): role "inout", read like an input and judged like an output.
+TEST(ProblemFormat, InOutRoleParsesAndRoundTrips)
+{
+    const kl::Problem p = kl::loadProblem(std::string(KL_SOURCE_DIR) + "/kernels/problems/fused_add_rmsnorm");
+    ASSERT_NE(p.tensor("x"), nullptr);
+    EXPECT_EQ(p.tensor("x")->role, kl::TensorRole::InOut);
+    EXPECT_EQ(p.tensor("residual")->role, kl::TensorRole::InOut);
+    EXPECT_EQ(p.tensor("w")->role, kl::TensorRole::Input);
+    const kl::Json j = kl::toJson(p);
+    EXPECT_EQ(j["tensors"][0]["role"], "inout");
+    EXPECT_EQ(j["tensors"][2]["role"], "input");
+    const kl::Problem q = kl::problemFromJson(j, "again");
+    EXPECT_EQ(q.tensor("x")->role, kl::TensorRole::InOut);
+    EXPECT_EQ(kl::toJson(q), j);
+    for (const auto r : { kl::TensorRole::Input, kl::TensorRole::Output, kl::TensorRole::InOut })
+        EXPECT_EQ(kl::tensorRoleFromName(kl::tensorRoleName(r)), r);
+    EXPECT_EQ(kl::tensorRoleFromName("in-out"), std::nullopt);
+    EXPECT_TRUE(kl::readsInput(kl::TensorRole::InOut) && kl::writesOutput(kl::TensorRole::InOut));
+    EXPECT_TRUE(kl::readsInput(kl::TensorRole::Input) && !kl::writesOutput(kl::TensorRole::Input));
+    EXPECT_TRUE(!kl::readsInput(kl::TensorRole::Output) && kl::writesOutput(kl::TensorRole::Output));
+}
+
+TEST(ProblemFormat, RolesAreRefusedNamingTheField)
+{
+    kl::Json j = decodeJson();
+    j["tensors"][1]["role"] = "in-out";
+    const std::string why = refusal(j);
+    EXPECT_NE(why.find("p.json.tensors[1].role: unknown role 'in-out'"), std::string::npos) << why;
+    EXPECT_NE(why.find("inout"), std::string::npos) << why << ": the message names the roles there are";
+
+    // The only result may be an in-place tensor; a problem with nothing written is refused.
+    j = decodeJson();
+    j["tensors"][0]["role"] = "inout";
+    EXPECT_EQ(refusal(j), "accepted");
+    j["tensors"][0]["role"] = "input";
+    EXPECT_NE(refusal(j).find("p.json.tensors: at least one output (or inout tensor) is required"), std::string::npos)
+        << refusal(j);
+
+    // An in-place integer tensor is filled like an input, so it may say what its values mean; an output may not.
+    j = decodeJson();
+    j["tensors"][5]["role"] = "inout";
+    EXPECT_EQ(refusal(j), "accepted");
+    j["tensors"][5]["role"] = "output";
+    EXPECT_NE(refusal(j).find("tensors[5].values: tensor topk is an output"), std::string::npos) << refusal(j);
+}

@@ -175,7 +175,8 @@ namespace {
         const fs::path problems = fs::path(KL_SOURCE_DIR) / "kernels/problems";
         int exported = 0;
         const std::pair<const char*, int> shipped[] = { { "rmsnorm", 0 }, { "softmax", 0 }, { "silu_and_mul", 0 },
-            { "gemm_bf16", 0 }, { "gemm_bf16", 90 }, { "decode_attention", 0 }, { "decode_attention", 90 } };
+            { "gemm_bf16", 0 }, { "gemm_bf16", 90 }, { "decode_attention", 0 }, { "decode_attention", 90 },
+            { "fused_add_rmsnorm", 0 } };
         for (const auto& [name, arch] : shipped) {
             if (!fs::exists(problems / name / "problem.json"))
                 continue;
@@ -199,8 +200,9 @@ namespace {
                 0)
                 << name << "\n"
                 << log;
-            // The self-test draws integer inputs with meaning (page tables, lengths) for the problems that have them.
-            if (std::string(name) == "decode_attention") {
+            // The self-test draws integer inputs with meaning (page tables, lengths) for the problems that have them,
+            // and restores in-place tensors before every call.
+            if (std::string(name) == "decode_attention" || std::string(name) == "fused_add_rmsnorm") {
                 EXPECT_EQ(runCommand("cd " + out.string() + " && " + KL_NVCC
                                   + " -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Werror all-warnings -c" + inc
                                   + " test/selftest.cu",
@@ -247,6 +249,24 @@ namespace {
         const std::string flags = " -std=c++17 -fsyntax-only -I" + inc + " -I" + inc + "/torch/csrc/api/include -I"
             + std::string(KL_CUDA_INCLUDE) + " -I" + (out / "include").string() + " -I" + (out / "src").string() + " ";
         EXPECT_EQ(runCommand("c++" + flags + (out / "torch/kl_rmsnorm_fx_op.cpp").string(), &log), 0) << log;
+        // An in-place problem's op mutates its arguments and returns nothing.
+        {
+            const fs::path folder = fs::path(KL_SOURCE_DIR) / "kernels/problems/fused_add_rmsnorm";
+            const Problem p = loadProblem(folder.string());
+            BuiltSession inPlace = buildSessionFrom(folder, folder / p.templateFile, syntheticOutcomes(p));
+            const fs::path inPlaceOut = kl::test::freshDir("torch-in-place");
+            ExportOptions o;
+            o.outDir = inPlaceOut;
+            exportBundle(SessionStore::load(inPlace.dir), inPlace.problem, o);
+            const std::string inPlaceFlags = " -std=c++17 -fsyntax-only -I" + inc + " -I" + inc
+                + "/torch/csrc/api/include -I" + std::string(KL_CUDA_INCLUDE) + " -I"
+                + (inPlaceOut / "include").string() + " -I" + (inPlaceOut / "src").string() + " ";
+            EXPECT_EQ(
+                runCommand("c++" + inPlaceFlags + (inPlaceOut / "torch/kl_fused_add_rmsnorm_op.cpp").string(), &log), 0)
+                << log;
+            fs::remove_all(inPlaceOut);
+            fs::remove_all(inPlace.dir);
+        }
         // torch.utils.cpp_extension compiles the dispatcher's .c as C++.
         EXPECT_EQ(
             runCommand(

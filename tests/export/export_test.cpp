@@ -6,6 +6,7 @@
 #include "kernels/export/c_expr.h"
 #include "kernels/export/dispatch_plan.h"
 #include "kernels/export/exporter.h"
+#include "kernels/export/flashinfer_bench.h"
 #include "tests/support/text_file.h"
 
 #include <chrono>
@@ -248,6 +249,47 @@ namespace {
         EXPECT_NE(dispatch.find("if (!kl_gemm_bf16_candidate_tensor_map(1, dims, &kl_map, why)) return 0;"),
             std::string::npos)
             << "a shape whose map the driver would refuse goes to the fallback";
+        fs::remove_all(out);
+        fs::remove_all(b.dir);
+    }
+
+    // In-place tensors (fused_add_rmsnorm's x and residual): the C entry point takes them writable, the PyTorch op
+    // mutates its arguments (Tensor(a!)) and returns nothing, and the self-test restores them before every call and
+    // compares them as results.
+    TEST(Export, InPlaceTensorsAreMutableArgumentsOfTheEntryPointsAndTheirSelfTest)
+    {
+        const fs::path folder = fs::path(KL_SOURCE_DIR) / "kernels" / "problems" / "fused_add_rmsnorm";
+        const Problem p = loadProblem(folder.string());
+        const BuiltSession b = buildSessionFrom(folder, folder / p.templateFile, syntheticOutcomes(p));
+        const fs::path out = kl::test::freshDir("in-place");
+        exportTo(b, out);
+        const std::string api = kl::test::readTextFile(out / "include/kl_fused_add_rmsnorm.h");
+        EXPECT_NE(api.find("x: bf16 [T, H] input and output, updated in place"), std::string::npos) << api;
+        EXPECT_NE(api.find("w: bf16 [H] input"), std::string::npos) << api;
+        EXPECT_NE(api.find("void* x, void* residual, const void* w"), std::string::npos) << api;
+        const std::string op = kl::test::readTextFile(out / "torch/kl_fused_add_rmsnorm_op.cpp");
+        EXPECT_NE(op.find("run(Tensor(a!) x, Tensor(b!) residual, Tensor w, float eps=1e-05) -> ()"), std::string::npos)
+            << op;
+        EXPECT_NE(op.find("void call(int which"), std::string::npos) << op;
+        for (const char* t : { "x", "residual" })
+            EXPECT_EQ(op.find(std::string("at::Tensor ") + t + " = at::empty"), std::string::npos)
+                << t << " is the caller's tensor, not a new result";
+        EXPECT_NE(op.find("x.data_ptr(), residual.data_ptr(), w.data_ptr()"), std::string::npos) << op;
+        const std::string selftest = kl::test::readTextFile(out / "test/selftest.cu");
+        EXPECT_NE(selftest.find("{\"x\", KL_BF16, true, true,"), std::string::npos) << selftest;
+        EXPECT_NE(selftest.find("{\"w\", KL_BF16, false, false,"), std::string::npos);
+        EXPECT_NE(selftest.find("static const bool kInPlace = true;"), std::string::npos);
+        EXPECT_NE(selftest.find("toDevice(kTensors[t].kind, pristine[t], buf[t]);"), std::string::npos);
+        // A FlashInfer-Bench definition cannot say "both": exporting there is refused, naming the tensor.
+        flashinfer_bench::ExportOptions fo;
+        fo.outDir = kl::test::freshDir("fib-in-place");
+        try {
+            flashinfer_bench::exportSolution(loadSession(b), b.problem, fo);
+            ADD_FAILURE() << "an in-place problem exported as a FlashInfer-Bench solution";
+        } catch (const InputError& e) {
+            EXPECT_NE(std::string(e.what()).find("updates tensor 'x' in place"), std::string::npos) << e.what();
+        }
+        fs::remove_all(fo.outDir);
         fs::remove_all(out);
         fs::remove_all(b.dir);
     }

@@ -4,6 +4,7 @@
 #include "kernels/harness_plan.h"
 #include "kernels/worker_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <gtest/gtest.h>
 #include <numeric>
@@ -126,5 +127,26 @@ TEST(HarnessPlan, ToleranceWireFormRoundTripsAndNamesBadFields)
         FAIL() << "missing field accepted";
     } catch (const kl::InputError& e) {
         EXPECT_NE(std::string(e.what()).find("tolerances.y.tolerance"), std::string::npos) << e.what();
+    }
+}
+
+// An in-place tensor's buffer is restored before a timed batch from the pristine copy of the input set that the
+// batch's launch writing that buffer reads, so the re-check's reference (computed per input set) is the right one.
+TEST(HarnessPlan, InPlaceBuffersAreRestoredFromTheInputSetTheirNextLaunchReads)
+{
+    for (const int sets : { 4, 6, 9 }) {
+        const int outSets = kl::outputRotationPeriod(sets, sets);
+        for (const std::uint64_t launchesSoFar : { 0ull, 3ull, 17ull, 1000003ull }) {
+            std::vector<int> seen(static_cast<std::size_t>(outSets), 0);
+            for (std::uint64_t j = launchesSoFar; j < launchesSoFar + outSets; ++j) {
+                const int q = static_cast<int>(j % outSets);
+                ++seen[static_cast<std::size_t>(q)];
+                EXPECT_EQ(kl::inputSetOfNextWrite(q, false, launchesSoFar, sets, outSets), static_cast<int>(j % sets))
+                    << "launch " << j << " of a batch starting at " << launchesSoFar;
+            }
+            EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), outSets) << "one launch per buffer in a batch";
+        }
+        for (int q = 0; q < outSets; ++q)
+            EXPECT_EQ(kl::inputSetOfNextWrite(q, true, 12345, sets, outSets), q % sets) << "graph launch q writes q";
     }
 }

@@ -115,7 +115,7 @@ TEST_F(HarnessGpu, HonestCandidatesPassOnEveryProblem)
         if (std::filesystem::exists(entry.path() / "problem.json"))
             names.push_back(entry.path().filename().string());
     std::sort(names.begin(), names.end());
-    EXPECT_EQ(names.size(), 11u);
+    EXPECT_EQ(names.size(), 12u);
     for (const auto& name : names) {
         kl::GpuEvaluator ev(problem(name), options());
         for (const auto& c : { ev.templateCandidate({}, "template"), ev.baselineCandidate("baseline") }) {
@@ -573,4 +573,27 @@ TEST_F(HarnessGpu, IntegerInputsWithMeaningJudgeAPagedGather)
         EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << id << ": " << reasonsText(e);
         EXPECT_FALSE(e.correctEverywhere()) << id << ": " << reasonsText(e);
     }
+}
+
+// In-place tensors (fused_add_rmsnorm's x and residual) are judged as outputs: writing them is not an input
+// modification, and leaving one as it was is a wrong result named by that tensor.
+TEST_F(HarnessGpu, InPlaceTensorsAreJudgedAsOutputsNotHashedAsInputs)
+{
+    REQUIRE_GPU();
+    kl::GpuEvaluator ev(problem("fused_add_rmsnorm"), options());
+    const auto honest = ev.evaluate(ev.templateCandidate({}, "honest"), quick(), kl::CancelToken {});
+    EXPECT_EQ(honest.verdict, kl::Verdict::Correct) << reasonsText(honest);
+    EXPECT_FALSE(hasRule(honest, "dynamic.input-modified")) << reasonsText(honest);
+    EXPECT_GT(honest.shapes.front().checks.size(), 0u);
+    kl::Candidate unchanged;
+    unchanged.id = "residual-unchanged";
+    unchanged.source = readFile(std::filesystem::path(KL_SOURCE_DIR)
+        / "tests/redteam/corpus/cheat/fused_add_rmsnorm_residual_left_unchanged.cu");
+    const auto e = ev.evaluate(unchanged, quick(), kl::CancelToken {});
+    EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << reasonsText(e);
+    EXPECT_TRUE(hasRule(e, "correctness.rel-l2")) << reasonsText(e);
+    EXPECT_FALSE(hasRule(e, "dynamic.input-modified")) << reasonsText(e);
+    EXPECT_TRUE(std::any_of(e.reasons.begin(), e.reasons.end(),
+        [](const kl::VerdictReason& r) { return r.message.find("residual") != std::string::npos; }))
+        << "the reason names the in-place tensor: " << reasonsText(e);
 }
