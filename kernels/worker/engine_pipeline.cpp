@@ -10,6 +10,7 @@
 #include "kernels/worker/engine_buffers.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 namespace kl::worker {
@@ -17,6 +18,18 @@ namespace kl::worker {
 namespace {
     constexpr int kCandidate = 0;
     constexpr int kBaseline = 1;
+
+    // The blocks of one slot per pipeline output at the start of the harness's slots, before the stages' own.
+    enum OutputSlots { kEndToEndEager, kEndToEndGraph, kFp32Chain, kAllBaseline, kOutputBlocks };
+
+    MeasuredError measuredError(const OutputError& e)
+    {
+        MeasuredError m;
+        m.relL2 = e.relL2;
+        m.maxAbs = e.maxAbs;
+        m.valid = !e.nonFinite && !e.poisonLeft && std::isfinite(e.relL2) && std::isfinite(e.maxAbs);
+        return m;
+    }
 
     // Graphs and events of one shape, released however the shape ends.
     struct GpuObjects {
@@ -90,7 +103,8 @@ PipelineResult Engine::runPipeline(
         sr.flops = p.space.flops.evaluate(pb);
         sr.bytes = p.space.bytes.evaluate(pb);
         const PipelineLayout layout = planPipeline(p, shape);
-        std::vector<std::unique_ptr<BoundPlan>> bound[2], ref(nStages);
+        // ref: the judge (fp64 accumulation); ref32: the fp32 build, whose chain measures the honest end-to-end error.
+        std::vector<std::unique_ptr<BoundPlan>> bound[2], ref(nStages), ref32(nStages);
         bound[kCandidate].resize(nStages);
         bound[kBaseline].resize(nStages);
         for (std::size_t i = 0; i < nStages; ++i) {
@@ -109,6 +123,7 @@ PipelineResult Engine::runPipeline(
                 bound[kCandidate][i] = (runs[i].impl ? *runs[i].impl : *lp.baseline).bind(lp.problem, s);
                 bound[kBaseline][i] = lp.baseline->bind(lp.problem, s);
                 ref[i] = lp.reference->bind(lp.problem, s);
+                ref32[i] = lp.referenceFp32->bind(lp.problem, s);
             }
         } catch (const LaunchConfigError& e) {
             addReason(
@@ -181,10 +196,11 @@ PipelineResult Engine::runPipeline(
             }
         };
 
-        // Harness arena: the chained reference's tensors (one set), its workspaces and the correctness slots: the
-        // end-to-end check eager and replayed from the graph (each pipeline output), then each stage's outputs.
+        // Harness arena: the chained reference's tensors (one set) and the fp32 chain's outputs, their workspaces and
+        // the correctness slots: per pipeline output the blocks of OutputSlots, then each stage's outputs.
+        const std::size_t nOut = p.outputs.size();
         std::vector<std::size_t> slotStart;
-        std::size_t slotCount = 2 * p.outputs.size();
+        std::size_t slotCount = kOutputBlocks * nOut;
         for (std::size_t i = 0; i < nStages; ++i) {
             slotStart.push_back(slotCount);
             for (const auto& t : p.stages[i].problem.tensors)
@@ -192,20 +208,26 @@ PipelineResult Engine::runPipeline(
         }
         std::uint64_t hBytes = (64ull << 20) + slotCount * kSlotCount * 8;
         for (const auto& b : layout.buffers)
-            hBytes += alignUp(std::max<std::uint64_t>(b.bytes, 16), kAlign);
-        for (const auto& r : ref)
-            for (const auto& w : r->workspaces())
-                hBytes += alignUp(std::max<std::uint64_t>(w.bytes, 4), kAlign);
+            hBytes += (b.pipelineInput ? 1 : 2) * alignUp(std::max<std::uint64_t>(b.bytes, 16), kAlign);
+        for (const auto* chain : { &ref, &ref32 })
+            for (const auto& r : *chain)
+                for (const auto& w : r->workspaces())
+                    hBytes += alignUp(std::max<std::uint64_t>(w.bytes, 4), kAlign);
         m_hmem.reset(hBytes, m_hstream);
         const CUdeviceptr hSlots = m_hmem.alloc(slotCount * kSlotCount * 8);
         KL_CU(cuMemsetD8Async(hSlots, 0, slotCount * kSlotCount * 8, m_hstream));
-        std::vector<CUdeviceptr> hBuf;
-        for (const auto& b : layout.buffers)
+        std::vector<CUdeviceptr> hBuf, hBuf32; // the fp32 chain reads the same pipeline inputs
+        for (const auto& b : layout.buffers) {
             hBuf.push_back(m_hmem.alloc(std::max<std::uint64_t>(b.bytes, 16)));
-        std::vector<BufferMap> refWork(nStages);
-        for (std::size_t i = 0; i < nStages; ++i)
+            hBuf32.push_back(b.pipelineInput ? hBuf.back() : m_hmem.alloc(std::max<std::uint64_t>(b.bytes, 16)));
+        }
+        std::vector<BufferMap> refWork(nStages), refWork32(nStages);
+        for (std::size_t i = 0; i < nStages; ++i) {
             for (const auto& w : ref[i]->workspaces())
                 refWork[i][w.name] = m_hmem.alloc(std::max<std::uint64_t>(w.bytes, 4));
+            for (const auto& w : ref32[i]->workspaces())
+                refWork32[i][w.name] = m_hmem.alloc(std::max<std::uint64_t>(w.bytes, 4));
+        }
         auto compareInto = [&](std::size_t slot, CUdeviceptr cand, std::size_t b) {
             const PipelineBuffer& buf = layout.buffers[b];
             if (!buf.elements)
@@ -234,11 +256,11 @@ PipelineResult Engine::runPipeline(
             // Fresh inputs for verification, in the harness's pristine copy and the candidate's set 0; the
             // references chained on the harness stream.
             const std::uint64_t verifySeed = o.seed * 0x2545F4914F6CDD1Dull + 0x5EEDull;
-            auto fillVerifyInputs = [&]() {
+            auto fillVerifyInputs = [&](int v) {
                 for (std::size_t b = 0; b < layout.buffers.size(); ++b) {
                     const PipelineBuffer& buf = layout.buffers[b];
                     if (buf.pipelineInput && buf.elements)
-                        m_harness.fillInput(m_stream, slabs[kCandidate][b].buffer(0), *buf.spec, buf.describingShape,
+                        m_harness.fillInput(m_stream, slabs[v][b].buffer(0), *buf.spec, buf.describingShape,
                             buf.elements, Distribution::Normal, verifySeed ^ (0x9E3779B97F4A7C15ull * (b + 1)));
                 }
             };
@@ -249,19 +271,32 @@ PipelineResult Engine::runPipeline(
                         Distribution::Normal, verifySeed ^ (0x9E3779B97F4A7C15ull * (b + 1)));
             }
             for (std::size_t i = 0; i < nStages; ++i) {
-                BufferMap m = refWork[i];
-                for (const auto& [tensor, b] : layout.stages[i].buffers)
+                BufferMap m = refWork[i], m32 = refWork32[i];
+                for (const auto& [tensor, b] : layout.stages[i].buffers) {
                     m[tensor] = hBuf[b];
+                    m32[tensor] = hBuf32[b];
+                }
                 ref[i]->run(m_hstream, m);
+                ref32[i]->run(m_hstream, m32);
             }
+            auto compareOutputs = [&](OutputSlots block, const std::function<CUdeviceptr(std::size_t)>& outputOf) {
+                for (std::size_t oi = 0; oi < nOut; ++oi) {
+                    const std::size_t b = layout.bufferOf(p.outputs[oi].source);
+                    compareInto(block * nOut + oi, outputOf(b), b);
+                }
+            };
+            // The honest end-to-end error on these inputs: the fp32 chain, and the all-baseline pipeline.
+            compareOutputs(kFp32Chain, [&](std::size_t b) { return hBuf32[b]; });
+            fillVerifyInputs(kBaseline);
+            runAll(kBaseline, 0);
+            handoff(m_stream, m_hstream);
+            compareOutputs(kAllBaseline, [&](std::size_t b) { return slabs[kBaseline][b].buffer(0); });
             // End to end, eager.
-            fillVerifyInputs();
+            handoff(m_hstream, m_stream);
+            fillVerifyInputs(kCandidate);
             runAll(kCandidate, 0);
             handoff(m_stream, m_hstream);
-            for (std::size_t oi = 0; oi < p.outputs.size(); ++oi) {
-                const std::size_t b = layout.bufferOf(p.outputs[oi].source);
-                compareInto(oi, slabs[kCandidate][b].buffer(0), b);
-            }
+            compareOutputs(kEndToEndEager, [&](std::size_t b) { return slabs[kCandidate][b].buffer(0); });
             // Each stage alone, on the chained reference's inputs (copied into its own buffers of set 0).
             for (std::size_t i = 0; i < nStages; ++i) {
                 handoff(m_stream, m_hstream);
@@ -321,14 +356,11 @@ PipelineResult Engine::runPipeline(
                 && pipelineGraph[kBaseline].size() == static_cast<std::size_t>(sets);
             // End to end, replayed from the graph.
             if (graphs) {
-                fillVerifyInputs();
+                fillVerifyInputs(kCandidate);
                 poisonOutputs(kCandidate);
                 KL_CU(cuGraphLaunch(pipelineGraph[kCandidate][0], m_stream));
                 handoff(m_stream, m_hstream);
-                for (std::size_t oi = 0; oi < p.outputs.size(); ++oi) {
-                    const std::size_t b = layout.bufferOf(p.outputs[oi].source);
-                    compareInto(p.outputs.size() + oi, slabs[kCandidate][b].buffer(0), b);
-                }
+                compareOutputs(kEndToEndGraph, [&](std::size_t b) { return slabs[kCandidate][b].buffer(0); });
                 handoff(m_hstream, m_stream);
             }
             // The verdicts of the checks.
@@ -336,17 +368,43 @@ PipelineResult Engine::runPipeline(
             KL_CU(cuStreamSynchronize(m_hstream));
             KL_CU(cuMemcpyDtoH(host.data(), hSlots, host.size() * 8));
             {
+                // End to end, every stage's rounding adds up: each output's budget is derived from the honest error
+                // measured on these same inputs (kl::pipelineTolerance).
+                auto errorAt = [&](OutputSlots block, std::size_t oi) {
+                    return measuredError(readOutputError(&host[(block * nOut + oi) * kSlotCount]));
+                };
                 std::vector<std::string> names;
                 std::vector<Tolerance> tolerances;
-                for (const auto& out : p.outputs) {
-                    // End to end, the rounding of every stage adds up: the producing problem's stated tolerance.
-                    const PipelineStage* producer = p.stage(out.source.stage);
+                for (std::size_t oi = 0; oi < nOut; ++oi) {
+                    const PipelineOutput& out = p.outputs[oi];
+                    PipelineOutputBudget b;
+                    b.output = out.name;
+                    b.floor = outputTolerances(
+                        *runs[static_cast<std::size_t>(p.stageIndex(out.source.stage))].problem, { out.source.tensor })
+                                  .front();
+                    b.fp32Chain = errorAt(kFp32Chain, oi);
+                    b.allBaseline = errorAt(kAllBaseline, oi);
+                    b.tolerance = pipelineTolerance(b.floor, { b.fp32Chain, b.allBaseline });
+                    b.pipeline = errorAt(kEndToEndEager, oi);
+                    if (graphs) {
+                        const MeasuredError g = errorAt(kEndToEndGraph, oi);
+                        auto over = [&](const MeasuredError& e) {
+                            return e.valid ? std::max(e.relL2 / std::max(b.tolerance.relL2, 1e-300),
+                                       e.maxAbs / std::max(b.tolerance.maxAbs, 1e-300))
+                                           : INFINITY;
+                        };
+                        if (over(g) > over(b.pipeline))
+                            b.pipeline = g;
+                    }
                     names.push_back(out.name);
-                    tolerances.push_back(producer->problem.toleranceFor(p.sourceSpec(out.source)->dtype));
+                    tolerances.push_back(b.tolerance);
+                    sr.budgets.push_back(b);
                 }
-                for (int g = 0; g < (graphs ? 2 : 1); ++g) {
-                    OutputJudgement j = judgeCheck(&host[g * p.outputs.size() * kSlotCount], names, tolerances);
-                    j.stats.distribution = g == 0 ? "end-to-end:eager" : "end-to-end:graph";
+                for (OutputSlots block : { kEndToEndEager, kEndToEndGraph }) {
+                    if (block == kEndToEndGraph && !graphs)
+                        continue;
+                    OutputJudgement j = judgeCheck(&host[block * nOut * kSlotCount], names, tolerances);
+                    j.stats.distribution = block == kEndToEndEager ? "end-to-end:eager" : "end-to-end:graph";
                     j.stats.seed = verifySeed;
                     sr.checks.push_back(j.stats);
                 }
