@@ -2,9 +2,11 @@
 // end to end and per stage and is timed as one CUDA graph against the all-baseline pipeline, through the worker's
 // pipeline op; the shipped llama_mlp_decode runs too (cuBLAS stages); and a stage that breaks graph capture is
 // rejected by name; the decoder layer of baselines passes end to end within the budget derived from its honest error,
-// and the same layer with a deliberately imprecise stage fails it. No statically clean candidate can break capture
-// (kernels/REFEREE.md), so that stage is a plan that synchronizes its stream after its launches, as host code of a
-// library stage could, run by the engine in process (pipeline_capture_probe.cpp).
+// and the same layer with a deliberately imprecise stage fails it; stages that skip their launches, write next to their
+// buffers or write their inputs in the timed runs only fail the timed re-check, the canaries and the input hash. No
+// statically clean candidate can break capture or tell timing from checking (kernels/REFEREE.md), so those stages are
+// plans run by the engine in process (pipeline_probe.cpp): one that synchronizes its stream after its launches, as host
+// code of a library stage could, and ones that count their runs.
 #include "core/catalogue.h"
 #include "core/session_store.h"
 #include "kernels/pipeline_plan.h"
@@ -15,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <gtest/gtest.h>
+#include <stdexcept>
 
 namespace {
 
@@ -61,7 +64,11 @@ TEST(PipelineGpu, TwoStagesVerifyAndTimeAsOneGraphAgainstTheAllBaselinePipeline)
     EXPECT_TRUE(r.accepted) << reasonsText(r);
     for (const auto& s : r.shapes) {
         EXPECT_TRUE(s.correct) << s.shape.label();
-        ASSERT_EQ(s.checks.size(), 2u); // eager and replayed from the graph
+        // Eager and replayed from the graph, then the timed re-checks.
+        ASSERT_GE(s.checks.size(), 3u);
+        EXPECT_EQ(s.checks[0].distribution, "end-to-end:eager");
+        EXPECT_EQ(s.checks[1].distribution, "end-to-end:graph");
+        EXPECT_EQ(s.checks.back().distribution.rfind("timed:", 0), 0u);
         ASSERT_TRUE(s.graph && s.baselineGraph && s.eager && s.baselineEager) << s.shape.label();
         EXPECT_GT(s.graph->medianUs, 0);
         EXPECT_GE(s.inputSets, 2);
@@ -208,19 +215,82 @@ TEST(PipelineGpu, TheDecoderLayerWithADeliberatelyImpreciseStageFailsEndToEnd)
     }
 }
 
+namespace {
+// The probe links the engine (and so the CUDA driver): it runs as its own process, the tests only read its result, so
+// that the suite loads on a machine without a driver.
+kl::PipelineResult probe(const std::string& mode)
+{
+    std::FILE* f = ::popen((std::string(KL_PIPELINE_PROBE) + " " + mode).c_str(), "r");
+    if (!f)
+        throw std::runtime_error("cannot start the pipeline probe");
+    std::string out;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;)
+        out.append(buf, n);
+    if (::pclose(f) != 0)
+        throw std::runtime_error("the pipeline probe failed (" + mode + "): " + out);
+    return kl::pipelineResultFromJson(kl::Json::parse(out), "probe " + mode);
+}
+
+// Verification saw an honest stage: every end-to-end and stage check passes; only timed re-checks may fail.
+void expectVerificationPassed(const kl::PipelineShapeResult& s)
+{
+    for (const auto& c : s.checks) {
+        if (c.distribution.rfind("end-to-end:", 0) == 0) {
+            EXPECT_TRUE(c.passed) << c.distribution;
+        }
+    }
+    for (const auto& st : s.stages) {
+        ASSERT_TRUE(st.check) << st.stage;
+        EXPECT_TRUE(st.check->passed) << st.stage;
+    }
+}
+} // namespace
+
+TEST(PipelineGpu, TimedRechecksCanariesAndInputHashesPassForHonestStages)
+{
+    REQUIRE_GPU();
+    kl::PipelineRunOptions o = quick();
+    o.shapes = { normAct().space.tuningShapes.front() };
+    kl::WorkerClient client(o.worker);
+    const kl::PipelineResult r = kl::runPipelineOnWorker(normAct(), o, client);
+    EXPECT_TRUE(r.accepted) << reasonsText(r);
+    ASSERT_EQ(r.shapes.size(), 1u);
+    int timed = 0;
+    for (const auto& c : r.shapes[0].checks)
+        if (c.distribution.rfind("timed:", 0) == 0) {
+            ++timed;
+            EXPECT_TRUE(c.passed && c.canariesIntact && c.inputsUnchanged) << c.distribution;
+        }
+    EXPECT_GE(timed, 1) << "the last timed batch is always re-checked";
+    EXPECT_LE(timed, 16);
+}
+
+TEST(PipelineGpu, StagesThatCheatOnlyInTheTimedRunsFailTheTimedRecheckTheCanariesOrTheInputHash)
+{
+    REQUIRE_GPU();
+    struct Case {
+        const char* mode;
+        const char* rule;
+        const char* part;
+    };
+    for (const Case& c : { Case { "skip-timed", "dynamic.timed-output-wrong", "wrote during the timed runs are wrong" },
+             Case { "canary-timed", "dynamic.canary", "guard words changed" },
+             Case { "input-timed", "dynamic.input-modified", "changed its inputs during the timed runs" } }) {
+        SCOPED_TRACE(c.mode);
+        const kl::PipelineResult r = probe(c.mode);
+        EXPECT_FALSE(r.accepted);
+        EXPECT_TRUE(hasReason(r, c.rule, c.part)) << reasonsText(r);
+        ASSERT_EQ(r.shapes.size(), 1u);
+        EXPECT_FALSE(r.shapes[0].correct);
+        expectVerificationPassed(r.shapes[0]);
+    }
+}
+
 TEST(PipelineGpu, AStageThatBreaksGraphCaptureIsRejectedByName)
 {
     REQUIRE_GPU();
-    // The probe links the engine (and so the CUDA driver): it runs as its own process, this test only reads its
-    // result, so that the suite loads on a machine without a driver.
-    std::FILE* probe = ::popen(KL_PIPELINE_CAPTURE_PROBE, "r");
-    ASSERT_NE(probe, nullptr);
-    std::string out;
-    char buf[4096];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, probe)) > 0;)
-        out.append(buf, n);
-    ASSERT_EQ(::pclose(probe), 0) << out;
-    const kl::PipelineResult r = kl::pipelineResultFromJson(kl::Json::parse(out), "probe");
+    const kl::PipelineResult r = probe("capture");
     EXPECT_FALSE(r.accepted);
     EXPECT_TRUE(hasReason(r, "pipeline.graph-capture-failed", "stage act (silu_and_mul, synchronizing baseline)"))
         << reasonsText(r);
