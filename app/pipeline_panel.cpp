@@ -83,6 +83,7 @@ PipelinePanel::PipelinePanel(QWidget* parent)
     , m_title(new QLabel(this))
     , m_summary(new QLabel(this))
     , m_graphCheck(new QLabel(this))
+    , m_budgets(new QLabel(this))
     , m_verdict(new QLabel(this))
     , m_error(new QLabel(this))
     , m_view(new QTableView(this))
@@ -93,7 +94,7 @@ PipelinePanel::PipelinePanel(QWidget* parent)
     top->addWidget(m_shapes);
     layout->addLayout(top);
     layout->addWidget(m_strip);
-    for (auto* l : { m_summary, m_graphCheck, m_verdict, m_error }) {
+    for (auto* l : { m_summary, m_graphCheck, m_budgets, m_verdict, m_error }) {
         l->setWordWrap(true);
         l->setTextInteractionFlags(Qt::TextSelectableByMouse);
         layout->addWidget(l);
@@ -146,6 +147,7 @@ void PipelinePanel::selectShape(int index)
         m_model->setStages({});
         m_summary->clear();
         m_graphCheck->clear();
+        m_budgets->clear();
         return;
     }
     if (m_shapes->currentIndex() != index) {
@@ -186,6 +188,12 @@ void PipelinePanel::selectShape(int index)
     else
         graph = tr("Graph vs eager: the pipeline was not captured into a graph");
     m_graphCheck->setText(graph + QStringLiteral(" · ") + checks.join(QStringLiteral(", ")));
+    QStringList budgets;
+    for (const auto& b : s.budgets)
+        budgets << QString::fromStdString(kl::describeBudget(b));
+    m_budgets->setText(budgets.isEmpty() ? tr("End-to-end budget: not recorded")
+                                         : tr("End-to-end budget, from the honest error on the same inputs: %1")
+                                               .arg(budgets.join(QStringLiteral("; "))));
 }
 
 QString PipelinePanel::summary() const
@@ -195,6 +203,10 @@ QString PipelinePanel::summary() const
 QString PipelinePanel::graphCheck() const
 {
     return m_graphCheck->text();
+}
+QString PipelinePanel::budgets() const
+{
+    return m_budgets->text();
 }
 QString PipelinePanel::verdict() const
 {

@@ -2,7 +2,8 @@
 // The pipeline view (issue #19): a pipeline result (the worker's pipeline reply, `kloop pipeline run --json`) as a
 // strip of its stages, each as wide as its share of the time, coloured by what runs there (a candidate, the
 // baseline) and marked where it breaks capture or is wrong; the end-to-end speedup over the all-baseline pipeline
-// with its interval, MFU/MBU, the graph-vs-eager check and the verdict; the stages' table below.
+// with its interval, MFU/MBU, the graph-vs-eager check, each output's end-to-end budget (the tolerance derived from the
+// honest error, and what the pipeline measured) and the verdict; the stages' table below.
 #include "core/pipeline_result.h"
 
 #include <QString>
@@ -46,6 +47,7 @@ public:
     QTableView* view() const { return m_view; }
     QString summary() const; // speedup with its interval, MFU/MBU
     QString graphCheck() const; // graph vs eager
+    QString budgets() const; // each pipeline output's end-to-end tolerance, honest error and measured error
     QString verdict() const;
     QString error() const;
 
@@ -57,6 +59,7 @@ private:
     QLabel* m_title;
     QLabel* m_summary;
     QLabel* m_graphCheck;
+    QLabel* m_budgets;
     QLabel* m_verdict;
     QLabel* m_error;
     QTableView* m_view;

@@ -5,6 +5,7 @@
 #include "core/pipeline.h"
 #include "core/pipeline_result.h"
 #include "core/session_store.h"
+#include "kernels/harness_plan.h"
 #include "kl_build_features.h"
 
 #if KL_FEATURE_CUDA
@@ -67,6 +68,15 @@ namespace {
         std::cout << "outputs:";
         for (const auto& o : p.outputs)
             std::cout << " " << o.name << "<-" << o.source.text();
+        std::cout << "\nend to end, each output within " << kMeasuredToleranceFactor
+                  << "x the honest error measured at each shape on the check's inputs (the fp32 references chained, "
+                     "the all-baseline pipeline), never below its producing problem's measured tolerance:";
+        for (const auto& o : p.outputs) {
+            const PipelineStage* producer = p.stage(o.source.stage);
+            const Tolerance t = producer->problem.toleranceFor(p.sourceSpec(o.source)->dtype);
+            std::printf("\n  %s: %s's, at most the stated %.3g / %.3g", o.name.c_str(), producer->problemName.c_str(),
+                t.relL2, t.maxAbs);
+        }
         std::cout << "\nflops " << p.space.flops.text() << "\nbytes " << p.space.bytes.text() << "\n";
         if (p.peaks.flopsPerSecond > 0)
             std::printf("peaks %.0f TFLOP/s, %.2f TB/s (%s)\n", p.peaks.flopsPerSecond / 1e12,
@@ -85,6 +95,8 @@ namespace {
             if (s.eager)
                 std::printf("; eager %.2f us (speedup %.3fx)", s.eager->medianUs, s.eagerSpeedup);
             std::printf("; %s\n", s.correct ? "correct" : "WRONG");
+            for (const auto& b : s.budgets)
+                std::printf("  end to end %s\n", describeBudget(b).c_str());
             for (const auto& st : s.stages)
                 std::printf("  %-10s %-18s %5.1f%%  %8.2f us  %s%s\n", st.stage.c_str(), st.problem.c_str(),
                     100 * st.share, st.graph ? st.graph->medianUs : (st.eager ? st.eager->medianUs : 0.0),
@@ -171,7 +183,9 @@ namespace {
         "Loads every stage problem into the worker, resolves each stage's implementation (a session's accepted\n"
         "candidate, the baseline, the library fallback or the reference), then per shape (default: the tuning\n"
         "shapes; --shapes '[{\"T\": 16}]') verifies the pipeline end to end on fresh inputs against the stages'\n"
-        "references chained, eager and replayed from the graph, and each stage alone; captures the whole pipeline\n"
+        "references chained, eager and replayed from the graph, and each stage alone; judges each pipeline output\n"
+        "against 8x the honest error measured on the same inputs (the fp32 references chained, the all-baseline\n"
+        "pipeline), never below the producing problem's own tolerance, and prints both; captures the whole pipeline\n"
         "into one CUDA graph and times it interleaved with the all-baseline pipeline, eager and graph, on rotating\n"
         "sets that keep L2 cold; reports each stage's share, MFU/MBU and the verdict. A stage that breaks capture or\n"
         "wins only with graphs off is rejected by name. --out writes the result JSON the workbench's pipeline view\n"

@@ -30,6 +30,24 @@ struct PipelineStageResult {
     double share = 0; // of the sum of the stages' graph medians (judgePipeline)
 };
 
+// One implementation's error on one pipeline output against the chained fp64 references.
+struct MeasuredError {
+    double relL2 = 0;
+    double maxAbs = 0;
+    bool valid = false; // measured, finite and every element written
+};
+
+// One pipeline output's end-to-end budget at a shape (kernels/HARNESS.md, "Pipelines"), derived from the honest error
+// measured on the same fresh inputs as the end-to-end checks (kl::pipelineTolerance).
+struct PipelineOutputBudget {
+    std::string output;
+    Tolerance floor; // the producing problem's own tolerance for it: what its stage check uses
+    MeasuredError fp32Chain; // the stages' fp32-accumulation references chained
+    MeasuredError allBaseline; // the all-baseline pipeline
+    Tolerance tolerance; // what the end-to-end checks judge this output against
+    MeasuredError pipeline; // the pipeline's own error: the worse of its eager and graph checks
+};
+
 struct PipelineShapeResult {
     Shape shape;
     std::vector<PipelineStageResult> stages;
@@ -41,7 +59,9 @@ struct PipelineShapeResult {
     double speedupCiLow = 0;
     double speedupCiHigh = 0;
     double eagerSpeedup = 0; // paired eager ratios: median
-    std::vector<CorrectnessStats> checks; // end to end on fresh inputs, worst pipeline output per check
+    // End to end on fresh inputs (eager, graph), then the timed re-checks ("timed:<batch>"); worst output per check.
+    std::vector<CorrectnessStats> checks;
+    std::vector<PipelineOutputBudget> budgets; // per pipeline output, in the pipeline's order
     bool correct = false;
     int inputSets = 0; // rotating sets of every pipeline tensor (cold L2 like the harness's timing)
     double flops = 0; // the pipeline's formulas at this shape
@@ -59,13 +79,20 @@ struct PipelineResult {
     bool accepted = false;
 };
 
+// "out: rel_l2 0.0085 / max_abs 0.03 within 0.069 / 0.24 (honest: fp32 chain 0.0086 / 0.03, all-baseline ...;
+// floor 0.0039 / 0.0156)": what a budget allowed and measured, for verdicts, `kloop pipeline run` and the workbench.
+std::string describeBudget(const PipelineOutputBudget& b);
+// Whether the pipeline's own error is within the budget.
+bool withinBudget(const PipelineOutputBudget& b);
+
 Json toJson(const PipelineResult& r);
 PipelineResult pipelineResultFromJson(const Json& j, const std::string& where); // InputError naming the field
 
 // Derives what follows from the measurements: each stage's time share, MFU/MBU, and the verdict with its reasons,
 // each naming the stage: `pipeline.graph-capture-failed` (a stage or the whole pipeline could not be captured),
 // `pipeline.eager-only-win` (a stage beats its baseline eager but not under the graph, or the pipeline does),
-// `pipeline.stage-wrong`, `pipeline.end-to-end-wrong`. Accepted: no blocking reason.
+// `pipeline.stage-wrong`, `pipeline.end-to-end-wrong` (not for a timed re-check: the worker names those,
+// `dynamic.timed-output-wrong`). Accepted: every shape correct and no blocking reason.
 void judgePipeline(PipelineResult& r);
 
 } // namespace kl

@@ -1,5 +1,7 @@
 #include "kernels/pipeline_plan.h"
 
+#include "kernels/harness_plan.h"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -60,6 +62,17 @@ int pipelineRotationSets(
     while (sets > 1 && static_cast<std::uint64_t>(sets) * per * static_cast<std::uint64_t>(variants) > budgetBytes)
         --sets;
     return sets;
+}
+
+Tolerance pipelineTolerance(const Tolerance& floor, const std::vector<MeasuredError>& honest)
+{
+    Tolerance t = floor;
+    for (const auto& e : honest)
+        if (e.valid) {
+            t.relL2 = std::max(t.relL2, kMeasuredToleranceFactor * e.relL2);
+            t.maxAbs = std::max(t.maxAbs, kMeasuredToleranceFactor * e.maxAbs);
+        }
+    return t;
 }
 
 } // namespace kl

@@ -4,6 +4,7 @@
 // it), each stage's problem tensors bound to those buffers, and how many rotating sets of them keep L2 cold the way
 // the harness's timing does. No CUDA: unit-tested in CI.
 #include "core/pipeline.h"
+#include "core/pipeline_result.h"
 
 #include <cstdint>
 #include <map>
@@ -40,5 +41,11 @@ PipelineLayout planPipeline(const Pipeline& p, const Shape& shape);
 // maxSets, fewer when `variants` copies of that many sets exceed the memory budget (never below 1).
 int pipelineRotationSets(
     std::uint64_t bytesPerSet, std::int64_t l2Bytes, std::uint64_t budgetBytes, int variants, int maxSets = 64);
+
+// One pipeline output's end-to-end tolerance (kernels/HARNESS.md, "Pipelines"), per metric: kMeasuredToleranceFactor
+// x the honest error (the largest valid measurement: the fp32 references chained, the all-baseline pipeline, on the
+// check's own inputs), never below `floor`, the producing problem's own tolerance for that output. Without a valid
+// measurement, the floor: the stages' roundings are then unaccounted for, and the check errs towards rejecting.
+Tolerance pipelineTolerance(const Tolerance& floor, const std::vector<MeasuredError>& honest);
 
 } // namespace kl

@@ -60,7 +60,12 @@ wire::PipelineRequest pipelineRequest(const Pipeline& p, const PipelineRunOption
 
 PipelineResult runPipelineOnWorker(const Pipeline& p, const PipelineRunOptions& o, WorkerClient& client)
 {
-    const wire::PipelineRequest req = pipelineRequest(p, o);
+    return runPipelineOnWorker(p, pipelineRequest(p, o), o.timeoutSeconds, client);
+}
+
+PipelineResult runPipelineOnWorker(
+    const Pipeline& p, const wire::PipelineRequest& req, double timeoutSeconds, WorkerClient& client)
+{
     std::set<std::string> loaded;
     for (const auto& st : p.stages) {
         if (!loaded.insert(st.problemName).second)
@@ -73,7 +78,7 @@ PipelineResult runPipelineOnWorker(const Pipeline& p, const PipelineRunOptions& 
         if (!r.ok())
             throw std::runtime_error("load_problem " + st.problemName + " failed: " + r.error);
     }
-    const auto reply = client.call(req, o.timeoutSeconds);
+    const auto reply = client.call(req, timeoutSeconds);
     if (!reply.ok())
         throw std::runtime_error("the worker's pipeline op failed: " + reply.reply.error);
     if (!reply.value->ran) {

@@ -33,5 +33,8 @@ wire::PipelineRequest pipelineRequest(const Pipeline& p, const PipelineRunOption
 // Runs it on the worker `client` (started when not running). Throws std::runtime_error when the worker fails or a
 // candidate stage does not compile there (its log in the message).
 PipelineResult runPipelineOnWorker(const Pipeline& p, const PipelineRunOptions& o, WorkerClient& client);
+// The same for a request already made (pipelineRequest), e.g. with a stage's candidate given directly.
+PipelineResult runPipelineOnWorker(
+    const Pipeline& p, const wire::PipelineRequest& req, double timeoutSeconds, WorkerClient& client);
 
 } // namespace kl

@@ -2,7 +2,8 @@
 # Pipelines on the GPU (issue #19); scripts/gpu-check runs it as: gpu-bench.sh OUTDIR (BUILD_DIR set).
 # kloop pipeline run of every shipped pipeline at its tuning shapes (llama_decoder_decode and llama_mlp_decode at
 # T = 1, 16, 64; dsa_decode at B = 64..128), each result JSON (the workbench's pipeline view opens it) and one
-# table: end to end under one CUDA graph and eager against the all-baseline pipeline, MFU/MBU and the stage shares.
+# table: end to end under one CUDA graph and eager against the all-baseline pipeline, MFU/MBU and the stage shares;
+# and one of each output's end-to-end budget (the honest errors, the derived tolerance) and the timed re-checks.
 set -uo pipefail
 OUT=${1:?usage: gpu-bench.sh OUTDIR}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,6 +37,23 @@ for f in sorted(out.glob("*.json")):
               f"{s['speedup']:.3f} [{s['speedup_ci_low']:.3f}, {s['speedup_ci_high']:.3f}] | "
               f"{e.get('median_us', float('nan')):.2f} | {s['eager_speedup']:.3f} | {100 * s['mfu']:.1f}% | "
               f"{100 * s['mbu']:.1f}% | {shares} | {'accepted' if r['accepted'] else 'rejected'} |")
+print()
+print("End-to-end budgets (rel_l2 / max_abs against the chained fp64 references; tolerance = 8x the larger honest error,")
+print("never below the floor, the producing problem's own tolerance) and the timed re-checks:")
+print()
+print("| pipeline | shape | output | floor | fp32 chain | all-baseline | tolerance | pipeline | timed re-checks passed |")
+print("|---|---|---|---|---|---|---|---|---|")
+def pair(e):
+    return f"{e['rel_l2']:.3g} / {e['max_abs']:.3g}" if e.get("valid", True) else "not measured"
+for f in sorted(out.glob("*.json")):
+    r = json.loads(f.read_text())
+    for s in r["shapes"]:
+        timed = [c for c in s.get("checks", []) if c.get("distribution", "").startswith("timed:")]
+        passed = f"{sum(1 for c in timed if c.get('passed'))}/{len(timed)}"
+        for b in s.get("budgets", []):
+            print(f"| {r['pipeline']} | {','.join(f'{k}={v}' for k, v in s['shape']['dims'].items())} | {b['output']} | "
+                  f"{pair(b['floor'])} | {pair(b['fp32_chain'])} | {pair(b['all_baseline'])} | "
+                  f"{pair(b['tolerance'])} | {pair(b['pipeline'])} | {passed} |")
 PY
 cat "$OUT/summary.md"
 exit $rc

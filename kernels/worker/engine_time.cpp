@@ -167,17 +167,7 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         if (inOuts)
             handoff(m_hstream, m_stream);
         // The candidate's input slabs, canaries included, hashed before anything ran and after the last launch.
-        auto hashCandidateInputs = [&]() {
-            KL_CU(cuMemsetD8Async(scratch, 0, 8, m_stream));
-            std::uint64_t salt = 1;
-            for (const auto& cs : candSlabs)
-                if (cs.role == TensorRole::Input)
-                    m_harness.hash(m_stream, cs.base, cs.layout.mappedBytes, salt++ * 0x100000001ull, scratch);
-            KL_CU(cuStreamSynchronize(m_stream));
-            std::uint64_t h = 0;
-            KL_CU(cuMemcpyDtoH(&h, scratch, 8)); // no candidate kernel runs between the hash and this read
-            return h;
-        };
+        auto hashCandidateInputs = [&]() { return hashInputSlabs(m_harness, m_stream, candSlabs, scratch); };
         const std::uint64_t hashBefore = hashCandidateInputs();
 
         // Before every batch of timed launches (outside the timed intervals), for candidate and baseline alike:
@@ -218,25 +208,12 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         };
         auto prepare = [&](bool graphs) {
             restoreInOut(graphs);
-            for (auto* v : { &candSlabs, &baseSlabs })
-                for (const auto& cs : *v) {
-                    if (readsInput(cs.role))
-                        continue;
-                    if (!cs.workspace && cs.elements)
-                        m_harness.slabPoison(m_stream, cs.base, cs.layout, cs.elements, cs.dtype,
-                            HarnessKernels::poisonPattern(cs.dtype, 0));
-                    if (cs.workspace && !cs.zeroInit && cs.elements)
-                        m_harness.slabPoison(m_stream, cs.base, cs.layout, cs.elements, DType::I32, kWorkspacePoison);
-                    m_harness.slabCanaryFill(m_stream, cs.base, cs.layout);
-                }
+            prepareOutputSlabs(m_harness, m_stream, candSlabs); // in-place tensors are not outputs: not poisoned
+            prepareOutputSlabs(m_harness, m_stream, baseSlabs);
             std::fill(lastInput.begin(), lastInput.end(), -1);
         };
         std::uint64_t canaryBad = 0;
-        auto checkCanaries = [&]() {
-            KL_CU(cuMemsetD8Async(scratch + 8, 0, 8, m_stream));
-            for (const auto& cs : candSlabs)
-                m_harness.slabCanaryCheck(m_stream, cs.base, cs.layout, scratch + 8);
-        };
+        auto checkCanaries = [&]() { checkSlabCanaries(m_harness, m_stream, candSlabs, scratch + 8); };
         auto readCanaries = [&]() { // after a synchronize
             std::uint64_t bad = 0;
             KL_CU(cuMemcpyDtoH(&bad, scratch + 8, 8));
@@ -562,40 +539,12 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             const bool inputsUnchanged = hashCandidateInputs() == hashBefore;
             KL_CU(cuStreamSynchronize(m_hstream));
             st.checkedBatches = checked;
-            bool allOk = inputsUnchanged && canaryBad == 0;
-            if (checked) {
-                const std::vector<Tolerance> tolerances = outputTolerances(lp, outputNames);
-                std::vector<std::uint64_t> host(static_cast<std::size_t>(checked) * nOut * kSlotCount);
-                {
-                    KL_CU(cuMemcpyDtoH(host.data(), hSlots, host.size() * 8));
-                }
-                for (int c = 0; c < checked; ++c) {
-                    OutputJudgement j
-                        = judgeCheck(&host[static_cast<std::size_t>(c) * nOut * kSlotCount], outputNames, tolerances);
-                    CorrectnessStats& cs = j.stats;
-                    cs.canariesIntact = canaryBad == 0;
-                    cs.inputsUnchanged = inputsUnchanged;
-                    cs.distribution = "timed:" + std::to_string(checkedBatch[static_cast<std::size_t>(c)]);
-                    cs.seed = o.seed;
-                    cs.passed = cs.passed && cs.canariesIntact && cs.inputsUnchanged;
-                    if (!j.failures.empty())
-                        addReason(out.reasons,
-                            reason("dynamic.timed-output-wrong",
-                                "outputs written during the timed runs are wrong on shape " + shape.label() + ": "
-                                    + j.failures.front().second));
-                    allOk = allOk && cs.passed;
-                    st.result.checks.push_back(cs);
-                }
-            }
-            if (!inputsUnchanged)
-                addReason(out.reasons,
-                    reason("dynamic.input-modified",
-                        "the candidate changed its inputs during the timed runs on shape " + shape.label()));
-            if (canaryBad)
-                addReason(out.reasons,
-                    reason("dynamic.canary",
-                        "the candidate wrote outside its buffers during the timed runs on shape " + shape.label() + " ("
-                            + std::to_string(canaryBad) + " guard words changed)"));
+            std::vector<std::uint64_t> host(static_cast<std::size_t>(checked) * nOut * kSlotCount);
+            if (checked)
+                KL_CU(cuMemcpyDtoH(host.data(), hSlots, host.size() * 8));
+            const bool allOk = judgeTimedChecks(host.data(), static_cast<std::size_t>(nOut), checkedBatch, outputNames,
+                outputTolerances(lp, outputNames), o.seed, inputsUnchanged, canaryBad, "the candidate",
+                "on shape " + shape.label(), st.result.checks, out.reasons);
             st.result.correct = allOk;
             std::fprintf(stderr,
                 "[worker] time %s: sets %d/%d %s x%d samples %d checked %d setup %.1f ms measure %.1f ms tail %.1f "

@@ -91,6 +91,31 @@ TEST(PipelineView, ShowsTheRecordedResultAsAStripWithItsSummary)
     EXPECT_EQ(image.pixelColor(gateUp.left() + 1, 2), baseline);
 }
 
+TEST(PipelineView, ShowsEachOutputsEndToEndBudgetWithTheHonestError)
+{
+    PipelinePanel panel;
+    kl::PipelineResult r = fixture();
+    panel.setResult(r);
+    // A result recorded before budgets says so rather than showing nothing.
+    EXPECT_TRUE(panel.budgets().contains(QStringLiteral("not recorded"))) << panel.budgets().toStdString();
+    kl::PipelineOutputBudget b;
+    b.output = "out";
+    b.floor = { 0.0039, 0.0156 };
+    b.fp32Chain = { 0.0086, 0.03, true };
+    b.allBaseline = { 0.0085, 0.031, true };
+    b.tolerance = { 0.0688, 0.248 };
+    b.pipeline = { 0.2, 0.75, true };
+    r.shapes[1].budgets = { b };
+    panel.setResult(r);
+    panel.selectShape(1);
+    EXPECT_TRUE(panel.budgets().contains(QStringLiteral(
+        "out: rel_l2 / max_abs 0.2 / 0.75 over 0.0688 / 0.248 (honest: fp32 chain 0.0086 / 0.03, all-baseline 0.0085 / "
+        "0.031; floor 0.0039 / 0.0156)")))
+        << panel.budgets().toStdString();
+    panel.selectShape(0);
+    EXPECT_TRUE(panel.budgets().contains(QStringLiteral("not recorded")));
+}
+
 TEST(PipelineView, AStageThatBreaksCaptureIsMarkedAndTheVerdictNamesIt)
 {
     kl::PipelineResult r = fixture();

@@ -333,6 +333,14 @@ kl::PipelineResult measured()
     s.speedupCiHigh = 1.3;
     s.eagerSpeedup = 15.0 / 14.0;
     s.checks = { passed("end-to-end:normal"), passed("end-to-end:graph") };
+    kl::PipelineOutputBudget budget;
+    budget.output = "y";
+    budget.floor = { 0.0039, 0.0156 };
+    budget.fp32Chain = { 0.0086, 0.03, true };
+    budget.allBaseline = { 0.0085, 0.031, true };
+    budget.tolerance = { 0.0688, 0.248 };
+    budget.pipeline = { 0.009, 0.03, true };
+    s.budgets = { budget };
     s.correct = true;
     s.flops = 8e6;
     s.bytes = 8e6;
@@ -420,6 +428,51 @@ TEST(PipelineResult, WrongStagesAndOutputsAreRejected)
     EXPECT_TRUE(hasReason(r, "pipeline.end-to-end-wrong", "check end-to-end:graph: rel_l2 0.031, max_abs 0.5"));
 }
 
+TEST(PipelineResult, AnEndToEndFailureNamesTheOutputOverItsBudgetWithTheHonestError)
+{
+    kl::PipelineResult r = measured();
+    kl::PipelineOutputBudget& b = r.shapes[0].budgets[0];
+    EXPECT_TRUE(kl::withinBudget(b));
+    EXPECT_EQ(kl::describeBudget(b),
+        "y: rel_l2 / max_abs 0.009 / 0.03 within 0.0688 / 0.248 (honest: fp32 chain 0.0086 / 0.03, all-baseline "
+        "0.0085 / 0.031; floor 0.0039 / 0.0156)");
+    // One metric over is over; so is an error that could not be measured (non-finite, not fully written).
+    b.pipeline = { 0.05, 0.3, true };
+    EXPECT_FALSE(kl::withinBudget(b));
+    b.pipeline = { 0.001, 0.001, false };
+    EXPECT_FALSE(kl::withinBudget(b));
+    EXPECT_NE(kl::describeBudget(b).find("not measured over 0.0688 / 0.248"), std::string::npos);
+    b.pipeline = { 0.2, 0.75, true };
+    r.shapes[0].checks[0].passed = false;
+    r.shapes[0].checks[0].relL2 = 0.2;
+    r.shapes[0].checks[0].maxAbs = 0.75;
+    r.shapes[0].correct = false;
+    kl::judgePipeline(r);
+    EXPECT_FALSE(r.accepted);
+    EXPECT_TRUE(hasReason(r, "pipeline.end-to-end-wrong",
+        "rel_l2 0.2, max_abs 0.75; y: rel_l2 / max_abs 0.2 / 0.75 over 0.0688 / 0.248 (honest: fp32 chain"))
+        << r.reasons.front().message;
+}
+
+TEST(PipelineResult, AFailedTimedRecheckRejectsUnderTheWorkersRuleAlone)
+{
+    kl::PipelineResult r = measured();
+    r.shapes[0].checks.push_back(passed("timed:7", false));
+    r.shapes[0].correct = false;
+    r.reasons.push_back(
+        { "dynamic.timed-output-wrong", "outputs the pipeline wrote during the timed runs are wrong", 0, true });
+    kl::judgePipeline(r);
+    EXPECT_FALSE(r.accepted);
+    EXPECT_FALSE(hasReason(r, "pipeline.end-to-end-wrong", ""));
+    EXPECT_TRUE(hasReason(r, "dynamic.timed-output-wrong", "timed runs"));
+    // Nothing blocking recorded, but a shape not correct: still rejected.
+    r = measured();
+    r.shapes[0].checks.push_back(passed("timed:3", false));
+    r.shapes[0].correct = false;
+    kl::judgePipeline(r);
+    EXPECT_FALSE(r.accepted);
+}
+
 TEST(PipelineResult, RoundTripsAndRefusesBadFieldsByName)
 {
     kl::PipelineResult r = measured();
@@ -436,6 +489,20 @@ TEST(PipelineResult, RoundTripsAndRefusesBadFieldsByName)
         EXPECT_NE(std::string(e.what()).find("result.json.shapes[0].stages[1].graph.median_us"), std::string::npos)
             << e.what();
     }
+    EXPECT_EQ(back.shapes[0].budgets.size(), 1u);
+    bad = j;
+    bad["shapes"][0]["budgets"][0]["tolerance"].erase("rel_l2");
+    try {
+        kl::pipelineResultFromJson(bad, "result.json");
+        FAIL() << "accepted a budget without its tolerance";
+    } catch (const kl::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("result.json.shapes[0].budgets[0].tolerance"), std::string::npos)
+            << e.what();
+    }
+    // A result written before budgets existed still loads.
+    bad = j;
+    bad["shapes"][0].erase("budgets");
+    EXPECT_TRUE(kl::pipelineResultFromJson(bad, "result.json").shapes[0].budgets.empty());
 }
 
 // A stage that updates a tensor in place would change what the tensor's other readers see: refused, naming the stage.

@@ -4,6 +4,7 @@
 #include "kernels/pipeline_plan.h"
 #include "kernels/worker_protocol.h"
 
+#include <cmath>
 #include <gtest/gtest.h>
 
 namespace {
@@ -50,6 +51,34 @@ TEST(PipelinePlan, RotationKeepsL2ColdWithinTheMemoryBudget)
     // Two variants of 16 x 8 MiB do not fit in 100 MiB: 6 sets do (96 MiB).
     EXPECT_EQ(kl::pipelineRotationSets(8ull << 20, l2, 100ull << 20, 2), 6);
     EXPECT_EQ(kl::pipelineRotationSets(8ull << 20, l2, 1, 2), 1);
+}
+
+TEST(PipelineTolerance, EightTimesTheHonestErrorNeverBelowTheProblemsOwn)
+{
+    const kl::Tolerance floor { 0.0039, 0.0156 }; // a bf16 output's measured single-problem tolerance
+    // Nine bf16 stages compound: the honest chains' error is above the floor, the budget 8x the larger, per metric.
+    kl::Tolerance t = kl::pipelineTolerance(floor, { { 0.0086, 0.030, true }, { 0.0085, 0.031, true } });
+    EXPECT_DOUBLE_EQ(t.relL2, 8 * 0.0086);
+    EXPECT_DOUBLE_EQ(t.maxAbs, 8 * 0.031);
+    // A pipeline as precise as one stage keeps the stage's tolerance: the budget never drops below it.
+    t = kl::pipelineTolerance(floor, { { 1e-5, 0.004, true }, { 2e-5, 0.001, true } });
+    EXPECT_DOUBLE_EQ(t.relL2, 0.0039);
+    EXPECT_DOUBLE_EQ(t.maxAbs, 8 * 0.004);
+    // A measurement that failed (non-finite, unwritten) loosens nothing; with none, the floor stands.
+    t = kl::pipelineTolerance(floor, { { 0.5, 0.9, false }, { 0.01, 0.02, true } });
+    EXPECT_DOUBLE_EQ(t.relL2, 0.08);
+    EXPECT_DOUBLE_EQ(t.maxAbs, 0.16);
+    t = kl::pipelineTolerance(floor, { { 0.5, 0.9, false }, { INFINITY, NAN, false } });
+    EXPECT_DOUBLE_EQ(t.relL2, floor.relL2);
+    EXPECT_DOUBLE_EQ(t.maxAbs, floor.maxAbs);
+    EXPECT_DOUBLE_EQ(kl::pipelineTolerance(floor, {}).relL2, floor.relL2);
+    // Much worse than honest fails: a stage rounding to sign and exponent makes the output ~20% off.
+    kl::PipelineOutputBudget b;
+    b.tolerance = kl::pipelineTolerance(floor, { { 0.0086, 0.030, true } });
+    b.pipeline = { 0.20, 0.75, true };
+    EXPECT_FALSE(kl::withinBudget(b));
+    b.pipeline = { 0.0090, 0.035, true }; // an honest candidate pipeline, a little off the references' chain
+    EXPECT_TRUE(kl::withinBudget(b));
 }
 
 TEST(PipelineProtocol, RequestAndReplyRoundTrip)
