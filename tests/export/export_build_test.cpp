@@ -174,9 +174,9 @@ namespace {
             GTEST_SKIP() << "nvcc not found";
         const fs::path problems = fs::path(KL_SOURCE_DIR) / "kernels/problems";
         int exported = 0;
-        const std::pair<const char*, int> shipped[] = { { "rmsnorm", 0 }, { "softmax", 0 }, { "silu_and_mul", 0 },
-            { "gemm_bf16", 0 }, { "gemm_bf16", 90 }, { "decode_attention", 0 }, { "decode_attention", 90 },
-            { "fused_add_rmsnorm", 0 } };
+        const std::pair<const char*, int> shipped[]
+            = { { "rmsnorm", 0 }, { "softmax", 0 }, { "silu_and_mul", 0 }, { "gemm_bf16", 0 }, { "gemm_bf16", 90 },
+                  { "decode_attention", 0 }, { "decode_attention", 90 }, { "fused_add_rmsnorm", 0 } };
         for (const auto& [name, arch] : shipped) {
             if (!fs::exists(problems / name / "problem.json"))
                 continue;

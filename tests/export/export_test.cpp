@@ -242,7 +242,8 @@ namespace {
         // grid of 0 (the split-K reduction without splits).
         EXPECT_NE(launcher.find("if (kl_c[0] * kl_c[1] * kl_c[2] > 1) {"), std::string::npos);
         EXPECT_NE(launcher.find("cudaLaunchAttributeClusterDimension"), std::string::npos);
-        EXPECT_NE(launcher.find("if (kl_g[0] == 0 || kl_g[1] == 0 || kl_g[2] == 0) goto kl_skip_2;"), std::string::npos);
+        EXPECT_NE(
+            launcher.find("if (kl_g[0] == 0 || kl_g[1] == 0 || kl_g[2] == 0) goto kl_skip_2;"), std::string::npos);
         EXPECT_NE(launcher.find("kl_skip_2:;"), std::string::npos);
         const std::string dispatch = kl::test::readTextFile(out / "src/kl_gemm_bf16_dispatch.c");
         EXPECT_NE(dispatch.find("int kl_gemm_bf16_candidate_tensor_map(int index"), std::string::npos);
