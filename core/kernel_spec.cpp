@@ -709,6 +709,7 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
             requireKnown(e, m.line, "@kl:tensormap " + m.name + " elemstride");
     }
     const std::string code = codeOnly(source);
+    std::set<std::string> launchesSomewhere; // labels of the shapes at which some launch is made
     for (const auto& l : spec.launches) {
         if (spec.language == KernelLanguage::Triton)
             for (const auto& [e, what] : { std::pair { &l.numWarps, "num_warps" }, { &l.numStages, "num_stages" } }) {
@@ -758,6 +759,7 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
                     }
                 b[kSmCountIdentifier] = 1;
                 std::int64_t grid[3] = { 1, 1, 1 }, cluster[3] = { 1, 1, 1 };
+                bool made = true;
                 for (const auto& [exprs, what] : { std::pair { l.grid, "grid" }, std::pair { l.block, "block" },
                          std::pair { l.cluster, "cluster" } })
                     for (int d = 0; d < 3; ++d) {
@@ -774,13 +776,15 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
                             throw InputError("line " + std::to_string(l.line) + ": @kl:launch " + what + " '"
                                 + abbreviate(exprs[d].text()) + "' is " + std::to_string(v) + " at " + shape.label()
                                 + " with the defaults; a launch needs at least " + (isGrid ? "0" : "1"));
-                        if (isGrid && v == 0)
-                            v = 1; // for the cluster check below: an unmade launch meets any cluster shape
+                        made = made && !(isGrid && v == 0);
                         if (exprs == l.cluster)
                             cluster[d] = v;
                         else if (exprs == l.grid)
                             grid[d] = v;
                     }
+                if (!made)
+                    continue; // not launched at this shape: no cluster shape to meet
+                launchesSomewhere.insert(shape.label());
                 // A grid sized by SM_COUNT meets its cluster shape on a device only (kernels/worker checks it).
                 for (int d = 0; d < 3; ++d)
                     if (std::ranges::count(l.grid[d].identifiers(), std::string(kSmCountIdentifier)))
@@ -796,18 +800,11 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
                 + " arguments to " + l.kernel + ", whose parameter list (line " + std::to_string(sig->line)
                 + ") declares " + std::to_string(sig->parameters));
     }
-    // Some launch must be made at every shape (each grid above was evaluable).
     for (const auto* shapes : { &problem.tuningShapes, &problem.verifyShapes })
-        for (const auto& shape : *shapes) {
-            Bindings b = bindingsFor(spec.defaults(), shape.bindings());
-            b[kSmCountIdentifier] = 1;
-            const bool any = std::ranges::any_of(spec.launches, [&](const LaunchStep& l) {
-                return std::ranges::all_of(l.grid, [&](const Expr& g) { return g.evaluateInt(b) > 0; });
-            });
-            if (!any && !spec.launches.empty())
+        for (const auto& shape : *shapes)
+            if (!spec.launches.empty() && !launchesSomewhere.count(shape.label()))
                 throw InputError("@kl:launch: every launch has a grid of 0 at " + shape.label()
                     + " with the defaults, so the plan launches nothing there");
-        }
     return spec;
 }
 

@@ -72,6 +72,12 @@ except (OSError, ValueError) as err:
     print(f"kloop session show: {err}")
 
 
+def holds(condition, dims):
+    """A problem.json regime condition (C operators over dims) at these dims."""
+    py = condition.replace("&&", " and ").replace("||", " or ").replace("!=", "<>").replace("!", " not ").replace("<>", "!=")
+    return bool(eval(py, {"__builtins__": {}}, dict(dims)))
+
+
 def params_of(cid):
     try:
         return ",".join(f"{k}={v}" for k, v in sorted(json.load(open(os.path.join(cands, cid, "candidate.json")))["params"].items()))
@@ -87,7 +93,7 @@ print("|---|---|---|---|---|---|---|---|")
 for label, (d, us, base, cid) in sorted(best.items(), key=lambda kv: (kv[1][0]["M"] < 1000, kv[1][0]["M"], kv[1][0]["N"], kv[1][0]["K"])):
     flops = 2 * d["M"] * d["N"] * d["K"]
     t = flops / (us * 1e-6) / 1e12
-    regime = "decode" if d["M"] <= 128 else "prefill"
+    regime = next((r for r, w in winners.items() if holds(w.get("condition", "0"), d)), None)
     w = (winners.get(regime) or {}).get("winner")
     here = by_candidate.get(w, {}).get(label) if w else None
     wr = f"{here[1] / here[0]:.3f} ({w})" if here else "- (cuBLAS)"

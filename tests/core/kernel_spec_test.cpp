@@ -317,6 +317,12 @@ TEST(KernelSpecAgainstProblem, LaunchGeometryAtTheDefaultsIsALaunchAtEveryDeclar
         negative.find("@kl:launch grid '0 - T' is -16 at H=8192,T=16 with the defaults; a launch needs at least 0"),
         std::string::npos)
         << negative;
+    // A second launch not made at any declared shape needs no grid its cluster shape divides.
+    EXPECT_EQ(specError(source
+                      + "// @kl:launch rmsnorm_template grid=(T > 0 ? 0 : 2) block=(32) cluster=(2, 1, 1) "
+                        "args=(y, x, w, T, H, eps)\n",
+                  problem),
+        "");
 }
 
 // qa rows 77, 83, 84: a NUL byte cut the source silently, "010" was octal 8, a 2^96 space wrapped spaceSize().
