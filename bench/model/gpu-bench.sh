@@ -11,7 +11,8 @@
 #     decode tokens/s, logits agreement, profiler count of kl_* kernels -> swap/swap-llama.{md,json}, ours-trace;
 #  6. decoder_layer_peers.py: one decoder layer's decode step at B = 1, 16, 64 as eager, torch.compile and CUDA
 #     graph with MFU/MBU; KernelLoop columns from PIPELINE_RESULT (kloop pipeline run llama_decoder_decode --out).
-# Run: BENCHES=model scripts/gpu-check benches   (PIPELINE_RESULT=path/llama_decoder_decode.json optional;
+# Run: BENCHES=model scripts/gpu-check benches   (PIPELINE_RESULT=path/llama_decoder_decode.json optional: absent,
+#      the decoder layer runs with the stages tuned here, bench/model/tuned_pipeline.py;
 #      MODEL_SWAP_BUDGET candidates per extra session, default 16; MODEL_SKIP_PROJECTION=1 leaves out 1-3 and
 #      exports rmsnorm like the others, to fit the device tool's 10 minutes a command)
 set -uo pipefail
@@ -62,6 +63,20 @@ else
 fi
 export_bundle silu_and_mul && SWAP_ARGS+=(--silu-bundle "$OUT/bundle-silu_and_mul")
 export_bundle decode_attention && SWAP_ARGS+=(--attention-bundle "$OUT/bundle-decode_attention")
+# The decoder layer with the stages tuned here (the exported candidate of each session; the rest as shipped), so the
+# KernelLoop columns of step 6 are KernelLoop's kernels, not the pipeline's baselines.
+if [[ -z "${PIPELINE_RESULT:-}" ]]; then
+    "$KLOOP" run --problem add_rmsnorm --agent tuner:random --budget "${MODEL_SWAP_BUDGET:-16}" \
+        --session "$OUT/session-add_rmsnorm" >"$OUT/run-add_rmsnorm.log" 2>&1 || tail -5 "$OUT/run-add_rmsnorm.log"
+    "$KLOOP" export "$OUT/session-add_rmsnorm" --out "$OUT/bundle-add_rmsnorm" --json >"$OUT/export-add_rmsnorm.json" 2>&1
+    python3 "$ROOT/bench/model/tuned_pipeline.py" --pipeline "$ROOT/kernels/pipelines/llama_decoder_decode" \
+        --out "$OUT/llama_decoder_tuned" --stage attn="$OUT/session-decode_attention" \
+        --stage act="$OUT/session-silu_and_mul" --stage norm1="$OUT/session-add_rmsnorm" \
+        --stage norm2="$OUT/session-add_rmsnorm" &&
+        "$KLOOP" pipeline run "$OUT/llama_decoder_tuned" --out "$OUT/llama_decoder_tuned.json" \
+            >"$OUT/pipeline-tuned.log" 2>&1 && PIPELINE_RESULT=$OUT/llama_decoder_tuned.json
+    tail -n 30 "$OUT/pipeline-tuned.log"
+fi
 export TORCH_EXTENSIONS_DIR=$OUT/torch-ext
 python3 "$ROOT/bench/model/swap_llama.py" --out-dir "$OUT/swap" "${SWAP_ARGS[@]}" >"$OUT/swap.log" 2>&1 || rc=1
 tail -n 40 "$OUT/swap.log"

@@ -102,7 +102,9 @@ class Op:
         """What the bundle's dispatcher picks at the decode shape: candidate, fallback, or n/a."""
         if not self.ops:
             return "n/a"
-        order = [d["name"] for d in self.manifest["problem"]["dims"]]
+        # select() takes the dispatch table's dims, which include the problem's named constants (D, HKV).
+        dims = {**self.manifest["problem"].get("constants", {}), **dims}
+        order = self.manifest["dispatch"]["dims"]
         return {1: "candidate", 0: "fallback"}.get(int(self.ops.select([dims[d] for d in order])), "unsupported")
 
 

@@ -11,7 +11,7 @@
 // resident from the start and streams one contiguous range of its sequence to the end, with the fewest partials to
 // merge and pipeline fills to pay (a batch that fills the machine gets one split); at least one, at most 64 and one
 // per TILE tokens. SM_COUNT enters capped at 256 so the workspace, which cannot name it, bounds every grid. One
-// split writes the output itself and the merge kernel's grid is 1 (it returns at once); otherwise each split writes
+// split writes the output itself and the merge kernel's grid is 0 (the launch is not made); otherwise each split writes
 // an unnormalised partial (acc, m, l), a split with no tokens the neutral one (m = -inf, l = 0), and the merge
 // kernel combines a head's splits. The split count reaches the merge kernel through the workspace's first word
 // (written by every launch, so nothing crosses launches).
@@ -26,7 +26,7 @@
 // @kl:constraint STAGES * TILE * 512 <= (ARCH >= 90 ? 227 * 1024 : ARCH == 80 ? 163 * 1024 : 99 * 1024)
 // @kl:workspace partials bytes=(16 + B * HQ * min(min(max(div(WAVES * 256, B * HKV), 1), 64), ceil_div(MAXP * PS, TILE)) * (D + 2) * 4) init=poison
 // @kl:launch decode_attention_split grid=(min(min(max(div(WAVES * min(SM_COUNT, 256), B * HKV), 1), 64), ceil_div(MAXP * PS, TILE)), HKV, B) block=(WARPS * 32) smem=(STAGES * TILE * 512) args=(partials, out, q, k_cache, v_cache, block_table, seq_lens, HQ, PS, MAXP, HKV, scale)
-// @kl:launch decode_attention_merge grid=(min(min(max(div(WAVES * min(SM_COUNT, 256), B * HKV), 1), 64), ceil_div(MAXP * PS, TILE)) > 1 ? B * HQ : 1) block=(D) smem=0 args=(out, partials)
+// @kl:launch decode_attention_merge grid=(min(min(max(div(WAVES * min(SM_COUNT, 256), B * HKV), 1), 64), ceil_div(MAXP * PS, TILE)) > 1 ? B * HQ : 0) block=(D) smem=0 args=(out, partials)
 
 constexpr int kD = 128;
 constexpr int kRowBytes = kD * 2; // one token's row of one head in shared memory
@@ -278,8 +278,6 @@ extern "C" __global__ void __launch_bounds__(kThreads) decode_attention_split(fl
 extern "C" __global__ void __launch_bounds__(kD) decode_attention_merge(__nv_bfloat16* out, const float* partials)
 {
     const int splits = reinterpret_cast<const int*>(partials)[0];
-    if (splits == 1)
-        return; // the split kernel wrote the output
     const long long head = blockIdx.x;
     const int d = threadIdx.x;
     const long long totalRows = (long long)gridDim.x * splits;
