@@ -13,18 +13,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tuner"))
-from quality_table import load_session  # noqa: E402  (one reader of session directories)
-
-
-def journal(session):
-    events = []
-    with open(os.path.join(session, "journal.jsonl")) as f:
-        for line in f:
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass  # a torn last line
-    return events
+from quality_table import load_session, read_journal  # noqa: E402  (one reader of session directories)
 
 
 def candidates(events):
@@ -33,7 +22,7 @@ def candidates(events):
 
 
 def template_and_best(session):
-    events = journal(session)
+    events = read_journal(session)
     cands = candidates(events)
     template = next((c for c, d in cands.items() if d.get("agent") == "problem:template"), None)
     best = load_session(session)["best"]
@@ -155,7 +144,7 @@ def git(root, *cmd):
 
 def finish(args):
     session = args.session
-    events = journal(session)
+    events = read_journal(session)
     with open(os.path.join(session, "session.json")) as f:
         header = json.load(f)
     with open(os.path.join(args.problem, "problem.json")) as f:
