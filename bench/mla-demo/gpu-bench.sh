@@ -93,4 +93,6 @@ python3 "$HERE/recording.py" finish "$SESSION" --problem "$ROOT/kernels/problems
     --sol-after "$OUT/sol-after.json" --shape "$PROFILE_SHAPE" --root "$ROOT" --summary "$OUT/sol.md" || rc=1
 cat "$OUT/sol.md"
 tar czf "$OUT/demo-session-mla.tar.gz" -C "$OUT" demo-session-mla
+echo "== the recording: $SESSION (also demo-session-mla.tar.gz); to ship it: rm -rf resources/demo-session-mla &&"
+echo "   tar xzf demo-session-mla.tar.gz -C resources, then kernelloop --screenshot resources/screenshots --screenshot-set mla"
 exit $rc
