@@ -18,6 +18,7 @@
 #include <QElapsedTimer>
 #include <QPixmap>
 #include <QTableView>
+#include <QTextBrowser>
 #include <QTimer>
 
 namespace kl::app {
@@ -191,8 +192,21 @@ namespace {
         // The hypothesis's candidate against its parent, the template: what the engineer reviews.
         window.candidatePanel()->selectCandidate(QString::fromStdString(*candidate));
         settle(300);
-        if (QWidget* console = raiseDock(window, "hypothesisDock");
-            !console || !w.save(console, QStringLiteral("11-mla-hypothesis.png")))
+        QWidget* console = raiseDock(window, "hypothesisDock");
+        if (!console)
+            return;
+        // The transcript from the engineer's hypothesis on (it ends with the run's last lines otherwise).
+        const auto hypothesis = s->hypotheses.find(s->tree.at(*candidate).hypothesisId);
+        if (auto* transcript = console->findChild<QTextBrowser*>(); transcript && hypothesis != s->hypotheses.end()) {
+            transcript->moveCursor(QTextCursor::End);
+            transcript->find(QString::fromStdString(hypothesis->second.text), QTextDocument::FindBackward);
+            QTextCursor top = transcript->textCursor(); // the match is above the view's end: scrolls it to the top
+            top.movePosition(QTextCursor::StartOfBlock); // the "hypothesis h1" header of its paragraph
+            transcript->setTextCursor(top);
+            transcript->ensureCursorVisible();
+            settle(120);
+        }
+        if (!w.save(console, QStringLiteral("11-mla-hypothesis.png")))
             return;
         if (!w.save(window.diffView(), QStringLiteral("12-mla-diff.png")))
             return;
