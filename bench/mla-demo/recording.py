@@ -193,6 +193,8 @@ def finish(args):
                                             "the best candidate, after the hypothesis and the tuner") + ")")
                    for t in traces},
         "speed_of_light": rows,
+        "scripted_model_requests": sum(1 for line in open(args.requests) if line.strip())
+        if os.path.exists(args.requests) else 0,
         "story_holds": not bad,
         "story_problems": bad,
     }
