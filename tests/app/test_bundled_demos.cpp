@@ -10,9 +10,9 @@
 #include "app/session_controller.h"
 #include "app/start_page.h"
 #include "app/timeline_panel.h"
+#include "wait_until.h"
 
 #include <QDir>
-#include <QElapsedTimer>
 #include <QFileInfo>
 #include <QImage>
 #include <QLabel>
@@ -27,14 +27,7 @@ using namespace kl::app;
 
 namespace {
 
-template <typename Pred> bool waitUntil(Pred pred, int timeoutMs = 15000)
-{
-    QElapsedTimer clock;
-    clock.start();
-    while (!pred() && clock.elapsed() < timeoutMs)
-        QTest::qWait(20);
-    return pred();
-}
+using kl::test::waitUntil;
 
 const char* kFixtureId = "fixture-mla-demo-test-double";
 
