@@ -107,7 +107,7 @@ int main(int argc, char** argv)
         QStringLiteral("Render each main view to PNG files in DIR (offscreen) and exit."), QStringLiteral("dir"));
     QCommandLineOption shotSet(QStringLiteral("screenshot-set"),
         QStringLiteral("With --screenshot: main (every main view, 01-10) or mla (the bundled MLA hypothesis "
-                       "session's hypothesis, diff, review and timelines, 11-15)."),
+                       "session's hypothesis, diff, review, verdicts and timelines, 11-16)."),
         QStringLiteral("set"), QStringLiteral("main"));
     QCommandLineOption themeOpt(QStringLiteral("theme"), QStringLiteral("system, light or dark."),
         QStringLiteral("name"), QStringLiteral("system"));

@@ -213,6 +213,11 @@ namespace {
         if (QWidget* review = raiseDock(window, "reviewDock");
             !review || !w.save(review, QStringLiteral("13-mla-review.png")))
             return;
+        // The referee's and the harness's verdicts on each candidate (with --auto-approve nothing waits in the
+        // review queue): the template, the hypothesis's candidate, the tuner's configurations of it.
+        if (QWidget* tree = raiseDock(window, "candidatesDock");
+            !tree || !w.save(tree, QStringLiteral("16-mla-candidates.png")))
+            return;
         if (traces.isEmpty()) {
             w.result.error = QStringLiteral("%1 has no traces/ for the timeline").arg(session);
             return;

@@ -6,8 +6,9 @@ namespace kl::app {
 
 class MainWindow;
 
-// Which images: every main view of a session (01-10, the README's), or the MLA hypothesis demo's (11-15: its
-// hypothesis, the candidate's diff against the template, its review, the before/after timelines).
+// Which images: every main view of a session (01-10, the README's), or the MLA hypothesis demo's (11-16: its
+// hypothesis, the candidate's diff against the template, the review queue, the candidates' verdicts, the
+// before/after timelines).
 enum class ScreenshotSet { MainViews, MlaDemo };
 
 struct ScreenshotOptions {

@@ -118,8 +118,8 @@ TEST_F(BundledDemos, TheMlaScreenshotSetShowsTheHypothesisCandidateAndBothTimeli
         names << QFileInfo(f).fileName();
     EXPECT_EQ(names,
         (QStringList { QStringLiteral("11-mla-hypothesis.png"), QStringLiteral("12-mla-diff.png"),
-            QStringLiteral("13-mla-review.png"), QStringLiteral("14-mla-timeline.png"),
-            QStringLiteral("15-mla-workbench-timeline.png") }));
+            QStringLiteral("13-mla-review.png"), QStringLiteral("16-mla-candidates.png"),
+            QStringLiteral("14-mla-timeline.png"), QStringLiteral("15-mla-workbench-timeline.png") }));
     for (const QString& file : r.files) {
         const QImage img(file);
         ASSERT_FALSE(img.isNull()) << file.toStdString();
