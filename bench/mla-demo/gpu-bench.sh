@@ -13,6 +13,7 @@
 #     at KL_MLA_PROFILE_SHAPE (default B=64,SQ=1,MAXP=128): traces/*.kltrace for the workbench's timeline, the SOL
 #     table (DRAM bytes against the problem's bytes, the bound) in sol.md and PROVENANCE.json.
 #  4. recording.py: PROVENANCE.json, and a check of the story (exit 1 and the reasons when it does not hold).
+#     Its source_commit is git's HEAD of this checkout, or KL_SOURCE_COMMIT when the checkout's git is stale.
 # Output: OUTDIR/demo-session-mla/ laid out like resources/demo-session/ (session.json, journal.jsonl, candidates/,
 # traces/, PROVENANCE.json), also as demo-session-mla.tar.gz; copy it to resources/demo-session-mla/.
 # Tuning shapes: KL_MLA_SHAPES (kloop run --shapes; default B=64,SQ=1,MAXP=128;B=128,SQ=1,MAXP=256); the session's

@@ -185,7 +185,9 @@ def finish(args):
                   f"{dev.get('l2_bytes', 0) // (1 << 20)} MiB L2), driver {dev.get('driver_version', '?')}, "
                   f"CUDA {dev.get('cuda_runtime', '?')}",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "source_commit": git(args.root, "rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if dirty else ""),
+        # KL_SOURCE_COMMIT: what the tree is when the checkout's own git is not (a copied working tree).
+        "source_commit": os.environ.get("KL_SOURCE_COMMIT")
+        or git(args.root, "rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if dirty else ""),
         "files": "session.json, journal.jsonl and candidates/ exactly as kloop run wrote them; traces/ as kloop "
                  "profile --sol wrote them; nothing edited",
         "traces": {t: ("kloop profile --sol at " + args.shape + ": rows \"baseline\" (the naive kernel) and "
