@@ -166,8 +166,8 @@ def finish(args):
             bad.append(f"no trace of {what} profile in traces/ (kloop profile --sol failed: see sol-*.err)")
     bad += [f"no SOL profile of the {r['plan']}: {r['missing']}" for r in rows if "missing" in r]
     provenance = {
-        "what": f"A real KernelLoop session recorded on {dev.get('name', '?')}: issue 16's hypothesis-driven MLA decode "
-                "session. "
+        "what": f"A KernelLoop session exactly as kloop wrote it, recorded on {dev.get('name', '?')}: issue 16's "
+                "hypothesis-driven MLA decode session. "
                 "The naive baseline and the head-group template (the head) are measured; the engineer's hypothesis "
                 "is recorded (human-authored) before the LLM agent is asked; its candidate is judged by the referee "
                 "and the harness like any other; the tuner then searches the candidate's parameters.",
