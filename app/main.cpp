@@ -105,6 +105,10 @@ int main(int argc, char** argv)
         QStringLiteral("trace"), QStringLiteral("Open a trace in the timeline."), QStringLiteral("file"));
     QCommandLineOption shots(QStringLiteral("screenshot"),
         QStringLiteral("Render each main view to PNG files in DIR (offscreen) and exit."), QStringLiteral("dir"));
+    QCommandLineOption shotSet(QStringLiteral("screenshot-set"),
+        QStringLiteral("With --screenshot: main (every main view, 01-10) or mla (the bundled MLA hypothesis "
+                       "session's hypothesis, diff, review, verdicts and timelines, 11-16)."),
+        QStringLiteral("set"), QStringLiteral("main"));
     QCommandLineOption themeOpt(QStringLiteral("theme"), QStringLiteral("system, light or dark."),
         QStringLiteral("name"), QStringLiteral("system"));
     QCommandLineOption startPage(
@@ -117,8 +121,8 @@ int main(int argc, char** argv)
     QCommandLineOption agentOpt(QStringLiteral("agent"),
         QStringLiteral("The agent of a session started on this machine's GPU (as kloop run --agent)."),
         QStringLiteral("spec"), QStringLiteral("tuner:bayes"));
-    parser.addOptions(
-        { replay, speed, follow, readOnly, trace, shots, themeOpt, startPage, noAutostart, problemOpt, agentOpt });
+    parser.addOptions({ replay, speed, follow, readOnly, trace, shots, shotSet, themeOpt, startPage, noAutostart,
+        problemOpt, agentOpt });
     parser.process(app);
 
     QTemporaryDir screenshotSettings;
@@ -137,6 +141,13 @@ int main(int argc, char** argv)
         options.outputDir = parser.value(shots);
         options.sessionDir = session;
         options.tracePath = parser.value(trace);
+        if (parser.value(shotSet) == QLatin1String("mla")) {
+            options.set = kl::app::ScreenshotSet::MlaDemo;
+        } else if (parser.value(shotSet) != QLatin1String("main")) {
+            std::fprintf(
+                stderr, "kernelloop: --screenshot-set is main or mla, got '%s'\n", qPrintable(parser.value(shotSet)));
+            return 2;
+        }
         const auto result = kl::app::renderScreenshots(window, options);
         for (const QString& f : result.files)
             std::printf("%s\n", qPrintable(f));

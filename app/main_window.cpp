@@ -343,13 +343,7 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_start, &StartPage::replaySessionRequested, this, [this]() { openSessionDialog(OpenMode::Replay); });
     connect(m_start, &StartPage::followSessionRequested, this, [this]() { openSessionDialog(OpenMode::Follow); });
     connect(m_start, &StartPage::openTraceRequested, this, &MainWindow::openTraceDialog);
-    connect(m_start, &StartPage::openDemoRequested, this, [this]() {
-        const QString demo = demoSessionDir();
-        if (demo.isEmpty())
-            showMessage(tr("This build has no bundled session"));
-        else
-            openSession(demo, OpenMode::Replay, 4.0);
-    });
+    connect(m_start, &StartPage::openDemoRequested, this, [this](const QString& dir) { openBundledDemo(*this, dir); });
     connect(m_start, &StartPage::recentSessionActivated, this,
         [this](const QString& dir) { openSession(dir, OpenMode::Writable); });
     connect(m_start, &StartPage::newSessionRequested, this, &MainWindow::newSessionFromStartPage);
@@ -364,7 +358,7 @@ MainWindow::MainWindow(QWidget* parent)
         emit localRunFailed(message);
     });
     m_start->setRecentSessions(QSettings().value(QStringLiteral("recentSessions")).toStringList());
-    m_start->setDemoAvailable(!demoSessionDir().isEmpty());
+    m_start->setDemos(bundledDemos());
 
     m_defaultState = saveState(kLayoutVersion);
     m_workbenchState = m_defaultState;

@@ -135,18 +135,19 @@ StartPage::StartPage(QWidget* parent)
     connect(follow, &QPushButton::clicked, this, &StartPage::followSessionRequested);
     auto* openTrace = new QPushButton(tr("Open trace…"), this);
     openTrace->setToolTip(tr("Chrome/Kineto JSON, Nsight Systems SQLite or .kltrace (Ctrl+T)"));
-    auto* demo = new QPushButton(tr("Replay the bundled H200 session"), this);
-    demo->setObjectName(QStringLiteral("openDemoButton"));
-    m_demoButton = demo;
+    // The recorded sessions that ship with KernelLoop: one button and one line each (setDemos fills it).
+    m_demos = new QWidget(this);
+    m_demos->setObjectName(QStringLiteral("bundledDemos"));
+    auto* demosLayout = new QVBoxLayout(m_demos);
+    demosLayout->setContentsMargins(0, 0, 0, 0);
     connect(openSession, &QPushButton::clicked, this, &StartPage::openSessionRequested);
     connect(replaySession, &QPushButton::clicked, this, &StartPage::replaySessionRequested);
     connect(openTrace, &QPushButton::clicked, this, &StartPage::openTraceRequested);
-    connect(demo, &QPushButton::clicked, this, &StartPage::openDemoRequested);
     m_recent->setObjectName(QStringLiteral("recentSessions"));
     connect(m_recent, &QListWidget::itemActivated, this,
         [this](QListWidgetItem* item) { emit recentSessionActivated(item->data(Qt::UserRole).toString()); });
     auto* openLayout = new QVBoxLayout(openBox);
-    openLayout->addWidget(demo);
+    openLayout->addWidget(m_demos);
     openLayout->addWidget(openSession);
     openLayout->addWidget(replaySession);
     openLayout->addWidget(follow);
@@ -268,11 +269,35 @@ void StartPage::setRecentSessions(const QStringList& dirs)
     }
 }
 
-void StartPage::setDemoAvailable(bool available)
+void StartPage::setDemos(const std::vector<BundledDemo>& demos)
 {
-    m_demoButton->setEnabled(available);
-    m_demoButton->setToolTip(available ? tr("The session recorded on an NVIDIA H200 that ships with KernelLoop")
-                                       : tr("No bundled session in this build"));
+    auto* layout = m_demos->layout();
+    while (QLayoutItem* item = layout->takeAt(0)) {
+        delete item->widget();
+        delete item;
+    }
+    m_demoKeys.clear();
+    for (const BundledDemo& demo : demos) {
+        auto* button = new QPushButton(tr("Replay: %1").arg(demo.title), m_demos);
+        // The rmsnorm one keeps the name it always had (scripts and tests look it up).
+        button->setObjectName(demo.key == QLatin1String("rmsnorm") ? QStringLiteral("openDemoButton")
+                                                                   : QStringLiteral("openDemoButton-") + demo.key);
+        button->setToolTip(tr("Replays the recorded session that ships with KernelLoop, read-only: %1").arg(demo.dir));
+        const QString dir = demo.dir;
+        connect(button, &QPushButton::clicked, this, [this, dir]() { emit openDemoRequested(dir); });
+        auto* line = new QLabel(demo.summary, m_demos);
+        line->setObjectName(QStringLiteral("demoSummary-") + demo.key);
+        line->setWordWrap(true);
+        line->setForegroundRole(QPalette::PlaceholderText);
+        layout->addWidget(button);
+        layout->addWidget(line);
+        m_demoKeys << demo.key;
+    }
+    if (demos.empty()) {
+        auto* none = new QLabel(tr("This build has no bundled recorded session."), m_demos);
+        none->setForegroundRole(QPalette::PlaceholderText);
+        layout->addWidget(none);
+    }
 }
 
 QString StartPage::selectedProblem() const

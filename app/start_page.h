@@ -1,6 +1,7 @@
 #pragma once
-// What a user sees before a session is open: the problem catalogue, open / resume / replay a session,
-// open a trace, where kernels run, and recent sessions.
+// What a user sees before a session is open: the problem catalogue, the bundled recorded sessions, open / resume /
+// replay a session, open a trace, where kernels run, and recent sessions.
+#include "app/demo_session.h"
 #include "core/problem.h"
 
 #include <QFutureWatcher>
@@ -37,7 +38,9 @@ public:
 
     void reloadCatalogue();
     void setRecentSessions(const QStringList& dirs);
-    void setDemoAvailable(bool available);
+    // The bundled recorded sessions offered (title and one line each); openDemoRequested names the one clicked.
+    void setDemos(const std::vector<BundledDemo>& demos);
+    QStringList demoKeys() const { return m_demoKeys; }
     QString selectedProblem() const;
     // Where new sessions evaluate: empty for this machine's GPU alone, else worker specs in kloop run --workers'
     // grammar (local, local:GPU, ssh:[USER@]HOST[:GPU], slurm:PARTITION[:COUNT], a workers.json), remembered.
@@ -58,7 +61,7 @@ signals:
     void replaySessionRequested();
     void followSessionRequested();
     void openTraceRequested();
-    void openDemoRequested();
+    void openDemoRequested(const QString& sessionDir);
     void recentSessionActivated(const QString& directory);
     void catalogueLoadedSignal();
 
@@ -74,7 +77,8 @@ private:
     QLabel* m_workersError;
     QLabel* m_gpuNote;
     QLabel* m_notice;
-    QWidget* m_demoButton;
+    QWidget* m_demos;
+    QStringList m_demoKeys;
     QFutureWatcher<std::vector<CatalogueEntry>> m_watcher;
     std::vector<CatalogueEntry> m_entries;
     bool m_catalogueLoaded = false;

@@ -150,7 +150,7 @@ namespace {
         Shape shape;
         if (!s.shape.empty()) {
             shape.dims = s.shape;
-            return shape;
+            return p.withConstants(std::move(shape)); // a problem's fixed dims (mla_decode's DK) are not typed
         }
         if (p.tuningShapes.empty())
             throw InputError("problem " + p.name + " has no tuning shapes; give --shape");

@@ -305,6 +305,12 @@ namespace {
         if (llm && !a.has("auto-approve") && !(recorded && recorded->settings.autoApproveLlm))
             std::cerr << "kloop run: LLM proposals wait for the engineer's review (kernelloop workbench); pass "
                          "--auto-approve to evaluate them unattended (the referee still gates every candidate)\n";
+        // The engineer's hypothesis, recorded (human-authored) before the agent's first proposal.
+        const std::optional<std::string> hypothesis = a.option("hypothesis");
+        if (hypothesis && hypothesis->find_first_not_of(" \t\r\n") == std::string::npos) {
+            std::cerr << "kloop run: --hypothesis needs a text (what the agent should try)\n";
+            return kExitUsage;
+        }
         const std::string regimes = a.optionOr("regimes", "problem");
         if (!SessionSettings::isKnownRegimes(regimes))
             throw UsageError(
@@ -408,6 +414,7 @@ namespace {
         (void)json;
         (void)store;
         (void)recorded;
+        (void)hypothesis;
         std::cerr << "kloop run: this build has no CUDA support (the CUDA toolkit was not found at configure time), so "
                      "there is no GPU to run on\n";
         return kExitFailure;
@@ -486,6 +493,8 @@ namespace {
         const auto token = store->bus().subscribe([&](const Event& e) { progress.onEvent(e); });
 
         ResearchLoop loop(*store, evaluator, *agent, options);
+        if (hypothesis)
+            loop.addHypothesis(*hypothesis);
         std::optional<PoolStatusWriter> poolStatus; // the workbench's Workers panel reads it
         if (pool)
             poolStatus.emplace(*pool, store->dir(), [&](const std::string& loss) { store->note(loss); });
@@ -595,7 +604,8 @@ namespace {
         "          [--converge N] [--objective NAME] [--regimes problem|single]\n"
         "          [--shapes \"T=16,H=8192;T=4096,H=8192@3\"] [--seed N]\n"
         "          [--tuning-db FILE | --no-tuning-db] [--no-held-out] [--compile-threads N] [--pipeline N]\n"
-        "          [--arch sm_90a] [--language cuda|triton] [--quick] [--auto-approve] [--llm-settings FILE] "
+        "          [--hypothesis TEXT] [--arch sm_90a] [--language cuda|triton] [--quick] [--auto-approve]\n"
+        "          [--llm-settings FILE] "
         "[--llm-model M] [--llm-base-url "
         "URL] "
         "[--json]\n"
@@ -604,6 +614,8 @@ namespace {
         "SPEC: tuner:<strategy>, llm:<provider> or llm:<provider>+tuner:<strategy> (default tuner:bayes).\n"
         "kloop run --resume DIR [--agent SPEC] [--budget N] [--minutes M] [--json]   (--agent: when the session "
         "records\n  none, e.g. made by kloop session new)\n\n"
+        "--hypothesis TEXT records the engineer's hypothesis in the session (human-authored) before the agent's "
+        "first\nproposal: an LLM agent's prompts carry it, and the candidates proposed under it are linked to it.\n\n"
         "Runs propose -> compile -> verify -> time -> decide -> record until the budget (evaluations, minutes), "
         "convergence\n(no accepted improvement in N evaluations), Ctrl-C, or the search space is exhausted. "
         "Strategies: "
@@ -620,7 +632,7 @@ namespace {
         { "json", "no-tuning-db", "no-held-out", "auto-approve", "quick" },
         { "problem", "agent", "session", "resume", "budget", "minutes", "converge", "objective", "regimes", "shapes",
             "seed", "tuning-db", "compile-threads", "pipeline", "arch", "id", "llm-settings", "llm-model",
-            "llm-base-url", "language", "workers" },
+            "llm-base-url", "language", "workers", "hypothesis" },
         &runGuarded } };
 
 } // namespace

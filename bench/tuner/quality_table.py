@@ -12,7 +12,7 @@ def label(dims):
     return ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
 
 
-def load_session(d):
+def read_journal(d):
     events = []
     with open(os.path.join(d, "journal.jsonl")) as f:
         for line in f:
@@ -20,6 +20,11 @@ def load_session(d):
                 events.append(json.loads(line))
             except json.JSONDecodeError:
                 pass  # a torn last line
+    return events
+
+
+def load_session(d):
+    events = read_journal(d)
     evals, params, status = {}, {}, {}
     for e in events:
         cid = e.get("candidate")

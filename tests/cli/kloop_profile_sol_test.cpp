@@ -303,4 +303,23 @@ TEST_F(KloopProfileSol, WithoutCountersItStillExitsZeroAndSaysWhy)
     EXPECT_NEAR(printedSpeedup(off.out), templateSpeedup, 0.0006) << off.out;
 }
 
+// --shape names the dims one types; a problem's fixed dims (mla_decode's HQ, DK, PS ...) come from problem.json,
+// so the shape fits and the double's bytes are the problem's formula with them.
+TEST_F(KloopProfileSol, AShapeOfAProblemWithConstantsGetsThemFromTheProblem)
+{
+    const fs::path mlaTemplate = fs::path(KL_SOURCE_DIR) / "kernels" / "problems" / "mla_decode" / "template.cu";
+    const ProcessResult r
+        = runKloop({ "profile", "--sol", "--problem", "mla_decode", "--candidate", mlaTemplate.string(), "--shape",
+                       "B=2,SQ=1,MAXP=3", "--out", (scratch / "M.kltrace").string(), "--json" },
+            environment(), scratch);
+    ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j.at("shape").at("dims").at("DK"), 576);
+    EXPECT_EQ(j.at("shape").at("dims").at("B"), 2);
+    // "2 * B * ((MAXP - 1) * PS + 1) * DK + 2 * B * SQ * HQ * (DK + DV) + 4 * B * MAXP + 4 * B"
+    const double bytes = 2.0 * 2 * (2 * 64 + 1) * 576 + 2.0 * 2 * 1 * 128 * (576 + 512) + 4.0 * 2 * 3 + 4.0 * 2;
+    for (const json& plan : j.at("plans"))
+        EXPECT_NEAR(plan.at("kernels").at(0).at("dram_bytes").get<double>(), bytes, 1.0) << plan.dump();
+}
+
 } // namespace

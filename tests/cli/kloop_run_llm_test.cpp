@@ -507,6 +507,59 @@ TEST_F(KloopRunLlm, WithoutAutoApproveProposalsWaitForTheEngineersReviewThroughT
         EXPECT_TRUE(p.value("needs_review", false));
 }
 
+// kloop run --hypothesis: the engineer's idea is in the session, human-authored, before the first prompt, which
+// carries it word for word; the candidate the model proposes under it is linked to it. vllm: a keyless preset.
+TEST_F(KloopRunLlm, AHypothesisGivenToRunIsRecordedBeforeTheFirstPromptWhichCarriesIt)
+{
+    const std::string idea = "raise the threads per row to 512 so each row's reduction has more lanes";
+    server.enqueue(test::openAiStream(
+        test::piecesOf("NOTE: 512 threads per row\n```kl-candidate\n" + fasterKernel() + "```\n", 64), 900, 300));
+    for (int i = 0; i < 4; ++i)
+        server.enqueue(test::openAiStream({ "I have no further idea." }, 10, 5));
+    std::vector<std::string> args = runArgs("vllm", 3);
+    args.insert(args.end(), { "--hypothesis", idea });
+    const ProcessResult r = runKloop(args, environment(""), scratch);
+    ASSERT_EQ(r.exitCode, 0) << "stdout:\n" << r.out << "\nstderr:\n" << r.err;
+
+    auto store = SessionStore::open(sessionDir);
+    const Session& s = store->session();
+    ASSERT_EQ(s.hypotheses.size(), 1u);
+    const Hypothesis& h = s.hypotheses.begin()->second;
+    EXPECT_EQ(h.text, idea);
+    EXPECT_EQ(h.author, Author::Human);
+
+    const std::vector<Event> events = store->events();
+    const auto firstOf = [&](auto&& pred) { return std::find_if(events.begin(), events.end(), pred) - events.begin(); };
+    const auto added = firstOf([](const Event& e) { return e.kind == EventKind::HypothesisAdded; });
+    const auto asked = firstOf(
+        [](const Event& e) { return e.kind == EventKind::AgentMessage && e.data.value("type", "") == "llm.request"; });
+    ASSERT_LT(asked, static_cast<std::ptrdiff_t>(events.size())) << "the model was never asked";
+    EXPECT_LT(added, asked) << "the hypothesis is recorded before the first prompt";
+    EXPECT_EQ(agentRecords(events, "llm.request").front().value("hypothesis", ""), h.id);
+
+    const auto reqs = server.requests();
+    ASSERT_FALSE(reqs.empty());
+    const std::string prompt = json::parse(reqs[0].body).at("messages").dump();
+    EXPECT_NE(prompt.find(idea), std::string::npos) << prompt;
+    EXPECT_NE(prompt.find("from the engineer"), std::string::npos) << prompt;
+
+    const std::vector<CandidateId> llm = llmCandidates(s);
+    ASSERT_EQ(llm.size(), 1u) << r.err;
+    EXPECT_EQ(s.tree.at(llm[0]).hypothesisId, h.id);
+    EXPECT_EQ(s.tree.at(llm[0]).status, CandidateStatus::Accepted) << s.tree.at(llm[0]).statusReason;
+}
+
+TEST_F(KloopRunLlm, AnEmptyHypothesisIsAUsageErrorBeforeAnythingIsCreated)
+{
+    std::vector<std::string> args = runArgs("vllm", 3);
+    args.insert(args.end(), { "--hypothesis", "  " });
+    const ProcessResult r = runKloop(args, environment(""), scratch);
+    EXPECT_EQ(r.exitCode, 2) << r.out << r.err;
+    EXPECT_NE(r.err.find("--hypothesis needs a text"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(sessionDir));
+    EXPECT_TRUE(server.requests().empty());
+}
+
 TEST_F(KloopRunLlm, AMissingKeyFailsBeforeAnyRequest)
 {
     const ProcessResult r = runKloop(runArgs("anthropic", 5), environment(""), scratch);
