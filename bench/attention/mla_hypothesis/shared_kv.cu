@@ -71,6 +71,24 @@ __device__ __forceinline__ void copyAsync16(unsigned dst, const void* src, bool 
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
+// Copies ROWS rows of 576 into a swizzled tile, 8 threads a row and 32 rows a pass (a thread's chunks tid % 8 + 8 c
+// lie 128 c bytes apart after the swizzle). rowAt(r) is row r's first element, or null for a row to zero-fill.
+template <int ROWS, typename RowAt>
+__device__ __forceinline__ void copyRows(unsigned dst, const __nv_bfloat16* anyRow, RowAt rowAt)
+{
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < ROWS / 32; ++k) {
+        const int r = tid / 8 + 32 * k;
+        const __nv_bfloat16* row = rowAt(r);
+        const unsigned to = dst + swizzled(r, tid % 8);
+        const __nv_bfloat16* from = (row ? row : anyRow) + (tid % 8) * 8;
+#pragma unroll
+        for (int c = 0; c < kChunks / 8; ++c)
+            copyAsync16(to + c * 128, from + c * 64, row != nullptr);
+    }
+}
+
 __device__ __forceinline__ void loadMatrices(unsigned addr, unsigned (&r)[4])
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -129,17 +147,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) mla_decode_split(float
 
     const long long rowBase = (long long)rowBlock * kRows;
     const __nv_bfloat16* qTile = q + rowBase * kDK;
-    // Rows are copied by 8 threads each, 32 rows a pass: thread chunks tid % 8 + 8 c, 128 c bytes apart after the
-    // swizzle.
-#pragma unroll
-    for (int k = 0; k < kRows / 32; ++k) {
-        const int r = tid / 8 + 32 * k;
-        const unsigned dst = qBase + swizzled(r, tid % 8);
-        const __nv_bfloat16* src = qTile + r * kDK + (tid % 8) * 8;
-#pragma unroll
-        for (int c = 0; c < kChunks / 8; ++c)
-            copyAsync16(dst + c * 128, src + c * 64, true);
-    }
+    copyRows<kRows>(qBase, qTile, [&](int r) { return qTile + r * kDK; });
     // A tile lies in one page: it starts at a multiple of BN, which divides PS.
     auto loadTile = [&](int i) {
         if (i < tiles) {
@@ -147,15 +155,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) mla_decode_split(float
             const int t0 = tBegin + i * BN;
             const long long page = __ldg(block_table + (long long)b * MAXP + t0 / kPS);
             const __nv_bfloat16* rows = kv_cache + (page * kPS + t0 % kPS) * kDK;
-#pragma unroll
-            for (int k = 0; k < BN / 32; ++k) {
-                const int r = tid / 8 + 32 * k;
-                const unsigned dst = stage + swizzled(r, tid % 8);
-                const __nv_bfloat16* src = rows + r * kDK + (tid % 8) * 8;
-#pragma unroll
-                for (int c = 0; c < kChunks / 8; ++c)
-                    copyAsync16(dst + c * 128, src + c * 64, t0 + r < tEnd);
-            }
+            copyRows<BN>(stage, rows, [&](int r) { return t0 + r < tEnd ? rows + r * kDK : nullptr; });
         }
         asm volatile("cp.async.commit_group;\n" ::);
     };
@@ -164,7 +164,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) mla_decode_split(float
     const int vRow0 = (warp & 1) * 32, vCol0 = (warp >> 1) * kVCols;
     // Each lane's ldmatrix offsets within the first 128-byte segment of its rows: the swizzle changes only a chunk's
     // low 3 bits, so the segment a of a row is these plus 128 a, and 8 rows further down plus 8 rows' bytes.
-    unsigned qLane[4], kLane[2], vLane[4], pLane[BN / 16];
+    unsigned qLane[4], kLane[2], vLane[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         qLane[k] = swizzled(sRow0 + (lane & 15), 2 * k + lane / 16);
@@ -173,9 +173,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) mla_decode_split(float
 #pragma unroll
     for (int e = 0; e < 2; ++e)
         kLane[e] = swizzled(sTok0 + (lane & 7), 4 * e + lane / 8);
-#pragma unroll
-    for (int kt = 0; kt < BN / 16; ++kt)
-        pLane[kt] = pChunk(vRow0 + (lane & 15), kt * 2 + lane / 16);
+    // P's chunk 2 kt + lane / 16: rows start at multiples of 128 bytes, so the chunk bits XOR in.
+    const unsigned pLane = pChunk(vRow0 + (lane & 15), lane / 16);
     float m[2] = { negInf(), negInf() }, l[2] = { 0.f, 0.f }; // S rows sRow0 + group (+ 8)
     float acc[2][kVTiles][4];
 #pragma unroll
@@ -272,12 +271,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) mla_decode_split(float
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     acc[rt][dt][e] *= correction[rt][e / 2];
-#pragma unroll
+#pragma unroll 1 // a whole tile's P and V fragments prefetched would spill the O accumulators
         for (int kt = 0; kt < BN / 16; ++kt) {
             unsigned pa[2][4];
 #pragma unroll
             for (int rt = 0; rt < 2; ++rt)
-                loadMatrices(tile + pLane[kt] + rt * kPRowTile, pa[rt]);
+                loadMatrices(tile + (pLane ^ (kt * 32)) + rt * kPRowTile, pa[rt]);
 #pragma unroll
             for (int dt = 0; dt < kVTiles; dt += 2) {
                 unsigned vf[4];
