@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The attention decode table: per tuning shape, the naive baseline and the best kernel kloop run found (timed
-interleaved by the harness), its share of the measured copy bandwidth (the problem's fewest bytes / time), its
-TFLOP/s, and the SDPA peers on contiguous data (attention_peers.py)."""
+interleaved by the harness), then each hand-written candidate kloop eval timed (--candidates
+candidate-<problem>-<name>.json), with its share of the measured copy bandwidth (the problem's fewest bytes / time),
+its TFLOP/s and their share of the bf16 peak (peaks.py), and the SDPA peers on contiguous data (attention_peers.py)."""
 import argparse
 import json
 import os
@@ -9,16 +10,40 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tuner"))
 from quality_table import label, load_session  # noqa: E402  (one reader of session directories)
+from peaks import BF16_TFLOPS, tflops_text  # noqa: E402
 
 
 def fmt(x):
     return "-" if x is None else f"{x:.1f}"
 
 
+def shape_rows(name, evaluation, peers, what):
+    """One table row per timed tuning shape of evaluation (a session's best or a kloop eval), what in the last column."""
+    rows = []
+    for sh in evaluation.get("shapes", []):
+        if sh.get("held_out") or not sh.get("timing"):
+            continue
+        lab = label(sh["shape"]["dims"])
+        t = sh["timing"]["median_us"]
+        base = (sh.get("baseline_timing") or {}).get("median_us")
+        pr = peers.get(name, {}).get(lab, {})
+        sdpa = [(k, pr[k]) for k in ("flash", "cudnn", "efficient", "math") if k in pr]
+        best_peer = min(sdpa, key=lambda kv: kv[1]) if sdpa else None
+        copy = pr.get("copy_us")
+        rows.append(
+            f"| {name} | {lab} | {fmt(base)} | {fmt(t)} | {fmt(copy)} | "
+            f"{f'{100 * copy / t:.0f}%' if copy and t else '-'} | {tflops_text(pr.get('flops'), t)} | "
+            f"{f'{best_peer[1]:.1f} ({best_peer[0]})' if best_peer else '-'} | "
+            f"{f'{best_peer[1] / t:.2f}x' if best_peer and t else '-'} | {what} |")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", required=True)
     ap.add_argument("--peers", required=True)
+    ap.add_argument("--candidates", nargs="*", default=[],
+                    help="kloop eval --json outputs named candidate-<problem>-<name>.json")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     with open(args.peers) as f:
@@ -28,8 +53,10 @@ def main():
     lines = ["# Attention decode on the GPU", "",
              f"GPU {meta.get('gpu')}, torch {meta.get('torch')} (CUDA {meta.get('cuda')}), measured copy bandwidth "
              f"{bw / 1e12:.2f} TB/s. Times in microseconds (medians). Ours: paged KV (a permuted page table, lengths "
-             "ending inside the last page); SDPA: the same sizes contiguous, do_bench with L2 flushed.", "",
-             "| problem | shape | naive | best | copy bound | best % copy BW | TFLOP/s | SDPA | best vs SDPA | best params |",
+             "ending inside the last page); SDPA: the same sizes contiguous, do_bench with L2 flushed. TFLOP/s with "
+             f"its share of the bf16 peak ({BF16_TFLOPS:.0f} TFLOP/s, cuBLAS).", "",
+             "| problem | shape | naive | best | copy bound | best % copy BW | TFLOP/s (% peak) | SDPA | best vs SDPA "
+             "| best params |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name in ("decode_attention", "mla_decode"):
         d = os.path.join(args.sessions, name)
@@ -42,25 +69,20 @@ def main():
             continue
         ev = s["evals"][s["best"]]
         ptext = " ".join(f"{k}={v}" for k, v in sorted(s["params"].get(s["best"], {}).items()))
-        for sh in ev.get("shapes", []):
-            if sh.get("held_out") or not sh.get("timing"):
-                continue
-            lab = label(sh["shape"]["dims"])
-            t = sh["timing"]["median_us"]
-            base = (sh.get("baseline_timing") or {}).get("median_us")
-            pr = peers.get(name, {}).get(lab, {})
-            sdpa = [(k, pr[k]) for k in ("flash", "cudnn", "efficient", "math") if k in pr]
-            best_peer = min(sdpa, key=lambda kv: kv[1]) if sdpa else None
-            copy = pr.get("copy_us")
-            flops = pr.get("flops")
-            lines.append(
-                f"| {name} | {lab} | {fmt(base)} | {fmt(t)} | {fmt(copy)} | "
-                f"{f'{100 * copy / t:.0f}%' if copy and t else '-'} | "
-                f"{f'{flops / (t * 1e-6) / 1e12:.1f}' if flops and t else '-'} | "
-                f"{f'{best_peer[1]:.1f} ({best_peer[0]})' if best_peer else '-'} | "
-                f"{f'{best_peer[1] / t:.2f}x' if best_peer and t else '-'} | {ptext} ({s['best']}) |")
+        lines += shape_rows(name, ev, peers, f"{ptext} ({s['best']})")
         lines.append(f"| {name} | {s['measured']} configurations in {s['minutes']:.1f} min, objective "
                      f"{ev.get('objective', 0):.3f}x over the naive baseline | | | | | | | | |")
+    for path in args.candidates:
+        stem = os.path.basename(path)[len("candidate-"):-len(".json")]
+        name = next((n for n in ("decode_attention", "mla_decode") if stem.startswith(n + "-")), None)
+        try:
+            with open(path) as f:
+                ev = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            lines.append(f"| {name or stem} | (candidate {stem}: no evaluation: {e}) | | | | | | | | |")
+            continue
+        what = f"candidate {stem[len(name) + 1:] if name else stem}.cu at its defaults, verdict {ev.get('verdict')}"
+        lines += shape_rows(name or stem, ev, peers, what)
     errors = [(n, lab, k, v) for n in ("decode_attention", "mla_decode") for lab, r in peers.get(n, {}).items()
               for k, v in r.items() if k.endswith("_error")]
     if errors:

@@ -11,6 +11,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tuner"))
 from quality_table import label, load_session  # noqa: E402  (one reader of session directories)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "attention"))
+from peaks import BF16_TFLOPS, tflops_text  # noqa: E402
 
 FUNCTIONS = {"min": min, "max": max, "sqrt": math.sqrt, "ceil_div": lambda a, b: -(-a // b)}
 TARGETS = {"sparse_mla_decode": "300 TFLOP/s (B 64..128)", "dsa_indexer": "85% of the copy bandwidth"}
@@ -24,9 +26,8 @@ def evaluate(expr, dims):
 def rates(problem, dims, us, copy_bps):
     if not us:
         return "-", "-"
-    flops = evaluate(problem["flops"], dims) / (us * 1e-6)
     bw = evaluate(problem["bytes"], dims) / (us * 1e-6)
-    return f"{flops / 1e12:.1f}", f"{100 * bw / copy_bps:.0f}%"
+    return tflops_text(evaluate(problem["flops"], dims), us), f"{100 * bw / copy_bps:.0f}%"
 
 
 def timed_shapes(evaluation):
@@ -46,9 +47,10 @@ def main():
     lines = ["# Issue 19 stage problems on the GPU", "",
              f"Times in microseconds (medians, kloop eval: the template at its defaults timed interleaved with the "
              f"baseline). TFLOP/s and bandwidth share from problem.json's flops and bytes over a copy bandwidth of "
-             f"{args.copy_tbps:.2f} TB/s.", "",
-             "| problem | shape | baseline | template | template TFLOP/s | template % copy | tuned best | best TFLOP/s "
-             "| best % copy | target |",
+             f"{args.copy_tbps:.2f} TB/s; the TFLOP/s share is of the bf16 peak ({BF16_TFLOPS:.0f} TFLOP/s, cuBLAS). "
+             "From sm_90 on sparse_mla_decode's template is its tensor-core one (template_sm80.cu).", "",
+             "| problem | shape | baseline | template | template TFLOP/s (% peak) | template % copy | tuned best "
+             "| best TFLOP/s (% peak) | best % copy | target |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     rc = 0
     for name in args.names:

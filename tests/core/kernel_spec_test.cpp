@@ -129,7 +129,10 @@ TEST(KernelSpecAgainstProblem, EveryShippedSourceIsAccepted)
         if (!std::filesystem::exists(entry.path() / "problem.json"))
             continue;
         const kl::Problem problem = kl::loadProblem(entry.path().string());
-        for (const auto& file : { problem.referenceFile, problem.baselineFile, problem.templateFile }) {
+        std::vector<std::string> files { problem.referenceFile, problem.baselineFile, problem.templateFile };
+        for (const auto& [arch, file] : problem.archTemplates)
+            files.push_back(file);
+        for (const auto& file : files) {
             const std::string source = kl::test::readTextFile((entry.path() / file).string());
             EXPECT_EQ(specError(source, problem), "") << entry.path() / file;
         }

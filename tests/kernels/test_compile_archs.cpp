@@ -1,7 +1,8 @@
-// Cheap GPUs: every shipped problem's reference, baseline and template compile at their defaults (NVRTC, no GPU)
-// for each architecture the problem declares among sm_75 .. sm_90a; the architectures it does not declare are
-// skipped only where its sources really do not compile; and the tuner's device-limit pruning drops the
-// parameter values that need a newer architecture (softmax CLUSTER > 1 below sm_90) and keeps them on sm_90.
+// Cheap GPUs: every shipped problem's reference, baseline and template (and the architecture template that seeds
+// sessions there) compile at their defaults (NVRTC, no GPU) for each architecture the problem declares among
+// sm_75 .. sm_90a; the architectures it does not declare are skipped only where its sources really do not compile;
+// and the tuner's device-limit pruning drops the parameter values that need a newer architecture (softmax
+// CLUSTER > 1 below sm_90) and keeps them on sm_90.
 // decode_attention's tensor-core template (sm_80+) across its space, and its split grid against its workspace.
 #include "agent/tuner/search_space.h"
 #include "core/errors.h"
@@ -117,7 +118,10 @@ TEST(ProblemArchs, EverySourceCompilesAtItsDefaultsOnEveryDeclaredArch)
             } else {
                 EXPECT_EQ(p.archRefusal(n), "") << where;
             }
-            for (const auto& file : { p.referenceFile, p.baselineFile, p.templateFile }) {
+            std::vector<std::string> files { p.referenceFile, p.baselineFile, p.templateFile };
+            if (p.templateFor(n) != p.templateFile)
+                files.push_back(p.templateFor(n)); // the template that seeds sessions there
+            for (const auto& file : files) {
                 const std::string src = kl::test::readTextFile(dir / file);
                 const kl::KernelSpec spec = kl::parseKernelSpec(src);
                 if (p.supportsArch(n)) {
@@ -135,7 +139,9 @@ TEST(ProblemArchs, EverySourceCompilesAtItsDefaultsOnEveryDeclaredArch)
     }
     // gemm_bf16 and dsa_indexer do not support sm_75; the skips are reported, not silent.
     EXPECT_EQ(skippedLabels, (std::set<std::string> { "dsa_indexer@sm_75", "gemm_bf16@sm_75" }));
-    EXPECT_EQ(supported.size(), (12 * 5 - 2) * 3u);
+    // Plus the architecture templates where they seed: decode_attention's on sm_80 .. sm_90a, gemm_bf16's and
+    // sparse_mla_decode's on sm_90a.
+    EXPECT_EQ(supported.size(), (12 * 5 - 2) * 3u + 4 + 1 + 1);
     for (auto& e : supported) {
         const auto m = e.module.get();
         EXPECT_TRUE(m->report.ok) << e.label << ":\n" << m->report.log;

@@ -2,7 +2,9 @@
 // capture, held-out shapes) at its defaults and with split-K + programmatic dependent launch; a tensor map the
 // encoder would refuse at the chosen parameters is a launch verdict before anything runs; a TMA candidate that
 // reads past its tile is caught by the checks. decode_attention's tensor-core template passes across its space
-// (one split and many, splits with no tokens) and one that drops a sequence's last token is caught.
+// (one split and many, splits with no tokens) and one that drops a sequence's last token is caught. So do
+// mla_decode's shared-KV candidate and sparse_mla_decode's tensor-core template, against one dropping the last
+// token or page (dense) or the last listed row (sparse).
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
@@ -109,6 +111,23 @@ protected:
     void SetUp() override { load("decode_attention", 80); }
 };
 
+// mla_decode's shared-KV candidate (the engineer's hypothesis; its defaults take 222 KB of shared memory: sm_90).
+class MlaDecodeGpu : public TemplateOnGpu {
+protected:
+    void SetUp() override
+    {
+        load("mla_decode", 90);
+        if (!IsSkipped())
+            source = kl::readFile(std::string(KL_SOURCE_DIR) + "/bench/attention/mla_hypothesis/shared_kv.cu");
+    }
+};
+
+// sparse_mla_decode's tensor-core template (sm_90+: 226 KB of shared memory at its defaults).
+class SparseMlaDecodeGpu : public TemplateOnGpu {
+protected:
+    void SetUp() override { load("sparse_mla_decode", 90); }
+};
+
 } // namespace
 
 // The defaults; split-K summed by a second kernel and in the GEMM (the last split of a tile); B multicast in clusters
@@ -163,6 +182,41 @@ TEST_F(DecodeAttentionGpu, TensorCoreTemplatePassesAcrossItsSpace)
 TEST_F(DecodeAttentionGpu, DroppingTheLastTokenIsCaught)
 {
     const std::string src = replaced(source, "const int len = seq_lens[b];", "const int len = seq_lens[b] - 1;");
+    const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
+    EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
+    EXPECT_FALSE(e.correctEverywhere());
+}
+
+TEST_F(MlaDecodeGpu, SharedKvCandidatePassesAcrossItsSpace)
+{
+    for (const kl::ParamValues& p :
+        { kl::ParamValues {}, kl::ParamValues { { "BN", 32 }, { "STAGES", 4 }, { "WAVES", 2 } },
+            kl::ParamValues { { "BN", 64 }, { "STAGES", 2 }, { "WAVES", 4 } } })
+        expectCorrect(p);
+}
+
+TEST_F(MlaDecodeGpu, DroppingTheLastTokenOrPageIsCaught)
+{
+    for (const char* shorter : { "seq_lens[b] - 1;", "seq_lens[b] - kPS;" }) {
+        const std::string src = replaced(source, "seq_lens[b];", shorter);
+        const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
+        EXPECT_NE(e.verdict, kl::Verdict::Correct) << shorter << "\n" << reasonsText(e);
+        EXPECT_FALSE(e.correctEverywhere()) << shorter;
+    }
+}
+
+TEST_F(SparseMlaDecodeGpu, TensorCoreTemplatePassesAcrossItsSpace)
+{
+    EXPECT_EQ(ev->problem().templateFor(kl::archNumber(ev->device())), "template_sm80.cu");
+    for (const kl::ParamValues& p :
+        { kl::ParamValues {}, kl::ParamValues { { "BN", 64 }, { "STAGES", 2 }, { "WAVES", 3 } },
+            kl::ParamValues { { "BN", 32 }, { "STAGES", 4 }, { "WAVES", 2 } } })
+        expectCorrect(p);
+}
+
+TEST_F(SparseMlaDecodeGpu, DroppingTheLastListedRowIsCaught)
+{
+    const std::string src = replaced(source, "const int tEnd = min(listed,", "const int tEnd = min(listed - 1,");
     const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
     EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
     EXPECT_FALSE(e.correctEverywhere());

@@ -1,0 +1,186 @@
+// DeepSeek MLA decode on tensor cores (mma.sync bf16, ldmatrix, cp.async): mla_decode's shared-KV candidate (the
+// engineer's hypothesis, bench/attention/mla_hypothesis/shared_kv.cu) and sparse_mla_decode's sm_80 template. Both
+// parse against their problem and pass the referee's rules, fit an H200 at every shape the harness runs, compile for
+// sm_80 and sm_90a across their tile sizes without spills (the 32 x 128 O accumulators live in registers), and keep
+// every split grid within the workspace, which cannot name the SM count. The sparse template seeds sessions from
+// sm_90 (its 72 KB Q tile and two stages of 64 rows need 226 KB of shared memory).
+#include "core/json_io.h"
+#include "core/kernel_spec.h"
+#include "core/loop_device_limits.h"
+#include "kernels/nvrtc_compiler.h"
+#include "kernels/referee/referee.h"
+#include "kernels/shape_sampler.h"
+#include "tests/support/text_file.h"
+
+#include <filesystem>
+#include <future>
+#include <gtest/gtest.h>
+#include <random>
+
+namespace {
+
+const std::filesystem::path kRoot = KL_SOURCE_DIR;
+const std::filesystem::path kProblems = kRoot / "kernels" / "problems";
+
+struct MlaKernel {
+    const char* problem;
+    std::filesystem::path source;
+};
+
+const MlaKernel kDense { "mla_decode", kRoot / "bench" / "attention" / "mla_hypothesis" / "shared_kv.cu" };
+const MlaKernel kSparse { "sparse_mla_decode", kProblems / "sparse_mla_decode" / "template_sm80.cu" };
+
+kl::DeviceInfo deviceModel(int major, int minor, std::int64_t sharedOptinKiB)
+{
+    kl::DeviceInfo d;
+    d.name = "model sm_" + std::to_string(major * 10 + minor);
+    d.ccMajor = major;
+    d.ccMinor = minor;
+    d.arch = "sm_" + std::to_string(major * 10 + minor);
+    d.sharedPerBlock = 48 * 1024;
+    d.sharedPerBlockOptin = sharedOptinKiB * 1024;
+    d.regsPerBlock = 65536;
+    d.regsPerSm = 65536;
+    d.maxThreadsPerBlock = 1024;
+    d.maxThreadsPerSm = 2048;
+    d.warpSize = 32;
+    return d;
+}
+
+std::vector<kl::Shape> harnessShapes(const kl::Problem& p)
+{
+    std::vector<kl::Shape> shapes = kl::shapesOf(p);
+    for (const auto& s : kl::heldOutShapes(p, 40, 13))
+        shapes.push_back(p.withConstants(s));
+    return shapes;
+}
+
+std::string violation(const std::optional<kl::VerdictReason>& why)
+{
+    return why ? why->rule + ": " + why->message : "";
+}
+
+class MlaTensorCores : public ::testing::TestWithParam<MlaKernel> {
+protected:
+    void SetUp() override
+    {
+        problem = kl::loadProblem((kProblems / GetParam().problem).string());
+        source = kl::test::readTextFile(GetParam().source);
+        spec = kl::parseKernelSpec(source, problem);
+    }
+    kl::Problem problem;
+    std::string source;
+    kl::KernelSpec spec;
+};
+
+} // namespace
+
+TEST_P(MlaTensorCores, PassesTheRefereeAndFitsAnH200AtEveryShapeAcrossItsSpace)
+{
+    for (const auto& r : kl::referee::checkSource(source, problem))
+        ADD_FAILURE() << r.rule << " line " << r.line << ": " << r.message;
+    const kl::DeviceInfo h200 = deviceModel(9, 0, 227);
+    const auto shapes = harnessShapes(problem);
+    EXPECT_EQ(violation(kl::checkDeviceLimits(spec, spec.defaults(), shapes, h200)), "");
+    const auto space = spec.enumerateSpace();
+    std::size_t fits = 0;
+    for (const auto& point : space)
+        fits += !kl::checkDeviceLimits(spec, point, shapes, h200).has_value();
+    // On 227 KB BN 64 takes two stages and BN 32 two to four, at each of the 4 WAVES.
+    EXPECT_EQ(fits, 16u);
+    EXPECT_EQ(violation(kl::checkDeviceLimits(spec, spec.defaults(), shapes, deviceModel(7, 5, 64))).substr(0, 11),
+        "device.arch");
+}
+
+TEST_P(MlaTensorCores, CompilesForSm80AndSm90aWithoutSpills)
+{
+    kl::NvrtcCompiler compiler(
+        std::filesystem::temp_directory_path() / ("kl-test-cache-mla-" + std::to_string(std::random_device {}())), 2);
+    const std::vector<kl::ParamValues> points = { spec.defaults(), { { "BN", 64 }, { "STAGES", 2 }, { "WAVES", 4 } },
+        { { "BN", 32 }, { "STAGES", 4 }, { "WAVES", 2 } } };
+    std::vector<std::pair<std::string, std::future<std::shared_ptr<const kl::CompiledModule>>>> modules;
+    for (const char* arch : { "sm_80", "sm_90a" })
+        for (std::size_t i = 0; i < points.size(); ++i) {
+            spec.requireValidParams(points[i]);
+            kl::CompileJob job;
+            job.source = source;
+            job.params = points[i];
+            job.arch = arch;
+            for (const auto& l : spec.launches)
+                job.kernels.push_back(l.kernel);
+            modules.emplace_back(std::string(arch) + " point " + std::to_string(i), compiler.submit(job));
+        }
+    for (auto& [where, future] : modules) {
+        const auto m = future.get();
+        ASSERT_TRUE(m->report.ok) << where << ":\n" << m->report.log;
+        for (const char* instruction : { "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                 "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global" })
+            EXPECT_NE(m->ptx.find(instruction), std::string::npos) << where << " lacks " << instruction;
+        ASSERT_EQ(m->report.kernels.size(), 2u) << where;
+        for (const auto& k : m->report.kernels) {
+            EXPECT_EQ(k.spillStores, 0) << where << " " << k.kernel << "\n" << m->report.log;
+            EXPECT_EQ(k.localBytes, 0) << where << " " << k.kernel;
+        }
+        for (const auto& r : kl::referee::checkPtx(m->ptx, problem))
+            ADD_FAILURE() << where << ": " << r.rule << " line " << r.line << ": " << r.message;
+    }
+}
+
+// Splits come from the SM count: at every point, shape and SM count the split grid is 1..min(64, tiles), within the
+// workspace; the merge is launched only with more than one split, and a machine-sized batch gets one split.
+TEST_P(MlaTensorCores, SplitGridFitsTheWorkspaceAtEveryShapeAndSmCount)
+{
+    ASSERT_EQ(spec.launches.size(), 2u);
+    ASSERT_EQ(spec.workspaces.size(), 1u);
+    const auto shapes = harnessShapes(problem);
+    int multiSplit = 0;
+    for (const auto& point : spec.enumerateSpace())
+        for (const auto& shape : shapes)
+            for (const std::int64_t sms : { 1, 108, 132, 148, 4096 }) {
+                kl::Bindings b = kl::bindingsFor(point, shape.bindings());
+                const std::int64_t B = b.at("B"), SQ = b.at("SQ"), rows = B * SQ * 128;
+                const std::int64_t listed = problem.name == "mla_decode"
+                    ? b.at("MAXP") * 64
+                    : std::min<std::int64_t>(2048, b.at("MAXP") * 64);
+                const std::int64_t workspace = spec.workspaces[0].bytes.evaluateInt(b);
+                b[kl::kSmCountIdentifier] = sms;
+                const std::string where = shape.label() + " SM_COUNT=" + std::to_string(sms);
+                EXPECT_EQ(spec.launches[0].grid[0].evaluateInt(b), B * SQ * 2) << where;
+                const std::int64_t splits = spec.launches[0].grid[1].evaluateInt(b);
+                ASSERT_GE(splits, 1) << where;
+                ASSERT_LE(splits, std::min<std::int64_t>(64, (listed + point.at("BN") - 1) / point.at("BN"))) << where;
+                ASSERT_GE(workspace, 16 + rows * splits * (512 + 2) * 4) << where;
+                EXPECT_EQ(spec.launches[1].grid[0].evaluateInt(b), splits > 1 ? rows : 0) << where;
+                multiSplit += splits > 1;
+                if (B * SQ * 2 > point.at("WAVES") * std::min<std::int64_t>(sms, 256)) {
+                    EXPECT_EQ(splits, 1) << where;
+                }
+            }
+    EXPECT_GT(multiSplit, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    MlaDecode, MlaTensorCores, ::testing::Values(kDense, kSparse), [](const ::testing::TestParamInfo<MlaKernel>& p) {
+        return std::string(p.param.problem) == "mla_decode" ? "SharedKvCandidate" : "SparseTemplateSm80";
+    });
+
+// Where the sparse template seeds a session: sm_90+ (227 KB a block), where its defaults (BN 64, two stages) fit; sm_80
+// (163 KB) would take only BN 32, sm_86 / sm_89 / sm_120 (99 KB) nothing: those keep the portable template.
+TEST(SparseMlaTensorCores, ChosenFromSm90WhereTheSharedMemoryHoldsQAndTwoStages)
+{
+    const kl::Problem p = kl::loadProblem((kProblems / "sparse_mla_decode").string());
+    for (const int arch : { 75, 80, 86, 89, 120 })
+        EXPECT_EQ(p.templateFor(arch), "template.cu") << arch;
+    for (const int arch : { 90, 100 })
+        EXPECT_EQ(p.templateFor(arch), "template_sm80.cu") << arch;
+    const kl::KernelSpec spec = kl::parseKernelSpec(kl::test::readTextFile(kSparse.source), p);
+    const auto shapes = kl::shapesOf(p);
+    const kl::DeviceInfo ampere = deviceModel(8, 0, 163);
+    EXPECT_EQ(violation(kl::checkDeviceLimits(spec, spec.defaults(), shapes, ampere)).substr(0, 11), "device.arch");
+    EXPECT_EQ(
+        violation(kl::checkDeviceLimits(spec, { { "BN", 32 }, { "STAGES", 2 }, { "WAVES", 1 } }, shapes, ampere)), "");
+    EXPECT_EQ(violation(kl::checkDeviceLimits(
+                            spec, { { "BN", 32 }, { "STAGES", 2 }, { "WAVES", 1 } }, shapes, deviceModel(8, 6, 99)))
+                  .substr(0, 11),
+        "device.arch");
+}
