@@ -12,6 +12,7 @@
 #include "kernels/nvrtc_compiler.h"
 #include "kernels/referee/referee.h"
 #include "kernels/shape_sampler.h"
+#include "tests/kernels/tensor_core_compile_check.h"
 #include "tests/support/text_file.h"
 
 #include <filesystem>
@@ -339,32 +340,7 @@ TEST(DecodeAttentionTensorCores, ChosenFromSm80AndCompilesAcrossItsSpaceWithoutS
         { { "TILE", 128 }, { "WARPS", 4 }, { "STAGES", 3 }, { "WAVES", 4 } },
         { { "TILE", 128 }, { "WARPS", 8 }, { "STAGES", 2 }, { "WAVES", 3 } },
     };
-    kl::NvrtcCompiler compiler(freshCacheDir(), 2);
-    std::vector<std::pair<std::string, std::future<std::shared_ptr<const kl::CompiledModule>>>> modules;
-    for (const char* arch : { "sm_80", "sm_90a" })
-        for (std::size_t i = 0; i < points.size(); ++i) {
-            kl::ParamValues full = spec.defaults();
-            for (const auto& [k, v] : points[i])
-                full[k] = v;
-            spec.requireValidParams(full);
-            kl::CompileJob job = jobFor(src, arch);
-            job.params = full;
-            modules.emplace_back(std::string(arch) + " point " + std::to_string(i), compiler.submit(job));
-        }
-    for (auto& [where, future] : modules) {
-        const auto m = future.get();
-        ASSERT_TRUE(m->report.ok) << where << ":\n" << m->report.log;
-        for (const char* instruction : { "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
-                 "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global" })
-            EXPECT_NE(m->ptx.find(instruction), std::string::npos) << where << " lacks " << instruction;
-        ASSERT_EQ(m->report.kernels.size(), 2u) << where;
-        for (const auto& k : m->report.kernels) {
-            EXPECT_EQ(k.spillStores, 0) << where << " " << k.kernel << "\n" << m->report.log;
-            EXPECT_EQ(k.localBytes, 0) << where << " " << k.kernel;
-        }
-        for (const auto& r : kl::referee::checkPtx(m->ptx, p))
-            ADD_FAILURE() << where << ": " << r.rule << " line " << r.line << ": " << r.message;
-    }
+    kl::test::expectTensorCoreModulesWithoutSpills(src, spec, p, points);
 }
 
 // The split count comes from the device's SM count, which the workspace's size cannot name: at every shape the

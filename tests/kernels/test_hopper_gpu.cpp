@@ -207,7 +207,7 @@ TEST_F(MlaDecodeGpu, DroppingTheLastTokenOrPageIsCaught)
 
 TEST_F(SparseMlaDecodeGpu, TensorCoreTemplatePassesAcrossItsSpace)
 {
-    EXPECT_EQ(ev->problem().templateFor(kl::archNumber(ev->device())), "template_sm80.cu");
+    EXPECT_EQ(ev->problem().templateFor(kl::archNumber(ev->device())), "template_sm90.cu");
     for (const kl::ParamValues& p :
         { kl::ParamValues {}, kl::ParamValues { { "BN", 64 }, { "STAGES", 2 }, { "WAVES", 3 } },
             kl::ParamValues { { "BN", 32 }, { "STAGES", 4 }, { "WAVES", 2 } } })

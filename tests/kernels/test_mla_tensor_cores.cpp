@@ -1,5 +1,5 @@
 // DeepSeek MLA decode on tensor cores (mma.sync bf16, ldmatrix, cp.async): mla_decode's shared-KV candidate (the
-// engineer's hypothesis, bench/attention/mla_hypothesis/shared_kv.cu) and sparse_mla_decode's sm_80 template. Both
+// engineer's hypothesis, bench/attention/mla_hypothesis/shared_kv.cu) and sparse_mla_decode's sm_90 template. Both
 // parse against their problem and pass the referee's rules, fit an H200 at every shape the harness runs, compile for
 // sm_80 and sm_90a across their tile sizes without spills (the 32 x 128 O accumulators live in registers), and keep
 // every split grid within the workspace, which cannot name the SM count. The sparse template seeds sessions from
@@ -7,15 +7,13 @@
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 #include "core/loop_device_limits.h"
-#include "kernels/nvrtc_compiler.h"
 #include "kernels/referee/referee.h"
 #include "kernels/shape_sampler.h"
+#include "tests/kernels/tensor_core_compile_check.h"
 #include "tests/support/text_file.h"
 
 #include <filesystem>
-#include <future>
 #include <gtest/gtest.h>
-#include <random>
 
 namespace {
 
@@ -28,7 +26,7 @@ struct MlaKernel {
 };
 
 const MlaKernel kDense { "mla_decode", kRoot / "bench" / "attention" / "mla_hypothesis" / "shared_kv.cu" };
-const MlaKernel kSparse { "sparse_mla_decode", kProblems / "sparse_mla_decode" / "template_sm80.cu" };
+const MlaKernel kSparse { "sparse_mla_decode", kProblems / "sparse_mla_decode" / "template_sm90.cu" };
 
 kl::DeviceInfo deviceModel(int major, int minor, std::int64_t sharedOptinKiB)
 {
@@ -94,36 +92,9 @@ TEST_P(MlaTensorCores, PassesTheRefereeAndFitsAnH200AtEveryShapeAcrossItsSpace)
 
 TEST_P(MlaTensorCores, CompilesForSm80AndSm90aWithoutSpills)
 {
-    kl::NvrtcCompiler compiler(
-        std::filesystem::temp_directory_path() / ("kl-test-cache-mla-" + std::to_string(std::random_device {}())), 2);
     const std::vector<kl::ParamValues> points = { spec.defaults(), { { "BN", 64 }, { "STAGES", 2 }, { "WAVES", 4 } },
         { { "BN", 32 }, { "STAGES", 4 }, { "WAVES", 2 } } };
-    std::vector<std::pair<std::string, std::future<std::shared_ptr<const kl::CompiledModule>>>> modules;
-    for (const char* arch : { "sm_80", "sm_90a" })
-        for (std::size_t i = 0; i < points.size(); ++i) {
-            spec.requireValidParams(points[i]);
-            kl::CompileJob job;
-            job.source = source;
-            job.params = points[i];
-            job.arch = arch;
-            for (const auto& l : spec.launches)
-                job.kernels.push_back(l.kernel);
-            modules.emplace_back(std::string(arch) + " point " + std::to_string(i), compiler.submit(job));
-        }
-    for (auto& [where, future] : modules) {
-        const auto m = future.get();
-        ASSERT_TRUE(m->report.ok) << where << ":\n" << m->report.log;
-        for (const char* instruction : { "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
-                 "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global" })
-            EXPECT_NE(m->ptx.find(instruction), std::string::npos) << where << " lacks " << instruction;
-        ASSERT_EQ(m->report.kernels.size(), 2u) << where;
-        for (const auto& k : m->report.kernels) {
-            EXPECT_EQ(k.spillStores, 0) << where << " " << k.kernel << "\n" << m->report.log;
-            EXPECT_EQ(k.localBytes, 0) << where << " " << k.kernel;
-        }
-        for (const auto& r : kl::referee::checkPtx(m->ptx, problem))
-            ADD_FAILURE() << where << ": " << r.rule << " line " << r.line << ": " << r.message;
-    }
+    kl::test::expectTensorCoreModulesWithoutSpills(source, spec, problem, points);
 }
 
 // Splits come from the SM count: at every point, shape and SM count the split grid is 1..min(64, tiles), within the
@@ -172,7 +143,7 @@ TEST(SparseMlaTensorCores, ChosenFromSm90WhereTheSharedMemoryHoldsQAndTwoStages)
     for (const int arch : { 75, 80, 86, 89, 120 })
         EXPECT_EQ(p.templateFor(arch), "template.cu") << arch;
     for (const int arch : { 90, 100 })
-        EXPECT_EQ(p.templateFor(arch), "template_sm80.cu") << arch;
+        EXPECT_EQ(p.templateFor(arch), "template_sm90.cu") << arch;
     const kl::KernelSpec spec = kl::parseKernelSpec(kl::test::readTextFile(kSparse.source), p);
     const auto shapes = kl::shapesOf(p);
     const kl::DeviceInfo ampere = deviceModel(8, 0, 163);
