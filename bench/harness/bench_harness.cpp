@@ -298,7 +298,15 @@ int main(int argc, char** argv)
     flush();
 
     // 5, run second so that it does not wait behind the rest: the sweep rate with a CuTe candidate.
-    if (cuteConfigs > 0 && repeatOnly.empty()) {
+    if (cuteConfigs > 0 && repeatOnly.empty() && kl::cutlassIncludeDir().empty()) {
+        // Without the headers every candidate would be a compile failure, which is no sweep rate.
+        const std::string why = "no CUTLASS headers: run scripts/install-deps (it unpacks the pinned nvidia-cutlass "
+                                "wheel into the build tree) or set CUTLASS_HOME";
+        std::fprintf(stderr, "cute sweep skipped: %s\n", why.c_str());
+        results["cute_sweep"] = { { "error", why } };
+        md << "## Sweep throughput with a CuTe candidate (gemm_bf16)\n\nnot measured: " << why << "\n\n";
+        flush();
+    } else if (cuteConfigs > 0 && repeatOnly.empty()) {
         const std::string cuteFile = "bench/hopper/cute_gemm.cu";
         const std::string cuteSource = kl::readFile(fs::path(KL_SOURCE_DIR) / cuteFile);
         kl::GpuEvaluator gemm(problem("gemm_bf16"), o);
