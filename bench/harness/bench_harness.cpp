@@ -2,10 +2,14 @@
 //   1. evaluations per minute (compile + verify + time) over a sweep of rmsnorm template configurations;
 //   2. repeatability: one kernel timed in 10 separate evaluations (spread of the medians);
 //   3. agreement of our event timings with CUPTI's kernel records for the same launches;
-//   4. each problem's baseline and best template configuration vs PyTorch eager and the copy roofline.
+//   4. each problem's baseline and best template configuration vs PyTorch eager and the copy roofline;
+//   5. with --cute-configs N: the sweep rate of N configurations of a CuTe candidate (bench/hopper/cute_gemm.cu)
+//      over gemm_bf16, with NVRTC's compile time per candidate (CuTe's headers make it the rate's limit).
 // Usage: bench_harness --out DIR [--configs N] [--torch torch.json] [--problem-configs N] [--gemm-configs N]
+//        [--cute-configs N]   (--configs 0 skips the rmsnorm sweep; its default config is then the one timed)
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
+#include "core/session_store.h"
 #include "kernels/gpu_evaluator.h"
 #include "kernels/stats.h"
 #include "kernels/worker_protocol.h"
@@ -68,18 +72,25 @@ struct SweepResult {
     // Fastest candidate median per tuning shape across the sweep, and its configuration: the dispatcher's view
     // (a configuration wins only in the shapes where it was verified and timed best).
     std::map<std::string, std::pair<double, kl::ParamValues>> bestPerShape;
+    std::vector<double> compileMs; // NVRTC's time for each candidate the sweep compiled (cache hits left out)
 };
 
-SweepResult sweep(kl::GpuEvaluator& ev, int count, double maxSecondsPerShape, int heldOut, std::uint64_t seed)
+// count random configurations of source's space (the evaluator's template unless given), compiled ahead on the
+// pool and evaluated one after another.
+SweepResult sweep(kl::GpuEvaluator& ev, int count, double maxSecondsPerShape, int heldOut, std::uint64_t seed,
+    const std::string& source = {})
 {
     SweepResult r;
-    auto space = kl::parseKernelSpec(ev.templateSource()).enumerateSpace();
+    const std::string& swept = source.empty() ? ev.templateSource() : source;
+    auto space = kl::parseKernelSpec(swept).enumerateSpace();
     std::shuffle(space.begin(), space.end(), std::mt19937_64(seed));
     if (static_cast<int>(space.size()) > count)
         space.resize(count);
     std::vector<kl::Candidate> cands;
-    for (std::size_t i = 0; i < space.size(); ++i)
+    for (std::size_t i = 0; i < space.size(); ++i) {
         cands.push_back(ev.templateCandidate(space[i], "c" + std::to_string(i)));
+        cands.back().source = swept;
+    }
     kl::EvaluateOptions opt;
     opt.maxSecondsPerShape = maxSecondsPerShape;
     opt.heldOutCount = heldOut;
@@ -93,8 +104,10 @@ SweepResult sweep(kl::GpuEvaluator& ev, int count, double maxSecondsPerShape, in
         compiles.push_back(ev.compileAsync(c)); // the pool compiles ahead while the GPU evaluates
     for (std::size_t i = 0; i < cands.size(); ++i) {
         const double waitStart = seconds();
-        compiles[i].wait();
+        const auto module = compiles[i].get();
         r.compileWaitSeconds += seconds() - waitStart;
+        if (module && !module->report.cacheHit)
+            r.compileMs.push_back(module->report.compileMs);
         if (i + 1 == cands.size())
             r.compileWallSeconds = seconds() - t0;
         const auto e = ev.evaluate(cands[i], opt, kl::CancelToken {});
@@ -174,6 +187,7 @@ int main(int argc, char** argv)
     int configs = 240;
     int problemConfigs = 40;
     int gemmConfigs = 10;
+    int cuteConfigs = 0;
     std::string torchFile;
     std::string repeatOnly; // "K=V,K=V": skip the sweep, measure repeatability and CUPTI agreement of this config
     for (int i = 1; i < argc; ++i) {
@@ -187,6 +201,8 @@ int main(int argc, char** argv)
             problemConfigs = std::stoi(next());
         else if (a == "--gemm-configs")
             gemmConfigs = std::stoi(next());
+        else if (a == "--cute-configs")
+            cuteConfigs = std::stoi(next());
         else if (a == "--torch")
             torchFile = next();
         else if (a == "--repeat-only")
@@ -196,7 +212,7 @@ int main(int argc, char** argv)
         else {
             std::fprintf(stderr,
                 "usage: bench_harness --out DIR [--configs N] [--problem-configs N] [--gemm-configs N] "
-                "[--torch FILE] [--repeat-only K=V,K=V]\n");
+                "[--cute-configs N] [--torch FILE] [--repeat-only K=V,K=V]\n");
             return 2;
         }
     }
@@ -244,10 +260,10 @@ int main(int argc, char** argv)
         for (std::string kv; std::getline(in, kv, ',');)
             if (const auto eq = kv.find('='); eq != std::string::npos)
                 sw.best[kv.substr(0, eq)] = std::stoll(kv.substr(eq + 1));
-    } else {
+    } else if (configs > 0) {
         sw = sweep(rms, configs, 0.03, 2, 42);
     }
-    if (repeatOnly.empty()) {
+    if (repeatOnly.empty() && configs > 0) {
         const double perMin = sw.wallSeconds > 0 ? sw.evaluated / (sw.wallSeconds / 60.0) : 0;
         results["sweep"] = { { "configs", sw.evaluated }, { "correct", sw.correct }, { "rejected", sw.rejected },
             { "compile_failed", sw.compileFailed }, { "crashed_or_timeout", sw.crashed }, { "wall_s", sw.wallSeconds },
@@ -280,6 +296,88 @@ int main(int argc, char** argv)
            << fmt(sw.bestObjective, 2) << " us)\n\n";
     }
     flush();
+
+    // 5, run second so that it does not wait behind the rest: the sweep rate with a CuTe candidate.
+    if (cuteConfigs > 0 && repeatOnly.empty() && kl::cutlassIncludeDir().empty()) {
+        // Without the headers every candidate would be a compile failure, which is no sweep rate.
+        const std::string why = "no CUTLASS headers: run scripts/install-deps (it unpacks the pinned nvidia-cutlass "
+                                "wheel into the build tree) or set CUTLASS_HOME";
+        std::fprintf(stderr, "cute sweep skipped: %s\n", why.c_str());
+        results["cute_sweep"] = { { "error", why } };
+        md << "## Sweep throughput with a CuTe candidate (gemm_bf16)\n\nnot measured: " << why << "\n\n";
+        flush();
+    } else if (cuteConfigs > 0 && repeatOnly.empty()) {
+        const std::string cuteFile = "bench/hopper/cute_gemm.cu";
+        const std::string cuteSource = kl::readFile(fs::path(KL_SOURCE_DIR) / cuteFile);
+        kl::GpuEvaluator gemm(problem("gemm_bf16"), o);
+        const SweepResult cs = sweep(gemm, cuteConfigs, 0.03, 1, 11, cuteSource);
+        const double perMin = cs.wallSeconds > 0 ? cs.evaluated / (cs.wallSeconds / 60.0) : 0;
+        const auto& ms = cs.compileMs;
+        double meanMs = 0;
+        for (const double v : ms)
+            meanMs += v / static_cast<double>(ms.size());
+        const double medianMs = ms.empty() ? 0 : kl::percentile(ms, 0.5);
+        const double maxMs = ms.empty() ? 0 : *std::max_element(ms.begin(), ms.end());
+        Json cute = { { "source", cuteFile }, { "configs", cs.evaluated },
+            { "space", kl::parseKernelSpec(cuteSource).spaceSize() }, { "correct", cs.correct },
+            { "rejected", cs.rejected }, { "compile_failed", cs.compileFailed }, { "crashed_or_timeout", cs.crashed },
+            { "wall_s", cs.wallSeconds }, { "compile_wall_s", cs.compileWallSeconds },
+            { "compile_wait_s", cs.compileWaitSeconds }, { "device_s", cs.deviceSeconds }, { "evals_per_min", perMin },
+            { "compile_ms", ms }, { "compile_ms_mean", meanMs }, { "compile_ms_median", medianMs },
+            { "compile_ms_max", maxMs }, { "compile_threads", gemm.compiler().threads() },
+            { "best_params", kl::wire::toJson(cs.best) }, { "best_objective", cs.bestObjective },
+            { "rules", cs.rules } };
+        std::printf("cute sweep: %d gemm_bf16 configs of %s in %.1f s = %.1f evaluations/min (waited %.1f s for "
+                    "compiles); NVRTC compile ms per candidate mean %.0f median %.0f max %.0f (%u threads); correct "
+                    "%d, rejected %d, compile failed %d; best %s (geomean %.2f us)\n",
+            cs.evaluated, cuteFile.c_str(), cs.wallSeconds, perMin, cs.compileWaitSeconds, meanMs, medianMs, maxMs,
+            gemm.compiler().threads(), cs.correct, cs.rejected, cs.compileFailed, paramsText(cs.best).c_str(),
+            cs.bestObjective);
+        md << "## Sweep throughput with a CuTe candidate (gemm_bf16)\n\n"
+           << cs.evaluated << " random configurations of `" << cuteFile
+           << "` (CuTe TiledMMA mma.sync m16n8k16 + cp.async + ldmatrix, multi-stage) over gemm_bf16, cold compile "
+              "cache, "
+           << gemm.compiler().threads() << " compile threads; each evaluation verifies the verify + tuning shapes, "
+           << "the range extremes and 1 random held-out shape, and times the tuning shapes (<= 30 ms each).\n\n"
+           << "| evaluations | wall s | evaluations/min | waiting for compiles s | NVRTC compile ms mean | median | "
+              "max | correct | rejected | compile failed | crashed/hung "
+              "|\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+           << "| " << cs.evaluated << " | " << fmt(cs.wallSeconds, 1) << " | " << fmt(perMin, 1) << " | "
+           << fmt(cs.compileWaitSeconds, 1) << " | " << fmt(meanMs, 0) << " | " << fmt(medianMs, 0) << " | "
+           << fmt(maxMs, 0) << " | " << cs.correct << " | " << cs.rejected << " | " << cs.compileFailed << " | "
+           << cs.crashed << " |\n\n";
+        if (!cs.best.empty()) {
+            // The winner timed interleaved with cuBLAS at every tuning shape.
+            kl::Candidate best = gemm.templateCandidate(cs.best, "best-cute");
+            best.source = cuteSource;
+            const Json tc = timeRequest(gemm, best, gemm.problem().tuningShapes, true, 1.0);
+            Json rows = Json::array();
+            double logSpeedup = 0;
+            md << "best: " << paramsText(cs.best) << "\n\n| shape | CuTe us | cuBLAS us | vs cuBLAS | TFLOP/s |\n"
+               << "|---|---|---|---|---|\n";
+            for (std::size_t i = 0; i < gemm.problem().tuningShapes.size(); ++i) {
+                const auto& shape = gemm.problem().tuningShapes[i];
+                const Json& s = tc.at("shapes").at(i);
+                const double us = s.at("timing").at("median_us").get<double>();
+                const double baseUs = s.at("baseline_timing").at("median_us").get<double>();
+                const double tflops = gemm.problem().flops.evaluate(shape.bindings()) / (us * 1e-6) / 1e12;
+                logSpeedup += std::log(baseUs / us);
+                rows.push_back({ { "shape", shape.label() }, { "cute_us", us }, { "cublas_us", baseUs },
+                    { "vs_cublas", baseUs / us }, { "tflops", tflops } });
+                md << "| " << shape.label() << " | " << fmt(us, 1) << " | " << fmt(baseUs, 1) << " | "
+                   << fmt(baseUs / us, 2) << "x | " << fmt(tflops, 0) << " |\n";
+            }
+            const double geomean = std::exp(logSpeedup / static_cast<double>(rows.size()));
+            cute["best_vs_cublas"] = rows;
+            cute["best_geomean_vs_cublas"] = geomean;
+            md << "\ngeometric mean vs cuBLAS: **" << fmt(geomean, 2) << "x**\n\n";
+            std::printf(
+                "cute best %s: geomean %.2fx cuBLAS over the tuning shapes\n", paramsText(cs.best).c_str(), geomean);
+        }
+        results["cute_sweep"] = cute;
+        flush();
+        std::fflush(stdout);
+    }
 
     const kl::Candidate best = rms.templateCandidate(sw.best.empty() ? kl::ParamValues {} : sw.best, "best");
     // 2. Repeatability: 10 separate evaluations of one kernel's timing (> 50 us).

@@ -143,3 +143,74 @@ extern "C" __global__ void cute_tile_copy(__nv_bfloat16* C, const __nv_bfloat16*
     EXPECT_TRUE(cached->report.cacheHit);
     EXPECT_EQ(cached->cubin, m->cubin);
 }
+
+// The sweep-rate bench's CuTe candidate (bench/hopper/cute_gemm.cu: cp.async, ldmatrix, mma.sync through CuTe's
+// tiled copies and MMA) passes the referee's source rules, compiles for sm_90a at points across its space with the
+// instructions it is written for, passes the PTX rules, keeps its accumulators in registers, and a second compiler
+// on the same cache finds every point without compiling.
+TEST(CuteGemmCandidate, CompilesAtPointsAcrossItsSpacePassesTheRefereeAndIsCached)
+{
+    ASSERT_FALSE(kl::cutlassIncludeDir().empty()) << "no CUTLASS headers: scripts/install-deps unpacks them";
+    const kl::Problem p = kl::loadProblem(kGemm.string());
+    const std::string src
+        = kl::test::readTextFile(std::filesystem::path(KL_SOURCE_DIR) / "bench" / "hopper" / "cute_gemm.cu");
+    const kl::KernelSpec spec = kl::parseKernelSpec(src, p);
+    EXPECT_EQ(reasonsText(kl::referee::checkSource(src, p)), "");
+    // Every verify and tuning shape is one the mainloop covers (K a multiple of every BK).
+    for (const auto& shapes : { p.verifyShapes, p.tuningShapes })
+        for (const auto& s : shapes)
+            for (const auto& point : spec.enumerateSpace()) {
+                std::string why;
+                ASSERT_TRUE(spec.satisfies(point, s.bindings(), &why)) << s.label() << ": " << why;
+            }
+    // Points whose shared memory would pass the opt-in limit, or whose accumulators would not fit the registers
+    // of a block's threads, are not in the space.
+    EXPECT_GE(spec.spaceSize(), 40u);
+    for (const auto& point : spec.enumerateSpace()) {
+        EXPECT_LE(point.at("STAGES") * (point.at("BM") + point.at("BN")) * point.at("BK") * 2, 232448);
+        EXPECT_LE(point.at("BM") * point.at("BN") / (point.at("WM") * point.at("WN") * 32), 128);
+    }
+
+    const std::vector<kl::ParamValues> points = {
+        spec.defaults(),
+        { { "BM", 64 }, { "BN", 128 }, { "BK", 64 }, { "STAGES", 4 }, { "WM", 2 }, { "WN", 2 } },
+        { { "BM", 128 }, { "BN", 256 }, { "BK", 32 }, { "STAGES", 3 }, { "WM", 2 }, { "WN", 4 } },
+        { { "BM", 64 }, { "BN", 64 }, { "BK", 32 }, { "STAGES", 2 }, { "WM", 1 }, { "WN", 1 } },
+    };
+    const auto cacheDir = kl::test::freshDir("test-cache-cute-gemm");
+    std::vector<kl::CompileJob> jobs;
+    {
+        kl::NvrtcCompiler compiler(cacheDir, 2);
+        std::vector<std::future<std::shared_ptr<const kl::CompiledModule>>> modules;
+        for (const auto& point : points) {
+            spec.requireValidParams(point);
+            kl::CompileJob job;
+            job.source = src;
+            job.params = point;
+            job.arch = "sm_90a";
+            job.kernels = { spec.launches.at(0).kernel };
+            jobs.push_back(job);
+            modules.push_back(compiler.submit(job));
+        }
+        for (std::size_t i = 0; i < modules.size(); ++i) {
+            const auto m = modules[i].get();
+            ASSERT_TRUE(m->report.ok) << "point " << i << ":\n" << m->report.log;
+            EXPECT_FALSE(m->report.cacheHit);
+            EXPECT_FALSE(m->cubin.empty());
+            for (const char* instruction : { "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                     "cp.async.cg.shared.global", "ldmatrix.sync.aligned.x4.m8n8.shared.b16", "cp.async.wait" })
+                EXPECT_NE(m->ptx.find(instruction), std::string::npos) << "point " << i << " lacks " << instruction;
+            for (const auto& k : m->report.kernels) {
+                EXPECT_EQ(k.spillStores, 0) << "point " << i << " " << k.kernel << "\n" << m->report.log;
+                EXPECT_EQ(k.localBytes, 0) << "point " << i << " " << k.kernel;
+            }
+            EXPECT_EQ(reasonsText(kl::referee::checkPtx(m->ptx, p)), "") << "point " << i;
+            std::cout << "[ cute ] gemm point " << i << " compile " << m->report.compileMs << " ms\n";
+        }
+        EXPECT_EQ(compiler.compiles(), points.size());
+    }
+    kl::NvrtcCompiler again(cacheDir, 1);
+    for (const auto& job : jobs)
+        EXPECT_TRUE(again.compile(job)->report.cacheHit);
+    EXPECT_EQ(again.compiles(), 0u);
+}

@@ -4,7 +4,8 @@
 // reads past its tile is caught by the checks. decode_attention's tensor-core template passes across its space
 // (one split and many, splits with no tokens) and one that drops a sequence's last token is caught. So do
 // mla_decode's shared-KV candidate and sparse_mla_decode's tensor-core template, against one dropping the last
-// token or page (dense) or the last listed row (sparse).
+// token or page (dense) or the last listed row (sparse). The CuTe
+// gemm_bf16 candidate of the sweep-rate bench (bench/hopper/cute_gemm.cu) passes at two points.
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
@@ -105,6 +106,17 @@ protected:
     void SetUp() override { load("gemm_bf16", 90); }
 };
 
+// The sweep-rate bench's CuTe candidate for gemm_bf16 (mma.sync + cp.async: sm_80+).
+class CuteGemmGpu : public TemplateOnGpu {
+protected:
+    void SetUp() override
+    {
+        load("gemm_bf16", 80);
+        if (!IsSkipped())
+            source = kl::readFile(std::filesystem::path(KL_SOURCE_DIR) / "bench" / "hopper" / "cute_gemm.cu");
+    }
+};
+
 // decode_attention's tensor-core template (sm_80+).
 class DecodeAttentionGpu : public TemplateOnGpu {
 protected:
@@ -168,6 +180,15 @@ TEST_F(HopperGpu, TmaReadPastItsTileIsCaught)
     const auto e = ev->evaluate(candidate(src, {}, "shifted"), quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << reasonsText(e);
     EXPECT_FALSE(e.correctEverywhere());
+}
+
+// Rows past M and columns past N zero-filled on load and masked on store (verify shapes M = 1, 33, 1000; N = 320
+// against BN = 128 and 256), at the defaults and at a deeper, BK = 64 ring of smaller tiles.
+TEST_F(CuteGemmGpu, CuteCandidatePassesAtItsDefaultsAndAtADeeperRing)
+{
+    for (const kl::ParamValues& p : { kl::ParamValues {},
+             kl::ParamValues { { "BM", 64 }, { "BN", 256 }, { "BK", 64 }, { "STAGES", 4 }, { "WM", 1 }, { "WN", 4 } } })
+        expectCorrect(p);
 }
 
 TEST_F(DecodeAttentionGpu, TensorCoreTemplatePassesAcrossItsSpace)
