@@ -10,8 +10,8 @@
 
 namespace kl::test {
 
-void expectTensorCoreModulesWithoutSpills(const std::string& source, const KernelSpec& spec, const Problem& problem,
-    const std::vector<ParamValues>& points)
+void expectTensorCoreModulesWithoutSpills(
+    const std::string& source, const KernelSpec& spec, const Problem& problem, const std::vector<ParamValues>& points)
 {
     NvrtcCompiler compiler(
         std::filesystem::temp_directory_path() / ("kl-test-cache-tc-" + std::to_string(std::random_device {}())), 2);

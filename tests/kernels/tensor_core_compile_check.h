@@ -11,7 +11,7 @@ namespace kl::test {
 // Compiles `source` for sm_80 and sm_90a at each point (a point's missing parameters take their defaults) and
 // checks each module: it uses mma.sync, ldmatrix.trans and cp.async, has two kernels, spills nothing and passes
 // the referee's PTX rules for `problem`.
-void expectTensorCoreModulesWithoutSpills(const std::string& source, const KernelSpec& spec, const Problem& problem,
-    const std::vector<ParamValues>& points);
+void expectTensorCoreModulesWithoutSpills(
+    const std::string& source, const KernelSpec& spec, const Problem& problem, const std::vector<ParamValues>& points);
 
 } // namespace kl::test

@@ -4,8 +4,8 @@
 // reads past its tile is caught by the checks. decode_attention's tensor-core template passes across its space
 // (one split and many, splits with no tokens) and one that drops a sequence's last token is caught. So do
 // mla_decode's shared-KV candidate and sparse_mla_decode's tensor-core template, against one dropping the last
-// token or page (dense) or the last listed row (sparse). The CuTe
-// gemm_bf16 candidate of the sweep-rate bench (bench/hopper/cute_gemm.cu) passes at two points.
+// token or page (dense) or the last listed row (sparse). The CuTe gemm_bf16 candidate of the sweep-rate bench
+// (bench/hopper/cute_gemm.cu) passes at two points.
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
