@@ -5,7 +5,8 @@
 // (one split and many, splits with no tokens) and one that drops a sequence's last token is caught. So do
 // mla_decode's shared-KV candidate and sparse_mla_decode's tensor-core template, against one dropping the last
 // token or page (dense) or the last listed row (sparse). The CuTe gemm_bf16 candidate of the sweep-rate bench
-// (bench/hopper/cute_gemm.cu) passes at two points.
+// (bench/hopper/cute_gemm.cu) passes at two points. rmsnorm's cluster-split template (not yet a seed) passes with one
+// block per row slice and with eight, and one that leaves a block's partial sum out is caught.
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
@@ -140,6 +141,17 @@ protected:
     void SetUp() override { load("sparse_mla_decode", 90); }
 };
 
+// rmsnorm's cluster-split template (kernels/problems/rmsnorm/template_sm90.cu), not yet in its arch_templates.
+class RmsnormSm90Gpu : public TemplateOnGpu {
+protected:
+    void SetUp() override
+    {
+        load("rmsnorm", 90);
+        if (!IsSkipped())
+            source = kl::readFile(std::string(KL_SOURCE_DIR) + "/kernels/problems/rmsnorm/template_sm90.cu");
+    }
+};
+
 } // namespace
 
 // The defaults; split-K summed by a second kernel and in the GEMM (the last split of a tile); B multicast in clusters
@@ -239,6 +251,26 @@ TEST_F(SparseMlaDecodeGpu, DroppingTheLastListedRowIsCaught)
 {
     const std::string src = replaced(source, "const int tEnd = min(listed,", "const int tEnd = min(listed - 1,");
     const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
+    EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
+    EXPECT_FALSE(e.correctEverywhere());
+}
+
+// SPLIT = 1 (the plain kernel), and 2, 4 and 8 blocks per row: decode points that give T = 16, H = 8192 one row per
+// block, a ragged last slice (H = 5128), a slice read in chunks; the timings print against the baseline.
+TEST_F(RmsnormSm90Gpu, ClusterSplitTemplatePassesAcrossItsSpace)
+{
+    for (const kl::ParamValues& p :
+        { kl::ParamValues {}, kl::ParamValues { { "SPLIT", 8 }, { "THREADS", 128 }, { "CACHE", 1 }, { "MINTPR", 128 } },
+            kl::ParamValues { { "SPLIT", 8 }, { "THREADS", 64 }, { "CACHE", 2 }, { "MINTPR", 64 } },
+            kl::ParamValues { { "SPLIT", 4 }, { "THREADS", 64 }, { "CACHE", 1 }, { "MINTPR", 64 } },
+            kl::ParamValues { { "SPLIT", 2 }, { "THREADS", 512 }, { "VEC", 2 }, { "CACHE", 16 } } })
+        expectCorrect(p);
+}
+
+TEST_F(RmsnormSm90Gpu, LeavingOutABlocksPartialSumIsCaught)
+{
+    const std::string src = replaced(source, "for (int r = 0; r < SPLIT; ++r)", "for (int r = 1; r < SPLIT; ++r)");
+    const auto e = ev->evaluate(candidate(src, { { "SPLIT", 8 } }, "partial"), quick(), kl::CancelToken {});
     EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
     EXPECT_FALSE(e.correctEverywhere());
 }

@@ -1,0 +1,152 @@
+// RMSNorm for Hopper, with a decode path: a row is split over a thread-block cluster of SPLIT blocks, so a few rows
+// still spread over many SMs. Block r of a cluster reads vectors [r*S, (r+1)*S) of the row (S = ceil(H/VEC / SPLIT),
+// the last block's slice shorter), holds them in registers as template.cu does (CACHE vectors of VEC elements per
+// thread, the fewest threads that hold the slice: MINTPR at least, THREADS at most, THREADS / that many rows per
+// block), and puts its per-row sum of squares in shared memory; after a cluster barrier every block adds the SPLIT
+// partial sums in rank order through distributed shared memory (mapa + ld.shared::cluster), so all blocks of a
+// cluster normalise with the same bits. SPLIT = 1 is template.cu: the harness launches a one-block cluster plainly.
+// Not in problem.json's arch_templates: unverified on a GPU (tests/kernels/test_hopper_gpu.cpp RmsnormSm90Gpu).
+#include <cuda_bf16.h>
+// @kl:param SPLIT = 1 in [1, 2, 4, 8]
+// @kl:param THREADS = 256 in [64, 128, 256, 512, 1024]
+// @kl:param VEC = 8 in [2, 4, 8]
+// @kl:param CACHE = 4 in [1, 2, 4, 8, 16]
+// @kl:param MINTPR = 32 in [32, 64, 128, 256]
+// @kl:param MINB = 1 in [1, 2]
+// @kl:constraint MINTPR <= THREADS
+// @kl:constraint VEC * CACHE <= 128
+// @kl:launch rmsnorm_cluster grid=(SPLIT * ceil_div(T, THREADS / min(THREADS, max(MINTPR, next_pow2(ceil_div(ceil_div(ceil_div(H, VEC), SPLIT), CACHE)))))) block=(THREADS) smem=0 cluster=(SPLIT, 1, 1) args=(y, x, w, T, H, eps)
+
+template <int N>
+struct alignas(2 * N) BVec {
+    __nv_bfloat16 v[N];
+};
+using V = BVec<VEC>;
+
+__device__ __forceinline__ void normalize(V* yr, const V* wv, const V& v, int i, float inv)
+{
+    const V wk = wv[i];
+    V out;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k)
+        out.v[k] = __float2bfloat16_rn(__bfloat162float(v.v[k]) * inv * __bfloat162float(wk.v[k]));
+    yr[i] = out;
+}
+
+#if SPLIT > 1
+__device__ __forceinline__ void cluster_arrive()
+{
+    asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_wait()
+{
+    asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// The float at the same shared-memory offset as `local` in block `rank` of this cluster.
+__device__ __forceinline__ float load_cluster(const float* local, unsigned rank)
+{
+    float v;
+    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %1, %2;\n"
+                 "ld.shared::cluster.f32 %0, [remote];\n}\n"
+                 : "=f"(v)
+                 : "r"(static_cast<unsigned>(__cvta_generic_to_shared(local))), "r"(rank)
+                 : "memory");
+    return v;
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, MINB)
+    rmsnorm_cluster(__nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ x,
+                    const __nv_bfloat16* __restrict__ w, int T, int H, float eps)
+{
+    // The cluster is (SPLIT, 1, 1) over a one-dimensional grid: its rank is blockIdx.x % SPLIT.
+    const int rank = blockIdx.x % SPLIT;
+    const int rowBlock = blockIdx.x / SPLIT;
+    const int slice = (H / VEC + SPLIT - 1) / SPLIT;
+    const int first = rank * slice;
+    const int nvec = max(0, min(slice, H / VEC - first)); // this block's vectors of the row
+    const int needThreads = (slice + CACHE - 1) / CACHE;
+    int tpr = MINTPR; // threads per row
+    while (tpr < needThreads && tpr < THREADS)
+        tpr *= 2;
+    const int wpr = tpr / 32;
+    const int sub = threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    const long long row = (long long)rowBlock * (THREADS / tpr) + sub;
+    const bool active = row < T;
+    const long long rowStart = (active ? row : 0) * (long long)H + (long long)first * VEC;
+    const V* xr = reinterpret_cast<const V*>(x + rowStart);
+    V* yr = reinterpret_cast<V*>(y + rowStart);
+    const V* wv = reinterpret_cast<const V*>(w) + first;
+
+    // Chunks of CACHE vectors per thread; a slice that fits is one chunk. The last chunk stays in registers for
+    // the write, earlier ones (slices longer than the configuration holds) are read again.
+    const int chunkStep = CACHE * tpr;
+    V cache[CACHE];
+    float ss = 0.f;
+    int last = lane;
+    for (int f = lane;; f += chunkStep) {
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c)
+            if (active && f + c * tpr < nvec)
+                cache[c] = xr[f + c * tpr];
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c)
+            if (active && f + c * tpr < nvec)
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    const float v = __bfloat162float(cache[c].v[k]);
+                    ss = fmaf(v, v, ss);
+                }
+        last = f;
+        if (!active || f + chunkStep >= nvec)
+            break;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (wpr > 1) {
+        __shared__ float warpSum[THREADS / 32];
+        const int wl = threadIdx.x % 32;
+        if (wl == 0)
+            warpSum[threadIdx.x / 32] = ss;
+        __syncthreads();
+        ss = wl < wpr ? warpSum[sub * wpr + wl] : 0.f;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    }
+#if SPLIT > 1
+    // Every thread reaches both barriers (rows past T included): barrier.cluster counts all threads of the cluster.
+    __shared__ float rowSum[THREADS / 32]; // this block's part of each of its rows
+    if (lane == 0)
+        rowSum[sub] = ss;
+    cluster_arrive();
+    cluster_wait(); // every block's rowSum is written and visible
+    ss = 0.f;
+#pragma unroll
+    for (int r = 0; r < SPLIT; ++r)
+        ss += load_cluster(&rowSum[sub], r);
+    cluster_arrive(); // this block has read the others' rowSum; it waits for theirs before it exits
+#endif
+    const float inv = rsqrtf(ss / (float)H + eps);
+#pragma unroll
+    for (int c = 0; c < CACHE; ++c)
+        if (active && last + c * tpr < nvec)
+            normalize(yr, wv, cache[c], last + c * tpr, inv);
+    for (int f = lane; f < last; f += chunkStep) {
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c)
+            if (f + c * tpr < nvec)
+                cache[c] = xr[f + c * tpr];
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c)
+            if (f + c * tpr < nvec)
+                normalize(yr, wv, cache[c], f + c * tpr, inv);
+    }
+#if SPLIT > 1
+    cluster_wait(); // no block's shared memory goes away while another may still read it
+#endif
+}

@@ -1,0 +1,175 @@
+// The Hopper templates of the memory-bound problems that are not yet any problem's seed (unverified on a GPU):
+// rmsnorm's cluster-split decode path. It parses against its problem, passes the referee, keeps every point of its
+// space valid and within an H200 at every shape the harness runs, launches exactly the rows the kernel covers (its
+// grid formula and the kernel's split agree), and compiles for sm_90a without spills, with the cluster barrier and
+// distributed shared-memory loads exactly where SPLIT > 1. The GPU side is tests/kernels/test_hopper_gpu.cpp.
+#include "core/json_io.h"
+#include "core/kernel_spec.h"
+#include "core/loop_device_limits.h"
+#include "kernels/nvrtc_compiler.h"
+#include "kernels/referee/referee.h"
+#include "kernels/shape_sampler.h"
+#include "tests/support/text_file.h"
+
+#include <filesystem>
+#include <future>
+#include <gtest/gtest.h>
+#include <random>
+
+namespace {
+
+const std::filesystem::path kProblems = std::filesystem::path(KL_SOURCE_DIR) / "kernels" / "problems";
+
+kl::DeviceInfo h200()
+{
+    kl::DeviceInfo d;
+    d.name = "model H200";
+    d.ccMajor = 9;
+    d.ccMinor = 0;
+    d.arch = "sm_90";
+    d.sharedPerBlock = 48 * 1024;
+    d.sharedPerBlockOptin = 227 * 1024;
+    d.regsPerBlock = 65536;
+    d.regsPerSm = 65536;
+    d.maxThreadsPerBlock = 1024;
+    d.maxThreadsPerSm = 2048;
+    d.warpSize = 32;
+    return d;
+}
+
+std::vector<kl::Shape> harnessShapes(const kl::Problem& p)
+{
+    std::vector<kl::Shape> shapes = kl::shapesOf(p);
+    for (const auto& s : kl::heldOutShapes(p, 40, 13))
+        shapes.push_back(p.withConstants(s));
+    return shapes;
+}
+
+class Sm90Template : public ::testing::TestWithParam<const char*> {
+protected:
+    void SetUp() override
+    {
+        problem = kl::loadProblem((kProblems / GetParam()).string());
+        source = kl::test::readTextFile(kProblems / GetParam() / "template_sm90.cu");
+        spec = kl::parseKernelSpec(source, problem);
+    }
+    kl::Problem problem;
+    std::string source;
+    kl::KernelSpec spec;
+};
+
+// Compiles `source` for sm_90a at each point (missing parameters at their defaults) and checks each module: one
+// kernel, no spills or local memory, the referee's PTX rules; returns the PTX of each point.
+std::vector<std::string> compileWithoutSpills(const std::string& source, const kl::KernelSpec& spec,
+    const kl::Problem& problem, const std::vector<kl::ParamValues>& points)
+{
+    kl::NvrtcCompiler compiler(
+        std::filesystem::temp_directory_path() / ("kl-test-cache-sm90-" + std::to_string(std::random_device {}())), 2);
+    std::vector<std::future<std::shared_ptr<const kl::CompiledModule>>> modules;
+    for (const auto& point : points) {
+        kl::ParamValues full = spec.defaults();
+        for (const auto& [k, v] : point)
+            full[k] = v;
+        spec.requireValidParams(full);
+        kl::CompileJob job;
+        job.source = source;
+        job.params = full;
+        job.arch = "sm_90a";
+        for (const auto& l : spec.launches)
+            job.kernels.push_back(l.kernel);
+        modules.push_back(compiler.submit(job));
+    }
+    std::vector<std::string> ptx;
+    for (std::size_t i = 0; i < modules.size(); ++i) {
+        const auto m = modules[i].get();
+        const std::string where = "point " + std::to_string(i);
+        EXPECT_TRUE(m->report.ok) << where << ":\n" << m->report.log;
+        EXPECT_EQ(m->report.kernels.size(), spec.launches.size()) << where;
+        for (const auto& k : m->report.kernels) {
+            EXPECT_EQ(k.spillStores, 0) << where << " " << k.kernel << "\n" << m->report.log;
+            EXPECT_EQ(k.localBytes, 0) << where << " " << k.kernel;
+        }
+        for (const auto& r : kl::referee::checkPtx(m->ptx, problem))
+            ADD_FAILURE() << where << ": " << r.rule << " line " << r.line << ": " << r.message;
+        ptx.push_back(m->ptx);
+    }
+    return ptx;
+}
+
+} // namespace
+
+TEST_P(Sm90Template, IsNotYetASeedAndPassesTheRefereeAndFitsAnH200AtEveryShapeAcrossItsSpace)
+{
+    for (const auto& [arch, file] : problem.archTemplates)
+        EXPECT_NE(file, "template_sm90.cu") << "sm_" << arch << " seeds from a template no GPU has verified";
+    for (const auto& r : kl::referee::checkSource(source, problem))
+        ADD_FAILURE() << r.rule << " line " << r.line << ": " << r.message;
+    const auto shapes = harnessShapes(problem);
+    const auto space = spec.enumerateSpace();
+    ASSERT_GT(space.size(), 1u);
+    for (const auto& point : space) {
+        for (const auto& shape : shapes) {
+            std::string why;
+            EXPECT_TRUE(spec.satisfies(point, shape.bindings(), &why)) << shape.label() << ": " << why;
+        }
+        const auto v = kl::checkDeviceLimits(spec, point, shapes, h200());
+        EXPECT_FALSE(v.has_value()) << (v ? v->rule + ": " + v->message : "");
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(MemoryBound, Sm90Template, ::testing::Values("rmsnorm"));
+
+// The grid is SPLIT blocks per group of rows; the kernel gives block r of a cluster vectors [r*S, (r+1)*S) of each
+// row (S = ceil(H/VEC / SPLIT)) and as many rows per block as THREADS over the threads one slice needs. At every
+// point and shape the grid covers every row once per rank, no rank is left without vectors of the row, and the
+// slices cover the row exactly.
+TEST(RmsnormSm90, ClusterGridCoversEveryRowAndEverySliceOfIt)
+{
+    const kl::Problem problem = kl::loadProblem((kProblems / "rmsnorm").string());
+    const kl::KernelSpec spec
+        = kl::parseKernelSpec(kl::test::readTextFile(kProblems / "rmsnorm" / "template_sm90.cu"), problem);
+    ASSERT_EQ(spec.launches.size(), 1u);
+    const auto& launch = spec.launches[0];
+    ASSERT_TRUE(launch.hasCluster);
+    for (const auto& point : spec.enumerateSpace())
+        for (const auto& shape : harnessShapes(problem)) {
+            const kl::Bindings b = kl::bindingsFor(point, shape.bindings());
+            const std::int64_t split = b.at("SPLIT"), threads = b.at("THREADS"), vec = b.at("VEC");
+            const std::int64_t T = b.at("T"), H = b.at("H");
+            ASSERT_EQ(H % vec, 0) << shape.label();
+            const std::int64_t nvec = H / vec, slice = (nvec + split - 1) / split;
+            const std::int64_t need = (slice + b.at("CACHE") - 1) / b.at("CACHE");
+            std::int64_t tpr = b.at("MINTPR");
+            while (tpr < need && tpr < threads)
+                tpr *= 2;
+            const std::int64_t rowsPerBlock = threads / tpr;
+            const std::string where = shape.label() + " SPLIT=" + std::to_string(split)
+                + " THREADS=" + std::to_string(threads) + " VEC=" + std::to_string(vec);
+            ASSERT_EQ(launch.cluster[0].evaluateInt(b), split) << where;
+            const std::int64_t grid = launch.grid[0].evaluateInt(b);
+            ASSERT_EQ(grid % split, 0) << where;
+            EXPECT_EQ(grid / split, (T + rowsPerBlock - 1) / rowsPerBlock) << where;
+            EXPECT_GT(nvec - (split - 1) * slice, 0) << where;
+        }
+}
+
+// SPLIT = 1 is the plain kernel (no cluster instruction); SPLIT > 1 combines through the cluster, at the defaults and
+// at decode points (one row per block of a slice, a slice read in two chunks, a ragged last slice at VEC = 2).
+TEST(RmsnormSm90, CompilesForSm90aWithoutSpillsAndCombinesThroughTheClusterWhenSplit)
+{
+    const kl::Problem problem = kl::loadProblem((kProblems / "rmsnorm").string());
+    const std::string source = kl::test::readTextFile(kProblems / "rmsnorm" / "template_sm90.cu");
+    const kl::KernelSpec spec = kl::parseKernelSpec(source, problem);
+    const std::vector<kl::ParamValues> points
+        = { {}, { { "SPLIT", 8 }, { "THREADS", 128 }, { "CACHE", 1 }, { "MINTPR", 128 } },
+              { { "SPLIT", 4 }, { "THREADS", 64 }, { "CACHE", 2 }, { "MINTPR", 64 } },
+              { { "SPLIT", 2 }, { "THREADS", 512 }, { "VEC", 2 }, { "CACHE", 16 } } };
+    const auto ptx = compileWithoutSpills(source, spec, problem, points);
+    ASSERT_EQ(ptx.size(), points.size());
+    for (std::size_t i = 0; i < ptx.size(); ++i) {
+        const bool split = i > 0;
+        for (const char* instruction :
+            { "barrier.cluster.arrive", "barrier.cluster.wait", "mapa.shared::cluster", "ld.shared::cluster.f32" })
+            EXPECT_EQ(ptx[i].find(instruction) != std::string::npos, split) << "point " << i << ": " << instruction;
+    }
+}
