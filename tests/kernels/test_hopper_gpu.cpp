@@ -6,7 +6,9 @@
 // mla_decode's shared-KV candidate and sparse_mla_decode's tensor-core template, against one dropping the last
 // token or page (dense) or the last listed row (sparse). The CuTe gemm_bf16 candidate of the sweep-rate bench
 // (bench/hopper/cute_gemm.cu) passes at two points. rmsnorm's cluster-split template (not yet a seed) passes with one
-// block per row slice and with eight, and one that leaves a block's partial sum out is caught.
+// block per row slice and with eight, and one that leaves a block's partial sum out is caught; softmax's bulk-copy
+// ring passes with rows kept in the ring and rows streamed twice, and one that leaves a row's last vector out of the
+// sum is caught.
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
@@ -152,6 +154,17 @@ protected:
     }
 };
 
+// softmax's bulk-copy-fed ring (kernels/problems/softmax/template_sm90.cu), not yet in its arch_templates.
+class SoftmaxSm90Gpu : public TemplateOnGpu {
+protected:
+    void SetUp() override
+    {
+        load("softmax", 90);
+        if (!IsSkipped())
+            source = kl::readFile(std::string(KL_SOURCE_DIR) + "/kernels/problems/softmax/template_sm90.cu");
+    }
+};
+
 } // namespace
 
 // The defaults; split-K summed by a second kernel and in the GEMM (the last split of a tile); B multicast in clusters
@@ -271,6 +284,26 @@ TEST_F(RmsnormSm90Gpu, LeavingOutABlocksPartialSumIsCaught)
 {
     const std::string src = replaced(source, "for (int r = 0; r < SPLIT; ++r)", "for (int r = 1; r < SPLIT; ++r)");
     const auto e = ev->evaluate(candidate(src, { { "SPLIT", 8 } }, "partial"), quick(), kl::CancelToken {});
+    EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
+    EXPECT_FALSE(e.correctEverywhere());
+}
+
+// Rows of 32768 kept in the ring (8 x 4096, 4 x 8192) and rows of 131072 streamed through it twice; chunks of 2048 in
+// a ring of 4, four blocks per SM (rows of 4096 kept, longer ones streamed); a row shorter than a chunk at C = 1000.
+TEST_F(SoftmaxSm90Gpu, BulkCopyRingTemplatePassesAcrossItsSpace)
+{
+    for (const kl::ParamValues& p :
+        { kl::ParamValues {}, kl::ParamValues { { "THREADS", 512 }, { "CHUNK", 8192 }, { "STAGES", 12 }, { "BPS", 1 } },
+            kl::ParamValues { { "THREADS", 128 }, { "CHUNK", 2048 }, { "STAGES", 4 }, { "BPS", 4 } } })
+        expectCorrect(p);
+}
+
+TEST_F(SoftmaxSm90Gpu, LeavingARowsLastVectorOutOfTheSumIsCaught)
+{
+    // The first pass's count (the second pass still writes every vector): at C = 32, 8 of the 32 terms are missing.
+    const std::string src = replaced(source, "const int nv = min(kVecs, (C - k * CHUNK) / 8);",
+        "const int nv = min(kVecs, (C - k * CHUNK) / 8 - 1);");
+    const auto e = ev->evaluate(candidate(src, {}, "short-sum"), quick(), kl::CancelToken {});
     EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
     EXPECT_FALSE(e.correctEverywhere());
 }

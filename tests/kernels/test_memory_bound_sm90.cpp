@@ -1,8 +1,9 @@
 // The Hopper templates of the memory-bound problems that are not yet any problem's seed (unverified on a GPU):
-// rmsnorm's cluster-split decode path. It parses against its problem, passes the referee, keeps every point of its
-// space valid and within an H200 at every shape the harness runs, launches exactly the rows the kernel covers (its
-// grid formula and the kernel's split agree), and compiles for sm_90a without spills, with the cluster barrier and
-// distributed shared-memory loads exactly where SPLIT > 1. The GPU side is tests/kernels/test_hopper_gpu.cpp.
+// rmsnorm's cluster-split decode path and softmax's bulk-copy-fed ring for long rows. Each parses against its problem,
+// passes the referee, keeps every point of its space valid and within an H200 at every shape the harness runs, and
+// compiles for sm_90a without spills. rmsnorm launches exactly the rows the kernel covers (its grid formula and the
+// kernel's split agree) and has the cluster barrier and distributed shared-memory loads exactly where SPLIT > 1;
+// softmax copies with cp.async.bulk on mbarriers. The GPU side is tests/kernels/test_hopper_gpu.cpp.
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 #include "core/loop_device_limits.h"
@@ -117,7 +118,7 @@ TEST_P(Sm90Template, IsNotYetASeedAndPassesTheRefereeAndFitsAnH200AtEveryShapeAc
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(MemoryBound, Sm90Template, ::testing::Values("rmsnorm"));
+INSTANTIATE_TEST_SUITE_P(MemoryBound, Sm90Template, ::testing::Values("rmsnorm", "softmax"));
 
 // The grid is SPLIT blocks per group of rows; the kernel gives block r of a cluster vectors [r*S, (r+1)*S) of each
 // row (S = ceil(H/VEC / SPLIT)) and as many rows per block as THREADS over the threads one slice needs. At every
@@ -172,4 +173,21 @@ TEST(RmsnormSm90, CompilesForSm90aWithoutSpillsAndCombinesThroughTheClusterWhenS
             { "barrier.cluster.arrive", "barrier.cluster.wait", "mapa.shared::cluster", "ld.shared::cluster.f32" })
             EXPECT_EQ(ptx[i].find(instruction) != std::string::npos, split) << "point " << i << ": " << instruction;
     }
+}
+
+// The defaults (a row of 32768 kept in the ring of 8 x 4096), the widest chunks in one block per SM, and the
+// smallest chunks four blocks per SM.
+TEST(SoftmaxSm90, CompilesForSm90aWithoutSpillsAndFeedsTheRingWithBulkCopies)
+{
+    const kl::Problem problem = kl::loadProblem((kProblems / "softmax").string());
+    const std::string source = kl::test::readTextFile(kProblems / "softmax" / "template_sm90.cu");
+    const kl::KernelSpec spec = kl::parseKernelSpec(source, problem);
+    const std::vector<kl::ParamValues> points
+        = { {}, { { "THREADS", 512 }, { "CHUNK", 8192 }, { "STAGES", 12 }, { "BPS", 1 } },
+              { { "THREADS", 128 }, { "CHUNK", 2048 }, { "STAGES", 4 }, { "BPS", 4 } } };
+    for (const auto& ptx : compileWithoutSpills(source, spec, problem, points))
+        for (const char* instruction :
+            { "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
+                "mbarrier.arrive.expect_tx.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64", "bar.sync 1" })
+            EXPECT_NE(ptx.find(instruction), std::string::npos) << instruction;
 }
