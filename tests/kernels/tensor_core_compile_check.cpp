@@ -1,7 +1,8 @@
 #include "tests/kernels/tensor_core_compile_check.h"
 
-#include "kernels/nvrtc_compiler.h"
+#include "core/loop_device_limits.h"
 #include "kernels/referee/referee.h"
+#include "kernels/shape_sampler.h"
 
 #include <filesystem>
 #include <future>
@@ -10,13 +11,38 @@
 
 namespace kl::test {
 
-void expectTensorCoreModulesWithoutSpills(
-    const std::string& source, const KernelSpec& spec, const Problem& problem, const std::vector<ParamValues>& points)
+DeviceInfo deviceModel(int major, int minor, std::int64_t sharedOptinKiB, int maxThreadsPerSm)
+{
+    DeviceInfo d;
+    d.name = "model sm_" + std::to_string(major * 10 + minor);
+    d.ccMajor = major;
+    d.ccMinor = minor;
+    d.arch = "sm_" + std::to_string(major * 10 + minor);
+    d.sharedPerBlock = 48 * 1024;
+    d.sharedPerBlockOptin = sharedOptinKiB * 1024;
+    d.regsPerBlock = 65536;
+    d.regsPerSm = 65536;
+    d.maxThreadsPerBlock = 1024;
+    d.maxThreadsPerSm = maxThreadsPerSm;
+    d.warpSize = 32;
+    return d;
+}
+
+std::vector<Shape> harnessShapes(const Problem& p)
+{
+    std::vector<Shape> shapes = shapesOf(p);
+    for (const auto& s : heldOutShapes(p, 40, 13))
+        shapes.push_back(p.withConstants(s));
+    return shapes;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<const CompiledModule>>> compilePoints(const std::string& source,
+    const KernelSpec& spec, const std::vector<ParamValues>& points, const std::vector<std::string>& archs)
 {
     NvrtcCompiler compiler(
         std::filesystem::temp_directory_path() / ("kl-test-cache-tc-" + std::to_string(std::random_device {}())), 2);
-    std::vector<std::pair<std::string, std::future<std::shared_ptr<const CompiledModule>>>> modules;
-    for (const char* arch : { "sm_80", "sm_90a" })
+    std::vector<std::pair<std::string, std::future<std::shared_ptr<const CompiledModule>>>> futures;
+    for (const auto& arch : archs)
         for (std::size_t i = 0; i < points.size(); ++i) {
             ParamValues full = spec.defaults();
             for (const auto& [k, v] : points[i])
@@ -28,15 +54,21 @@ void expectTensorCoreModulesWithoutSpills(
             job.arch = arch;
             for (const auto& l : spec.launches)
                 job.kernels.push_back(l.kernel);
-            modules.emplace_back(std::string(arch) + " point " + std::to_string(i), compiler.submit(job));
+            futures.emplace_back(arch + " point " + std::to_string(i), compiler.submit(job));
         }
-    for (auto& [where, future] : modules) {
-        const auto m = future.get();
+    std::vector<std::pair<std::string, std::shared_ptr<const CompiledModule>>> modules;
+    for (auto& [where, future] : futures)
+        modules.emplace_back(where, future.get());
+    return modules;
+}
+
+void expectModulesWithoutSpills(
+    const std::vector<std::pair<std::string, std::shared_ptr<const CompiledModule>>>& modules, const KernelSpec& spec,
+    const Problem& problem)
+{
+    for (const auto& [where, m] : modules) {
         ASSERT_TRUE(m->report.ok) << where << ":\n" << m->report.log;
-        for (const char* instruction : { "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
-                 "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global" })
-            EXPECT_NE(m->ptx.find(instruction), std::string::npos) << where << " lacks " << instruction;
-        ASSERT_EQ(m->report.kernels.size(), 2u) << where;
+        ASSERT_EQ(m->report.kernels.size(), spec.launches.size()) << where;
         for (const auto& k : m->report.kernels) {
             EXPECT_EQ(k.spillStores, 0) << where << " " << k.kernel << "\n" << m->report.log;
             EXPECT_EQ(k.localBytes, 0) << where << " " << k.kernel;
@@ -44,6 +76,18 @@ void expectTensorCoreModulesWithoutSpills(
         for (const auto& r : referee::checkPtx(m->ptx, problem))
             ADD_FAILURE() << where << ": " << r.rule << " line " << r.line << ": " << r.message;
     }
+}
+
+void expectTensorCoreModulesWithoutSpills(
+    const std::string& source, const KernelSpec& spec, const Problem& problem, const std::vector<ParamValues>& points)
+{
+    ASSERT_EQ(spec.launches.size(), 2u);
+    const auto modules = compilePoints(source, spec, points, { "sm_80", "sm_90a" });
+    expectModulesWithoutSpills(modules, spec, problem);
+    for (const auto& [where, m] : modules)
+        for (const char* instruction : { "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                 "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global" })
+            EXPECT_NE(m->ptx.find(instruction), std::string::npos) << where << " lacks " << instruction;
 }
 
 } // namespace kl::test

@@ -62,23 +62,7 @@ std::filesystem::path freshCacheDir()
     return dir;
 }
 
-// Device models with the figures the limits read (CUDA programming guide, compute capability tables).
-kl::DeviceInfo deviceModel(int major, int minor, std::int64_t sharedOptinKiB, int maxThreadsPerSm)
-{
-    kl::DeviceInfo d;
-    d.name = "model sm_" + std::to_string(major * 10 + minor);
-    d.ccMajor = major;
-    d.ccMinor = minor;
-    d.arch = "sm_" + std::to_string(major * 10 + minor);
-    d.sharedPerBlock = 48 * 1024;
-    d.sharedPerBlockOptin = sharedOptinKiB * 1024;
-    d.regsPerBlock = 65536;
-    d.regsPerSm = 65536;
-    d.maxThreadsPerBlock = 1024;
-    d.maxThreadsPerSm = maxThreadsPerSm;
-    d.warpSize = 32;
-    return d;
-}
+using kl::test::deviceModel;
 
 } // namespace
 

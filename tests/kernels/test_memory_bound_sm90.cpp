@@ -7,44 +7,18 @@
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 #include "core/loop_device_limits.h"
-#include "kernels/nvrtc_compiler.h"
 #include "kernels/referee/referee.h"
-#include "kernels/shape_sampler.h"
+#include "tests/kernels/tensor_core_compile_check.h"
 #include "tests/support/text_file.h"
 
 #include <filesystem>
-#include <future>
 #include <gtest/gtest.h>
-#include <random>
 
 namespace {
 
 const std::filesystem::path kProblems = std::filesystem::path(KL_SOURCE_DIR) / "kernels" / "problems";
 
-kl::DeviceInfo h200()
-{
-    kl::DeviceInfo d;
-    d.name = "model H200";
-    d.ccMajor = 9;
-    d.ccMinor = 0;
-    d.arch = "sm_90";
-    d.sharedPerBlock = 48 * 1024;
-    d.sharedPerBlockOptin = 227 * 1024;
-    d.regsPerBlock = 65536;
-    d.regsPerSm = 65536;
-    d.maxThreadsPerBlock = 1024;
-    d.maxThreadsPerSm = 2048;
-    d.warpSize = 32;
-    return d;
-}
-
-std::vector<kl::Shape> harnessShapes(const kl::Problem& p)
-{
-    std::vector<kl::Shape> shapes = kl::shapesOf(p);
-    for (const auto& s : kl::heldOutShapes(p, 40, 13))
-        shapes.push_back(p.withConstants(s));
-    return shapes;
-}
+using kl::test::harnessShapes;
 
 class Sm90Template : public ::testing::TestWithParam<const char*> {
 protected:
@@ -59,41 +33,15 @@ protected:
     kl::KernelSpec spec;
 };
 
-// Compiles `source` for sm_90a at each point (missing parameters at their defaults) and checks each module: one
-// kernel, no spills or local memory, the referee's PTX rules; returns the PTX of each point.
+// The PTX of `source` compiled for sm_90a at each point, each module checked by expectModulesWithoutSpills.
 std::vector<std::string> compileWithoutSpills(const std::string& source, const kl::KernelSpec& spec,
     const kl::Problem& problem, const std::vector<kl::ParamValues>& points)
 {
-    kl::NvrtcCompiler compiler(
-        std::filesystem::temp_directory_path() / ("kl-test-cache-sm90-" + std::to_string(std::random_device {}())), 2);
-    std::vector<std::future<std::shared_ptr<const kl::CompiledModule>>> modules;
-    for (const auto& point : points) {
-        kl::ParamValues full = spec.defaults();
-        for (const auto& [k, v] : point)
-            full[k] = v;
-        spec.requireValidParams(full);
-        kl::CompileJob job;
-        job.source = source;
-        job.params = full;
-        job.arch = "sm_90a";
-        for (const auto& l : spec.launches)
-            job.kernels.push_back(l.kernel);
-        modules.push_back(compiler.submit(job));
-    }
+    const auto modules = kl::test::compilePoints(source, spec, points, { "sm_90a" });
+    kl::test::expectModulesWithoutSpills(modules, spec, problem);
     std::vector<std::string> ptx;
-    for (std::size_t i = 0; i < modules.size(); ++i) {
-        const auto m = modules[i].get();
-        const std::string where = "point " + std::to_string(i);
-        EXPECT_TRUE(m->report.ok) << where << ":\n" << m->report.log;
-        EXPECT_EQ(m->report.kernels.size(), spec.launches.size()) << where;
-        for (const auto& k : m->report.kernels) {
-            EXPECT_EQ(k.spillStores, 0) << where << " " << k.kernel << "\n" << m->report.log;
-            EXPECT_EQ(k.localBytes, 0) << where << " " << k.kernel;
-        }
-        for (const auto& r : kl::referee::checkPtx(m->ptx, problem))
-            ADD_FAILURE() << where << ": " << r.rule << " line " << r.line << ": " << r.message;
+    for (const auto& [where, m] : modules)
         ptx.push_back(m->ptx);
-    }
     return ptx;
 }
 
@@ -113,7 +61,7 @@ TEST_P(Sm90Template, IsNotYetASeedAndPassesTheRefereeAndFitsAnH200AtEveryShapeAc
             std::string why;
             EXPECT_TRUE(spec.satisfies(point, shape.bindings(), &why)) << shape.label() << ": " << why;
         }
-        const auto v = kl::checkDeviceLimits(spec, point, shapes, h200());
+        const auto v = kl::checkDeviceLimits(spec, point, shapes, kl::test::deviceModel(9, 0, 227));
         EXPECT_FALSE(v.has_value()) << (v ? v->rule + ": " + v->message : "");
     }
 }

@@ -28,30 +28,8 @@ struct MlaKernel {
 const MlaKernel kDense { "mla_decode", kRoot / "bench" / "attention" / "mla_hypothesis" / "shared_kv.cu" };
 const MlaKernel kSparse { "sparse_mla_decode", kProblems / "sparse_mla_decode" / "template_sm90.cu" };
 
-kl::DeviceInfo deviceModel(int major, int minor, std::int64_t sharedOptinKiB)
-{
-    kl::DeviceInfo d;
-    d.name = "model sm_" + std::to_string(major * 10 + minor);
-    d.ccMajor = major;
-    d.ccMinor = minor;
-    d.arch = "sm_" + std::to_string(major * 10 + minor);
-    d.sharedPerBlock = 48 * 1024;
-    d.sharedPerBlockOptin = sharedOptinKiB * 1024;
-    d.regsPerBlock = 65536;
-    d.regsPerSm = 65536;
-    d.maxThreadsPerBlock = 1024;
-    d.maxThreadsPerSm = 2048;
-    d.warpSize = 32;
-    return d;
-}
-
-std::vector<kl::Shape> harnessShapes(const kl::Problem& p)
-{
-    std::vector<kl::Shape> shapes = kl::shapesOf(p);
-    for (const auto& s : kl::heldOutShapes(p, 40, 13))
-        shapes.push_back(p.withConstants(s));
-    return shapes;
-}
+using kl::test::deviceModel;
+using kl::test::harnessShapes;
 
 std::string violation(const std::optional<kl::VerdictReason>& why)
 {
