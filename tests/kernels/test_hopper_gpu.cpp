@@ -73,7 +73,8 @@ std::string replaced(std::string s, const std::string& from, const std::string& 
 // A problem's template as the loop seeds it on this device, skipped below the architecture it needs.
 class TemplateOnGpu : public ::testing::Test {
 protected:
-    void load(const std::string& problem, int minArch)
+    // sourceFile (under the source tree) instead of the template, where given.
+    void load(const std::string& problem, int minArch, const std::string& sourceFile = "")
     {
         if (!kl::test::cudaDeviceAvailable())
             GTEST_SKIP() << "no CUDA device";
@@ -82,7 +83,9 @@ protected:
         const int arch = kl::archNumber(ev->device());
         if (arch < minArch)
             GTEST_SKIP() << "needs sm_" << minArch << ", the device is " << ev->device().arch;
-        source = kl::readFile(std::filesystem::path(ev->problem().folder) / ev->problem().templateFor(arch));
+        source = sourceFile.empty()
+            ? kl::readFile(std::filesystem::path(ev->problem().folder) / ev->problem().templateFor(arch))
+            : kl::readFile(std::filesystem::path(KL_SOURCE_DIR) / sourceFile);
     }
     // The template at p is correct at every shape (held-out ones included); prints each shape's timing.
     void expectCorrect(const kl::ParamValues& p) const
@@ -112,12 +115,7 @@ protected:
 // The sweep-rate bench's CuTe candidate for gemm_bf16 (mma.sync + cp.async: sm_80+).
 class CuteGemmGpu : public TemplateOnGpu {
 protected:
-    void SetUp() override
-    {
-        load("gemm_bf16", 80);
-        if (!IsSkipped())
-            source = kl::readFile(std::filesystem::path(KL_SOURCE_DIR) / "bench" / "hopper" / "cute_gemm.cu");
-    }
+    void SetUp() override { load("gemm_bf16", 80, "bench/hopper/cute_gemm.cu"); }
 };
 
 // decode_attention's tensor-core template (sm_80+).
@@ -129,12 +127,7 @@ protected:
 // mla_decode's shared-KV candidate (the engineer's hypothesis; its defaults take 222 KB of shared memory: sm_90).
 class MlaDecodeGpu : public TemplateOnGpu {
 protected:
-    void SetUp() override
-    {
-        load("mla_decode", 90);
-        if (!IsSkipped())
-            source = kl::readFile(std::string(KL_SOURCE_DIR) + "/bench/attention/mla_hypothesis/shared_kv.cu");
-    }
+    void SetUp() override { load("mla_decode", 90, "bench/attention/mla_hypothesis/shared_kv.cu"); }
 };
 
 // sparse_mla_decode's tensor-core template (sm_90+: 226 KB of shared memory at its defaults).
@@ -146,23 +139,13 @@ protected:
 // rmsnorm's cluster-split template (kernels/problems/rmsnorm/template_sm90.cu), not yet in its arch_templates.
 class RmsnormSm90Gpu : public TemplateOnGpu {
 protected:
-    void SetUp() override
-    {
-        load("rmsnorm", 90);
-        if (!IsSkipped())
-            source = kl::readFile(std::string(KL_SOURCE_DIR) + "/kernels/problems/rmsnorm/template_sm90.cu");
-    }
+    void SetUp() override { load("rmsnorm", 90, "kernels/problems/rmsnorm/template_sm90.cu"); }
 };
 
 // softmax's bulk-copy-fed ring (kernels/problems/softmax/template_sm90.cu), not yet in its arch_templates.
 class SoftmaxSm90Gpu : public TemplateOnGpu {
 protected:
-    void SetUp() override
-    {
-        load("softmax", 90);
-        if (!IsSkipped())
-            source = kl::readFile(std::string(KL_SOURCE_DIR) + "/kernels/problems/softmax/template_sm90.cu");
-    }
+    void SetUp() override { load("softmax", 90, "kernels/problems/softmax/template_sm90.cu"); }
 };
 
 } // namespace

@@ -20,30 +20,44 @@ const std::filesystem::path kProblems = std::filesystem::path(KL_SOURCE_DIR) / "
 
 using kl::test::harnessShapes;
 
-class Sm90Template : public ::testing::TestWithParam<const char*> {
+// A problem with its template_sm90.cu parsed against it.
+class Sm90TemplateTest : public ::testing::Test {
 protected:
-    void SetUp() override
+    void load(const std::string& name)
     {
-        problem = kl::loadProblem((kProblems / GetParam()).string());
-        source = kl::test::readTextFile(kProblems / GetParam() / "template_sm90.cu");
+        problem = kl::loadProblem((kProblems / name).string());
+        source = kl::test::readTextFile(kProblems / name / "template_sm90.cu");
         spec = kl::parseKernelSpec(source, problem);
+    }
+    // The PTX of the template compiled for sm_90a at each point, each module checked by expectModulesWithoutSpills.
+    std::vector<std::string> compileWithoutSpills(const std::vector<kl::ParamValues>& points) const
+    {
+        const auto modules = kl::test::compilePoints(source, spec, points, { "sm_90a" });
+        kl::test::expectModulesWithoutSpills(modules, spec, problem);
+        std::vector<std::string> ptx;
+        for (const auto& [where, m] : modules)
+            ptx.push_back(m->ptx);
+        return ptx;
     }
     kl::Problem problem;
     std::string source;
     kl::KernelSpec spec;
 };
 
-// The PTX of `source` compiled for sm_90a at each point, each module checked by expectModulesWithoutSpills.
-std::vector<std::string> compileWithoutSpills(const std::string& source, const kl::KernelSpec& spec,
-    const kl::Problem& problem, const std::vector<kl::ParamValues>& points)
-{
-    const auto modules = kl::test::compilePoints(source, spec, points, { "sm_90a" });
-    kl::test::expectModulesWithoutSpills(modules, spec, problem);
-    std::vector<std::string> ptx;
-    for (const auto& [where, m] : modules)
-        ptx.push_back(m->ptx);
-    return ptx;
-}
+class Sm90Template : public Sm90TemplateTest, public ::testing::WithParamInterface<const char*> {
+protected:
+    void SetUp() override { load(GetParam()); }
+};
+
+class RmsnormSm90 : public Sm90TemplateTest {
+protected:
+    void SetUp() override { load("rmsnorm"); }
+};
+
+class SoftmaxSm90 : public Sm90TemplateTest {
+protected:
+    void SetUp() override { load("softmax"); }
+};
 
 } // namespace
 
@@ -72,11 +86,8 @@ INSTANTIATE_TEST_SUITE_P(MemoryBound, Sm90Template, ::testing::Values("rmsnorm",
 // row (S = ceil(H/VEC / SPLIT)) and as many rows per block as THREADS over the threads one slice needs. At every
 // point and shape the grid covers every row once per rank, no rank is left without vectors of the row, and the
 // slices cover the row exactly.
-TEST(RmsnormSm90, ClusterGridCoversEveryRowAndEverySliceOfIt)
+TEST_F(RmsnormSm90, ClusterGridCoversEveryRowAndEverySliceOfIt)
 {
-    const kl::Problem problem = kl::loadProblem((kProblems / "rmsnorm").string());
-    const kl::KernelSpec spec
-        = kl::parseKernelSpec(kl::test::readTextFile(kProblems / "rmsnorm" / "template_sm90.cu"), problem);
     ASSERT_EQ(spec.launches.size(), 1u);
     const auto& launch = spec.launches[0];
     ASSERT_TRUE(launch.hasCluster);
@@ -103,17 +114,14 @@ TEST(RmsnormSm90, ClusterGridCoversEveryRowAndEverySliceOfIt)
 }
 
 // SPLIT = 1 is the plain kernel (no cluster instruction); SPLIT > 1 combines through the cluster, at the defaults and
-// at decode points (one row per block of a slice, a slice read in two chunks, a ragged last slice at VEC = 2).
-TEST(RmsnormSm90, CompilesForSm90aWithoutSpillsAndCombinesThroughTheClusterWhenSplit)
+// at decode points (one row per block of a slice, a slice read in chunks, a ragged last slice at VEC = 2).
+TEST_F(RmsnormSm90, CompilesForSm90aWithoutSpillsAndCombinesThroughTheClusterWhenSplit)
 {
-    const kl::Problem problem = kl::loadProblem((kProblems / "rmsnorm").string());
-    const std::string source = kl::test::readTextFile(kProblems / "rmsnorm" / "template_sm90.cu");
-    const kl::KernelSpec spec = kl::parseKernelSpec(source, problem);
     const std::vector<kl::ParamValues> points
         = { {}, { { "SPLIT", 8 }, { "THREADS", 128 }, { "CACHE", 1 }, { "MINTPR", 128 } },
               { { "SPLIT", 4 }, { "THREADS", 64 }, { "CACHE", 2 }, { "MINTPR", 64 } },
               { { "SPLIT", 2 }, { "THREADS", 512 }, { "VEC", 2 }, { "CACHE", 16 } } };
-    const auto ptx = compileWithoutSpills(source, spec, problem, points);
+    const auto ptx = compileWithoutSpills(points);
     ASSERT_EQ(ptx.size(), points.size());
     for (std::size_t i = 0; i < ptx.size(); ++i) {
         const bool split = i > 0;
@@ -125,15 +133,12 @@ TEST(RmsnormSm90, CompilesForSm90aWithoutSpillsAndCombinesThroughTheClusterWhenS
 
 // The defaults (a row of 32768 kept in the ring of 8 x 4096), the widest chunks in one block per SM, and the
 // smallest chunks four blocks per SM.
-TEST(SoftmaxSm90, CompilesForSm90aWithoutSpillsAndFeedsTheRingWithBulkCopies)
+TEST_F(SoftmaxSm90, CompilesForSm90aWithoutSpillsAndFeedsTheRingWithBulkCopies)
 {
-    const kl::Problem problem = kl::loadProblem((kProblems / "softmax").string());
-    const std::string source = kl::test::readTextFile(kProblems / "softmax" / "template_sm90.cu");
-    const kl::KernelSpec spec = kl::parseKernelSpec(source, problem);
     const std::vector<kl::ParamValues> points
         = { {}, { { "THREADS", 512 }, { "CHUNK", 8192 }, { "STAGES", 12 }, { "BPS", 1 } },
               { { "THREADS", 128 }, { "CHUNK", 2048 }, { "STAGES", 4 }, { "BPS", 4 } } };
-    for (const auto& ptx : compileWithoutSpills(source, spec, problem, points))
+    for (const auto& ptx : compileWithoutSpills(points))
         for (const char* instruction :
             { "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
                 "mbarrier.arrive.expect_tx.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64", "bar.sync 1" })
