@@ -293,71 +293,32 @@ namespace {
               << "; return;\n";
         }
         o << "    default: *lo = *hi = *pad = *row = 0; return;\n    }\n}\n\n";
-        o << R"(static std::vector<double> intValues(int t, const )" << P
-          << R"(_dims* dims, size_t n, std::mt19937_64& rng)
-{
-    double lo, hi, pad, rowD;
-    valueBounds(t, dims, &lo, &hi, &pad, &rowD);
-    std::vector<double> v(n, -1.0);
-    const long long L = (long long)lo, H = (long long)hi;
-    switch (valueKind(t)) {
-    case 1:
-        for (auto& x : v) x = (double)(L + (long long)(rng() % (unsigned long long)(H - L)));
-        break;
-    case 4:
-        for (auto& x : v) x = (double)(L + (long long)(rng() % (unsigned long long)(H - L + 1)));
-        if (n >= 1) { const size_t a = rng() % n; v[a] = (double)H; if (n >= 2) v[(a + 1 + rng() % (n - 1)) % n] = (double)L; }
-        break;
-    case 3:
-        for (size_t i = 0; i < n; ++i) v[i] = (double)i;
-        std::shuffle(v.begin(), v.end(), rng);
-        break;
-    case 2: {
-        const size_t row = rowD > 0 ? (size_t)rowD : n;
-        std::vector<long long> pool;
-        for (size_t start = 0; row > 0 && start + row <= n; start += row) {
-            size_t valid = std::min<size_t>(row, (size_t)std::max(0LL, H));
-            if (valid > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < pad) valid = rng() % valid;
-            std::set<long long> chosen;
-            while (chosen.size() < valid) chosen.insert((long long)(rng() % (unsigned long long)H));
-            pool.assign(chosen.begin(), chosen.end());
-            std::shuffle(pool.begin(), pool.end(), rng);
-            for (size_t i = 0; i < pool.size(); ++i) v[start + i] = (double)pool[i];
-        }
-        break;
-    }
-    default:
-        break;
-    }
-    return v;
-}
-
-)";
+        o << "static std::vector<double> intValues(int t, const " << P
+          << "_dims* dims, size_t n, std::mt19937_64& rng)\n{\n    double lo, hi, pad, rowD;\n"
+             "    valueBounds(t, dims, &lo, &hi, &pad, &rowD);\n"
+             "    return klIntValues(valueKind(t), lo, hi, pad, rowD, n, rng);\n}\n\n";
         return o.str();
     }
 } // namespace
 
-std::string genSelfTest(const BundleModel& m)
+std::string torchScalarType(DType t)
 {
-    const std::string& P = m.prefix;
-    const std::string& U = m.upper;
-    const Problem& p = *m.problem;
-    const auto& plan = m.plan->dispatch;
-    const std::size_t nd = plan.dims.size();
-    std::ostringstream o;
-    o << "/* selftest.cu: verifies the exported kernel against the "
-      << (m.libraryFallback ? "library fallback" : "reference kernel")
-      << " on fresh random inputs,\n"
-         "   checks the dispatcher's choices, checks CUDA-graph capture of the dispatcher, and prints the speedup of "
-         "the\n"
-         "   candidate over the fallback where the dispatcher uses it. Exit 0: all passed; 77: no CUDA device. */\n";
-    o << "#include \"" << P
-      << ".h\"\n#include \"kl_expr.h\"\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include "
-         "<cuda_fp8.h>\n#include <cuda_runtime.h>\n\n"
-         "#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstdio>\n#include <cstdlib>\n#include "
-         "<cstring>\n"
-         "#include <random>\n#include <set>\n#include <string>\n#include <vector>\n\n";
-    o << R"(#define KL_CHECK(x)                                                                                   \
+    return torchType(t);
+}
+
+std::string cDouble(double v)
+{
+    return fmtDouble(v);
+}
+
+const char* selfTestKind(DType t)
+{
+    return kindName(t);
+}
+
+std::string selfTestSupportC()
+{
+    return R"(#define KL_CHECK(x)                                                                                   \
     do {                                                                                              \
         cudaError_t kl_e = (x);                                                                       \
         if (kl_e != cudaSuccess) {                                                                    \
@@ -425,7 +386,107 @@ struct TensorInfo {
     double relL2; /* tolerance of this output's dtype */
     double maxAbs;
 };
+
+static double median(std::vector<float> v)
+{
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct Compare {
+    double relL2 = 0, maxAbs = 0;
+    bool nonFinite = false;
+    bool ok = true;
+};
+
+static Compare compare(const TensorInfo& t, const std::vector<double>& got, const std::vector<double>& ref)
+{
+    Compare c;
+    double num = 0, den = 0;
+    size_t finite = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        if (std::isfinite(ref[i]) && !std::isfinite(got[i])) {
+            c.nonFinite = true;
+            continue;
+        }
+        if (!std::isfinite(ref[i]))
+            continue;
+        const double e = got[i] - ref[i];
+        num += e * e;
+        den += ref[i] * ref[i];
+        ++finite;
+    }
+    /* The harness's error measure: |c - r| / max(|r|, rms(r), 1), so cancellation to near zero in a long
+       reduction is judged against the output's typical magnitude. */
+    const double floorv = std::max(1.0, std::sqrt(den / (double)(finite ? finite : 1)));
+    for (size_t i = 0; i < ref.size(); ++i)
+        if (std::isfinite(ref[i]) && std::isfinite(got[i]))
+            c.maxAbs = std::max(c.maxAbs, std::fabs(got[i] - ref[i]) / std::max(std::fabs(ref[i]), floorv));
+    c.relL2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    c.ok = !c.nonFinite && c.relL2 <= t.relL2 && c.maxAbs <= t.maxAbs;
+    return c;
+}
+
+/* Integer input values of one kind (problem.json "values"; see valueKind) for n elements. */
+static std::vector<double> klIntValues(int kind, double lo, double hi, double pad, double rowD, size_t n, std::mt19937_64& rng)
+{
+    std::vector<double> v(n, -1.0);
+    const long long L = (long long)lo, H = (long long)hi;
+    switch (kind) {
+    case 1:
+        for (auto& x : v) x = (double)(L + (long long)(rng() % (unsigned long long)(H - L)));
+        break;
+    case 4:
+        for (auto& x : v) x = (double)(L + (long long)(rng() % (unsigned long long)(H - L + 1)));
+        if (n >= 1) { const size_t a = rng() % n; v[a] = (double)H; if (n >= 2) v[(a + 1 + rng() % (n - 1)) % n] = (double)L; }
+        break;
+    case 3:
+        for (size_t i = 0; i < n; ++i) v[i] = (double)i;
+        std::shuffle(v.begin(), v.end(), rng);
+        break;
+    case 2: {
+        const size_t row = rowD > 0 ? (size_t)rowD : n;
+        std::vector<long long> pool;
+        for (size_t start = 0; row > 0 && start + row <= n; start += row) {
+            size_t valid = std::min<size_t>(row, (size_t)std::max(0LL, H));
+            if (valid > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < pad) valid = rng() % valid;
+            std::set<long long> chosen;
+            while (chosen.size() < valid) chosen.insert((long long)(rng() % (unsigned long long)H));
+            pool.assign(chosen.begin(), chosen.end());
+            std::shuffle(pool.begin(), pool.end(), rng);
+            for (size_t i = 0; i < pool.size(); ++i) v[start + i] = (double)pool[i];
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    return v;
+}
 )";
+}
+
+std::string genSelfTest(const BundleModel& m)
+{
+    const std::string& P = m.prefix;
+    const std::string& U = m.upper;
+    const Problem& p = *m.problem;
+    const auto& plan = m.plan->dispatch;
+    const std::size_t nd = plan.dims.size();
+    std::ostringstream o;
+    o << "/* selftest.cu: verifies the exported kernel against the "
+      << (m.libraryFallback ? "library fallback" : "reference kernel")
+      << " on fresh random inputs,\n"
+         "   checks the dispatcher's choices, checks CUDA-graph capture of the dispatcher, and prints the speedup of "
+         "the\n"
+         "   candidate over the fallback where the dispatcher uses it. Exit 0: all passed; 77: no CUDA device. */\n";
+    o << "#include \"" << P
+      << ".h\"\n#include \"kl_expr.h\"\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include "
+         "<cuda_fp8.h>\n#include <cuda_runtime.h>\n\n"
+         "#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstdio>\n#include <cstdlib>\n#include "
+         "<cstring>\n"
+         "#include <random>\n#include <set>\n#include <string>\n#include <vector>\n\n";
+    o << selfTestSupportC();
     o << "\nstatic const TensorInfo kTensors[] = {\n";
     for (const auto& t : p.tensors) {
         const Tolerance tol = p.toleranceFor(t.dtype);
@@ -494,47 +555,7 @@ struct TensorInfo {
         o << (d ? ", " : "") << std::max<std::int64_t>(1, p.dims[d].multipleOf) << "LL";
     o << (nd ? "" : "1") << "};\n\n";
     o << expectationTable(m, "kExpect") << "\n";
-    o << R"(static double median(std::vector<float> v)
-{
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-struct Compare {
-    double relL2 = 0, maxAbs = 0;
-    bool nonFinite = false;
-    bool ok = true;
-};
-
-static Compare compare(const TensorInfo& t, const std::vector<double>& got, const std::vector<double>& ref)
-{
-    Compare c;
-    double num = 0, den = 0;
-    size_t finite = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-        if (std::isfinite(ref[i]) && !std::isfinite(got[i])) {
-            c.nonFinite = true;
-            continue;
-        }
-        if (!std::isfinite(ref[i]))
-            continue;
-        const double e = got[i] - ref[i];
-        num += e * e;
-        den += ref[i] * ref[i];
-        ++finite;
-    }
-    /* The harness's error measure: |c - r| / max(|r|, rms(r), 1), so cancellation to near zero in a long
-       reduction is judged against the output's typical magnitude. */
-    const double floorv = std::max(1.0, std::sqrt(den / (double)(finite ? finite : 1)));
-    for (size_t i = 0; i < ref.size(); ++i)
-        if (std::isfinite(ref[i]) && std::isfinite(got[i]))
-            c.maxAbs = std::max(c.maxAbs, std::fabs(got[i] - ref[i]) / std::max(std::fabs(ref[i]), floorv));
-    c.relL2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-    c.ok = !c.nonFinite && c.relL2 <= t.relL2 && c.maxAbs <= t.maxAbs;
-    return c;
-}
-
-int main()
+    o << R"(int main()
 {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -1006,13 +1027,16 @@ std::string genCMake(const BundleModel& m)
         o << "# The Triton candidate's launcher reaches the driver through cudaGetDriverEntryPointByVersion.\n"
              "if(CUDAToolkit_VERSION VERSION_LESS 12.5)\n  message(FATAL_ERROR \"this bundle needs CUDA 12.5 or newer "
              "(found ${CUDAToolkit_VERSION})\")\nendif()\n\n";
-    o << "add_library(" << P << "\n  src/" << P << "_dispatch.c\n  src/" << P << "_candidate.cu\n  src/" << P
-      << "_fallback.cu\n  src/" << P << "_run.cu)\n";
+    o << "add_library(" << P << "\n  src/" << P << "_dispatch.c\n"
+      << (m.candidate ? "  src/" + P + "_candidate.cu\n" : std::string()) << "  src/" << P << "_fallback.cu\n  src/"
+      << P << "_run.cu)\n";
     o << "set_target_properties(" << P << " PROPERTIES POSITION_INDEPENDENT_CODE ON)\n";
     o << "target_include_directories(" << P
       << " PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)\n";
     o << "target_link_libraries(" << P << " PUBLIC CUDA::cudart" << (m.libraryFallback ? " CUDA::cublas" : "") << ")\n";
     o << "if(UNIX)\n  target_link_libraries(" << P << " PRIVATE m)\nendif()\n\n";
+    if (!m.candidate) // a fallback-only part of a pipeline bundle: nothing to test against the fallback
+        return o.str();
     o << "enable_testing()\n";
     o << "add_executable(" << P << "_dispatch_test test/dispatch_test.c src/" << P << "_dispatch.c)\n";
     o << "target_include_directories(" << P << "_dispatch_test PRIVATE include src)\n";
