@@ -412,6 +412,16 @@ namespace {
         return p.stage(o.source.stage)->problem.toleranceFor(p.sourceSpec(o.source)->dtype);
     }
 
+    // A shape by the pipeline's free dims ("T=16"): its constants are the same in every shape.
+    std::string freeLabel(const Pipeline& p, const Shape& s)
+    {
+        Shape free;
+        for (const auto& d : p.space.dims)
+            if (!d.constant)
+                free.dims[d.name] = s.dims.at(d.name);
+        return free.label();
+    }
+
     std::vector<Shape> selfTestShapes(const Pipeline& p)
     {
         std::vector<Shape> out;
@@ -473,7 +483,7 @@ namespace {
                 o << (d ? ", " : "") << s.dims.at(c.dims[d]->name) << "LL";
             if (c.dims.empty())
                 o << "0";
-            o << "}, \"" << s.label() << "\", {";
+            o << "}, \"" << freeLabel(p, s) << "\", {";
             for (std::size_t t = 0; t < c.tensors.size(); ++t) {
                 const auto& x = c.tensors[t];
                 const IntValues& v = x.spec->values;
@@ -962,8 +972,10 @@ PipelineExportPlan planPipelineExport(
         e.stage = st.name;
         e.prefix = plan.prefix + "_" + lowerOf(cIdent(st.name));
         if (const auto it = byStage.find(st.name); it != byStage.end()) {
-            e.origin = it->second->flag;
             planCandidateStage(e, st, it->second->session, it->second->candidate, it->second->flag, minSpeedup);
+            // The session by its directory's name: a bundle carries no path of this machine.
+            e.origin = "--stage " + st.name + "=" + e.sessionName
+                + (it->second->candidate.empty() ? "" : ":" + it->second->candidate);
         } else if (st.impl.kind == StageImpl::Kind::Candidate) {
             fs::path dir = st.impl.session;
             if (dir.is_relative() && !p.folder.empty())
@@ -1049,7 +1061,7 @@ std::map<std::string, std::string> generatePipelineExport(
     }
     m["self_test_shapes"] = Json::array();
     for (const Shape& s : selfTestShapes(p))
-        m["self_test_shapes"].push_back(s.label());
+        m["self_test_shapes"].push_back(freeLabel(p, s));
     m["entry_point"] = "include/" + P + ".h";
     Json hashes = Json::object();
     for (const auto& [path, content] : files)
