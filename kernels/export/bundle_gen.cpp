@@ -1289,12 +1289,13 @@ std::string genRunCu(const BundleModel& m)
     if (!m.candidate)
         o << "/* No candidate was exported: the C API keeps its shape, the candidate declines every shape. */\n"
           << "extern \"C\" int " << P << "_run_candidate(" << paramList(m) << ")\n{\n    (void)dims;\n"
-          << [&] {
-                 std::string v;
-                 for (const auto& a : apiParams(*m.problem))
-                     v += "    (void)" + a.name + ";\n";
-                 return v;
-             }()
+          <<
+            [&] {
+                std::string v;
+                for (const auto& a : apiParams(*m.problem))
+                    v += "    (void)" + a.name + ";\n";
+                return v;
+            }()
           << "    (void)workspace;\n    (void)workspace_bytes;\n    (void)stream;\n    return " << U
           << "_ERR_UNSUPPORTED_SHAPE;\n}\n\n";
     o << "extern \"C\" int " << P << "_run(" << paramList(m) << ")\n{\n";

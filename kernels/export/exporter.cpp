@@ -828,8 +828,11 @@ std::map<std::string, std::string> generateFallbackBundleFor(
     std::vector<std::string> warnings;
     const Scrubber scrub = scrubberFor(problem, options);
     BundleModel m = fallbackModel(deviceOnly, problem, plan, false, scrub, warnings);
-    m.banner = " * " + detail::commentSafe(scrub("Computes: " + problem.name + (problem.description.empty() ? "" : " -- " + problem.description)))
-        + "\n * " + detail::commentSafe("No candidate: every shape runs the fallback, " + plan.fallbackDescription) + "\n";
+    m.banner = " * "
+        + detail::commentSafe(
+            scrub("Computes: " + problem.name + (problem.description.empty() ? "" : " -- " + problem.description)))
+        + "\n * " + detail::commentSafe("No candidate: every shape runs the fallback, " + plan.fallbackDescription)
+        + "\n";
     std::map<std::string, std::string> files;
     addDispatcherAndFallback(m, files);
     return files;

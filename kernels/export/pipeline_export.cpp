@@ -191,7 +191,7 @@ namespace {
             const auto& e = c.plan->stages[i];
             o << " *   " << st.name << ": " << st.problemName << ", "
               << (e.hasCandidate() ? "candidate " + e.plan.candidateId + " of session " + e.session->id
-                                         + " where it was measured faster, the fallback elsewhere"
+                             + " where it was measured faster, the fallback elsewhere"
                                    : "the fallback, " + detail::commentSafe(e.plan.fallbackDescription))
               << " (" << e.prefix << ".h)\n";
         }
@@ -199,7 +199,9 @@ namespace {
           << "_tensor_extents() gives them):\n";
         for (const auto& t : c.tensors)
             o << " *   " << t.name << ": " << dtypeName(t.spec->dtype) << ", "
-              << (t.output ? "output of " + t.source.text() : t.written ? "input, updated in place" : "input")
+              << (t.output           ? "output of " + t.source.text()
+                         : t.written ? "input, updated in place"
+                                     : "input")
               << "\n";
         o << " * The intermediates (";
         for (std::size_t i = 0; i < c.intermediates.size(); ++i)
@@ -226,7 +228,8 @@ namespace {
           << "_ERR_STAGE * (stage + 1) + that stage's error code */\n    " << U << "_ERR_STAGE = 100\n};\n\n";
         o << "int " << P << "_stage_count(void);\n";
         o << "const char* " << P << "_stage_name(int stage);\n";
-        o << "/* 1 when the stage runs an exported candidate (inside its verified-and-faster boxes), 0: the fallback. */\n";
+        o << "/* 1 when the stage runs an exported candidate (inside its verified-and-faster boxes), 0: the fallback. "
+             "*/\n";
         o << "int " << P << "_stage_has_candidate(int stage);\n";
         o << "/* 1 when dims are inside the pipeline's validity range. */\n";
         o << "int " << P << "_valid(const " << c.dimsType() << "* dims, const char** why);\n";
@@ -237,7 +240,8 @@ namespace {
         o << "int " << P << "_tensor_extents(const " << c.dimsType() << "* dims, int tensor, long long* extents);\n";
         o << "/* The intermediates and the largest stage workspace; (size_t)-1 when dims have no valid size. */\n";
         o << "size_t " << P << "_workspace_bytes(const " << c.dimsType() << "* dims);\n";
-        o << "/* Every stage's init (cuBLAS handles, Triton CUBINs): once per thread before the first run or capture. */\n";
+        o << "/* Every stage's init (cuBLAS handles, Triton CUBINs): once per thread before the first run or capture. "
+             "*/\n";
         o << "int " << P << "_init(void);\n";
         o << "/* The stages in order, each through its dispatcher (its candidate where it was measured faster). */\n";
         o << "int " << P << "_run(" << c.params() << ");\n";
@@ -285,11 +289,12 @@ namespace {
         o << "    if (!dims) {\n        if (why) *why = \"no dims\";\n        return 0;\n    }\n";
         for (const auto* d : c.dims) {
             o << "    if (dims->" << cIdent(d->name) << " < " << d->min << "LL || dims->" << cIdent(d->name) << " > "
-              << d->max << "LL) {\n        if (why) *why = \"" << d->name << " is outside the pipeline's range [" << d->min
-              << ", " << d->max << "]\";\n        return 0;\n    }\n";
+              << d->max << "LL) {\n        if (why) *why = \"" << d->name << " is outside the pipeline's range ["
+              << d->min << ", " << d->max << "]\";\n        return 0;\n    }\n";
             if (d->multipleOf > 1)
-                o << "    if (dims->" << cIdent(d->name) << " % " << d->multipleOf << "LL != 0) {\n        if (why) *why = \""
-                  << d->name << " is not a multiple of " << d->multipleOf << "\";\n        return 0;\n    }\n";
+                o << "    if (dims->" << cIdent(d->name) << " % " << d->multipleOf
+                  << "LL != 0) {\n        if (why) *why = \"" << d->name << " is not a multiple of " << d->multipleOf
+                  << "\";\n        return 0;\n    }\n";
         }
         for (const auto& e : p.space.dimConstraints)
             o << "    if (!((" << toCExpression(e.text(), c.pipelineIds(), "pipeline constraint")
@@ -315,8 +320,8 @@ namespace {
                 }
                 o << "    if (!klx_to_int("
                   << toCExpression(it->second.text(), c.pipelineIds(), "stage " + st.name + " dim " + d.name)
-                  << ", LLONG_MIN, LLONG_MAX, &v)) return 0;\n    l->d" << i << "." << cIdent(d.name)
-                  << " = v; /* " << detail::commentSafe(it->second.text()) << " */\n";
+                  << ", LLONG_MIN, LLONG_MAX, &v)) return 0;\n    l->d" << i << "." << cIdent(d.name) << " = v; /* "
+                  << detail::commentSafe(it->second.text()) << " */\n";
             }
         }
         for (std::size_t k = 0; k < c.intermediates.size(); ++k) {
@@ -374,8 +379,9 @@ namespace {
             std::string args = "&l->d" + std::to_string(i);
             for (const auto& a : detail::apiParams(st.problem)) {
                 if (a.tensor)
-                    args += ", " + c.var(a.spec->role == TensorRole::Output ? TensorSource { st.name, a.name }
-                                                                           : st.inputs.at(a.spec->name));
+                    args += ", "
+                        + c.var(a.spec->role == TensorRole::Output ? TensorSource { st.name, a.spec->name }
+                                                                   : st.inputs.at(a.spec->name));
                 else
                     args += ", (" + a.cType + ")" + detail::scalarValueC(*a.scalar, "(&l->d" + std::to_string(i) + ")");
             }
@@ -492,8 +498,7 @@ namespace {
                     o << "{0, 0, 0, 0, 0}";
                     continue;
                 }
-                const Bindings b
-                    = p.stages[static_cast<std::size_t>(x.describingStage)].shapeAt(s).bindings();
+                const Bindings b = p.stages[static_cast<std::size_t>(x.describingStage)].shapeAt(s).bindings();
                 const double row = x.spec->shape.empty() ? 0 : x.spec->shape.back().evaluate(b);
                 o << "{" << static_cast<int>(v.kind) << ", " << detail::cDouble(v.low.evaluate(b)) << ", "
                   << detail::cDouble(v.high.evaluate(b)) << ", " << detail::cDouble(v.padFraction) << ", "
@@ -526,7 +531,8 @@ namespace {
 )";
         o << "    if (" << P << "_init() != 0) {\n        std::printf(\"FAIL: init\\n\");\n        return 1;\n    }\n";
         o << "    for (int i = 0; i < " << P << "_stage_count(); ++i)\n        std::printf(\"stage %-10s %s\\n\", " << P
-          << "_stage_name(i), " << P << "_stage_has_candidate(i) ? \"exported candidate (its dispatcher)\" : \"fallback\");\n";
+          << "_stage_name(i), " << P
+          << "_stage_has_candidate(i) ? \"exported candidate (its dispatcher)\" : \"fallback\");\n";
         o << R"(    std::random_device rd;
     unsigned long long seed = ((unsigned long long)rd() << 32) ^ rd();
     if (const char* s = std::getenv("KL_SELFTEST_SEED"))
@@ -740,8 +746,8 @@ namespace {
               << " must be a contiguous CUDA " << dtypeName(t.spec->dtype) << " tensor\");\n";
             o << "    {\n        const int rank = " << P << "_tensor_extents(&dims, " << i
               << ", ext);\n        int64_t n = 1;\n        for (int a = 0; a < rank; ++a)\n            n *= ext[a];\n"
-              << "        TORCH_CHECK(rank >= 0 && " << v << ".numel() == n, \"" << P << ": " << t.name
-              << " has \", " << v << ".numel(), \" elements, the dims need \", n);\n    }\n";
+              << "        TORCH_CHECK(rank >= 0 && " << v << ".numel() == n, \"" << P << ": " << t.name << " has \", "
+              << v << ".numel(), \" elements, the dims need \", n);\n    }\n";
         }
         o << "    const c10::cuda::CUDAGuard guard(" << first << ".device());\n";
         std::vector<std::string> outs;
@@ -764,8 +770,8 @@ namespace {
         for (const auto& t : c.tensors)
             cargs += ", " + cIdent(t.name) + ".data_ptr()";
         cargs += ", ws.data_ptr(), ws_bytes, at::cuda::getCurrentCUDAStream()";
-        o << "    const int rc = fallback ? " << P << "_run_fallback(" << cargs << ")\n                            : "
-          << P << "_run(" << cargs << ");\n";
+        o << "    const int rc = fallback ? " << P << "_run_fallback(" << cargs
+          << ")\n                            : " << P << "_run(" << cargs << ");\n";
         o << "    TORCH_CHECK(rc == 0, \"" << P << ": \", " << P << "_error_string(rc));\n";
         if (outs.size() == 1) {
             o << "    return " << outs[0] << ";\n}\n\n";
@@ -837,8 +843,10 @@ namespace {
         o << "add_test(NAME pipeline_selftest COMMAND " << P << "_selftest)\n";
         o << "set_tests_properties(pipeline_selftest PROPERTIES SKIP_RETURN_CODE 77)\n\n";
         o << "if(KL_BUILD_TORCH)\n  find_package(Python3 REQUIRED COMPONENTS Interpreter)\n"
-          << "  execute_process(COMMAND ${Python3_EXECUTABLE} -c \"import torch; print(torch.utils.cmake_prefix_path)\"\n"
-          << "                  OUTPUT_VARIABLE KL_TORCH_PREFIX OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL "
+          << "  execute_process(COMMAND ${Python3_EXECUTABLE} -c \"import torch; "
+             "print(torch.utils.cmake_prefix_path)\"\n"
+          << "                  OUTPUT_VARIABLE KL_TORCH_PREFIX OUTPUT_STRIP_TRAILING_WHITESPACE "
+             "COMMAND_ERROR_IS_FATAL "
              "ANY)\n"
           << "  list(APPEND CMAKE_PREFIX_PATH ${KL_TORCH_PREFIX})\n  find_package(Torch REQUIRED)\n"
           << "  add_library(" << P << "_torch SHARED torch/" << P << "_op.cpp)\n"
@@ -863,7 +871,7 @@ namespace {
             const auto& e = c.plan->stages[i];
             o << "| " << e.stage << " | " << p.stages[i].problemName << " | "
               << (e.hasCandidate() ? "candidate " + e.plan.candidateId + " of session " + e.session->id
-                                         + " (its dispatcher: the fallback outside its verified-and-faster boxes)"
+                             + " (its dispatcher: the fallback outside its verified-and-faster boxes)"
                                    : "fallback: " + e.plan.fallbackDescription)
               << " | `" << e.stage << "/` |\n";
         }
@@ -924,9 +932,9 @@ namespace {
                     sj["speedup"] = { { "median", r.speedup }, { "ci95", { r.speedupCiLow, r.speedupCiHigh } } };
                 shapes.push_back(std::move(sj));
             }
-            j["verification"] = { { "verdict", verdictName(ev->second.verdict) },
-                { "shapes_verified", ev->second.shapes.size() }, { "shapes_correct", correct },
-                { "held_out_correct", held }, { "shapes", shapes } };
+            j["verification"]
+                = { { "verdict", verdictName(ev->second.verdict) }, { "shapes_verified", ev->second.shapes.size() },
+                      { "shapes_correct", correct }, { "held_out_correct", held }, { "shapes", shapes } };
         }
         return j;
     }
@@ -960,8 +968,8 @@ PipelineExportPlan planPipelineExport(
     std::map<std::string, const PipelineStageSource*> byStage;
     for (const auto& o : overrides) {
         if (p.stageIndex(o.stage) < 0)
-            throw InputError(
-                o.flag + ": pipeline " + p.name + " has no stage '" + abbreviate(o.stage) + "' (stages: " + stagesList(p) + ")");
+            throw InputError(o.flag + ": pipeline " + p.name + " has no stage '" + abbreviate(o.stage)
+                + "' (stages: " + stagesList(p) + ")");
         if (!byStage.emplace(o.stage, &o).second)
             throw InputError(o.flag + ": stage " + o.stage + " is given twice");
     }
@@ -1009,9 +1017,8 @@ std::map<std::string, std::string> generatePipelineExport(
     for (std::size_t i = 0; i < p.stages.size(); ++i) {
         const PipelineStageExport& e = plan.stages[i];
         const Problem& problem = p.stages[i].problem;
-        auto part = e.hasCandidate()
-            ? generateBundleFor(*e.session, problem, e.plan, !e.plan.refusals.empty(), options)
-            : generateFallbackBundleFor(problem, e.plan, plan.device, options);
+        auto part = e.hasCandidate() ? generateBundleFor(*e.session, problem, e.plan, !e.plan.refusals.empty(), options)
+                                     : generateFallbackBundleFor(problem, e.plan, plan.device, options);
         for (auto& [path, content] : part)
             files[e.stage + "/" + path] = std::move(content);
     }
@@ -1042,7 +1049,10 @@ std::map<std::string, std::string> generatePipelineExport(
     m["tensors"] = Json::array();
     for (const auto& t : c.tensors)
         m["tensors"].push_back({ { "name", t.name }, { "dtype", dtypeName(t.spec->dtype) },
-            { "role", t.output ? "output" : t.written ? "inout" : "input" },
+            { "role",
+                t.output        ? "output"
+                    : t.written ? "inout"
+                                : "input" },
             { "from", t.output ? Json(t.source.text()) : Json() } });
     m["intermediates"] = Json::array();
     for (const auto& im : c.intermediates)
@@ -1056,8 +1066,9 @@ std::map<std::string, std::string> generatePipelineExport(
     for (const auto& o : p.outputs) {
         const Tolerance t = outputTolerance(p, o);
         m["end_to_end_tolerance"][o.name] = { { "rel_l2", t.relL2 }, { "max_abs", t.maxAbs },
-            { "rule", "the producing problem's tolerance (" + o.source.stage + ": " + p.stage(o.source.stage)->problemName
-                          + "), the floor of the harness's end-to-end tolerance; against the all-fallback pipeline" } };
+            { "rule",
+                "the producing problem's tolerance (" + o.source.stage + ": " + p.stage(o.source.stage)->problemName
+                    + "), the floor of the harness's end-to-end tolerance; against the all-fallback pipeline" } };
     }
     m["self_test_shapes"] = Json::array();
     for (const Shape& s : selfTestShapes(p))

@@ -96,7 +96,8 @@ namespace {
         // A candidate stage is the single-problem bundle with the stage's prefix, byte for byte.
         ExportPlan normPlan = planExport(SessionStore::load(s.norm.dir), p.stages[0].problem, s.norm.candidateId);
         normPlan.prefix = P + "_norm";
-        for (const auto& [path, content] : generateBundleFor(SessionStore::load(s.norm.dir), p.stages[0].problem, normPlan, false, o))
+        for (const auto& [path, content] :
+            generateBundleFor(SessionStore::load(s.norm.dir), p.stages[0].problem, normPlan, false, o))
             EXPECT_EQ(files.at("norm/" + path), content) << path;
         for (const char* f : { "norm/src/kl_llama_mlp_decode_norm_candidate.cu", "norm/test/selftest.cu",
                  "norm/torch/kl_llama_mlp_decode_norm_op.cpp", "act/src/kl_llama_mlp_decode_act_candidate.cuh" })
@@ -104,8 +105,8 @@ namespace {
         // A fallback stage: the C API and dispatcher of a bundle, no candidate, cuBLAS behind it.
         EXPECT_FALSE(files.count("gate_up/src/kl_llama_mlp_decode_gate_up_candidate.cu"));
         EXPECT_FALSE(files.count("gate_up/test/selftest.cu"));
-        EXPECT_NE(files.at("gate_up/src/kl_llama_mlp_decode_gate_up_fallback.cu").find("cublasGemmEx"),
-            std::string::npos);
+        EXPECT_NE(
+            files.at("gate_up/src/kl_llama_mlp_decode_gate_up_fallback.cu").find("cublasGemmEx"), std::string::npos);
         EXPECT_NE(files.at("gate_up/src/kl_llama_mlp_decode_gate_up_dispatch.c").find("no candidate was exported"),
             std::string::npos);
         EXPECT_NE(files.at("gate_up/src/kl_llama_mlp_decode_gate_up_run.cu")
@@ -134,7 +135,8 @@ namespace {
             EXPECT_NE(cmake.find(std::string("add_subdirectory(") + st + ")"), std::string::npos) << st;
         EXPECT_LT(at(cmake, "set(CMAKE_CUDA_ARCHITECTURES 90a)"), at(cmake, "\nproject("));
         const std::string torch = files.at("torch/" + P + "_op.cpp");
-        EXPECT_NE(torch.find("m.def(\"run(Tensor x, Tensor w_norm, Tensor w_gate_up, Tensor w_down, int T) -> Tensor\")"),
+        EXPECT_NE(
+            torch.find("m.def(\"run(Tensor x, Tensor w_norm, Tensor w_gate_up, Tensor w_down, int T) -> Tensor\")"),
             std::string::npos);
         const std::string selftest = files.at("test/pipeline_selftest.cu");
         EXPECT_NE(selftest.find(P + "_run_fallback("), std::string::npos);
@@ -159,8 +161,8 @@ namespace {
         EXPECT_EQ(st[1].at("fallback"), "cuBLAS (cublas_gemm_bf16)");
         EXPECT_EQ(st[1].at("pipeline_impl"), "library");
         EXPECT_EQ(m.at("intermediates"), Json::array({ "norm.y", "gate_up.C", "act.y" }));
-        EXPECT_EQ(m.at("end_to_end_tolerance").at("out").at("rel_l2"),
-            p.stages[3].problem.toleranceFor(DType::BF16).relL2);
+        EXPECT_EQ(
+            m.at("end_to_end_tolerance").at("out").at("rel_l2"), p.stages[3].problem.toleranceFor(DType::BF16).relL2);
         for (const auto& [path, hash] : m.at("files").items())
             EXPECT_EQ(hash, sha256Hex(files.at(path))) << path;
         // Nothing of this machine's paths: the session directories are named, never given.
@@ -193,13 +195,16 @@ namespace {
             << c;
         EXPECT_NE(c.find("kl_dsa_decode_topk_run_fallback(&l->d1, kl_b_topk_indices, kl_b_indexer_scores, seq_lens, "),
             std::string::npos);
-        EXPECT_NE(c.find("block_table, kl_b_topk_indices"), std::string::npos) << c;
+        EXPECT_NE(c.find("kl_dsa_decode_attn_run_fallback(&l->d2, out_, q, kv_cache, block_table, kl_b_topk_indices, "),
+            std::string::npos)
+            << c;
         EXPECT_NE(c.find("B * MAXP * PS <= 2097152"), std::string::npos); // the pipeline's constraint, checked
         const std::string selftest = files.at("test/pipeline_selftest.cu");
         // At B=3, SQ=2, MAXP=5, evaluated at export: block_table a permutation of the pages, seq_lens lengths that
         // reach into the last page ([(MAXP - 1) * PS + 2, MAXP * PS]), one per row of B.
-        EXPECT_NE(selftest.find("{{3LL, 2LL, 5LL}, \"B=3,MAXP=5,SQ=2\", {{0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}, {0, 0, 0, 0, "
-                                "0}, {3, 0.0, 0.0, 0.0, 5.0}, {4, 258.0, 320.0, 0.0, 3.0}"),
+        EXPECT_NE(
+            selftest.find("{{3LL, 2LL, 5LL}, \"B=3,MAXP=5,SQ=2\", {{0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}, {0, 0, 0, 0, "
+                          "0}, {3, 0.0, 0.0, 0.0, 5.0}, {4, 258.0, 320.0, 0.0, 3.0}"),
             std::string::npos);
         const Json m = Json::parse(files.at("manifest.json"));
         for (const auto& st : m.at("stages"))
@@ -253,8 +258,8 @@ namespace {
             planPipelineExport(named, {});
             ADD_FAILURE() << "planned";
         } catch (const InputError& e) {
-            EXPECT_NE(std::string(e.what()).find("pipeline.json stages[2] (act).impl: no session at"),
-                std::string::npos)
+            EXPECT_NE(
+                std::string(e.what()).find("pipeline.json stages[2] (act).impl: no session at"), std::string::npos)
                 << e.what();
         }
         // --force exports it, the refusal written into the manifest.
@@ -275,9 +280,9 @@ namespace {
         const fs::path scratch = freshDir("pipeline-cli");
         fs::create_directories(scratch);
         const fs::path out = scratch / "bundle";
-        auto r = kl::clitest::runKloop({ "pipeline", "export", "llama_mlp_decode", "--stage",
-                                           "norm=" + s.norm.dir.string(), "--stage", "act=" + s.act.dir.string(),
-                                           "--out", out.string(), "--json" },
+        auto r = kl::clitest::runKloop(
+            { "pipeline", "export", "llama_mlp_decode", "--stage", "norm=" + s.norm.dir.string(), "--stage",
+                "act=" + s.act.dir.string(), "--out", out.string(), "--json" },
             {}, scratch);
         ASSERT_EQ(r.exitCode, 0) << r.err;
         const Json j = Json::parse(r.out);
