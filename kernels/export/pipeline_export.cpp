@@ -899,9 +899,12 @@ namespace {
         Json inputs = Json::object();
         for (const auto& [t, s] : st.inputs)
             inputs[t] = s.text();
+        Json scalars = Json::object(); // what the entry point passes: a value, or a formula over the stage's dims
+        for (const auto& x : st.problem.scalars)
+            scalars[x.name] = x.formula ? Json(x.formula->text()) : Json(x.value);
         Json j { { "name", st.name }, { "problem", st.problemName }, { "dims", dims }, { "inputs", inputs },
-            { "pipeline_impl", st.impl.describe() }, { "bundle", st.name + "/" }, { "prefix", e.prefix },
-            { "origin", e.origin }, { "fallback", e.plan.fallbackDescription } };
+            { "scalars", scalars }, { "pipeline_impl", st.impl.describe() }, { "bundle", st.name + "/" },
+            { "prefix", e.prefix }, { "origin", e.origin }, { "fallback", e.plan.fallbackDescription } };
         if (!e.hasCandidate()) {
             j["source"] = "fallback";
             return j;
@@ -1043,20 +1046,24 @@ std::map<std::string, std::string> generatePipelineExport(
     for (const auto& r : plan.refusals)
         m["refusals"].push_back({ { "code", r.code }, { "message", r.message } });
     m["warnings"] = plan.warnings;
+    m["prefix"] = P;
     m["dims"] = Json::array();
-    for (const auto* d : c.dims)
-        m["dims"].push_back({ { "name", d->name }, { "min", d->min }, { "max", d->max } });
+    m["constants"] = Json::object();
+    for (const auto& d : p.space.dims) {
+        if (d.constant)
+            m["constants"][d.name] = d.min;
+        else
+            m["dims"].push_back({ { "name", d.name }, { "min", d.min }, { "max", d.max } });
+    }
     m["tensors"] = Json::array();
-    for (const auto& t : c.tensors)
-        m["tensors"].push_back({ { "name", t.name }, { "dtype", dtypeName(t.spec->dtype) },
-            { "role",
-                t.output        ? "output"
-                    : t.written ? "inout"
-                                : "input" },
-            { "from", t.output ? Json(t.source.text()) : Json() } });
+    for (const auto& t : c.tensors) {
+        const char* role = t.output ? "output" : t.written ? "inout" : "input";
+        m["tensors"].push_back({ { "name", t.name }, { "dtype", dtypeName(t.spec->dtype) }, { "role", role },
+            { "scale", t.spec->scale }, { "from", t.output ? Json(t.source.text()) : Json() } });
+    }
     m["intermediates"] = Json::array();
     for (const auto& im : c.intermediates)
-        m["intermediates"].push_back(im.source.text());
+        m["intermediates"].push_back({ { "name", im.source.text() }, { "dtype", dtypeName(im.spec->dtype) } });
     m["intermediates_allocated_by"]
         = "the caller: one workspace of " + P + "_workspace_bytes() holds them and the stages' workspace";
     m["stages"] = Json::array();
@@ -1071,8 +1078,12 @@ std::map<std::string, std::string> generatePipelineExport(
                     + "), the floor of the harness's end-to-end tolerance; against the all-fallback pipeline" } };
     }
     m["self_test_shapes"] = Json::array();
-    for (const Shape& s : selfTestShapes(p))
-        m["self_test_shapes"].push_back(freeLabel(p, s));
+    for (const Shape& s : selfTestShapes(p)) {
+        Json extents = Json::object();
+        for (const auto& t : c.tensors)
+            extents[t.name] = p.extentsAt(t.source, s);
+        m["self_test_shapes"].push_back({ { "label", freeLabel(p, s) }, { "extents", extents } });
+    }
     m["entry_point"] = "include/" + P + ".h";
     Json hashes = Json::object();
     for (const auto& [path, content] : files)

@@ -160,7 +160,12 @@ namespace {
         EXPECT_EQ(st[1].at("source"), "fallback");
         EXPECT_EQ(st[1].at("fallback"), "cuBLAS (cublas_gemm_bf16)");
         EXPECT_EQ(st[1].at("pipeline_impl"), "library");
-        EXPECT_EQ(m.at("intermediates"), Json::array({ "norm.y", "gate_up.C", "act.y" }));
+        EXPECT_EQ(m.at("intermediates")[1], Json({ { "name", "gate_up.C" }, { "dtype", "bf16" } }));
+        EXPECT_EQ(m.at("intermediates").size(), 3u);
+        EXPECT_EQ(m.at("constants"), Json({ { "H", 4096 }, { "I", 8192 } }));
+        EXPECT_EQ(m.at("self_test_shapes")[2].at("label"), "T=64");
+        EXPECT_EQ(m.at("self_test_shapes")[2].at("extents").at("w_gate_up"), Json::array({ 16384, 4096 }));
+        EXPECT_DOUBLE_EQ(st[0].at("scalars").at("eps").get<double>(), 1e-6);
         EXPECT_EQ(
             m.at("end_to_end_tolerance").at("out").at("rel_l2"), p.stages[3].problem.toleranceFor(DType::BF16).relL2);
         for (const auto& [path, hash] : m.at("files").items())
@@ -209,7 +214,8 @@ namespace {
         const Json m = Json::parse(files.at("manifest.json"));
         for (const auto& st : m.at("stages"))
             EXPECT_EQ(st.at("source"), "fallback");
-        EXPECT_EQ(m.at("intermediates"), Json::array({ "indexer.scores", "topk.indices" }));
+        EXPECT_EQ(m.at("intermediates")[0].at("name"), "indexer.scores");
+        EXPECT_EQ(m.at("intermediates")[1], Json({ { "name", "topk.indices" }, { "dtype", "i32" } }));
     }
 
     // Each error names the flag or file; nothing is written and an existing bundle at DIR is left as it was.
