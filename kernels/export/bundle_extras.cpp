@@ -427,6 +427,85 @@ static Compare compare(const TensorInfo& t, const std::vector<double>& got, cons
     return c;
 }
 
+/* Prints the device, or why the self-test is skipped (exit 77) when there is none. */
+static bool haveDevice()
+{
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        std::printf("no CUDA device: self-test skipped\n");
+        return false;
+    }
+    cudaDeviceProp prop;
+    KL_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+    return true;
+}
+
+/* Fresh inputs each run, printed; KL_SELFTEST_SEED repeats a run. */
+static unsigned long long selfTestSeed()
+{
+    std::random_device rd;
+    unsigned long long seed = ((unsigned long long)rd() << 32) ^ rd();
+    if (const char* s = std::getenv("KL_SELFTEST_SEED"))
+        seed = std::strtoull(s, nullptr, 10);
+    std::printf("seed: %llu (fresh each run; KL_SELFTEST_SEED repeats one)\n", seed);
+    return seed;
+}
+
+/* Shapes whose tensors and workspace exceed this many bytes are skipped (KL_SELFTEST_MAX_BYTES). */
+static double selfTestMaxBytes(double fallback)
+{
+    const char* s = std::getenv("KL_SELFTEST_MAX_BYTES");
+    return s ? std::strtod(s, nullptr) : fallback;
+}
+
+/* A floating input's values: normal with the tensor's scale (integer kinds: its magnitude, rounded). */
+static std::vector<double> randomValues(const TensorInfo& t, size_t n, std::mt19937_64& rng)
+{
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::vector<double> h(n);
+    for (auto& x : h) {
+        const double r = normal(rng) * t.scale;
+        x = (t.kind == KL_I32 || t.kind == KL_I64 || t.kind == KL_U8) ? std::fabs(std::round(r)) : r;
+    }
+    return h;
+}
+
+/* Compares one output on the device with its reference and prints the line; true when within tolerance. */
+static bool checkOutput(const TensorInfo& t, const void* d, size_t n, const std::vector<double>& ref, const char* what)
+{
+    const Compare c = compare(t, fromDevice(t.kind, d, n), ref);
+    std::printf("      %-9s %-6s rel_l2 %.3e  max_err %.3e%s  %s\n", what, t.name, c.relL2, c.maxAbs,
+                c.nonFinite ? "  non-finite" : "", c.ok ? "ok" : "FAIL");
+    return c.ok;
+}
+
+/* a and b interleaved (3 warm-up pairs, then 25 timed), so their ratio sees the same clocks: the median us of each. */
+template <class A, class B>
+static void timeInterleaved(A a, B b, cudaStream_t stream, cudaEvent_t* ev, double* aUs, double* bUs)
+{
+    for (int w = 0; w < 3; ++w) {
+        a();
+        b();
+    }
+    std::vector<float> ta, tb;
+    for (int r = 0; r < 25; ++r) {
+        KL_CHECK(cudaEventRecord(ev[0], stream));
+        a();
+        KL_CHECK(cudaEventRecord(ev[1], stream));
+        b();
+        KL_CHECK(cudaEventRecord(ev[2], stream));
+        KL_CHECK(cudaEventSynchronize(ev[2]));
+        float x = 0, y = 0;
+        KL_CHECK(cudaEventElapsedTime(&x, ev[0], ev[1]));
+        KL_CHECK(cudaEventElapsedTime(&y, ev[1], ev[2]));
+        ta.push_back(x * 1000.0f);
+        tb.push_back(y * 1000.0f);
+    }
+    *aUs = median(ta);
+    *bUs = median(tb);
+}
+
 /* Integer input values of one kind (problem.json "values"; see valueKind) for n elements. */
 static std::vector<double> klIntValues(int kind, double lo, double hi, double pad, double rowD, size_t n, std::mt19937_64& rng)
 {
@@ -557,26 +636,13 @@ std::string genSelfTest(const BundleModel& m)
     o << expectationTable(m, "kExpect") << "\n";
     o << R"(int main()
 {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-        std::printf("no CUDA device: self-test skipped\n");
+    if (!haveDevice())
         return 77;
-    }
-    cudaDeviceProp prop;
-    KL_CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
 )";
     o << "    if (" << P << "_init() != " << U
       << "_OK) {\n        std::printf(\"FAIL: init\\n\");\n        return 1;\n    }\n";
-    o << R"(    std::random_device rd;
-    unsigned long long seed = ((unsigned long long)rd() << 32) ^ rd();
-    if (const char* s = std::getenv("KL_SELFTEST_SEED"))
-        seed = std::strtoull(s, nullptr, 10);
-    std::printf("seed: %llu (fresh each run; KL_SELFTEST_SEED repeats one)\n", seed);
-    std::mt19937_64 rng(seed);
-    double maxBytes = 512.0 * (1 << 20);
-    if (const char* s = std::getenv("KL_SELFTEST_MAX_BYTES"))
-        maxBytes = std::strtod(s, nullptr);
+    o << R"(    std::mt19937_64 rng(selfTestSeed());
+    const double maxBytes = selfTestMaxBytes(512.0 * (1 << 20));
 
     std::vector<std::vector<long long>> shapes;
     for (int i = 0; i < kNumMeasured; ++i)
@@ -602,7 +668,6 @@ std::string genSelfTest(const BundleModel& m)
     cudaEvent_t ev[3];
     for (auto& e : ev)
         KL_CHECK(cudaEventCreate(&e));
-    std::normal_distribution<double> normal(0.0, 1.0);
     int failures = 0, checked = 0, skipped = 0, graphChecked = 0;
     double logSpeedupSum = 0;
     int timedShapes = 0;
@@ -631,16 +696,7 @@ std::string genSelfTest(const BundleModel& m)
             KL_CHECK(cudaMalloc(&buf[t], std::max<size_t>(1, n * kindBytes(kTensors[t].kind))));
             if (kTensors[t].output && !kTensors[t].inPlace)
                 continue;
-            std::vector<double> h;
-            if (valueKind(t) != 0) {
-                h = intValues(t, &d, n, rng);
-            } else {
-                h.resize(n);
-                for (auto& x : h) {
-                    const double r = normal(rng) * kTensors[t].scale;
-                    x = (kTensors[t].kind == KL_I32 || kTensors[t].kind == KL_I64 || kTensors[t].kind == KL_U8) ? std::fabs(std::round(r)) : r;
-                }
-            }
+            std::vector<double> h = valueKind(t) != 0 ? intValues(t, &d, n, rng) : randomValues(kTensors[t], n, rng);
             toDevice(kTensors[t].kind, h, buf[t]);
             if (kTensors[t].inPlace)
                 pristine[t] = std::move(h);
@@ -662,10 +718,7 @@ std::string genSelfTest(const BundleModel& m)
             for (int t = 0; t < kNumTensors; ++t) {
                 if (!kTensors[t].output)
                     continue;
-                const Compare c = compare(kTensors[t], fromDevice(kTensors[t].kind, buf[t], (size_t)numel(t, &d)), ref[t]);
-                std::printf("      %-9s %-6s rel_l2 %.3e  max_err %.3e%s  %s\n", what, kTensors[t].name, c.relL2, c.maxAbs,
-                            c.nonFinite ? "  non-finite" : "", c.ok ? "ok" : "FAIL");
-                ok = ok && c.ok;
+                ok = checkOutput(kTensors[t], buf[t], (size_t)numel(t, &d), ref[t], what) && ok;
             }
             return ok;
         };
@@ -715,25 +768,9 @@ std::string genSelfTest(const BundleModel& m)
         }
         if (ok && sel == 1) {
             /* Candidate and fallback interleaved in one run, so the ratio sees the same clocks. */
-            for (int w = 0; w < 3; ++w) {
-                call(1, &d, buf, ws, wsBytes, stream);
-                call(0, &d, buf, ws, wsBytes, stream);
-            }
-            std::vector<float> tc, tf;
-            for (int r = 0; r < 25; ++r) {
-                KL_CHECK(cudaEventRecord(ev[0], stream));
-                call(1, &d, buf, ws, wsBytes, stream);
-                KL_CHECK(cudaEventRecord(ev[1], stream));
-                call(0, &d, buf, ws, wsBytes, stream);
-                KL_CHECK(cudaEventRecord(ev[2], stream));
-                KL_CHECK(cudaEventSynchronize(ev[2]));
-                float a = 0, b = 0;
-                KL_CHECK(cudaEventElapsedTime(&a, ev[0], ev[1]));
-                KL_CHECK(cudaEventElapsedTime(&b, ev[1], ev[2]));
-                tc.push_back(a * 1000.0f);
-                tf.push_back(b * 1000.0f);
-            }
-            const double c = median(tc), f = median(tf);
+            double c = 0, f = 0;
+            timeInterleaved([&] { call(1, &d, buf, ws, wsBytes, stream); }, [&] { call(0, &d, buf, ws, wsBytes, stream); },
+                            stream, ev, &c, &f);
             std::printf("      time: candidate %.2f us, fallback %.2f us, speedup %.2fx (median of 25, warm caches)\n", c, f, f / c);
             logSpeedupSum += std::log(f / c);
             ++timedShapes;

@@ -520,34 +520,18 @@ namespace {
           << "    return fallback ? " << P << "_run_fallback(" << callArgs << ") : " << P << "_run(" << callArgs
           << ");\n}\n\n";
         o << "int main()\n{\n";
-        o << R"(    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-        std::printf("no CUDA device: self-test skipped\n");
-        return 77;
-    }
-    cudaDeviceProp prop;
-    KL_CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
-)";
+        o << "    if (!haveDevice())\n        return 77;\n";
         o << "    if (" << P << "_init() != 0) {\n        std::printf(\"FAIL: init\\n\");\n        return 1;\n    }\n";
         o << "    for (int i = 0; i < " << P << "_stage_count(); ++i)\n        std::printf(\"stage %-10s %s\\n\", " << P
           << "_stage_name(i), " << P
           << "_stage_has_candidate(i) ? \"exported candidate (its dispatcher)\" : \"fallback\");\n";
-        o << R"(    std::random_device rd;
-    unsigned long long seed = ((unsigned long long)rd() << 32) ^ rd();
-    if (const char* s = std::getenv("KL_SELFTEST_SEED"))
-        seed = std::strtoull(s, nullptr, 10);
-    std::printf("seed: %llu (fresh each run; KL_SELFTEST_SEED repeats one)\n", seed);
-    std::mt19937_64 rng(seed);
-    double maxBytes = 4096.0 * (1 << 20);
-    if (const char* s = std::getenv("KL_SELFTEST_MAX_BYTES"))
-        maxBytes = std::strtod(s, nullptr);
+        o << R"(    std::mt19937_64 rng(selfTestSeed());
+    const double maxBytes = selfTestMaxBytes(4096.0 * (1 << 20));
     cudaStream_t stream;
     KL_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     cudaEvent_t ev[3];
     for (auto& e : ev)
         KL_CHECK(cudaEventCreate(&e));
-    std::normal_distribution<double> normal(0.0, 1.0);
     int failures = 0, checked = 0, skipped = 0;
     for (const TestShape& shape : kShapes) {
 )";
@@ -577,16 +561,8 @@ namespace {
             if (kTensors[t].output)
                 continue;
             const IntSpec& is = shape.ints[t];
-            std::vector<double> h;
-            if (is.kind != 0) {
-                h = klIntValues(is.kind, is.lo, is.hi, is.pad, is.row, numel[t], rng);
-            } else {
-                h.resize(numel[t]);
-                for (auto& x : h) {
-                    const double r = normal(rng) * kTensors[t].scale;
-                    x = (kTensors[t].kind == KL_I32 || kTensors[t].kind == KL_I64 || kTensors[t].kind == KL_U8) ? std::fabs(std::round(r)) : r;
-                }
-            }
+            std::vector<double> h = is.kind != 0 ? klIntValues(is.kind, is.lo, is.hi, is.pad, is.row, numel[t], rng)
+                                                 : randomValues(kTensors[t], numel[t], rng);
             toDevice(kTensors[t].kind, h, buf[t]);
             pristine[t] = std::move(h);
         }
@@ -607,10 +583,7 @@ namespace {
             for (int t = 0; t < kNumTensors; ++t) {
                 if (!kTensors[t].output)
                     continue;
-                const Compare c = compare(kTensors[t], fromDevice(kTensors[t].kind, buf[t], numel[t]), ref[t]);
-                std::printf("      %-9s %-8s rel_l2 %.3e  max_err %.3e (tolerance %.3g / %.3g)%s  %s\n", what, kTensors[t].name,
-                            c.relL2, c.maxAbs, kTensors[t].relL2, kTensors[t].maxAbs, c.nonFinite ? "  non-finite" : "", c.ok ? "ok" : "FAIL");
-                ok = ok && c.ok;
+                ok = checkOutput(kTensors[t], buf[t], numel[t], ref[t], what) && ok;
             }
             return ok;
         };
@@ -651,26 +624,10 @@ namespace {
             ok = ok && gok;
         }
         if (ok) {
-            /* The two graphs interleaved, so the ratio sees the same clocks; inputs updated in place drift, the time does not. */
-            for (int w = 0; w < 3; ++w) {
-                KL_CHECK(cudaGraphLaunch(exec[0], stream));
-                KL_CHECK(cudaGraphLaunch(exec[1], stream));
-            }
-            std::vector<float> tp, tf;
-            for (int r = 0; r < 25; ++r) {
-                KL_CHECK(cudaEventRecord(ev[0], stream));
-                KL_CHECK(cudaGraphLaunch(exec[0], stream));
-                KL_CHECK(cudaEventRecord(ev[1], stream));
-                KL_CHECK(cudaGraphLaunch(exec[1], stream));
-                KL_CHECK(cudaEventRecord(ev[2], stream));
-                KL_CHECK(cudaEventSynchronize(ev[2]));
-                float a = 0, b = 0;
-                KL_CHECK(cudaEventElapsedTime(&a, ev[0], ev[1]));
-                KL_CHECK(cudaEventElapsedTime(&b, ev[1], ev[2]));
-                tp.push_back(a * 1000.0f);
-                tf.push_back(b * 1000.0f);
-            }
-            const double a = median(tp), b = median(tf);
+            /* The two graphs interleaved; inputs updated in place drift, the time does not. */
+            double a = 0, b = 0;
+            timeInterleaved([&] { KL_CHECK(cudaGraphLaunch(exec[0], stream)); }, [&] { KL_CHECK(cudaGraphLaunch(exec[1], stream)); },
+                            stream, ev, &a, &b);
             std::printf("      time (graph): pipeline %.2f us, all-fallback %.2f us, speedup %.2fx (median of 25, warm caches)\n", a, b, b / a);
         }
         for (auto* e : exec)
