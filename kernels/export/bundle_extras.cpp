@@ -480,6 +480,58 @@ static bool checkOutput(const TensorInfo& t, const void* d, size_t n, const std:
     return c.ok;
 }
 
+/* One shape's tensors on the device: inputs filled once by values(t, n), kept to restore the ones updated in place;
+   reset() poisons the outputs and restores those before every call; check() compares the outputs with ref. */
+struct Tensors {
+    const TensorInfo* info;
+    int count;
+    std::vector<size_t> numel;
+    std::vector<void*> buf;
+    std::vector<std::vector<double>> pristine, ref;
+    template <class Values>
+    Tensors(const TensorInfo* i, int n, std::vector<size_t> sizes, Values values)
+        : info(i), count(n), numel(std::move(sizes)), buf(n, nullptr), pristine(n), ref(n)
+    {
+        for (int t = 0; t < count; ++t) {
+            KL_CHECK(cudaMalloc(&buf[t], std::max<size_t>(1, numel[t] * kindBytes(info[t].kind))));
+            if (info[t].output && !info[t].inPlace)
+                continue;
+            std::vector<double> h = values(t, numel[t]);
+            toDevice(info[t].kind, h, buf[t]);
+            if (info[t].inPlace)
+                pristine[t] = std::move(h);
+        }
+    }
+    ~Tensors()
+    {
+        for (void* b : buf)
+            cudaFree(b);
+    }
+    void reset(cudaStream_t stream) const
+    {
+        KL_CHECK(cudaStreamSynchronize(stream));
+        for (int t = 0; t < count; ++t)
+            if (info[t].inPlace)
+                toDevice(info[t].kind, pristine[t], buf[t]);
+            else if (info[t].output)
+                KL_CHECK(cudaMemsetAsync(buf[t], 0xFF, numel[t] * kindBytes(info[t].kind), stream));
+    }
+    void keepReference()
+    {
+        for (int t = 0; t < count; ++t)
+            if (info[t].output)
+                ref[t] = fromDevice(info[t].kind, buf[t], numel[t]);
+    }
+    bool check(const char* what) const
+    {
+        bool ok = true;
+        for (int t = 0; t < count; ++t)
+            if (info[t].output)
+                ok = checkOutput(info[t], buf[t], numel[t], ref[t], what) && ok;
+        return ok;
+    }
+};
+
 /* a and b interleaved (3 warm-up pairs, then 25 timed), so their ratio sees the same clocks: the median us of each. */
 template <class A, class B>
 static void timeInterleaved(A a, B b, cudaStream_t stream, cudaEvent_t* ev, double* aUs, double* bUs)
@@ -689,65 +741,40 @@ std::string genSelfTest(const BundleModel& m)
             ++skipped;
             continue;
         }
-        std::vector<void*> buf(kNumTensors, nullptr);
-        std::vector<std::vector<double>> ref(kNumTensors), pristine(kNumTensors);
-        for (int t = 0; t < kNumTensors; ++t) {
-            const size_t n = (size_t)numel(t, &d);
-            KL_CHECK(cudaMalloc(&buf[t], std::max<size_t>(1, n * kindBytes(kTensors[t].kind))));
-            if (kTensors[t].output && !kTensors[t].inPlace)
-                continue;
-            std::vector<double> h = valueKind(t) != 0 ? intValues(t, &d, n, rng) : randomValues(kTensors[t], n, rng);
-            toDevice(kTensors[t].kind, h, buf[t]);
-            if (kTensors[t].inPlace)
-                pristine[t] = std::move(h);
-        }
+        std::vector<size_t> sizes(kNumTensors);
+        for (int t = 0; t < kNumTensors; ++t)
+            sizes[t] = (size_t)numel(t, &d);
+        Tensors tensors(kTensors, kNumTensors, sizes, [&](int t, size_t n) {
+            return valueKind(t) != 0 ? intValues(t, &d, n, rng) : randomValues(kTensors[t], n, rng);
+        });
+        const std::vector<void*>& buf = tensors.buf;
         void* ws = nullptr;
         if (wsBytes)
             KL_CHECK(cudaMalloc(&ws, wsBytes));
-        /* Outputs poisoned, in-place tensors back to their pristine values: every call starts from the same state. */
-        auto poisonOutputs = [&]() {
-            KL_CHECK(cudaStreamSynchronize(stream));
-            for (int t = 0; t < kNumTensors; ++t)
-                if (kTensors[t].inPlace)
-                    toDevice(kTensors[t].kind, pristine[t], buf[t]);
-                else if (kTensors[t].output)
-                    KL_CHECK(cudaMemsetAsync(buf[t], 0xFF, (size_t)numel(t, &d) * kindBytes(kTensors[t].kind), stream));
-        };
-        auto checkOutputs = [&](const char* what) {
-            bool ok = true;
-            for (int t = 0; t < kNumTensors; ++t) {
-                if (!kTensors[t].output)
-                    continue;
-                ok = checkOutput(kTensors[t], buf[t], (size_t)numel(t, &d), ref[t], what) && ok;
-            }
-            return ok;
-        };
-        poisonOutputs();
+        tensors.reset(stream);
         int rc = call(0, &d, buf, ws, wsBytes, stream);
         KL_CHECK(cudaStreamSynchronize(stream));
         bool ok = rc == 0;
-        for (int t = 0; t < kNumTensors; ++t)
-            if (kTensors[t].output)
-                ref[t] = fromDevice(kTensors[t].kind, buf[t], (size_t)numel(t, &d));
+        tensors.keepReference();
         std::printf("shape %-28s dispatch: %s (%s)\n", label.c_str(), sel == 1 ? "candidate" : "fallback", why ? why : "");
         if (rc != 0)
             std::printf("      fallback failed: %d\n", rc);
         if (candidateRuns) {
-            poisonOutputs();
+            tensors.reset(stream);
             rc = call(1, &d, buf, ws, wsBytes, stream);
             KL_CHECK(cudaStreamSynchronize(stream));
             if (rc == kDeclined)
                 std::printf("      candidate declined the shape at run time (a launch limit); the dispatcher runs the fallback\n");
             else
-                ok = ok && rc == 0 && checkOutputs("candidate");
+                ok = ok && rc == 0 && tensors.check("candidate");
         }
-        poisonOutputs();
+        tensors.reset(stream);
         rc = call(2, &d, buf, ws, wsBytes, stream);
         KL_CHECK(cudaStreamSynchronize(stream));
-        ok = ok && rc == 0 && checkOutputs("dispatch");
+        ok = ok && rc == 0 && tensors.check("dispatch");
         if (ok && sel == 1 && graphChecked == 0) {
             /* The dispatcher under CUDA-graph capture: no allocation, no sync, the caller's stream. */
-            poisonOutputs();
+            tensors.reset(stream);
             KL_CHECK(cudaStreamSynchronize(stream));
             cudaGraph_t graph;
             cudaGraphExec_t exec;
@@ -759,7 +786,7 @@ std::string genSelfTest(const BundleModel& m)
             if (!kInPlace) /* a second replay of an in-place call would update its result again */
                 KL_CHECK(cudaGraphLaunch(exec, stream));
             KL_CHECK(cudaStreamSynchronize(stream));
-            const bool gok = rc == 0 && checkOutputs("graph");
+            const bool gok = rc == 0 && tensors.check("graph");
             std::printf("      CUDA graph capture + replay of the dispatcher: %s\n", gok ? "ok" : "FAIL");
             ok = ok && gok;
             KL_CHECK(cudaGraphExecDestroy(exec));
@@ -780,8 +807,6 @@ std::string genSelfTest(const BundleModel& m)
             std::printf("      FAIL\n");
         }
         ++checked;
-        for (auto* b : buf)
-            KL_CHECK(cudaFree(b));
         if (ws)
             KL_CHECK(cudaFree(ws));
     }

@@ -554,41 +554,16 @@ namespace {
             ++skipped;
             continue;
         }
-        std::vector<void*> buf(kNumTensors, nullptr);
-        std::vector<std::vector<double>> pristine(kNumTensors), ref(kNumTensors);
-        for (int t = 0; t < kNumTensors; ++t) {
-            KL_CHECK(cudaMalloc(&buf[t], std::max<size_t>(1, numel[t] * kindBytes(kTensors[t].kind))));
-            if (kTensors[t].output)
-                continue;
+        Tensors tensors(kTensors, kNumTensors, numel, [&](int t, size_t n) {
             const IntSpec& is = shape.ints[t];
-            std::vector<double> h = is.kind != 0 ? klIntValues(is.kind, is.lo, is.hi, is.pad, is.row, numel[t], rng)
-                                                 : randomValues(kTensors[t], numel[t], rng);
-            toDevice(kTensors[t].kind, h, buf[t]);
-            pristine[t] = std::move(h);
-        }
+            return is.kind != 0 ? klIntValues(is.kind, is.lo, is.hi, is.pad, is.row, n, rng) : randomValues(kTensors[t], n, rng);
+        });
+        const std::vector<void*>& buf = tensors.buf;
         void* ws = nullptr;
         if (wsBytes)
             KL_CHECK(cudaMalloc(&ws, wsBytes));
-        /* Outputs poisoned, inputs updated in place restored: every run starts from the same state. */
-        auto reset = [&]() {
-            KL_CHECK(cudaStreamSynchronize(stream));
-            for (int t = 0; t < kNumTensors; ++t)
-                if (kTensors[t].inPlace)
-                    toDevice(kTensors[t].kind, pristine[t], buf[t]);
-                else if (kTensors[t].output)
-                    KL_CHECK(cudaMemset(buf[t], 0xFF, numel[t] * kindBytes(kTensors[t].kind)));
-        };
-        auto check = [&](const char* what) {
-            bool ok = true;
-            for (int t = 0; t < kNumTensors; ++t) {
-                if (!kTensors[t].output)
-                    continue;
-                ok = checkOutput(kTensors[t], buf[t], numel[t], ref[t], what) && ok;
-            }
-            return ok;
-        };
         std::printf("shape %s\n", shape.label);
-        reset();
+        tensors.reset(stream);
         int rc = call(true, d, buf, ws, wsBytes, stream);
         KL_CHECK(cudaStreamSynchronize(stream));
         bool ok = rc == 0;
@@ -596,20 +571,18 @@ namespace {
 )";
         o << "            std::printf(\"      all-fallback pipeline failed: %d (%s)\\n\", rc, " << P
           << "_error_string(rc));\n";
-        o << R"(        for (int t = 0; t < kNumTensors; ++t)
-            if (kTensors[t].output)
-                ref[t] = fromDevice(kTensors[t].kind, buf[t], numel[t]);
-        reset();
+        o << R"(        tensors.keepReference();
+        tensors.reset(stream);
         rc = call(false, d, buf, ws, wsBytes, stream);
         KL_CHECK(cudaStreamSynchronize(stream));
         if (rc != 0)
 )";
         o << "            std::printf(\"      pipeline failed: %d (%s)\\n\", rc, " << P << "_error_string(rc));\n";
-        o << R"(        ok = ok && rc == 0 && check("pipeline");
+        o << R"(        ok = ok && rc == 0 && tensors.check("pipeline");
         cudaGraphExec_t exec[2] = {nullptr, nullptr};
         for (int g = 0; ok && g < 2; ++g) {
             /* g 0: the pipeline, g 1: the all-fallback pipeline, each captured whole into one CUDA graph. */
-            reset();
+            tensors.reset(stream);
             cudaGraph_t graph;
             KL_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
             rc = call(g == 1, d, buf, ws, wsBytes, stream);
@@ -618,7 +591,7 @@ namespace {
             KL_CHECK(cudaGraphDestroy(graph));
             KL_CHECK(cudaGraphLaunch(exec[g], stream));
             KL_CHECK(cudaStreamSynchronize(stream));
-            const bool gok = rc == 0 && check(g == 0 ? "graph" : "fb-graph");
+            const bool gok = rc == 0 && tensors.check(g == 0 ? "graph" : "fb-graph");
             if (g == 0)
                 std::printf("      CUDA graph capture + replay of the whole pipeline: %s\n", gok ? "ok" : "FAIL");
             ok = ok && gok;
@@ -638,8 +611,6 @@ namespace {
             std::printf("      FAIL\n");
         }
         ++checked;
-        for (auto* b : buf)
-            KL_CHECK(cudaFree(b));
         if (ws)
             KL_CHECK(cudaFree(ws));
     }
