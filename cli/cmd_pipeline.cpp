@@ -172,10 +172,8 @@ namespace {
             r = exporter::exportPipeline(p, stages, o);
         } catch (const exporter::ExportRefused& e) {
             if (a.has("json")) {
-                Json j { { "refused", true }, { "refusals", Json::array() } };
-                for (const auto& x : e.refusals())
-                    j["refusals"].push_back({ { "code", x.code }, { "message", x.message } });
-                std::cout << j.dump(2) << "\n";
+                std::cout << Json { { "refused", true }, { "refusals", exporter::refusalsJson(e.refusals()) } }.dump(2)
+                          << "\n";
             }
             throw;
         }

@@ -314,6 +314,26 @@ namespace {
 
 } // namespace
 
+Json refusalsJson(const std::vector<ExportRefusal>& refusals)
+{
+    Json j = Json::array();
+    for (const auto& r : refusals)
+        j.push_back({ { "code", r.code }, { "message", r.message } });
+    return j;
+}
+
+void refuseUnlessForced(
+    const std::string& what, const std::vector<ExportRefusal>& refusals, bool force, const std::string& forceWritesInto)
+{
+    if (refusals.empty() || force)
+        return;
+    std::string msg = "refusing to export " + what + ":";
+    for (const auto& r : refusals)
+        msg += "\n  - " + r.code + ": " + r.message;
+    msg += "\n(--force exports anyway and writes these reasons into " + forceWritesInto + ")";
+    throw ExportRefused(msg, refusals);
+}
+
 std::string bundleCudaArch(const DeviceInfo& device, std::vector<std::string>& warnings)
 {
     return cudaArchOf(device, warnings);
@@ -865,13 +885,7 @@ ExportResult exportBundle(const Session& s, const Problem& problem, const Export
     const std::string id = options.candidateId.empty() ? defaultCandidate(s, options.force) : options.candidateId;
     refuseScreened(s, id);
     result.plan = planExport(s, problem, id, options.minSpeedup);
-    if (!result.plan.refusals.empty() && !options.force) {
-        std::string msg = "refusing to export candidate " + id + ":";
-        for (const auto& r : result.plan.refusals)
-            msg += "\n  - " + r.code + ": " + r.message;
-        msg += "\n(--force exports anyway and writes these reasons into manifest.json and the headers)";
-        throw ExportRefused(msg, result.plan.refusals);
-    }
+    refuseUnlessForced("candidate " + id, result.plan.refusals, options.force, "manifest.json and the headers");
     result.forced = !result.plan.refusals.empty();
     checkedOutDir(options); // before generating: a wrong --out fails at once
     const auto files = generateBundleFor(s, problem, result.plan, result.forced, options);

@@ -4,6 +4,7 @@
 // was verified and measured faster (the fallback elsewhere), a PyTorch wrapper, a CMake project with a
 // self-test, and manifest.json with provenance and the sha256 of every file. Generating needs no GPU and no
 // CUDA runtime; the bundle is text.
+#include "core/json_io.h"
 #include "core/problem.h"
 #include "core/session.h"
 #include "kernels/export/dispatch_plan.h"
@@ -66,6 +67,13 @@ struct ExportResult {
     std::vector<std::string> files; // bundle-relative paths, manifest.json included
     bool forced = false;
 };
+
+// The refusals as manifests and `--json` write them: [{"code", "message"}].
+Json refusalsJson(const std::vector<ExportRefusal>& refusals);
+// Throws ExportRefused ("refusing to export WHAT:", each refusal, what --force would write them into) when there are
+// refusals and not force.
+void refuseUnlessForced(const std::string& what, const std::vector<ExportRefusal>& refusals, bool force,
+    const std::string& forceWritesInto);
 
 // "kl_<problem>" in lower case: the prefix of a bundle's C API.
 std::string bundlePrefix(const Problem& problem);

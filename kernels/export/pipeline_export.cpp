@@ -844,9 +844,7 @@ namespace {
         j["candidate"] = { { "id", c.id }, { "status", statusName(c.status) }, { "author", authorName(c.author) },
             { "source_sha256", sha256Hex(c.source) }, { "params", c.params } };
         j["manifest"] = st.name + "/manifest.json";
-        j["refusals"] = Json::array();
-        for (const auto& r : e.plan.refusals)
-            j["refusals"].push_back({ { "code", r.code }, { "message", r.message } });
+        j["refusals"] = refusalsJson(e.plan.refusals);
         j["candidate_regions"] = Json::array();
         for (const auto& r : e.plan.dispatch.candidateRegions)
             j["candidate_regions"].push_back(r.label(e.plan.dispatch.dims));
@@ -970,9 +968,7 @@ std::map<std::string, std::string> generatePipelineExport(
     m["pipeline"] = p.name;
     m["description"] = p.description;
     m["forced"] = !plan.refusals.empty();
-    m["refusals"] = Json::array();
-    for (const auto& r : plan.refusals)
-        m["refusals"].push_back({ { "code", r.code }, { "message", r.message } });
+    m["refusals"] = refusalsJson(plan.refusals);
     m["warnings"] = plan.warnings;
     m["prefix"] = P;
     m["dims"] = Json::array();
@@ -1028,13 +1024,8 @@ PipelineExportResult exportPipeline(
         throw InputError("export: no output directory (--out DIR)");
     PipelineExportResult result;
     result.plan = planPipelineExport(p, overrides, options.minSpeedup);
-    if (!result.plan.refusals.empty() && !options.force) {
-        std::string msg = "refusing to export pipeline " + p.name + ":";
-        for (const auto& r : result.plan.refusals)
-            msg += "\n  - " + r.code + ": " + r.message;
-        msg += "\n(--force exports anyway and writes these reasons into manifest.json, each stage's bundle and README)";
-        throw ExportRefused(msg, result.plan.refusals);
-    }
+    refuseUnlessForced(
+        "pipeline " + p.name, result.plan.refusals, options.force, "manifest.json, each stage's bundle and README.md");
     result.forced = !result.plan.refusals.empty();
     const auto files = generatePipelineExport(p, result.plan, options);
     // The leak scan and the atomic swap of writeExport; its problem folder is the pipeline's (each stage's part was

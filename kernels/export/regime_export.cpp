@@ -355,9 +355,7 @@ std::map<std::string, std::string> generateRegimeExport(
     manifest["session"] = s.id;
     manifest["fallback"] = plan.fallbackDescription;
     manifest["warnings"] = plan.warnings;
-    manifest["refusals"] = Json::array();
-    for (const auto& r : plan.refusals)
-        manifest["refusals"].push_back({ { "code", r.code }, { "message", r.message } });
+    manifest["refusals"] = refusalsJson(plan.refusals);
     manifest["regimes"] = Json::array();
     for (const RegimeEntry& e : plan.entries) {
         Json j { { "name", e.regime.name }, { "condition", e.regime.condition.text() },
@@ -392,13 +390,8 @@ RegimeExportResult exportRegimes(const Session& s, const Problem& problem, const
 {
     RegimeExportResult result;
     result.plan = planRegimeExport(s, problem, options.minSpeedup);
-    if (!result.plan.refusals.empty() && !options.force) {
-        std::string msg = "refusing to export the regime winners of session " + s.id + ":";
-        for (const auto& r : result.plan.refusals)
-            msg += "\n  - " + r.code + ": " + r.message;
-        msg += "\n(--force exports anyway and writes these reasons into each bundle's manifest.json and headers)";
-        throw ExportRefused(msg, result.plan.refusals);
-    }
+    refuseUnlessForced("the regime winners of session " + s.id, result.plan.refusals, options.force,
+        "each bundle's manifest.json and headers");
     result.forced = !result.plan.refusals.empty();
     const auto files = generateRegimeExport(s, problem, result.plan, options);
     result.outDir = writeExport(files, problem, options);
