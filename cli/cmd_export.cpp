@@ -36,9 +36,7 @@ namespace {
             return kExitOk;
         }
         if (r.forced) {
-            std::cerr << "WARNING: FORCED EXPORT despite:\n";
-            for (const auto& x : r.plan.refusals)
-                std::cerr << "  - " << x.code << ": " << x.message << "\n";
+            std::cerr << "WARNING: FORCED EXPORT despite:\n" << exporter::refusalLines(r.plan.refusals);
         }
         std::cout << "exported the regime winners of session " << s.id << " to " << r.outDir.string() << " ("
                   << r.files.size() << " files)\ndispatch:\n";
@@ -109,9 +107,8 @@ namespace {
                 std::cout << j.dump(2) << "\n";
             } else {
                 if (r.forced) {
-                    std::cerr << "WARNING: FORCED EXPORT of candidate " << r.plan.candidateId << " despite:\n";
-                    for (const auto& x : r.plan.refusals)
-                        std::cerr << "  - " << x.code << ": " << x.message << "\n";
+                    std::cerr << "WARNING: FORCED EXPORT of candidate " << r.plan.candidateId << " despite:\n"
+                              << exporter::refusalLines(r.plan.refusals);
                 }
                 std::cout << "exported candidate " << r.plan.candidateId << " of session " << s.id << " to "
                           << r.outDir.string() << " (" << r.files.size() << " files)\n";

@@ -189,9 +189,7 @@ namespace {
             return kExitOk;
         }
         if (r.forced) {
-            std::cerr << "WARNING: FORCED EXPORT despite:\n";
-            for (const auto& x : r.plan.refusals)
-                std::cerr << "  - " << x.code << ": " << x.message << "\n";
+            std::cerr << "WARNING: FORCED EXPORT despite:\n" << exporter::refusalLines(r.plan.refusals);
         }
         std::cout << "exported pipeline " << p.name << " to " << r.outDir.string() << " (" << r.files.size()
                   << " files)\n";

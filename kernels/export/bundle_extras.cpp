@@ -1068,6 +1068,21 @@ std::string genTorchLoader(const BundleModel& m)
     return o.str();
 }
 
+std::string torchCMake(const std::string& P)
+{
+    std::ostringstream o;
+    o << "if(KL_BUILD_TORCH)\n  find_package(Python3 REQUIRED COMPONENTS Interpreter)\n"
+      << "  execute_process(COMMAND ${Python3_EXECUTABLE} -c \"import torch; print(torch.utils.cmake_prefix_path)\"\n"
+      << "                  OUTPUT_VARIABLE KL_TORCH_PREFIX OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL "
+         "ANY)\n"
+      << "  list(APPEND CMAKE_PREFIX_PATH ${KL_TORCH_PREFIX})\n  find_package(Torch REQUIRED)\n"
+      << "  add_library(" << P << "_torch SHARED torch/" << P << "_op.cpp)\n"
+      << "  target_include_directories(" << P << "_torch PRIVATE src)\n"
+      << "  target_link_libraries(" << P << "_torch PRIVATE " << P << " ${TORCH_LIBRARIES})\n"
+      << "  set_target_properties(" << P << " PROPERTIES POSITION_INDEPENDENT_CODE ON)\nendif()\n";
+    return o.str();
+}
+
 std::string genCMake(const BundleModel& m)
 {
     const std::string& P = m.prefix;
@@ -1110,15 +1125,7 @@ std::string genCMake(const BundleModel& m)
     o << "target_include_directories(" << P << "_selftest PRIVATE src)\n";
     o << "add_test(NAME selftest COMMAND " << P << "_selftest)\n";
     o << "set_tests_properties(selftest PROPERTIES SKIP_RETURN_CODE 77)\n\n";
-    o << "if(KL_BUILD_TORCH)\n  find_package(Python3 REQUIRED COMPONENTS Interpreter)\n"
-      << "  execute_process(COMMAND ${Python3_EXECUTABLE} -c \"import torch; print(torch.utils.cmake_prefix_path)\"\n"
-      << "                  OUTPUT_VARIABLE KL_TORCH_PREFIX OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL "
-         "ANY)\n"
-      << "  list(APPEND CMAKE_PREFIX_PATH ${KL_TORCH_PREFIX})\n  find_package(Torch REQUIRED)\n"
-      << "  add_library(" << P << "_torch SHARED torch/" << P << "_op.cpp)\n"
-      << "  target_include_directories(" << P << "_torch PRIVATE src)\n"
-      << "  target_link_libraries(" << P << "_torch PRIVATE " << P << " ${TORCH_LIBRARIES})\n"
-      << "  set_target_properties(" << P << " PROPERTIES POSITION_INDEPENDENT_CODE ON)\nendif()\n\n";
+    o << torchCMake(P) << "\n";
     o << "install(TARGETS " << P << ")\ninstall(FILES include/" << P << ".h include/" << P
       << "_dispatch.h TYPE INCLUDE)\n";
     return o.str();

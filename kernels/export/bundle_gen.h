@@ -81,6 +81,8 @@ std::string genDispatchTest(const BundleModel& m);
 std::string genTorchOp(const BundleModel& m);
 std::string genTorchLoader(const BundleModel& m);
 std::string genCMake(const BundleModel& m);
+// The CMake block that builds lib<P>_torch.so from torch/<P>_op.cpp when KL_BUILD_TORCH is on.
+std::string torchCMake(const std::string& prefix);
 std::string genReadme(const BundleModel& m);
 
 // What the generated dispatcher must answer for a shape, computed independently with core's expression

@@ -322,15 +322,21 @@ Json refusalsJson(const std::vector<ExportRefusal>& refusals)
     return j;
 }
 
+std::string refusalLines(const std::vector<ExportRefusal>& refusals)
+{
+    std::string s;
+    for (const auto& r : refusals)
+        s += "  - " + r.code + ": " + r.message + "\n";
+    return s;
+}
+
 void refuseUnlessForced(
     const std::string& what, const std::vector<ExportRefusal>& refusals, bool force, const std::string& forceWritesInto)
 {
     if (refusals.empty() || force)
         return;
-    std::string msg = "refusing to export " + what + ":";
-    for (const auto& r : refusals)
-        msg += "\n  - " + r.code + ": " + r.message;
-    msg += "\n(--force exports anyway and writes these reasons into " + forceWritesInto + ")";
+    std::string msg = "refusing to export " + what + ":\n" + refusalLines(refusals);
+    msg += "(--force exports anyway and writes these reasons into " + forceWritesInto + ")";
     throw ExportRefused(msg, refusals);
 }
 

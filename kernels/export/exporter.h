@@ -70,6 +70,8 @@ struct ExportResult {
 
 // The refusals as manifests and `--json` write them: [{"code", "message"}].
 Json refusalsJson(const std::vector<ExportRefusal>& refusals);
+// One "  - code: message" line per refusal.
+std::string refusalLines(const std::vector<ExportRefusal>& refusals);
 // Throws ExportRefused ("refusing to export WHAT:", each refusal, what --force would write them into) when there are
 // refusals and not force.
 void refuseUnlessForced(const std::string& what, const std::vector<ExportRefusal>& refusals, bool force,

@@ -770,15 +770,7 @@ namespace {
         o << "target_link_libraries(" << P << "_selftest PRIVATE " << P << ")\n";
         o << "add_test(NAME pipeline_selftest COMMAND " << P << "_selftest)\n";
         o << "set_tests_properties(pipeline_selftest PROPERTIES SKIP_RETURN_CODE 77)\n\n";
-        o << "if(KL_BUILD_TORCH)\n  find_package(Python3 REQUIRED COMPONENTS Interpreter)\n"
-          << "  execute_process(COMMAND ${Python3_EXECUTABLE} -c \"import torch; "
-             "print(torch.utils.cmake_prefix_path)\"\n"
-          << "                  OUTPUT_VARIABLE KL_TORCH_PREFIX OUTPUT_STRIP_TRAILING_WHITESPACE "
-             "COMMAND_ERROR_IS_FATAL "
-             "ANY)\n"
-          << "  list(APPEND CMAKE_PREFIX_PATH ${KL_TORCH_PREFIX})\n  find_package(Torch REQUIRED)\n"
-          << "  add_library(" << P << "_torch SHARED torch/" << P << "_op.cpp)\n"
-          << "  target_link_libraries(" << P << "_torch PRIVATE " << P << " ${TORCH_LIBRARIES})\nendif()\n";
+        o << detail::torchCMake(P);
         return o.str();
     }
 
