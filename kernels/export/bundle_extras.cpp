@@ -1068,6 +1068,14 @@ std::string genTorchLoader(const BundleModel& m)
     return o.str();
 }
 
+std::string cudaArchCMake(const std::string& arch)
+{
+    return "if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)\n  # The architecture the session measured on; before project(), "
+           "which would set\n  # the compiler's default (and a parent project's value reaches its subdirectories).\n"
+           "  set(CMAKE_CUDA_ARCHITECTURES "
+        + arch + ")\nendif()\n";
+}
+
 std::string torchCMake(const std::string& P)
 {
     std::ostringstream o;
@@ -1091,10 +1099,8 @@ std::string genCMake(const BundleModel& m)
       << "), its CPU dispatch test and\n"
       << "# its GPU self-test:  cmake -S . -B build && cmake --build build && ctest --test-dir build "
          "--output-on-failure\n";
-    o << "cmake_minimum_required(VERSION 3.24)\nproject(" << P << " LANGUAGES C CXX CUDA)\n\n";
-    o << "if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)\n  # The architecture the session measured on.\n  "
-         "set(CMAKE_CUDA_ARCHITECTURES "
-      << m.cudaArch << ")\nendif()\n";
+    o << "cmake_minimum_required(VERSION 3.24)\n"
+      << cudaArchCMake(m.cudaArch) << "project(" << P << " LANGUAGES C CXX CUDA)\n\n";
     o << "set(CMAKE_CUDA_STANDARD 17)\nset(CMAKE_CUDA_STANDARD_REQUIRED ON)\nset(CMAKE_CXX_STANDARD "
          "17)\nset(CMAKE_CXX_STANDARD_REQUIRED ON)\n";
     o << "option(BUILD_SHARED_LIBS \"Build lib" << P << " as a shared library\" OFF)\n";

@@ -81,6 +81,8 @@ std::string genDispatchTest(const BundleModel& m);
 std::string genTorchOp(const BundleModel& m);
 std::string genTorchLoader(const BundleModel& m);
 std::string genCMake(const BundleModel& m);
+// The CMake block that sets CMAKE_CUDA_ARCHITECTURES to arch ("90a") unless given; it goes before project().
+std::string cudaArchCMake(const std::string& arch);
 // The CMake block that builds lib<P>_torch.so from torch/<P>_op.cpp when KL_BUILD_TORCH is on.
 std::string torchCMake(const std::string& prefix);
 std::string genReadme(const BundleModel& m);

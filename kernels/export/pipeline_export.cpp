@@ -749,9 +749,7 @@ namespace {
           << ") over one bundle per stage, each stage's own tests and the\n# pipeline's GPU self-test:\n"
              "#   cmake -S . -B build && cmake --build build && ctest --test-dir build --output-on-failure\n";
         o << "cmake_minimum_required(VERSION 3.24)\n";
-        o << "if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)\n  # Before project(), which would set the compiler's default; "
-             "every stage's bundle inherits it.\n  set(CMAKE_CUDA_ARCHITECTURES "
-          << c.plan->cudaArch << ")\nendif()\nproject(" << P << " LANGUAGES C CXX CUDA)\n\n";
+        o << detail::cudaArchCMake(c.plan->cudaArch) << "project(" << P << " LANGUAGES C CXX CUDA)\n\n";
         o << "option(KL_BUILD_TORCH \"Build the PyTorch op library (needs torch in the Python on PATH)\" OFF)\n";
         o << "find_package(CUDAToolkit REQUIRED)\nenable_testing()\n";
         std::string libs;

@@ -256,7 +256,7 @@ namespace {
         return o.str();
     }
 
-    std::string genCMake(const RegimeExportPlan& plan)
+    std::string genCMake(const RegimeExportPlan& plan, const std::string& cudaArch)
     {
         const std::string& P = plan.prefix;
         std::ostringstream o;
@@ -264,7 +264,8 @@ namespace {
           << "_regimes) over one bundle per regime winner, and its CPU "
              "dispatch test:\n#   cmake -S . -B build && cmake --build build && ctest --test-dir build "
              "--output-on-failure\n";
-        o << "cmake_minimum_required(VERSION 3.24)\nproject(" << P << "_regimes LANGUAGES C CXX CUDA)\n\n";
+        o << "cmake_minimum_required(VERSION 3.24)\n"
+          << detail::cudaArchCMake(cudaArch) << "project(" << P << "_regimes LANGUAGES C CXX CUDA)\n\n";
         o << "find_package(CUDAToolkit REQUIRED)\nenable_testing()\n";
         std::string libs, dispatchSources;
         for (const RegimeEntry& e : plan.entries)
@@ -377,7 +378,8 @@ std::map<std::string, std::string> generateRegimeExport(
     files["include/" + P + "_regimes_run.h"] = genRunHeaderAndC(plan, problem, &runC);
     files["src/" + P + "_regimes_run.c"] = runC;
     files["test/regimes_dispatch_test.c"] = genDispatchTest(plan, problem, probeShapes(s, problem, plan));
-    files["CMakeLists.txt"] = genCMake(plan);
+    std::vector<std::string> archWarnings; // each winner's bundle records the same warning in its manifest
+    files["CMakeLists.txt"] = genCMake(plan, bundleCudaArch(s.device, archWarnings));
     Json hashes = Json::object();
     for (const auto& [path, content] : files)
         hashes[path] = sha256Hex(content);

@@ -134,6 +134,9 @@ namespace {
         for (const char* st : { "norm", "gate_up", "act", "down" })
             EXPECT_NE(cmake.find(std::string("add_subdirectory(") + st + ")"), std::string::npos) << st;
         EXPECT_LT(at(cmake, "set(CMAKE_CUDA_ARCHITECTURES 90a)"), at(cmake, "\nproject("));
+        // Also a stage's own project (a standalone bundle): project() would otherwise set the compiler's default.
+        const std::string stageCmake = files.at("norm/CMakeLists.txt");
+        EXPECT_LT(at(stageCmake, "set(CMAKE_CUDA_ARCHITECTURES 90a)"), at(stageCmake, "\nproject("));
         const std::string torch = files.at("torch/" + P + "_op.cpp");
         EXPECT_NE(
             torch.find("m.def(\"run(Tensor x, Tensor w_norm, Tensor w_gate_up, Tensor w_down, int T) -> Tensor\")"),
