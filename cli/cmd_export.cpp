@@ -23,9 +23,7 @@ namespace {
         if (json) {
             Json j { { "out", r.outDir.string() }, { "forced", r.forced }, { "files", r.files },
                 { "warnings", r.plan.warnings }, { "fallback", r.plan.fallbackDescription } };
-            j["refusals"] = Json::array();
-            for (const auto& x : r.plan.refusals)
-                j["refusals"].push_back({ { "code", x.code }, { "message", x.message } });
+            j["refusals"] = exporter::refusalsJson(r.plan.refusals);
             j["regimes"] = Json::array();
             for (const auto& e : r.plan.entries) {
                 Json regions = Json::array();
@@ -38,9 +36,7 @@ namespace {
             return kExitOk;
         }
         if (r.forced) {
-            std::cerr << "WARNING: FORCED EXPORT despite:\n";
-            for (const auto& x : r.plan.refusals)
-                std::cerr << "  - " << x.code << ": " << x.message << "\n";
+            std::cerr << "WARNING: FORCED EXPORT despite:\n" << exporter::refusalLines(r.plan.refusals);
         }
         std::cout << "exported the regime winners of session " << s.id << " to " << r.outDir.string() << " ("
                   << r.files.size() << " files)\ndispatch:\n";
@@ -103,9 +99,7 @@ namespace {
                 Json j { { "out", r.outDir.string() }, { "candidate", r.plan.candidateId }, { "forced", r.forced },
                     { "files", r.files } };
                 j["warnings"] = r.plan.warnings;
-                j["refusals"] = Json::array();
-                for (const auto& x : r.plan.refusals)
-                    j["refusals"].push_back({ { "code", x.code }, { "message", x.message } });
+                j["refusals"] = exporter::refusalsJson(r.plan.refusals);
                 j["candidate_regions"] = Json::array();
                 for (const auto& reg : d.candidateRegions)
                     j["candidate_regions"].push_back(reg.label(d.dims));
@@ -113,9 +107,8 @@ namespace {
                 std::cout << j.dump(2) << "\n";
             } else {
                 if (r.forced) {
-                    std::cerr << "WARNING: FORCED EXPORT of candidate " << r.plan.candidateId << " despite:\n";
-                    for (const auto& x : r.plan.refusals)
-                        std::cerr << "  - " << x.code << ": " << x.message << "\n";
+                    std::cerr << "WARNING: FORCED EXPORT of candidate " << r.plan.candidateId << " despite:\n"
+                              << exporter::refusalLines(r.plan.refusals);
                 }
                 std::cout << "exported candidate " << r.plan.candidateId << " of session " << s.id << " to "
                           << r.outDir.string() << " (" << r.files.size() << " files)\n";
@@ -135,10 +128,8 @@ namespace {
             return kExitOk;
         } catch (const exporter::ExportRefused& e) {
             if (json) {
-                Json j { { "refused", true }, { "refusals", Json::array() } };
-                for (const auto& x : e.refusals())
-                    j["refusals"].push_back({ { "code", x.code }, { "message", x.message } });
-                std::cout << j.dump(2) << "\n";
+                std::cout << Json { { "refused", true }, { "refusals", exporter::refusalsJson(e.refusals()) } }.dump(2)
+                          << "\n";
             }
             std::cerr << "kloop export: " << e.what() << "\n";
             return kExitFailure;

@@ -5,6 +5,7 @@
 #include "core/pipeline.h"
 #include "core/pipeline_result.h"
 #include "core/session_store.h"
+#include "kernels/export/pipeline_export.h"
 #include "kernels/harness_plan.h"
 #include "kl_build_features.h"
 
@@ -151,6 +152,64 @@ namespace {
 #endif
     }
 
+    int exportBundle(const Args& a)
+    {
+        const auto out = a.option("out");
+        if (a.positionals().size() != 1 || !out)
+            throw UsageError("kloop pipeline export NAME|DIR --out DIR [--stage STAGE=SESSION[:CANDIDATE] ...] "
+                             "[--force] [--overwrite] [--min-speedup X] [--json]");
+        const Pipeline p = load(a.positionals()[0]);
+        std::vector<exporter::PipelineStageSource> stages;
+        for (const auto& text : a.options("stage"))
+            stages.push_back(exporter::parseStageSource(text));
+        exporter::ExportOptions o;
+        o.outDir = *out;
+        o.force = a.has("force");
+        o.overwrite = a.has("overwrite");
+        o.minSpeedup = a.real("min-speedup", 1.0, 0, 1e6);
+        exporter::PipelineExportResult r;
+        try {
+            r = exporter::exportPipeline(p, stages, o);
+        } catch (const exporter::ExportRefused& e) {
+            if (a.has("json")) {
+                std::cout << Json { { "refused", true }, { "refusals", exporter::refusalsJson(e.refusals()) } }.dump(2)
+                          << "\n";
+            }
+            throw;
+        }
+        if (a.has("json")) {
+            Json j { { "out", r.outDir.string() }, { "forced", r.forced }, { "files", r.files },
+                { "warnings", r.plan.warnings }, { "stages", Json::array() } };
+            for (const auto& e : r.plan.stages)
+                j["stages"].push_back({ { "name", e.stage }, { "prefix", e.prefix },
+                    { "candidate", e.hasCandidate() ? Json(e.plan.candidateId) : Json() },
+                    { "session", e.hasCandidate() ? Json(e.session->id) : Json() },
+                    { "fallback", e.plan.fallbackDescription }, { "origin", e.origin } });
+            std::cout << j.dump(2) << "\n";
+            return kExitOk;
+        }
+        if (r.forced) {
+            std::cerr << "WARNING: FORCED EXPORT despite:\n" << exporter::refusalLines(r.plan.refusals);
+        }
+        std::cout << "exported pipeline " << p.name << " to " << r.outDir.string() << " (" << r.files.size()
+                  << " files)\n";
+        for (const auto& e : r.plan.stages) {
+            std::cout << "  " << e.stage << ": ";
+            if (e.hasCandidate())
+                std::cout << "candidate " << e.plan.candidateId << " of session " << e.session->id << " ("
+                          << e.plan.dispatch.candidateRegions.size()
+                          << " box(es) where it was measured faster), fallback elsewhere: ";
+            else
+                std::cout << "fallback (" << e.origin << "): ";
+            std::cout << e.plan.fallbackDescription << "\n";
+        }
+        for (const auto& w : r.plan.warnings)
+            std::cout << "warning: " << w << "\n";
+        std::cout << "build and self-test: cmake -S " << r.outDir.string()
+                  << " -B build && cmake --build build && ctest --test-dir build\n";
+        return kExitOk;
+    }
+
     int guarded(const Args& a, int (*fn)(const Args&), const char* name)
     {
         try {
@@ -192,6 +251,24 @@ namespace {
         "opens; exit 1 when rejected. --dry-run prints the worker request instead.",
         { "json", "dry-run" }, { "shapes", "seed", "max-seconds", "out" },
         [](const Args& a) { return guarded(a, run, "run"); } } };
+
+    const CommandRegistration exportReg { { "pipeline export",
+        "export a pipeline as one bundle: each stage's kernel, one entry point, a PyTorch op, a self-test",
+        "kloop pipeline export NAME|DIR --out DIR [--stage STAGE=SESSION[:CANDIDATE] ...] [--force] [--overwrite]\n"
+        "                      [--min-speedup X] [--json]\n\n"
+        "Picks each stage's kernel as `kloop pipeline run` does: --stage names a session (and a candidate; default: "
+        "its\n"
+        "accepted candidate with the best objective), else the stage's impl in pipeline.json (a session's candidate;\n"
+        "baseline, library or reference: the fallback). Each stage is written as `kloop export` writes one problem,\n"
+        "under DIR/<stage>/ with the prefix kl_<pipeline>_<stage>: a candidate's bundle (its dispatcher runs it only\n"
+        "where it was measured faster, the fallback elsewhere), or for a stage without one its fallback (cuBLAS or "
+        "the\n"
+        "problem's reference kernel). include/kl_<pipeline>.h runs the stages in order on the wired tensors, the\n"
+        "intermediates carved from one caller-allocated workspace; torch/ has the PyTorch op, test/ the GPU self-test\n"
+        "against the all-fallback pipeline; manifest.json names each stage's source. Refuses what `kloop export`\n"
+        "refuses (not accepted, flagged, ...) unless --force; on any error nothing is written and DIR is untouched.",
+        { "json", "force", "overwrite" }, { "out", "stage", "min-speedup" },
+        [](const Args& a) { return guarded(a, exportBundle, "export"); } } };
 
 } // namespace
 } // namespace kl::cli

@@ -39,6 +39,7 @@ Args::Args(const std::vector<std::string>& argv, const std::vector<std::string>&
             }
             if (m_options[name].empty())
                 throw UsageError("--" + name + " needs a value");
+            m_repeated[name].push_back(m_options[name]);
         } else {
             throw UsageError("unknown option --" + name);
         }
@@ -51,6 +52,12 @@ std::optional<std::string> Args::option(const std::string& name) const
     if (it == m_options.end())
         return std::nullopt;
     return it->second;
+}
+
+std::vector<std::string> Args::options(const std::string& name) const
+{
+    const auto it = m_repeated.find(name);
+    return it == m_repeated.end() ? std::vector<std::string> {} : it->second;
 }
 
 std::string Args::optionOr(const std::string& name, const std::string& fallback) const

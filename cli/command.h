@@ -25,6 +25,8 @@ public:
     const std::vector<std::string>& positionals() const { return m_positionals; }
     std::optional<std::string> option(const std::string& name) const;
     std::string optionOr(const std::string& name, const std::string& fallback) const;
+    // Every value of an option given more than once (--stage a=X --stage b=Y), in order; option() is the last.
+    std::vector<std::string> options(const std::string& name) const;
     bool has(const std::string& name) const; // switch or option present
     // A numeric option in [min, max] (finite, nothing after the number), or fallback when absent; UsageError
     // naming the option otherwise.
@@ -35,6 +37,7 @@ public:
 private:
     std::vector<std::string> m_positionals;
     std::map<std::string, std::string> m_options;
+    std::map<std::string, std::vector<std::string>> m_repeated;
     std::vector<std::string> m_rest;
 };
 

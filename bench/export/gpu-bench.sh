@@ -75,6 +75,31 @@ if ! step torch-check python3 "$ROOT/bench/export/check_torch.py" "$BUNDLE" --ou
     fi
 fi
 
+# The pipeline bundle (kloop pipeline export): llama_mlp_decode with the session above for its rmsnorm stage (when it
+# tunes rmsnorm), a synthetic silu_and_mul session for its act stage, cuBLAS for both GEMMs. Its ctest runs each
+# candidate stage's self-test and pipeline_selftest: the pipeline through its own entry point against the
+# all-fallback pipeline, eager and from one CUDA graph; check_pipeline_torch.py then checks torch.ops.kl_llama_mlp_decode
+# against the stages' torch references chained.
+PIPE=$OUT/pipeline-bundle
+rm -rf "$PIPE" "$OUT/session-silu"
+[[ -x "$BUILD/bench/export/make_export_session" ]] || cmake --build "$BUILD" --target make_export_session >>"$OUT/build-tools.log" 2>&1
+step pipeline-act-session "$BUILD/bench/export/make_export_session" silu_and_mul "$OUT/session-silu"
+PIPE_STAGES=(--stage "act=$OUT/session-silu")
+[[ "${EXPORT_PROBLEM:-rmsnorm}" == rmsnorm ]] && PIPE_STAGES+=(--stage "norm=$SESSION")
+PIPE_FORCED=no
+if ! step pipeline-export "$KLOOP" pipeline export llama_mlp_decode "${PIPE_STAGES[@]}" --out "$PIPE" --json; then
+    PIPE_FORCED=yes
+    step pipeline-export-forced "$KLOOP" pipeline export llama_mlp_decode "${PIPE_STAGES[@]}" --out "$PIPE" --force --json
+fi
+step pipeline-configure cmake -S "$PIPE" -B "$PIPE/build" -G Ninja -DCMAKE_BUILD_TYPE=Release
+step pipeline-build cmake --build "$PIPE/build" -j "$JOBS"
+step pipeline-ctest ctest --test-dir "$PIPE/build" --output-on-failure --timeout 600
+cp "$PIPE/build/Testing/Temporary/LastTest.log" "$OUT/pipeline-ctest-full.log" 2>/dev/null
+if step pipeline-torch-build bash -c "cmake -S '$PIPE' -B '$PIPE/build-torch' -G Ninja -DCMAKE_BUILD_TYPE=Release -DKL_BUILD_TORCH=ON && cmake --build '$PIPE/build-torch' -j $JOBS"; then
+    step pipeline-torch-check python3 "$ROOT/bench/export/check_pipeline_torch.py" "$PIPE" \
+        --library "$PIPE/build-torch/libkl_llama_mlp_decode_torch.so" --out "$OUT/pipeline-torch-check.json"
+fi
+
 SELFTEST_LOG=$OUT/bundle-ctest.log
 {
     echo "# export bench $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -84,7 +109,8 @@ SELFTEST_LOG=$OUT/bundle-ctest.log
     echo
     echo "| step | result |"
     echo "|---|---|"
-    for k in kloop-run make-session export export-forced bundle-configure bundle-build bundle-ctest torch-check bundle-torch-build torch-check-cmake; do
+    for k in kloop-run make-session export export-forced bundle-configure bundle-build bundle-ctest torch-check bundle-torch-build torch-check-cmake \
+        pipeline-act-session pipeline-export pipeline-export-forced pipeline-configure pipeline-build pipeline-ctest pipeline-torch-build pipeline-torch-check; do
         [[ -n "${STATUS[$k]:-}" ]] && echo "| $k | ${STATUS[$k]} |"
     done
     echo
@@ -103,6 +129,14 @@ SELFTEST_LOG=$OUT/bundle-ctest.log
     echo '```'
     grep -E "time:|speedup|dispatch:|verified|SELFTEST|graph|FAIL|device:" "$BUNDLE/build/Testing/Temporary/LastTest.log" 2>/dev/null | head -n 60
     echo '```'
+    echo "Pipeline bundle (llama_mlp_decode; export forced: $PIPE_FORCED), its ctest:"
+    echo '```'
+    grep -E "^stage |^shape|pipeline |graph|time \(graph\)|verified|PIPELINE SELFTEST|FAIL|SELFTEST" "$OUT/pipeline-ctest-full.log" 2>/dev/null | head -n 80
+    echo '```'
+    echo "Pipeline PyTorch op against the torch reference and the all-fallback pipeline:"
+    echo '```'
+    grep -E "^(ok|FAIL|skip|note)|TORCH PIPELINE" "$OUT/pipeline-torch-check.log" 2>/dev/null | head -n 40
+    echo '```'
     echo "PyTorch wrapper:"
     echo '```'
     grep -E "^(ok|FAIL)|dispatch outside|TORCH CHECK|loaded" "$OUT"/torch-check*.log 2>/dev/null | head -n 40
@@ -114,14 +148,14 @@ python3 - "$OUT" "$SESSION_KIND" "$FORCED" <<'PY' 2>/dev/null
 import json, os, sys
 out, kind, forced = sys.argv[1:4]
 r = {"session_kind": kind, "forced": forced == "yes"}
-for name in ("torch-check.json",):
+for name in ("torch-check.json", "pipeline-torch-check.json"):
     p = os.path.join(out, name)
     if os.path.exists(p):
-        r["torch"] = json.load(open(p))
+        r[name.replace("-check.json", "").replace("-", "_")] = json.load(open(p))
 json.dump(r, open(os.path.join(out, "results.json"), "w"), indent=2)
 PY
 
-for k in bundle-build bundle-ctest; do
+for k in bundle-build bundle-ctest pipeline-build pipeline-ctest pipeline-torch-check; do
     [[ "${STATUS[$k]:-FAIL}" == ok* ]] || exit 1
 done
 [[ "${STATUS[torch-check]:-}" == ok* || "${STATUS[torch-check-cmake]:-}" == ok* ]] || exit 1

@@ -293,71 +293,32 @@ namespace {
               << "; return;\n";
         }
         o << "    default: *lo = *hi = *pad = *row = 0; return;\n    }\n}\n\n";
-        o << R"(static std::vector<double> intValues(int t, const )" << P
-          << R"(_dims* dims, size_t n, std::mt19937_64& rng)
-{
-    double lo, hi, pad, rowD;
-    valueBounds(t, dims, &lo, &hi, &pad, &rowD);
-    std::vector<double> v(n, -1.0);
-    const long long L = (long long)lo, H = (long long)hi;
-    switch (valueKind(t)) {
-    case 1:
-        for (auto& x : v) x = (double)(L + (long long)(rng() % (unsigned long long)(H - L)));
-        break;
-    case 4:
-        for (auto& x : v) x = (double)(L + (long long)(rng() % (unsigned long long)(H - L + 1)));
-        if (n >= 1) { const size_t a = rng() % n; v[a] = (double)H; if (n >= 2) v[(a + 1 + rng() % (n - 1)) % n] = (double)L; }
-        break;
-    case 3:
-        for (size_t i = 0; i < n; ++i) v[i] = (double)i;
-        std::shuffle(v.begin(), v.end(), rng);
-        break;
-    case 2: {
-        const size_t row = rowD > 0 ? (size_t)rowD : n;
-        std::vector<long long> pool;
-        for (size_t start = 0; row > 0 && start + row <= n; start += row) {
-            size_t valid = std::min<size_t>(row, (size_t)std::max(0LL, H));
-            if (valid > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < pad) valid = rng() % valid;
-            std::set<long long> chosen;
-            while (chosen.size() < valid) chosen.insert((long long)(rng() % (unsigned long long)H));
-            pool.assign(chosen.begin(), chosen.end());
-            std::shuffle(pool.begin(), pool.end(), rng);
-            for (size_t i = 0; i < pool.size(); ++i) v[start + i] = (double)pool[i];
-        }
-        break;
-    }
-    default:
-        break;
-    }
-    return v;
-}
-
-)";
+        o << "static std::vector<double> intValues(int t, const " << P
+          << "_dims* dims, size_t n, std::mt19937_64& rng)\n{\n    double lo, hi, pad, rowD;\n"
+             "    valueBounds(t, dims, &lo, &hi, &pad, &rowD);\n"
+             "    return klIntValues(valueKind(t), lo, hi, pad, rowD, n, rng);\n}\n\n";
         return o.str();
     }
 } // namespace
 
-std::string genSelfTest(const BundleModel& m)
+std::string torchScalarType(DType t)
 {
-    const std::string& P = m.prefix;
-    const std::string& U = m.upper;
-    const Problem& p = *m.problem;
-    const auto& plan = m.plan->dispatch;
-    const std::size_t nd = plan.dims.size();
-    std::ostringstream o;
-    o << "/* selftest.cu: verifies the exported kernel against the "
-      << (m.libraryFallback ? "library fallback" : "reference kernel")
-      << " on fresh random inputs,\n"
-         "   checks the dispatcher's choices, checks CUDA-graph capture of the dispatcher, and prints the speedup of "
-         "the\n"
-         "   candidate over the fallback where the dispatcher uses it. Exit 0: all passed; 77: no CUDA device. */\n";
-    o << "#include \"" << P
-      << ".h\"\n#include \"kl_expr.h\"\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include "
-         "<cuda_fp8.h>\n#include <cuda_runtime.h>\n\n"
-         "#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstdio>\n#include <cstdlib>\n#include "
-         "<cstring>\n"
-         "#include <random>\n#include <set>\n#include <string>\n#include <vector>\n\n";
-    o << R"(#define KL_CHECK(x)                                                                                   \
+    return torchType(t);
+}
+
+std::string cDouble(double v)
+{
+    return fmtDouble(v);
+}
+
+const char* selfTestKind(DType t)
+{
+    return kindName(t);
+}
+
+std::string selfTestSupportC()
+{
+    return R"(#define KL_CHECK(x)                                                                                   \
     do {                                                                                              \
         cudaError_t kl_e = (x);                                                                       \
         if (kl_e != cudaSuccess) {                                                                    \
@@ -425,7 +386,238 @@ struct TensorInfo {
     double relL2; /* tolerance of this output's dtype */
     double maxAbs;
 };
+
+static double median(std::vector<float> v)
+{
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct Compare {
+    double relL2 = 0, maxAbs = 0;
+    bool nonFinite = false;
+    bool ok = true;
+};
+
+static Compare compare(const TensorInfo& t, const std::vector<double>& got, const std::vector<double>& ref)
+{
+    Compare c;
+    double num = 0, den = 0;
+    size_t finite = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        if (std::isfinite(ref[i]) && !std::isfinite(got[i])) {
+            c.nonFinite = true;
+            continue;
+        }
+        if (!std::isfinite(ref[i]))
+            continue;
+        const double e = got[i] - ref[i];
+        num += e * e;
+        den += ref[i] * ref[i];
+        ++finite;
+    }
+    /* The harness's error measure: |c - r| / max(|r|, rms(r), 1), so cancellation to near zero in a long
+       reduction is judged against the output's typical magnitude. */
+    const double floorv = std::max(1.0, std::sqrt(den / (double)(finite ? finite : 1)));
+    for (size_t i = 0; i < ref.size(); ++i)
+        if (std::isfinite(ref[i]) && std::isfinite(got[i]))
+            c.maxAbs = std::max(c.maxAbs, std::fabs(got[i] - ref[i]) / std::max(std::fabs(ref[i]), floorv));
+    c.relL2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    c.ok = !c.nonFinite && c.relL2 <= t.relL2 && c.maxAbs <= t.maxAbs;
+    return c;
+}
+
+/* Prints the device, or why the self-test is skipped (exit 77) when there is none. */
+static bool haveDevice()
+{
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        std::printf("no CUDA device: self-test skipped\n");
+        return false;
+    }
+    cudaDeviceProp prop;
+    KL_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+    return true;
+}
+
+/* Fresh inputs each run, printed; KL_SELFTEST_SEED repeats a run. */
+static unsigned long long selfTestSeed()
+{
+    std::random_device rd;
+    unsigned long long seed = ((unsigned long long)rd() << 32) ^ rd();
+    if (const char* s = std::getenv("KL_SELFTEST_SEED"))
+        seed = std::strtoull(s, nullptr, 10);
+    std::printf("seed: %llu (fresh each run; KL_SELFTEST_SEED repeats one)\n", seed);
+    return seed;
+}
+
+/* Shapes whose tensors and workspace exceed this many bytes are skipped (KL_SELFTEST_MAX_BYTES). */
+static double selfTestMaxBytes(double fallback)
+{
+    const char* s = std::getenv("KL_SELFTEST_MAX_BYTES");
+    return s ? std::strtod(s, nullptr) : fallback;
+}
+
+/* A floating input's values: normal with the tensor's scale (integer kinds: its magnitude, rounded). */
+static std::vector<double> randomValues(const TensorInfo& t, size_t n, std::mt19937_64& rng)
+{
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::vector<double> h(n);
+    for (auto& x : h) {
+        const double r = normal(rng) * t.scale;
+        x = (t.kind == KL_I32 || t.kind == KL_I64 || t.kind == KL_U8) ? std::fabs(std::round(r)) : r;
+    }
+    return h;
+}
+
+/* Compares one output on the device with its reference and prints the line; true when within tolerance. */
+static bool checkOutput(const TensorInfo& t, const void* d, size_t n, const std::vector<double>& ref, const char* what)
+{
+    const Compare c = compare(t, fromDevice(t.kind, d, n), ref);
+    std::printf("      %-9s %-6s rel_l2 %.3e  max_err %.3e%s  %s\n", what, t.name, c.relL2, c.maxAbs,
+                c.nonFinite ? "  non-finite" : "", c.ok ? "ok" : "FAIL");
+    return c.ok;
+}
+
+/* One shape's tensors on the device: inputs filled once by values(t, n), kept to restore the ones updated in place;
+   reset() poisons the outputs and restores those before every call; check() compares the outputs with ref. */
+struct Tensors {
+    const TensorInfo* info;
+    int count;
+    std::vector<size_t> numel;
+    std::vector<void*> buf;
+    std::vector<std::vector<double>> pristine, ref;
+    template <class Values>
+    Tensors(const TensorInfo* i, int n, std::vector<size_t> sizes, Values values)
+        : info(i), count(n), numel(std::move(sizes)), buf(n, nullptr), pristine(n), ref(n)
+    {
+        for (int t = 0; t < count; ++t) {
+            KL_CHECK(cudaMalloc(&buf[t], std::max<size_t>(1, numel[t] * kindBytes(info[t].kind))));
+            if (info[t].output && !info[t].inPlace)
+                continue;
+            std::vector<double> h = values(t, numel[t]);
+            toDevice(info[t].kind, h, buf[t]);
+            if (info[t].inPlace)
+                pristine[t] = std::move(h);
+        }
+    }
+    ~Tensors()
+    {
+        for (void* b : buf)
+            cudaFree(b);
+    }
+    void reset(cudaStream_t stream) const
+    {
+        KL_CHECK(cudaStreamSynchronize(stream));
+        for (int t = 0; t < count; ++t)
+            if (info[t].inPlace)
+                toDevice(info[t].kind, pristine[t], buf[t]);
+            else if (info[t].output)
+                KL_CHECK(cudaMemsetAsync(buf[t], 0xFF, numel[t] * kindBytes(info[t].kind), stream));
+    }
+    void keepReference()
+    {
+        for (int t = 0; t < count; ++t)
+            if (info[t].output)
+                ref[t] = fromDevice(info[t].kind, buf[t], numel[t]);
+    }
+    bool check(const char* what) const
+    {
+        bool ok = true;
+        for (int t = 0; t < count; ++t)
+            if (info[t].output)
+                ok = checkOutput(info[t], buf[t], numel[t], ref[t], what) && ok;
+        return ok;
+    }
+};
+
+/* a and b interleaved (3 warm-up pairs, then 25 timed), so their ratio sees the same clocks: the median us of each. */
+template <class A, class B>
+static void timeInterleaved(A a, B b, cudaStream_t stream, cudaEvent_t* ev, double* aUs, double* bUs)
+{
+    for (int w = 0; w < 3; ++w) {
+        a();
+        b();
+    }
+    std::vector<float> ta, tb;
+    for (int r = 0; r < 25; ++r) {
+        KL_CHECK(cudaEventRecord(ev[0], stream));
+        a();
+        KL_CHECK(cudaEventRecord(ev[1], stream));
+        b();
+        KL_CHECK(cudaEventRecord(ev[2], stream));
+        KL_CHECK(cudaEventSynchronize(ev[2]));
+        float x = 0, y = 0;
+        KL_CHECK(cudaEventElapsedTime(&x, ev[0], ev[1]));
+        KL_CHECK(cudaEventElapsedTime(&y, ev[1], ev[2]));
+        ta.push_back(x * 1000.0f);
+        tb.push_back(y * 1000.0f);
+    }
+    *aUs = median(ta);
+    *bUs = median(tb);
+}
+
+/* Integer input values of one kind (problem.json "values"; see valueKind) for n elements. */
+static std::vector<double> klIntValues(int kind, double lo, double hi, double pad, double rowD, size_t n, std::mt19937_64& rng)
+{
+    std::vector<double> v(n, -1.0);
+    const long long L = (long long)lo, H = (long long)hi;
+    switch (kind) {
+    case 1:
+        for (auto& x : v) x = (double)(L + (long long)(rng() % (unsigned long long)(H - L)));
+        break;
+    case 4:
+        for (auto& x : v) x = (double)(L + (long long)(rng() % (unsigned long long)(H - L + 1)));
+        if (n >= 1) { const size_t a = rng() % n; v[a] = (double)H; if (n >= 2) v[(a + 1 + rng() % (n - 1)) % n] = (double)L; }
+        break;
+    case 3:
+        for (size_t i = 0; i < n; ++i) v[i] = (double)i;
+        std::shuffle(v.begin(), v.end(), rng);
+        break;
+    case 2: {
+        const size_t row = rowD > 0 ? (size_t)rowD : n;
+        std::vector<long long> pool;
+        for (size_t start = 0; row > 0 && start + row <= n; start += row) {
+            size_t valid = std::min<size_t>(row, (size_t)std::max(0LL, H));
+            if (valid > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < pad) valid = rng() % valid;
+            std::set<long long> chosen;
+            while (chosen.size() < valid) chosen.insert((long long)(rng() % (unsigned long long)H));
+            pool.assign(chosen.begin(), chosen.end());
+            std::shuffle(pool.begin(), pool.end(), rng);
+            for (size_t i = 0; i < pool.size(); ++i) v[start + i] = (double)pool[i];
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    return v;
+}
 )";
+}
+
+std::string genSelfTest(const BundleModel& m)
+{
+    const std::string& P = m.prefix;
+    const std::string& U = m.upper;
+    const Problem& p = *m.problem;
+    const auto& plan = m.plan->dispatch;
+    const std::size_t nd = plan.dims.size();
+    std::ostringstream o;
+    o << "/* selftest.cu: verifies the exported kernel against the "
+      << (m.libraryFallback ? "library fallback" : "reference kernel")
+      << " on fresh random inputs,\n"
+         "   checks the dispatcher's choices, checks CUDA-graph capture of the dispatcher, and prints the speedup of "
+         "the\n"
+         "   candidate over the fallback where the dispatcher uses it. Exit 0: all passed; 77: no CUDA device. */\n";
+    o << "#include \"" << P
+      << ".h\"\n#include \"kl_expr.h\"\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include "
+         "<cuda_fp8.h>\n#include <cuda_runtime.h>\n\n"
+         "#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstdio>\n#include <cstdlib>\n#include "
+         "<cstring>\n"
+         "#include <random>\n#include <set>\n#include <string>\n#include <vector>\n\n";
+    o << selfTestSupportC();
     o << "\nstatic const TensorInfo kTensors[] = {\n";
     for (const auto& t : p.tensors) {
         const Tolerance tol = p.toleranceFor(t.dtype);
@@ -494,68 +686,15 @@ struct TensorInfo {
         o << (d ? ", " : "") << std::max<std::int64_t>(1, p.dims[d].multipleOf) << "LL";
     o << (nd ? "" : "1") << "};\n\n";
     o << expectationTable(m, "kExpect") << "\n";
-    o << R"(static double median(std::vector<float> v)
+    o << R"(int main()
 {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-struct Compare {
-    double relL2 = 0, maxAbs = 0;
-    bool nonFinite = false;
-    bool ok = true;
-};
-
-static Compare compare(const TensorInfo& t, const std::vector<double>& got, const std::vector<double>& ref)
-{
-    Compare c;
-    double num = 0, den = 0;
-    size_t finite = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-        if (std::isfinite(ref[i]) && !std::isfinite(got[i])) {
-            c.nonFinite = true;
-            continue;
-        }
-        if (!std::isfinite(ref[i]))
-            continue;
-        const double e = got[i] - ref[i];
-        num += e * e;
-        den += ref[i] * ref[i];
-        ++finite;
-    }
-    /* The harness's error measure: |c - r| / max(|r|, rms(r), 1), so cancellation to near zero in a long
-       reduction is judged against the output's typical magnitude. */
-    const double floorv = std::max(1.0, std::sqrt(den / (double)(finite ? finite : 1)));
-    for (size_t i = 0; i < ref.size(); ++i)
-        if (std::isfinite(ref[i]) && std::isfinite(got[i]))
-            c.maxAbs = std::max(c.maxAbs, std::fabs(got[i] - ref[i]) / std::max(std::fabs(ref[i]), floorv));
-    c.relL2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-    c.ok = !c.nonFinite && c.relL2 <= t.relL2 && c.maxAbs <= t.maxAbs;
-    return c;
-}
-
-int main()
-{
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-        std::printf("no CUDA device: self-test skipped\n");
+    if (!haveDevice())
         return 77;
-    }
-    cudaDeviceProp prop;
-    KL_CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
 )";
     o << "    if (" << P << "_init() != " << U
       << "_OK) {\n        std::printf(\"FAIL: init\\n\");\n        return 1;\n    }\n";
-    o << R"(    std::random_device rd;
-    unsigned long long seed = ((unsigned long long)rd() << 32) ^ rd();
-    if (const char* s = std::getenv("KL_SELFTEST_SEED"))
-        seed = std::strtoull(s, nullptr, 10);
-    std::printf("seed: %llu (fresh each run; KL_SELFTEST_SEED repeats one)\n", seed);
-    std::mt19937_64 rng(seed);
-    double maxBytes = 512.0 * (1 << 20);
-    if (const char* s = std::getenv("KL_SELFTEST_MAX_BYTES"))
-        maxBytes = std::strtod(s, nullptr);
+    o << R"(    std::mt19937_64 rng(selfTestSeed());
+    const double maxBytes = selfTestMaxBytes(512.0 * (1 << 20));
 
     std::vector<std::vector<long long>> shapes;
     for (int i = 0; i < kNumMeasured; ++i)
@@ -581,7 +720,6 @@ int main()
     cudaEvent_t ev[3];
     for (auto& e : ev)
         KL_CHECK(cudaEventCreate(&e));
-    std::normal_distribution<double> normal(0.0, 1.0);
     int failures = 0, checked = 0, skipped = 0, graphChecked = 0;
     double logSpeedupSum = 0;
     int timedShapes = 0;
@@ -603,77 +741,40 @@ int main()
             ++skipped;
             continue;
         }
-        std::vector<void*> buf(kNumTensors, nullptr);
-        std::vector<std::vector<double>> ref(kNumTensors), pristine(kNumTensors);
-        for (int t = 0; t < kNumTensors; ++t) {
-            const size_t n = (size_t)numel(t, &d);
-            KL_CHECK(cudaMalloc(&buf[t], std::max<size_t>(1, n * kindBytes(kTensors[t].kind))));
-            if (kTensors[t].output && !kTensors[t].inPlace)
-                continue;
-            std::vector<double> h;
-            if (valueKind(t) != 0) {
-                h = intValues(t, &d, n, rng);
-            } else {
-                h.resize(n);
-                for (auto& x : h) {
-                    const double r = normal(rng) * kTensors[t].scale;
-                    x = (kTensors[t].kind == KL_I32 || kTensors[t].kind == KL_I64 || kTensors[t].kind == KL_U8) ? std::fabs(std::round(r)) : r;
-                }
-            }
-            toDevice(kTensors[t].kind, h, buf[t]);
-            if (kTensors[t].inPlace)
-                pristine[t] = std::move(h);
-        }
+        std::vector<size_t> sizes(kNumTensors);
+        for (int t = 0; t < kNumTensors; ++t)
+            sizes[t] = (size_t)numel(t, &d);
+        Tensors tensors(kTensors, kNumTensors, sizes, [&](int t, size_t n) {
+            return valueKind(t) != 0 ? intValues(t, &d, n, rng) : randomValues(kTensors[t], n, rng);
+        });
+        const std::vector<void*>& buf = tensors.buf;
         void* ws = nullptr;
         if (wsBytes)
             KL_CHECK(cudaMalloc(&ws, wsBytes));
-        /* Outputs poisoned, in-place tensors back to their pristine values: every call starts from the same state. */
-        auto poisonOutputs = [&]() {
-            KL_CHECK(cudaStreamSynchronize(stream));
-            for (int t = 0; t < kNumTensors; ++t)
-                if (kTensors[t].inPlace)
-                    toDevice(kTensors[t].kind, pristine[t], buf[t]);
-                else if (kTensors[t].output)
-                    KL_CHECK(cudaMemsetAsync(buf[t], 0xFF, (size_t)numel(t, &d) * kindBytes(kTensors[t].kind), stream));
-        };
-        auto checkOutputs = [&](const char* what) {
-            bool ok = true;
-            for (int t = 0; t < kNumTensors; ++t) {
-                if (!kTensors[t].output)
-                    continue;
-                const Compare c = compare(kTensors[t], fromDevice(kTensors[t].kind, buf[t], (size_t)numel(t, &d)), ref[t]);
-                std::printf("      %-9s %-6s rel_l2 %.3e  max_err %.3e%s  %s\n", what, kTensors[t].name, c.relL2, c.maxAbs,
-                            c.nonFinite ? "  non-finite" : "", c.ok ? "ok" : "FAIL");
-                ok = ok && c.ok;
-            }
-            return ok;
-        };
-        poisonOutputs();
+        tensors.reset(stream);
         int rc = call(0, &d, buf, ws, wsBytes, stream);
         KL_CHECK(cudaStreamSynchronize(stream));
         bool ok = rc == 0;
-        for (int t = 0; t < kNumTensors; ++t)
-            if (kTensors[t].output)
-                ref[t] = fromDevice(kTensors[t].kind, buf[t], (size_t)numel(t, &d));
+        tensors.keepReference();
         std::printf("shape %-28s dispatch: %s (%s)\n", label.c_str(), sel == 1 ? "candidate" : "fallback", why ? why : "");
         if (rc != 0)
             std::printf("      fallback failed: %d\n", rc);
         if (candidateRuns) {
-            poisonOutputs();
+            tensors.reset(stream);
             rc = call(1, &d, buf, ws, wsBytes, stream);
             KL_CHECK(cudaStreamSynchronize(stream));
             if (rc == kDeclined)
                 std::printf("      candidate declined the shape at run time (a launch limit); the dispatcher runs the fallback\n");
             else
-                ok = ok && rc == 0 && checkOutputs("candidate");
+                ok = ok && rc == 0 && tensors.check("candidate");
         }
-        poisonOutputs();
+        tensors.reset(stream);
         rc = call(2, &d, buf, ws, wsBytes, stream);
         KL_CHECK(cudaStreamSynchronize(stream));
-        ok = ok && rc == 0 && checkOutputs("dispatch");
+        ok = ok && rc == 0 && tensors.check("dispatch");
         if (ok && sel == 1 && graphChecked == 0) {
             /* The dispatcher under CUDA-graph capture: no allocation, no sync, the caller's stream. */
-            poisonOutputs();
+            tensors.reset(stream);
             KL_CHECK(cudaStreamSynchronize(stream));
             cudaGraph_t graph;
             cudaGraphExec_t exec;
@@ -685,7 +786,7 @@ int main()
             if (!kInPlace) /* a second replay of an in-place call would update its result again */
                 KL_CHECK(cudaGraphLaunch(exec, stream));
             KL_CHECK(cudaStreamSynchronize(stream));
-            const bool gok = rc == 0 && checkOutputs("graph");
+            const bool gok = rc == 0 && tensors.check("graph");
             std::printf("      CUDA graph capture + replay of the dispatcher: %s\n", gok ? "ok" : "FAIL");
             ok = ok && gok;
             KL_CHECK(cudaGraphExecDestroy(exec));
@@ -694,25 +795,9 @@ int main()
         }
         if (ok && sel == 1) {
             /* Candidate and fallback interleaved in one run, so the ratio sees the same clocks. */
-            for (int w = 0; w < 3; ++w) {
-                call(1, &d, buf, ws, wsBytes, stream);
-                call(0, &d, buf, ws, wsBytes, stream);
-            }
-            std::vector<float> tc, tf;
-            for (int r = 0; r < 25; ++r) {
-                KL_CHECK(cudaEventRecord(ev[0], stream));
-                call(1, &d, buf, ws, wsBytes, stream);
-                KL_CHECK(cudaEventRecord(ev[1], stream));
-                call(0, &d, buf, ws, wsBytes, stream);
-                KL_CHECK(cudaEventRecord(ev[2], stream));
-                KL_CHECK(cudaEventSynchronize(ev[2]));
-                float a = 0, b = 0;
-                KL_CHECK(cudaEventElapsedTime(&a, ev[0], ev[1]));
-                KL_CHECK(cudaEventElapsedTime(&b, ev[1], ev[2]));
-                tc.push_back(a * 1000.0f);
-                tf.push_back(b * 1000.0f);
-            }
-            const double c = median(tc), f = median(tf);
+            double c = 0, f = 0;
+            timeInterleaved([&] { call(1, &d, buf, ws, wsBytes, stream); }, [&] { call(0, &d, buf, ws, wsBytes, stream); },
+                            stream, ev, &c, &f);
             std::printf("      time: candidate %.2f us, fallback %.2f us, speedup %.2fx (median of 25, warm caches)\n", c, f, f / c);
             logSpeedupSum += std::log(f / c);
             ++timedShapes;
@@ -722,8 +807,6 @@ int main()
             std::printf("      FAIL\n");
         }
         ++checked;
-        for (auto* b : buf)
-            KL_CHECK(cudaFree(b));
         if (ws)
             KL_CHECK(cudaFree(ws));
     }
@@ -985,6 +1068,29 @@ std::string genTorchLoader(const BundleModel& m)
     return o.str();
 }
 
+std::string cudaArchCMake(const std::string& arch)
+{
+    return "if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)\n  # The architecture the session measured on; before project(), "
+           "which would set\n  # the compiler's default (and a parent project's value reaches its subdirectories).\n"
+           "  set(CMAKE_CUDA_ARCHITECTURES "
+        + arch + ")\nendif()\n";
+}
+
+std::string torchCMake(const std::string& P)
+{
+    std::ostringstream o;
+    o << "if(KL_BUILD_TORCH)\n  find_package(Python3 REQUIRED COMPONENTS Interpreter)\n"
+      << "  execute_process(COMMAND ${Python3_EXECUTABLE} -c \"import torch; print(torch.utils.cmake_prefix_path)\"\n"
+      << "                  OUTPUT_VARIABLE KL_TORCH_PREFIX OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL "
+         "ANY)\n"
+      << "  list(APPEND CMAKE_PREFIX_PATH ${KL_TORCH_PREFIX})\n  find_package(Torch REQUIRED)\n"
+      << "  add_library(" << P << "_torch SHARED torch/" << P << "_op.cpp)\n"
+      << "  target_include_directories(" << P << "_torch PRIVATE src)\n"
+      << "  target_link_libraries(" << P << "_torch PRIVATE " << P << " ${TORCH_LIBRARIES})\n"
+      << "  set_target_properties(" << P << " PROPERTIES POSITION_INDEPENDENT_CODE ON)\nendif()\n";
+    return o.str();
+}
+
 std::string genCMake(const BundleModel& m)
 {
     const std::string& P = m.prefix;
@@ -993,10 +1099,8 @@ std::string genCMake(const BundleModel& m)
       << "), its CPU dispatch test and\n"
       << "# its GPU self-test:  cmake -S . -B build && cmake --build build && ctest --test-dir build "
          "--output-on-failure\n";
-    o << "cmake_minimum_required(VERSION 3.24)\nproject(" << P << " LANGUAGES C CXX CUDA)\n\n";
-    o << "if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)\n  # The architecture the session measured on.\n  "
-         "set(CMAKE_CUDA_ARCHITECTURES "
-      << m.cudaArch << ")\nendif()\n";
+    o << "cmake_minimum_required(VERSION 3.24)\n"
+      << cudaArchCMake(m.cudaArch) << "project(" << P << " LANGUAGES C CXX CUDA)\n\n";
     o << "set(CMAKE_CUDA_STANDARD 17)\nset(CMAKE_CUDA_STANDARD_REQUIRED ON)\nset(CMAKE_CXX_STANDARD "
          "17)\nset(CMAKE_CXX_STANDARD_REQUIRED ON)\n";
     o << "option(BUILD_SHARED_LIBS \"Build lib" << P << " as a shared library\" OFF)\n";
@@ -1006,13 +1110,16 @@ std::string genCMake(const BundleModel& m)
         o << "# The Triton candidate's launcher reaches the driver through cudaGetDriverEntryPointByVersion.\n"
              "if(CUDAToolkit_VERSION VERSION_LESS 12.5)\n  message(FATAL_ERROR \"this bundle needs CUDA 12.5 or newer "
              "(found ${CUDAToolkit_VERSION})\")\nendif()\n\n";
-    o << "add_library(" << P << "\n  src/" << P << "_dispatch.c\n  src/" << P << "_candidate.cu\n  src/" << P
-      << "_fallback.cu\n  src/" << P << "_run.cu)\n";
+    o << "add_library(" << P << "\n  src/" << P << "_dispatch.c\n"
+      << (m.candidate ? "  src/" + P + "_candidate.cu\n" : std::string()) << "  src/" << P << "_fallback.cu\n  src/"
+      << P << "_run.cu)\n";
     o << "set_target_properties(" << P << " PROPERTIES POSITION_INDEPENDENT_CODE ON)\n";
     o << "target_include_directories(" << P
       << " PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)\n";
     o << "target_link_libraries(" << P << " PUBLIC CUDA::cudart" << (m.libraryFallback ? " CUDA::cublas" : "") << ")\n";
     o << "if(UNIX)\n  target_link_libraries(" << P << " PRIVATE m)\nendif()\n\n";
+    if (!m.candidate) // a fallback-only part of a pipeline bundle: nothing to test against the fallback
+        return o.str();
     o << "enable_testing()\n";
     o << "add_executable(" << P << "_dispatch_test test/dispatch_test.c src/" << P << "_dispatch.c)\n";
     o << "target_include_directories(" << P << "_dispatch_test PRIVATE include src)\n";
@@ -1024,15 +1131,7 @@ std::string genCMake(const BundleModel& m)
     o << "target_include_directories(" << P << "_selftest PRIVATE src)\n";
     o << "add_test(NAME selftest COMMAND " << P << "_selftest)\n";
     o << "set_tests_properties(selftest PROPERTIES SKIP_RETURN_CODE 77)\n\n";
-    o << "if(KL_BUILD_TORCH)\n  find_package(Python3 REQUIRED COMPONENTS Interpreter)\n"
-      << "  execute_process(COMMAND ${Python3_EXECUTABLE} -c \"import torch; print(torch.utils.cmake_prefix_path)\"\n"
-      << "                  OUTPUT_VARIABLE KL_TORCH_PREFIX OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL "
-         "ANY)\n"
-      << "  list(APPEND CMAKE_PREFIX_PATH ${KL_TORCH_PREFIX})\n  find_package(Torch REQUIRED)\n"
-      << "  add_library(" << P << "_torch SHARED torch/" << P << "_op.cpp)\n"
-      << "  target_include_directories(" << P << "_torch PRIVATE src)\n"
-      << "  target_link_libraries(" << P << "_torch PRIVATE " << P << " ${TORCH_LIBRARIES})\n"
-      << "  set_target_properties(" << P << " PROPERTIES POSITION_INDEPENDENT_CODE ON)\nendif()\n\n";
+    o << torchCMake(P) << "\n";
     o << "install(TARGETS " << P << ")\ninstall(FILES include/" << P << ".h include/" << P
       << "_dispatch.h TYPE INCLUDE)\n";
     return o.str();

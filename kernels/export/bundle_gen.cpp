@@ -617,7 +617,10 @@ std::string genDispatchC(const BundleModel& m)
     o << "#include \"" << P << "_dispatch.h\"\n#include \"kl_expr.h\"\n\n#include <limits.h>\n#include <stddef.h>\n\n";
     o << "typedef struct " << P << "_region_row {\n    long long lo[" << std::max<std::size_t>(nd, 1)
       << "];\n    long long hi[" << std::max<std::size_t>(nd, 1) << "];\n} " << P << "_region_row;\n\n";
-    o << "/* Where candidate " << m.candidate->id << " was verified and measured faster than the baseline. */\n";
+    if (m.candidate)
+        o << "/* Where candidate " << m.candidate->id << " was verified and measured faster than the baseline. */\n";
+    else
+        o << "/* No candidate: the fallback serves every shape. */\n";
     o << "static const " << P << "_region_row " << P << "_regions[] = {\n";
     if (plan.candidateRegions.empty())
         o << "    {{0}, {-1}} /* no region: the candidate was never measured faster; unused (count 0) */\n";
@@ -675,7 +678,9 @@ std::string genDispatchC(const BundleModel& m)
     if (!m.libraryFallback && !m.fallback.spec.tensorMaps.empty())
         o << tensorMapGeometryC(m, m.fallback);
     o << "int " << P << "_candidate_supports(const " << P << "_dims* dims, const char** why)\n{\n"
-      << supportsBody(m, m.cand) << "}\n\n";
+      << (m.candidate ? supportsBody(m, m.cand)
+                      : "    (void)dims;\n    if (why) *why = \"no candidate was exported\";\n    return 0;\n")
+      << "}\n\n";
     o << "int " << P << "_fallback_supports(const " << P << "_dims* dims, const char** why)\n{\n";
     if (m.libraryFallback) {
         o << dimLocals(*m.problem, "dims", "    ");
@@ -1281,6 +1286,18 @@ std::string genRunCu(const BundleModel& m)
     if (!m.libraryFallback)
         o << "extern \"C\" int " << P << "_init(void) { return "
           << (m.cand.triton() ? P + "_candidate_init()" : U + "_OK") << "; }\n\n";
+    if (!m.candidate)
+        o << "/* No candidate was exported: the C API keeps its shape, the candidate declines every shape. */\n"
+          << "extern \"C\" int " << P << "_run_candidate(" << paramList(m) << ")\n{\n    (void)dims;\n"
+          <<
+            [&] {
+                std::string v;
+                for (const auto& a : apiParams(*m.problem))
+                    v += "    (void)" + a.name + ";\n";
+                return v;
+            }()
+          << "    (void)workspace;\n    (void)workspace_bytes;\n    (void)stream;\n    return " << U
+          << "_ERR_UNSUPPORTED_SHAPE;\n}\n\n";
     o << "extern \"C\" int " << P << "_run(" << paramList(m) << ")\n{\n";
     o << "    switch (" << P << "_select(dims)) {\n    case " << U << "_IMPL_CANDIDATE:\n";
     if (m.cand.triton())

@@ -71,10 +71,20 @@ std::string genCubinTable(const BundleModel& m, const KernelImpl& k);
 std::string cubinFileName(const BundleModel& m, const TritonCubin& c);
 std::string genTritonModule(const BundleModel& m, const KernelImpl& k);
 std::string genSelfTest(const BundleModel& m);
+// What every generated self-test shares (C++ for nvcc): KL_CHECK, the element kinds and their host/device copies,
+// TensorInfo, the harness's error measure (compare), median, klIntValues (problem.json "values" of integer inputs).
+std::string selfTestSupportC();
+const char* selfTestKind(DType t); // the self-test's element kind: "KL_BF16"
+std::string torchScalarType(DType t); // "at::kBFloat16"
+std::string cDouble(double v); // a C double literal that reads back as v: "0.0156", "1.0"
 std::string genDispatchTest(const BundleModel& m);
 std::string genTorchOp(const BundleModel& m);
 std::string genTorchLoader(const BundleModel& m);
 std::string genCMake(const BundleModel& m);
+// The CMake block that sets CMAKE_CUDA_ARCHITECTURES to arch ("90a") unless given; it goes before project().
+std::string cudaArchCMake(const std::string& arch);
+// The CMake block that builds lib<P>_torch.so from torch/<P>_op.cpp when KL_BUILD_TORCH is on.
+std::string torchCMake(const std::string& prefix);
 std::string genReadme(const BundleModel& m);
 
 // What the generated dispatcher must answer for a shape, computed independently with core's expression

@@ -314,6 +314,37 @@ namespace {
 
 } // namespace
 
+Json refusalsJson(const std::vector<ExportRefusal>& refusals)
+{
+    Json j = Json::array();
+    for (const auto& r : refusals)
+        j.push_back({ { "code", r.code }, { "message", r.message } });
+    return j;
+}
+
+std::string refusalLines(const std::vector<ExportRefusal>& refusals)
+{
+    std::string s;
+    for (const auto& r : refusals)
+        s += "  - " + r.code + ": " + r.message + "\n";
+    return s;
+}
+
+void refuseUnlessForced(
+    const std::string& what, const std::vector<ExportRefusal>& refusals, bool force, const std::string& forceWritesInto)
+{
+    if (refusals.empty() || force)
+        return;
+    std::string msg = "refusing to export " + what + ":\n" + refusalLines(refusals);
+    msg += "(--force exports anyway and writes these reasons into " + forceWritesInto + ")";
+    throw ExportRefused(msg, refusals);
+}
+
+std::string bundleCudaArch(const DeviceInfo& device, std::vector<std::string>& warnings)
+{
+    return cudaArchOf(device, warnings);
+}
+
 std::string bundlePrefix(const Problem& problem)
 {
     std::string p = "kl_" + detail::cIdent(problem.name);
@@ -344,6 +375,26 @@ std::string defaultCandidate(const Session& s, bool anyStatus)
         throw InputError(
             "session " + s.id + " has no accepted candidate with an evaluation; name one with --candidate");
     return best;
+}
+
+namespace {
+
+    void setFallback(ExportPlan& plan, const Problem& problem)
+    {
+        plan.usesLibraryFallback = isCublasGemm(problem.libraryBaseline);
+        plan.fallbackDescription = plan.usesLibraryFallback
+            ? "cuBLAS (" + problem.libraryBaseline + ")"
+            : "the problem's reference kernel (" + problem.referenceFile + ")";
+    }
+
+} // namespace
+
+void refuseScreened(const Session& s, const std::string& candidateId)
+{
+    if (const auto ev = s.evaluations.find(candidateId); ev != s.evaluations.end() && ev->second.fidelity.screen())
+        throw InputError("export: candidate " + candidateId + " was only screened (" + ev->second.fidelity.label()
+            + ", multi-fidelity search): a screen ranks configurations and is no measurement to ship, not even with "
+              "--force; export the full-protocol evaluation of its configuration");
 }
 
 ExportPlan planExport(
@@ -440,10 +491,16 @@ ExportPlan planExport(
     if (plan.dispatch.candidateRegions.empty())
         plan.warnings.push_back("no shape was measured surely faster: the dispatcher always uses the fallback");
     plan.minSpeedup = minSpeedup;
-    plan.usesLibraryFallback = isCublasGemm(problem.libraryBaseline);
-    plan.fallbackDescription = plan.usesLibraryFallback
-        ? "cuBLAS (" + problem.libraryBaseline + ")"
-        : "the problem's reference kernel (" + problem.referenceFile + ")";
+    setFallback(plan, problem);
+    return plan;
+}
+
+ExportPlan planFallbackExport(const Problem& problem, const std::string& prefix)
+{
+    ExportPlan plan;
+    plan.dispatch = buildDispatchPlan(problem, {}, 1.0);
+    plan.prefix = prefix;
+    setFallback(plan, problem);
     return plan;
 }
 
@@ -481,14 +538,10 @@ namespace {
         return s;
     }
 
-    std::map<std::string, std::string> generateWith(
-        const Session& s, const Problem& problem, const ExportPlan& plan, bool forced, const Scrubber& scrub)
+    // The parts of the model every bundle has: names, architecture, problem and fallback (no candidate yet).
+    BundleModel fallbackModel(const Session& s, const Problem& problem, const ExportPlan& plan, bool forced,
+        const Scrubber& scrub, std::vector<std::string>& warnings)
     {
-        const Candidate& cand = s.tree.at(plan.candidateId);
-        const auto evIt = s.evaluations.find(plan.candidateId);
-        const Evaluation* ev = evIt == s.evaluations.end() ? nullptr : &evIt->second;
-        std::vector<std::string> warnings = plan.warnings;
-
         BundleModel m;
         m.prefix = plan.prefix.empty() ? bundlePrefix(problem) : plan.prefix;
         m.upper = m.prefix;
@@ -497,13 +550,8 @@ namespace {
         m.cudaArch = cudaArchOf(s.device, warnings);
         m.session = &s;
         m.problem = &problem;
-        m.candidate = &cand;
-        m.evaluation = ev;
         m.plan = &plan;
         m.forced = forced;
-        m.cand = makeImpl("candidate", cand.source, cand.params, scrub);
-        if (m.cand.triton())
-            compileTritonCubins(m.cand, cand.source, problem, "sm_" + m.cudaArch);
         m.libraryFallback = plan.usesLibraryFallback;
         if (!m.libraryFallback) {
             if (problem.folder.empty())
@@ -518,6 +566,43 @@ namespace {
             }
             m.fallback = makeImpl("fallback", refSource, {}, scrub);
         }
+        return m;
+    }
+
+    // The files of every bundle, with or without a candidate: C API, dispatcher, fallback, entry point, build.
+    void addDispatcherAndFallback(const BundleModel& m, std::map<std::string, std::string>& files)
+    {
+        const std::string& P = m.prefix;
+        files["include/" + P + ".h"] = detail::genApiHeader(m);
+        files["include/" + P + "_dispatch.h"] = detail::genDispatchHeader(m);
+        files["src/kl_expr.h"] = "#ifndef KL_EXPR_H\n#define KL_EXPR_H\n" + expressionRuntimeC() + "#endif\n";
+        files["src/" + P + "_dispatch.c"] = detail::genDispatchC(m);
+        if (m.libraryFallback) {
+            files["src/" + P + "_fallback.cu"] = detail::genCublasLauncher(m);
+        } else {
+            files["src/" + P + "_fallback.cuh"] = detail::genKernelHeader(m, m.fallback,
+                "The fallback: problem " + m.problem->name + "'s trusted reference kernel (" + m.problem->referenceFile
+                    + ").");
+            files["src/" + P + "_fallback.cu"] = detail::genKernelLauncher(m, m.fallback);
+        }
+        files["src/" + P + "_run.cu"] = detail::genRunCu(m);
+        files["CMakeLists.txt"] = detail::genCMake(m);
+    }
+
+    std::map<std::string, std::string> generateWith(
+        const Session& s, const Problem& problem, const ExportPlan& plan, bool forced, const Scrubber& scrub)
+    {
+        const Candidate& cand = s.tree.at(plan.candidateId);
+        const auto evIt = s.evaluations.find(plan.candidateId);
+        const Evaluation* ev = evIt == s.evaluations.end() ? nullptr : &evIt->second;
+        std::vector<std::string> warnings = plan.warnings;
+
+        BundleModel m = fallbackModel(s, problem, plan, forced, scrub, warnings);
+        m.candidate = &cand;
+        m.evaluation = ev;
+        m.cand = makeImpl("candidate", cand.source, cand.params, scrub);
+        if (m.cand.triton())
+            compileTritonCubins(m.cand, cand.source, problem, "sm_" + m.cudaArch);
 
         // Provenance banner, shared by every generated header.
         std::vector<std::string> lineage = s.tree.lineage(cand.id);
@@ -573,10 +658,7 @@ namespace {
 
         const std::string& P = m.prefix;
         std::map<std::string, std::string> files;
-        files["include/" + P + ".h"] = detail::genApiHeader(m);
-        files["include/" + P + "_dispatch.h"] = detail::genDispatchHeader(m);
-        files["src/kl_expr.h"] = "#ifndef KL_EXPR_H\n#define KL_EXPR_H\n" + expressionRuntimeC() + "#endif\n";
-        files["src/" + P + "_dispatch.c"] = detail::genDispatchC(m);
+        addDispatcherAndFallback(m, files);
         if (m.cand.triton()) {
             files["src/" + P + "_candidate_cubin.h"] = detail::genCubinTable(m, m.cand);
             for (const auto& c : m.cand.cubins)
@@ -587,20 +669,10 @@ namespace {
                 m, m.cand, "The exported candidate kernel " + cand.id + " of " + problem.name + ".");
         }
         files["src/" + P + "_candidate.cu"] = detail::genKernelLauncher(m, m.cand);
-        if (m.libraryFallback) {
-            files["src/" + P + "_fallback.cu"] = detail::genCublasLauncher(m);
-        } else {
-            files["src/" + P + "_fallback.cuh"] = detail::genKernelHeader(m, m.fallback,
-                "The fallback: problem " + problem.name + "'s trusted reference kernel (" + problem.referenceFile
-                    + ").");
-            files["src/" + P + "_fallback.cu"] = detail::genKernelLauncher(m, m.fallback);
-        }
-        files["src/" + P + "_run.cu"] = detail::genRunCu(m);
         files["test/selftest.cu"] = detail::genSelfTest(m);
         files["test/dispatch_test.c"] = detail::genDispatchTest(m);
         files["torch/" + P + "_op.cpp"] = detail::genTorchOp(m);
         files["torch/" + P + ".py"] = detail::genTorchLoader(m);
-        files["CMakeLists.txt"] = detail::genCMake(m);
         files["README.md"] = detail::genReadme(m);
 
         // manifest.json
@@ -774,6 +846,24 @@ std::map<std::string, std::string> generateBundleFor(
     return generateWith(s, problem, plan, forced, scrubberFor(problem, options));
 }
 
+std::map<std::string, std::string> generateFallbackBundleFor(
+    const Problem& problem, const ExportPlan& plan, const DeviceInfo& device, const ExportOptions& options)
+{
+    Session deviceOnly; // the architecture to build for; no candidate, so nothing else of a session is read
+    deviceOnly.device = device;
+    std::vector<std::string> warnings;
+    const Scrubber scrub = scrubberFor(problem, options);
+    BundleModel m = fallbackModel(deviceOnly, problem, plan, false, scrub, warnings);
+    m.banner = " * "
+        + detail::commentSafe(
+            scrub("Computes: " + problem.name + (problem.description.empty() ? "" : " -- " + problem.description)))
+        + "\n * " + detail::commentSafe("No candidate: every shape runs the fallback, " + plan.fallbackDescription)
+        + "\n";
+    std::map<std::string, std::string> files;
+    addDispatcherAndFallback(m, files);
+    return files;
+}
+
 std::filesystem::path writeExport(
     const std::map<std::string, std::string>& files, const Problem& problem, const ExportOptions& options)
 {
@@ -799,18 +889,9 @@ ExportResult exportBundle(const Session& s, const Problem& problem, const Export
         throw InputError("export: no output directory (--out DIR)");
     ExportResult result;
     const std::string id = options.candidateId.empty() ? defaultCandidate(s, options.force) : options.candidateId;
-    if (const auto ev = s.evaluations.find(id); ev != s.evaluations.end() && ev->second.fidelity.screen())
-        throw InputError("export: candidate " + id + " was only screened (" + ev->second.fidelity.label()
-            + ", multi-fidelity search): a screen ranks configurations and is no measurement to ship, not even with "
-              "--force; export the full-protocol evaluation of its configuration");
+    refuseScreened(s, id);
     result.plan = planExport(s, problem, id, options.minSpeedup);
-    if (!result.plan.refusals.empty() && !options.force) {
-        std::string msg = "refusing to export candidate " + id + ":";
-        for (const auto& r : result.plan.refusals)
-            msg += "\n  - " + r.code + ": " + r.message;
-        msg += "\n(--force exports anyway and writes these reasons into manifest.json and the headers)";
-        throw ExportRefused(msg, result.plan.refusals);
-    }
+    refuseUnlessForced("candidate " + id, result.plan.refusals, options.force, "manifest.json and the headers");
     result.forced = !result.plan.refusals.empty();
     checkedOutDir(options); // before generating: a wrong --out fails at once
     const auto files = generateBundleFor(s, problem, result.plan, result.forced, options);

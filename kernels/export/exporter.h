@@ -4,6 +4,7 @@
 // was verified and measured faster (the fallback elsewhere), a PyTorch wrapper, a CMake project with a
 // self-test, and manifest.json with provenance and the sha256 of every file. Generating needs no GPU and no
 // CUDA runtime; the bundle is text.
+#include "core/json_io.h"
 #include "core/problem.h"
 #include "core/session.h"
 #include "kernels/export/dispatch_plan.h"
@@ -67,13 +68,29 @@ struct ExportResult {
     bool forced = false;
 };
 
+// The refusals as manifests and `--json` write them: [{"code", "message"}].
+Json refusalsJson(const std::vector<ExportRefusal>& refusals);
+// One "  - code: message" line per refusal.
+std::string refusalLines(const std::vector<ExportRefusal>& refusals);
+// Throws ExportRefused ("refusing to export WHAT:", each refusal, what --force would write them into) when there are
+// refusals and not force.
+void refuseUnlessForced(const std::string& what, const std::vector<ExportRefusal>& refusals, bool force,
+    const std::string& forceWritesInto);
+
 // "kl_<problem>" in lower case: the prefix of a bundle's C API.
 std::string bundlePrefix(const Problem& problem);
+
+// The architecture a bundle builds for ("90a"): the device's, or sm_90a with a warning when it records none.
+std::string bundleCudaArch(const DeviceInfo& device, std::vector<std::string>& warnings);
 
 // The default candidate: the Accepted one with an evaluation and the highest objective (with anyStatus, when
 // none is accepted, the evaluated one with the highest objective, for a forced export). Throws InputError
 // when there is none.
 std::string defaultCandidate(const Session& session, bool anyStatus = false);
+
+// Throws InputError when the candidate's evaluation was only a screen (multi-fidelity search): never exported, not
+// even with force.
+void refuseScreened(const Session& session, const std::string& candidateId);
 
 // Checks and the dispatch table; throws InputError for an unknown candidate or an unreadable source. With a regime,
 // the dispatch table is built from the candidate's shapes inside it (each box lies among the regime's shapes); the
@@ -88,6 +105,13 @@ ExportResult exportBundle(const Session& session, const Problem& problem, const 
 // The bundle's files as exportBundle writes them: scrubbed of options.secrets and of the problem's and outDir's paths.
 std::map<std::string, std::string> generateBundleFor(
     const Session& session, const Problem& problem, const ExportPlan& plan, bool forced, const ExportOptions& options);
+// The plan of a bundle without a candidate (a pipeline stage that runs its fallback): every shape goes to the
+// problem's fallback, as a candidate's bundle sends the shapes outside its boxes.
+ExportPlan planFallbackExport(const Problem& problem, const std::string& prefix);
+// Its files: the C API, dispatcher, fallback and entry point of a candidate's bundle (the candidate declining every
+// shape), a CMake library without tests; built for device's architecture, scrubbed as generateBundleFor scrubs.
+std::map<std::string, std::string> generateFallbackBundleFor(
+    const Problem& problem, const ExportPlan& plan, const DeviceInfo& device, const ExportOptions& options);
 // Writes files into options.outDir, as exportBundle does: refuses a non-empty directory without overwrite or one that
 // is not an earlier export, and any file that would carry a secret or a private path. Returns the absolute directory.
 std::filesystem::path writeExport(

@@ -256,7 +256,7 @@ namespace {
         return o.str();
     }
 
-    std::string genCMake(const RegimeExportPlan& plan)
+    std::string genCMake(const RegimeExportPlan& plan, const std::string& cudaArch)
     {
         const std::string& P = plan.prefix;
         std::ostringstream o;
@@ -264,7 +264,8 @@ namespace {
           << "_regimes) over one bundle per regime winner, and its CPU "
              "dispatch test:\n#   cmake -S . -B build && cmake --build build && ctest --test-dir build "
              "--output-on-failure\n";
-        o << "cmake_minimum_required(VERSION 3.24)\nproject(" << P << "_regimes LANGUAGES C CXX CUDA)\n\n";
+        o << "cmake_minimum_required(VERSION 3.24)\n"
+          << detail::cudaArchCMake(cudaArch) << "project(" << P << "_regimes LANGUAGES C CXX CUDA)\n\n";
         o << "find_package(CUDAToolkit REQUIRED)\nenable_testing()\n";
         std::string libs, dispatchSources;
         for (const RegimeEntry& e : plan.entries)
@@ -355,9 +356,7 @@ std::map<std::string, std::string> generateRegimeExport(
     manifest["session"] = s.id;
     manifest["fallback"] = plan.fallbackDescription;
     manifest["warnings"] = plan.warnings;
-    manifest["refusals"] = Json::array();
-    for (const auto& r : plan.refusals)
-        manifest["refusals"].push_back({ { "code", r.code }, { "message", r.message } });
+    manifest["refusals"] = refusalsJson(plan.refusals);
     manifest["regimes"] = Json::array();
     for (const RegimeEntry& e : plan.entries) {
         Json j { { "name", e.regime.name }, { "condition", e.regime.condition.text() },
@@ -379,7 +378,8 @@ std::map<std::string, std::string> generateRegimeExport(
     files["include/" + P + "_regimes_run.h"] = genRunHeaderAndC(plan, problem, &runC);
     files["src/" + P + "_regimes_run.c"] = runC;
     files["test/regimes_dispatch_test.c"] = genDispatchTest(plan, problem, probeShapes(s, problem, plan));
-    files["CMakeLists.txt"] = genCMake(plan);
+    std::vector<std::string> archWarnings; // each winner's bundle records the same warning in its manifest
+    files["CMakeLists.txt"] = genCMake(plan, bundleCudaArch(s.device, archWarnings));
     Json hashes = Json::object();
     for (const auto& [path, content] : files)
         hashes[path] = sha256Hex(content);
@@ -392,13 +392,8 @@ RegimeExportResult exportRegimes(const Session& s, const Problem& problem, const
 {
     RegimeExportResult result;
     result.plan = planRegimeExport(s, problem, options.minSpeedup);
-    if (!result.plan.refusals.empty() && !options.force) {
-        std::string msg = "refusing to export the regime winners of session " + s.id + ":";
-        for (const auto& r : result.plan.refusals)
-            msg += "\n  - " + r.code + ": " + r.message;
-        msg += "\n(--force exports anyway and writes these reasons into each bundle's manifest.json and headers)";
-        throw ExportRefused(msg, result.plan.refusals);
-    }
+    refuseUnlessForced("the regime winners of session " + s.id, result.plan.refusals, options.force,
+        "each bundle's manifest.json and headers");
     result.forced = !result.plan.refusals.empty();
     const auto files = generateRegimeExport(s, problem, result.plan, options);
     result.outDir = writeExport(files, problem, options);

@@ -90,12 +90,12 @@ TEST_F(KloopCli, EveryCommandRejectsUnknownOptionsAndMissingValuesWithExitTwo)
     const std::vector<std::string> commands = listedCommands(help.out);
     // One option that takes a value, per command that has one.
     const std::map<std::string, std::string> valueOption { { "eval", "arch" }, { "export", "out" }, { "problems", "" },
-        { "problems import", "workloads" }, { "pipeline run", "out" }, { "pipeline show", "" },
-        { "pipeline validate", "" }, { "profile", "out" }, { "profile sol", "out" }, { "prompt", "problem" },
-        { "run", "budget" }, { "session diff", "context" }, { "session list", "" }, { "session new", "problem" },
-        { "session show", "" }, { "trace analyze", "work" }, { "trace export", "out" }, { "trace info", "" },
-        { "tuning-db export", "space" }, { "tuning-db import", "problem" }, { "tuning-db list", "db" },
-        { "version", "" } };
+        { "problems import", "workloads" }, { "pipeline export", "stage" }, { "pipeline run", "out" },
+        { "pipeline show", "" }, { "pipeline validate", "" }, { "profile", "out" }, { "profile sol", "out" },
+        { "prompt", "problem" }, { "run", "budget" }, { "session diff", "context" }, { "session list", "" },
+        { "session new", "problem" }, { "session show", "" }, { "trace analyze", "work" }, { "trace export", "out" },
+        { "trace info", "" }, { "tuning-db export", "space" }, { "tuning-db import", "problem" },
+        { "tuning-db list", "db" }, { "version", "" } };
     ASSERT_GE(commands.size(), 18u) << help.out;
     for (const std::string& c : commands) {
         ASSERT_TRUE(valueOption.count(c)) << "a new command '" << c << "': add it to this test";

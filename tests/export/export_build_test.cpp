@@ -1,8 +1,10 @@
 // The generated bundles compile: the rmsnorm bundle through its own CMake project (library, CPU dispatch
 // test and GPU self-test, then ctest: the dispatch test runs, the self-test skips without a GPU), the
 // cuBLAS-fallback gemm bundle through nvcc -c of each .cu.
+#include "core/catalogue.h"
 #include "export_fixture.h"
 #include "kernels/export/exporter.h"
+#include "kernels/export/pipeline_export.h"
 #include "kernels/export/regime_export.h"
 #include "tests/support/text_file.h"
 
@@ -165,6 +167,65 @@ namespace {
         fs::remove_all(out);
     }
 
+    // A pipeline bundle (llama_mlp_decode: rmsnorm and silu_and_mul candidates, both GEMMs on cuBLAS) through its own
+    // CMake project: every stage's part and the entry point build with nvcc, ctest runs the candidate stages'
+    // dispatch tests (their self-tests and the pipeline's skip without a GPU). The entry point and the pipeline's
+    // self-test of dsa_decode (all stages on fallbacks, integer intermediates) compile with warnings as errors.
+    TEST(ExportBuild, PipelineBundleBuildsWithItsCMakeProjectAndPassesCtestOnTheCpu)
+    {
+        if (!fs::exists(KL_NVCC))
+            GTEST_SKIP() << "nvcc not found";
+        const fs::path problems = fs::path(KL_SOURCE_DIR) / "kernels/problems";
+        std::vector<BuiltSession> sessions;
+        std::vector<PipelineStageSource> stages;
+        for (const auto& [stage, problem] : { std::pair { "norm", "rmsnorm" }, std::pair { "act", "silu_and_mul" } }) {
+            const Problem p = loadProblem((problems / problem).string());
+            sessions.push_back(
+                buildSessionFrom(problems / problem, problems / problem / p.templateFile, syntheticOutcomes(p)));
+            stages.push_back(parseStageSource(std::string(stage) + "=" + sessions.back().dir.string()));
+        }
+        const fs::path out = kl::test::freshDir("build-pipeline");
+        ExportOptions o;
+        o.outDir = out;
+        exportPipeline(loadPipeline(findPipelineFolder("llama_mlp_decode")), stages, o);
+        std::string log;
+        ASSERT_TRUE(cmakeBuildAndCtest(out, &log));
+        EXPECT_NE(log.find("pipeline_selftest"), std::string::npos) << log;
+        EXPECT_TRUE(fs::exists(out / "build" / "libkl_llama_mlp_decode.a"));
+        EXPECT_TRUE(fs::exists(out / "build" / "gate_up" / "libkl_llama_mlp_decode_gate_up.a"));
+
+        const fs::path dsa = kl::test::freshDir("build-pipeline-dsa");
+        o.outDir = dsa;
+        exportPipeline(loadPipeline(findPipelineFolder("dsa_decode")), {}, o);
+        std::string inc = " -I" + (dsa / "include").string() + " -I" + (dsa / "src").string();
+        for (const char* st : { "indexer", "topk", "attn" })
+            inc += " -I" + (dsa / st / "include").string();
+        for (const fs::path& dir : { out, dsa }) {
+            const std::string P = dir == out ? "kl_llama_mlp_decode" : "kl_dsa_decode";
+            std::string flags = dir == out ? " -I" + (out / "include").string() + " -I" + (out / "src").string() : inc;
+            if (dir == out)
+                for (const char* st : { "norm", "gate_up", "act", "down" })
+                    flags += " -I" + (out / st / "include").string();
+            EXPECT_EQ(runCommand("cd " + dir.string() + " && cc -std=c99 -Wall -Wextra -Werror -c" + flags + " -I"
+                              + KL_CUDA_INCLUDE + " src/" + P + ".c -o entry.o",
+                          &log),
+                0)
+                << P << "\n"
+                << log;
+            EXPECT_EQ(runCommand("cd " + dir.string() + " && " + KL_NVCC
+                              + " -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Werror all-warnings -c" + flags
+                              + " test/pipeline_selftest.cu -o selftest.o",
+                          &log),
+                0)
+                << P << "\n"
+                << log;
+        }
+        fs::remove_all(out);
+        fs::remove_all(dsa);
+        for (const auto& b : sessions)
+            fs::remove_all(b.dir);
+    }
+
     // The shipped problems' tunable templates, exported as candidates with their reference or cuBLAS fallback:
     // every launcher compiles with nvcc, warnings as errors. sm_90a only (nvcc's -arch=sm_90a also emits
     // compute_90 PTX, which has no wgmma), as the bundle's own CMake project builds it.
@@ -266,6 +327,20 @@ namespace {
                 << log;
             fs::remove_all(inPlaceOut);
             fs::remove_all(inPlace.dir);
+        }
+        // The pipeline bundle's op over its entry point.
+        {
+            const fs::path pipeOut = kl::test::freshDir("torch-pipeline");
+            ExportOptions o;
+            o.outDir = pipeOut;
+            exportPipeline(loadPipeline(findPipelineFolder("llama_mlp_decode")), {}, o);
+            EXPECT_EQ(runCommand("c++ -std=c++17 -fsyntax-only -I" + inc + " -I" + inc + "/torch/csrc/api/include -I"
+                              + std::string(KL_CUDA_INCLUDE) + " -I" + (pipeOut / "include").string() + " "
+                              + (pipeOut / "torch/kl_llama_mlp_decode_op.cpp").string(),
+                          &log),
+                0)
+                << log;
+            fs::remove_all(pipeOut);
         }
         // torch.utils.cpp_extension compiles the dispatcher's .c as C++.
         EXPECT_EQ(

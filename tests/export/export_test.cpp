@@ -280,7 +280,7 @@ namespace {
         EXPECT_NE(selftest.find("{\"x\", KL_BF16, true, true,"), std::string::npos) << selftest;
         EXPECT_NE(selftest.find("{\"w\", KL_BF16, false, false,"), std::string::npos);
         EXPECT_NE(selftest.find("static const bool kInPlace = true;"), std::string::npos);
-        EXPECT_NE(selftest.find("toDevice(kTensors[t].kind, pristine[t], buf[t]);"), std::string::npos);
+        EXPECT_NE(selftest.find("toDevice(info[t].kind, pristine[t], buf[t]);"), std::string::npos);
         // A FlashInfer-Bench definition cannot say "both": exporting there is refused, naming the tensor.
         flashinfer_bench::ExportOptions fo;
         fo.outDir = kl::test::freshDir("fib-in-place");
