@@ -291,6 +291,18 @@ std::string cIdent(const std::string& s)
     return out;
 }
 
+std::string upperOf(std::string s)
+{
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
+    return s;
+}
+
+std::string lowerOf(std::string s)
+{
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+}
+
 std::string commentSafe(const std::string& s)
 {
     std::string out;

@@ -103,6 +103,8 @@ struct ApiParam {
 };
 std::vector<ApiParam> apiParams(const Problem& p);
 std::string cIdent(const std::string& s); // safe C identifier
+std::string upperOf(std::string s); // ASCII case, for prefixes and macro names
+std::string lowerOf(std::string s);
 // The problem's value of s as a C expression, its formula reading dims from `dimsPtr->NAME`.
 std::string scalarValueC(const ScalarSpec& s, const std::string& dimsPtr);
 

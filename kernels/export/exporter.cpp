@@ -151,9 +151,8 @@ namespace {
             const auto eq = kv.find('=');
             if (eq == std::string::npos)
                 continue;
-            std::string name = kv.substr(0, eq);
+            const std::string name = detail::upperOf(kv.substr(0, eq));
             const std::string value = kv.substr(eq + 1);
-            std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::toupper(c); });
             bool secret = false;
             for (const char* mk : markers)
                 secret |= name.find(mk) != std::string::npos;
@@ -347,9 +346,7 @@ std::string bundleCudaArch(const DeviceInfo& device, std::vector<std::string>& w
 
 std::string bundlePrefix(const Problem& problem)
 {
-    std::string p = "kl_" + detail::cIdent(problem.name);
-    std::transform(p.begin(), p.end(), p.begin(), [](unsigned char c) { return std::tolower(c); });
-    return p;
+    return detail::lowerOf("kl_" + detail::cIdent(problem.name));
 }
 
 std::string defaultCandidate(const Session& s, bool anyStatus)
@@ -544,9 +541,7 @@ namespace {
     {
         BundleModel m;
         m.prefix = plan.prefix.empty() ? bundlePrefix(problem) : plan.prefix;
-        m.upper = m.prefix;
-        std::transform(
-            m.upper.begin(), m.upper.end(), m.upper.begin(), [](unsigned char c) { return std::toupper(c); });
+        m.upper = detail::upperOf(m.prefix);
         m.cudaArch = cudaArchOf(s.device, warnings);
         m.session = &s;
         m.problem = &problem;

@@ -14,20 +14,10 @@ namespace kl::exporter {
 
 namespace fs = std::filesystem;
 using detail::cIdent;
+using detail::lowerOf;
+using detail::upperOf;
 
 namespace {
-
-    std::string upperOf(std::string s)
-    {
-        std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
-        return s;
-    }
-
-    std::string lowerOf(std::string s)
-    {
-        std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-        return s;
-    }
 
     std::string stagesList(const Pipeline& p)
     {

@@ -14,13 +14,9 @@
 
 namespace kl::exporter {
 
-namespace {
+using detail::upperOf;
 
-    std::string upperOf(std::string s)
-    {
-        std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
-        return s;
-    }
+namespace {
 
     bool holds(const Regime& r, const Shape& s)
     {
