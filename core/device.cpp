@@ -32,4 +32,21 @@ std::string archName(int arch)
     return "sm_" + std::to_string(arch);
 }
 
+std::string throttleText(std::uint64_t reasons)
+{
+    std::string out;
+    for (const ThrottleReason& r : kThrottleReasons)
+        if (reasons & r.bit)
+            out += (out.empty() ? "" : ",") + std::string(r.name);
+    return out;
+}
+
+bool DeviceSample::slowedBeyondPowerCap() const
+{
+    for (const ThrottleReason& r : kThrottleReasons)
+        if (r.bit != kPowerCapReason.bit && (throttleReasons & r.bit))
+            return true;
+    return false;
+}
+
 } // namespace kl

@@ -44,7 +44,22 @@ struct DeviceSample {
     std::string throttleText; // "" when not throttled, else the reasons in words
     bool available = false; // false when NVML is missing
     bool throttled() const { return !throttleText.empty(); }
+    // The sustained power cap is a datacenter GPU's steady state under load (an H200 running tensor cores for
+    // milliseconds reaches it), and candidate and baseline samples alternate under it alike, so their ratio holds.
+    // Thermal and hardware slowdowns come and go within a measurement: they make its timings suspect.
+    bool slowedBeyondPowerCap() const;
 };
+
+// NVML's clocks event reasons that lower clocks below what the workload asks for (idle and application clock
+// settings excluded), with their names in throttleText.
+struct ThrottleReason {
+    std::uint64_t bit;
+    const char* name;
+};
+inline constexpr ThrottleReason kPowerCapReason { 0x4, "sw-power-cap" };
+inline constexpr ThrottleReason kThrottleReasons[] = { kPowerCapReason, { 0x8, "hw-slowdown" }, { 0x20, "sw-thermal" },
+    { 0x40, "hw-thermal" }, { 0x80, "hw-power-brake" } };
+std::string throttleText(std::uint64_t reasons);
 
 // Architectures as compute capability x10: "sm_90a" -> 90, "sm_100" -> 100, "compute_86" -> 86; nullopt for
 // anything else.

@@ -441,11 +441,13 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         for (const auto& ch : r.checks)
             it->checks.push_back(ch);
         it->correct = it->correct && r.correct;
-        if (throttled)
+        // Recorded either way (timing.throttled, the device samples); only a slowdown beyond the power cap sends
+        // the measurement to review (DeviceSample::slowedBeyondPowerCap says why).
+        if (before.slowedBeyondPowerCap() || after.slowedBeyondPowerCap())
             mergeReasons(e.reasons,
                 { makeReason("measurement.throttled",
-                    "the GPU reported throttling (" + after.throttleText + before.throttleText + ") while timing shape "
-                        + r.shape.label(),
+                    "the GPU reported throttling (" + throttleText(before.throttleReasons | after.throttleReasons)
+                        + ") while timing shape " + r.shape.label(),
                     false) });
     }
     harnessReasons = time.value->reasons;

@@ -59,21 +59,6 @@ bool NvmlMonitor::open(const std::string& pciBusId)
     return true;
 }
 
-std::string NvmlMonitor::throttleText(unsigned long long r)
-{
-    struct Bit {
-        unsigned long long bit;
-        const char* name;
-    };
-    static const Bit bits[] = { { 0x4, "sw-power-cap" }, { 0x8, "hw-slowdown" }, { 0x20, "sw-thermal" },
-        { 0x40, "hw-thermal" }, { 0x80, "hw-power-brake" } };
-    std::string out;
-    for (const auto& b : bits)
-        if (r & b.bit)
-            out += (out.empty() ? "" : ",") + std::string(b.name);
-    return out;
-}
-
 DeviceSample NvmlMonitor::sample() const
 {
     DeviceSample s;
@@ -92,7 +77,7 @@ DeviceSample NvmlMonitor::sample() const
     unsigned long long reasons = 0;
     if (m_fns[kReasons] && reinterpret_cast<NvmlReasons>(m_fns[kReasons])(m_device, &reasons) == 0) {
         s.throttleReasons = reasons;
-        s.throttleText = throttleText(reasons);
+        s.throttleText = kl::throttleText(reasons);
     }
     return s;
 }
@@ -145,7 +130,7 @@ DeviceSample NvmlMonitor::window() const
     DeviceSample w = m_window;
     w.available = m_latest.available;
     w.throttleReasons |= m_latest.throttleReasons;
-    w.throttleText = throttleText(w.throttleReasons);
+    w.throttleText = kl::throttleText(w.throttleReasons);
     return w;
 }
 

@@ -30,9 +30,6 @@ public:
     int maxSmClockMHz() const;
     int maxMemClockMHz() const;
 
-    // Reasons that lower clocks below what the workload asks for (idle and application settings excluded).
-    static std::string throttleText(unsigned long long reasons);
-
 private:
     void samplerLoop(int periodMs);
     mutable std::mutex m_mutex;

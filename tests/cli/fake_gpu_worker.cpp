@@ -19,6 +19,8 @@
 //           from an FNV-1a hash of the source and the parameter values. The median's 95% CI is +-0.2% and
 //           p10/p90 +-0.5%, so two candidates whose efficiencies differ by more than about 1% are told apart
 //           and equal ones are not (the loop's "CI excludes 1.0" rule is exercised both ways).
+//           The marker "kl-test-double: throttle=R" reports NVML clocks event reasons R (a decimal bitmask, e.g.
+//           4 for the sustained power cap, 32 for a thermal slowdown) before and during every timed shape.
 //           The marker "kl-test-double: time-sleep-ms=N" makes the time op take N ms of wall time (a long
 //           measurement, so tests can kill -9 a worker in the middle of one); with KL_FAKE_WORKER_BUSY_FILE set,
 //           the double writes its pid to that file as such a time op begins.
@@ -62,6 +64,7 @@ constexpr const char* kWrongResultsMarker = "kl-test-double: wrong-results";
 constexpr const char* kEfficiencyMarker = "kl-test-double: efficiency=";
 constexpr const char* kNoCountersMarker = "kl-test-double: no-counters";
 constexpr const char* kTimeSleepMarker = "kl-test-double: time-sleep-ms=";
+constexpr const char* kThrottleMarker = "kl-test-double: throttle=";
 constexpr double kBandwidthBytesPerSecond = 4.0e12;
 constexpr double kLaunchOverheadUs = 0.5;
 constexpr double kBaselineEfficiency = 0.30;
@@ -206,6 +209,14 @@ public:
                 t.result.speedupCiHigh = t.result.baselineTiming->ciHighUs / t.result.timing->ciLowUs;
             }
             t.inputSets = 1;
+            if (const std::uint64_t reasons = throttleReasons(req.candidate.source)) {
+                for (kl::DeviceSample* d : { &t.before, &t.after }) {
+                    d->available = true;
+                    d->throttleReasons = reasons;
+                    d->throttleText = kl::throttleText(reasons);
+                }
+                t.throttled = t.after.throttled();
+            }
             r.shapes.push_back(std::move(t));
         }
         return r;
@@ -233,6 +244,12 @@ private:
         if (it == m_problems.end())
             throw kl::InputError("problem '" + name + "' is not loaded (send load_problem first)");
         return it->second;
+    }
+
+    static std::uint64_t throttleReasons(const std::string& source)
+    {
+        const auto at = source.find(kThrottleMarker);
+        return at == std::string::npos ? 0 : std::stoull(source.substr(at + std::string(kThrottleMarker).size()));
     }
 
     static void sleepIfAsked(const std::string& source)

@@ -93,9 +93,9 @@ TEST_F(KloopCli, EveryCommandRejectsUnknownOptionsAndMissingValuesWithExitTwo)
         { "problems import", "workloads" }, { "pipeline export", "stage" }, { "pipeline run", "out" },
         { "pipeline show", "" }, { "pipeline validate", "" }, { "profile", "out" }, { "profile sol", "out" },
         { "prompt", "problem" }, { "run", "budget" }, { "session diff", "context" }, { "session list", "" },
-        { "session new", "problem" }, { "session show", "" }, { "trace analyze", "work" }, { "trace export", "out" },
-        { "trace info", "" }, { "tuning-db export", "space" }, { "tuning-db import", "problem" },
-        { "tuning-db list", "db" }, { "version", "" } };
+        { "session new", "problem" }, { "session review", "note" }, { "session show", "" }, { "trace analyze", "work" },
+        { "trace export", "out" }, { "trace info", "" }, { "tuning-db export", "space" },
+        { "tuning-db import", "problem" }, { "tuning-db list", "db" }, { "version", "" } };
     ASSERT_GE(commands.size(), 18u) << help.out;
     for (const std::string& c : commands) {
         ASSERT_TRUE(valueOption.count(c)) << "a new command '" << c << "': add it to this test";
@@ -548,4 +548,49 @@ TEST_F(KloopCli, RegimesTheSingleSettingRunsOneObjective)
     for (const auto& [id, e] : s.evaluations)
         EXPECT_TRUE(e.regimes.empty()) << id;
     EXPECT_TRUE(kl::regimeWinners(s).empty());
+}
+
+// An H200 running tensor cores for milliseconds sits at its power cap: that measurement is recorded, and it still
+// counts (candidate and baseline samples alternate under the cap alike). A thermal slowdown sends it to review.
+TEST_F(KloopCli, APowerCappedMeasurementCountsAndAThermalSlowdownGoesToReview)
+{
+    const std::string templateSource
+        = kl::test::readTextFile(fs::path(KL_SOURCE_DIR) / "kernels" / "problems" / "rmsnorm" / "template.cu");
+    auto evaluate = [&](const std::string& reasons) {
+        const fs::path file = scratch / ("throttle-" + reasons + ".cu");
+        std::ofstream(file) << "// kl-test-double: efficiency=0.6\n// kl-test-double: throttle=" << reasons << "\n"
+                            << templateSource;
+        const ProcessResult r = kloop({ "eval", "rmsnorm", file.string(), "--seconds", "0.05", "--json" });
+        return std::make_pair(r.exitCode, nlohmann::json::parse(r.out, nullptr, false));
+    };
+    auto rules = [](const nlohmann::json& e) {
+        std::set<std::string> out;
+        for (const auto& r : e.value("reasons", nlohmann::json::array()))
+            out.insert(r.value("rule", ""));
+        return out;
+    };
+    auto timingsThrottled = [](const nlohmann::json& e) {
+        int n = 0;
+        for (const auto& s : e.value("shapes", nlohmann::json::array()))
+            n += s.contains("timing") && s["timing"].value("throttled", false);
+        return n;
+    };
+
+    const auto [capExit, capped] = evaluate("4");
+    ASSERT_FALSE(capped.is_discarded());
+    EXPECT_EQ(capExit, 0) << capped.dump(1);
+    EXPECT_EQ(capped.value("verdict", ""), "correct") << capped.dump(1);
+    EXPECT_FALSE(rules(capped).count("measurement.throttled"));
+    EXPECT_GT(timingsThrottled(capped), 0) << "the cap is recorded with the timing";
+
+    const auto [hotExit, hot] = evaluate("36"); // sw-thermal with the power cap
+    ASSERT_FALSE(hot.is_discarded());
+    EXPECT_EQ(hotExit, 1);
+    EXPECT_EQ(hot.value("verdict", ""), "pending-review") << hot.dump(1);
+    ASSERT_TRUE(rules(hot).count("measurement.throttled"));
+    for (const auto& r : hot["reasons"])
+        if (r.value("rule", "") == "measurement.throttled") {
+            EXPECT_NE(r.value("message", "").find("(sw-power-cap,sw-thermal)"), std::string::npos) << r.dump();
+            EXPECT_FALSE(r.value("blocking", true));
+        }
 }

@@ -120,8 +120,8 @@ TEST_F(HarnessGpu, HonestCandidatesPassOnEveryProblem)
         kl::GpuEvaluator ev(problem(name), options());
         for (const auto& c : { ev.templateCandidate({}, "template"), ev.baselineCandidate("baseline") }) {
             const auto e = ev.evaluate(c, quick(), kl::CancelToken {});
-            // A power-capped GPU sends the measurement to review (measurement.throttled); that is the machine's, not
-            // the kernel's: any other reason fails.
+            // A thermal or hardware slowdown sends the measurement to review (measurement.throttled); that is the
+            // machine's, not the kernel's: any other reason fails.
             const bool onlyThrottled = e.verdict == kl::Verdict::PendingReview && !e.reasons.empty()
                 && std::all_of(e.reasons.begin(), e.reasons.end(),
                     [](const kl::VerdictReason& r) { return r.rule == "measurement.throttled"; });
