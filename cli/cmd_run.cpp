@@ -503,19 +503,15 @@ namespace {
         std::signal(SIGTERM, onSignal);
         std::signal(SIGUSR1, onSignal);
         std::atomic<bool> done { false };
-        std::thread watcher([&] {
-            while (!done.load()) {
-                if (const int sig = g_signal.exchange(0)) {
-                    if (sig == SIGUSR1)
-                        loop.isPaused() ? loop.resume() : loop.pause();
-                    else
-                        loop.requestStop(sig == SIGINT ? "interrupted (Ctrl-C)" : "terminated by a signal");
-                }
-                // The workbench steers this run through the session's inbox (it cannot write the journal).
-                const InboxBatch inbox = takeInboxRequests(store->dir());
-                for (const auto& err : inbox.errors)
-                    store->note("inbox: ignored a malformed request: " + err);
-                for (const InboxRequest& req : inbox.requests) {
+        // The workbench and `kloop session review` steer a session through its inbox (they cannot write the
+        // journal). Requests posted while no run was writing are applied before this run proposes anything, so a
+        // review decided between runs counts from the first proposal on; later ones as they arrive.
+        auto applyInbox = [&] {
+            const InboxBatch inbox = takeInboxRequests(store->dir());
+            for (const auto& err : inbox.errors)
+                store->note("inbox: ignored a malformed request: " + err);
+            for (const InboxRequest& req : inbox.requests) {
+                try {
                     switch (req.kind) {
                     case InboxRequest::Kind::Review:
                         loop.review(req.candidate, req.approved, req.text);
@@ -536,7 +532,21 @@ namespace {
                         loop.requestStop(req.text.empty() ? "stopped from the workbench" : req.text);
                         break;
                     }
+                } catch (const InputError& e) {
+                    store->note(std::string("inbox: ") + inboxKindName(req.kind) + " request not applied: " + e.what());
                 }
+            }
+        };
+        applyInbox();
+        std::thread watcher([&] {
+            while (!done.load()) {
+                if (const int sig = g_signal.exchange(0)) {
+                    if (sig == SIGUSR1)
+                        loop.isPaused() ? loop.resume() : loop.pause();
+                    else
+                        loop.requestStop(sig == SIGINT ? "interrupted (Ctrl-C)" : "terminated by a signal");
+                }
+                applyInbox();
                 if (poolStatus)
                     poolStatus->update();
                 std::this_thread::sleep_for(std::chrono::milliseconds(100));

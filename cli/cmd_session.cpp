@@ -1,10 +1,11 @@
-// kloop session new|show|list|diff, and kloop version.
+// kloop session new|show|list|diff|review, and kloop version.
 #include "cli/command.h"
 #include "core/catalogue.h"
 #include "core/current_best.h"
 #include "core/diff.h"
 #include "core/errors.h"
 #include "core/json_io.h"
+#include "core/session_inbox.h"
 #include "core/session_store.h"
 #include "kl_build_features.h"
 #include "profiler/importers.h"
@@ -387,6 +388,43 @@ namespace {
         return kExitOk;
     }
 
+    // The engineer's decision on a candidate the referee sent to review, from a shell (a GPU host without the
+    // workbench): posted to the session's inbox, as the workbench posts it, because only the session's writer
+    // appends to its journal.
+    int runReview(const Args& a)
+    {
+        if (a.positionals().size() != 2 || a.has("approve") == a.has("reject")) {
+            std::cerr << "usage: kloop session review DIR CANDIDATE --approve|--reject [--note TEXT] [--json]\n";
+            return kExitUsage;
+        }
+        const fs::path dir = a.positionals()[0];
+        const std::string id = a.positionals()[1];
+        const Session s = SessionStore::load(dir);
+        if (!s.tree.contains(id))
+            throw InputError("no candidate '" + id + "' in session " + s.id);
+        const CandidateStatus status = s.tree.at(id).status;
+        if (status != CandidateStatus::PendingReview)
+            throw InputError(id + " is " + statusName(status) + ", not pending review: there is nothing to decide");
+        InboxRequest r;
+        r.kind = InboxRequest::Kind::Review;
+        r.candidate = id;
+        r.approved = a.has("approve");
+        r.text = a.option("note").value_or(
+            r.approved ? "approved from the command line" : "rejected from the command line");
+        const fs::path posted = postInboxRequest(dir, r);
+        if (a.has("json")) {
+            std::cout << Json {
+                { "session", fs::absolute(dir).string() }, { "candidate", id }, { "approved", r.approved },
+                { "note", r.text }, { "request", posted.string() }
+            }.dump(2) << "\n";
+            return kExitOk;
+        }
+        std::cout << (r.approved ? "approval" : "rejection") << " of " << id << " posted (" << posted.string()
+                  << "): a kloop run writing this session applies it now, otherwise `kloop run --resume "
+                  << dir.string() << "` applies it before it proposes anything\n";
+        return kExitOk;
+    }
+
     int runVersion(const Args& a)
     {
         const Json features = { { "cuda", bool(KL_FEATURE_CUDA) }, { "cupti", bool(KL_FEATURE_CUPTI) },
@@ -456,6 +494,12 @@ namespace {
         "kloop session diff DIR A [B] [--context N] [--json]\n"
         "Without B, compares A with its parent. Parameter values are shown as a header.",
         { "json" }, { "context" }, &runDiff } };
+    const CommandRegistration regReview { { "session review", "approve or reject a candidate waiting for review",
+        "kloop session review DIR CANDIDATE --approve|--reject [--note TEXT] [--json]\n"
+        "The decision goes to the session's inbox, as the workbench's does: a kloop run writing the session applies\n"
+        "it at once, otherwise the next `kloop run --resume DIR` applies it before its first proposal. An approved\n"
+        "candidate that was evaluated still has to beat the best of some regime to become the best.",
+        { "json", "approve", "reject" }, { "note" }, &runReview } };
     const CommandRegistration regVersion { { "version", "print the version and the build's features",
         "kloop version [--json]", { "json" }, {}, &runVersion } };
     const CommandRegistration regProblems { { "problems", "list the problems in the catalogue",

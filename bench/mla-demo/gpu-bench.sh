@@ -6,13 +6,16 @@
 #     an OpenAI-compatible stand-in on loopback replaying reply.md (written by a person) with the candidate
 #     $KL_MLA_CANDIDATE (default bench/attention/mla_hypothesis/shared_kv.cu, human-authored) in it; it logs
 #     every request it gets (scripted-model-requests.jsonl: the prompt carried the hypothesis).
-#  2. kloop run --resume with --agent llm:vllm+tuner:$KL_MLA_TUNER (default bayes): the tuner searches the
+#  2. The review: the candidate's win over the template is far past the session's jump factor, so the referee sends
+#     it to a person (physics.suspicious-jump); `kloop session review --approve` stands in for the engineer for that
+#     reason alone (recording.py pending), labelled so in PROVENANCE.json.
+#  3. kloop run --resume with --agent llm:vllm+tuner:$KL_MLA_TUNER (default bayes): the tuner searches the
 #     accepted candidate's parameters (KL_MLA_TUNER_BUDGET evaluations, default 24, at most KL_MLA_TUNER_MINUTES,
 #     default 2.5).
-#  3. kloop profile --sol of the template (before) and of the best candidate (after) against the naive baseline
+#  4. kloop profile --sol of the template (before) and of the best candidate (after) against the naive baseline
 #     at KL_MLA_PROFILE_SHAPE (default B=64,SQ=1,MAXP=128): traces/*.kltrace for the workbench's timeline, the SOL
 #     table (DRAM bytes against the problem's bytes, the bound) in sol.md and PROVENANCE.json.
-#  4. recording.py: PROVENANCE.json, and a check of the story (exit 1 and the reasons when it does not hold).
+#  5. recording.py: PROVENANCE.json, and a check of the story (exit 1 and the reasons when it does not hold).
 #     Its source_commit is git's HEAD of this checkout, or KL_SOURCE_COMMIT when the checkout's git is stale.
 # Output: OUTDIR/demo-session-mla/ laid out like resources/demo-session/ (session.json, journal.jsonl, candidates/,
 # traces/, PROVENANCE.json), also as demo-session-mla.tar.gz; copy it to resources/demo-session-mla/.
@@ -34,6 +37,7 @@ TUNER_MINUTES=${KL_MLA_TUNER_MINUTES:-2.5}
 MODEL=scripted-stand-in-human-reply
 SESSION_ID=${KL_MLA_SESSION_ID:-h200-mla-hypothesis-session}
 HYPOTHESIS="load each latent KV block once per CTA, share it across all 128 heads, and pipeline the next block's load under the current block's math"
+REVIEW_NOTE="the shared-KV kernel is human-authored; its only review reason is the size of the win over the head-group template, which reads every KV block once per head group (kloop profile --sol below shows the DRAM bytes)"
 SESSION=$OUT/demo-session-mla
 REQUESTS=$OUT/scripted-model-requests.jsonl
 COMMANDS=$OUT/commands.txt
@@ -73,6 +77,15 @@ run "$KLOOP" run --problem mla_decode --agent llm:vllm --llm-base-url "$URL" --l
     --hypothesis "$HYPOTHESIS" --shapes "$SHAPES" --budget 3 --minutes 3 --no-tuning-db \
     --id "$SESSION_ID" --session "$SESSION" --json >"$OUT/run-1-llm.jsonl" 2>"$OUT/run-1-llm.err" || rc=1
 tail -n 1 "$OUT/run-1-llm.jsonl" | cut -c1-400; tail -n 3 "$OUT/run-1-llm.err"
+
+# The engineer's review: a win of more than the session's jump factor over the best waits for a person
+# (physics.suspicious-jump). The recording approves it in the engineer's place for that reason alone
+# (recording.py pending), as `kloop session review`, which the resumed run applies before its first proposal.
+if CID=$(python3 "$HERE/recording.py" pending "$SESSION" --candidate "$CANDIDATE"); then
+    echo "== kloop session review $CID --approve"
+    run "$KLOOP" session review "$SESSION" "$CID" --approve --note "$REVIEW_NOTE" >"$OUT/review.log" 2>&1 || rc=1
+    cat "$OUT/review.log"
+fi
 
 echo "== kloop run --resume ... --agent llm:vllm+tuner:$TUNER --budget +$TUNER_BUDGET --minutes $TUNER_MINUTES"
 run "$KLOOP" run --resume "$SESSION" --agent "llm:vllm+tuner:$TUNER" --budget "$((3 + TUNER_BUDGET))" \

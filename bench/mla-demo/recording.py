@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """The MLA hypothesis recording (gpu-bench.sh), read back from what kloop wrote; nothing in the session is changed.
   nodes SESSION      prints the template's id and the best candidate's id (what the SOL profiles compare)
+  pending SESSION --candidate FILE
+                     prints the id of the LLM-path candidate carrying FILE when it waits for the engineer's review
+                     for the one reason the recording may stand in for the engineer (a win of more than the
+                     session's jump factor over the best: physics.suspicious-jump); exit 1 saying why otherwise
   finish SESSION ... writes SESSION/PROVENANCE.json and the SOL summary (--summary, markdown), and checks the story
                      the recording must tell; exit 1 naming each part that does not hold."""
 import argparse
@@ -115,17 +119,19 @@ def story_problems(session, events, args, candidate_source):
             requests = [json.loads(line) for line in f if line.strip()]
     if not requests or args.hypothesis not in json.dumps(requests[0]["body"].get("messages", []), ensure_ascii=False):
         bad.append(f"the first request the scripted model got ({args.requests}) does not carry the hypothesis")
-    llm = [c for c, d in cands.items() if d.get("author") == "llm"]
-    shared = [c for c in llm if cands[c].get("source", "").rstrip("\n") == candidate_source.rstrip("\n")]
-    if not shared:
+    cid = hypothesis_candidate(events, candidate_source)
+    if cid is None:
         bad.append(f"no LLM-path candidate carries {args.candidate} as its source")
         return bad
-    cid = shared[0]
     hyp_id = mine[0][1]["data"].get("id") if mine else None
     if hyp_id and cands[cid].get("hypothesis") != hyp_id:
         bad.append(f"{cid} is not linked to the hypothesis {hyp_id}")
     if status.get(cid) != "accepted":
         bad.append(f"{cid} (the hypothesis candidate) was {status.get(cid, 'never decided')}, not accepted")
+    for e in events:
+        if e["kind"] == "review-decided" and e.get("candidate", e["data"].get("candidate")) == cid:
+            if not e["data"].get("approved"):
+                bad.append(f"the review of {cid} rejected it")
     tuned = [c for c, d in cands.items() if d.get("author") == "tuner" and d.get("parent") == cid]
     if not tuned:
         bad.append(f"the tuner searched no parameters of {cid}")
@@ -133,6 +139,37 @@ def story_problems(session, events, args, candidate_source):
     if best != cid and best not in tuned:
         bad.append(f"the best candidate {best} is neither {cid} nor one of its tuned configurations")
     return bad
+
+
+# The only review reason the recording decides in the engineer's place: a large win goes to a person by design, and
+# this candidate's author is one (it is human-authored). Any other reason (correctness, timing, a shape carrying the
+# gain) stays undecided and the story fails.
+STANDS_IN_FOR = {"physics.suspicious-jump"}
+
+
+def hypothesis_candidate(events, candidate_source):
+    cands = candidates(events)
+    return next((c for c, d in cands.items() if d.get("author") == "llm"
+                 and d.get("source", "").rstrip("\n") == candidate_source.rstrip("\n")), None)
+
+
+def pending(args):
+    events = read_journal(args.session)
+    with open(args.candidate) as f:
+        cid = hypothesis_candidate(events, f.read())
+    if cid is None:
+        print(f"recording.py: no LLM-path candidate carries {args.candidate}", file=sys.stderr)
+        return 1
+    s = load_session(args.session)
+    if s["status"].get(cid) != "pending-review":
+        print(f"recording.py: {cid} is {s['status'].get(cid, 'undecided')}, not pending review", file=sys.stderr)
+        return 1
+    rules = {r.get("rule") for r in s["evals"][cid].get("reasons", [])}
+    if not rules or not rules <= STANDS_IN_FOR:
+        print(f"recording.py: {cid} waits for review for {sorted(rules)}: a person decides that", file=sys.stderr)
+        return 1
+    print(cid)
+    return 0
 
 
 def git(root, *cmd):
@@ -195,6 +232,12 @@ def finish(args):
                                             "the best candidate, after the hypothesis and the tuner") + ")")
                    for t in traces},
         "speed_of_light": rows,
+        "reviews": [{"candidate": e.get("candidate"), "approved": e["data"].get("approved"),
+                     "note": e["data"].get("reason", "")} for e in events if e["kind"] == "review-decided"],
+        "reviewed_by": "kloop session review in bench/mla-demo/gpu-bench.sh, standing in for the engineer only when "
+                       "the referee's sole reason is " + ", ".join(sorted(STANDS_IN_FOR)) + " (a win of more than the "
+                       "session's jump factor over the best goes to a person by design); any other reason is left "
+                       "undecided and the recording fails",
         "scripted_model_requests": sum(1 for line in open(args.requests) if line.strip())
         if os.path.exists(args.requests) else 0,
         "story_holds": not bad,
@@ -215,6 +258,9 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     n = sub.add_parser("nodes")
     n.add_argument("session")
+    p = sub.add_parser("pending")
+    p.add_argument("session")
+    p.add_argument("--candidate", required=True)
     f = sub.add_parser("finish")
     f.add_argument("session")
     for opt in ("problem", "candidate", "hypothesis", "requests", "commands", "sol-before", "sol-after", "shape",
@@ -228,6 +274,8 @@ def main():
             return 1
         print(template, best)
         return 0
+    if args.cmd == "pending":
+        return pending(args)
     return finish(args)
 
 

@@ -33,6 +33,8 @@ def load_session(d):
         if e["kind"] in ("candidate-accepted", "candidate-rejected"):
             evals[cid] = e["data"]["evaluation"]
             status[cid] = e["data"].get("status")
+        elif e["kind"] == "candidate-status" and cid in evals:  # decided later: a review of a flagged measurement
+            status[cid] = e["data"].get("status")
     accepted = [c for c in evals if status.get(c) == "accepted" and evals[c].get("objective", 0) > 0]
     best = max(accepted, key=lambda c: evals[c]["objective"]) if accepted else None
     if best is None:  # nothing beat the baseline: report the template (the second node) if it was measured

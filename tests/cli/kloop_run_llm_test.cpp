@@ -507,6 +507,60 @@ TEST_F(KloopRunLlm, WithoutAutoApproveProposalsWaitForTheEngineersReviewThroughT
         EXPECT_TRUE(p.value("needs_review", false));
 }
 
+// The referee sends a measurement to review (here a thermal slowdown while timing); the run ends with it pending.
+// The engineer decides from a shell with `kloop session review`; the resumed run applies the decision before its first
+// proposal, so the approved candidate is the best the tuner then searches around.
+TEST_F(KloopRunLlm, AReviewDecidedBetweenRunsFromTheShellCountsFromTheResumedRunsFirstProposal)
+{
+    const std::string hot = replaceOnce(fasterKernel(), "// kl-test-double: efficiency=0.90",
+        "// kl-test-double: efficiency=0.90\n// kl-test-double: throttle=32");
+    server.enqueue(test::openAiStream(
+        test::piecesOf("NOTE: 512 threads per row\n```kl-candidate\n" + hot + "```\n", 64), 800, 600));
+    for (int i = 0; i < 6; ++i)
+        server.enqueue(test::openAiStream({ "I have no further idea." }, 10, 5));
+    const ProcessResult first = runKloop(runArgs("vllm", 3), environment(""), scratch);
+    ASSERT_EQ(first.exitCode, 0) << first.out << first.err;
+    CandidateId id;
+    {
+        const Session s = SessionStore::load(sessionDir);
+        const std::vector<CandidateId> llm = llmCandidates(s);
+        ASSERT_EQ(llm.size(), 1u) << first.out;
+        id = llm[0];
+        ASSERT_EQ(s.tree.at(id).status, CandidateStatus::PendingReview) << s.tree.at(id).statusReason;
+        EXPECT_TRUE(hasRule(s.evaluations.at(id), "measurement.throttled"));
+    }
+
+    const ProcessResult wrong
+        = runKloop({ "session", "review", sessionDir.string(), "c9999", "--approve" }, environment(""), scratch);
+    EXPECT_EQ(wrong.exitCode, 1);
+    EXPECT_NE(wrong.err.find("no candidate 'c9999'"), std::string::npos) << wrong.err;
+    EXPECT_EQ(runKloop({ "session", "review", sessionDir.string(), id }, environment(""), scratch).exitCode, 2)
+        << "--approve or --reject is required";
+    const ProcessResult posted = runKloop({ "session", "review", sessionDir.string(), id, "--approve", "--note",
+                                              "reran it on a cool GPU: the same speed" },
+        environment(""), scratch);
+    ASSERT_EQ(posted.exitCode, 0) << posted.err;
+    EXPECT_NE(posted.out.find("kloop run --resume"), std::string::npos) << posted.out;
+    EXPECT_EQ(SessionStore::load(sessionDir).tree.at(id).status, CandidateStatus::PendingReview)
+        << "only the session's writer applies the decision";
+
+    const ProcessResult resumed
+        = runKloop({ "run", "--resume", sessionDir.string(), "--agent", "tuner:random", "--budget", "6", "--json" },
+            environment(""), scratch);
+    ASSERT_EQ(resumed.exitCode, 0) << resumed.out << resumed.err;
+    const Session s = SessionStore::load(sessionDir);
+    EXPECT_EQ(s.tree.at(id).status, CandidateStatus::Accepted) << s.tree.at(id).statusReason;
+    ASSERT_EQ(s.reviews.size(), 1u);
+    EXPECT_TRUE(s.reviews[0].approved);
+    EXPECT_EQ(s.reviews[0].reason, "reran it on a cool GPU: the same speed");
+    std::vector<CandidateId> tuned;
+    for (const auto& c : s.tree.order())
+        if (s.tree.at(c).author == Author::Tuner)
+            tuned.push_back(c);
+    ASSERT_FALSE(tuned.empty()) << resumed.out;
+    EXPECT_EQ(s.tree.at(tuned[0]).parentId, id) << "the tuner starts from the approved best";
+}
+
 // kloop run --hypothesis: the engineer's idea is in the session, human-authored, before the first prompt, which
 // carries it word for word; the candidate the model proposes under it is linked to it. vllm: a keyless preset.
 TEST_F(KloopRunLlm, AHypothesisGivenToRunIsRecordedBeforeTheFirstPromptWhichCarriesIt)
