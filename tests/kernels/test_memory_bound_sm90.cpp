@@ -1,8 +1,9 @@
 // The Hopper templates of the memory-bound problems that are not yet any problem's seed (unverified on a GPU):
 // rmsnorm's cluster-split decode path and softmax's bulk-copy-fed ring for long rows. Each parses against its problem,
 // passes the referee, keeps every point of its space valid and within an H200 at every shape the harness runs, and
-// compiles for sm_90a without spills. rmsnorm launches exactly the rows the kernel covers (its grid formula and the
-// kernel's split agree) and has the cluster barrier and distributed shared-memory loads exactly where SPLIT > 1;
+// compiles for sm_90a without spills. rmsnorm launches one of its two kernels per shape, exactly over the rows that
+// kernel covers (its grid formula and the kernel's split agree), and has the cluster barrier and distributed
+// shared-memory loads exactly where SPLIT > 1;
 // softmax copies with cp.async.bulk on mbarriers. The GPU side is tests/kernels/test_hopper_gpu.cpp.
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
@@ -82,35 +83,59 @@ TEST_P(Sm90Template, IsNotYetASeedAndPassesTheRefereeAndFitsAnH200AtEveryShapeAc
 
 INSTANTIATE_TEST_SUITE_P(MemoryBound, Sm90Template, ::testing::Values("rmsnorm", "softmax"));
 
-// The grid is SPLIT blocks per group of rows; the kernel gives block r of a cluster vectors [r*S, (r+1)*S) of each
-// row (S = ceil(H/VEC / SPLIT)) and as many rows per block as THREADS over the threads one slice needs. At every
-// point and shape the grid covers every row once per rank, no rank is left without vectors of the row, and the
-// slices cover the row exactly.
-TEST_F(RmsnormSm90, ClusterGridCoversEveryRowAndEverySliceOfIt)
+// Two kernels, one launched per shape: the cluster path (SPLIT blocks per group of rows) when the rows alone would
+// leave SMs without a block, else one block per group of rows. The kernel gives block r of a cluster vectors
+// [r*S, (r+1)*S) of each row (S = ceil(H/VEC / split)) and as many rows per block as THREADS over the threads one
+// slice needs. At every point and shape exactly one kernel runs, its grid covers every row once per rank, no rank
+// is left without vectors of the row, the slices cover the row exactly, and the split serves only shapes with
+// fewer row blocks than SMs.
+TEST_F(RmsnormSm90, OneKernelPerShapeCoversEveryRowAndEverySliceOfIt)
 {
-    ASSERT_EQ(spec.launches.size(), 1u);
-    const auto& launch = spec.launches[0];
-    ASSERT_TRUE(launch.hasCluster);
+    ASSERT_EQ(spec.launches.size(), 2u);
+    const auto& cluster = spec.launches[0];
+    const auto& rows = spec.launches[1];
+    ASSERT_EQ(cluster.kernel, "rmsnorm_cluster");
+    ASSERT_EQ(rows.kernel, "rmsnorm_rows");
+    ASSERT_TRUE(cluster.hasCluster);
+    const std::int64_t smCount = 132;
+    int clusterShapes = 0, rowShapes = 0;
     for (const auto& point : spec.enumerateSpace())
         for (const auto& shape : harnessShapes(problem)) {
-            const kl::Bindings b = kl::bindingsFor(point, shape.bindings());
-            const std::int64_t split = b.at("SPLIT"), threads = b.at("THREADS"), vec = b.at("VEC");
+            kl::Bindings b = kl::bindingsFor(point, shape.bindings());
+            b["SM_COUNT"] = smCount;
+            const std::int64_t threads = b.at("THREADS"), vec = b.at("VEC");
             const std::int64_t T = b.at("T"), H = b.at("H");
             ASSERT_EQ(H % vec, 0) << shape.label();
-            const std::int64_t nvec = H / vec, slice = (nvec + split - 1) / split;
-            const std::int64_t need = (slice + b.at("CACHE") - 1) / b.at("CACHE");
-            std::int64_t tpr = b.at("MINTPR");
-            while (tpr < need && tpr < threads)
-                tpr *= 2;
-            const std::int64_t rowsPerBlock = threads / tpr;
-            const std::string where = shape.label() + " SPLIT=" + std::to_string(split)
+            const std::int64_t nvec = H / vec;
+            auto rowsPerBlock = [&](std::int64_t split) {
+                const std::int64_t slice = (nvec + split - 1) / split;
+                const std::int64_t need = (slice + b.at("CACHE") - 1) / b.at("CACHE");
+                std::int64_t tpr = b.at("MINTPR");
+                while (tpr < need && tpr < threads)
+                    tpr *= 2;
+                return threads / tpr;
+            };
+            const std::int64_t clusterGrid = cluster.grid[0].evaluateInt(b), rowGrid = rows.grid[0].evaluateInt(b);
+            const std::string where = shape.label() + " SPLIT=" + std::to_string(b.at("SPLIT"))
                 + " THREADS=" + std::to_string(threads) + " VEC=" + std::to_string(vec);
-            ASSERT_EQ(launch.cluster[0].evaluateInt(b), split) << where;
-            const std::int64_t grid = launch.grid[0].evaluateInt(b);
-            ASSERT_EQ(grid % split, 0) << where;
-            EXPECT_EQ(grid / split, (T + rowsPerBlock - 1) / rowsPerBlock) << where;
+            ASSERT_TRUE((clusterGrid > 0) != (rowGrid > 0)) << where << ": exactly one kernel runs";
+            const std::int64_t plainBlocks = (T + rowsPerBlock(1) - 1) / rowsPerBlock(1);
+            if (rowGrid > 0) {
+                ++rowShapes;
+                EXPECT_EQ(rowGrid, plainBlocks) << where;
+                EXPECT_TRUE(b.at("SPLIT") == 1 || plainBlocks >= smCount) << where;
+                continue;
+            }
+            ++clusterShapes;
+            const std::int64_t split = b.at("SPLIT"), slice = (nvec + split - 1) / split;
+            EXPECT_LT(plainBlocks, smCount) << where;
+            ASSERT_EQ(cluster.cluster[0].evaluateInt(b), split) << where;
+            ASSERT_EQ(clusterGrid % split, 0) << where;
+            EXPECT_EQ(clusterGrid / split, (T + rowsPerBlock(split) - 1) / rowsPerBlock(split)) << where;
             EXPECT_GT(nvec - (split - 1) * slice, 0) << where;
         }
+    EXPECT_GT(clusterShapes, 0);
+    EXPECT_GT(rowShapes, 0);
 }
 
 // SPLIT = 1 is the plain kernel (no cluster instruction); SPLIT > 1 combines through the cluster, at the defaults and
@@ -124,7 +149,7 @@ TEST_F(RmsnormSm90, CompilesForSm90aWithoutSpillsAndCombinesThroughTheClusterWhe
     const auto ptx = compileWithoutSpills(points);
     ASSERT_EQ(ptx.size(), points.size());
     for (std::size_t i = 0; i < ptx.size(); ++i) {
-        const bool split = i > 0;
+        const bool split = i > 0; // the module holds both kernels; the cluster one combines only when SPLIT > 1
         for (const char* instruction :
             { "barrier.cluster.arrive", "barrier.cluster.wait", "mapa.shared::cluster", "ld.shared::cluster.f32" })
             EXPECT_EQ(ptx[i].find(instruction) != std::string::npos, split) << "point " << i << ": " << instruction;

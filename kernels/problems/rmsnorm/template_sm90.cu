@@ -1,10 +1,12 @@
-// RMSNorm for Hopper, with a decode path: a row is split over a thread-block cluster of SPLIT blocks, so a few rows
-// still spread over many SMs. Block r of a cluster reads vectors [r*S, (r+1)*S) of the row (S = ceil(H/VEC / SPLIT),
-// the last block's slice shorter), holds them in registers as template.cu does (CACHE vectors of VEC elements per
-// thread, the fewest threads that hold the slice: MINTPR at least, THREADS at most, THREADS / that many rows per
-// block), and puts its per-row sum of squares in shared memory; after a cluster barrier every block adds the SPLIT
-// partial sums in rank order through distributed shared memory (mapa + ld.shared::cluster), so all blocks of a
-// cluster normalise with the same bits. SPLIT = 1 is template.cu: the harness launches a one-block cluster plainly.
+// RMSNorm for Hopper, with a decode path: when the rows are too few to give every SM a block, a row is split over a
+// thread-block cluster of SPLIT blocks, so a few rows still spread over many SMs. Block r of a cluster reads vectors
+// [r*S, (r+1)*S) of the row (S = ceil(H/VEC / SPLIT), the last block's slice shorter), holds them in registers as
+// template.cu does (CACHE vectors of VEC elements per thread, the fewest threads that hold the slice: MINTPR at
+// least, THREADS at most, THREADS / that many rows per block), and puts its per-row sum of squares in shared memory;
+// after a cluster barrier every block adds the SPLIT partial sums in rank order through distributed shared memory
+// (mapa + ld.shared::cluster), so all blocks of a cluster normalise with the same bits. Otherwise (T rows fill the
+// SMs, or SPLIT = 1) rmsnorm_rows runs, which is template.cu: the launch plan picks one kernel per shape from T, H
+// and the SM count, so one parameter point serves decode and prefill.
 // Not in problem.json's arch_templates: unverified on a GPU (tests/kernels/test_hopper_gpu.cpp RmsnormSm90Gpu).
 #include <cuda_bf16.h>
 // @kl:param SPLIT = 1 in [1, 2, 4, 8]
@@ -15,7 +17,8 @@
 // @kl:param MINB = 1 in [1, 2]
 // @kl:constraint MINTPR <= THREADS
 // @kl:constraint VEC * CACHE <= 128
-// @kl:launch rmsnorm_cluster grid=(SPLIT * ceil_div(T, THREADS / min(THREADS, max(MINTPR, next_pow2(ceil_div(ceil_div(ceil_div(H, VEC), SPLIT), CACHE)))))) block=(THREADS) smem=0 cluster=(SPLIT, 1, 1) args=(y, x, w, T, H, eps)
+// @kl:launch rmsnorm_cluster grid=(SPLIT > 1 && ceil_div(T, THREADS / min(THREADS, max(MINTPR, next_pow2(ceil_div(ceil_div(ceil_div(H, VEC), 1), CACHE))))) < SM_COUNT ? SPLIT * ceil_div(T, THREADS / min(THREADS, max(MINTPR, next_pow2(ceil_div(ceil_div(ceil_div(H, VEC), SPLIT), CACHE))))) : 0) block=(THREADS) smem=0 cluster=(SPLIT, 1, 1) args=(y, x, w, T, H, eps)
+// @kl:launch rmsnorm_rows grid=(SPLIT > 1 && ceil_div(T, THREADS / min(THREADS, max(MINTPR, next_pow2(ceil_div(ceil_div(ceil_div(H, VEC), 1), CACHE))))) < SM_COUNT ? 0 : ceil_div(T, THREADS / min(THREADS, max(MINTPR, next_pow2(ceil_div(ceil_div(ceil_div(H, VEC), 1), CACHE)))))) block=(THREADS) smem=0 args=(y, x, w, T, H, eps)
 
 template <int N>
 struct alignas(2 * N) BVec {
@@ -33,7 +36,6 @@ __device__ __forceinline__ void normalize(V* yr, const V* wv, const V& v, int i,
     yr[i] = out;
 }
 
-#if SPLIT > 1
 __device__ __forceinline__ void cluster_arrive()
 {
     asm volatile("barrier.cluster.arrive.release;" ::: "memory");
@@ -55,16 +57,16 @@ __device__ __forceinline__ float load_cluster(const float* local, unsigned rank)
                  : "memory");
     return v;
 }
-#endif
 
-extern "C" __global__ void __launch_bounds__(THREADS, MINB)
-    rmsnorm_cluster(__nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ x,
-                    const __nv_bfloat16* __restrict__ w, int T, int H, float eps)
+// S blocks per row: S = SPLIT in a cluster (S, 1, 1) over a one-dimensional grid, so a block's rank is
+// blockIdx.x % S; S = 1 is one block per row group.
+template <int S>
+__device__ __forceinline__ void rmsnorm_split(__nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ w, int T, int H, float eps)
 {
-    // The cluster is (SPLIT, 1, 1) over a one-dimensional grid: its rank is blockIdx.x % SPLIT.
-    const int rank = blockIdx.x % SPLIT;
-    const int rowBlock = blockIdx.x / SPLIT;
-    const int slice = (H / VEC + SPLIT - 1) / SPLIT;
+    const int rank = blockIdx.x % S;
+    const int rowBlock = blockIdx.x / S;
+    const int slice = (H / VEC + S - 1) / S;
     const int first = rank * slice;
     const int nvec = max(0, min(slice, H / VEC - first)); // this block's vectors of the row
     const int needThreads = (slice + CACHE - 1) / CACHE;
@@ -118,19 +120,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
         for (int o = 16; o > 0; o >>= 1)
             ss += __shfl_xor_sync(0xffffffffu, ss, o);
     }
-#if SPLIT > 1
-    // Every thread reaches both barriers (rows past T included): barrier.cluster counts all threads of the cluster.
     __shared__ float rowSum[THREADS / 32]; // this block's part of each of its rows
-    if (lane == 0)
-        rowSum[sub] = ss;
-    cluster_arrive();
-    cluster_wait(); // every block's rowSum is written and visible
-    ss = 0.f;
+    if constexpr (S > 1) {
+        // Every thread reaches both barriers (rows past T included): barrier.cluster counts all threads of the
+        // cluster.
+        if (lane == 0)
+            rowSum[sub] = ss;
+        cluster_arrive();
+        cluster_wait(); // every block's rowSum is written and visible
+        ss = 0.f;
 #pragma unroll
-    for (int r = 0; r < SPLIT; ++r)
-        ss += load_cluster(&rowSum[sub], r);
-    cluster_arrive(); // this block has read the others' rowSum; it waits for theirs before it exits
-#endif
+        for (int r = 0; r < S; ++r)
+            ss += load_cluster(&rowSum[sub], r);
+        cluster_arrive(); // this block has read the others' rowSum; it waits for theirs before it exits
+    }
     const float inv = rsqrtf(ss / (float)H + eps);
 #pragma unroll
     for (int c = 0; c < CACHE; ++c)
@@ -146,7 +149,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
             if (f + c * tpr < nvec)
                 normalize(yr, wv, cache[c], f + c * tpr, inv);
     }
-#if SPLIT > 1
-    cluster_wait(); // no block's shared memory goes away while another may still read it
-#endif
+    if constexpr (S > 1)
+        cluster_wait(); // no block's shared memory goes away while another may still read it
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, MINB)
+    rmsnorm_cluster(__nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ x,
+                    const __nv_bfloat16* __restrict__ w, int T, int H, float eps)
+{
+    rmsnorm_split<SPLIT>(y, x, w, T, H, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, MINB)
+    rmsnorm_rows(__nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ x,
+                 const __nv_bfloat16* __restrict__ w, int T, int H, float eps)
+{
+    rmsnorm_split<1>(y, x, w, T, H, eps);
 }
