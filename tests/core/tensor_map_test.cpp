@@ -174,11 +174,11 @@ TEST(LaunchAttributes, ClusterAndPdlAreParsedAndValidated)
     EXPECT_NE(
         err("cluster=(2, 1)", "pdl=1").find("line 3: @kl:launch pdl=1 on the plan's first kernel"), std::string::npos);
     EXPECT_NE(err("pdl=1", "pdl=yes").find("pdl must be 0 or 1"), std::string::npos);
-    // 2 * 8192 / 128 = 128 blocks along x is a multiple of 2; 3 is not (the tuning shape is named).
+    // 2 * 4096 / 128 = 64 blocks along x is a multiple of 2; 3 is not (the tuning shape is named).
     EXPECT_NE(
         err("cluster=(2, 1)", "cluster=(3, 1)")
             .find(
-                "at K=8192,M=16,N=8192 with the defaults: grid dimension 0 = 128 is not a multiple of the cluster's 3"),
+                "at K=4096,M=16,N=4096 with the defaults: grid dimension 0 = 64 is not a multiple of the cluster's 3"),
         std::string::npos);
     EXPECT_NE(
         err("cluster=(2, 1)", "cluster=(16)").find("a cluster of 16 blocks exceeds the portable 8"), std::string::npos);
