@@ -665,8 +665,8 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
         dimNames.push_back(d.name);
     auto known = [&](const std::string& id) { return spec.param(id) || problem.dim(id); };
     // ARCH is bound only where constraints are checked against a device (loop_device_limits), not in launches.
-    // SM_COUNT is bound in launch grids and clusters only (the worker binds it; a persistent grid is sized by it,
-    // and a split over a cluster may be: gemm_bf16's skinny path).
+    // SM_COUNT is bound in launch grids, clusters and shared memory only (the worker binds it; a persistent grid is
+    // sized by it, and a split over a cluster and its blocks' share of an SM may be: gemm_bf16's skinny path).
     auto requireKnown = [&](const Expr& e, int line, const std::string& what, bool archAllowed = false,
                             bool smCountAllowed = false) {
         for (const auto& id : e.identifiers())
@@ -737,7 +737,7 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
             requireKnown(l.block[d], l.line, "@kl:launch block");
             requireKnown(l.cluster[d], l.line, "@kl:launch cluster", false, true);
         }
-        requireKnown(l.sharedBytes, l.line, "@kl:launch smem");
+        requireKnown(l.sharedBytes, l.line, "@kl:launch smem", false, true);
         for (const auto& a : l.args) {
             const bool scalar = std::any_of(
                 problem.scalars.begin(), problem.scalars.end(), [&](const ScalarSpec& s) { return s.name == a; });
