@@ -10,7 +10,7 @@
 #  3. table.md: TFLOP/s of both, the ratio, and % of the best cuBLAS rate measured in the run (the bf16 peak
 #     this card reaches in practice).
 # KL_HOPPER_POINTS: ';'-separated --params lists (default below; a point sets both paths: BM .. REGSPLIT the
-# persistent kernel at M > 128, SBN, SSMEM, SKMAX the skinny one at M <= 128); KL_HOPPER_SECONDS: timing seconds
+# persistent kernel at M > 128, SBN and SKMAX the skinny one at M <= 128); KL_HOPPER_SECONDS: timing seconds
 # per shape.
 set -uo pipefail
 OUT=${1:?usage: gpu-bench.sh OUTDIR}
@@ -20,7 +20,7 @@ KLOOP=$BUILD/cli/kloop
 export KL_WORKER=${KL_WORKER:-$BUILD/kernels/kloop-worker}
 MIN=${KL_HOPPER_TUNER_MINUTES:-10}
 SECONDS_PER_SHAPE=${KL_HOPPER_SECONDS:-0.3}
-POINTS=${KL_HOPPER_POINTS:-"BM=128,BN=256,STAGES=4;BM=128,BN=128,STAGES=6,SBN=64,SSMEM=128;BM=128,BN=256,STAGES=4,CM=2,SBN=256,SSMEM=224;BM=128,BN=64,STAGES=8,SSMEM=96"}
+POINTS=${KL_HOPPER_POINTS:-"BM=128,BN=256,STAGES=4;BM=128,BN=128,STAGES=6,SBN=64;BM=128,BN=256,STAGES=4,CM=2,SBN=256;BM=128,BN=64,STAGES=8,SKMAX=2"}
 mkdir -p "$OUT"
 rc=0
 

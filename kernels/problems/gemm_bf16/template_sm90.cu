@@ -2,8 +2,8 @@
 // CuTe: it compiles with NVRTC in well under a second (a sweep compiles every point) and every instruction the
 // referee reads is in this file. Two paths, one per regime, chosen by the launch lines' grids (a grid of 0 is not
 // launched): M > 128 runs the persistent kernel below (BM .. REGSPLIT), M <= 128 the skinny kernel at the end of
-// the file (SBN, SSMEM, SKMAX), whose split of K over a cluster comes from the shape and SM_COUNT, so one point
-// serves every N and K.
+// the file (SBN, SKMAX), whose split of K over a cluster and ring depth come from the shape and SM_COUNT, so one
+// point serves every N and K.
 //  - TMA (cp.async.bulk.tensor) loads BMx64 tiles of A and BNx64 tiles of B, 128-byte swizzled, into a ring of
 //    STAGES shared-memory stages; each stage has a "full" mbarrier (the copy engine's byte count) and an "empty"
 //    one (every consumer warp arrives once it is done with the stage).
@@ -29,7 +29,6 @@
 // @kl:param RASTER = 0 in [0, 1]
 // @kl:param REGSPLIT = 0 in [0, 1]
 // @kl:param SBN = 128 in [64, 128, 256]
-// @kl:param SSMEM = 192 in [96, 128, 160, 192, 224]
 // @kl:param SKMAX = 8 in [1, 2, 4, 8]
 // @kl:constraint ARCH >= 90
 // @kl:constraint STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES <= 232448
@@ -43,7 +42,7 @@
 // @kl:tensormap tmX tensor=A box=(64, 16) swizzle=128B l2promo=256B oob=zero
 // @kl:launch gemm_tma_wgmma grid=(M > 128 ? CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * SPLITK, div(SM_COUNT, CM)) : 0) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
 // @kl:launch gemm_splitk_reduce grid=(M > 128 && SPLITK > 1 && REDUCE == 0 ? ceil_div(M * N, 1024) : 0) block=(256) pdl=1 args=(C, part, M, N)
-// @kl:launch gemm_skinny grid=(M <= 128 ? max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))) : 0, ceil_div(N, SBN)) block=((SBN / 64 + 1) * 128) smem=(1024 + max(div(SSMEM * 1024, (SBN + max(16, next_pow2(min(M, 128)))) * 128) * (SBN + max(16, next_pow2(min(M, 128)))) * 128, max(16, next_pow2(min(M, 128))) * (SBN + 4) * 4)) cluster=(max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))), 1, 1) args=(tmW, tmX, C, M, N, K)
+// @kl:launch gemm_skinny grid=(M <= 128 ? max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))) : 0, ceil_div(N, SBN)) block=((SBN / 64 + 1) * 128) smem=(1024 + max(max(2, div(div(220 * 1024, ceil_div(ceil_div(N, SBN), SM_COUNT)), (SBN + max(16, next_pow2(min(M, 128)))) * 128)) * (SBN + max(16, next_pow2(min(M, 128)))) * 128, max(16, next_pow2(min(M, 128))) * (SBN + 4) * 4)) cluster=(max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))), 1, 1) args=(tmW, tmX, C, M, N, K)
 #include <cuda_bf16.h>
 
 constexpr int BK = 64; // one 128-byte swizzle row of bf16
@@ -410,11 +409,12 @@ extern "C" __global__ void __launch_bounds__(256)
 // column tile form a cluster that sums its fp32 partials through distributed shared memory: each block leaves its
 // [tokens x SBN] tile in its own shared memory, and after a cluster barrier block r adds every block's share r (in
 // rank order, so the bits do not depend on timing) and stores it as bf16. S comes from the shape in the launch line
-// (enough blocks to cover the SMs, at most SKMAX and one 64-wide k-block each), as does the ring's depth (as many
-// stages as fit SSMEM KiB at this M's token tile), which the kernel reads back from its dynamic shared memory size.
+// (enough blocks to cover the SMs once, at most SKMAX and one 64-wide k-block each), as does the ring's depth (as
+// many stages of this M's token tile as fit 220 KiB, or half of it where there are more column tiles than SMs and
+// two blocks share an SM; two at least), which the kernel reads back from its dynamic shared memory size.
 constexpr int SKINNY_CONSUMERS = SBN / 64;
 constexpr int SKINNY_THREADS = (SKINNY_CONSUMERS + 1) * 128;
-constexpr int SKINNY_MAX_STAGES = 32; // above what SSMEM allows even at SBN = 64, M <= 16
+constexpr int SKINNY_MAX_STAGES = 32; // above what 220 KiB holds even at SBN = 64, M <= 16 (22)
 constexpr int TOKEN_BOX = 16; // rows of A per copy: a 16-token tile loads no rows past the 16th
 constexpr int RED_STRIDE = SBN + 4; // floats per token row of the reduction tile: the fragment stores hit 32 banks
 
