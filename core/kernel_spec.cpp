@@ -665,7 +665,8 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
         dimNames.push_back(d.name);
     auto known = [&](const std::string& id) { return spec.param(id) || problem.dim(id); };
     // ARCH is bound only where constraints are checked against a device (loop_device_limits), not in launches.
-    // SM_COUNT is bound in launch grids only (the worker binds it; a persistent grid is sized by it).
+    // SM_COUNT is bound in launch grids, clusters and shared memory only (the worker binds it; a persistent grid is
+    // sized by it, and a split over a cluster and its blocks' share of an SM may be: gemm_bf16's skinny path).
     auto requireKnown = [&](const Expr& e, int line, const std::string& what, bool archAllowed = false,
                             bool smCountAllowed = false) {
         for (const auto& id : e.identifiers())
@@ -734,9 +735,9 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
         for (int d = 0; d < 3; ++d) {
             requireKnown(l.grid[d], l.line, "@kl:launch grid", false, true);
             requireKnown(l.block[d], l.line, "@kl:launch block");
-            requireKnown(l.cluster[d], l.line, "@kl:launch cluster");
+            requireKnown(l.cluster[d], l.line, "@kl:launch cluster", false, true);
         }
-        requireKnown(l.sharedBytes, l.line, "@kl:launch smem");
+        requireKnown(l.sharedBytes, l.line, "@kl:launch smem", false, true);
         for (const auto& a : l.args) {
             const bool scalar = std::any_of(
                 problem.scalars.begin(), problem.scalars.end(), [&](const ScalarSpec& s) { return s.name == a; });
@@ -785,9 +786,11 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
                 if (!made)
                     continue; // not launched at this shape: no cluster shape to meet
                 launchesSomewhere.insert(shape.label());
-                // A grid sized by SM_COUNT meets its cluster shape on a device only (kernels/worker checks it).
+                // A grid or cluster sized by SM_COUNT meets its cluster shape on a device only (kernels/worker checks
+                // it).
                 for (int d = 0; d < 3; ++d)
-                    if (std::ranges::count(l.grid[d].identifiers(), std::string(kSmCountIdentifier)))
+                    if (std::ranges::count(l.grid[d].identifiers(), std::string(kSmCountIdentifier))
+                        || std::ranges::count(l.cluster[d].identifiers(), std::string(kSmCountIdentifier)))
                         grid[d] = cluster[d];
                 if (const std::string why = clusterProblem(grid, cluster); !why.empty())
                     throw InputError("line " + std::to_string(l.line) + ": @kl:launch cluster at " + shape.label()

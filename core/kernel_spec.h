@@ -33,9 +33,10 @@ using ParamValues = std::map<std::string, std::int64_t>;
 // values on the architecture ("@kl:constraint CLUSTER == 1 || ARCH >= 90"); the device limits bind it
 // (core/loop_device_limits), so no parameter may take the name.
 inline constexpr const char* kArchIdentifier = "ARCH";
-// Built-in identifier for launch grids: the device's multiprocessor count, for persistent kernels
-// ("grid=(min(ceil_div(M, BM) * ceil_div(N, BN), SM_COUNT))"). Bound by the worker; 1 when the defaults are
-// checked without a device.
+// Built-in identifier for launch grids, clusters and shared memory: the device's multiprocessor count, for
+// persistent kernels ("grid=(min(ceil_div(M, BM) * ceil_div(N, BN), SM_COUNT))"), splits sized to the machine (a
+// cluster per split tile) and a block's share of an SM's shared memory when more blocks than SMs must run at once.
+// Bound by the worker; 1 when the defaults are checked without a device.
 inline constexpr const char* kSmCountIdentifier = "SM_COUNT";
 // The most blocks a portable cluster holds (sm_90).
 inline constexpr std::int64_t kMaxClusterBlocks = 8;

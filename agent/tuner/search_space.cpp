@@ -4,9 +4,59 @@
 #include "core/loop_device_limits.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <set>
 
 namespace kl::tuner {
+
+namespace {
+
+    // One check of a configuration that reads only the parameters part's annotations name: its verdict ("" when
+    // the configuration passes, else the rule) is computed once per combination of their values.
+    class PartialCheck {
+    public:
+        PartialCheck(
+            const KernelSpec& spec, const KernelSpec& part, std::function<std::string(const ParamValues&)> rule)
+            : m_rule(std::move(rule))
+        {
+            std::set<std::string> named;
+            auto name = [&](const Expr& e) {
+                for (const auto& id : e.identifiers())
+                    if (spec.param(id))
+                        named.insert(id);
+            };
+            for (const auto& c : part.constraints)
+                name(c.expr);
+            for (const auto& l : part.launches) {
+                name(l.sharedBytes);
+                for (int d = 0; d < 3; ++d) {
+                    name(l.grid[d]);
+                    name(l.block[d]);
+                    name(l.cluster[d]);
+                }
+            }
+            m_params.assign(named.begin(), named.end());
+        }
+        const std::string& verdict(const ParamValues& p)
+        {
+            std::vector<std::int64_t> key;
+            key.reserve(m_params.size());
+            for (const auto& n : m_params)
+                key.push_back(p.at(n));
+            auto it = m_memo.find(key);
+            if (it == m_memo.end())
+                it = m_memo.emplace(std::move(key), m_rule(p)).first;
+            return it->second;
+        }
+
+    private:
+        std::vector<std::string> m_params;
+        std::function<std::string(const ParamValues&)> m_rule;
+        std::map<std::vector<std::int64_t>, std::string> m_memo;
+    };
+
+} // namespace
 
 SearchSpace SearchSpace::build(
     const KernelSpec& spec, const std::vector<Shape>& shapes, const DeviceInfo& device, std::size_t maxDeclared)
@@ -25,21 +75,48 @@ SearchSpace SearchSpace::build(
             + " configurations, more than the tuner enumerates (" + std::to_string(maxDeclared)
             + "); narrow the @kl:param value lists");
     const std::vector<ParamValues> all = spec.enumerateSpace(maxDeclared);
+    // The checks in the order that names a pruned configuration's rule: every constraint on every shape, then the
+    // device's (its architecture, then each launch line). Each reads only the parameters its expressions name, and
+    // is computed once per combination of their values: a space that is the product of independent parts (two
+    // kernels of one plan, each with its own parameters) costs the sum of the parts, not their product.
+    std::vector<PartialCheck> checks;
+    for (const auto& c : spec.constraints) {
+        KernelSpec one = spec;
+        one.constraints = { c };
+        one.launches.clear();
+        checks.emplace_back(spec, one, [&shapes, one](const ParamValues& p) -> std::string {
+            for (const Shape& sh : shapes)
+                if (!one.satisfies(p, sh.bindings()))
+                    return "constraint";
+            return "";
+        });
+    }
+    KernelSpec arch = spec;
+    arch.launches.clear();
+    for (const auto& l : spec.launches) {
+        KernelSpec one = spec;
+        one.constraints.clear();
+        one.launches = { l };
+        checks.emplace_back(spec, one, [&shapes, &device, one](const ParamValues& p) -> std::string {
+            const auto why = checkDeviceLimits(one, p, shapes, device);
+            return why ? why->rule : "";
+        });
+    }
+    checks.emplace(checks.begin() + static_cast<std::ptrdiff_t>(spec.constraints.size()), spec, arch,
+        [&shapes, &device, arch](const ParamValues& p) -> std::string {
+            const auto why = checkDeviceLimits(arch, p, shapes, device);
+            return why ? why->rule : "";
+        });
     s.m_stats.afterConstraints = 0;
     for (const ParamValues& p : all) {
-        bool ok = true;
-        for (const Shape& sh : shapes)
-            if (!spec.satisfies(p, sh.bindings())) {
-                ok = false;
+        std::string rule;
+        for (auto& c : checks)
+            if (rule = c.verdict(p); !rule.empty())
                 break;
-            }
-        if (!ok) {
-            ++s.m_stats.prunedByRule["constraint"];
-            continue;
-        }
-        ++s.m_stats.afterConstraints;
-        if (auto why = checkDeviceLimits(spec, p, shapes, device)) {
-            ++s.m_stats.prunedByRule[why->rule];
+        if (rule != "constraint")
+            ++s.m_stats.afterConstraints;
+        if (!rule.empty()) {
+            ++s.m_stats.prunedByRule[rule];
             continue;
         }
         s.m_configs.push_back(p);

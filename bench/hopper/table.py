@@ -5,6 +5,7 @@ import sys
 
 out, points = sys.argv[1], sys.argv[2].split(";")
 rows = {}  # label -> (dims, best candidate us, point, cuBLAS us)
+ratios = {}  # label -> {point index: cuBLAS us / candidate us}
 for i, point in enumerate(points):
     path = os.path.join(out, f"eval-{i}.json")
     try:
@@ -15,22 +16,48 @@ for i, point in enumerate(points):
     print(f"eval-{i} ({point}): verdict {e.get('verdict')}, objective {e.get('objective', 0):.3f}")
     for r in e.get("reasons", []):
         print(f"  {r.get('rule')}: {r.get('message', '')[:300]}")
+    wrong = [s for s in e.get("shapes", []) if not s.get("correct")]
+    for s in wrong[:8]:
+        d = s["shape"]["dims"]
+        failed = [c for c in s.get("checks", []) if not c.get("passed")]
+        c = failed[0] if failed else {}
+        print(f"  wrong at M={d.get('M')} N={d.get('N')} K={d.get('K')}{' (held out)' if s.get('held_out') else ''}: "
+              f"{len(failed)} of {len(s.get('checks', []))} checks failed, first: {c.get('distribution', '?')} "
+              f"rel_l2 {c.get('rel_l2', 0):.3g} max {c.get('max_abs', 0):.3g} non_finite {c.get('non_finite')} "
+              f"full_coverage {c.get('full_coverage')}")
+    if len(wrong) > 8:
+        print(f"  ... and {len(wrong) - 8} more wrong shapes")
     for s in e.get("shapes", []):
         if s.get("held_out") or "timing" not in s or "baseline_timing" not in s or not s.get("correct"):
             continue
         d = s["shape"]["dims"]
         label = f"M={d['M']} N={d['N']} K={d['K']}"
         us, base = s["timing"]["median_us"], s["baseline_timing"]["median_us"]
+        ratios.setdefault(label, {})[i] = base / us
         if label not in rows or us < rows[label][1]:
             rows[label] = (d, us, point, base)
 print()
 if not rows:
     sys.exit(1)
+
+
+def shape_order(kv):
+    d = kv[1][0]
+    return (d["M"] < 1000, d["M"], d["N"], d["K"])
+
+
+if len(points) > 1:
+    print("Ratio cuBLAS time / ours per point (columns: the points above, in order)\n")
+    print("| shape | " + " | ".join(f"p{i}" for i in range(len(points))) + " |")
+    print("|---|" + "---|" * len(points))
+    for label, _ in sorted(rows.items(), key=shape_order):
+        print(f"| {label} | " + " | ".join(f"{ratios[label][i]:.2f}" if i in ratios[label] else "-" for i in range(len(points))) + " |")
+    print()
 peak = max(2 * d["M"] * d["N"] * d["K"] / (b * 1e-6) / 1e12 for d, _, _, b in rows.values())
 print(f"Measured bf16 peak used for %: {peak:.0f} TFLOP/s (the best cuBLAS rate in this run)\n")
 print("| shape | candidate us | candidate TFLOP/s | cuBLAS us | cuBLAS TFLOP/s | ratio (cuBLAS time / ours) | % of peak | point |")
 print("|---|---|---|---|---|---|---|---|")
-for label, (d, us, point, base) in sorted(rows.items(), key=lambda kv: (kv[1][0]["M"] < 1000, kv[1][0]["M"], kv[1][0]["N"], kv[1][0]["K"])):
+for label, (d, us, point, base) in sorted(rows.items(), key=shape_order):
     flops = 2 * d["M"] * d["N"] * d["K"]
     t, tb = flops / (us * 1e-6) / 1e12, flops / (base * 1e-6) / 1e12
     print(f"| {label} | {us:.1f} | {t:.0f} | {base:.1f} | {tb:.0f} | {base / us:.3f} | {100 * t / peak:.0f}% | {point} |")

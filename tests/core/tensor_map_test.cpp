@@ -174,11 +174,11 @@ TEST(LaunchAttributes, ClusterAndPdlAreParsedAndValidated)
     EXPECT_NE(
         err("cluster=(2, 1)", "pdl=1").find("line 3: @kl:launch pdl=1 on the plan's first kernel"), std::string::npos);
     EXPECT_NE(err("pdl=1", "pdl=yes").find("pdl must be 0 or 1"), std::string::npos);
-    // 2 * 8192 / 128 = 128 blocks along x is a multiple of 2; 3 is not (the tuning shape is named).
+    // 2 * 4096 / 128 = 64 blocks along x is a multiple of 2; 3 is not (the tuning shape is named).
     EXPECT_NE(
         err("cluster=(2, 1)", "cluster=(3, 1)")
             .find(
-                "at K=8192,M=16,N=8192 with the defaults: grid dimension 0 = 128 is not a multiple of the cluster's 3"),
+                "at K=4096,M=16,N=4096 with the defaults: grid dimension 0 = 64 is not a multiple of the cluster's 3"),
         std::string::npos);
     EXPECT_NE(
         err("cluster=(2, 1)", "cluster=(16)").find("a cluster of 16 blocks exceeds the portable 8"), std::string::npos);
@@ -187,7 +187,7 @@ TEST(LaunchAttributes, ClusterAndPdlAreParsedAndValidated)
     EXPECT_NE(err("cluster=(2, 1)", "colour=(2)").find("unknown launch key 'colour'"), std::string::npos);
 }
 
-TEST(LaunchAttributes, SmCountIsBuiltInForGridsOnly)
+TEST(LaunchAttributes, SmCountIsBuiltInForGridsClustersAndSharedMemoryOnly)
 {
     const std::string persistent = "// @kl:param BM = 64 in [64, 128]\n"
                                    "// @kl:launch g grid=(min(ceil_div(M, BM) * ceil_div(N, 128), SM_COUNT)) "
@@ -198,6 +198,16 @@ TEST(LaunchAttributes, SmCountIsBuiltInForGridsOnly)
     std::string inBlock = persistent;
     inBlock.replace(inBlock.find("block=(128)"), 11, "block=(SM_COUNT)");
     EXPECT_NE(error(inBlock).find("names 'SM_COUNT'"), std::string::npos);
+    // A split over a cluster sized to the machine, and a block's share of an SM: checked without a device at
+    // SM_COUNT = 1 (one block per cluster here), on a device by the worker.
+    const std::string split
+        = "// @kl:launch g grid=(max(1, min(8, div(SM_COUNT, ceil_div(N, 128)))), ceil_div(N, 128)) "
+          "block=(128) smem=(div(200000, ceil_div(ceil_div(N, 128), SM_COUNT))) "
+          "cluster=(max(1, min(8, div(SM_COUNT, ceil_div(N, 128)))), 1, 1) "
+          "args=(C, A, B, M, N, K)\n";
+    const kl::KernelSpec clustered = kl::parseKernelSpec(split, gemm());
+    EXPECT_EQ(clustered.launches[0].cluster[0].evaluateInt({ { "N", 4096 }, { "SM_COUNT", 132 } }), 4);
+    EXPECT_EQ(clustered.launches[0].sharedBytes.evaluateInt({ { "N", 16384 }, { "SM_COUNT", 100 } }), 100000);
     EXPECT_NE(
         error("// @kl:param SM_COUNT = 1 in [1]\n" + persistent).find("'SM_COUNT' is built in"), std::string::npos);
 }

@@ -1,12 +1,16 @@
 // Hopper candidates without a GPU: gemm_bf16's sm_90a template (TMA tensor maps, mbarriers, wgmma, setmaxnreg,
-// programmatic dependent launch) compiles with NVRTC at its defaults and at points across its space, emits the
-// instructions it is written for, and passes the referee's source and PTX rules; the problem picks it on sm_90
-// and the portable template below.
+// programmatic dependent launch, the skinny path's cluster reduction through distributed shared memory) compiles
+// with NVRTC at its defaults and at points across its space, emits the instructions it is written for, and passes
+// the referee's source and PTX rules; its two paths split the shapes at M = 128 and the skinny path's launch gives
+// its kernel what it needs at every shape and SM count; the problem picks it on sm_90 and the portable template
+// below.
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
+#include "core/loop_device_limits.h"
 #include "kernels/nvrtc_compiler.h"
 #include "kernels/referee/referee.h"
+#include "kernels/shape_sampler.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text_file.h"
 
@@ -19,6 +23,9 @@
 namespace {
 
 const std::filesystem::path kGemm = std::filesystem::path(KL_SOURCE_DIR) / "kernels" / "problems" / "gemm_bf16";
+
+// The skinny kernel's static shared memory: a full and an empty mbarrier for each of at most 32 ring stages.
+constexpr int kSkinnyStaticSmem = 2 * 32 * 8;
 
 std::string reasonsText(const std::vector<kl::VerdictReason>& reasons)
 {
@@ -46,9 +53,10 @@ TEST(HopperGemmTemplate, CompilesForSm90aAcrossItsSpaceAndPassesTheReferee)
     const kl::Problem p = kl::loadProblem(kGemm.string());
     const std::string src = kl::test::readTextFile(kGemm / p.templateFor(90));
     const kl::KernelSpec spec = kl::parseKernelSpec(src, p);
-    EXPECT_EQ(spec.tensorMaps.size(), 2u);
-    ASSERT_EQ(spec.launches.size(), 2u);
+    EXPECT_EQ(spec.tensorMaps.size(), 4u);
+    ASSERT_EQ(spec.launches.size(), 3u);
     EXPECT_TRUE(spec.launches[1].programmaticLaunch);
+    EXPECT_TRUE(spec.launches[2].hasCluster);
     EXPECT_EQ(reasonsText(kl::referee::checkSource(src, p)), "");
 
     const std::vector<kl::ParamValues> points = {
@@ -57,6 +65,8 @@ TEST(HopperGemmTemplate, CompilesForSm90aAcrossItsSpaceAndPassesTheReferee)
         { { "BM", 64 }, { "BN", 64 }, { "STAGES", 2 }, { "SPLITK", 16 }, { "GROUP", 16 }, { "RASTER", 0 } },
         { { "BM", 128 }, { "BN", 128 }, { "STAGES", 5 }, { "SPLITK", 1 }, { "GROUP", 4 }, { "RASTER", 1 } },
         { { "BM", 128 }, { "BN", 256 }, { "STAGES", 4 }, { "REGSPLIT", 1 } },
+        { { "SBN", 64 }, { "SKMAX", 2 } },
+        { { "SBN", 256 }, { "SKMAX", 8 } },
     };
     kl::NvrtcCompiler compiler(kl::test::freshDir("test-cache-hopper"), 2);
     std::vector<std::future<std::shared_ptr<const kl::CompiledModule>>> modules;
@@ -77,8 +87,12 @@ TEST(HopperGemmTemplate, CompilesForSm90aAcrossItsSpaceAndPassesTheReferee)
         const auto m = modules[i].get();
         ASSERT_TRUE(m->report.ok) << "point " << i << ":\n" << m->report.log;
         EXPECT_FALSE(m->cubin.empty());
+        // The skinny path: a wgmma per token tile (n16 .. n128), the partial tiles summed over the cluster.
         for (const char* instruction : { "wgmma.mma_async.sync.aligned", "cp.async.bulk.tensor.2d",
-                 "mbarrier.try_wait.parity", "griddepcontrol.wait" })
+                 "mbarrier.try_wait.parity", "griddepcontrol.wait", "wgmma.mma_async.sync.aligned.m64n16k16",
+                 "wgmma.mma_async.sync.aligned.m64n32k16", "wgmma.mma_async.sync.aligned.m64n64k16",
+                 "wgmma.mma_async.sync.aligned.m64n128k16", "mapa.shared::cluster", "ld.shared::cluster.v4.f32",
+                 "barrier.cluster.arrive.release", "barrier.cluster.wait", "%dynamic_smem_size" })
             EXPECT_NE(m->ptx.find(instruction), std::string::npos) << "point " << i << " lacks " << instruction;
         // The register split is a preprocessor branch on the parameters (a constexpr would hide it from #if).
         const bool regsplit = points[i].count("REGSPLIT") && points[i].at("REGSPLIT") == 1;
@@ -88,10 +102,132 @@ TEST(HopperGemmTemplate, CompilesForSm90aAcrossItsSpaceAndPassesTheReferee)
         for (const auto& k : m->report.kernels) {
             EXPECT_EQ(k.spillStores, 0) << "point " << i << " " << k.kernel << "\n" << m->report.log;
             EXPECT_EQ(k.localBytes, 0) << "point " << i << " " << k.kernel;
+            if (k.kernel == "gemm_skinny") { // its barriers: the geometry test below counts on this much
+                EXPECT_LE(k.staticSharedBytes, kSkinnyStaticSmem) << "point " << i;
+            }
         }
         EXPECT_EQ(reasonsText(kl::referee::checkPtx(m->ptx, p)), "") << "point " << i;
         std::cout << "[ hopper ] point " << i << " compile " << m->report.compileMs << " ms\n";
     }
+}
+
+// The plan's two paths split the shapes at M = 128, the regimes' boundary: at M <= 128 only the skinny kernel runs
+// (the persistent kernel and its split-K reduction get a grid of 0 and their workspaces no bytes, so a timed graph
+// holds one kernel node and no memset), above it only the persistent one. The skinny launch gives its kernel what it
+// assumes at every shape the harness may run (tuning, verify, held-out ones with the extremes, the regime edges) and
+// SM count: S = gridDim.x splits of K as one cluster (1..8, at most SKMAX, at most one per 64-wide k-block), a column
+// of blocks per SBN weight rows, more than one split only while every split's block has an SM; shared memory for at
+// least two ring stages of this M's token tile (16, 32, 64 or 128 tokens) and for the fp32 partial tile, within the
+// opt-in limit, and for two blocks on one SM where there are up to twice as many blocks as SMs.
+TEST(HopperGemmTemplate, SkinnyAndPersistentPathsSplitTheShapesAndTheSkinnyLaunchFitsItsKernel)
+{
+    const kl::Problem p = kl::loadProblem(kGemm.string());
+    const kl::KernelSpec spec = kl::parseKernelSpec(kl::test::readTextFile(kGemm / p.templateFor(90)), p);
+    ASSERT_EQ(spec.launches.size(), 3u);
+    const kl::LaunchStep& persistent = spec.launches[0];
+    const kl::LaunchStep& reduce = spec.launches[1];
+    const kl::LaunchStep& skinny = spec.launches[2];
+    ASSERT_EQ(skinny.kernel, "gemm_skinny");
+
+    std::vector<kl::Shape> shapes = kl::shapesOf(p);
+    for (const auto& s : kl::heldOutShapes(p, 200, 7))
+        shapes.push_back(s);
+    for (const std::int64_t m : { 1, 2, 15, 16, 17, 31, 33, 64, 65, 100, 127, 128, 129, 8192 })
+        for (const std::int64_t n : { 256, 320, 4096, 4160, 14336, 16384 })
+            for (const std::int64_t k : { 256, 320, 4096, 14336, 16384 }) {
+                kl::Shape s;
+                s.dims = { { "M", m }, { "N", n }, { "K", k } };
+                if (p.shapeIsValid(s))
+                    shapes.push_back(s);
+            }
+    // Every skinny point with the persistent path's defaults, and persistent points with the skinny defaults.
+    std::vector<kl::ParamValues> points;
+    for (const std::int64_t sbn : spec.param("SBN")->values)
+        for (const std::int64_t skmax : spec.param("SKMAX")->values) {
+            kl::ParamValues v = spec.defaults();
+            v["SBN"] = sbn;
+            v["SKMAX"] = skmax;
+            points.push_back(v);
+        }
+    for (const std::int64_t bm : spec.param("BM")->values)
+        for (const std::int64_t splitk : spec.param("SPLITK")->values)
+            for (const std::int64_t reduceInKernel : spec.param("REDUCE")->values)
+                for (const std::int64_t cm : spec.param("CM")->values) {
+                    kl::ParamValues v = spec.defaults();
+                    v["BM"] = bm;
+                    v["SPLITK"] = splitk;
+                    v["REDUCE"] = reduceInKernel;
+                    v["CM"] = cm;
+                    if (spec.satisfies(v, {}))
+                        points.push_back(v);
+                }
+
+    int splitShapes = 0, unsplitShapes = 0;
+    for (const auto& point : points)
+        for (const auto& shape : shapes) {
+            ASSERT_TRUE(spec.satisfies(point, shape.bindings())) << shape.label();
+            for (const std::int64_t sms : { 8, 16, 78, 114, 132, 148 }) {
+                kl::Bindings b = kl::bindingsFor(point, shape.bindings());
+                b[kl::kSmCountIdentifier] = static_cast<double>(sms);
+                const std::int64_t M = shape.dims.at("M"), N = shape.dims.at("N"), K = shape.dims.at("K");
+                const std::int64_t sbn = point.at("SBN");
+                const std::string where = shape.label() + " SM_COUNT=" + std::to_string(sms)
+                    + " SBN=" + std::to_string(sbn) + " SKMAX=" + std::to_string(point.at("SKMAX"));
+                const std::int64_t splits = skinny.grid[0].evaluateInt(b);
+                if (M > 128) {
+                    ASSERT_EQ(splits, 0) << where;
+                    ASSERT_GE(persistent.grid[0].evaluateInt(b), 1) << where;
+                    continue;
+                }
+                ASSERT_EQ(persistent.grid[0].evaluateInt(b), 0) << where;
+                ASSERT_EQ(reduce.grid[0].evaluateInt(b), 0) << where;
+                for (const auto& w : spec.workspaces)
+                    ASSERT_EQ(w.bytes.evaluateInt(b), 0) << where << " " << w.name;
+
+                ASSERT_GE(splits, 1) << where;
+                ASSERT_LE(splits, std::min<std::int64_t>({ 8, point.at("SKMAX"), K / 64 })) << where;
+                const std::int64_t tiles = skinny.grid[1].evaluateInt(b);
+                ASSERT_EQ(tiles, (N + sbn - 1) / sbn) << where;
+                ASSERT_EQ(skinny.grid[2].evaluateInt(b), 1) << where;
+                if (splits > 1) {
+                    ASSERT_LE(splits * tiles, sms) << where;
+                }
+                const std::int64_t grid[3] = { splits, tiles, 1 };
+                const std::int64_t cluster[3] = { skinny.cluster[0].evaluateInt(b), skinny.cluster[1].evaluateInt(b),
+                    skinny.cluster[2].evaluateInt(b) };
+                ASSERT_EQ(cluster[0], splits) << where;
+                ASSERT_EQ(kl::clusterProblem(grid, cluster), "") << where;
+                ASSERT_EQ(skinny.block[0].evaluateInt(b), (sbn / 64 + 1) * 128) << where;
+
+                std::int64_t tokens = 16;
+                while (tokens < M)
+                    tokens *= 2;
+                const std::int64_t smem = skinny.sharedBytes.evaluateInt(b);
+                const std::int64_t stages = (smem - 1024) / ((sbn + tokens) * 128); // as the kernel derives them
+                ASSERT_GE(stages, 2) << where;
+                ASSERT_LE(stages, kSkinnyStaticSmem / 16) << where; // one full and one empty barrier per stage
+                ASSERT_GE(smem - 1024, tokens * (sbn + 4) * 4) << where; // the partial tile overlays the ring
+                ASSERT_LE(smem + kSkinnyStaticSmem, 227 * 1024) << where;
+                // More blocks than SMs (64-row tiles of a wide N): two share an SM's 228 KiB, 1 KiB reserved each
+                // (on Hopper-sized SM counts; with 8 SMs a 256 x 128 fp32 partial tile alone is over half an SM).
+                const std::int64_t perSm = (splits * tiles + sms - 1) / sms;
+                if (perSm == 2 && sms >= 78) {
+                    ASSERT_LE(2 * (smem + kSkinnyStaticSmem + 1024), 228 * 1024) << where;
+                }
+                (splits > 1 ? splitShapes : unsplitShapes) += 1;
+            }
+        }
+    EXPECT_GT(splitShapes, 0);
+    EXPECT_GT(unsplitShapes, 0);
+    // The defaults on the H200's 132 SMs: 128-row column tiles, so N = 4096 runs as 32 clusters of 4 splits, N = 8192
+    // as 64 of 2, N = 14336 as 112 single blocks; the same whether M is 16 or 128.
+    for (const auto& [n, expected] :
+        std::vector<std::pair<std::int64_t, std::int64_t>> { { 4096, 4 }, { 8192, 2 }, { 14336, 1 } })
+        for (const std::int64_t m : { 16, 128 }) {
+            kl::Bindings b = kl::bindingsFor(spec.defaults(), { { "M", m }, { "N", n }, { "K", 8192 } });
+            b[kl::kSmCountIdentifier] = 132;
+            EXPECT_EQ(skinny.grid[0].evaluateInt(b), expected) << "M=" << m << " N=" << n;
+        }
 }
 
 TEST(CuteCandidate, CompilesForSm90aWithThePinnedCutlassHeadersAndIsCached)

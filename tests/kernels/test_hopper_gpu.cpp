@@ -1,14 +1,15 @@
 // Hopper candidates on an sm_90 GPU: gemm_bf16's TMA/wgmma template passes the harness (every check, graph
-// capture, held-out shapes) at its defaults and with split-K + programmatic dependent launch; a tensor map the
-// encoder would refuse at the chosen parameters is a launch verdict before anything runs; a TMA candidate that
-// reads past its tile is caught by the checks. decode_attention's tensor-core template passes across its space
-// (one split and many, splits with no tokens) and one that drops a sequence's last token is caught. So do
-// mla_decode's shared-KV candidate and sparse_mla_decode's tensor-core template, against one dropping the last
-// token or page (dense) or the last listed row (sparse). The CuTe gemm_bf16 candidate of the sweep-rate bench
-// (bench/hopper/cute_gemm.cu) passes at two points. rmsnorm's cluster-split template (not yet a seed) passes with one
-// block per row slice and with eight, and one that leaves a block's partial sum out is caught; softmax's bulk-copy
-// ring passes with rows kept in the ring and rows streamed twice, and one that leaves a row's last vector out of the
-// sum is caught.
+// capture, held-out shapes) at its defaults and with split-K + programmatic dependent launch, and its skinny path
+// (a cluster per column tile summing its splits through distributed shared memory) across its space, while one that
+// leaves a split out of the sum is caught; a tensor map the encoder would refuse at the chosen parameters is a launch
+// verdict before anything runs; a TMA candidate that reads past its tile is caught by the checks. decode_attention's
+// tensor-core template passes across its space (one split and many, splits with no tokens) and one that drops a
+// sequence's last token is caught. So do mla_decode's shared-KV candidate and sparse_mla_decode's tensor-core template,
+// against one dropping the last token or page (dense) or the last listed row (sparse). The CuTe gemm_bf16 candidate of
+// the sweep-rate bench (bench/hopper/cute_gemm.cu) passes at two points. rmsnorm's cluster-split template (not yet a
+// seed) passes with one block per row slice and with eight, and one that leaves a block's partial sum out is caught;
+// softmax's bulk-copy ring passes with rows kept in the ring and rows streamed twice, and one that leaves a row's last
+// vector out of the sum is caught.
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
@@ -161,6 +162,26 @@ TEST_F(HopperGpu, TmaWgmmaTemplatePassesWithSplitKClustersAndInKernelReduction)
             kl::ParamValues {
                 { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 }, { "REDUCE", 1 }, { "CM", 2 } } })
         expectCorrect(p);
+}
+
+// The skinny path (M <= 128: the decode tuning shapes, the verify shapes M = 1, 33, 128 and held-out decode shapes)
+// at its defaults and at points that change the column tile and the splits: 64-row tiles with at most 2 splits (two
+// blocks share an SM at N = 14336), 256-row tiles with up to 8, splits of at most 4, none.
+TEST_F(HopperGpu, SkinnyPathPassesAcrossItsSpace)
+{
+    for (const kl::ParamValues& p : { kl::ParamValues {}, kl::ParamValues { { "SBN", 64 }, { "SKMAX", 2 } },
+             kl::ParamValues { { "SBN", 256 }, { "SKMAX", 8 } }, kl::ParamValues { { "SKMAX", 4 } },
+             kl::ParamValues { { "SKMAX", 1 } } })
+        expectCorrect(p);
+}
+
+// A cluster that leaves a split's partial tile out of its sum (every shape with 2 or more splits) is caught.
+TEST_F(HopperGpu, LeavingASplitOutOfTheClusterSumIsCaught)
+{
+    const std::string src = replaced(source, "for (int r = 1; r < splits; ++r)", "for (int r = 2; r < splits; ++r)");
+    const auto e = ev->evaluate(candidate(src, {}, "dropped-split"), quick(), kl::CancelToken {});
+    EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << reasonsText(e);
+    EXPECT_FALSE(e.correctEverywhere());
 }
 
 TEST_F(HopperGpu, MapTheEncoderWouldRefuseIsAVerdictBeforeLaunch)

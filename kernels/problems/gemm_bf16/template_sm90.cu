@@ -1,6 +1,9 @@
 // Hopper GEMM (sm_90a): C[M,N] = A[M,K] * B[N,K]^T, bf16 in, fp32 accumulate, bf16 out. Raw PTX rather than
 // CuTe: it compiles with NVRTC in well under a second (a sweep compiles every point) and every instruction the
-// referee reads is in this file.
+// referee reads is in this file. Two paths, one per regime, chosen by the launch lines' grids (a grid of 0 is not
+// launched): M > 128 runs the persistent kernel below (BM .. REGSPLIT), M <= 128 the skinny kernel at the end of
+// the file (SBN, SKMAX), whose split of K over a cluster and ring depth come from the shape and SM_COUNT, so one
+// point serves every N and K.
 //  - TMA (cp.async.bulk.tensor) loads BMx64 tiles of A and BNx64 tiles of B, 128-byte swizzled, into a ring of
 //    STAGES shared-memory stages; each stage has a "full" mbarrier (the copy engine's byte count) and an "empty"
 //    one (every consumer warp arrives once it is done with the stage).
@@ -13,7 +16,7 @@
 //    (wgmma.wait_group 1) before releasing the stage before it.
 //  - Persistent: the blocks walk the work units (tile x k-split) in a grouped raster (GROUP tiles along M
 //    when RASTER=0, along N when RASTER=1) so neighbouring blocks share A or B panels in L2.
-//  - Split-K for skinny M: with SPLITK > 1 each unit writes fp32 partials to the workspace; REDUCE=0 sums them in
+//  - Split-K: with SPLITK > 1 each unit writes fp32 partials to the workspace; REDUCE=0 sums them in
 //    a second kernel launched with programmatic dependent launch, REDUCE=1 in the GEMM itself: the split that
 //    arrives last at its tile's counter adds the others' partials (no second launch, no waiting).
 // @kl:param BM = 128 in [64, 128]
@@ -25,16 +28,21 @@
 // @kl:param GROUP = 8 in [1, 4, 8, 16]
 // @kl:param RASTER = 0 in [0, 1]
 // @kl:param REGSPLIT = 0 in [0, 1]
+// @kl:param SBN = 128 in [64, 128, 256]
+// @kl:param SKMAX = 8 in [1, 2, 4, 8]
 // @kl:constraint ARCH >= 90
 // @kl:constraint STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES <= 232448
 // @kl:constraint REGSPLIT == 0 || BM == 128
 // @kl:constraint REDUCE == 0 || SPLITK > 1
-// @kl:workspace part bytes=(SPLITK > 1 ? SPLITK * M * N * 4 : 16) init=poison
-// @kl:workspace arrivals bytes=(REDUCE == 1 ? ceil_div(M, BM) * ceil_div(N, BN) * 4 : 16) init=zero
+// @kl:workspace part bytes=(M > 128 && SPLITK > 1 ? SPLITK * M * N * 4 : 0) init=poison
+// @kl:workspace arrivals bytes=(M > 128 && REDUCE == 1 ? ceil_div(M, BM) * ceil_div(N, BN) * 4 : 0) init=zero
 // @kl:tensormap tmA tensor=A box=(64, BM) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmB tensor=B box=(64, BN / CM) swizzle=128B l2promo=256B oob=zero
-// @kl:launch gemm_tma_wgmma grid=(CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * SPLITK, div(SM_COUNT, CM))) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
-// @kl:launch gemm_splitk_reduce grid=(SPLITK > 1 && REDUCE == 0 ? ceil_div(M * N, 1024) : 0) block=(256) pdl=1 args=(C, part, M, N)
+// @kl:tensormap tmW tensor=B box=(64, SBN) swizzle=128B l2promo=256B oob=zero
+// @kl:tensormap tmX tensor=A box=(64, 16) swizzle=128B l2promo=256B oob=zero
+// @kl:launch gemm_tma_wgmma grid=(M > 128 ? CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * SPLITK, div(SM_COUNT, CM)) : 0) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
+// @kl:launch gemm_splitk_reduce grid=(M > 128 && SPLITK > 1 && REDUCE == 0 ? ceil_div(M * N, 1024) : 0) block=(256) pdl=1 args=(C, part, M, N)
+// @kl:launch gemm_skinny grid=(M <= 128 ? max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))) : 0, ceil_div(N, SBN)) block=((SBN / 64 + 1) * 128) smem=(1024 + max(max(2, div(div(220 * 1024, ceil_div(ceil_div(N, SBN), SM_COUNT)), (SBN + max(16, next_pow2(min(M, 128)))) * 128)) * (SBN + max(16, next_pow2(min(M, 128)))) * 128, max(16, next_pow2(min(M, 128))) * (SBN + 4) * 4)) cluster=(max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))), 1, 1) args=(tmW, tmX, C, M, N, K)
 #include <cuda_bf16.h>
 
 constexpr int BK = 64; // one 128-byte swizzle row of bf16
@@ -392,4 +400,281 @@ extern "C" __global__ void __launch_bounds__(256)
     }
     *reinterpret_cast<__nv_bfloat162*>(C + i) = __floats2bfloat162_rn(sum.x, sum.y);
     *reinterpret_cast<__nv_bfloat162*>(C + i + 2) = __floats2bfloat162_rn(sum.z, sum.w);
+}
+
+// ---- Skinny path (M <= 128): one launch, no workspace, no per-shape parameters -------------------------------------
+// Swap-AB: the weights are the wgmma M side (consumer warpgroup c owns rows c*64.. of the block's SBN weight rows) and
+// the tokens its N side, n = the smallest of 16, 32, 64, 128 holding M, chosen at run time, so M = 16 computes no
+// padding rows. Block (r, nt) streams weight rows [nt*SBN, +SBN) over the r-th of S slices of K; the S blocks of a
+// column tile form a cluster that sums its fp32 partials through distributed shared memory: each block leaves its
+// [tokens x SBN] tile in its own shared memory, and after a cluster barrier block r adds every block's share r (in
+// rank order, so the bits do not depend on timing) and stores it as bf16. S comes from the shape in the launch line
+// (enough blocks to cover the SMs once, at most SKMAX and one 64-wide k-block each), as does the ring's depth (as
+// many stages of this M's token tile as fit 220 KiB, or half of it where there are more column tiles than SMs and
+// two blocks share an SM; two at least), which the kernel reads back from its dynamic shared memory size.
+constexpr int SKINNY_CONSUMERS = SBN / 64;
+constexpr int SKINNY_THREADS = (SKINNY_CONSUMERS + 1) * 128;
+constexpr int SKINNY_MAX_STAGES = 32; // above what 220 KiB holds even at SBN = 64, M <= 16 (22)
+constexpr int TOKEN_BOX = 16; // rows of A per copy: a 16-token tile loads no rows past the 16th
+constexpr int RED_STRIDE = SBN + 4; // floats per token row of the reduction tile: the fragment stores hit 32 banks
+
+__device__ __forceinline__ void tma_load_2d_hint(
+    void* dst, const TensorMap* map, int inner, int outer, unsigned long long* bar, unsigned long long policy)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;"
+                 ::"r"(smem_u32(dst)), "l"(map), "r"(inner), "r"(outer), "r"(smem_u32(bar)), "l"(policy)
+                 : "memory");
+}
+
+// Weights are read once (evict first); the token rows are read by every column tile (evict last).
+__device__ __forceinline__ unsigned long long l2_policy_evict_first()
+{
+    unsigned long long p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ unsigned long long l2_policy_evict_last()
+{
+    unsigned long long p;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+
+__device__ __forceinline__ unsigned dynamic_smem_bytes()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ void skinny_consumers_sync()
+{
+    asm volatile("bar.sync 1, %0;" ::"n"(SKINNY_CONSUMERS * 128) : "memory");
+}
+
+__device__ __forceinline__ void cluster_arrive()
+{
+    asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+}
+
+// An arrival that orders nothing (a release here waits for this thread's global stores: MEMBAR.GPU).
+__device__ __forceinline__ void cluster_arrive_relaxed()
+{
+    asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_wait()
+{
+    asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+
+__device__ __forceinline__ float4 ld_shared_cluster_v4(unsigned addr)
+{
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ unsigned mapa_shared(unsigned addr, unsigned rank)
+{
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+
+__device__ __forceinline__ void wgmma_n16(float (&d)[8], unsigned long long da, unsigned long long db, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
+__device__ __forceinline__ void wgmma_n32(float (&d)[16], unsigned long long da, unsigned long long db, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
+template <int TN>
+__device__ __forceinline__ void wgmma_tokens(float (&d)[TN / 2], unsigned long long da, unsigned long long db, int accumulate)
+{
+    if constexpr (TN == 16)
+        wgmma_n16(d, da, db, accumulate);
+    else if constexpr (TN == 32)
+        wgmma_n32(d, da, db, accumulate);
+    else if constexpr (TN == 64)
+        wgmma_n64(d, da, db, accumulate);
+    else
+        wgmma_n128(d, da, db, accumulate);
+}
+
+// The ring as both sides see it: stage s holds SBN weight rows, then tn token rows, 64 k each (128-byte rows).
+struct SkinnyRing {
+    unsigned char* base;
+    unsigned stageBytes;
+    int stages;
+    unsigned long long* full;
+    unsigned long long* empty;
+    __device__ unsigned char* weights(int s) const { return base + s * stageBytes; }
+    __device__ unsigned char* tokens(int s) const { return base + s * stageBytes + SBN * BK * 2; }
+};
+
+// Consumer warpgroup c: its 64 weight rows times the TN token columns over kCount k-blocks, then its fragment of
+// the fp32 partial tile into red[token][weight row] (tokens past M are not written: nobody reads them).
+template <int TN>
+__device__ __forceinline__ void skinny_consume(const SkinnyRing& ring, int kCount, int c, float* red, int M)
+{
+    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    float acc[TN / 2];
+#pragma unroll
+    for (int j = 0; j < TN / 2; ++j)
+        acc[j] = 0.f;
+    int stage = 0, previous = -1;
+    unsigned phase = 0;
+    for (int i = 0; i < kCount; ++i) {
+        mbar_wait(&ring.full[stage], phase);
+        const unsigned long long da = smem_desc(ring.weights(stage) + c * 64 * BK * 2);
+        const unsigned long long db = smem_desc(ring.tokens(stage));
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk)
+            wgmma_tokens<TN>(acc, da + 2 * kk, db + 2 * kk, i > 0 || kk > 0);
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (previous >= 0 && lane == 0)
+            mbar_arrive(&ring.empty[previous]);
+        previous = stage;
+        if (++stage == ring.stages) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+    wgmma_wait<0>();
+    // red overlays the ring: every consumer's MMAs have read their last stage before anyone writes it.
+    skinny_consumers_sync();
+    // Fragment of m64nTNk16 (weights x tokens): per 8 tokens j, weight rows warp*16 + lane/4 (+8), tokens
+    // j*8 + (lane%4)*2 (+1).
+    const int row = c * 64 + warp * 16 + lane / 4;
+#pragma unroll
+    for (int j = 0; j < TN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int token = j * 8 + (lane % 4) * 2 + e;
+            if (token < M) {
+                red[token * RED_STRIDE + row] = acc[j * 4 + e];
+                red[token * RED_STRIDE + row + 8] = acc[j * 4 + 2 + e];
+            }
+        }
+}
+
+// The smallest token tile holding M, from 16 up: the instantiation of skinny_consume that the launch line sized.
+template <int TN>
+__device__ __forceinline__ void skinny_consume_for(const SkinnyRing& ring, int kCount, int c, float* red, int M)
+{
+    if constexpr (TN < 128)
+        if (M > TN) {
+            skinny_consume_for<TN * 2>(ring, kCount, c, red, M);
+            return;
+        }
+    skinny_consume<TN>(ring, kCount, c, red, M);
+}
+
+extern "C" __global__ void __launch_bounds__(SKINNY_THREADS, 1)
+    gemm_skinny(const __grid_constant__ TensorMap tmW, const __grid_constant__ TensorMap tmX,
+                __nv_bfloat16* __restrict__ C, int M, int N, int K)
+{
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ unsigned long long full[SKINNY_MAX_STAGES], empty[SKINNY_MAX_STAGES];
+    // Aligned by pointer arithmetic, so the compiler still knows red[] is shared memory (st.shared, not generic).
+    unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    const int tn = max(16, 1 << (32 - __clz(M - 1))); // next power of two, at least 16
+    SkinnyRing ring;
+    ring.base = smem;
+    ring.stageBytes = (SBN + tn) * BK * 2;
+    ring.stages = min(SKINNY_MAX_STAGES, static_cast<int>((dynamic_smem_bytes() - 1024) / ring.stageBytes));
+    ring.full = full;
+    ring.empty = empty;
+    float* red = reinterpret_cast<float*>(smem);
+
+    // The cluster is (S, 1, 1) over grid (S, column tiles): block x is split x of K and its rank in the cluster.
+    const int splits = gridDim.x, split = blockIdx.x, nt = blockIdx.y;
+    const int kBlocks = K / BK, per = (kBlocks + splits - 1) / splits;
+    const int kBegin = split * per, kCount = max(0, min(kBlocks, kBegin + per) - kBegin);
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ring.stages; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], SKINNY_CONSUMERS * 4); // one arrival per consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        if (threadIdx.x == 0) {
+            asm volatile("prefetch.tensormap [%0];" ::"l"(&tmW) : "memory");
+            asm volatile("prefetch.tensormap [%0];" ::"l"(&tmX) : "memory");
+            const unsigned long long streamed = l2_policy_evict_first(), reused = l2_policy_evict_last();
+            const int boxes = (M + TOKEN_BOX - 1) / TOKEN_BOX;
+            const unsigned bytes = SBN * BK * 2 + boxes * TOKEN_BOX * BK * 2;
+            int stage = 0;
+            unsigned phase = 0;
+            for (int i = 0; i < kCount; ++i) {
+                const int k = (kBegin + i) * BK;
+                mbar_wait(&empty[stage], phase ^ 1);
+                mbar_expect_tx(&full[stage], bytes);
+                tma_load_2d_hint(ring.weights(stage), &tmW, k, nt * SBN, &full[stage], streamed);
+                for (int b = 0; b < boxes; ++b)
+                    tma_load_2d_hint(ring.tokens(stage) + b * TOKEN_BOX * BK * 2, &tmX, k, b * TOKEN_BOX, &full[stage], reused);
+                if (++stage == ring.stages) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+    } else {
+        skinny_consume_for<16>(ring, kCount, wg - 1, red, M);
+    }
+
+    // Block `split` sums share `split` of the tile (runs of SKINNY_THREADS float4s along the weight rows) over the
+    // cluster's blocks in rank order, and stores it.
+    const unsigned redAddr = smem_u32(red);
+    if (splits > 1) {
+        cluster_arrive();
+        cluster_wait(); // every block's partial tile is written and visible
+    } else {
+        __syncthreads();
+    }
+    constexpr int QUADS = SBN / 4; // float4s per token row
+    const int quads = M * QUADS;
+    for (int q = split * SKINNY_THREADS + threadIdx.x; q < quads; q += splits * SKINNY_THREADS) {
+        const int token = q / QUADS, col = (q % QUADS) * 4;
+        if (nt * SBN + col >= N)
+            continue;
+        const unsigned offset = (token * RED_STRIDE + col) * 4;
+        float4 sum = ld_shared_cluster_v4(splits > 1 ? mapa_shared(redAddr + offset, 0) : redAddr + offset);
+        for (int r = 1; r < splits; ++r) {
+            const float4 v = ld_shared_cluster_v4(mapa_shared(redAddr + offset, r));
+            sum.x += v.x;
+            sum.y += v.y;
+            sum.z += v.z;
+            sum.w += v.w;
+        }
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(sum.x, sum.y), hi = __floats2bfloat162_rn(sum.z, sum.w);
+        uint2 packed;
+        packed.x = *reinterpret_cast<const unsigned*>(&lo);
+        packed.y = *reinterpret_cast<const unsigned*>(&hi);
+        *reinterpret_cast<uint2*>(C + (long long)token * N + nt * SBN + col) = packed;
+    }
+    if (splits > 1) {
+        cluster_arrive_relaxed(); // this block's loads of the others' tiles have returned; it waits for theirs
+        cluster_wait(); // before it exits
+    }
 }

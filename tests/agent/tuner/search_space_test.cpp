@@ -31,6 +31,38 @@ TEST(SearchSpace, AppliesConstraintsOnEveryShapeAndDeviceLimits)
     EXPECT_GT(small.stats().prunedByRule.at("device.threads-per-block"), 0u);
 }
 
+// A plan of two kernels with parameters of their own (gemm_bf16's persistent and skinny paths): each check reads its
+// own parameters only, and a configuration pruned by several is counted under the first in order (constraints, the
+// architecture, then the launch lines in plan order), as one check of the whole configuration would.
+TEST(SearchSpace, IndependentLaunchesArePrunedInPlanOrder)
+{
+    const KernelSpec spec = parseKernelSpec("// @kl:param A = 1 in [1, 2, 3, 4, 5, 6, 7, 8]\n"
+                                            "// @kl:param B = 1 in [1, 2, 3, 4, 5, 6, 7, 8]\n"
+                                            "// @kl:param C = 1 in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
+                                            "// @kl:constraint A != 2\n"
+                                            "// @kl:launch first grid=(T) block=(A * 128) smem=0 args=(T)\n"
+                                            "// @kl:launch second grid=(T) block=(64) smem=(B * 40000) args=(T)\n");
+    DeviceInfo dev = testonly::syntheticDevice();
+    dev.maxThreadsPerBlock = 768; // the first launch fits for A <= 6
+    dev.sharedPerBlockOptin = 200000; // the second for B <= 5
+    Shape s;
+    s.dims = { { "T", 4 }, { "H", 128 } };
+    const SearchSpace space = SearchSpace::build(spec, { s }, dev);
+    EXPECT_EQ(space.stats().declared, 8u * 8 * 10);
+    // A = 2 breaks the constraint whatever B is; A = 7, 8 the first launch whatever B is; of A = 1, 3, 4, 5, 6,
+    // B = 6, 7, 8 break the second launch.
+    EXPECT_EQ(space.stats().prunedByRule.at("constraint"), 1u * 8 * 10);
+    EXPECT_EQ(space.stats().afterConstraints, 7u * 8 * 10);
+    EXPECT_EQ(space.stats().prunedByRule.at("device.threads-per-block"), 2u * 8 * 10);
+    EXPECT_EQ(space.stats().prunedByRule.at("device.shared-memory"), 5u * 3 * 10);
+    EXPECT_EQ(space.size(), 5u * 5 * 10);
+    for (std::size_t i = 0; i < space.size(); ++i) {
+        EXPECT_NE(space.config(i).at("A"), 2);
+        EXPECT_LE(space.config(i).at("A"), 6);
+        EXPECT_LE(space.config(i).at("B"), 5);
+    }
+}
+
 TEST(SearchSpace, IndexesNeighboursAndNearest)
 {
     const KernelSpec spec = parseKernelSpec(testonly::kSyntheticTemplate);
