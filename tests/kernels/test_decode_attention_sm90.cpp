@@ -1,11 +1,11 @@
 // decode_attention's sm_90 template (bulk copies of whole token rows into an mbarrier ring, one consumer warp per KV
-// head on mma.sync, the batch's tokens cut into one equal range per SM, a PDL-launched merge): it passes the referee,
-// fits an H200 at every shape the harness runs at every point of its space, compiles for sm_90a without spills with
-// the instructions its design rests on, and its grids and workspace agree at every shape and SM count: one CTA per SM
-// (fewer for small batches), the merge launched exactly when there is more than one CTA, and two partial slots per
-// CTA within the workspace, which cannot name the SM count. The partition itself (every token once, the merge reading
-// the slots the split kernel wrote) is checked on the CPU by bench/attention/decode_sm90_driver.cu --partition-only;
-// the GPU side is tests/kernels/test_hopper_gpu.cpp.
+// head on mma.sync, the batch's tokens cut into one equal range per SM, a PDL-launched merge): it seeds sessions on
+// sm_90 and sm_100, passes the referee, fits an H200 at every shape the harness runs at every point of its space,
+// compiles for sm_90a without spills with the instructions its design rests on, and its grids and workspace agree at
+// every shape and SM count: one CTA per SM (fewer for small batches), the merge launched exactly when there is more
+// than one CTA, and two partial slots per CTA within the workspace, which cannot name the SM count. The partition
+// itself (every token once, the merge reading the slots the split kernel wrote) is checked on the CPU by
+// bench/attention/decode_sm90_driver.cu --partition-only; the GPU side is tests/kernels/test_hopper_gpu.cpp.
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 #include "core/loop_device_limits.h"
@@ -45,8 +45,10 @@ protected:
 
 } // namespace
 
-TEST_F(DecodeAttentionSm90, PassesTheRefereeAndFitsAnH200AtEveryShapeAcrossItsSpace)
+TEST_F(DecodeAttentionSm90, SeedsFromSm90AndPassesTheRefereeAndFitsAnH200AtEveryShapeAcrossItsSpace)
 {
+    for (const int arch : { 90, 100 })
+        EXPECT_EQ(problem.templateFor(arch), "template_sm90.cu") << arch;
     for (const auto& r : kl::referee::checkSource(source, problem))
         ADD_FAILURE() << r.rule << " line " << r.line << ": " << r.message;
     const kl::DeviceInfo h200 = deviceModel(9, 0, 227);
