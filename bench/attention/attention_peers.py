@@ -48,12 +48,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--problems", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", action="append", choices=("decode_attention", "mla_decode"),
+                    help="measure this problem's peers only (repeatable; default both)")
     args = ap.parse_args()
     bw = copy_bandwidth()
     res = {"_meta": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
                      "copy_bytes_per_s": bw}}
     bf16 = torch.bfloat16
-    for name in ("decode_attention", "mla_decode"):
+    for name in args.only or ("decode_attention", "mla_decode"):
         with open(os.path.join(args.problems, name, "problem.json")) as f:
             p = json.load(f)
         rows = {}

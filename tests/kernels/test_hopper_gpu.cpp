@@ -3,13 +3,14 @@
 // (a cluster per column tile summing its splits through distributed shared memory) across its space, while one that
 // leaves a split out of the sum is caught; a tensor map the encoder would refuse at the chosen parameters is a launch
 // verdict before anything runs; a TMA candidate that reads past its tile is caught by the checks. decode_attention's
-// tensor-core template passes across its space (one split and many, splits with no tokens) and one that drops a
-// sequence's last token is caught. So do mla_decode's shared-KV candidate and sparse_mla_decode's tensor-core template,
-// against one dropping the last token or page (dense) or the last listed row (sparse). The CuTe gemm_bf16 candidate of
-// the sweep-rate bench (bench/hopper/cute_gemm.cu) passes at two points. rmsnorm's cluster-split template (not yet a
-// seed) passes with one block per row slice and with eight, and one that leaves a block's partial sum out is caught;
-// softmax's bulk-copy ring passes with rows kept in the ring and rows streamed twice, and one that leaves a row's last
-// vector out of the sum is caught.
+// tensor-core templates pass across their spaces (sm_80: one split and many, splits with no tokens; sm_90: one CTA
+// and many, ranges crossing sequences) and versions that drop a sequence's last token (sm_90: or its last page, a
+// piece's last token, a piece in the merge) are caught. So do mla_decode's shared-KV candidate and
+// sparse_mla_decode's tensor-core template, against one dropping the last token or page (dense) or the last listed
+// row (sparse). The CuTe gemm_bf16 candidate of the sweep-rate bench (bench/hopper/cute_gemm.cu) passes at two
+// points. rmsnorm's cluster-split template (not yet a seed) passes with one block per row slice and with eight, and
+// one that leaves a block's partial sum out is caught; softmax's bulk-copy ring passes with rows kept in the ring and
+// rows streamed twice, and one that leaves a row's last vector out of the sum is caught.
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
@@ -119,10 +120,16 @@ protected:
     void SetUp() override { load("gemm_bf16", 80, "bench/hopper/cute_gemm.cu"); }
 };
 
-// decode_attention's tensor-core template (sm_80+).
+// decode_attention's sm_80 tensor-core template (the seed on sm_80 .. sm_89).
 class DecodeAttentionGpu : public TemplateOnGpu {
 protected:
-    void SetUp() override { load("decode_attention", 80); }
+    void SetUp() override { load("decode_attention", 80, "kernels/problems/decode_attention/template_sm80.cu"); }
+};
+
+// decode_attention's sm_90 template (bulk copies into an mbarrier ring, one CTA per SM, a PDL-launched merge).
+class DecodeAttentionSm90Gpu : public TemplateOnGpu {
+protected:
+    void SetUp() override { load("decode_attention", 90, "kernels/problems/decode_attention/template_sm90.cu"); }
 };
 
 // mla_decode's shared-KV candidate (the engineer's hypothesis; its defaults take 222 KB of shared memory: sm_90).
@@ -237,6 +244,36 @@ TEST_F(DecodeAttentionGpu, DroppingTheLastTokenIsCaught)
     EXPECT_FALSE(e.correctEverywhere());
 }
 
+// The defaults; the deepest ring of 8-token stages without the L2 hint and a CTA per 16 tokens (small batches split
+// the most); the shallowest ring of 16-token stages with a CTA per 256 tokens (small batches in one CTA, no merge);
+// a short ring of 8-token stages. Verify shapes: one CTA (B=1, one page), 256 sequences of at most 32 tokens over 132
+// CTAs (a CTA's range crosses many sequences), pages of 64.
+TEST_F(DecodeAttentionSm90Gpu, StreamTemplatePassesAcrossItsSpace)
+{
+    for (const kl::ParamValues& p :
+        { kl::ParamValues {}, kl::ParamValues { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 16 }, { "EVICT", 0 } },
+            kl::ParamValues { { "TT", 16 }, { "STAGES", 2 }, { "MINTOK", 256 } },
+            kl::ParamValues { { "TT", 8 }, { "STAGES", 3 }, { "MINTOK", 128 } } })
+        expectCorrect(p);
+}
+
+// Each sequence's last token or last page left out of the lengths, each CTA's piece one token short in the softmax,
+// and the merge leaving out the last CTA's piece of a split sequence.
+TEST_F(DecodeAttentionSm90Gpu, DroppingATokenAPageOrAPieceIsCaught)
+{
+    const std::pair<const char*, const char*> mutations[]
+        = { { "? seq_lens[base + tid] : 0;", "? max(seq_lens[base + tid] - 1, 1) : 0;" },
+              { "? seq_lens[base + tid] : 0;", "? max(seq_lens[base + tid] - PS, 1) : 0;" },
+              { "valid = min(TT, w.end - w.t);", "valid = min(TT, w.end - w.t - 1);" },
+              { "if (cta <= c1 && ", "if (cta < c1 && " } };
+    for (const auto& [from, to] : mutations) {
+        const std::string src = replaced(source, from, to);
+        const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
+        EXPECT_NE(e.verdict, kl::Verdict::Correct) << to << "\n" << reasonsText(e);
+        EXPECT_FALSE(e.correctEverywhere()) << to;
+    }
+}
+
 TEST_F(MlaDecodeGpu, SharedKvCandidatePassesAcrossItsSpace)
 {
     for (const kl::ParamValues& p :
@@ -257,7 +294,6 @@ TEST_F(MlaDecodeGpu, DroppingTheLastTokenOrPageIsCaught)
 
 TEST_F(SparseMlaDecodeGpu, TensorCoreTemplatePassesAcrossItsSpace)
 {
-    EXPECT_EQ(ev->problem().templateFor(kl::archNumber(ev->device())), "template_sm90.cu");
     for (const kl::ParamValues& p :
         { kl::ParamValues {}, kl::ParamValues { { "BN", 64 }, { "STAGES", 2 }, { "WAVES", 3 } },
             kl::ParamValues { { "BN", 32 }, { "STAGES", 4 }, { "WAVES", 2 } } })

@@ -1,0 +1,528 @@
+// Template (sm_90a): paged decode attention streamed at the HBM rate. A CTA reads every KV head of the tokens it
+// takes, so each token's K row and V row (8 heads x 128 dims, 2 KB each, contiguous in the cache) arrive as one bulk
+// copy (cp.async.bulk, counted on the stage's mbarrier), and a page's rows follow each other in memory: the DRAM
+// sees long sequential runs instead of 256-byte pieces at a 2 KB stride fetched by eight CTAs at different times.
+// A producer warp fills a ring of STAGES stages of TT token rows (one lane per row: the page from block_table, rows
+// past the piece's end repeat its last row, so every stage counts the same bytes and holds finite values), and
+// eight consumer warps, one per KV head, compute its G = HQ / 8 query heads on tensor cores as the sm_80 template
+// does (S = Q . K^T with mma.sync m16n8k16, the G heads padded to 16 rows; online softmax in fp32 on exp2;
+// O += P . V with P re-packed from the score fragments), then release the stage.
+// Rows sit 2064 bytes apart in shared memory (2 KB + 16): eight consecutive tokens' 16-byte chunks fall in
+// different banks, so ldmatrix is conflict-free without a swizzle. (A TMA box of all eight heads would swizzle by
+// the head, row % 8, and leave a head's tokens in one bank group.)
+// Work: the batch's tokens (prefix sums of seq_lens) are cut into gridDim.x equal ranges, one per CTA, so every CTA
+// streams the same bytes whatever B and the lengths are; the grid is SM_COUNT (capped at 256, which bounds the
+// workspace) or fewer for small batches (MINTOK tokens a CTA at least). A CTA's range crosses sequences: a sequence
+// it holds whole is written to out, a piece of one is an unnormalised partial (acc, m, l) in one of the CTA's two
+// slots (its first sequence, its last), which the merge kernel combines (launched with programmatic dependent
+// launch: it waits for the split kernel with griddepcontrol.wait, so its launch overlaps the split's tail). With
+// one CTA nothing is split and the merge's grid is 0. CTA 0 leaves the grid size, the token total and the prefix
+// sums in the workspace's header for the merge (every launch writes them, so nothing crosses launches).
+#include <cuda_bf16.h>
+// @kl:param TT = 16 in [8, 16]
+// @kl:param STAGES = 3 in [2, 3, 4, 5, 6]
+// @kl:param MINTOK = 32 in [16, 32, 64, 128, 256]
+// @kl:param EVICT = 1 in [0, 1]
+// @kl:constraint ARCH >= 90
+// The ring and, for up to 256 sequences (the problem's B), the prefix sums, barriers and scan totals in 227 KB.
+// @kl:constraint STAGES * TT * 4128 + 1040 + 16 * STAGES + 32 <= 232448
+// @kl:workspace partials bytes=(16 * (ceil_div(B + 1, 4) + 1) + 2 * min(256, ceil_div(B * MAXP * PS, MINTOK)) * HQ * (D + 2) * 4) init=poison
+// @kl:launch decode_attention_stream grid=(min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK))) block=(288) smem=(STAGES * TT * 4128 + 16 * ceil_div(B + 1, 4) + 16 * STAGES + 32) args=(partials, out, q, k_cache, v_cache, block_table, seq_lens, B, HQ, PS, MAXP, scale)
+// @kl:launch decode_attention_merge grid=(min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)) > 1 ? div(B * HQ * min(8, next_pow2(ceil_div(ceil_div(min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)), B) + 1, 8))), 8) : 0) block=(256) pdl=1 args=(out, partials, B, HQ)
+
+constexpr int kD = 128;
+constexpr int kHeads = 8; // the problem's HKV
+constexpr int kRowBytes = kHeads * kD * 2; // one token's K (or V) row: every head, contiguous in the cache
+constexpr int kPitch = kRowBytes + 16; // in shared memory: the next row's chunks one bank group further
+constexpr int kStageBytes = 2 * TT * kPitch; // TT rows of K, then TT rows of V
+constexpr int kScoreTiles = TT / 8; // n8 tiles of S per stage
+constexpr int kDTiles = kD / 8; // n8 tiles of O
+constexpr int kConsumerThreads = kHeads * 32;
+constexpr int kThreads = kConsumerThreads + 32; // and the producer warp
+constexpr int kMergeUnroll = 8; // pieces a merge warp loads at once
+static_assert(TT == 8 || TT == 16, "a stage is one or two n8 tiles of S, a K row and a V row per producer lane");
+
+__device__ __forceinline__ float negInf()
+{
+    return __int_as_float(0xff800000u);
+}
+
+__device__ __forceinline__ unsigned sharedAddress(const void* p)
+{
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbarInit(unsigned bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void mbarExpect(unsigned bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbarArrive(unsigned bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbarWait(unsigned bar, unsigned parity)
+{
+    asm volatile("{\n.reg .pred done;\nwait_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+
+// One row of kRowBytes from global src into shared dst, counted on bar; with EVICT the KV stream (read once) goes
+// first out of L2, which keeps the partials the merge reads there.
+__device__ __forceinline__ void bulkRow(unsigned dst, const void* src, unsigned bar, unsigned long long policy)
+{
+    if (EVICT)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], "
+                     "%2, [%3], %4;" ::"r"(dst),
+                     "l"(__cvta_generic_to_global(src)), "r"(kRowBytes), "r"(bar), "l"(policy)
+                     : "memory");
+    else
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+            "l"(__cvta_generic_to_global(src)), "r"(kRowBytes), "r"(bar)
+            : "memory");
+}
+
+__device__ __forceinline__ void loadMatrices(unsigned addr, unsigned (&r)[4])
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void loadMatricesTransposed(unsigned addr, unsigned (&r)[4])
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma1688(float (&c)[4], unsigned a0, unsigned a1, unsigned b)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b));
+}
+
+__device__ __forceinline__ unsigned packBf16(float lo, float hi)
+{
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&v);
+}
+
+// The header's bytes in the workspace: grid size, token total, two spare words, then the B + 1 prefix sums.
+__device__ __forceinline__ int headerBytes(int B)
+{
+    return 16 * ((B + 4) / 4 + 1);
+}
+
+// The batch's tokens cut into C equal ranges: CTA c holds [rangeStart(c), rangeStart(c + 1)) (the index functions
+// are host-callable so that bench/attention/decode_sm90_driver.cu checks the partition on the CPU).
+__host__ __device__ __forceinline__ long long rangeStart(long long c, long long C, long long total)
+{
+    return c * total / C;
+}
+
+// The CTA whose range holds token g.
+__host__ __device__ __forceinline__ long long rangeOwner(long long g, long long C, long long total)
+{
+    return ((g + 1) * C - 1) / total;
+}
+
+// Where CTA c leaves its piece of the sequence whose tokens start at lo: slot 2c for the sequence its range starts
+// in, 2c + 1 for the one it ends in.
+__host__ __device__ __forceinline__ long long slotOf(long long c, long long C, long long total, long long lo)
+{
+    return 2 * c + (rangeStart(c, C, total) < lo ? 1 : 0);
+}
+
+// A CTA's walk over its tokens [g0, g1) of the batch (sequence b's tokens are prefix[b] .. prefix[b + 1] - 1): the
+// current tile starts at token t of sequence b, inside the piece [begin, end) of b that the range holds. The producer
+// and the consumers take the same walk.
+struct Walk {
+    int b, t, begin, end;
+};
+
+// From sequence w.b on, the first with tokens in [g0, g1): its piece and first tile. False past the range.
+__host__ __device__ __forceinline__ bool settle(Walk& w, const int* prefix, int B, int g0, int g1)
+{
+    for (; w.b < B && prefix[w.b] < g1; ++w.b) {
+        const int lo = prefix[w.b];
+        w.begin = max(g0, lo) - lo;
+        w.end = min(g1, prefix[w.b + 1]) - lo;
+        if (w.end > w.begin) {
+            w.t = w.begin;
+            return true;
+        }
+    }
+    return false;
+}
+
+// The walk's start: the sequence holding token g0 (binary search over the prefix sums), and its piece.
+__host__ __device__ __forceinline__ bool walkStart(Walk& w, const int* prefix, int B, int g0, int g1)
+{
+    int lo = 0, hi = B;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (prefix[mid + 1] <= g0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    w.b = lo;
+    return g0 < g1 && settle(w, prefix, B, g0, g1);
+}
+
+__host__ __device__ __forceinline__ bool walkNext(Walk& w, const int* prefix, int B, int g0, int g1)
+{
+    w.t += TT;
+    if (w.t < w.end)
+        return true;
+    ++w.b;
+    return settle(w, prefix, B, g0, g1);
+}
+
+// The token whose row the producer copies into row r of the tile: past the piece's end, the piece's last one.
+__host__ __device__ __forceinline__ int sourceToken(const Walk& w, int r)
+{
+    return min(w.t + r, w.end - 1);
+}
+
+// A piece that is its whole sequence is written to out; any other is a partial for the merge.
+__host__ __device__ __forceinline__ bool wholeSequence(const Walk& w, const int* prefix)
+{
+    return w.begin == 0 && w.end == prefix[w.b + 1] - prefix[w.b];
+}
+
+// Q's A fragments for KV head kvh of sequence b (rows = its G query heads, zero-padded to 16), unscaled.
+__device__ __forceinline__ void loadQ(
+    unsigned (&qf)[kD / 16][4], const __nv_bfloat16* q, int b, int HQ, int kvh, int G, int group, int quad)
+{
+    const unsigned* rows = reinterpret_cast<const unsigned*>(q + ((long long)b * HQ + kvh * G) * kD);
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+        const int c = kk * 8 + quad; // in bf16 pairs
+        qf[kk][0] = group < G ? rows[group * (kD / 2) + c] : 0u;
+        qf[kk][1] = group + 8 < G ? rows[(group + 8) * (kD / 2) + c] : 0u;
+        qf[kk][2] = group < G ? rows[group * (kD / 2) + c + 4] : 0u;
+        qf[kk][3] = group + 8 < G ? rows[(group + 8) * (kD / 2) + c + 4] : 0u;
+    }
+}
+
+// (mMax, sum, o) absorbs a piece's (m, l) and unnormalised o, all in the exp2 domain; mMax is -inf before any piece.
+__device__ __forceinline__ void mergePiece(float& mMax, float& sum, float4& o, float2 ml, float4 a)
+{
+    const float mNew = fmaxf(mMax, ml.x);
+    const float keep = exp2f(mMax - mNew), weight = exp2f(ml.x - mNew);
+    sum = sum * keep + ml.y * weight;
+    o = make_float4(
+        o.x * keep + a.x * weight, o.y * keep + a.y * weight, o.z * keep + a.z * weight, o.w * keep + a.w * weight);
+    mMax = mNew;
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_stream(float* partials, __nv_bfloat16* out,
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_table,
+    const int* seq_lens, int B, int HQ, int PS, int MAXP, float scale)
+{
+    // Shared memory: the ring, the prefix sums (B + 1, padded to 16 bytes), the barriers, the scan's warp totals.
+    extern __shared__ __align__(128) unsigned char smem[];
+    int* prefix = reinterpret_cast<int*>(smem + STAGES * kStageBytes);
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(prefix + 4 * ((B + 4) / 4));
+    unsigned long long* empty = full + STAGES;
+    int* warpTotals = reinterpret_cast<int*>(empty + STAGES);
+    const unsigned ringBase = sharedAddress(smem), fullBase = sharedAddress(full), emptyBase = sharedAddress(empty);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int C = gridDim.x, c = blockIdx.x;
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbarInit(fullBase + 8 * s, 1);
+            mbarInit(emptyBase + 8 * s, kHeads);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    // The prefix sums of the lengths, 256 sequences a step: each consumer warp scans 32, then adds the warps before.
+    if (tid == 0)
+        prefix[0] = 0;
+    for (int base = 0, carry = 0; base < B; base += kConsumerThreads) {
+        int v = warp < kHeads && base + tid < B ? seq_lens[base + tid] : 0;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int n = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o)
+                v += n;
+        }
+        if (lane == 31 && warp < kHeads)
+            warpTotals[warp] = v;
+        __syncthreads();
+        int before = carry;
+        for (int x = 0; x < kHeads; ++x) {
+            before += x < warp ? warpTotals[x] : 0;
+            carry += warpTotals[x];
+        }
+        if (warp < kHeads && base + tid < B)
+            prefix[base + tid + 1] = before + v;
+        __syncthreads();
+    }
+    // The merge kernel may be scheduled now; it waits for this grid's completion before reading anything.
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const int total = prefix[B];
+    const int g0 = static_cast<int>(rangeStart(c, C, total)), g1 = static_cast<int>(rangeStart(c + 1, C, total));
+    if (c == 0) {
+        int* header = reinterpret_cast<int*>(partials);
+        for (int i = tid; i <= B; i += kThreads)
+            header[4 + i] = prefix[i];
+        if (tid == 0) {
+            header[0] = C;
+            header[1] = total;
+        }
+    }
+    Walk w;
+    bool more = walkStart(w, prefix, B, g0, g1);
+
+    if (warp == kHeads) { // the producer: lane r < TT copies K's row r, lane TT + r V's (TT <= 16)
+        unsigned long long policy = 0;
+        if (EVICT)
+            asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+        const int row = lane % TT;
+        const __nv_bfloat16* cache = lane < TT ? k_cache : v_cache;
+        const unsigned rowDst = ringBase + (lane < TT ? 0 : TT * kPitch) + row * kPitch;
+        // The next tile's source rows are looked up before waiting for its stage.
+        auto source = [&](const Walk& at) {
+            const int token = sourceToken(at, row);
+            const long long page = __ldg(block_table + (long long)at.b * MAXP + token / PS);
+            return cache + (page * PS + token % PS) * (kRowBytes / 2);
+        };
+        const __nv_bfloat16* src = more ? source(w) : nullptr;
+        for (unsigned i = 0; more; ++i) {
+            const unsigned stage = i % STAGES, use = i / STAGES;
+            if (use > 0)
+                mbarWait(emptyBase + 8 * stage, (use - 1) & 1);
+            if (lane == 0)
+                mbarExpect(fullBase + 8 * stage, 2 * TT * kRowBytes);
+            __syncwarp();
+            if (lane < 2 * TT)
+                bulkRow(rowDst + stage * kStageBytes, src, fullBase + 8 * stage, policy);
+            more = walkNext(w, prefix, B, g0, g1);
+            if (more)
+                src = source(w);
+        }
+        return;
+    }
+
+    // A consumer: warp kvh, its G query heads; rows group and group + 8 of every fragment, a row's values spread
+    // over the quad's 4 lanes.
+    const int kvh = warp, group = lane / 4, quad = lane % 4;
+    const int G = HQ / kHeads;
+    const float scaleLog2 = scale * 1.4426950408889634f;
+    unsigned qf[kD / 16][4];
+    if (more)
+        loadQ(qf, q, w.b, HQ, kvh, G, group, quad);
+    float m[2], l[2], acc[kDTiles][4];
+    for (unsigned i = 0; more; ++i) {
+        const unsigned stage = i % STAGES;
+        const int b = w.b, t0 = w.t, valid = min(TT, w.end - w.t);
+        const bool pieceStarts = t0 == w.begin, pieceEnds = t0 + TT >= w.end;
+        if (pieceStarts) {
+            m[0] = m[1] = negInf();
+            l[0] = l[1] = 0.f;
+#pragma unroll
+            for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    acc[dt][e] = 0.f;
+        }
+        const Walk piece = w;
+        more = walkNext(w, prefix, B, g0, g1);
+
+        mbarWait(fullBase + 8 * stage, (i / STAGES) & 1);
+        const unsigned kTile = ringBase + stage * kStageBytes + kvh * (kD * 2);
+        const unsigned vTile = kTile + TT * kPitch;
+        float s[kScoreTiles][4];
+#pragma unroll
+        for (int nt = 0; nt < kScoreTiles; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                s[nt][e] = 0.f;
+            const unsigned rowAt = kTile + (nt * 8 + (lane & 7)) * kPitch;
+#pragma unroll
+            for (int kk = 0; kk < kD / 16; kk += 2) {
+                unsigned kf[4];
+                loadMatrices(rowAt + (kk * 2 + lane / 8) * 16, kf);
+                mma16816(s[nt], qf[kk], kf[0], kf[1]);
+                mma16816(s[nt], qf[kk + 1], kf[2], kf[3]);
+            }
+        }
+        if (pieceEnds && more) // the next piece's Q, in flight during this tile's softmax, P . V and epilogue
+            loadQ(qf, q, w.b, HQ, kvh, G, group, quad);
+
+        float rowMax[2] = { negInf(), negInf() };
+#pragma unroll
+        for (int nt = 0; nt < kScoreTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                s[nt][e] = nt * 8 + quad * 2 + (e & 1) < valid ? s[nt][e] * scaleLog2 : negInf();
+                rowMax[e / 2] = fmaxf(rowMax[e / 2], s[nt][e]);
+            }
+        float base[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            rowMax[h] = fmaxf(rowMax[h], __shfl_xor_sync(0xffffffffu, rowMax[h], 1));
+            rowMax[h] = fmaxf(rowMax[h], __shfl_xor_sync(0xffffffffu, rowMax[h], 2));
+            const float mNew = fmaxf(m[h], rowMax[h]);
+            base[h] = mNew == negInf() ? 0.f : mNew; // a row with no token yet: exp2(-inf - 0) = 0, not NaN
+            const float correction = exp2f(m[h] - base[h]);
+            l[h] *= correction;
+#pragma unroll
+            for (int dt = 0; dt < kDTiles; ++dt) {
+                acc[dt][2 * h] *= correction;
+                acc[dt][2 * h + 1] *= correction;
+            }
+            m[h] = mNew;
+        }
+#pragma unroll
+        for (int nt = 0; nt < kScoreTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                s[nt][e] = exp2f(s[nt][e] - base[e / 2]);
+                l[e / 2] += s[nt][e];
+            }
+
+        // O += P . V: score tiles 2j and 2j + 1 are the A fragment of tokens 16j .. 16j + 15 (k16), a lone tile
+        // (TT = 8) the A fragment of an m16n8k8.
+#pragma unroll
+        for (int j = 0; j < TT / 16; ++j) {
+            const unsigned pf[4] = { packBf16(s[2 * j][0], s[2 * j][1]), packBf16(s[2 * j][2], s[2 * j][3]),
+                packBf16(s[2 * j + 1][0], s[2 * j + 1][1]), packBf16(s[2 * j + 1][2], s[2 * j + 1][3]) };
+            const unsigned rowAt = vTile + (j * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kPitch;
+#pragma unroll
+            for (int dt = 0; dt < kDTiles; dt += 2) {
+                unsigned vf[4];
+                loadMatricesTransposed(rowAt + (dt + lane / 16) * 16, vf);
+                mma16816(acc[dt], pf, vf[0], vf[1]);
+                mma16816(acc[dt + 1], pf, vf[2], vf[3]);
+            }
+        }
+        if (TT % 16 != 0) {
+            const unsigned a0 = packBf16(s[kScoreTiles - 1][0], s[kScoreTiles - 1][1]);
+            const unsigned a1 = packBf16(s[kScoreTiles - 1][2], s[kScoreTiles - 1][3]);
+            const unsigned rowAt = vTile + ((TT / 16) * 16 + (lane & 7)) * kPitch;
+#pragma unroll
+            for (int dt = 0; dt < kDTiles; dt += 4) {
+                unsigned vf[4];
+                loadMatricesTransposed(rowAt + (dt + lane / 8) * 16, vf);
+#pragma unroll
+                for (int x = 0; x < 4; ++x)
+                    mma1688(acc[dt + x], a0, a1, vf[x]);
+            }
+        }
+        __syncwarp();
+        if (lane == 0)
+            mbarArrive(emptyBase + 8 * stage);
+
+        if (pieceEnds) {
+            // A whole sequence is normalised into out; a piece of one leaves (acc, m, l) in the CTA's slot for it.
+            const bool whole = wholeSequence(piece, prefix);
+            float* slot = partials + headerBytes(B) / 4 + slotOf(c, C, total, prefix[b]) * HQ * (kD + 2);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+                l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+                const int row = group + 8 * h;
+                if (row >= G)
+                    continue;
+                const int head = kvh * G + row;
+                if (whole) {
+                    const float inv = 1.f / l[h];
+                    __nv_bfloat16* o = out + ((long long)b * HQ + head) * kD + quad * 2;
+#pragma unroll
+                    for (int dt = 0; dt < kDTiles; ++dt)
+                        *reinterpret_cast<__nv_bfloat162*>(o + dt * 8)
+                            = __floats2bfloat162_rn(acc[dt][2 * h] * inv, acc[dt][2 * h + 1] * inv);
+                } else {
+                    float* o = slot + head * kD + quad * 2;
+#pragma unroll
+                    for (int dt = 0; dt < kDTiles; ++dt)
+                        *reinterpret_cast<float2*>(o + dt * 8) = make_float2(acc[dt][2 * h], acc[dt][2 * h + 1]);
+                    if (quad == 0)
+                        reinterpret_cast<float2*>(slot + HQ * kD)[head] = make_float2(m[h], l[h]);
+                }
+            }
+        }
+    }
+}
+
+// The pieces CTAs c0 .. c1 hold of a sequence, combined; a sequence one CTA held whole was written by the split
+// kernel. A block of 8 warps takes 8 / W query heads of one sequence, W warps a head, four dims a lane (the launch
+// line picks W, a power of two up to 8, from the pieces a sequence can have, ceil(CTAs / B) + 1, kMergeUnroll = 8 a
+// warp); warp w of a head loads pieces c0 + w, c0 + w + W, ... together, and the head's first warp combines the W.
+extern "C" __global__ void __launch_bounds__(256)
+    decode_attention_merge(__nv_bfloat16* out, const float* partials, int B, int HQ)
+{
+    __shared__ float4 warpO[8][32];
+    __shared__ float2 warpMl[8][32];
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    const int* header = reinterpret_cast<const int*>(partials);
+    const long long C = header[0], total = header[1];
+    const int W = static_cast<int>(gridDim.x * 8LL / ((long long)B * HQ));
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = warp % W;
+    const long long headIndex = ((long long)blockIdx.x * 8 + warp) / W;
+    const int b = static_cast<int>(headIndex / HQ), head = static_cast<int>(headIndex % HQ);
+    const long long lo = header[4 + b], hi = header[5 + b];
+    const long long c0 = rangeOwner(lo, C, total), c1 = rangeOwner(hi - 1, C, total);
+    if (c0 == c1)
+        return; // the whole block: its heads are of one sequence
+    const float* slots = partials + headerBytes(B) / 4;
+    float mMax = negInf(), sum = 0.f;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (long long first = c0 + sub; first <= c1; first += (long long)kMergeUnroll * W) {
+        float2 ml[kMergeUnroll];
+        float4 a[kMergeUnroll];
+#pragma unroll
+        for (int u = 0; u < kMergeUnroll; ++u) {
+            const long long cta = first + (long long)u * W;
+            ml[u] = make_float2(negInf(), 0.f); // past c1, or a CTA with no tokens: no piece
+            if (cta <= c1 && rangeStart(cta, C, total) < rangeStart(cta + 1, C, total)) {
+                const float* slot = slots + slotOf(cta, C, total, lo) * HQ * (kD + 2);
+                ml[u] = reinterpret_cast<const float2*>(slot + (long long)HQ * kD)[head];
+                a[u] = reinterpret_cast<const float4*>(slot + (long long)head * kD)[lane];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kMergeUnroll; ++u)
+            if (ml[u].x != negInf())
+                mergePiece(mMax, sum, o, ml[u], a[u]);
+    }
+    if (W > 1) {
+        warpO[warp][lane] = o;
+        warpMl[warp][lane] = make_float2(mMax, sum);
+        __syncthreads();
+        if (sub != 0)
+            return;
+        for (int x = 1; x < W; ++x)
+            if (warpMl[warp + x][lane].x != negInf())
+                mergePiece(mMax, sum, o, warpMl[warp + x][lane], warpO[warp + x][lane]);
+    }
+    const float inv = 1.f / sum;
+    __nv_bfloat16* dst = out + headIndex * kD + lane * 4;
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(o.x * inv, o.y * inv);
+    *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(o.z * inv, o.w * inv);
+}
