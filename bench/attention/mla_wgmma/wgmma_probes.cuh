@@ -29,7 +29,7 @@ __device__ inline int accumulatorColumn(int i)
     return (i >> 2) * 8 + threadIdx.x % 4 * 2 + (i & 1);
 }
 
-// S = Q K^T (64 x 64) through issueScores, both sides.
+// S = Q K^T (64 x 64) through issueScores (issueScoresBox over the 9 boxes).
 __global__ void __launch_bounds__(128) probeScores(const __nv_bfloat16* q, const __nv_bfloat16* k, float* sOut)
 {
     extern __shared__ unsigned char raw[];
@@ -37,8 +37,7 @@ __global__ void __launch_bounds__(128) probeScores(const __nv_bfloat16* q, const
     stageTile(qs, q);
     stageTile(ks, k);
     float s[32];
-    issueScores<0>(s, qs, ks);
-    issueScores<1>(s, qs, ks);
+    issueScores(s, qs, ks);
     wgmmaWait<0>();
     pinRegisters(s);
     for (int i = 0; i < 32; ++i)

@@ -46,11 +46,12 @@ struct Control {
     float rowMax[kRows]; // the running max after the latest softmax, handed from one warpgroup to the other
     float rowSum[2][kRows]; // each warpgroup's l, added in the epilogue
     unsigned long long qReady;
-    unsigned long long ready[2][2]; // [buffer][side: left, right]: the producer's copies landed
+    unsigned long long ready[2][kBoxes]; // [buffer][box]: the producer's copies landed
     unsigned long long released[2][2]; // [buffer][side: left, right]: its readers are done with it
     int listed; // sparse: the listed positions of the row's top-k
     int warpTotals[4];
 };
+static_assert(sizeof(Control) <= 1024, "the control block fills the 1 KB after the tiles");
 
 // The harness passes each @kl:tensormap as a CUtensorMap by value: 128 opaque bytes, 64-byte aligned.
 struct alignas(64) TensorMap {
@@ -240,19 +241,22 @@ __device__ __forceinline__ void wgmmaValuesFromShared(float (&d)[128], unsigned 
 // The MMA sequences of the consumers (free functions so that a test driver can run exactly these): thread t of a
 // warpgroup holds accumulator rows t / 32 * 16 + t % 32 / 4 (+ 8), columns (i >> 2) * 8 + t % 4 * 2 + (i & 1).
 
-// S (+)= Q K^T over one side of a block (left: boxes 0..3, right: 4..8) as one wgmma group; box 0 starts S from zero.
-template <int SIDE>
+// S (+)= Q K^T over one box (64 of the 576 dims) in 4 wgmma steps; box 0 starts S from zero.
+__device__ __forceinline__ void issueScoresBox(float (&s)[32], unsigned q, unsigned kv, int box)
+{
+    const unsigned long long qd = kMajorDescriptor(q + box * kBoxBytes), kd = kMajorDescriptor(kv + box * kBoxBytes);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+        wgmmaScores(s, qd + ((k * 32) >> 4), kd + ((k * 32) >> 4), box > 0 || k > 0);
+}
+
+// S = Q K^T over all 9 boxes as one wgmma group (the consumers wait for each box in between instead).
 __device__ __forceinline__ void issueScores(float (&s)[32], unsigned q, unsigned kv)
 {
-    const unsigned long long qd = kMajorDescriptor(q), kd = kMajorDescriptor(kv);
     wgmmaFence();
 #pragma unroll
-    for (int box = SIDE ? kLeftBoxes : 0; box < (SIDE ? kBoxes : kLeftBoxes); ++box)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const unsigned step = (box * kBoxBytes + k * 32) >> 4;
-            wgmmaScores(s, qd + step, kd + step, box > 0 || k > 0);
-        }
+    for (int box = 0; box < kBoxes; ++box)
+        issueScoresBox(s, q, kv, box);
     wgmmaCommit();
 }
 
@@ -334,15 +338,17 @@ __device__ __forceinline__ void consume(const Work& w, int wg, float* partials, 
     for (int i = 0; i < 128; ++i)
         o[i] = 0.f;
 
-    // S (+)= Q K^T over one side of the block in `buffer`, once it landed, as one wgmma group.
-    auto scoresSide = [&](int buffer, int side, unsigned parity) {
-        mbarWait(&ctl->ready[buffer][side], parity);
-        if (!kKvByTma)
-            fenceAsyncShared(); // cp.async writes through the generic proxy; wgmma reads through the async one
-        if (side == 0)
-            issueScores<0>(s, w.q, bufferAddress(w, buffer));
-        else
-            issueScores<1>(s, w.q, bufferAddress(w, buffer));
+    // S (+)= Q K^T over boxes [first, last) of the block in `buffer` as one wgmma group, each box as soon as it landed.
+    auto scores = [&](int buffer, int first, int last, unsigned parity) {
+#pragma unroll
+        for (int box = first; box < last; ++box) {
+            mbarWait(&ctl->ready[buffer][box], parity);
+            if (!kKvByTma)
+                fenceAsyncShared(); // cp.async writes through the generic proxy; wgmma reads through the async one
+            wgmmaFence();
+            issueScoresBox(s, w.q, bufferAddress(w, buffer), box);
+        }
+        wgmmaCommit();
     };
     // Scores of tokens at or past `valid` (block-relative) become -inf.
     auto mask = [&](int valid) {
@@ -416,8 +422,8 @@ __device__ __forceinline__ void consume(const Work& w, int wg, float* partials, 
     }
     if (wg == 0) {
         if (w.blocks > 0) {
-            scoresSide(0, 0, 0);
-            scoresSide(0, 1, 0);
+            scores(0, 0, kLeftBoxes, 0);
+            scores(0, kLeftBoxes, kBoxes, 0);
             wgmmaWait<0>();
             pinRegisters(s);
         }
@@ -455,14 +461,14 @@ __device__ __forceinline__ void consume(const Work& w, int wg, float* partials, 
             if (odd)
                 issueValuesFromShared(o, ropeBox(1), values(1));
             if (blk + 2 < w.blocks) { // the next even block's S runs under this P V
-                scoresSide(0, 0, (pair + 1) & 1);
+                scores(0, 0, kLeftBoxes, (pair + 1) & 1);
                 wgmmaWait<1>();
                 pinRegisters(o);
                 if (odd) {
                     mbarArrive(&ctl->released[1][0]);
                     mbarArrive(&ctl->released[1][1]);
                 }
-                scoresSide(0, 1, (pair + 1) & 1);
+                scores(0, kLeftBoxes, kBoxes, (pair + 1) & 1);
                 wgmmaWait<0>();
                 pinRegisters(s);
             } else {
@@ -478,8 +484,8 @@ __device__ __forceinline__ void consume(const Work& w, int wg, float* partials, 
         for (int pair = 0, blk = 0; blk < w.blocks; blk += 2, ++pair) {
             const bool odd = blk + 1 < w.blocks;
             if (odd) {
-                scoresSide(1, 0, pair & 1);
-                scoresSide(1, 1, pair & 1);
+                scores(1, 0, kLeftBoxes, pair & 1);
+                scores(1, kLeftBoxes, kBoxes, pair & 1);
                 wgmmaWait<0>();
                 pinRegisters(s);
                 const int valid = w.tEnd - (w.tBegin + (blk + 1) * kBN);
@@ -576,8 +582,8 @@ __device__ __forceinline__ void initBarriers(Control* ctl, unsigned readyArrival
 {
     mbarInit(&ctl->qReady, 128);
     for (int b = 0; b < 2; ++b)
-        for (int h = 0; h < 2; ++h)
-            mbarInit(&ctl->ready[b][h], readyArrivals);
+        for (int box = 0; box < kBoxes; ++box)
+            mbarInit(&ctl->ready[b][box], readyArrivals);
     // Readers: buffer 0's left half wg0 (S, its P V), right half wg1 (P0 V0 after wg0's S); buffer 1's left half wg0
     // (P1 V1 after wg1's S), right half both (wg1's P V, wg0 reading P1 from its rope box).
     mbarInit(&ctl->released[0][0], 128);
@@ -669,24 +675,23 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_wgmm
         barrierArrive(kListReady, kThreads);
         splitList(listed);
         // 64 threads per buffer: buffer t / 64 holds blocks t / 64, + 2, ...; thread g copies chunk g % 8 of rows
-        // g / 8 + 8 i, a half once its readers released it.
+        // g / 8 + 8 i, a side once its readers released it, box by box, each box on its own barrier.
         const int buffer = t / 64, g = t % 64;
         for (int k = 0, blk = buffer; blk < w.blocks; blk += 2, ++k) {
             const int t0 = w.tBegin + blk * kBN;
             for (int side = 0; side < 2; ++side) {
                 mbarWait(&w.control->released[buffer][side], (k & 1) ^ 1);
-                const int first = side ? kLeftBoxes : 0, last = side ? kBoxes : kLeftBoxes;
 #pragma unroll 1
-                for (int i = 0; i < 8; ++i) {
-                    const int r = g / 8 + 8 * i;
-                    const bool valid = t0 + r < w.tEnd;
-                    const __nv_bfloat16* src
-                        = kv_cache + (valid ? static_cast<long long>(cacheRows[t0 + r]) * kDK : 0) + (g % 8) * 8;
-                    for (int box = first; box < last; ++box)
-                        copyAsync16(bufferAddress(w, buffer) + box * kBoxBytes + swizzled(r, g % 8), src + box * 64,
-                            valid);
+                for (int box = side ? kLeftBoxes : 0; box < (side ? kBoxes : kLeftBoxes); ++box) {
+                    const unsigned dst = bufferAddress(w, buffer) + box * kBoxBytes;
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) { // rows past the split: zero-filled, nothing read
+                        const int at = t0 + g / 8 + 8 * i;
+                        const unsigned from = (at < w.tEnd ? cacheRows[at] * kDK : 0) + box * 64 + (g % 8) * 8;
+                        copyAsync16(dst + swizzled(g / 8 + 8 * i, g % 8), kv_cache + from, at < w.tEnd);
+                    }
+                    cpAsyncArrive(&w.control->ready[buffer][box]);
                 }
-                cpAsyncArrive(&w.control->ready[buffer][side]);
             }
         }
         asm volatile("cp.async.wait_all;" ::: "memory"); // nothing in flight into a CTA that may be done
