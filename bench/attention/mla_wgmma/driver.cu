@@ -155,18 +155,16 @@ bool finish(const std::string& what)
     if (!stall.hit)
         return true;
     const unsigned offset = stall.barrier & 1023; // the control block sits at a 1024-byte boundary
-    const char* name = "?";
     using C = dense_wgmma::Control;
-    const unsigned q = offsetof(C, qReady), ready = offsetof(C, ready), released = offsetof(C, released);
-    static const char* readyNames[] = { "ready[0][left]", "ready[0][right]", "ready[1][left]", "ready[1][right]" };
-    static const char* releasedNames[]
-        = { "released[0][left]", "released[0][right]", "released[1][left]", "released[1][right]" };
-    if (offset == q)
-        name = "qReady";
-    else if (offset >= ready && offset < ready + 32)
-        name = readyNames[(offset - ready) / 8];
-    else if (offset >= released && offset < released + 32)
-        name = releasedNames[(offset - released) / 8];
+    const unsigned ready = offsetof(C, ready), released = offsetof(C, released);
+    char name[48] = "?";
+    if (offset == offsetof(C, qReady))
+        std::snprintf(name, sizeof name, "qReady");
+    else if (offset >= ready && offset < ready + sizeof(C::ready))
+        std::snprintf(name, sizeof name, "ready[buffer %u][box %u]", (offset - ready) / 8 / 9, (offset - ready) / 8 % 9);
+    else if (offset >= released && offset < released + sizeof(C::released))
+        std::snprintf(name, sizeof name, "released[buffer %u][%s side]", (offset - released) / 16,
+            (offset - released) / 8 % 2 ? "right" : "left");
     std::printf("STALL in %s: block (%u, %u) thread %u (warpgroup %u) waited forever on %s, parity %u\n", what.c_str(),
         stall.blockX, stall.blockY, stall.thread, stall.thread / 128, name, stall.parity);
     const StallReport clear {};
