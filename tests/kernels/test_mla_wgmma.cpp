@@ -1,10 +1,10 @@
 // DeepSeek MLA decode on Hopper's warpgroup MMA: mla_decode's wgmma candidate (bench/attention/mla_hypothesis/
 // shared_kv_wgmma.cu: TMA pages) and sparse_mla_decode's (kernels/problems/sparse_mla_decode/template_sm90_wgmma.cu:
 // cp.async gathers). Both parse against their problem and pass the referee's rules, fit an H200 at every shape the
-// harness runs (384 threads, the Q tile and two KV buffers in 218 KB, the sparse list on top) and nothing older, compile
-// for sm_90a without spills into wgmma with registers moved from the producer to the consumers, declare a tensor map
-// the encoder accepts at every shape (dense), and keep every split grid within the workspace, which cannot name the
-// SM count. The GPU side is bench/attention/mla_wgmma/gpu-run.sh.
+// harness runs (384 threads, the Q tile and two KV buffers in 218 KB, the sparse list on top) and nothing older,
+// compile for sm_90a without spills into wgmma with registers moved from the producer to the consumers, declare a
+// tensor map the encoder accepts at every shape (dense), and keep every split grid within the workspace, which cannot
+// name the SM count. The GPU side is bench/attention/mla_wgmma/gpu-run.sh.
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 #include "core/loop_device_limits.h"
@@ -115,7 +115,8 @@ TEST_P(MlaWgmma, TensorMapsResolveAtEveryShape)
                 = kl::resolveTensorMap(map, problem, kl::bindingsFor(spec.defaults(), shape.bindings()));
             EXPECT_EQ(g.rank, 3) << shape.label();
             EXPECT_EQ(g.boxBytes(), 64u * 64 * 2) << shape.label();
-            EXPECT_EQ(g.globalDim[2], static_cast<std::uint64_t>(shape.bindings().at("B") * shape.bindings().at("MAXP")))
+            EXPECT_EQ(
+                g.globalDim[2], static_cast<std::uint64_t>(shape.bindings().at("B") * shape.bindings().at("MAXP")))
                 << shape.label();
         }
 }

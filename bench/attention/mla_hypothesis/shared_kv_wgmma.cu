@@ -9,8 +9,9 @@
 // One tile serves three operands: K-major B of S = Q K^T, MN-major B (transposed) of O += P V for V's 512 columns,
 // and once S is done its rope box (box 8) holds that block's P (64 x 64 bf16, K-major A).
 // Warp roles: warpgroup 2 produces (setmaxnreg down to 40: Q by cp.async, then one thread per buffer issues the TMA
-// copies of its blocks, left half = boxes 0..3 and right half = 4..8, each on its own "ready" mbarrier, refilling a
-// half once its "released" barrier says every reader is done). Warpgroups 0 and 1 consume (setmaxnreg up to 232):
+// copies of its blocks box by box, each box on its own "ready" mbarrier so S starts on the first one, refilling a side
+// (left = boxes 0..3, right = 4..8) once its "released" barrier says every reader is done). Warpgroups 0 and 1
+// consume (setmaxnreg up to 232):
 // each owns half of O's 512 columns (64 x 256 fp32: 128 registers a thread). Blocks alternate between the buffers;
 // warpgroup 0 computes S (m64n64k16, 36 steps) of the even blocks, warpgroup 1 of the odd ones, and for each pair:
 //   wg0: softmax of its S against the running max m -> m0, P0; O_L = O_L * c + P0 V0_L (P0 from registers)
@@ -46,7 +47,8 @@ constexpr int kHalfV = kDV / 2; // O columns of a consumer warpgroup
 constexpr int kThreads = 384; // consumer warpgroups 0 and 1, producer warpgroup 2
 constexpr int kConsumers = 256;
 
-// Named barriers between the consumer warpgroups (0 is __syncthreads).
+// Named barriers (0 is __syncthreads): the consumer warpgroups' handoffs, then the sparse producer's scan and its list
+// handoff to the consumers.
 enum NamedBarrier : int { kEvenMaxReady = 1, kOddMaxReady, kEvenPReady, kOddPReady, kSumsReady, kListReady, kScan };
 
 struct Control {
@@ -59,11 +61,6 @@ struct Control {
     int warpTotals[4];
 };
 static_assert(sizeof(Control) <= 1024, "the control block fills the 1 KB after the tiles");
-
-// The harness passes each @kl:tensormap as a CUtensorMap by value: 128 opaque bytes, 64-byte aligned.
-struct alignas(64) TensorMap {
-    unsigned long long opaque[16];
-};
 
 __device__ __forceinline__ float negInf()
 {
@@ -192,24 +189,21 @@ __device__ __forceinline__ void wgmmaCommit()
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
 
-template <int N>
-__device__ __forceinline__ void wgmmaWait()
+template <int N> __device__ __forceinline__ void wgmmaWait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
 // Ties registers an asynchronous wgmma writes or reads to this point, after the wait that completes it: the compiler
 // may neither read them earlier nor reuse them before.
-template <int N>
-__device__ __forceinline__ void pinRegisters(float (&r)[N])
+template <int N> __device__ __forceinline__ void pinRegisters(float (&r)[N])
 {
 #pragma unroll
     for (int i = 0; i < N; ++i)
         asm volatile("" : "+f"(r[i])::"memory");
 }
 
-template <int N, int M>
-__device__ __forceinline__ void pinRegisters(unsigned (&r)[N][M])
+template <int N, int M> __device__ __forceinline__ void pinRegisters(unsigned (&r)[N][M])
 {
 #pragma unroll
     for (int i = 0; i < N; ++i)
@@ -244,6 +238,7 @@ __device__ __forceinline__ void wgmmaValuesFromShared(float (&d)[128], unsigned 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
                  : "l"(p), "l"(v));
 }
+
 
 // The MMA sequences of the consumers (free functions so that a test driver can run exactly these): thread t of a
 // warpgroup holds accumulator rows t / 32 * 16 + t % 32 / 4 (+ 8), columns (i >> 2) * 8 + t % 4 * 2 + (i & 1).
@@ -371,14 +366,14 @@ __device__ __forceinline__ void consume(const Work& w, int wg, float* partials, 
         const unsigned base = bufferAddress(w, buffer);
         for (int i = t; i < (kBN - valid) * 64; i += 128) {
             const int r = valid + i / 64, c = i % 64; // box c / 8, chunk c % 8 (a whole row: the swizzle is moot)
-            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(base + (c / 8) * kBoxBytes + r * 128
-                             + (c % 8) * 16),
-                         "r"(0)
-                         : "memory");
+            asm volatile(
+                "st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(base + (c / 8) * kBoxBytes + r * 128 + (c % 8) * 16),
+                "r"(0)
+                : "memory");
         }
         fenceAsyncShared();
     };
-    auto rescale = [&](const float (&factor)[2]) {
+    auto rescale = [&](const float(&factor)[2]) {
 #pragma unroll
         for (int i = 0; i < 128; ++i)
             o[i] *= factor[(i >> 1) & 1];
@@ -387,7 +382,7 @@ __device__ __forceinline__ void consume(const Work& w, int wg, float* partials, 
     };
     // Online softmax of s against the running max `previous`: the new max, P = exp2(S scale - max) in s and the row
     // sums; O and l rescaled from the max they were kept at.
-    auto softmax = [&](const float (&previous)[2]) {
+    auto softmax = [&](const float(&previous)[2]) {
         float factor[2], sum[2] = { 0.f, 0.f };
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -605,18 +600,27 @@ __device__ __forceinline__ unsigned char* alignedShared(unsigned char* raw)
     return raw + ((1024 - (sharedAddress(raw) & 1023)) & 1023);
 }
 
-__device__ __forceinline__ void tmaLoadBox(unsigned dst, const TensorMap* map, int x, int y, int z, unsigned long long* bar)
+
+// The harness passes each @kl:tensormap as a CUtensorMap by value: 128 opaque bytes, 64-byte aligned.
+struct alignas(64) TensorMap {
+    unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ void tmaLoadBox(
+    unsigned dst, const TensorMap* map, int x, int y, int z, unsigned long long* bar)
 {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
-                 ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(sharedAddress(bar))
-                 : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::
+            "r"(dst),
+        "l"(map), "r"(x), "r"(y), "r"(z), "r"(sharedAddress(bar))
+        : "memory");
 }
 
 static_assert(kBN == kPS, "a block is one page: TMA boxes of 64 tokens, splits at page boundaries");
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma(const __grid_constant__ TensorMap tmKV,
-    float* partials, __nv_bfloat16* out, const __nv_bfloat16* q, const int* block_table, const int* seq_lens, int SQ,
-    int MAXP, float scale)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    mla_decode_wgmma(const __grid_constant__ TensorMap tmKV, float* partials, __nv_bfloat16* out,
+        const __nv_bfloat16* q, const int* block_table, const int* seq_lens, int SQ, int MAXP, float scale)
 {
     extern __shared__ unsigned char smemRaw[];
     unsigned char* smem = alignedShared(smemRaw);
@@ -673,7 +677,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma(const
 }
 
 // One CTA per query row, 4 output columns a thread: the splits' partials weighted by exp2(m - max m).
-extern "C" __global__ void __launch_bounds__(kDV / 4) mla_decode_wgmma_merge(__nv_bfloat16* out, const float* partials)
+extern "C" __global__ void __launch_bounds__(kDV / 4)
+    mla_decode_wgmma_merge(__nv_bfloat16* out, const float* partials)
 {
     const int splits = reinterpret_cast<const int*>(partials)[0];
     const long long head = blockIdx.x;

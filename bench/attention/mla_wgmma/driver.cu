@@ -19,10 +19,6 @@
 //   listed (sparse) tokens.
 // A barrier wait that spins past 2^20 polls is reported (block, thread, barrier) and abandoned; a kernel that does not
 // finish within 20 s ends the process with "HANG".
-#include <cuda.h>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -31,6 +27,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -138,8 +137,8 @@ bool finish(const std::string& what)
     cudaError_t e;
     while ((e = cudaStreamQuery(0)) == cudaErrorNotReady) {
         if (std::chrono::steady_clock::now() - start > std::chrono::seconds(20)) {
-            std::printf("HANG: %s did not finish within 20 s (a deadlock on a named barrier or mbarrier)\n",
-                what.c_str());
+            std::printf(
+                "HANG: %s did not finish within 20 s (a deadlock on a named barrier or mbarrier)\n", what.c_str());
             std::fflush(stdout);
             _exit(3);
         }
@@ -161,7 +160,8 @@ bool finish(const std::string& what)
     if (offset == offsetof(C, qReady))
         std::snprintf(name, sizeof name, "qReady");
     else if (offset >= ready && offset < ready + sizeof(C::ready))
-        std::snprintf(name, sizeof name, "ready[buffer %u][box %u]", (offset - ready) / 8 / 9, (offset - ready) / 8 % 9);
+        std::snprintf(
+            name, sizeof name, "ready[buffer %u][box %u]", (offset - ready) / 8 / 9, (offset - ready) / 8 % 9);
     else if (offset >= released && offset < released + sizeof(C::released))
         std::snprintf(name, sizeof name, "released[buffer %u][%s side]", (offset - released) / 16,
             (offset - released) / 8 % 2 ? "right" : "left");
@@ -196,7 +196,8 @@ __global__ void fillUniform(__nv_bfloat16* x, std::size_t n, std::uint64_t seed,
         x[i] = __float2bfloat16(uniformAt(seed, i) * scale);
 }
 
-// Cache rows [row, row + 1) for each listed row index: random values keyed by the row (a row listed twice gets the same).
+// Cache rows [row, row + 1) for each listed row index: random values keyed by the row (a row listed twice gets the
+// same).
 __global__ void fillRows(__nv_bfloat16* kv, const int* rows, int count, std::uint64_t seed)
 {
     for (int r = blockIdx.x; r < count; r += gridDim.x)
@@ -213,8 +214,7 @@ __global__ void fillBytes(unsigned char* x, std::size_t n, unsigned char v)
         x[i] = v;
 }
 
-template <typename T>
-struct DeviceBuffer {
+template <typename T> struct DeviceBuffer {
     T* p = nullptr;
     std::size_t n = 0;
     explicit DeviceBuffer(std::size_t count = 0) { resize(count); }
@@ -248,8 +248,7 @@ struct DeviceBuffer {
     std::size_t bytes() const { return n * sizeof(T); }
 };
 
-template <typename T>
-void poison(DeviceBuffer<T>& b) // all-ones bytes: NaN in bf16 and fp32
+template <typename T> void poison(DeviceBuffer<T>& b) // all-ones bytes: NaN in bf16 and fp32
 {
     fillBytes<<<1024, 256>>>(reinterpret_cast<unsigned char*>(b.p), b.bytes(), 0xff);
     CHECK(cudaGetLastError());
@@ -269,7 +268,8 @@ std::vector<float> toFloat(const std::vector<__nv_bfloat16>& h)
     return f;
 }
 
-// The split count the launch lines give: WAVES x min(SM_COUNT, 256) / (B x SQ x 2), at least 1, at most 64 and the blocks.
+// The split count the launch lines give: WAVES x min(SM_COUNT, 256) / (B x SQ x 2), at least 1, at most 64 and the
+// blocks.
 int harnessSplits(int B, int SQ, int blocksMax)
 {
     return std::min(std::min(std::max(WAVES * std::min(gSmCount, 256) / (B * SQ * 2), 1), 64), blocksMax);
@@ -340,11 +340,10 @@ Verdict compare(const std::string& what, const std::vector<float>& got, const st
                 }
     std::vector<std::size_t> order(ref.size());
     std::iota(order.begin(), order.end(), 0);
-    auto err = [&](std::size_t i) {
-        return std::isfinite(got[i]) ? std::fabs(static_cast<double>(got[i]) - ref[i]) : 1e30;
-    };
-    std::partial_sort(order.begin(), order.begin() + 6, order.end(),
-        [&](std::size_t a, std::size_t b) { return err(a) > err(b); });
+    auto err
+        = [&](std::size_t i) { return std::isfinite(got[i]) ? std::fabs(static_cast<double>(got[i]) - ref[i]) : 1e30; };
+    std::partial_sort(
+        order.begin(), order.begin() + 6, order.end(), [&](std::size_t a, std::size_t b) { return err(a) > err(b); });
     for (int k = 0; k < 6; ++k) {
         const std::size_t i = order[k];
         const int c = static_cast<int>(i % kDV), h = static_cast<int>(i / kDV % kHQ);
@@ -354,8 +353,8 @@ Verdict compare(const std::string& what, const std::vector<float>& got, const st
     return { pass, relL2, maxAbs };
 }
 
-bool compareMatrix(const std::string& what, const std::vector<float>& got, const std::vector<double>& ref, int rows,
-    int cols)
+bool compareMatrix(
+    const std::string& what, const std::vector<float>& got, const std::vector<double>& ref, int rows, int cols)
 {
     double num = 0, den = 0, maxAbs = 0;
     int worstR = -1, worstC = -1;
@@ -417,8 +416,7 @@ CUtensorMap encodeKvMap(const __nv_bfloat16* kv, std::size_t pages)
     return map;
 }
 
-template <typename Map>
-Map asKernelMap(const CUtensorMap& m)
+template <typename Map> Map asKernelMap(const CUtensorMap& m)
 {
     static_assert(sizeof(Map) == sizeof(CUtensorMap));
     Map k;
@@ -450,7 +448,8 @@ int runProbes(const char* name, ProbeScores probeScores, ProbeValues probeValues
                 acc += static_cast<double>(qh[r * kDK + d]) * kh[c * kDK + d];
             sRef[r * 64 + c] = acc;
         }
-    failures += !compareMatrix(std::string(name) + " S = Q K^T (issueScores, K-major SW128)", s.download(), sRef, 64, 64);
+    failures
+        += !compareMatrix(std::string(name) + " S = Q K^T (issueScores, K-major SW128)", s.download(), sRef, 64, 64);
 
     // P: bf16-exact values in [0, 1).
     std::vector<float> ph(64 * 64);
@@ -475,8 +474,9 @@ int runProbes(const char* name, ProbeScores probeScores, ProbeValues probeValues
                             acc += static_cast<double>(ph[r * 64 + t]) * kh[t * kDK + side * 256 + c];
                         oRef[r * 256 + c] = acc;
                     }
-                const std::string label = std::string(name) + " O = P V, P from " + (fromShared ? "shared" : "registers")
-                    + ", V cols " + (side ? "256-511" : "0-255") + (variant ? " [LBO/SBO SWAPPED]" : "");
+                const std::string label = std::string(name) + " O = P V, P from "
+                    + (fromShared ? "shared" : "registers") + ", V cols " + (side ? "256-511" : "0-255")
+                    + (variant ? " [LBO/SBO SWAPPED]" : "");
                 const bool ok = compareMatrix(label, o.download(), oRef, 64, 256);
                 if (!variant)
                     failures += !ok;
@@ -552,7 +552,8 @@ void makeDense(DenseInputs& in, int B, int SQ, int MAXP, std::uint64_t seed, flo
         std::vector<__nv_bfloat16> nanRow(kDK, __ushort_as_bfloat16(0x7fc0));
         for (int b = 0; b < B; ++b)
             for (int t = in.lens[b]; t < MAXP * kPS; ++t) {
-                const std::size_t row = static_cast<std::size_t>(table[static_cast<std::size_t>(b) * MAXP + t / kPS]) * kPS + t % kPS;
+                const std::size_t row
+                    = static_cast<std::size_t>(table[static_cast<std::size_t>(b) * MAXP + t / kPS]) * kPS + t % kPS;
                 CHECK(cudaMemcpy(in.kv.p + row * kDK, nanRow.data(), kDK * 2, cudaMemcpyHostToDevice));
             }
     }
@@ -570,8 +571,8 @@ Plan denseWgmma(DenseInputs& in, DeviceBuffer<__nv_bfloat16>& out, DeviceBuffer<
     const auto kmap = asKernelMap<dense_wgmma::TensorMap>(map);
     const int rowBlocks = in.B * in.SQ * 2;
     return { [&in, &out, &partials, splits, kmap, rowBlocks]() {
-                dense_wgmma::mla_decode_wgmma<<<dim3(rowBlocks, splits), 384, 1024 + 3 * 73728 + 1024>>>(kmap,
-                    partials.p, out.p, in.q.p, in.blockTable.p, in.seqLens.p, in.SQ, in.MAXP, kScale);
+                dense_wgmma::mla_decode_wgmma<<<dim3(rowBlocks, splits), 384, 1024 + 3 * 73728 + 1024>>>(
+                    kmap, partials.p, out.p, in.q.p, in.blockTable.p, in.seqLens.p, in.SQ, in.MAXP, kScale);
                 if (splits > 1)
                     dense_wgmma::mla_decode_wgmma_merge<<<in.B * in.SQ * kHQ, 128>>>(out.p, partials.p);
             },
@@ -597,8 +598,8 @@ std::size_t partialFloats(int B, int SQ, int splits)
 
 void setSharedLimits()
 {
-    CHECK(cudaFuncSetAttribute(dense_wgmma::mla_decode_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        1024 + 3 * 73728 + 1024));
+    CHECK(cudaFuncSetAttribute(
+        dense_wgmma::mla_decode_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, 1024 + 3 * 73728 + 1024));
     CHECK(cudaFuncSetAttribute(sparse_wgmma::sparse_mla_decode_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize,
         1024 + 3 * 73728 + 1024 + kTopK * 4));
     CHECK(cudaFuncSetAttribute(dense_mma::mla_decode_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -654,8 +655,8 @@ int dense()
         DeviceBuffer<__nv_bfloat16> out(static_cast<std::size_t>(c.B) * c.SQ * kHQ * kDV), refOut(out.n);
         DeviceBuffer<float> partials(partialFloats(c.B, c.SQ, splits));
         poison(refOut);
-        mla_decode_reference<<<dim3(c.B * c.SQ, kHQ), 64>>>(refOut.p, in.q.p, in.kv.p, in.blockTable.p, in.seqLens.p,
-            c.SQ, c.MAXP, kScale);
+        mla_decode_reference<<<dim3(c.B * c.SQ, kHQ), 64>>>(
+            refOut.p, in.q.p, in.kv.p, in.blockTable.p, in.seqLens.p, c.SQ, c.MAXP, kScale);
         finish("mla_decode_reference");
         const std::vector<float> ref = toFloat(refOut.download());
         char label[160];
@@ -683,7 +684,8 @@ struct SparseInputs {
 
 // Lists of distinct positions < MAXP * PS with a `pad` fraction of -1 slots anywhere; when `special`, list 0 is empty
 // and lists 1, 2, 3 hold exactly 1, 64 and 65 positions. With nanUnlisted every cache row no list names is NaN.
-void makeSparse(SparseInputs& in, int B, int SQ, int MAXP, std::uint64_t seed, float pad, bool special, bool nanUnlisted)
+void makeSparse(
+    SparseInputs& in, int B, int SQ, int MAXP, std::uint64_t seed, float pad, bool special, bool nanUnlisted)
 {
     in.B = B;
     in.SQ = SQ;
@@ -713,7 +715,8 @@ void makeSparse(SparseInputs& in, int B, int SQ, int MAXP, std::uint64_t seed, f
         std::shuffle(slots.begin(), slots.end(), rng);
         for (int i = 0; i < want; ++i) {
             lists[static_cast<std::size_t>(l) * kTopK + slots[i]] = positions[i];
-            listedRows.push_back(table[static_cast<std::size_t>(b) * MAXP + positions[i] / kPS] * kPS + positions[i] % kPS);
+            listedRows.push_back(
+                table[static_cast<std::size_t>(b) * MAXP + positions[i] / kPS] * kPS + positions[i] % kPS);
         }
         in.flops += 2.0 * kHQ * want * (kDK + kDV);
     }
@@ -734,9 +737,9 @@ Plan sparseWgmma(SparseInputs& in, DeviceBuffer<__nv_bfloat16>& out, DeviceBuffe
 {
     const int rowBlocks = in.B * in.SQ * 2;
     return { [&in, &out, &partials, splits, rowBlocks]() {
-                sparse_wgmma::sparse_mla_decode_wgmma<<<dim3(rowBlocks, splits), 384,
-                    1024 + 3 * 73728 + 1024 + kTopK * 4>>>(partials.p, out.p, in.q.p, in.kv.p, in.blockTable.p,
-                    in.indices.p, in.SQ, in.MAXP, kScale);
+                sparse_wgmma::
+                    sparse_mla_decode_wgmma<<<dim3(rowBlocks, splits), 384, 1024 + 3 * 73728 + 1024 + kTopK * 4>>>(
+                        partials.p, out.p, in.q.p, in.kv.p, in.blockTable.p, in.indices.p, in.SQ, in.MAXP, kScale);
                 if (splits > 1)
                     sparse_wgmma::sparse_mla_decode_wgmma_merge<<<in.B * in.SQ * kHQ, 128>>>(out.p, partials.p);
             },
@@ -748,8 +751,8 @@ Plan sparseMma(SparseInputs& in, DeviceBuffer<__nv_bfloat16>& out, DeviceBuffer<
     const int rowBlocks = in.B * in.SQ * 2;
     return { [&in, &out, &partials, splits, rowBlocks]() {
                 sparse_mma::sparse_mla_decode_split<<<dim3(rowBlocks, splits), 256,
-                    64 * kDK * 2 + 2 * 64 * kDK * 2 + 1536 + kTopK * 4>>>(partials.p, out.p, in.q.p, in.kv.p,
-                    in.blockTable.p, in.indices.p, in.SQ, in.MAXP, kScale);
+                    64 * kDK * 2 + 2 * 64 * kDK * 2 + 1536 + kTopK * 4>>>(
+                    partials.p, out.p, in.q.p, in.kv.p, in.blockTable.p, in.indices.p, in.SQ, in.MAXP, kScale);
                 if (splits > 1)
                     sparse_mma::sparse_mla_decode_merge<<<in.B * in.SQ * kHQ, 128>>>(out.p, partials.p);
             },
@@ -788,14 +791,15 @@ int sparse()
         DeviceBuffer<__nv_bfloat16> out(static_cast<std::size_t>(c.B) * c.SQ * kHQ * kDV), refOut(out.n);
         DeviceBuffer<float> partials(partialFloats(c.B, c.SQ, splits));
         poison(refOut);
-        sparse_mla_decode_reference<<<dim3(c.B * c.SQ, kHQ), 64>>>(refOut.p, in.q.p, in.kv.p, in.blockTable.p,
-            in.indices.p, c.SQ, c.MAXP, kScale);
+        sparse_mla_decode_reference<<<dim3(c.B * c.SQ, kHQ), 64>>>(
+            refOut.p, in.q.p, in.kv.p, in.blockTable.p, in.indices.p, c.SQ, c.MAXP, kScale);
         finish("sparse_mla_decode_reference");
         const std::vector<float> ref = toFloat(refOut.download());
         std::printf(" B=%d SQ=%d MAXP=%d splits=%d pad %.2f%s%s: %s\n", c.B, c.SQ, c.MAXP, splits, c.pad,
             c.special ? " special lists" : "", c.nanUnlisted ? " NaN unlisted rows" : "", c.note);
         failures += !checkPlan("wgmma", sparseWgmma(in, out, partials, splits), out, partials, ref, c.B, c.SQ);
-        failures += !checkPlan("mma.sync (known good)", sparseMma(in, out, partials, splits), out, partials, ref, c.B, c.SQ);
+        failures
+            += !checkPlan("mma.sync (known good)", sparseMma(in, out, partials, splits), out, partials, ref, c.B, c.SQ);
     }
     std::printf("sparse: %s\n", failures ? "FAILURES" : "all pass");
     return failures;
@@ -872,8 +876,8 @@ int timeDense()
         const CUtensorMap map = encodeKvMap(a.kv.p, static_cast<std::size_t>(s.B) * MAXP);
         if (!verified) { // the first shape checked against the reference too
             DeviceBuffer<__nv_bfloat16> refOut(out.n);
-            mla_decode_reference<<<dim3(s.B * s.SQ, kHQ), 64>>>(refOut.p, a.q.p, a.kv.p, a.blockTable.p, a.seqLens.p,
-                s.SQ, MAXP, kScale);
+            mla_decode_reference<<<dim3(s.B * s.SQ, kHQ), 64>>>(
+                refOut.p, a.q.p, a.kv.p, a.blockTable.p, a.seqLens.p, s.SQ, MAXP, kScale);
             finish("mla_decode_reference");
             checkPlan("wgmma at the first timed shape", denseWgmma(a, out, partials, splits, map), out, partials,
                 toFloat(refOut.download()), s.B, s.SQ);
@@ -912,8 +916,8 @@ int timeSparse()
         DeviceBuffer<float> partials(partialFloats(s.B, s.SQ, splits));
         if (!verified) {
             DeviceBuffer<__nv_bfloat16> refOut(out.n);
-            sparse_mla_decode_reference<<<dim3(s.B * s.SQ, kHQ), 64>>>(refOut.p, a.q.p, a.kv.p, a.blockTable.p,
-                a.indices.p, s.SQ, MAXP, kScale);
+            sparse_mla_decode_reference<<<dim3(s.B * s.SQ, kHQ), 64>>>(
+                refOut.p, a.q.p, a.kv.p, a.blockTable.p, a.indices.p, s.SQ, MAXP, kScale);
             finish("sparse_mla_decode_reference");
             checkPlan("wgmma at the first timed shape", sparseWgmma(a, out, partials, splits), out, partials,
                 toFloat(refOut.download()), s.B, s.SQ);

@@ -6,12 +6,12 @@
 // on an H200, so the goal is tensor-core throughput with each selected row read once per query row.
 // The producer warpgroup first compacts j's TOPK slots into a list of cache rows in shared memory (-1 slots dropped,
 // a scan over its 128 threads; positions through block_table) while Q's copies are in flight, then gathers blocks of
-// 64 listed rows with 16-byte cp.async (no TMA gather on sm_90), 64 threads per buffer, in the 128-byte swizzle the
-// wgmma descriptors read; rows past the split are zero-filled, their scores -inf. Each half-block's 64 threads arrive
-// on its "ready" mbarrier through cp.async.mbarrier.arrive.noinc. The consumers are the dense kernel's: two
-// warpgroups, each owning 256 of O's 512 columns, computing S of alternate blocks and exchanging the running max and P
-// (over the block's rope box) through shared memory and named barriers (the dense file explains the schedule). A
-// fence.proxy.async after each wait hands the cp.async (generic proxy) data to wgmma (async proxy).
+// 64 listed rows with 16-byte cp.async (no TMA gather on sm_90), 64 threads per buffer, box by box in the 128-byte
+// swizzle the wgmma descriptors read; rows past the split are zero-filled, their scores -inf. A box's 64 copying
+// threads arrive on its "ready" mbarrier through cp.async.mbarrier.arrive.noinc. The consumers are the dense kernel's:
+// two warpgroups, each owning 256 of O's 512 columns, computing S of alternate blocks and exchanging the running max
+// and P (over the block's rope box) through shared memory and named barriers (the dense file explains the schedule).
+// A fence.proxy.async after each wait hands the cp.async (generic proxy) data to wgmma (async proxy).
 // Shared memory: Q 72 KB, two buffers of 72 KB, 1 KB of control, the 8 KB list: 226 KB with the alignment slack.
 // Splits: WAVES x SM_COUNT / (B x SQ x 2) per row block, at least one, at most 64 and one per block of 64 rows
 // (SM_COUNT capped at 256 for the workspace). One split writes the output and the merge is not launched; otherwise
@@ -39,7 +39,8 @@ constexpr int kHalfV = kDV / 2; // O columns of a consumer warpgroup
 constexpr int kThreads = 384; // consumer warpgroups 0 and 1, producer warpgroup 2
 constexpr int kConsumers = 256;
 
-// Named barriers between the consumer warpgroups (0 is __syncthreads).
+// Named barriers (0 is __syncthreads): the consumer warpgroups' handoffs, then the sparse producer's scan and its list
+// handoff to the consumers.
 enum NamedBarrier : int { kEvenMaxReady = 1, kOddMaxReady, kEvenPReady, kOddPReady, kSumsReady, kListReady, kScan };
 
 struct Control {
@@ -52,11 +53,6 @@ struct Control {
     int warpTotals[4];
 };
 static_assert(sizeof(Control) <= 1024, "the control block fills the 1 KB after the tiles");
-
-// The harness passes each @kl:tensormap as a CUtensorMap by value: 128 opaque bytes, 64-byte aligned.
-struct alignas(64) TensorMap {
-    unsigned long long opaque[16];
-};
 
 __device__ __forceinline__ float negInf()
 {
@@ -185,24 +181,21 @@ __device__ __forceinline__ void wgmmaCommit()
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
 
-template <int N>
-__device__ __forceinline__ void wgmmaWait()
+template <int N> __device__ __forceinline__ void wgmmaWait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
 // Ties registers an asynchronous wgmma writes or reads to this point, after the wait that completes it: the compiler
 // may neither read them earlier nor reuse them before.
-template <int N>
-__device__ __forceinline__ void pinRegisters(float (&r)[N])
+template <int N> __device__ __forceinline__ void pinRegisters(float (&r)[N])
 {
 #pragma unroll
     for (int i = 0; i < N; ++i)
         asm volatile("" : "+f"(r[i])::"memory");
 }
 
-template <int N, int M>
-__device__ __forceinline__ void pinRegisters(unsigned (&r)[N][M])
+template <int N, int M> __device__ __forceinline__ void pinRegisters(unsigned (&r)[N][M])
 {
 #pragma unroll
     for (int i = 0; i < N; ++i)
@@ -237,6 +230,7 @@ __device__ __forceinline__ void wgmmaValuesFromShared(float (&d)[128], unsigned 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
                  : "l"(p), "l"(v));
 }
+
 
 // The MMA sequences of the consumers (free functions so that a test driver can run exactly these): thread t of a
 // warpgroup holds accumulator rows t / 32 * 16 + t % 32 / 4 (+ 8), columns (i >> 2) * 8 + t % 4 * 2 + (i & 1).
@@ -364,14 +358,14 @@ __device__ __forceinline__ void consume(const Work& w, int wg, float* partials, 
         const unsigned base = bufferAddress(w, buffer);
         for (int i = t; i < (kBN - valid) * 64; i += 128) {
             const int r = valid + i / 64, c = i % 64; // box c / 8, chunk c % 8 (a whole row: the swizzle is moot)
-            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(base + (c / 8) * kBoxBytes + r * 128
-                             + (c % 8) * 16),
-                         "r"(0)
-                         : "memory");
+            asm volatile(
+                "st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(base + (c / 8) * kBoxBytes + r * 128 + (c % 8) * 16),
+                "r"(0)
+                : "memory");
         }
         fenceAsyncShared();
     };
-    auto rescale = [&](const float (&factor)[2]) {
+    auto rescale = [&](const float(&factor)[2]) {
 #pragma unroll
         for (int i = 0; i < 128; ++i)
             o[i] *= factor[(i >> 1) & 1];
@@ -380,7 +374,7 @@ __device__ __forceinline__ void consume(const Work& w, int wg, float* partials, 
     };
     // Online softmax of s against the running max `previous`: the new max, P = exp2(S scale - max) in s and the row
     // sums; O and l rescaled from the max they were kept at.
-    auto softmax = [&](const float (&previous)[2]) {
+    auto softmax = [&](const float(&previous)[2]) {
         float factor[2], sum[2] = { 0.f, 0.f };
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -598,9 +592,10 @@ __device__ __forceinline__ unsigned char* alignedShared(unsigned char* raw)
     return raw + ((1024 - (sharedAddress(raw) & 1023)) & 1023);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_wgmma(float* partials,
-    __nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* kv_cache, const int* block_table,
-    const int* indices, int SQ, int MAXP, float scale)
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    sparse_mla_decode_wgmma(float* partials, __nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* kv_cache,
+        const int* block_table, const int* indices, int SQ, int MAXP, float scale)
 {
     extern __shared__ unsigned char smemRaw[];
     unsigned char* smem = alignedShared(smemRaw);
@@ -634,7 +629,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_wgmm
         copyQ(w, q, t);
         // Compaction: thread t owns slots [16 t, 16 t + 16); its listed rows go after those of the threads before it
         // (the slots are read twice rather than kept: the producer has 40 registers).
-        const int4* slots = reinterpret_cast<const int4*>(indices + static_cast<long long>(rowBlock / 2) * kTopK) + t * 4;
+        const int4* slots
+            = reinterpret_cast<const int4*>(indices + static_cast<long long>(rowBlock / 2) * kTopK) + t * 4;
         int count = 0;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
@@ -704,7 +700,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_wgmm
 }
 
 // One CTA per query row, 4 output columns a thread: the splits' partials weighted by exp2(m - max m).
-extern "C" __global__ void __launch_bounds__(kDV / 4) sparse_mla_decode_wgmma_merge(__nv_bfloat16* out, const float* partials)
+extern "C" __global__ void __launch_bounds__(kDV / 4)
+    sparse_mla_decode_wgmma_merge(__nv_bfloat16* out, const float* partials)
 {
     const int splits = reinterpret_cast<const int*>(partials)[0];
     const long long head = blockIdx.x;
