@@ -33,8 +33,16 @@ if [ -z "${MLA_WGMMA_DRIVER:-}" ]; then
     echo "built in $(($(date +%s) - start)) s"
 fi
 # Registers and spills of the two kernels (the launch bounds cap them at 168; setmaxnreg moves 128 x 128 to the
-# consumers at run time).
+# consumers at run time), and from the SASS where cuobjdump exists: HGMMA count (124: S 3 x 36, P V 4 x 4), local
+# memory traffic (0) and the highest register the consumers touch (<= 231).
 grep -A2 "Function properties for \(mla_decode_wgmma\|sparse_mla_decode_wgmma\)$" "$OUT/build.log" 2>/dev/null
+if command -v cuobjdump >/dev/null; then
+    for k in mla_decode_wgmma sparse_mla_decode_wgmma; do
+        cuobjdump --dump-sass --function "$k" "$DRIVER" >"$OUT/$k.sass" 2>/dev/null
+        echo "$k SASS: HGMMA $(grep -c HGMMA "$OUT/$k.sass"), LDL/STL $(grep -c 'LDL\|STL' "$OUT/$k.sass"), highest \
+register R$(grep -o '\bR[0-9]\+' "$OUT/$k.sass" | tr -d R | sort -n | tail -n 1)"
+    done
+fi
 
 for mode in probes dense sparse time-dense time-sparse; do
     echo "== driver $mode"

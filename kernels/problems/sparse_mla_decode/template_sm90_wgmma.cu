@@ -231,7 +231,6 @@ __device__ __forceinline__ void wgmmaValuesFromShared(float (&d)[128], unsigned 
                  : "l"(p), "l"(v));
 }
 
-
 // The MMA sequences of the consumers (free functions so that a test driver can run exactly these): thread t of a
 // warpgroup holds accumulator rows t / 32 * 16 + t % 32 / 4 (+ 8), columns (i >> 2) * 8 + t % 4 * 2 + (i & 1).
 
