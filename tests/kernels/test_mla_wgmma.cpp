@@ -77,9 +77,11 @@ TEST_P(MlaWgmma, PassesTheRefereeAndFitsAnH200AtEveryShapeAcrossItsSpace)
     EXPECT_EQ(spec.launches[0].sharedBytes.evaluateInt(b), GetParam().sharedBytes);
     EXPECT_LE(GetParam().sharedBytes, 227 * 1024);
     EXPECT_EQ(spec.launches[0].block[0].evaluateInt(b), 384);
-    // wgmma and setmaxnreg exist from sm_90a only.
-    for (const auto& older : { deviceModel(8, 0, 163), deviceModel(8, 9, 99), deviceModel(7, 5, 64) })
-        EXPECT_EQ(violation(kl::checkDeviceLimits(spec, spec.defaults(), shapes, older)).substr(0, 11), "device.arch");
+    // wgmma and setmaxnreg are sm_90a's: neither older architectures nor Blackwell have them.
+    for (const auto& other :
+        { deviceModel(8, 0, 163), deviceModel(8, 9, 99), deviceModel(7, 5, 64), deviceModel(10, 0, 227) })
+        EXPECT_EQ(violation(kl::checkDeviceLimits(spec, spec.defaults(), shapes, other)).substr(0, 11), "device.arch")
+            << other.arch;
 }
 
 TEST_P(MlaWgmma, CompilesForSm90aWithoutSpillsIntoWgmmaWithRegistersMovedToTheConsumers)

@@ -27,7 +27,7 @@
 // otherwise each writes an unnormalised partial (O, m, l), an empty split the neutral one (m = -inf, l = 0).
 #include <cuda_bf16.h>
 // @kl:param WAVES = 1 in [1, 2, 3, 4]
-// @kl:constraint ARCH >= 90
+// @kl:constraint ARCH == 90
 // @kl:tensormap tmKV tensor=kv_cache box=(64, PS, 1) swizzle=128B l2promo=256B oob=zero
 // @kl:workspace partials bytes=(16 + B * SQ * HQ * min(min(max(div(WAVES * 256, B * SQ * 2), 1), 64), ceil_div(MAXP * PS, 64)) * (DV + 2) * 4) init=poison
 // @kl:launch mla_decode_wgmma grid=(B * SQ * 2, min(min(max(div(WAVES * min(SM_COUNT, 256), B * SQ * 2), 1), 64), ceil_div(MAXP * PS, 64))) block=(384) smem=(1024 + 3 * 73728 + 1024) args=(tmKV, partials, out, q, block_table, seq_lens, SQ, MAXP, scale)

@@ -19,7 +19,7 @@
 // listed position has l = 0 everywhere and gives zeros.
 #include <cuda_bf16.h>
 // @kl:param WAVES = 1 in [1, 2, 3, 4]
-// @kl:constraint ARCH >= 90
+// @kl:constraint ARCH == 90
 // @kl:workspace partials bytes=(16 + B * SQ * HQ * min(min(max(div(WAVES * 256, B * SQ * 2), 1), 64), ceil_div(min(TOPK, MAXP * PS), 64)) * (DV + 2) * 4) init=poison
 // @kl:launch sparse_mla_decode_wgmma grid=(B * SQ * 2, min(min(max(div(WAVES * min(SM_COUNT, 256), B * SQ * 2), 1), 64), ceil_div(min(TOPK, MAXP * PS), 64))) block=(384) smem=(1024 + 3 * 73728 + 1024 + TOPK * 4) args=(partials, out, q, kv_cache, block_table, indices, SQ, MAXP, scale)
 // @kl:launch sparse_mla_decode_wgmma_merge grid=(min(min(max(div(WAVES * min(SM_COUNT, 256), B * SQ * 2), 1), 64), ceil_div(min(TOPK, MAXP * PS), 64)) > 1 ? B * SQ * HQ : 0) block=(128) smem=0 args=(out, partials)
