@@ -1,7 +1,7 @@
 // DeepSeek MLA decode on Hopper's warpgroup MMA: mla_decode's wgmma candidate (bench/attention/mla_hypothesis/
 // shared_kv_wgmma.cu: TMA pages) and sparse_mla_decode's (kernels/problems/sparse_mla_decode/template_sm90_wgmma.cu:
 // cp.async gathers). Both parse against their problem and pass the referee's rules, fit an H200 at every shape the
-// harness runs (384 threads, the Q tile and two KV buffers in 218 KB, the sparse list on top) and nothing older,
+// harness runs (384 threads, the Q tile and two KV buffers in 218 KB, the sparse list on top) and no other arch,
 // compile for sm_90a without spills into wgmma with registers moved from the producer to the consumers, declare a
 // tensor map the encoder accepts at every shape (dense), and keep every split grid within the workspace, which cannot
 // name the SM count. The GPU side is bench/attention/mla_wgmma/gpu-run.sh.
