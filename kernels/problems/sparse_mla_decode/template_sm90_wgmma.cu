@@ -667,7 +667,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         }
         if (t == 0)
             w.control->listed = listed;
-        barrierArrive(kListReady, kThreads);
+        barrierSync(kListReady, kThreads); // every producer reads entries the others wrote
         splitList(listed);
         // 64 threads per buffer: buffer t / 64 holds blocks t / 64, + 2, ...; thread g copies chunk g % 8 of rows
         // g / 8 + 8 i, a side once its readers released it, box by box, each box on its own barrier.
