@@ -7,10 +7,12 @@
 // and many, ranges crossing sequences) and versions that drop a sequence's last token (sm_90: or its last page, a
 // piece's last token, a piece in the merge) are caught. So do mla_decode's shared-KV candidate and
 // sparse_mla_decode's tensor-core template, against one dropping the last token or page (dense) or the last listed
-// row (sparse). The CuTe gemm_bf16 candidate of the sweep-rate bench (bench/hopper/cute_gemm.cu) passes at two
-// points. rmsnorm's cluster-split template (not yet a seed) passes with one block per row slice and with eight, and
-// one that leaves a block's partial sum out is caught; softmax's bulk-copy ring passes with rows kept in the ring and
-// rows streamed twice, and one that leaves a row's last vector out of the sum is caught.
+// row (sparse), and so do their wgmma successors (mla_hypothesis/shared_kv_wgmma.cu,
+// sparse_mla_decode/template_sm90_wgmma.cu). The CuTe gemm_bf16 candidate of the sweep-rate bench
+// (bench/hopper/cute_gemm.cu) passes at two points. rmsnorm's cluster-split template (not yet a seed) passes with one
+// block per row slice and with eight, and one that leaves a block's partial sum out is caught; softmax's bulk-copy ring
+// passes with rows kept in the ring and rows streamed twice, and one that leaves a row's last vector out of the sum is
+// caught.
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
@@ -142,6 +144,20 @@ protected:
 class SparseMlaDecodeGpu : public TemplateOnGpu {
 protected:
     void SetUp() override { load("sparse_mla_decode", 90); }
+};
+
+// The wgmma kernels: mla_decode's candidate (TMA pages) and sparse_mla_decode's (cp.async gathers), sm_90a only.
+class MlaDecodeWgmmaGpu : public TemplateOnGpu {
+protected:
+    void SetUp() override { load("mla_decode", 90, "bench/attention/mla_hypothesis/shared_kv_wgmma.cu"); }
+};
+
+class SparseMlaDecodeWgmmaGpu : public TemplateOnGpu {
+protected:
+    void SetUp() override
+    {
+        load("sparse_mla_decode", 90, "kernels/problems/sparse_mla_decode/template_sm90_wgmma.cu");
+    }
 };
 
 // rmsnorm's cluster-split template (kernels/problems/rmsnorm/template_sm90.cu), not yet in its arch_templates.
@@ -303,6 +319,37 @@ TEST_F(SparseMlaDecodeGpu, TensorCoreTemplatePassesAcrossItsSpace)
 TEST_F(SparseMlaDecodeGpu, DroppingTheLastListedRowIsCaught)
 {
     const std::string src = replaced(source, "const int tEnd = min(listed,", "const int tEnd = min(listed - 1,");
+    const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
+    EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
+    EXPECT_FALSE(e.correctEverywhere());
+}
+
+// One split per row block where the batch fills the machine, several (and empty ones) where it does not.
+TEST_F(MlaDecodeWgmmaGpu, WgmmaCandidatePassesAcrossItsSpace)
+{
+    for (const kl::ParamValues& p : { kl::ParamValues {}, kl::ParamValues { { "WAVES", 4 } } })
+        expectCorrect(p);
+}
+
+TEST_F(MlaDecodeWgmmaGpu, DroppingTheLastTokenOrPageIsCaught)
+{
+    for (const char* shorter : { "seq_lens[b] - 1;", "seq_lens[b] - kPS;" }) {
+        const std::string src = replaced(source, "seq_lens[b];", shorter);
+        const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
+        EXPECT_NE(e.verdict, kl::Verdict::Correct) << shorter << "\n" << reasonsText(e);
+        EXPECT_FALSE(e.correctEverywhere()) << shorter;
+    }
+}
+
+TEST_F(SparseMlaDecodeWgmmaGpu, WgmmaTemplatePassesAcrossItsSpace)
+{
+    for (const kl::ParamValues& p : { kl::ParamValues {}, kl::ParamValues { { "WAVES", 3 } } })
+        expectCorrect(p);
+}
+
+TEST_F(SparseMlaDecodeWgmmaGpu, DroppingTheLastListedRowIsCaught)
+{
+    const std::string src = replaced(source, "w.tEnd = min(listed,", "w.tEnd = min(listed - 1,");
     const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
     EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
     EXPECT_FALSE(e.correctEverywhere());
