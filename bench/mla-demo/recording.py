@@ -145,6 +145,7 @@ def story_problems(session, events, args, candidate_source):
 # this candidate's author is one (it is human-authored). Any other reason (correctness, timing, a shape carrying the
 # gain) stays undecided and the story fails.
 STANDS_IN_FOR = {"physics.suspicious-jump"}
+LOOP_RESTATES = {"decide.flagged"}  # the loop's own "flagged by the referee: waits for review"
 
 
 def hypothesis_candidate(events, candidate_source):
@@ -164,7 +165,7 @@ def pending(args):
     if s["status"].get(cid) != "pending-review":
         print(f"recording.py: {cid} is {s['status'].get(cid, 'undecided')}, not pending review", file=sys.stderr)
         return 1
-    rules = {r.get("rule") for r in s["evals"][cid].get("reasons", [])}
+    rules = {r.get("rule") for r in s["evals"][cid].get("reasons", [])} - LOOP_RESTATES
     if not rules or not rules <= STANDS_IN_FOR:
         print(f"recording.py: {cid} waits for review for {sorted(rules)}: a person decides that", file=sys.stderr)
         return 1
