@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <gtest/gtest.h>
+#include <set>
 
 namespace {
 
@@ -91,14 +92,18 @@ protected:
             ? kl::readFile(std::filesystem::path(ev->problem().folder) / ev->problem().templateFor(arch))
             : kl::readFile(std::filesystem::path(KL_SOURCE_DIR) / sourceFile);
     }
-    // The template at p is correct at every shape (held-out ones included); prints each shape's timing.
-    void expectCorrect(const kl::ParamValues& p) const
+    // The template at p is correct at every shape (held-out ones included); prints each shape's timing. A point may
+    // go to review only for the rules in reviewFor (the physics of its timings, never its results).
+    void expectCorrect(const kl::ParamValues& p, const std::set<std::string>& reviewFor = {}) const
     {
         std::string params;
         for (const auto& [k, v] : p)
             params += " " + k + "=" + std::to_string(v);
         const auto e = ev->evaluate(candidate(source, p, "template"), quick(), kl::CancelToken {});
-        EXPECT_EQ(e.verdict, kl::Verdict::Correct) << params << "\n" << reasonsText(e);
+        const bool reviewedForAllowedRules = e.verdict == kl::Verdict::PendingReview && !e.reasons.empty()
+            && std::all_of(e.reasons.begin(), e.reasons.end(),
+                [&](const kl::VerdictReason& r) { return reviewFor.count(r.rule) > 0; });
+        EXPECT_TRUE(e.verdict == kl::Verdict::Correct || reviewedForAllowedRules) << params << "\n" << reasonsText(e);
         for (const auto& s : e.shapes) {
             EXPECT_TRUE(s.correct) << s.shape.label() << params;
             if (s.timing)
@@ -357,7 +362,10 @@ TEST_F(SparseMlaDecodeWgmmaGpu, DroppingTheLastListedRowIsCaught)
 
 // SPLIT = 1 (the plain kernel), and 2, 4 and 8 blocks per row where the rows leave SMs idle: decode points that give
 // T = 16, H = 8192 one row per block, a ragged last slice (H = 5128), a slice read in chunks; the prefill shapes run
-// the plain kernel at every point. The timings print against the baseline.
+// the plain kernel at every point. The timings print against the baseline. On the H200 these decode points gain 4-7x
+// at T = 16 (split over a cluster) and 1.5-2.5x at T = 256 (whose 256 row blocks fill the SMs unsplit, with threads
+// sized for a slice): the referee's single-shape review of the decode regime, which this test allows; it asserts
+// the results.
 TEST_F(RmsnormSm90Gpu, ClusterSplitTemplatePassesAcrossItsSpace)
 {
     for (const kl::ParamValues& p :
@@ -365,7 +373,7 @@ TEST_F(RmsnormSm90Gpu, ClusterSplitTemplatePassesAcrossItsSpace)
             kl::ParamValues { { "SPLIT", 8 }, { "THREADS", 64 }, { "CACHE", 2 }, { "MINTPR", 64 } },
             kl::ParamValues { { "SPLIT", 4 }, { "THREADS", 64 }, { "CACHE", 1 }, { "MINTPR", 64 } },
             kl::ParamValues { { "SPLIT", 2 }, { "THREADS", 512 }, { "VEC", 2 }, { "CACHE", 16 } } })
-        expectCorrect(p);
+        expectCorrect(p, { "physics.single-shape-speedup" });
 }
 
 TEST_F(RmsnormSm90Gpu, LeavingOutABlocksPartialSumIsCaught)
