@@ -43,6 +43,24 @@ if [[ "$MIN" != 0 ]]; then
         >"$OUT/run-bayes.jsonl" 2>"$OUT/run-bayes.err" || rc=1
     tail -n 2 "$OUT/run-bayes.jsonl" | cut -c1-400
     tail -n 3 "$OUT/run-bayes.err"
+    # What the tuner's export ships, at every issue shape: each regime winner's parameters evaluated on the issue
+    # copy (the session tuned on the shipped problem's few tuning shapes), as one more column of the table.
+    while read -r regime params; do
+        echo "== kloop eval gemm_bf16 (issue shapes) the $regime winner: --params $params"
+        args=()
+        [[ "$params" != defaults ]] && args=(--params "$params")
+        "$KLOOP" eval "$issue" "$issue/template_sm90.cu" "${args[@]}" --seconds "$SECONDS_PER_SHAPE" --held-out 2 \
+            --json >"$OUT/eval-$i.json" 2>"$OUT/eval-$i.err" || rc=1
+        POINTS+=";$regime winner: $params"
+        i=$((i + 1))
+    done < <("$KLOOP" session show "$OUT/session-bayes" --json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+params = {c["id"]: c.get("params", {}) for c in s.get("candidates", [])}
+for r in s.get("regimes", []):
+    w = r.get("winner")
+    if w and w in params:
+        print(r["regime"], ",".join(f"{k}={v}" for k, v in sorted(params[w].items())) or "defaults")')
 fi
 
 BUILD_DIR=$BUILD python3 "$ROOT/bench/hopper/table.py" "$OUT" "$POINTS" >"$OUT/table.md" || rc=1

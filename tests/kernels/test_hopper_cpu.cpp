@@ -111,7 +111,8 @@ TEST(HopperGemmTemplate, CompilesForSm90aAcrossItsSpaceAndPassesTheReferee)
     }
 }
 
-// The plan's two paths split the shapes at M = 128, the regimes' boundary: at M <= 128 only the skinny kernel runs
+// The plan's two paths split the shapes at M = SKINNY_M (at most 128, the regimes' boundary): at M <= SKINNY_M only
+// the skinny kernel runs
 // (the persistent kernel and its split-K reduction get a grid of 0 and their workspaces no bytes, so a timed graph
 // holds one kernel node and no memset), above it only the persistent one. The skinny launch gives its kernel what it
 // assumes at every shape the harness may run (tuning, verify, held-out ones with the extremes, the regime edges) and
@@ -143,12 +144,14 @@ TEST(HopperGemmTemplate, SkinnyAndPersistentPathsSplitTheShapesAndTheSkinnyLaunc
     // Every skinny point with the persistent path's defaults, and persistent points with the skinny defaults.
     std::vector<kl::ParamValues> points;
     for (const std::int64_t sbn : spec.param("SBN")->values)
-        for (const std::int64_t skmax : spec.param("SKMAX")->values) {
-            kl::ParamValues v = spec.defaults();
-            v["SBN"] = sbn;
-            v["SKMAX"] = skmax;
-            points.push_back(v);
-        }
+        for (const std::int64_t skmax : spec.param("SKMAX")->values)
+            for (const std::int64_t skinnyM : spec.param("SKINNY_M")->values) {
+                kl::ParamValues v = spec.defaults();
+                v["SBN"] = sbn;
+                v["SKMAX"] = skmax;
+                v["SKINNY_M"] = skinnyM;
+                points.push_back(v);
+            }
     for (const std::int64_t bm : spec.param("BM")->values)
         for (const std::int64_t splitk : spec.param("SPLITK")->values)
             for (const std::int64_t reduceInKernel : spec.param("REDUCE")->values)
@@ -174,7 +177,7 @@ TEST(HopperGemmTemplate, SkinnyAndPersistentPathsSplitTheShapesAndTheSkinnyLaunc
                 const std::string where = shape.label() + " SM_COUNT=" + std::to_string(sms)
                     + " SBN=" + std::to_string(sbn) + " SKMAX=" + std::to_string(point.at("SKMAX"));
                 const std::int64_t splits = skinny.grid[0].evaluateInt(b);
-                if (M > 128) {
+                if (M > point.at("SKINNY_M")) {
                     ASSERT_EQ(splits, 0) << where;
                     ASSERT_GE(persistent.grid[0].evaluateInt(b), 1) << where;
                     continue;

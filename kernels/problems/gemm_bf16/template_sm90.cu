@@ -1,9 +1,10 @@
 // Hopper GEMM (sm_90a): C[M,N] = A[M,K] * B[N,K]^T, bf16 in, fp32 accumulate, bf16 out. Raw PTX rather than
 // CuTe: it compiles with NVRTC in well under a second (a sweep compiles every point) and every instruction the
-// referee reads is in this file. Two paths, one per regime, chosen by the launch lines' grids (a grid of 0 is not
-// launched): M > 128 runs the persistent kernel below (BM .. REGSPLIT), M <= 128 the skinny kernel at the end of
-// the file (SBN, SKMAX), whose split of K over a cluster and ring depth come from the shape and SM_COUNT, so one
-// point serves every N and K.
+// referee reads is in this file. Two paths chosen by the launch lines' grids (a grid of 0 is not launched):
+// M > SKINNY_M runs the persistent kernel below (BM .. REGSPLIT), M <= SKINNY_M the skinny kernel at the end of the
+// file (SBN, SKMAX), whose split of K over a cluster and ring depth come from the shape and SM_COUNT, so one point
+// serves every N and K. SKINNY_M is the tuner's: on the H200 the skinny kernel beats cuBLAS at M = 16 and trails the
+// persistent kernel at M = 128 (bench/results/round8-h200-2026-12-03.md).
 //  - TMA (cp.async.bulk.tensor) loads BMx64 tiles of A and BNx64 tiles of B, 128-byte swizzled, into a ring of
 //    STAGES shared-memory stages; each stage has a "full" mbarrier (the copy engine's byte count) and an "empty"
 //    one (every consumer warp arrives once it is done with the stage).
@@ -30,19 +31,20 @@
 // @kl:param REGSPLIT = 0 in [0, 1]
 // @kl:param SBN = 128 in [64, 128, 256]
 // @kl:param SKMAX = 8 in [1, 2, 4, 8]
+// @kl:param SKINNY_M = 128 in [16, 32, 64, 128]
 // @kl:constraint ARCH >= 90
 // @kl:constraint STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES <= 232448
 // @kl:constraint REGSPLIT == 0 || BM == 128
 // @kl:constraint REDUCE == 0 || SPLITK > 1
-// @kl:workspace part bytes=(M > 128 && SPLITK > 1 ? SPLITK * M * N * 4 : 0) init=poison
-// @kl:workspace arrivals bytes=(M > 128 && REDUCE == 1 ? ceil_div(M, BM) * ceil_div(N, BN) * 4 : 0) init=zero
+// @kl:workspace part bytes=(M > SKINNY_M && SPLITK > 1 ? SPLITK * M * N * 4 : 0) init=poison
+// @kl:workspace arrivals bytes=(M > SKINNY_M && REDUCE == 1 ? ceil_div(M, BM) * ceil_div(N, BN) * 4 : 0) init=zero
 // @kl:tensormap tmA tensor=A box=(64, BM) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmB tensor=B box=(64, BN / CM) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmW tensor=B box=(64, SBN) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmX tensor=A box=(64, 16) swizzle=128B l2promo=256B oob=zero
-// @kl:launch gemm_tma_wgmma grid=(M > 128 ? CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * SPLITK, div(SM_COUNT, CM)) : 0) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
-// @kl:launch gemm_splitk_reduce grid=(M > 128 && SPLITK > 1 && REDUCE == 0 ? ceil_div(M * N, 1024) : 0) block=(256) pdl=1 args=(C, part, M, N)
-// @kl:launch gemm_skinny grid=(M <= 128 ? max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))) : 0, ceil_div(N, SBN)) block=((SBN / 64 + 1) * 128) smem=(1024 + max(max(2, div(div(220 * 1024, ceil_div(ceil_div(N, SBN), SM_COUNT)), (SBN + max(16, next_pow2(min(M, 128)))) * 128)) * (SBN + max(16, next_pow2(min(M, 128)))) * 128, max(16, next_pow2(min(M, 128))) * (SBN + 4) * 4)) cluster=(max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))), 1, 1) args=(tmW, tmX, C, M, N, K)
+// @kl:launch gemm_tma_wgmma grid=(M > SKINNY_M ? CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * SPLITK, div(SM_COUNT, CM)) : 0) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
+// @kl:launch gemm_splitk_reduce grid=(M > SKINNY_M && SPLITK > 1 && REDUCE == 0 ? ceil_div(M * N, 1024) : 0) block=(256) pdl=1 args=(C, part, M, N)
+// @kl:launch gemm_skinny grid=(M <= SKINNY_M ? max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))) : 0, ceil_div(N, SBN)) block=((SBN / 64 + 1) * 128) smem=(1024 + max(max(2, div(div(220 * 1024, ceil_div(ceil_div(N, SBN), SM_COUNT)), (SBN + max(16, next_pow2(min(M, 128)))) * 128)) * (SBN + max(16, next_pow2(min(M, 128)))) * 128, max(16, next_pow2(min(M, 128))) * (SBN + 4) * 4)) cluster=(max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))), 1, 1) args=(tmW, tmX, C, M, N, K)
 #include <cuda_bf16.h>
 
 constexpr int BK = 64; // one 128-byte swizzle row of bf16
@@ -402,7 +404,7 @@ extern "C" __global__ void __launch_bounds__(256)
     *reinterpret_cast<__nv_bfloat162*>(C + i + 2) = __floats2bfloat162_rn(sum.z, sum.w);
 }
 
-// ---- Skinny path (M <= 128): one launch, no workspace, no per-shape parameters -------------------------------------
+// ---- Skinny path (M <= SKINNY_M <= 128): one launch, no workspace, no per-shape parameters -------------------------------------
 // Swap-AB: the weights are the wgmma M side (consumer warpgroup c owns rows c*64.. of the block's SBN weight rows) and
 // the tokens its N side, n = the smallest of 16, 32, 64, 128 holding M, chosen at run time, so M = 16 computes no
 // padding rows. Block (r, nt) streams weight rows [nt*SBN, +SBN) over the r-th of S slices of K; the S blocks of a
