@@ -48,7 +48,8 @@ def main():
              f"Times in microseconds (medians, kloop eval: the template at its defaults timed interleaved with the "
              f"baseline). TFLOP/s and bandwidth share from problem.json's flops and bytes over a copy bandwidth of "
              f"{args.copy_tbps:.2f} TB/s; the TFLOP/s share is of the bf16 peak ({BF16_TFLOPS:.0f} TFLOP/s, cuBLAS). "
-             "From sm_90 on sparse_mla_decode's template is its tensor-core one (template_sm90.cu).", "",
+             "On sm_90a sparse_mla_decode's template is its wgmma one (template_sm90.cu), on sm_100 the mma.sync one "
+             "(template_mma_sync.cu).", "",
              "| problem | shape | baseline | template | template TFLOP/s (% peak) | template % copy | tuned best "
              "| best TFLOP/s (% peak) | best % copy | target |",
              "|---|---|---|---|---|---|---|---|---|---|"]

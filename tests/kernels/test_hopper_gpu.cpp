@@ -8,7 +8,7 @@
 // piece's last token, a piece in the merge) are caught. So do mla_decode's shared-KV candidate and
 // sparse_mla_decode's tensor-core template, against one dropping the last token or page (dense) or the last listed
 // row (sparse), and so do their wgmma successors (mla_hypothesis/shared_kv_wgmma.cu,
-// sparse_mla_decode/template_sm90_wgmma.cu). The CuTe gemm_bf16 candidate of the sweep-rate bench
+// sparse_mla_decode's sm_90a template). The CuTe gemm_bf16 candidate of the sweep-rate bench
 // (bench/hopper/cute_gemm.cu) passes at two points. rmsnorm's cluster-split template (not yet a seed) passes with one
 // block per row slice and with eight, and one that leaves a block's partial sum out is caught; softmax's bulk-copy ring
 // passes with rows kept in the ring and rows streamed twice, and one that leaves a row's last vector out of the sum is
@@ -145,24 +145,22 @@ protected:
     void SetUp() override { load("mla_decode", 90, "bench/attention/mla_hypothesis/shared_kv.cu"); }
 };
 
-// sparse_mla_decode's tensor-core template (sm_90+: 226 KB of shared memory at its defaults).
+// sparse_mla_decode's template on this device (sm_90a: the wgmma one).
 class SparseMlaDecodeGpu : public TemplateOnGpu {
 protected:
     void SetUp() override { load("sparse_mla_decode", 90); }
 };
 
-// The wgmma kernels: mla_decode's candidate (TMA pages) and sparse_mla_decode's (cp.async gathers), sm_90a only.
+// sparse_mla_decode's mma.sync template (Blackwell's; 226 KB of shared memory at its defaults), here on sm_90.
+class SparseMlaDecodeMmaSyncGpu : public TemplateOnGpu {
+protected:
+    void SetUp() override { load("sparse_mla_decode", 90, "kernels/problems/sparse_mla_decode/template_mma_sync.cu"); }
+};
+
+// mla_decode's wgmma candidate (TMA pages; sm_90a only).
 class MlaDecodeWgmmaGpu : public TemplateOnGpu {
 protected:
     void SetUp() override { load("mla_decode", 90, "bench/attention/mla_hypothesis/shared_kv_wgmma.cu"); }
-};
-
-class SparseMlaDecodeWgmmaGpu : public TemplateOnGpu {
-protected:
-    void SetUp() override
-    {
-        load("sparse_mla_decode", 90, "kernels/problems/sparse_mla_decode/template_sm90_wgmma.cu");
-    }
 };
 
 // rmsnorm's cluster-split template (kernels/problems/rmsnorm/template_sm90.cu), not yet in its arch_templates.
@@ -313,7 +311,7 @@ TEST_F(MlaDecodeGpu, DroppingTheLastTokenOrPageIsCaught)
     }
 }
 
-TEST_F(SparseMlaDecodeGpu, TensorCoreTemplatePassesAcrossItsSpace)
+TEST_F(SparseMlaDecodeMmaSyncGpu, TensorCoreTemplatePassesAcrossItsSpace)
 {
     for (const kl::ParamValues& p :
         { kl::ParamValues {}, kl::ParamValues { { "BN", 64 }, { "STAGES", 2 }, { "WAVES", 3 } },
@@ -321,7 +319,7 @@ TEST_F(SparseMlaDecodeGpu, TensorCoreTemplatePassesAcrossItsSpace)
         expectCorrect(p);
 }
 
-TEST_F(SparseMlaDecodeGpu, DroppingTheLastListedRowIsCaught)
+TEST_F(SparseMlaDecodeMmaSyncGpu, DroppingTheLastListedRowIsCaught)
 {
     const std::string src = replaced(source, "const int tEnd = min(listed,", "const int tEnd = min(listed - 1,");
     const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
@@ -346,13 +344,14 @@ TEST_F(MlaDecodeWgmmaGpu, DroppingTheLastTokenOrPageIsCaught)
     }
 }
 
-TEST_F(SparseMlaDecodeWgmmaGpu, WgmmaTemplatePassesAcrossItsSpace)
+TEST_F(SparseMlaDecodeGpu, WgmmaTemplatePassesAcrossItsSpace)
 {
+    EXPECT_EQ(ev->problem().templateFor(kl::archNumber(ev->device())), "template_sm90.cu");
     for (const kl::ParamValues& p : { kl::ParamValues {}, kl::ParamValues { { "WAVES", 3 } } })
         expectCorrect(p);
 }
 
-TEST_F(SparseMlaDecodeWgmmaGpu, DroppingTheLastListedRowIsCaught)
+TEST_F(SparseMlaDecodeGpu, DroppingTheLastListedRowIsCaught)
 {
     const std::string src = replaced(source, "w.tEnd = min(listed,", "w.tEnd = min(listed - 1,");
     const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});

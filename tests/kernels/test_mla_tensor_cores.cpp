@@ -1,9 +1,9 @@
 // DeepSeek MLA decode on tensor cores (mma.sync bf16, ldmatrix, cp.async): mla_decode's shared-KV candidate (the
-// engineer's hypothesis, bench/attention/mla_hypothesis/shared_kv.cu) and sparse_mla_decode's sm_90 template. Both
+// engineer's hypothesis, bench/attention/mla_hypothesis/shared_kv.cu) and sparse_mla_decode's sm_100 template. Both
 // parse against their problem and pass the referee's rules, fit an H200 at every shape the harness runs, compile for
 // sm_80 and sm_90a across their tile sizes without spills (the 32 x 128 O accumulators live in registers), and keep
-// every split grid within the workspace, which cannot name the SM count. The sparse template seeds sessions from
-// sm_90 (its 72 KB Q tile and two stages of 64 rows need 226 KB of shared memory).
+// every split grid within the workspace, which cannot name the SM count. The sparse template seeds sessions on
+// sm_100 (its 72 KB Q tile and two stages of 64 rows need 226 KB of shared memory; sm_90a takes the wgmma one).
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 #include "core/loop_device_limits.h"
@@ -26,7 +26,7 @@ struct MlaKernel {
 };
 
 const MlaKernel kDense { "mla_decode", kRoot / "bench" / "attention" / "mla_hypothesis" / "shared_kv.cu" };
-const MlaKernel kSparse { "sparse_mla_decode", kProblems / "sparse_mla_decode" / "template_sm90.cu" };
+const MlaKernel kSparse { "sparse_mla_decode", kProblems / "sparse_mla_decode" / "template_mma_sync.cu" };
 
 using kl::test::deviceModel;
 using kl::test::harnessShapes;
@@ -113,15 +113,16 @@ INSTANTIATE_TEST_SUITE_P(
         return std::string(p.param.problem) == "mla_decode" ? "SharedKvCandidate" : "SparseTemplateSm80";
     });
 
-// Where the sparse template seeds a session: sm_90+ (227 KB a block), where its defaults (BN 64, two stages) fit; sm_80
-// (163 KB) would take only BN 32, sm_86 / sm_89 / sm_120 (99 KB) nothing: those keep the portable template.
-TEST(SparseMlaTensorCores, ChosenFromSm90WhereTheSharedMemoryHoldsQAndTwoStages)
+// Where the sparse mma.sync template seeds a session: sm_100 (227 KB a block, no wgmma), where its defaults (BN 64, two
+// stages) fit; sm_90a takes the wgmma template; sm_80 (163 KB) would take only BN 32, sm_86 / sm_89 / sm_120 (99 KB)
+// nothing: those keep the portable template.
+TEST(SparseMlaTensorCores, ChosenForSm100WhereTheSharedMemoryHoldsQAndTwoStagesButNoWgmma)
 {
     const kl::Problem p = kl::loadProblem((kProblems / "sparse_mla_decode").string());
     for (const int arch : { 75, 80, 86, 89, 120 })
         EXPECT_EQ(p.templateFor(arch), "template.cu") << arch;
-    for (const int arch : { 90, 100 })
-        EXPECT_EQ(p.templateFor(arch), "template_sm90.cu") << arch;
+    EXPECT_EQ(p.templateFor(90), "template_sm90.cu");
+    EXPECT_EQ(p.templateFor(100), "template_mma_sync.cu");
     const kl::KernelSpec spec = kl::parseKernelSpec(kl::test::readTextFile(kSparse.source), p);
     const auto shapes = kl::shapesOf(p);
     const kl::DeviceInfo ampere = deviceModel(8, 0, 163);

@@ -1,10 +1,10 @@
 // DeepSeek MLA decode on Hopper's warpgroup MMA: mla_decode's wgmma candidate (bench/attention/mla_hypothesis/
-// shared_kv_wgmma.cu: TMA pages) and sparse_mla_decode's (kernels/problems/sparse_mla_decode/template_sm90_wgmma.cu:
-// cp.async gathers). Both parse against their problem and pass the referee's rules, fit an H200 at every shape the
-// harness runs (384 threads, the Q tile and two KV buffers in 218 KB, the sparse list on top) and no other arch,
-// compile for sm_90a without spills into wgmma with registers moved from the producer to the consumers, declare a
-// tensor map the encoder accepts at every shape (dense), and keep every split grid within the workspace, which cannot
-// name the SM count. The GPU side is bench/attention/mla_wgmma/gpu-run.sh.
+// shared_kv_wgmma.cu: TMA pages) and sparse_mla_decode's sm_90a template (kernels/problems/sparse_mla_decode/
+// template_sm90.cu: cp.async gathers). Both parse against their problem and pass the referee's rules, fit an H200 at
+// every shape the harness runs (384 threads, the Q tile and two KV buffers in 218 KB, the sparse list on top) and no
+// other arch, compile for sm_90a without spills into wgmma with registers moved from the producer to the consumers,
+// declare a tensor map the encoder accepts at every shape (dense), and keep every split grid within the workspace,
+// which cannot name the SM count. The GPU side is bench/attention/mla_wgmma/gpu-run.sh.
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 #include "core/loop_device_limits.h"
@@ -31,7 +31,7 @@ struct WgmmaKernel {
 
 const WgmmaKernel kDense { "mla_decode", kRoot / "bench" / "attention" / "mla_hypothesis" / "shared_kv_wgmma.cu",
     1024 + 3 * 73728 + 1024, { "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes" } };
-const WgmmaKernel kSparse { "sparse_mla_decode", kProblems / "sparse_mla_decode" / "template_sm90_wgmma.cu",
+const WgmmaKernel kSparse { "sparse_mla_decode", kProblems / "sparse_mla_decode" / "template_sm90.cu",
     1024 + 3 * 73728 + 1024 + 2048 * 4, { "cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc" } };
 
 void PrintTo(const WgmmaKernel& k, std::ostream* os)

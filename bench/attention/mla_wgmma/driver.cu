@@ -1,6 +1,6 @@
 // Standalone check and timing of the wgmma MLA decode kernels, dense (bench/attention/mla_hypothesis/
-// shared_kv_wgmma.cu) and sparse (kernels/problems/sparse_mla_decode/template_sm90_wgmma.cu), next to the mma.sync
-// kernels they would replace (shared_kv.cu, template_sm90.cu). The candidate files are #included as the harness
+// shared_kv_wgmma.cu) and sparse (kernels/problems/sparse_mla_decode/template_sm90.cu), next to the mma.sync
+// kernels (shared_kv.cu, template_mma_sync.cu). The candidate files are #included as the harness
 // compiles them (their parameters as defines), each in its own namespace.
 //
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o mla_wgmma_driver driver.cu -lcuda
@@ -101,7 +101,7 @@ __global__ void probeTma(const __grid_constant__ TensorMap map, int page, __nv_b
 } // namespace dense_wgmma
 
 namespace sparse_wgmma {
-#include "../../../kernels/problems/sparse_mla_decode/template_sm90_wgmma.cu"
+#include "../../../kernels/problems/sparse_mla_decode/template_sm90.cu"
 #include "wgmma_probes.cuh"
 } // namespace sparse_wgmma
 
@@ -110,7 +110,7 @@ namespace dense_mma {
 }
 
 namespace sparse_mma {
-#include "../../../kernels/problems/sparse_mla_decode/template_sm90.cu"
+#include "../../../kernels/problems/sparse_mla_decode/template_mma_sync.cu"
 }
 
 namespace {
@@ -769,7 +769,7 @@ struct SparseCase {
 
 int sparse()
 {
-    std::printf("== sparse: sparse_mla_decode_wgmma (template_sm90_wgmma.cu) and the mma.sync template vs reference\n");
+    std::printf("== sparse: sparse_mla_decode_wgmma (template_sm90.cu) and the mma.sync template vs reference\n");
     setSharedLimits();
     const SparseCase cases[] = {
         { 1, 1, 1, 0, 0.f, false, true, "one page: 64 positions listed" },

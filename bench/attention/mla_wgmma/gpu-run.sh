@@ -63,10 +63,10 @@ done
 if [ -x "$BUILD/cli/kloop" ]; then
     export KL_WORKER=${KL_WORKER:-$BUILD/kernels/kloop-worker}
     candidates=("mla_decode bench/attention/mla_hypothesis/shared_kv_wgmma.cu"
-        "sparse_mla_decode kernels/problems/sparse_mla_decode/template_sm90_wgmma.cu")
+        "sparse_mla_decode kernels/problems/sparse_mla_decode/template_sm90.cu")
     if [ "${EVAL_OLD:-0}" = 1 ]; then
         candidates+=("mla_decode bench/attention/mla_hypothesis/shared_kv.cu"
-            "sparse_mla_decode kernels/problems/sparse_mla_decode/template_sm90.cu")
+            "sparse_mla_decode kernels/problems/sparse_mla_decode/template_mma_sync.cu")
     fi
     for c in "${candidates[@]}"; do
         set -- $c
