@@ -1,8 +1,10 @@
 #include "tests/kernels/tensor_core_compile_check.h"
 
+#include "core/json_io.h"
 #include "core/loop_device_limits.h"
 #include "kernels/referee/referee.h"
 #include "kernels/shape_sampler.h"
+#include "tests/support/text_file.h"
 
 #include <filesystem>
 #include <future>
@@ -10,6 +12,18 @@
 #include <random>
 
 namespace kl::test {
+
+void CandidateFile::load(const std::filesystem::path& problemFolder, const std::filesystem::path& sourceFile)
+{
+    problem = loadProblem(problemFolder.string());
+    source = readTextFile(sourceFile);
+    spec = parseKernelSpec(source, problem);
+}
+
+std::string violation(const std::optional<VerdictReason>& why)
+{
+    return why ? why->rule + ": " + why->message : "";
+}
 
 DeviceInfo deviceModel(int major, int minor, std::int64_t sharedOptinKiB, int maxThreadsPerSm)
 {

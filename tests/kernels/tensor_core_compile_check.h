@@ -1,17 +1,31 @@
 #pragma once
 // Shared by the kernel-template tests of test_kernels_archs: the sm_80-instruction attention kernels
-// (decode_attention's template, the MLA kernels) and the memory-bound sm_90 templates.
+// (decode_attention's templates, the MLA kernels on mma.sync and wgmma) and the memory-bound sm_90 templates.
 #include "core/device.h"
+#include "core/evaluation.h"
 #include "core/kernel_spec.h"
 #include "core/problem.h"
 #include "kernels/nvrtc_compiler.h"
 
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace kl::test {
+
+// A candidate file parsed against its problem as the harness reads it: the template tests' fixture state.
+struct CandidateFile {
+    void load(const std::filesystem::path& problemFolder, const std::filesystem::path& sourceFile);
+    Problem problem;
+    std::string source;
+    KernelSpec spec;
+};
+
+// "" where the device limits admit a point, else the refusal as "rule: message".
+std::string violation(const std::optional<VerdictReason>& why);
 
 // A device of compute capability major.minor with the figures the device limits read (CUDA programming guide,
 // compute capability tables): 48 KiB of shared memory per block without opting in, sharedOptinKiB with, 64K

@@ -24,23 +24,11 @@ const std::filesystem::path kProblem
 
 using kl::test::deviceModel;
 using kl::test::harnessShapes;
+using kl::test::violation;
 
-std::string violation(const std::optional<kl::VerdictReason>& why)
-{
-    return why ? why->rule + ": " + why->message : "";
-}
-
-class DecodeAttentionSm90 : public ::testing::Test {
+class DecodeAttentionSm90 : public ::testing::Test, protected kl::test::CandidateFile {
 protected:
-    void SetUp() override
-    {
-        problem = kl::loadProblem(kProblem.string());
-        source = kl::test::readTextFile(kProblem / "template_sm90.cu");
-        spec = kl::parseKernelSpec(source, problem);
-    }
-    kl::Problem problem;
-    std::string source;
-    kl::KernelSpec spec;
+    void SetUp() override { load(kProblem, kProblem / "template_sm90.cu"); }
 };
 
 } // namespace

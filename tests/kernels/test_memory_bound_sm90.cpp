@@ -22,14 +22,9 @@ const std::filesystem::path kProblems = std::filesystem::path(KL_SOURCE_DIR) / "
 using kl::test::harnessShapes;
 
 // A problem with its template_sm90.cu parsed against it.
-class Sm90TemplateTest : public ::testing::Test {
+class Sm90TemplateTest : public ::testing::Test, protected kl::test::CandidateFile {
 protected:
-    void load(const std::string& name)
-    {
-        problem = kl::loadProblem((kProblems / name).string());
-        source = kl::test::readTextFile(kProblems / name / "template_sm90.cu");
-        spec = kl::parseKernelSpec(source, problem);
-    }
+    void load(const std::string& name) { CandidateFile::load(kProblems / name, kProblems / name / "template_sm90.cu"); }
     // The PTX of the template compiled for sm_90a at each point, each module checked by expectModulesWithoutSpills.
     std::vector<std::string> compileWithoutSpills(const std::vector<kl::ParamValues>& points) const
     {
@@ -40,9 +35,6 @@ protected:
             ptx.push_back(m->ptx);
         return ptx;
     }
-    kl::Problem problem;
-    std::string source;
-    kl::KernelSpec spec;
 };
 
 class Sm90Template : public Sm90TemplateTest, public ::testing::WithParamInterface<const char*> {

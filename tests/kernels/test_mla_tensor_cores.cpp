@@ -30,23 +30,11 @@ const MlaKernel kSparse { "sparse_mla_decode", kProblems / "sparse_mla_decode" /
 
 using kl::test::deviceModel;
 using kl::test::harnessShapes;
+using kl::test::violation;
 
-std::string violation(const std::optional<kl::VerdictReason>& why)
-{
-    return why ? why->rule + ": " + why->message : "";
-}
-
-class MlaTensorCores : public ::testing::TestWithParam<MlaKernel> {
+class MlaTensorCores : public ::testing::TestWithParam<MlaKernel>, protected kl::test::CandidateFile {
 protected:
-    void SetUp() override
-    {
-        problem = kl::loadProblem((kProblems / GetParam().problem).string());
-        source = kl::test::readTextFile(GetParam().source);
-        spec = kl::parseKernelSpec(source, problem);
-    }
-    kl::Problem problem;
-    std::string source;
-    kl::KernelSpec spec;
+    void SetUp() override { load(kProblems / GetParam().problem, GetParam().source); }
 };
 
 } // namespace

@@ -41,23 +41,11 @@ void PrintTo(const WgmmaKernel& k, std::ostream* os)
 
 using kl::test::deviceModel;
 using kl::test::harnessShapes;
+using kl::test::violation;
 
-std::string violation(const std::optional<kl::VerdictReason>& why)
-{
-    return why ? why->rule + ": " + why->message : "";
-}
-
-class MlaWgmma : public ::testing::TestWithParam<WgmmaKernel> {
+class MlaWgmma : public ::testing::TestWithParam<WgmmaKernel>, protected kl::test::CandidateFile {
 protected:
-    void SetUp() override
-    {
-        problem = kl::loadProblem((kProblems / GetParam().problem).string());
-        source = kl::test::readTextFile(GetParam().source);
-        spec = kl::parseKernelSpec(source, problem);
-    }
-    kl::Problem problem;
-    std::string source;
-    kl::KernelSpec spec;
+    void SetUp() override { load(kProblems / GetParam().problem, GetParam().source); }
 };
 
 } // namespace
