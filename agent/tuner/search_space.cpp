@@ -91,22 +91,21 @@ SearchSpace SearchSpace::build(
             return "";
         });
     }
+    auto deviceCheck = [&](const KernelSpec& part) {
+        checks.emplace_back(spec, part, [&shapes, &device, part](const ParamValues& p) -> std::string {
+            const auto why = checkDeviceLimits(part, p, shapes, device);
+            return why ? why->rule : "";
+        });
+    };
     KernelSpec arch = spec;
     arch.launches.clear();
+    deviceCheck(arch);
     for (const auto& l : spec.launches) {
         KernelSpec one = spec;
         one.constraints.clear();
         one.launches = { l };
-        checks.emplace_back(spec, one, [&shapes, &device, one](const ParamValues& p) -> std::string {
-            const auto why = checkDeviceLimits(one, p, shapes, device);
-            return why ? why->rule : "";
-        });
+        deviceCheck(one);
     }
-    checks.emplace(checks.begin() + static_cast<std::ptrdiff_t>(spec.constraints.size()), spec, arch,
-        [&shapes, &device, arch](const ParamValues& p) -> std::string {
-            const auto why = checkDeviceLimits(arch, p, shapes, device);
-            return why ? why->rule : "";
-        });
     s.m_stats.afterConstraints = 0;
     for (const ParamValues& p : all) {
         std::string rule;

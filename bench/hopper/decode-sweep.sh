@@ -75,8 +75,9 @@ done
 
 echo "== kloop eval gemm_bf16 (as shipped) at the defaults: one tuner evaluation"
 start=$(date +%s.%N)
-[[ $hung -eq 0 ]] && { timeout 150 "$KLOOP" eval "$ROOT/kernels/problems/gemm_bf16" --json >"$OUT/eval-shipped.json" \
-    2>"$OUT/eval-shipped.err" || rc=1; }
+# The sm_90a template, which an H200 session seeds from (kloop eval without a file takes the portable template.cu).
+[[ $hung -eq 0 ]] && { timeout 150 "$KLOOP" eval "$ROOT/kernels/problems/gemm_bf16" \
+    "$ROOT/kernels/problems/gemm_bf16/template_sm90.cu" --json >"$OUT/eval-shipped.json" 2>"$OUT/eval-shipped.err" || rc=1; }
 python3 - "$OUT/eval-shipped.json" "$start" "$(date +%s.%N)" <<'PY'
 import json, sys
 start, end = float(sys.argv[2]), float(sys.argv[3])
