@@ -87,6 +87,9 @@ namespace {
             GpuEvaluatorOptions o;
             if (auto arch = a.option("arch"))
                 o.arch = *arch;
+            o.graphMode = a.optionOr("graph-mode", "auto");
+            if (o.graphMode != "auto" && o.graphMode != "always" && o.graphMode != "never")
+                throw InputError("--graph-mode must be auto, always or never, got '" + o.graphMode + "'");
             GpuEvaluator ev(problem, o);
             Candidate c = ev.templateCandidate(parseParams(a.optionOr("params", "")), "cli");
             if (a.positionals().size() > 1) {
@@ -214,7 +217,7 @@ namespace {
 
     CommandRegistration reg { { "eval", "compile, verify and time one candidate with the GPU harness",
         "kloop eval <problem> [candidate.cu] [--params K=V,...] [--seconds S] [--held-out N] "
-        "[--seed N] [--session DIR] [--language cuda|triton] [--json]\n"
+        "[--seed N] [--session DIR] [--language cuda|triton] [--graph-mode auto|always|never] [--json]\n"
         "  The candidate's language: --language, else its extension (.py Triton, .cu CUDA); a file whose source is\n"
         "  the other language is refused, naming the file. Without a candidate, --language triton takes the\n"
         "  problem's Triton template.\n"
@@ -222,13 +225,15 @@ namespace {
         "wins).\n"
         "  Without candidate.cu the problem's portable template (problem.json \"template\", not an arch template)\n"
         "  is evaluated with --params (defaults for the rest); name an arch template's file to evaluate it.\n"
+        "  --graph-mode: time every shape as CUDA graph replays (always, as decode runs in serving), as\n"
+        "  back-to-back launches (never), or graphs only under 20 us (auto, the default).\n"
         "  --compile-only --arch sm_90a: NVRTC to CUBIN without a GPU; prints registers, spills and the "
         "referee's source and PTX reasons (exit 1 on a rejecting one).\n"
         "  A device (or --arch) older than the problem's min_arch, or a configuration its architecture\n"
         "  lacks (a constraint naming ARCH), is refused before compiling.\n"
         "  Exit 0 when the verdict is correct, 1 otherwise.",
-        { "json", "compile-only" }, { "arch", "params", "seconds", "held-out", "seed", "session", "language" },
-        &runEval } };
+        { "json", "compile-only" },
+        { "arch", "params", "seconds", "held-out", "seed", "session", "language", "graph-mode" }, &runEval } };
 
 } // namespace
 } // namespace kl::cli
