@@ -319,9 +319,11 @@ struct Schedule {
 // Stream-K's fix-up of a tile that several clusters' ranges share. Each block leaves its fp32 partial in its slot (two
 // per block; the accumulator fragments as they lie in registers, so a warp stores 512 contiguous bytes) and adds its
 // k-blocks to the tile's counter; the one whose arrival completes the tile's k-blocks adds the others' partials to
-// its own and stores the tile. It leaves the counter at zero and discards every slot's lines from L2 after reading
-// them (nobody reads them again; they are not written back). Returns whether this block stores the tile. Two
-// contributors' sum is the same whichever arrives last; with three or more the order follows the arrivals.
+// its own and stores the tile. A block that finds every other piece already counted (the common case at the end of
+// a range: the other pieces ran at the start of theirs) skips its own partial and the atomic. The last one leaves
+// the counter at zero and discards the slots' lines from L2 after reading them (nobody reads them again; they are
+// not written back). Returns whether this block stores the tile. Two contributors' sum is the same whichever
+// arrives last; with three or more the order follows the arrivals.
 __device__ __forceinline__ bool stream_fixup(float (&acc)[BN / 2], const Schedule& s, const Work& u, float* part,
     int* arrivals, unsigned rank, int c, int t, int& lastShared)
 {
@@ -338,18 +340,28 @@ __device__ __forceinline__ bool stream_fixup(float (&acc)[BN / 2], const Schedul
             for (int q = 0; q < BN / 8; ++q)
                 asm volatile("discard.global.L2 [%0], 128;" ::"l"(p + q * QUAD_STRIDE) : "memory");
     };
-    float4* mine = slot(s.cluster);
-#pragma unroll
-    for (int q = 0; q < BN / 8; ++q)
-        __stcg(mine + q * QUAD_STRIDE, make_float4(acc[q * 4], acc[q * 4 + 1], acc[q * 4 + 2], acc[q * 4 + 3]));
-    __threadfence();
-    consumers_sync();
     int* counter = &arrivals[u.mt * s.nTiles + u.nt];
-    if (c == 0 && t == 0)
-        lastShared = atomicAdd(counter, u.kCount) + u.kCount == s.kBlocks;
+    consumers_sync(); // every consumer has read lastShared of the previous fix-up
+    if (c == 0 && t == 0) {
+        int counted;
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(counted) : "l"(counter) : "memory");
+        lastShared = counted + u.kCount == s.kBlocks;
+    }
     consumers_sync();
-    if (!lastShared)
-        return false;
+    float4* mine = slot(s.cluster);
+    const bool wroteMine = !lastShared;
+    if (wroteMine) {
+#pragma unroll
+        for (int q = 0; q < BN / 8; ++q)
+            __stcg(mine + q * QUAD_STRIDE, make_float4(acc[q * 4], acc[q * 4 + 1], acc[q * 4 + 2], acc[q * 4 + 3]));
+        __threadfence();
+        consumers_sync();
+        if (c == 0 && t == 0)
+            lastShared = atomicAdd(counter, u.kCount) + u.kCount == s.kBlocks;
+        consumers_sync();
+        if (!lastShared)
+            return false;
+    }
     __threadfence();
     if (c == 0 && t == 0)
         *counter = 0; // every contributor has arrived: the next launch finds it as the harness leaves it
@@ -368,7 +380,8 @@ __device__ __forceinline__ bool stream_fixup(float (&acc)[BN / 2], const Schedul
         }
         discard(theirs);
     }
-    discard(mine);
+    if (wroteMine)
+        discard(mine);
     return true;
 }
 
