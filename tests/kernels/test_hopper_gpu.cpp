@@ -190,31 +190,6 @@ TEST_F(HopperGpu, TmaWgmmaTemplatePassesWithSplitKClustersAndInKernelReduction)
         expectCorrect(p);
 }
 
-// Stream-K (the k-blocks of the last tiles cut into one range per cluster, shared tiles fixed up from fp32 partials):
-// 128 x 128 tiles, 64 x 128 tiles in clusters of two with B multicast, both with SKINNY_M = 64 so that the tuning
-// shapes at M = 128 (fewer tiles than SMs: all of it streamed) take them, and the default 128 x 256 tiles with the
-// register split (4096^3 and 8192^3: whole waves, then the last tiles streamed).
-TEST_F(HopperGpu, StreamKPassesWithAndWithoutClusters)
-{
-    for (const kl::ParamValues& p :
-        { kl::ParamValues { { "BM", 128 }, { "BN", 128 }, { "STAGES", 6 }, { "STREAMK", 1 }, { "SKINNY_M", 64 } },
-            kl::ParamValues {
-                { "BM", 64 }, { "BN", 128 }, { "STAGES", 8 }, { "CM", 2 }, { "STREAMK", 1 }, { "SKINNY_M", 64 } },
-            kl::ParamValues { { "STREAMK", 1 }, { "REGSPLIT", 1 } } })
-        expectCorrect(p);
-}
-
-// A fix-up that leaves out the partial of the last range sharing the tile (it ran the tile's end first, so it is
-// rarely the one that arrives last) is caught.
-TEST_F(HopperGpu, LeavingAPieceOutOfTheStreamKFixUpIsCaught)
-{
-    const std::string src = replaced(source, "g <= s.owner(first + s.kBlocks - 1)", "g < s.owner(first + s.kBlocks - 1)");
-    const kl::ParamValues p { { "BN", 128 }, { "STAGES", 6 }, { "STREAMK", 1 }, { "SKINNY_M", 64 } };
-    const auto e = ev->evaluate(candidate(src, p, "dropped-piece"), quick(), kl::CancelToken {});
-    EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << reasonsText(e);
-    EXPECT_FALSE(e.correctEverywhere());
-}
-
 // The skinny path (M <= 128: the decode tuning shapes, the verify shapes M = 1, 33, 128 and held-out decode shapes)
 // at its defaults and at points that change the column tile and the splits: 64-row tiles with at most 2 splits (two
 // blocks share an SM at N = 14336), 256-row tiles with up to 8, splits of at most 4, none.

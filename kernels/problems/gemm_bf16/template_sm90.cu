@@ -20,17 +20,11 @@
 //  - Split-K: with SPLITK > 1 each unit writes fp32 partials to the workspace; REDUCE=0 sums them in
 //    a second kernel launched with programmatic dependent launch, REDUCE=1 in the GEMM itself: the split that
 //    arrives last at its tile's counter adds the others' partials (no second launch, no waiting).
-//  - Stream-K: with STREAMK = 1 the k-blocks of the last tiles (all tiles where there are fewer than clusters) are cut
-//    into one equal contiguous range per cluster, crossing tile boundaries, so every SM streams the same share of the
-//    weights whatever the tile count (M = 128: 32 to 112 tiles of 128 columns on 132 SMs). A tile shared by several
-//    ranges is summed the REDUCE = 1 way, from fp32 partials in two slots per block (a workspace cannot name
-//    SM_COUNT, so the grid stops at 256 blocks, which the slots are sized for).
 // @kl:param BM = 128 in [64, 128]
 // @kl:param BN = 256 in [64, 128, 256]
 // @kl:param STAGES = 4 in [2, 3, 4, 5, 6, 8]
 // @kl:param SPLITK = 1 in [1, 2, 4, 8, 16]
 // @kl:param REDUCE = 0 in [0, 1]
-// @kl:param STREAMK = 0 in [0, 1]
 // @kl:param CM = 1 in [1, 2]
 // @kl:param GROUP = 8 in [1, 4, 8, 16]
 // @kl:param RASTER = 0 in [0, 1]
@@ -42,14 +36,13 @@
 // @kl:constraint STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES <= 232448
 // @kl:constraint REGSPLIT == 0 || BM == 128
 // @kl:constraint REDUCE == 0 || SPLITK > 1
-// @kl:constraint STREAMK == 0 || SPLITK == 1
-// @kl:workspace part bytes=(M > SKINNY_M ? (SPLITK > 1 ? SPLITK * M * N * 4 : 0) + (STREAMK == 1 ? 2 * CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * div(K, 64), div(256, CM)) * BM * BN * 4 : 0) : 0) init=poison
-// @kl:workspace arrivals bytes=(M > SKINNY_M && (REDUCE == 1 || STREAMK == 1) ? ceil_div(M, BM) * ceil_div(N, BN) * 4 : 0) init=zero
+// @kl:workspace part bytes=(M > SKINNY_M && SPLITK > 1 ? SPLITK * M * N * 4 : 0) init=poison
+// @kl:workspace arrivals bytes=(M > SKINNY_M && REDUCE == 1 ? ceil_div(M, BM) * ceil_div(N, BN) * 4 : 0) init=zero
 // @kl:tensormap tmA tensor=A box=(64, BM) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmB tensor=B box=(64, BN / CM) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmW tensor=B box=(64, SBN) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmX tensor=A box=(64, 16) swizzle=128B l2promo=256B oob=zero
-// @kl:launch gemm_tma_wgmma grid=(M > SKINNY_M ? CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * (STREAMK == 1 ? div(K, 64) : SPLITK), div(STREAMK == 1 ? min(SM_COUNT, 256) : SM_COUNT, CM)) : 0) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
+// @kl:launch gemm_tma_wgmma grid=(M > SKINNY_M ? CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * SPLITK, div(SM_COUNT, CM)) : 0) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
 // @kl:launch gemm_splitk_reduce grid=(M > SKINNY_M && SPLITK > 1 && REDUCE == 0 ? ceil_div(M * N, 1024) : 0) block=(256) pdl=1 args=(C, part, M, N)
 // @kl:launch gemm_skinny grid=(M <= SKINNY_M ? max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))) : 0, ceil_div(N, SBN)) block=((SBN / 64 + 1) * 128) smem=(1024 + max(max(2, div(div(220 * 1024, ceil_div(ceil_div(N, SBN), SM_COUNT)), (SBN + max(16, next_pow2(min(M, 128)))) * 128)) * (SBN + max(16, next_pow2(min(M, 128)))) * 128, max(16, next_pow2(min(M, 128))) * (SBN + 4) * 4)) cluster=(max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))), 1, 1) args=(tmW, tmX, C, M, N, K)
 #include <cuda_bf16.h>
@@ -107,36 +100,6 @@ __device__ __forceinline__ void tma_load_2d_multicast(
 {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;"
                  ::"r"(smem_u32(dst)), "l"(map), "r"(inner), "r"(outer), "r"(smem_u32(bar)), "h"(ctaMask)
-                 : "memory");
-}
-
-__device__ __forceinline__ void tma_load_2d_hint(
-    void* dst, const TensorMap* map, int inner, int outer, unsigned long long* bar, unsigned long long policy)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;"
-                 ::"r"(smem_u32(dst)), "l"(map), "r"(inner), "r"(outer), "r"(smem_u32(bar)), "l"(policy)
-                 : "memory");
-}
-
-// L2 eviction priorities for the cache-hinted copies: data read once first, data read again last.
-__device__ __forceinline__ unsigned long long l2_policy_evict_first()
-{
-    unsigned long long p;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-    return p;
-}
-__device__ __forceinline__ unsigned long long l2_policy_evict_last()
-{
-    unsigned long long p;
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-    return p;
-}
-
-__device__ __forceinline__ void tma_load_2d_multicast_hint(void* dst, const TensorMap* map, int inner, int outer,
-    unsigned long long* bar, unsigned short ctaMask, unsigned long long policy)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;"
-                 ::"r"(smem_u32(dst)), "l"(map), "r"(inner), "r"(outer), "r"(smem_u32(bar)), "h"(ctaMask), "l"(policy)
                  : "memory");
 }
 
@@ -231,158 +194,29 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], unsigned long lon
 #endif
 }
 
-// One item of a cluster's walk: this block's tile (mt, nt), its k-blocks [kBegin, +kCount), the split of K (split-K)
-// and, for stream-K, the tile's index among the streamed tiles.
 struct Work {
-    int mt, nt, kBegin, kCount, split, streamTile;
+    int mt, nt, kBegin, kCount, split;
 };
 
-// The walk of one cluster; every block of a cluster walks the same items, each its own row of the cluster's CM
-// vertically adjacent tiles ("cluster tiles", numbered in the grouped raster). Host code too: bench/hopper/
-// streamk_check.cu checks the partition on the CPU.
-//  - SPLITK = 1, STREAMK = 0: cluster tiles cluster, cluster + clusters, ... whole.
-//  - SPLITK > 1: units (cluster tile x split) the same way, each split a fixed share of K.
-//  - STREAMK = 1: the k-blocks of the last tiles (one to two waves' worth; all of them where there are fewer tiles
-//    than clusters) form one stream cut into equal contiguous ranges, one per cluster, crossing tile boundaries; a
-//    cluster walks its range first, then its share of the full waves before those tiles, whole.
-struct Schedule {
-    int mGroups, nTiles, kBlocks, tiles, cluster, clusters;
-    int dpTiles; // cluster tiles [0, dpTiles) run whole; stream-K only
-    long long streamBlocks, begin, end; // k-blocks of tiles [dpTiles, tiles); this cluster's range of them
-    int streamItems, items;
-
-    __host__ __device__ Schedule(int M, int N, int K, int cluster_, int clusters_)
-    {
-        mGroups = ((M + BM - 1) / BM + CM - 1) / CM;
-        nTiles = (N + BN - 1) / BN;
-        kBlocks = K / BK;
-        tiles = mGroups * nTiles;
-        cluster = cluster_;
-        clusters = clusters_;
-        if (STREAMK == 1) {
-            dpTiles = tiles % clusters == 0 ? tiles : max(0, tiles / clusters - 1) * clusters;
-            streamBlocks = static_cast<long long>(tiles - dpTiles) * kBlocks;
-            begin = rangeBegin(cluster);
-            end = rangeBegin(cluster + 1);
-            streamItems = begin < end ? static_cast<int>((end - 1) / kBlocks - begin / kBlocks + 1) : 0;
-            items = streamItems + (dpTiles - cluster + clusters - 1) / clusters;
-        } else {
-            const int units = tiles * SPLITK;
-            items = (units - cluster + clusters - 1) / clusters;
-        }
-    }
-
-    // Cluster g's range of the stream starts here; it ends where g + 1's starts.
-    __host__ __device__ long long rangeBegin(int g) const { return g * streamBlocks / clusters; }
-    // The cluster whose range holds stream k-block x: the last g with rangeBegin(g) <= x.
-    __host__ __device__ int owner(long long x) const { return static_cast<int>(((x + 1) * clusters - 1) / streamBlocks); }
-    // Cluster g's partial of streamed tile j lies in its slot 0 when j is the first tile of its range, else in slot 1
-    // (its last): a range touches at most two tiles it does not cover whole.
-    __host__ __device__ int slotOf(int g, int j) const { return rangeBegin(g) >= static_cast<long long>(j) * kBlocks ? 0 : 1; }
-
-    __host__ __device__ Work item(int i, unsigned rank) const
-    {
-        Work u;
-        int tile;
-        u.split = 0;
-        u.streamTile = -1;
-        u.kBegin = 0;
-        u.kCount = kBlocks;
-        if (STREAMK == 1 && i < streamItems) {
-            const int j = static_cast<int>(begin / kBlocks) + i;
-            const long long first = static_cast<long long>(j) * kBlocks;
-            u.kBegin = static_cast<int>(max(begin, first) - first);
-            u.kCount = static_cast<int>(min(end, first + kBlocks) - first) - u.kBegin;
-            u.streamTile = j;
-            tile = dpTiles + j;
-        } else if (STREAMK == 1) {
-            tile = cluster + (i - streamItems) * clusters;
-        } else {
-            const int w = cluster + i * clusters;
-            tile = w % tiles;
-            u.split = w / tiles;
-            const int per = (kBlocks + SPLITK - 1) / SPLITK;
-            u.kBegin = u.split * per;
-            u.kCount = max(0, min(kBlocks, u.kBegin + per) - u.kBegin);
-        }
-        // Grouped raster: GROUP consecutive tiles along the major direction share their panel of the other operand.
-        const int major = RASTER == 0 ? mGroups : nTiles, minor = RASTER == 0 ? nTiles : mGroups;
-        const int perGroup = GROUP * minor, firstOfGroup = tile / perGroup * GROUP;
-        const int rows = min(major - firstOfGroup, GROUP);
-        const int a = firstOfGroup + (tile % perGroup) % rows, b = (tile % perGroup) / rows;
-        u.mt = (RASTER == 0 ? a : b) * CM + static_cast<int>(rank);
-        u.nt = RASTER == 0 ? b : a;
-        return u;
-    }
-};
-
-// Stream-K's fix-up of a tile that several clusters' ranges share. Each block leaves its fp32 partial in its slot (two
-// per block; the accumulator fragments as they lie in registers, so a warp stores 512 contiguous bytes) and adds its
-// k-blocks to the tile's counter; the one whose arrival completes the tile's k-blocks adds the others' partials to
-// its own and stores the tile. A block that finds every other piece already counted (the common case at the end of
-// a range: the other pieces ran at the start of theirs) skips its own partial and the atomic. The last one leaves
-// the counter at zero and discards the slots' lines from L2 after reading them (nobody reads them again; they are
-// not written back). Returns whether this block stores the tile. Two contributors' sum is the same whichever
-// arrives last; with three or more the order follows the arrivals.
-__device__ __forceinline__ bool stream_fixup(float (&acc)[BN / 2], const Schedule& s, const Work& u, float* part,
-    int* arrivals, unsigned rank, int c, int t, int& lastShared)
+// Unit w of the cluster's walk; the CM blocks of a cluster take the CM vertically adjacent tiles of one unit.
+__device__ __forceinline__ Work work_unit(int w, unsigned rank, int M, int N, int K)
 {
-    constexpr int SLOT_QUADS = BM * BN / 4, QUAD_STRIDE = CONSUMERS * 128;
-    auto slot = [&](int g) {
-        return reinterpret_cast<float4*>(part) + ((long long)(g * CM + rank) * 2 + s.slotOf(g, u.streamTile)) * SLOT_QUADS
-            + c * 128 + t;
-    };
-    // A line is 8 lanes' float4s; the first of them discards it once the warp is done with it.
-    auto discard = [&](const float4* p) {
-        __syncwarp();
-        if (t % 8 == 0)
-#pragma unroll
-            for (int q = 0; q < BN / 8; ++q)
-                asm volatile("discard.global.L2 [%0], 128;" ::"l"(p + q * QUAD_STRIDE) : "memory");
-    };
-    int* counter = &arrivals[u.mt * s.nTiles + u.nt];
-    consumers_sync(); // every consumer has read lastShared of the previous fix-up
-    if (c == 0 && t == 0) {
-        int counted;
-        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(counted) : "l"(counter) : "memory");
-        lastShared = counted + u.kCount == s.kBlocks;
-    }
-    consumers_sync();
-    float4* mine = slot(s.cluster);
-    const bool wroteMine = !lastShared;
-    if (wroteMine) {
-#pragma unroll
-        for (int q = 0; q < BN / 8; ++q)
-            __stcg(mine + q * QUAD_STRIDE, make_float4(acc[q * 4], acc[q * 4 + 1], acc[q * 4 + 2], acc[q * 4 + 3]));
-        __threadfence();
-        consumers_sync();
-        if (c == 0 && t == 0)
-            lastShared = atomicAdd(counter, u.kCount) + u.kCount == s.kBlocks;
-        consumers_sync();
-        if (!lastShared)
-            return false;
-    }
-    __threadfence();
-    if (c == 0 && t == 0)
-        *counter = 0; // every contributor has arrived: the next launch finds it as the harness leaves it
-    const long long first = (long long)u.streamTile * s.kBlocks;
-    for (int g = s.owner(first); g <= s.owner(first + s.kBlocks - 1); ++g) {
-        if (g == s.cluster)
-            continue;
-        const float4* theirs = slot(g);
-#pragma unroll
-        for (int q = 0; q < BN / 8; ++q) {
-            const float4 v = __ldcg(theirs + q * QUAD_STRIDE);
-            acc[q * 4] += v.x;
-            acc[q * 4 + 1] += v.y;
-            acc[q * 4 + 2] += v.z;
-            acc[q * 4 + 3] += v.w;
-        }
-        discard(theirs);
-    }
-    if (wroteMine)
-        discard(mine);
-    return true;
+    const int mTiles = (M + BM - 1) / BM, nTiles = (N + BN - 1) / BN;
+    const int mGroups = (mTiles + CM - 1) / CM, tiles = mGroups * nTiles;
+    const int tile = w % tiles, split = w / tiles;
+    // Grouped raster: GROUP consecutive tiles along the major direction share their panel of the other operand.
+    const int major = RASTER == 0 ? mGroups : nTiles, minor = RASTER == 0 ? nTiles : mGroups;
+    const int perGroup = GROUP * minor, first = tile / perGroup * GROUP;
+    const int rows = min(major - first, GROUP);
+    const int a = first + (tile % perGroup) % rows, b = (tile % perGroup) / rows;
+    Work u;
+    u.mt = (RASTER == 0 ? a : b) * CM + static_cast<int>(rank);
+    u.nt = RASTER == 0 ? b : a;
+    const int kBlocks = K / BK, per = (kBlocks + SPLITK - 1) / SPLITK;
+    u.kBegin = split * per;
+    u.kCount = max(0, min(kBlocks, u.kBegin + per) - u.kBegin);
+    u.split = split;
+    return u;
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -412,8 +246,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     else
         __syncthreads();
 
-    const Schedule sched(M, N, K, blockIdx.x / CM, gridDim.x / CM);
-    const int nTiles = sched.nTiles;
+    const int mTiles = (M + BM - 1) / BM, nTiles = (N + BN - 1) / BN;
+    const int units = ((mTiles + CM - 1) / CM) * nTiles * SPLITK;
+    const int cluster = blockIdx.x / CM, clusters = gridDim.x / CM;
     int stage = 0;
     unsigned phase = 0;
     if (wg == 0) {
@@ -421,12 +256,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
 #endif
         if (t == 0) {
-            // With one row of cluster tiles each B panel is read once (stream-K's pieces of it never overlap): first
-            // out of L2, so the fp32 partials and A stay in it.
-            const bool streamB = STREAMK == 1 && sched.mGroups == 1;
-            const unsigned long long evictFirst = streamB ? l2_policy_evict_first() : 0;
-            for (int i = 0; i < sched.items; ++i) {
-                const Work u = sched.item(i, rank);
+            for (int w = cluster; w < units; w += clusters) {
+                const Work u = work_unit(w, rank, M, N, K);
                 for (int kb = u.kBegin; kb < u.kBegin + u.kCount; ++kb) {
                     if (CM > 1)
                         mbar_wait_cluster(&empty[stage], phase ^ 1);
@@ -434,15 +265,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         mbar_wait(&empty[stage], phase ^ 1);
                     mbar_expect_tx(&full[stage], STAGE_BYTES);
                     tma_load_2d(sA + stage * BM * BK, &tmA, kb * BK, u.mt * BM, &full[stage]);
-                    if (CM > 1 && streamB)
-                        tma_load_2d_multicast_hint(sB + stage * BN * BK + rank * (BN / CM) * BK, &tmB, kb * BK,
-                            u.nt * BN + rank * (BN / CM), &full[stage], static_cast<unsigned short>((1u << CM) - 1),
-                            evictFirst);
-                    else if (CM > 1)
+                    if (CM > 1)
                         tma_load_2d_multicast(sB + stage * BN * BK + rank * (BN / CM) * BK, &tmB, kb * BK,
                             u.nt * BN + rank * (BN / CM), &full[stage], static_cast<unsigned short>((1u << CM) - 1));
-                    else if (streamB)
-                        tma_load_2d_hint(sB + stage * BN * BK, &tmB, kb * BK, u.nt * BN, &full[stage], evictFirst);
                     else
                         tma_load_2d(sB + stage * BN * BK, &tmB, kb * BK, u.nt * BN, &full[stage]);
                     if (++stage == STAGES) {
@@ -471,8 +296,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
     };
     float acc[BN / 2];
-    for (int item = 0; item < sched.items; ++item) {
-        const Work u = sched.item(item, rank);
+    for (int w = cluster; w < units; w += clusters) {
+        const Work u = work_unit(w, rank, M, N, K);
         int previous = -1;
         for (int i = 0; i < u.kCount; ++i) {
             mbar_wait(&full[stage], phase);
@@ -501,8 +326,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 acc[j] = 0.f;
         if (u.mt * BM >= M)
             continue; // the second block of a cluster past the last row tile: it only loaded its partner's B half
-        if (STREAMK == 1 && u.kCount < sched.kBlocks && !stream_fixup(acc, sched, u, part, arrivals, rank, c, t, lastSplit))
-            continue;
         // Accumulator layout of m64nNk16: per 8 columns, rows warp*16 + lane/4 (+8), columns (lane%4)*2 (+1).
         const int row0 = u.mt * BM + c * 64 + warp * 16 + lane / 4;
 #pragma unroll
@@ -597,6 +420,27 @@ constexpr int SKINNY_MAX_STAGES = 32; // above what 220 KiB holds even at SBN = 
 constexpr int TOKEN_BOX = 16; // rows of A per copy: a 16-token tile loads no rows past the 16th
 constexpr int RED_STRIDE = SBN + 4; // floats per token row of the reduction tile: the fragment stores hit 32 banks
 
+__device__ __forceinline__ void tma_load_2d_hint(
+    void* dst, const TensorMap* map, int inner, int outer, unsigned long long* bar, unsigned long long policy)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;"
+                 ::"r"(smem_u32(dst)), "l"(map), "r"(inner), "r"(outer), "r"(smem_u32(bar)), "l"(policy)
+                 : "memory");
+}
+
+// Weights are read once (evict first); the token rows are read by every column tile (evict last).
+__device__ __forceinline__ unsigned long long l2_policy_evict_first()
+{
+    unsigned long long p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ unsigned long long l2_policy_evict_last()
+{
+    unsigned long long p;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
 
 __device__ __forceinline__ unsigned dynamic_smem_bytes()
 {
