@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # decode_attention's sm_90 template (issue 16) on the GPU in one call of under 4 minutes: decode-sweep.sh OUTDIR, with
 # BUILD_DIR (default build/) holding kloop and kloop-worker.
-#  1. The standalone driver (decode_sm90_driver.cu, nvcc) at the defaults and at a deep ring of 8-token stages: the
-#     partition check on the CPU, every corner shape against the fp64 reference, then CUDA-graph timings at the tuning
+#  1. The standalone driver (decode_sm90_driver.cu, nvcc) at the defaults (8-token stages 6 deep) and at a ring of
+#     16-token stages: the partition check on the CPU, every corner shape against the fp64 reference, then CUDA-graph timings at the tuning
 #     shapes against the copy bound and a plain read of the same K/V (driver-*.txt). A plan that hangs ends its driver
 #     after 10 s, naming the shape.
 #  2. kloop eval of template_sm90.cu at its defaults (skipped when the driver found it wrong at its defaults) and of
@@ -22,7 +22,7 @@ export KL_WORKER=${KL_WORKER:-$BUILD/kernels/kloop-worker}
 mkdir -p "$OUT"
 rc=0
 driver_ok=()
-for point in "TT=16 STAGES=3 MINTOK=32 EVICT=1" "TT=8 STAGES=6 MINTOK=32 EVICT=1"; do
+for point in "TT=8 STAGES=6 MINTOK=32 EVICT=1" "TT=16 STAGES=3 MINTOK=32 EVICT=1"; do
     name=driver-$(echo "$point" | tr ' =' '_-')
     read -ra params <<<"$point"
     echo "== $name"
@@ -39,7 +39,7 @@ for point in "TT=16 STAGES=3 MINTOK=32 EVICT=1" "TT=8 STAGES=6 MINTOK=32 EVICT=1
     cat "$OUT/$name.txt"
 done
 for file in template_sm90 template_sm80; do
-    if [[ $file == template_sm90 && ! " ${driver_ok[*]-} " =~ " TT=16 STAGES=3 MINTOK=32 EVICT=1 " ]]; then
+    if [[ $file == template_sm90 && ! " ${driver_ok[*]-} " =~ " TT=8 STAGES=6 MINTOK=32 EVICT=1 " ]]; then
         echo "== kloop eval of $file.cu skipped: its driver failed at the defaults"
         continue
     fi

@@ -14,7 +14,7 @@
 //     measures it; the read stream is a plain kernel reading the same K/V buffers once (what a read-only stream gets).
 // First, on the CPU, the partition of the batch over the CTAs and the merge's reading of it (--partition-only: only
 // that, no GPU needed). Prints one line per shape and a table last; exit 1 on any wrong output or CUDA error.
-// KL_DRIVER_SHAPE=B,HQ,PS,MAXP checks that one shape with a single launch of the plan (for a profiler).
+// KL_DRIVER_SHAPE=B,HQ,PS,MAXP checks that one shape only (for a profiler).
 #include "../../kernels/problems/decode_attention/template_sm90.cu"
 #define KL_ACC double
 #include "../../kernels/problems/decode_attention/reference.cu"
@@ -112,11 +112,11 @@ Plan planFor(const Shape& s, int sms)
     Plan p;
     const long long tokens = (long long)s.B * s.MAXP * s.PS;
     p.ctas = std::min(std::min(sms, 256), ceilDiv(tokens, MINTOK));
-    p.smem = (size_t)STAGES * TT * 4128 + 16 * ceilDiv(s.B + 1, 4) + 16 * STAGES + 32 + 16 * STAGES;
+    p.smem = (size_t)STAGES * TT * 4128 + 16 * ceilDiv(s.B + 1, 4) + 16 * STAGES + 32;
     p.workspace = 16 * (size_t)(ceilDiv(s.B + 1, 4) + 1)
-        + 2 * (TAIL > 0 ? 3 : 1) * (size_t)std::min(256, ceilDiv(tokens, MINTOK)) * s.HQ * (kD + 2) * 4;
+        + 2 * (size_t)std::min(256, ceilDiv(tokens, MINTOK)) * s.HQ * (kD + 2) * 4;
     int warpsPerHead = 1;
-    while (warpsPerHead < 8 && (TAIL > 0 || warpsPerHead < ceilDiv(ceilDiv(p.ctas, s.B) + 1, kMergeUnroll)))
+    while (warpsPerHead < 8 && warpsPerHead < ceilDiv(ceilDiv(p.ctas, s.B) + 1, kMergeUnroll))
         warpsPerHead *= 2;
     p.mergeBlocks = p.ctas > 1 ? s.B * s.HQ * warpsPerHead / 8 : 0;
     return p;
@@ -127,13 +127,11 @@ struct Set {
     int *table, *lens;
 };
 
-// tickets: the template's zero-initialised counter, zeroed once (the kernel leaves it at zero).
-void launchPlan(
-    const Shape& s, const Plan& p, const Set& in, float* ws, int* tickets, __nv_bfloat16* out, cudaStream_t st)
+void launchPlan(const Shape& s, const Plan& p, const Set& in, float* ws, __nv_bfloat16* out, cudaStream_t st)
 {
     const float scale = 1.f / std::sqrt(128.f);
     decode_attention_stream<<<p.ctas, kThreads, p.smem, st>>>(
-        ws, tickets, out, in.q, in.k, in.v, in.table, in.lens, s.B, s.HQ, s.PS, s.MAXP, scale);
+        ws, out, in.q, in.k, in.v, in.table, in.lens, s.B, s.HQ, s.PS, s.MAXP, scale);
     CHECK(cudaGetLastError());
     if (p.mergeBlocks == 0)
         return;
@@ -218,12 +216,9 @@ Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStr
     }
     __nv_bfloat16 *out, *ref;
     float* ws;
-    int* tickets;
     CHECK(cudaMalloc(&out, qElems * 2));
     CHECK(cudaMalloc(&ref, qElems * 2));
     CHECK(cudaMalloc(&ws, plan.workspace));
-    CHECK(cudaMalloc(&tickets, 16));
-    CHECK(cudaMemsetAsync(tickets, 0, 16, st));
     CHECK(cudaFuncSetAttribute(decode_attention_stream, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan.smem));
 
     // Checked run: reference in fp64, ours on poisoned output and workspace.
@@ -233,18 +228,12 @@ Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStr
     char what[96];
     std::snprintf(what, sizeof what, "B=%d HQ=%d PS=%d MAXP=%d, %d CTAs", s.B, s.HQ, s.PS, s.MAXP, plan.ctas);
     CHECK(cudaStreamSynchronize(st)); // the reference
-    // Twice: the second launch finds the ticket counter where the first left it.
+    // Twice, each on a poisoned output and workspace: the second launch must not lean on what the first left.
     for (int run = 0; run < 2; ++run) {
         CHECK(cudaMemsetAsync(out, 0xff, qElems * 2, st));
         CHECK(cudaMemsetAsync(ws, 0xff, plan.workspace, st));
-        launchPlan(s, plan, in[0], ws, tickets, out, st);
+        launchPlan(s, plan, in[0], ws, out, st);
         finishOrExit(st, what);
-    }
-    int ticketsLeft = -1;
-    CHECK(cudaMemcpy(&ticketsLeft, tickets, 4, cudaMemcpyDeviceToHost));
-    if (ticketsLeft != 0) {
-        std::printf("%s: the ticket counter is left at %d, not 0\n", what, ticketsLeft);
-        std::exit(2);
     }
     std::vector<__nv_bfloat16> hostOut(qElems), hostRef(qElems);
     CHECK(cudaMemcpy(hostOut.data(), out, qElems * 2, cudaMemcpyDeviceToHost));
@@ -275,7 +264,7 @@ Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStr
         cudaGraphExec_t exec;
         CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
         for (int i = 0; i < perGraph; ++i)
-            launchPlan(s, plan, in[i % sets], ws, tickets, out, st);
+            launchPlan(s, plan, in[i % sets], ws, out, st);
         CHECK(cudaStreamEndCapture(st, &graph));
         CHECK(cudaGraphInstantiate(&exec, graph, 0));
         cudaEvent_t e0, e1;
@@ -329,7 +318,6 @@ Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStr
     CHECK(cudaFree(out));
     CHECK(cudaFree(ref));
     CHECK(cudaFree(ws));
-    CHECK(cudaFree(tickets));
     std::printf("B=%d HQ=%d PS=%d MAXP=%d: %s rel_l2 %.2e max_err %.2e, %d CTAs", s.B, s.HQ, s.PS, s.MAXP,
         r.correct ? "correct" : "WRONG", r.relL2, r.maxErr, r.ctas);
     if (s.timed)
@@ -341,11 +329,10 @@ Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStr
 }
 
 // The split kernel's walk and the merge's view of it, simulated on the CPU with the template's own index functions
-// over random batches (any lengths in 1 .. MAXP * PS, not only the last page) and every grid size up to 300: the
-// units tile the tokens; every token of every sequence is in exactly one tile of one unit and every copied row inside
-// its piece; a sequence is written whole exactly when one unit holds it, else the merge's units u0 .. u1 with tokens
-// are exactly those holding a piece of it, each read from the slot the split kernel wrote; slots are distinct and
-// within the workspace.
+// over random batches (any lengths in 1 .. MAXP * PS, not only the last page) and every grid size up to 300: every
+// token of every sequence is in exactly one tile of one CTA and every copied row inside its piece; a sequence is
+// written whole exactly when one CTA holds it, else the merge's CTAs c0 .. c1 with tokens are exactly those holding
+// a piece of it, each read from the slot the split kernel wrote; slots are distinct and within the workspace.
 bool partitionHolds(int cases)
 {
     std::mt19937 rng(11);
@@ -368,15 +355,11 @@ bool partitionHolds(int cases)
             const std::string where = "B=" + std::to_string(B) + " PS=" + std::to_string(PS)
                 + " MAXP=" + std::to_string(MAXP) + " C=" + std::to_string(C);
             std::vector<int> seen(total, 0);
-            std::vector<std::vector<std::pair<long long, bool>>> pieces(B); // (slot or unit, whole)
-            const Units U = unitsOf(C, total);
-            if (U.NT > 2 * C || unitStart(C + U.NT, U) != total || unitStart(C, U) != U.S)
-                fail(where + ": the units do not tile the batch's tokens");
-            const long long units = C + U.NT, slots = 2 * (TAIL > 0 ? 3 : 1) * (long long)maxCtas;
-            std::vector<int> slotUse(2 * units, 0);
-            // Which CTA streams a tail unit does not matter to the slots: every unit is walked on its own.
-            for (long long c = 0; c < units; ++c) {
-                const int g0 = static_cast<int>(unitStart(c, U)), g1 = static_cast<int>(unitStart(c + 1, U));
+            std::vector<std::vector<std::pair<long long, bool>>> pieces(B); // (slot or CTA, whole)
+            std::vector<int> slotUse(2 * C, 0);
+            for (int c = 0; c < C; ++c) {
+                const int g0 = static_cast<int>(rangeStart(c, C, total)),
+                          g1 = static_cast<int>(rangeStart(c + 1, C, total));
                 Walk w;
                 for (bool more = walkStart(w, prefix.data(), B, g0, g1); more;) {
                     const Walk piece = w;
@@ -394,8 +377,8 @@ bool partitionHolds(int cases)
                     if (wholeSequence(piece, prefix.data())) {
                         pieces[piece.b].push_back({ c, true });
                     } else {
-                        const long long slot = slotOf(c, U, prefix[piece.b]);
-                        if (slot < 0 || slot >= 2 * units || slot >= slots || slotUse[slot]++)
+                        const long long slot = slotOf(c, C, total, prefix[piece.b]);
+                        if (slot < 0 || slot >= 2 * C || slot >= 2 * maxCtas || slotUse[slot]++)
                             fail(where + ": slot " + std::to_string(slot) + " out of range or used twice");
                         pieces[piece.b].push_back({ slot, false });
                     }
@@ -406,16 +389,16 @@ bool partitionHolds(int cases)
                     fail(where + ": token " + std::to_string(g) + " seen " + std::to_string(seen[g]) + " times");
             for (int b = 0; b < B; ++b) {
                 const long long lo = prefix[b], hi = prefix[b + 1];
-                const long long c0 = unitOwner(lo, U), c1 = unitOwner(hi - 1, U);
+                const long long c0 = rangeOwner(lo, C, total), c1 = rangeOwner(hi - 1, C, total);
                 if (c0 == c1) {
                     if (pieces[b].size() != 1 || !pieces[b][0].second || pieces[b][0].first != c0)
                         fail(where + ": sequence " + std::to_string(b) + " held by one CTA is not written whole");
                     continue;
                 }
                 std::vector<long long> expected, written;
-                for (long long unit = c0; unit <= c1; ++unit)
-                    if (unitStart(unit, U) < unitStart(unit + 1, U))
-                        expected.push_back(slotOf(unit, U, lo));
+                for (long long cta = c0; cta <= c1; ++cta)
+                    if (rangeStart(cta, C, total) < rangeStart(cta + 1, C, total))
+                        expected.push_back(slotOf(cta, C, total, lo));
                 for (const auto& [slot, whole] : pieces[b]) {
                     if (whole)
                         fail(where + ": a split sequence written whole");
@@ -457,15 +440,14 @@ int main(int argc, char** argv)
         { 4, 32, 64, 2048, true } };
     std::vector<Result> results;
     unsigned seed = 7;
-    // KL_DRIVER_SHAPE="B,HQ,PS,MAXP": that shape alone, one checked plan and no timing (a single launch for ncu).
+    // KL_DRIVER_SHAPE="B,HQ,PS,MAXP": that shape alone, checked and not timed (few launches, for a profiler).
     if (const char* only = std::getenv("KL_DRIVER_SHAPE")) {
         Shape s {};
         if (std::sscanf(only, "%d,%d,%d,%d", &s.B, &s.HQ, &s.PS, &s.MAXP) != 4) {
             std::printf("KL_DRIVER_SHAPE: '%s' is not B,HQ,PS,MAXP\n", only);
             return 2;
         }
-        const Result r = runShape(s, sms, copyRate, seed, st);
-        return r.correct ? 0 : 1;
+        return runShape(s, sms, copyRate, seed, st).correct ? 0 : 1;
     }
     for (const Shape& s : shapes)
         results.push_back(runShape(s, sms, copyRate, seed++, st));

@@ -1,10 +1,9 @@
 // decode_attention's sm_90 template (bulk copies of whole token rows into an mbarrier ring, one consumer warp per KV
-// head on mma.sync, the batch's tokens cut into one equal range per SM plus a tail of units taken off a ticket
-// counter, a PDL-launched merge): it seeds sessions on sm_90 and sm_100, passes the referee, fits an H200 at every
-// shape the harness runs at every point of its space, compiles for sm_90a without spills with the instructions its
-// design rests on, and its grids and workspaces agree at every shape and SM count: one CTA per SM (fewer for small
-// batches), the merge launched exactly when there is more than one CTA, two partial slots per unit (up to 3 units a
-// CTA with a tail) within the workspace, which cannot name the SM count, and a zeroed ticket counter. The partition
+// head on mma.sync, the batch's tokens cut into one equal range per SM, a PDL-launched merge): it seeds sessions on
+// sm_90 and sm_100, passes the referee, fits an H200 at every shape the harness runs at every point of its space,
+// compiles for sm_90a without spills with the instructions its design rests on, and its grids and workspace agree at
+// every shape and SM count: one CTA per SM (fewer for small batches), the merge launched exactly when there is more
+// than one CTA, and two partial slots per CTA within the workspace, which cannot name the SM count. The partition
 // itself (every token once, the merge reading the slots the split kernel wrote) is checked on the CPU by
 // bench/attention/decode_sm90_driver.cu --partition-only; the GPU side is tests/kernels/test_hopper_gpu.cpp.
 #include "core/json_io.h"
@@ -43,9 +42,8 @@ TEST_F(DecodeAttentionSm90, SeedsFromSm90AndPassesTheRefereeAndFitsAnH200AtEvery
     const kl::DeviceInfo h200 = deviceModel(9, 0, 227);
     const auto shapes = harnessShapes(problem);
     const auto space = spec.enumerateSpace();
-    // TT 8 with 2 .. 6 stages and TT 16 with 2 or 3 (a stage of 16 rows of K and V is 66 KB), at each MINTOK, EVICT
-    // and TAIL.
-    EXPECT_EQ(space.size(), 7u * 5 * 2 * 4);
+    // TT 8 with 2 .. 6 stages and TT 16 with 2 or 3 (a stage of 16 rows of K and V is 66 KB), at each MINTOK and EVICT.
+    EXPECT_EQ(space.size(), 7u * 5 * 2);
     for (const auto& point : space)
         EXPECT_EQ(violation(kl::checkDeviceLimits(spec, point, shapes, h200)), "")
             << "TT=" << point.at("TT") << " STAGES=" << point.at("STAGES");
@@ -55,14 +53,13 @@ TEST_F(DecodeAttentionSm90, SeedsFromSm90AndPassesTheRefereeAndFitsAnH200AtEvery
 }
 
 // The defaults, the deepest ring of small stages without the L2 hint, the shallowest ring of large stages with the
-// fewest CTAs for small batches and no tail, and a small ring of small stages. TT = 8 takes P . V with m16n8k8; only
-// a tail draws tickets.
+// fewest CTAs for small batches, and a small ring of small stages. TT = 8 takes P . V with m16n8k8.
 TEST_F(DecodeAttentionSm90, CompilesForSm90aWithoutSpillsOnBulkCopiesAndTensorCores)
 {
     const std::vector<kl::ParamValues> points
-        = { spec.defaults(), { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 16 }, { "EVICT", 0 }, { "TAIL", 20 } },
-              { { "TT", 16 }, { "STAGES", 2 }, { "MINTOK", 256 }, { "EVICT", 1 }, { "TAIL", 0 } },
-              { { "TT", 8 }, { "STAGES", 2 }, { "MINTOK", 128 }, { "EVICT", 1 }, { "TAIL", 5 } } };
+        = { spec.defaults(), { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 16 }, { "EVICT", 0 } },
+              { { "TT", 16 }, { "STAGES", 2 }, { "MINTOK", 256 }, { "EVICT", 1 } },
+              { { "TT", 8 }, { "STAGES", 2 }, { "MINTOK", 128 }, { "EVICT", 1 } } };
     const auto modules = kl::test::compilePoints(source, spec, points, { "sm_90a" });
     kl::test::expectModulesWithoutSpills(modules, spec, problem);
     ASSERT_EQ(modules.size(), points.size());
@@ -77,22 +74,18 @@ TEST_F(DecodeAttentionSm90, CompilesForSm90aWithoutSpillsOnBulkCopiesAndTensorCo
         EXPECT_EQ(ptx.find("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32") != std::string::npos, small)
             << modules[i].first;
         EXPECT_EQ(ptx.find("createpolicy.fractional.L2::evict_first") != std::string::npos, hint) << modules[i].first;
-        EXPECT_EQ(ptx.find("atom.global.add.u32") != std::string::npos, points[i].at("TAIL") > 0) << modules[i].first;
     }
 }
 
 // At every point, shape and SM count: the split grid is 1 .. min(SM count, 256) CTAs, one per MINTOK tokens at most;
-// the workspace holds the header and two slots of HQ x (D + 2) floats per unit (a CTA's own and, with a tail, up to
-// two more a CTA); the ticket counter is zeroed; the merge is launched exactly when there is more than one CTA; the
-// shared memory holds the ring, the header and a unit per stage.
+// the workspace holds the header and two slots of HQ x (D + 2) floats per CTA; the merge is launched exactly when
+// there is more than one CTA; the shared memory holds the ring and the header.
 // A batch of 16 sequences of 4096 tokens fills all 132 SMs of an H200 (the sm_80 template's grid was 256 CTAs of
 // 96 KB, two on 124 SMs and one on 8).
 TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
 {
     ASSERT_EQ(spec.launches.size(), 2u);
-    ASSERT_EQ(spec.workspaces.size(), 2u);
-    EXPECT_FALSE(spec.workspaces[0].zeroInit);
-    EXPECT_TRUE(spec.workspaces[1].zeroInit);
+    ASSERT_EQ(spec.workspaces.size(), 1u);
     EXPECT_TRUE(spec.launches[1].programmaticLaunch);
     const auto shapes = harnessShapes(problem);
     int merged = 0, single = 0;
@@ -102,8 +95,6 @@ TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
                 kl::Bindings b = kl::bindingsFor(point, shape.bindings());
                 const std::int64_t B = b.at("B"), HQ = b.at("HQ"), tokens = b.at("B") * b.at("MAXP") * b.at("PS");
                 const std::int64_t workspace = spec.workspaces[0].bytes.evaluateInt(b);
-                EXPECT_GE(spec.workspaces[1].bytes.evaluateInt(b), 4);
-                const std::int64_t unitsPerCta = point.at("TAIL") > 0 ? 3 : 1;
                 b[kl::kSmCountIdentifier] = sms;
                 const std::string where = shape.label() + " SM_COUNT=" + std::to_string(sms);
                 const std::int64_t ctas = spec.launches[0].grid[0].evaluateInt(b);
@@ -111,20 +102,19 @@ TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
                 ASSERT_LE(ctas, std::min<std::int64_t>(sms, 256)) << where;
                 ASSERT_LE(ctas, (tokens + point.at("MINTOK") - 1) / point.at("MINTOK")) << where;
                 const std::int64_t header = 16 * ((B + 4) / 4 + 1);
-                ASSERT_GE(workspace, header + 2 * unitsPerCta * ctas * HQ * (128 + 2) * 4) << where;
-                // W warps a (sequence, query head): enough for every piece of a sequence (at most ctas / B + 1
-                // static ones) at 8 a warp, at most 8, and 8 with a tail (one sequence can hold all its units); a
-                // block of 8 warps takes 8 / W heads of one sequence.
+                ASSERT_GE(workspace, header + 2 * ctas * HQ * (128 + 2) * 4) << where;
+                // W warps a (sequence, query head): enough for every piece of a sequence (at most ctas / B + 1)
+                // at 8 a warp, at most 8; a block of 8 warps takes 8 / W heads of one sequence.
                 std::int64_t W = 1;
-                while (W < 8 && (point.at("TAIL") > 0 || W * 8 < (ctas + B - 1) / B + 1))
+                while (W < 8 && W * 8 < (ctas + B - 1) / B + 1)
                     W *= 2;
                 ASSERT_EQ(HQ % (8 / W), 0) << where;
                 EXPECT_EQ(spec.launches[1].grid[0].evaluateInt(b), ctas > 1 ? B * HQ * W / 8 : 0) << where;
                 EXPECT_EQ(spec.launches[1].block[0].evaluateInt(b), 256) << where;
                 EXPECT_EQ(spec.launches[0].block[0].evaluateInt(b), 288) << where;
                 const std::int64_t ring = point.at("STAGES") * point.at("TT") * 2 * (2048 + 16);
-                EXPECT_GE(spec.launches[0].sharedBytes.evaluateInt(b),
-                    ring + 4 * (B + 1) + 16 * point.at("STAGES") + 32 + 4 * point.at("STAGES"))
+                EXPECT_GE(
+                    spec.launches[0].sharedBytes.evaluateInt(b), ring + 4 * (B + 1) + 16 * point.at("STAGES") + 32)
                     << where;
                 merged += ctas > 1;
                 single += ctas == 1;

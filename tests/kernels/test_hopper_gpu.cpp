@@ -263,29 +263,28 @@ TEST_F(DecodeAttentionGpu, DroppingTheLastTokenIsCaught)
     EXPECT_FALSE(e.correctEverywhere());
 }
 
-// The defaults; the deepest ring of 8-token stages without the L2 hint, a CTA per 16 tokens (small batches split
-// the most) and the largest tail; the shallowest ring of 16-token stages with a CTA per 256 tokens (small batches in
-// one CTA, no merge) and no tail (static ranges only); a short ring of 8-token stages. Verify shapes: one CTA (B=1,
-// one page), 256 sequences of at most 32 tokens over 132 CTAs (a unit's range crosses many sequences), pages of 64.
+// The defaults; the deepest ring of 8-token stages without the L2 hint and a CTA per 16 tokens (small batches split
+// the most); the shallowest ring of 16-token stages with a CTA per 256 tokens (small batches in one CTA, no merge);
+// a short ring of 8-token stages. Verify shapes: one CTA (B=1, one page), 256 sequences of at most 32 tokens over 132
+// CTAs (a CTA's range crosses many sequences), pages of 64.
 TEST_F(DecodeAttentionSm90Gpu, StreamTemplatePassesAcrossItsSpace)
 {
-    for (const kl::ParamValues& p : { kl::ParamValues {},
-             kl::ParamValues { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 16 }, { "EVICT", 0 }, { "TAIL", 20 } },
-             kl::ParamValues { { "TT", 16 }, { "STAGES", 2 }, { "MINTOK", 256 }, { "TAIL", 0 } },
-             kl::ParamValues { { "TT", 8 }, { "STAGES", 3 }, { "MINTOK", 128 }, { "TAIL", 5 } } })
+    for (const kl::ParamValues& p :
+        { kl::ParamValues {}, kl::ParamValues { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 16 }, { "EVICT", 0 } },
+            kl::ParamValues { { "TT", 16 }, { "STAGES", 2 }, { "MINTOK", 256 } },
+            kl::ParamValues { { "TT", 8 }, { "STAGES", 3 }, { "MINTOK", 128 } } })
         expectCorrect(p);
 }
 
-// Each sequence's last token or last page left out of the lengths, each unit's piece one token short in the softmax,
-// the merge leaving out the last unit's piece of a split sequence, and the last tail unit never taken.
+// Each sequence's last token or last page left out of the lengths, each CTA's piece one token short in the softmax,
+// and the merge leaving out the last CTA's piece of a split sequence.
 TEST_F(DecodeAttentionSm90Gpu, DroppingATokenAPageOrAPieceIsCaught)
 {
     const std::pair<const char*, const char*> mutations[]
         = { { "? seq_lens[base + tid] : 0;", "? max(seq_lens[base + tid] - 1, 1) : 0;" },
               { "? seq_lens[base + tid] : 0;", "? max(seq_lens[base + tid] - PS, 1) : 0;" },
               { "valid = min(TT, w.end - w.t);", "valid = min(TT, w.end - w.t - 1);" },
-              { "if (unit <= u1 && ", "if (unit < u1 && " },
-              { "next = ticket < U.NT ? U.C + ticket : -1;", "next = ticket + 1 < U.NT ? U.C + ticket : -1;" } };
+              { "if (cta <= c1 && ", "if (cta < c1 && " } };
     for (const auto& [from, to] : mutations) {
         const std::string src = replaced(source, from, to);
         const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});

@@ -10,34 +10,30 @@
 // Rows sit 2064 bytes apart in shared memory (2 KB + 16): eight consecutive tokens' 16-byte chunks fall in
 // different banks, so ldmatrix is conflict-free without a swizzle. (A TMA box of all eight heads would swizzle by
 // the head, row % 8, and leave a head's tokens in one bank group.)
-// Work: the batch's tokens (prefix sums of seq_lens) are cut into units, equal ranges in token order: the first
-// (100 - TAIL)% into one unit per CTA, the last TAIL% into up to 2 CTAs' worth of units of at least kTailChunk tokens.
-// A CTA streams its own unit, then takes tail units off a ticket counter until none is left: SMs do not stream at
-// one rate (ncu on the H200: with equal static ranges the SMs sat idle 7% of a 518 us launch and 17% of a 76 us one,
-// waiting for the slowest), so the tail goes to whichever SM is free first. The grid is SM_COUNT (capped at 256,
-// which bounds the workspace) or fewer for small batches (MINTOK tokens a CTA at least). A unit's range crosses
-// sequences: a sequence it holds whole is written to out, a piece of one is an unnormalised partial (acc, m, l) in
-// one of the unit's two slots (its first sequence, its last), which the merge kernel combines (launched with
-// programmatic dependent launch: it waits for the split kernel with griddepcontrol.wait, so its launch overlaps the
-// split's tail). Which CTA streams a tail unit changes nothing in the slots. With one CTA nothing is split and the
-// merge's grid is 0. CTA 0 leaves the unit counts, the token total and the prefix sums in the workspace's header for
-// the merge (every launch writes them), and the CTA drawing the last ticket sets the counter back to zero, so nothing
-// crosses launches.
-// P . V takes P as two bf16 halves (P = hi + lo): with one, P's 8 bits cost up to 0.02 of max error on outlier
-// inputs, the problem's whole bf16 budget; the second MMA is free in a kernel that waits on memory.
+// Work: the batch's tokens (prefix sums of seq_lens) are cut into gridDim.x equal ranges, one per CTA, so every CTA
+// streams the same bytes whatever B and the lengths are; the grid is SM_COUNT (capped at 256, which bounds the
+// workspace) or fewer for small batches (MINTOK tokens a CTA at least). A CTA's range crosses sequences: a sequence
+// it holds whole is written to out, a piece of one is an unnormalised partial (acc, m, l) in one of the CTA's two
+// slots (its first sequence, its last), which the merge kernel combines (launched with programmatic dependent
+// launch: it waits for the split kernel with griddepcontrol.wait, so its launch overlaps the split's tail). With
+// one CTA nothing is split and the merge's grid is 0. CTA 0 leaves the grid size, the token total and the prefix
+// sums in the workspace's header for the merge (every launch writes them, so nothing crosses launches).
+// P . V takes P as two bf16 halves (P = hi + lo, two MMAs): with one, P's 8 bits cost up to 0.02 of max error on
+// outlier inputs (the harness rejected TT 8 once on a held-out outlier shape at 0.0207), the problem's whole bf16
+// budget; the second MMA costs nothing measurable in a kernel that waits on memory.
+// Defaults: 8-token stages 6 deep; on the H200 they match 16-token stages at every tuning shape but B=16 ctx 4096,
+// where they are 2% faster (bench/results/round9-h200-2026-12-03.md).
 #include <cuda_bf16.h>
-// @kl:param TT = 16 in [8, 16]
-// @kl:param STAGES = 3 in [2, 3, 4, 5, 6]
+// @kl:param TT = 8 in [8, 16]
+// @kl:param STAGES = 6 in [2, 3, 4, 5, 6]
 // @kl:param MINTOK = 32 in [16, 32, 64, 128, 256]
 // @kl:param EVICT = 1 in [0, 1]
-// @kl:param TAIL = 10 in [0, 5, 10, 20]
 // @kl:constraint ARCH >= 90
 // The ring and, for up to 256 sequences (the problem's B), the prefix sums, barriers and scan totals in 227 KB.
-// @kl:constraint STAGES * TT * 4128 + 1040 + 32 * STAGES + 32 <= 232448
-// @kl:workspace partials bytes=(16 * (ceil_div(B + 1, 4) + 1) + 2 * (TAIL > 0 ? 3 : 1) * min(256, ceil_div(B * MAXP * PS, MINTOK)) * HQ * (D + 2) * 4) init=poison
-// @kl:workspace tickets bytes=(16) init=zero
-// @kl:launch decode_attention_stream grid=(min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK))) block=(288) smem=(STAGES * TT * 4128 + 16 * ceil_div(B + 1, 4) + 16 * STAGES + 32 + 16 * STAGES) args=(partials, tickets, out, q, k_cache, v_cache, block_table, seq_lens, B, HQ, PS, MAXP, scale)
-// @kl:launch decode_attention_merge grid=(min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)) > 1 ? div(B * HQ * (TAIL > 0 ? 8 : min(8, next_pow2(ceil_div(ceil_div(min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)), B) + 1, 8)))), 8) : 0) block=(256) pdl=1 args=(out, partials, B, HQ)
+// @kl:constraint STAGES * TT * 4128 + 1040 + 16 * STAGES + 32 <= 232448
+// @kl:workspace partials bytes=(16 * (ceil_div(B + 1, 4) + 1) + 2 * min(256, ceil_div(B * MAXP * PS, MINTOK)) * HQ * (D + 2) * 4) init=poison
+// @kl:launch decode_attention_stream grid=(min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK))) block=(288) smem=(STAGES * TT * 4128 + 16 * ceil_div(B + 1, 4) + 16 * STAGES + 32) args=(partials, out, q, k_cache, v_cache, block_table, seq_lens, B, HQ, PS, MAXP, scale)
+// @kl:launch decode_attention_merge grid=(min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)) > 1 ? div(B * HQ * min(8, next_pow2(ceil_div(ceil_div(min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)), B) + 1, 8))), 8) : 0) block=(256) pdl=1 args=(out, partials, B, HQ)
 
 constexpr int kD = 128;
 constexpr int kHeads = 8; // the problem's HKV
@@ -49,7 +45,6 @@ constexpr int kDTiles = kD / 8; // n8 tiles of O
 constexpr int kConsumerThreads = kHeads * 32;
 constexpr int kThreads = kConsumerThreads + 32; // and the producer warp
 constexpr int kMergeUnroll = 8; // pieces a merge warp loads at once
-constexpr int kTailChunk = 64; // tokens a tail unit holds at least (each costs up to two partials)
 static_assert(TT == 8 || TT == 16, "a stage is one or two n8 tiles of S, a K row and a V row per producer lane");
 
 __device__ __forceinline__ float negInf()
@@ -144,56 +139,29 @@ __device__ __forceinline__ int headerBytes(int B)
     return 16 * ((B + 4) / 4 + 1);
 }
 
-// A range [0, total) cut into C equal ranges: range c is [rangeStart(c), rangeStart(c + 1)) (the index functions are
-// host-callable so that bench/attention/decode_sm90_driver.cu checks the partition on the CPU).
-__host__ __device__ __forceinline__ long long rangeStart(long long c, long long C, long long total)
+// The batch's tokens cut into C equal ranges: CTA c holds [rangeStart(c), rangeStart(c + 1)) (the index functions
+// are host-callable so that bench/attention/decode_sm90_driver.cu checks the partition on the CPU). In 32 bits, since
+// the merge computes them for every piece of a sequence and a 64-bit division is some 80 instructions: c x total and
+// (g + 1) x C stay below 2^32 (the problem's 2^20 tokens, at most 256 CTAs).
+__host__ __device__ __forceinline__ int rangeStart(unsigned c, unsigned C, unsigned total)
 {
-    return c * total / C;
+    return static_cast<int>(c * total / C);
 }
 
-// The range holding token g.
-__host__ __device__ __forceinline__ long long rangeOwner(long long g, long long C, long long total)
+// The CTA whose range holds token g.
+__host__ __device__ __forceinline__ int rangeOwner(unsigned g, unsigned C, unsigned total)
 {
-    return ((g + 1) * C - 1) / total;
+    return static_cast<int>(((g + 1) * C - 1) / total);
 }
 
-// The units of a launch: C static ranges over the batch's first S tokens (unit c is CTA c's), then NT tail ranges
-// over the rest, in token order, so units u .. u + k hold consecutive tokens.
-struct Units {
-    int C, NT, S, total; // the problem's B * MAXP * PS is at most 2^20 tokens
-};
-
-__host__ __device__ __forceinline__ Units unitsOf(int C, int total)
+// Where CTA c leaves its piece of the sequence whose tokens start at lo: slot 2c for the sequence its range starts
+// in, 2c + 1 for the one it ends in.
+__host__ __device__ __forceinline__ long long slotOf(int c, int C, int total, int lo)
 {
-    Units U { C, 0, total, total };
-    const int tail = C > 1 ? static_cast<int>((long long)total * TAIL / 100) : 0;
-    if (tail > 0) {
-        U.NT = min(2 * C, (tail + kTailChunk - 1) / kTailChunk);
-        U.S = total - tail;
-    }
-    return U;
+    return 2LL * c + (rangeStart(c, C, total) < lo ? 1 : 0);
 }
 
-__host__ __device__ __forceinline__ long long unitStart(long long u, const Units& U)
-{
-    if (u < U.C)
-        return rangeStart(u, U.C, U.S);
-    return U.NT > 0 ? U.S + rangeStart(u - U.C, U.NT, U.total - U.S) : U.total; // past the last unit: the end
-}
-
-__host__ __device__ __forceinline__ long long unitOwner(long long g, const Units& U)
-{
-    return g < U.S ? rangeOwner(g, U.C, U.S) : U.C + rangeOwner(g - U.S, U.NT, U.total - U.S);
-}
-
-// Where unit u leaves its piece of the sequence whose tokens start at lo: slot 2u for the sequence its range starts
-// in, 2u + 1 for the one it ends in.
-__host__ __device__ __forceinline__ long long slotOf(long long u, const Units& U, long long lo)
-{
-    return 2 * u + (unitStart(u, U) < lo ? 1 : 0);
-}
-
-// A unit's walk over its tokens [g0, g1) of the batch (sequence b's tokens are prefix[b] .. prefix[b + 1] - 1): the
+// A CTA's walk over its tokens [g0, g1) of the batch (sequence b's tokens are prefix[b] .. prefix[b + 1] - 1): the
 // current tile starts at token t of sequence b, inside the piece [begin, end) of b that the range holds. The producer
 // and the consumers take the same walk.
 struct Walk {
@@ -277,7 +245,7 @@ __device__ __forceinline__ void mergePiece(float& mMax, float& sum, float4& o, f
     mMax = mNew;
 }
 
-// The P . V MMAs of one k16 step: P's fragment as a bf16 pair hi + lo, both against the same V fragment.
+// One k16 (or k8) step's P fragment as a bf16 pair hi + lo.
 __device__ __forceinline__ void splitP(unsigned& hi, unsigned& lo, float a, float b)
 {
     hi = packBf16(a, b);
@@ -285,18 +253,16 @@ __device__ __forceinline__ void splitP(unsigned& hi, unsigned& lo, float a, floa
     lo = packBf16(a - __low2float(h), b - __high2float(h));
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_stream(float* partials, int* tickets,
-    __nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-    const int* block_table, const int* seq_lens, int B, int HQ, int PS, int MAXP, float scale)
+extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_stream(float* partials, __nv_bfloat16* out,
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_table,
+    const int* seq_lens, int B, int HQ, int PS, int MAXP, float scale)
 {
-    // Shared memory: the ring, the prefix sums (B + 1, padded to 16 bytes), the barriers, the scan's warp totals, the
-    // unit each stage's tile belongs to (-1: no more units).
+    // Shared memory: the ring, the prefix sums (B + 1, padded to 16 bytes), the barriers, the scan's warp totals.
     extern __shared__ __align__(128) unsigned char smem[];
     int* prefix = reinterpret_cast<int*>(smem + STAGES * kStageBytes);
     unsigned long long* full = reinterpret_cast<unsigned long long*>(prefix + 4 * ((B + 4) / 4));
     unsigned long long* empty = full + STAGES;
     int* warpTotals = reinterpret_cast<int*>(empty + STAGES);
-    volatile int* stageUnit = warpTotals + 8;
     const unsigned ringBase = sharedAddress(smem), fullBase = sharedAddress(full), emptyBase = sharedAddress(empty);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int C = gridDim.x, c = blockIdx.x;
@@ -334,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
     // The merge kernel may be scheduled now; it waits for this grid's completion before reading anything.
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const int total = prefix[B];
-    const Units U = unitsOf(C, total);
+    const int g0 = static_cast<int>(rangeStart(c, C, total)), g1 = static_cast<int>(rangeStart(c + 1, C, total));
     if (c == 0) {
         int* header = reinterpret_cast<int*>(partials);
         for (int i = tid; i <= B; i += kThreads)
@@ -344,6 +310,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
             header[1] = total;
         }
     }
+    Walk w;
+    bool more = walkStart(w, prefix, B, g0, g1);
 
     if (warp == kHeads) { // the producer: lane r < TT copies K's row r, lane TT + r V's (TT <= 16)
         unsigned long long policy = 0;
@@ -358,50 +326,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
             const long long page = __ldg(block_table + (long long)at.b * MAXP + token / PS);
             return cache + (page * PS + token % PS) * (kRowBytes / 2);
         };
-        // The stage after the last tile filled: the consumers find unit -1 there (an arrive without bytes).
-        auto reserve = [&](unsigned i, int unit) {
+        const __nv_bfloat16* src = more ? source(w) : nullptr;
+        for (unsigned i = 0; more; ++i) {
             const unsigned stage = i % STAGES, use = i / STAGES;
             if (use > 0)
                 mbarWait(emptyBase + 8 * stage, (use - 1) & 1);
             if (lane == 0)
-                stageUnit[stage] = unit;
-            return stage;
-        };
-        unsigned i = 0;
-        for (int u = c; u >= 0;) {
-            const int g0 = static_cast<int>(unitStart(u, U)), g1 = static_cast<int>(unitStart(u + 1, U));
-            Walk w;
-            bool more = walkStart(w, prefix, B, g0, g1);
-            const __nv_bfloat16* src = more ? source(w) : nullptr;
-            for (; more; ++i) {
-                const unsigned stage = reserve(i, u);
-                if (lane == 0)
-                    mbarExpect(fullBase + 8 * stage, 2 * TT * kRowBytes);
-                __syncwarp();
-                if (lane < 2 * TT)
-                    bulkRow(rowDst + stage * kStageBytes, src, fullBase + 8 * stage, policy);
-                more = walkNext(w, prefix, B, g0, g1);
-                if (more)
-                    src = source(w);
-            }
-            // The next tail unit, first come first served; the CTA drawing the last of the NT + C tickets (every CTA
-            // draws one past the end) sets the counter back to zero for the next launch.
-            int next = -1;
-            if (U.NT > 0) {
-                int ticket = 0;
-                if (lane == 0) {
-                    ticket = atomicAdd(tickets, 1);
-                    if (ticket == U.NT + U.C - 1)
-                        atomicExch(tickets, 0);
-                }
-                ticket = __shfl_sync(0xffffffffu, ticket, 0);
-                next = ticket < U.NT ? U.C + ticket : -1;
-            }
-            u = next;
+                mbarExpect(fullBase + 8 * stage, 2 * TT * kRowBytes);
+            __syncwarp();
+            if (lane < 2 * TT)
+                bulkRow(rowDst + stage * kStageBytes, src, fullBase + 8 * stage, policy);
+            more = walkNext(w, prefix, B, g0, g1);
+            if (more)
+                src = source(w);
         }
-        const unsigned stage = reserve(i, -1);
-        if (lane == 0)
-            mbarArrive(fullBase + 8 * stage);
         return;
     }
 
@@ -411,23 +349,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
     const int G = HQ / kHeads;
     const float scaleLog2 = scale * 1.4426950408889634f;
     unsigned qf[kD / 16][4];
+    if (more)
+        loadQ(qf, q, w.b, HQ, kvh, G, group, quad);
     float m[2], l[2], acc[kDTiles][4];
-    Walk w;
-    bool more = false; // within the current unit
-    int u = -1;
-    int g0 = 0, g1 = 0;
-    for (unsigned i = 0;; ++i) {
+    for (unsigned i = 0; more; ++i) {
         const unsigned stage = i % STAGES;
-        mbarWait(fullBase + 8 * stage, (i / STAGES) & 1);
-        if (!more) { // the stage holds a new unit's first tile, or says there is none
-            u = stageUnit[stage];
-            if (u < 0)
-                break;
-            g0 = static_cast<int>(unitStart(u, U));
-            g1 = static_cast<int>(unitStart(u + 1, U));
-            walkStart(w, prefix, B, g0, g1);
-            loadQ(qf, q, w.b, HQ, kvh, G, group, quad);
-        }
         const int b = w.b, t0 = w.t, valid = min(TT, w.end - w.t);
         const bool pieceStarts = t0 == w.begin, pieceEnds = t0 + TT >= w.end;
         if (pieceStarts) {
@@ -442,6 +368,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
         const Walk piece = w;
         more = walkNext(w, prefix, B, g0, g1);
 
+        mbarWait(fullBase + 8 * stage, (i / STAGES) & 1);
         const unsigned kTile = ringBase + stage * kStageBytes + kvh * (kD * 2);
         const unsigned vTile = kTile + TT * kPitch;
         float s[kScoreTiles][4];
@@ -535,9 +462,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
             mbarArrive(emptyBase + 8 * stage);
 
         if (pieceEnds) {
-            // A whole sequence is normalised into out; a piece of one leaves (acc, m, l) in the unit's slot for it.
+            // A whole sequence is normalised into out; a piece of one leaves (acc, m, l) in the CTA's slot for it.
             const bool whole = wholeSequence(piece, prefix);
-            float* slot = partials + headerBytes(B) / 4 + slotOf(u, U, prefix[b]) * HQ * (kD + 2);
+            float* slot = partials + headerBytes(B) / 4 + slotOf(c, C, total, prefix[b]) * HQ * (kD + 2);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -566,11 +493,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
     }
 }
 
-// The pieces units u0 .. u1 hold of a sequence, combined; a sequence one unit held whole was written by the split
+// The pieces CTAs c0 .. c1 hold of a sequence, combined; a sequence one CTA held whole was written by the split
 // kernel. A block of 8 warps takes 8 / W query heads of one sequence, W warps a head, four dims a lane (the launch
-// line picks W, a power of two up to 8, from the pieces a sequence can have: ceil(CTAs / B) + 1 static ones, 8 with a
-// tail, which can put many units in one sequence; kMergeUnroll = 8 a warp); warp w of a head loads pieces u0 + w,
-// u0 + w + W, ... together, and the head's first warp combines the W.
+// line picks W, a power of two up to 8, from the pieces a sequence can have, ceil(CTAs / B) + 1, kMergeUnroll = 8 a
+// warp); warp w of a head loads pieces c0 + w, c0 + w + W, ... together, and the head's first warp combines the W.
 extern "C" __global__ void __launch_bounds__(256)
     decode_attention_merge(__nv_bfloat16* out, const float* partials, int B, int HQ)
 {
@@ -578,35 +504,35 @@ extern "C" __global__ void __launch_bounds__(256)
     __shared__ float2 warpMl[8][32];
     asm volatile("griddepcontrol.wait;" ::: "memory");
     const int* header = reinterpret_cast<const int*>(partials);
-    const Units U = unitsOf(header[0], header[1]);
+    const int C = header[0], total = header[1];
     const int W = static_cast<int>(gridDim.x * 8LL / ((long long)B * HQ));
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = warp % W;
     const long long headIndex = ((long long)blockIdx.x * 8 + warp) / W;
     const int b = static_cast<int>(headIndex / HQ), head = static_cast<int>(headIndex % HQ);
-    const long long lo = header[4 + b], hi = header[5 + b];
-    const long long u0 = unitOwner(lo, U), u1 = unitOwner(hi - 1, U);
-    if (u0 == u1)
+    const int lo = header[4 + b], hi = header[5 + b];
+    const int c0 = rangeOwner(lo, C, total), c1 = rangeOwner(hi - 1, C, total);
+    if (c0 == c1)
         return; // the whole block: its heads are of one sequence
     const float* slots = partials + headerBytes(B) / 4;
     float mMax = negInf(), sum = 0.f;
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (long long first = u0 + sub; first <= u1; first += (long long)kMergeUnroll * W) {
+    for (int first = c0 + sub; first <= c1; first += kMergeUnroll * W) {
         float2 ml[kMergeUnroll];
         float4 a[kMergeUnroll];
 #pragma unroll
-        for (int x = 0; x < kMergeUnroll; ++x) {
-            const long long unit = first + (long long)x * W;
-            ml[x] = make_float2(negInf(), 0.f); // past u1, or a unit with no tokens: no piece
-            if (unit <= u1 && unitStart(unit, U) < unitStart(unit + 1, U)) {
-                const float* slot = slots + slotOf(unit, U, lo) * HQ * (kD + 2);
-                ml[x] = reinterpret_cast<const float2*>(slot + (long long)HQ * kD)[head];
-                a[x] = reinterpret_cast<const float4*>(slot + (long long)head * kD)[lane];
+        for (int u = 0; u < kMergeUnroll; ++u) {
+            const int cta = first + u * W;
+            ml[u] = make_float2(negInf(), 0.f); // past c1, or a CTA with no tokens: no piece
+            if (cta <= c1 && rangeStart(cta, C, total) < rangeStart(cta + 1, C, total)) {
+                const float* slot = slots + slotOf(cta, C, total, lo) * HQ * (kD + 2);
+                ml[u] = reinterpret_cast<const float2*>(slot + (long long)HQ * kD)[head];
+                a[u] = reinterpret_cast<const float4*>(slot + (long long)head * kD)[lane];
             }
         }
 #pragma unroll
-        for (int x = 0; x < kMergeUnroll; ++x)
-            if (ml[x].x != negInf())
-                mergePiece(mMax, sum, o, ml[x], a[x]);
+        for (int u = 0; u < kMergeUnroll; ++u)
+            if (ml[u].x != negInf())
+                mergePiece(mMax, sum, o, ml[u], a[u]);
     }
     if (W > 1) {
         warpO[warp][lane] = o;
