@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "regimes"))
+from check_regimes import condition_holds  # noqa: E402
 from torch_eager import label, time_graph, time_op  # noqa: E402
 
 
@@ -67,11 +69,25 @@ def liger_op(name, d, dev):
 LOADED = {}
 
 
-def kernelloop_op(bundle, prob, d, dev):
-    """The exported bundle's dispatcher (torch.ops.kl_<problem>.run) on the problem's inputs."""
-    prefix = "kl_" + prob["name"].lower()
+def regime_of(bundle, manifest, d):
+    """A regime dispatcher's bundle (kloop export of a session with regimes): the regime whose condition holds at
+    dims d, as the bundle's C dispatcher picks it; (None, None) where none does (its fallback). A one-candidate
+    bundle is its own regime."""
+    if manifest.get("kind") != "regime-dispatcher":
+        return bundle, manifest, ""
+    for r in manifest["regimes"]:
+        if condition_holds(r["condition"], d):
+            sub = os.path.join(bundle, r["bundle"])
+            with open(os.path.join(sub, "manifest.json")) as f:
+                return sub, json.load(f), "_" + r["name"]
+    return None, None, None
+
+
+def kernelloop_op(bundle, prob, d, dev, suffix=""):
+    """The exported bundle's dispatcher (torch.ops.kl_<problem>[_<regime>].run) on the problem's inputs."""
+    prefix = "kl_" + prob["name"].lower() + suffix
     if bundle not in LOADED:
-        sys.path.insert(0, bundle)
+        sys.path.insert(0, os.path.join(bundle, "torch"))
         LOADED[bundle] = __import__(prefix).load(library=None, build_directory=None)
     ops = LOADED[bundle]
     dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -161,9 +177,12 @@ def main():
                 try:
                     with open(os.path.join(bundle, "manifest.json")) as f:
                         manifest = json.load(f)
-                    versions.setdefault("kernelloop:" + name, f"candidate {manifest['candidate']['id']} of session "
-                                        f"{manifest['session_id']}")
-                    timed(entry, "kernelloop", *kernelloop_op(os.path.join(bundle, "torch"), prob, d, dev), l2)
+                    chosen, manifest, suffix = regime_of(bundle, manifest, d)
+                    if chosen is None:
+                        raise RuntimeError("no regime of the bundle covers this shape (its fallback would run)")
+                    entry["kernelloop_candidate"] = f"{manifest['candidate']['id']}{suffix.replace('_', ' ')}"
+                    versions.setdefault("kernelloop:" + name, f"session {manifest['session_id']}")
+                    timed(entry, "kernelloop", *kernelloop_op(chosen, prob, d, dev, suffix), l2)
                 except Exception as e:
                     entry["kernelloop_error"] = str(e)[:300]
             res[label(d)] = entry
