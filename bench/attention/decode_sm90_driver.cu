@@ -228,10 +228,11 @@ Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStr
     char what[96];
     std::snprintf(what, sizeof what, "B=%d HQ=%d PS=%d MAXP=%d, %d CTAs", s.B, s.HQ, s.PS, s.MAXP, plan.ctas);
     CHECK(cudaStreamSynchronize(st)); // the reference
-    // Twice, each on a poisoned output and workspace: the second launch must not lean on what the first left.
+    // Twice: the first on a poisoned output and workspace (an unwritten element fails), the second on a poisoned
+    // output and the workspace the first left, as back-to-back launches in a serving loop see it.
+    CHECK(cudaMemsetAsync(ws, 0xff, plan.workspace, st));
     for (int run = 0; run < 2; ++run) {
         CHECK(cudaMemsetAsync(out, 0xff, qElems * 2, st));
-        CHECK(cudaMemsetAsync(ws, 0xff, plan.workspace, st));
         launchPlan(s, plan, in[0], ws, out, st);
         finishOrExit(st, what);
     }
@@ -358,8 +359,7 @@ bool partitionHolds(int cases)
             std::vector<std::vector<std::pair<long long, bool>>> pieces(B); // (slot or CTA, whole)
             std::vector<int> slotUse(2 * C, 0);
             for (int c = 0; c < C; ++c) {
-                const int g0 = static_cast<int>(rangeStart(c, C, total)),
-                          g1 = static_cast<int>(rangeStart(c + 1, C, total));
+                const int g0 = rangeStart(c, C, total), g1 = rangeStart(c + 1, C, total);
                 Walk w;
                 for (bool more = walkStart(w, prefix.data(), B, g0, g1); more;) {
                     const Walk piece = w;

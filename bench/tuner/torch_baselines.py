@@ -70,17 +70,19 @@ LOADED = {}
 
 
 def regime_of(bundle, manifest, d):
-    """A regime dispatcher's bundle (kloop export of a session with regimes): the regime whose condition holds at
-    dims d, as the bundle's C dispatcher picks it; (None, None) where none does (its fallback). A one-candidate
-    bundle is its own regime."""
+    """A regime dispatcher's bundle (kloop export of a session with regimes): (directory, manifest, "_<regime>") of
+    the regime whose condition holds at dims d, as the bundle's C dispatcher picks it (the first that holds); a
+    one-candidate bundle is its own regime. Raises where the shape falls to the fallback."""
     if manifest.get("kind") != "regime-dispatcher":
         return bundle, manifest, ""
     for r in manifest["regimes"]:
         if condition_holds(r["condition"], d):
+            if not r.get("candidate"):
+                raise RuntimeError(f"regime {r['name']} has no winner: the bundle's fallback runs this shape")
             sub = os.path.join(bundle, r["bundle"])
             with open(os.path.join(sub, "manifest.json")) as f:
                 return sub, json.load(f), "_" + r["name"]
-    return None, None, None
+    raise RuntimeError("no regime of the bundle covers this shape: its fallback runs it")
 
 
 def kernelloop_op(bundle, prob, d, dev, suffix=""):
@@ -178,8 +180,6 @@ def main():
                     with open(os.path.join(bundle, "manifest.json")) as f:
                         manifest = json.load(f)
                     chosen, manifest, suffix = regime_of(bundle, manifest, d)
-                    if chosen is None:
-                        raise RuntimeError("no regime of the bundle covers this shape (its fallback would run)")
                     entry["kernelloop_candidate"] = f"{manifest['candidate']['id']}{suffix.replace('_', ' ')}"
                     versions.setdefault("kernelloop:" + name, f"session {manifest['session_id']}")
                     timed(entry, "kernelloop", *kernelloop_op(chosen, prob, d, dev, suffix), l2)

@@ -68,6 +68,7 @@ constexpr const char* kThrottleMarker = "kl-test-double: throttle=";
 constexpr double kBandwidthBytesPerSecond = 4.0e12;
 constexpr double kLaunchOverheadUs = 0.5;
 constexpr double kBaselineEfficiency = 0.30;
+constexpr double kGraphThresholdUs = 20.0; // EvaluateOptions::graphThresholdUs
 constexpr std::uint64_t kTraceStartNs = 1'000'000'000'000ull;
 constexpr std::uint64_t kKernelGapNs = 1'000;
 constexpr std::uint64_t kRunGapNs = 10'000;
@@ -202,8 +203,13 @@ public:
             t.result.correct = true;
             const int samples = std::min(50, req.maxSamples); // as the real worker: never past max_samples
             t.result.timing = timing(latencyUs(lp, shape, eff), samples);
+            // The real worker's rule (engine_time.cpp): graph replays always, never, or under 20 us.
+            const double fastest = std::min(latencyUs(lp, shape, eff), latencyUs(lp, shape, kBaselineEfficiency));
+            t.result.timing->graphMode
+                = req.graphMode == "always" || (req.graphMode == "auto" && fastest < kGraphThresholdUs);
             if (req.baseline) {
                 t.result.baselineTiming = timing(latencyUs(lp, shape, kBaselineEfficiency), samples);
+                t.result.baselineTiming->graphMode = t.result.timing->graphMode;
                 t.result.speedup = t.result.baselineTiming->medianUs / t.result.timing->medianUs;
                 t.result.speedupCiLow = t.result.baselineTiming->ciLowUs / t.result.timing->ciHighUs;
                 t.result.speedupCiHigh = t.result.baselineTiming->ciHighUs / t.result.timing->ciLowUs;

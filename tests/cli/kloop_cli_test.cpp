@@ -550,6 +550,39 @@ TEST_F(KloopCli, RegimesTheSingleSettingRunsOneObjective)
     EXPECT_TRUE(kl::regimeWinners(s).empty());
 }
 
+// --graph-mode reaches the worker: always times every shape as graph replays, never none, auto only the shapes under
+// 20 us (rmsnorm's tuning shapes hold both kinds); a value that is none of the three is refused before any GPU work.
+TEST_F(KloopCli, EvalGraphModeDecidesWhichShapesAreTimedAsGraphReplays)
+{
+    const fs::path file = scratch / "graph-mode.cu";
+    std::ofstream(file) << kl::test::readTextFile(
+        fs::path(KL_SOURCE_DIR) / "kernels" / "problems" / "rmsnorm" / "template.cu");
+    auto graphShapes = [&](const std::string& mode) {
+        const ProcessResult r
+            = kloop({ "eval", "rmsnorm", file.string(), "--seconds", "0.05", "--graph-mode", mode, "--json" });
+        EXPECT_EQ(r.exitCode, 0) << mode << ": " << r.err;
+        const auto e = nlohmann::json::parse(r.out, nullptr, false);
+        std::pair<int, int> graphAndTimed { 0, 0 };
+        for (const auto& shape : e.value("shapes", nlohmann::json::array()))
+            if (shape.contains("timing")) {
+                ++graphAndTimed.second;
+                graphAndTimed.first += shape["timing"].value("graph_mode", false);
+            }
+        return graphAndTimed;
+    };
+    const auto always = graphShapes("always"), never = graphShapes("never"), automatic = graphShapes("auto");
+    ASSERT_GT(always.second, 1);
+    EXPECT_EQ(always.first, always.second);
+    EXPECT_EQ(never.first, 0);
+    EXPECT_GT(automatic.first, 0);
+    EXPECT_LT(automatic.first, automatic.second);
+
+    const ProcessResult bad = kloop({ "eval", "rmsnorm", file.string(), "--graph-mode", "sometimes" });
+    EXPECT_NE(bad.exitCode, 0);
+    EXPECT_NE(bad.err.find("--graph-mode must be auto, always or never, got 'sometimes'"), std::string::npos)
+        << bad.err;
+}
+
 // An H200 running tensor cores for milliseconds sits at its power cap: that measurement is recorded, and it still
 // counts (candidate and baseline samples alternate under the cap alike). A thermal slowdown sends it to review.
 TEST_F(KloopCli, APowerCappedMeasurementCountsAndAThermalSlowdownGoesToReview)

@@ -95,6 +95,8 @@ TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
                 kl::Bindings b = kl::bindingsFor(point, shape.bindings());
                 const std::int64_t B = b.at("B"), HQ = b.at("HQ"), tokens = b.at("B") * b.at("MAXP") * b.at("PS");
                 const std::int64_t workspace = spec.workspaces[0].bytes.evaluateInt(b);
+                // The partition's index math is 32-bit: c x total and (g + 1) x C stay below 2^32 for 256 CTAs.
+                ASSERT_LT(256 * tokens, std::int64_t { 1 } << 32);
                 b[kl::kSmCountIdentifier] = sms;
                 const std::string where = shape.label() + " SM_COUNT=" + std::to_string(sms);
                 const std::int64_t ctas = spec.launches[0].grid[0].evaluateInt(b);
@@ -121,6 +123,11 @@ TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
             }
     EXPECT_GT(merged, 0);
     EXPECT_GT(single, 0);
+    // ... and at every shape the problem admits, not only those the harness runs.
+    bool tokensBounded = false;
+    for (const auto& c : problem.dimConstraints)
+        tokensBounded |= c.text() == "B * MAXP * PS <= 1048576";
+    EXPECT_TRUE(tokensBounded) << "the 32-bit partition math assumes at most 2^20 tokens a batch";
     kl::Bindings b = kl::bindingsFor(spec.defaults(), problem.withConstants(problem.tuningShapes[1]).bindings());
     ASSERT_EQ(b.at("B"), 16);
     b[kl::kSmCountIdentifier] = 132;

@@ -21,8 +21,9 @@
 // P . V takes P as two bf16 halves (P = hi + lo, two MMAs): with one, P's 8 bits cost up to 0.02 of max error on
 // outlier inputs (the harness rejected TT 8 once on a held-out outlier shape at 0.0207), the problem's whole bf16
 // budget; the second MMA costs nothing measurable in a kernel that waits on memory.
-// Defaults: 8-token stages 6 deep; on the H200 they match 16-token stages at every tuning shape but B=16 ctx 4096,
-// where they are 2% faster (bench/results/round9-h200-2026-12-03.md).
+// Defaults: 8-token stages 6 deep. On the H200 (driver, graph replay) they match 16-token stages 3 deep within 1% at
+// B=64 ctx 8192 and B=4 ctx 131072, and run B=16 ctx 4096 in 73.6-75.0 us against 77.3-78.0 (bench/results round 8
+// and 9); the harness's single runs differ less than their run-to-run spread there.
 #include <cuda_bf16.h>
 // @kl:param TT = 8 in [8, 16]
 // @kl:param STAGES = 6 in [2, 3, 4, 5, 6]
@@ -300,7 +301,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
     // The merge kernel may be scheduled now; it waits for this grid's completion before reading anything.
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const int total = prefix[B];
-    const int g0 = static_cast<int>(rangeStart(c, C, total)), g1 = static_cast<int>(rangeStart(c + 1, C, total));
+    const int g0 = rangeStart(c, C, total), g1 = rangeStart(c + 1, C, total);
     if (c == 0) {
         int* header = reinterpret_cast<int*>(partials);
         for (int i = tid; i <= B; i += kThreads)
