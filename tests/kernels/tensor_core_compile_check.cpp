@@ -6,6 +6,7 @@
 #include "kernels/shape_sampler.h"
 #include "tests/support/text_file.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <future>
 #include <gtest/gtest.h>
@@ -102,6 +103,38 @@ void expectTensorCoreModulesWithoutSpills(
         for (const char* instruction : { "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
                  "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global" })
             EXPECT_NE(m->ptx.find(instruction), std::string::npos) << where << " lacks " << instruction;
+}
+
+void expectMlaSplitGridFitsTheWorkspace(
+    const Problem& problem, const KernelSpec& spec, const std::function<std::int64_t(const ParamValues&)>& tileOf)
+{
+    ASSERT_EQ(spec.launches.size(), 2u);
+    ASSERT_EQ(spec.workspaces.size(), 1u);
+    const auto shapes = harnessShapes(problem);
+    int multiSplit = 0;
+    for (const auto& point : spec.enumerateSpace())
+        for (const auto& shape : shapes)
+            for (const std::int64_t sms : { 1, 108, 132, 148, 4096 }) {
+                Bindings b = bindingsFor(point, shape.bindings());
+                const std::int64_t B = b.at("B"), SQ = b.at("SQ"), rows = B * SQ * 128;
+                const std::int64_t listed = problem.name == "mla_decode"
+                    ? b.at("MAXP") * 64
+                    : std::min<std::int64_t>(2048, b.at("MAXP") * 64);
+                const std::int64_t workspace = spec.workspaces[0].bytes.evaluateInt(b);
+                b[kSmCountIdentifier] = sms;
+                const std::string where = shape.label() + " SM_COUNT=" + std::to_string(sms);
+                EXPECT_EQ(spec.launches[0].grid[0].evaluateInt(b), B * SQ * 2) << where;
+                const std::int64_t splits = spec.launches[0].grid[1].evaluateInt(b), tile = tileOf(point);
+                ASSERT_GE(splits, 1) << where;
+                ASSERT_LE(splits, std::min<std::int64_t>(64, (listed + tile - 1) / tile)) << where;
+                ASSERT_GE(workspace, 16 + rows * splits * (512 + 2) * 4) << where;
+                EXPECT_EQ(spec.launches[1].grid[0].evaluateInt(b), splits > 1 ? rows : 0) << where;
+                multiSplit += splits > 1;
+                if (B * SQ * 2 > point.at("WAVES") * std::min<std::int64_t>(sms, 256)) {
+                    EXPECT_EQ(splits, 1) << where;
+                }
+            }
+    EXPECT_GT(multiSplit, 0);
 }
 
 } // namespace kl::test

@@ -7,7 +7,9 @@
 #include "core/problem.h"
 #include "kernels/nvrtc_compiler.h"
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,5 +52,11 @@ void expectModulesWithoutSpills(
 // ldmatrix.trans and cp.async.
 void expectTensorCoreModulesWithoutSpills(
     const std::string& source, const KernelSpec& spec, const Problem& problem, const std::vector<ParamValues>& points);
+
+// The MLA decode kernels' split grid (mma.sync and wgmma alike): at every point, harness shape and SM count it is
+// 1..min(64, tiles of the listed rows) splits, tileOf(point) rows a tile, within the workspace; the merge is launched
+// only with more than one split, and a machine-sized batch (more row blocks than WAVES x SMs) gets one split.
+void expectMlaSplitGridFitsTheWorkspace(
+    const Problem& problem, const KernelSpec& spec, const std::function<std::int64_t(const ParamValues&)>& tileOf);
 
 } // namespace kl::test

@@ -67,33 +67,8 @@ TEST_P(MlaTensorCores, CompilesForSm80AndSm90aWithoutSpills)
 // workspace; the merge is launched only with more than one split, and a machine-sized batch gets one split.
 TEST_P(MlaTensorCores, SplitGridFitsTheWorkspaceAtEveryShapeAndSmCount)
 {
-    ASSERT_EQ(spec.launches.size(), 2u);
-    ASSERT_EQ(spec.workspaces.size(), 1u);
-    const auto shapes = harnessShapes(problem);
-    int multiSplit = 0;
-    for (const auto& point : spec.enumerateSpace())
-        for (const auto& shape : shapes)
-            for (const std::int64_t sms : { 1, 108, 132, 148, 4096 }) {
-                kl::Bindings b = kl::bindingsFor(point, shape.bindings());
-                const std::int64_t B = b.at("B"), SQ = b.at("SQ"), rows = B * SQ * 128;
-                const std::int64_t listed = problem.name == "mla_decode"
-                    ? b.at("MAXP") * 64
-                    : std::min<std::int64_t>(2048, b.at("MAXP") * 64);
-                const std::int64_t workspace = spec.workspaces[0].bytes.evaluateInt(b);
-                b[kl::kSmCountIdentifier] = sms;
-                const std::string where = shape.label() + " SM_COUNT=" + std::to_string(sms);
-                EXPECT_EQ(spec.launches[0].grid[0].evaluateInt(b), B * SQ * 2) << where;
-                const std::int64_t splits = spec.launches[0].grid[1].evaluateInt(b);
-                ASSERT_GE(splits, 1) << where;
-                ASSERT_LE(splits, std::min<std::int64_t>(64, (listed + point.at("BN") - 1) / point.at("BN"))) << where;
-                ASSERT_GE(workspace, 16 + rows * splits * (512 + 2) * 4) << where;
-                EXPECT_EQ(spec.launches[1].grid[0].evaluateInt(b), splits > 1 ? rows : 0) << where;
-                multiSplit += splits > 1;
-                if (B * SQ * 2 > point.at("WAVES") * std::min<std::int64_t>(sms, 256)) {
-                    EXPECT_EQ(splits, 1) << where;
-                }
-            }
-    EXPECT_GT(multiSplit, 0);
+    kl::test::expectMlaSplitGridFitsTheWorkspace(
+        problem, spec, [](const kl::ParamValues& point) { return point.at("BN"); });
 }
 
 INSTANTIATE_TEST_SUITE_P(
