@@ -12,6 +12,7 @@
 #if KL_FEATURE_CUDA
 #include "kernels/gpu_evaluator.h"
 #include "kernels/referee/referee.h"
+#include "kernels/worker_protocol.h"
 #endif
 
 #include <algorithm>
@@ -88,7 +89,7 @@ namespace {
             if (auto arch = a.option("arch"))
                 o.arch = *arch;
             o.graphMode = a.optionOr("graph-mode", "auto");
-            if (o.graphMode != "auto" && o.graphMode != "always" && o.graphMode != "never")
+            if (!wire::isGraphMode(o.graphMode))
                 throw InputError("--graph-mode must be auto, always or never, got '" + o.graphMode + "'");
             GpuEvaluator ev(problem, o);
             Candidate c = ev.templateCandidate(parseParams(a.optionOr("params", "")), "cli");

@@ -9,6 +9,11 @@
 
 namespace kl::wire {
 
+bool isGraphMode(const std::string& mode)
+{
+    return mode == "auto" || mode == "always" || mode == "never";
+}
+
 namespace {
     constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 }
@@ -742,7 +747,7 @@ void fromJson(const Json& j, TimeRequest& out)
     out.minSamples = intOr(j, "min_samples", 10, w, 1);
     out.maxSamples = intOr(j, "max_samples", 4000, w, 1);
     out.graphMode = jsonfield::stringOr(j, "graph_mode", "auto", w);
-    if (out.graphMode != "auto" && out.graphMode != "always" && out.graphMode != "never")
+    if (!isGraphMode(out.graphMode))
         throw InputError(w + ".graph_mode: '" + out.graphMode + "' is not auto, always or never");
     out.recheck = jsonfield::booleanOr(j, "recheck", true, w);
     out.graphTiming = jsonfield::booleanOr(j, "graph_timing", true, w);

@@ -173,6 +173,10 @@ struct VerifyReply {
     bool cuptiChecked = false;
 };
 
+// How a time request times each shape: "always" as CUDA graph replays, "never" as back-to-back launches, "auto"
+// graphs only for a plan under the worker's threshold (20 us).
+bool isGraphMode(const std::string& mode);
+
 struct TimeReply;
 struct TimeRequest {
     static constexpr const char* kOp = "time";
