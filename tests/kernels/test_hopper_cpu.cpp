@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 namespace {
 
@@ -33,6 +34,24 @@ std::string reasonsText(const std::vector<kl::VerdictReason>& reasons)
     for (const auto& r : reasons)
         s += r.rule + " line " + std::to_string(r.line) + ": " + r.message + "\n";
     return s;
+}
+
+// The problem's own shapes, held-out ones, and the edges of both paths and of the tiles (M around 16, 32, 64 and 128;
+// N and K at and past tile multiples), every one the problem accepts.
+std::vector<kl::Shape> shapesAtThePathsEdges(const kl::Problem& p)
+{
+    std::vector<kl::Shape> shapes = kl::shapesOf(p);
+    for (const auto& s : kl::heldOutShapes(p, 200, 7))
+        shapes.push_back(s);
+    for (const std::int64_t m : { 1, 2, 15, 16, 17, 31, 33, 64, 65, 100, 127, 128, 129, 8192 })
+        for (const std::int64_t n : { 256, 320, 4096, 4160, 14336, 16384 })
+            for (const std::int64_t k : { 256, 320, 4096, 14336, 16384 }) {
+                kl::Shape s;
+                s.dims = { { "M", m }, { "N", n }, { "K", k } };
+                if (p.shapeIsValid(s))
+                    shapes.push_back(s);
+            }
+    return shapes;
 }
 
 } // namespace
@@ -53,10 +72,10 @@ TEST(HopperGemmTemplate, CompilesForSm90aAcrossItsSpaceAndPassesTheReferee)
     const kl::Problem p = kl::loadProblem(kGemm.string());
     const std::string src = kl::test::readTextFile(kGemm / p.templateFor(90));
     const kl::KernelSpec spec = kl::parseKernelSpec(src, p);
-    EXPECT_EQ(spec.tensorMaps.size(), 4u);
-    ASSERT_EQ(spec.launches.size(), 3u);
-    EXPECT_TRUE(spec.launches[1].programmaticLaunch);
-    EXPECT_TRUE(spec.launches[2].hasCluster);
+    EXPECT_EQ(spec.tensorMaps.size(), 5u);
+    ASSERT_EQ(spec.launches.size(), 4u);
+    EXPECT_TRUE(spec.launches[2].programmaticLaunch);
+    EXPECT_TRUE(spec.launches[3].hasCluster);
     EXPECT_EQ(reasonsText(kl::referee::checkSource(src, p)), "");
 
     const std::vector<kl::ParamValues> points = {
@@ -67,6 +86,8 @@ TEST(HopperGemmTemplate, CompilesForSm90aAcrossItsSpaceAndPassesTheReferee)
         { { "BM", 128 }, { "BN", 256 }, { "STAGES", 4 }, { "REGSPLIT", 1 } },
         { { "SBN", 64 }, { "SKMAX", 2 } },
         { { "SBN", 256 }, { "SKMAX", 8 } },
+        { { "FIT", 1 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 2 } },
+        { { "FIT", 1 }, { "BM", 64 }, { "BN", 256 }, { "STAGES", 5 }, { "SPLITK", 4 }, { "REDUCE", 1 }, { "CM", 2 } },
     };
     kl::NvrtcCompiler compiler(kl::test::freshDir("test-cache-hopper"), 2);
     std::vector<std::future<std::shared_ptr<const kl::CompiledModule>>> modules;
@@ -124,23 +145,14 @@ TEST(HopperGemmTemplate, SkinnyAndPersistentPathsSplitTheShapesAndTheSkinnyLaunc
 {
     const kl::Problem p = kl::loadProblem(kGemm.string());
     const kl::KernelSpec spec = kl::parseKernelSpec(kl::test::readTextFile(kGemm / p.templateFor(90)), p);
-    ASSERT_EQ(spec.launches.size(), 3u);
+    ASSERT_EQ(spec.launches.size(), 4u);
     const kl::LaunchStep& persistent = spec.launches[0];
-    const kl::LaunchStep& reduce = spec.launches[1];
-    const kl::LaunchStep& skinny = spec.launches[2];
+    const kl::LaunchStep& narrow = spec.launches[1];
+    const kl::LaunchStep& reduce = spec.launches[2];
+    const kl::LaunchStep& skinny = spec.launches[3];
     ASSERT_EQ(skinny.kernel, "gemm_skinny");
 
-    std::vector<kl::Shape> shapes = kl::shapesOf(p);
-    for (const auto& s : kl::heldOutShapes(p, 200, 7))
-        shapes.push_back(s);
-    for (const std::int64_t m : { 1, 2, 15, 16, 17, 31, 33, 64, 65, 100, 127, 128, 129, 8192 })
-        for (const std::int64_t n : { 256, 320, 4096, 4160, 14336, 16384 })
-            for (const std::int64_t k : { 256, 320, 4096, 14336, 16384 }) {
-                kl::Shape s;
-                s.dims = { { "M", m }, { "N", n }, { "K", k } };
-                if (p.shapeIsValid(s))
-                    shapes.push_back(s);
-            }
+    const std::vector<kl::Shape> shapes = shapesAtThePathsEdges(p);
     // Every skinny point with the persistent path's defaults, and persistent points with the skinny defaults.
     std::vector<kl::ParamValues> points;
     for (const std::int64_t sbn : spec.param("SBN")->values)
@@ -180,9 +192,11 @@ TEST(HopperGemmTemplate, SkinnyAndPersistentPathsSplitTheShapesAndTheSkinnyLaunc
                 if (M > point.at("SKINNY_M")) {
                     ASSERT_EQ(splits, 0) << where;
                     ASSERT_GE(persistent.grid[0].evaluateInt(b), 1) << where;
+                    ASSERT_EQ(narrow.grid[0].evaluateInt(b), 0) << where; // FIT = 0 at these points
                     continue;
                 }
                 ASSERT_EQ(persistent.grid[0].evaluateInt(b), 0) << where;
+                ASSERT_EQ(narrow.grid[0].evaluateInt(b), 0) << where;
                 ASSERT_EQ(reduce.grid[0].evaluateInt(b), 0) << where;
                 for (const auto& w : spec.workspaces)
                     ASSERT_EQ(w.bytes.evaluateInt(b), 0) << where << " " << w.name;
@@ -231,6 +245,120 @@ TEST(HopperGemmTemplate, SkinnyAndPersistentPathsSplitTheShapesAndTheSkinnyLaunc
             b[kl::kSmCountIdentifier] = 132;
             EXPECT_EQ(skinny.grid[0].evaluateInt(b), expected) << "M=" << m << " N=" << n;
         }
+}
+
+// FIT = 1, above SKINNY_M: exactly one of the two persistent kernels runs, the narrow one (BM x 64 tiles) while its
+// tiles fit on the SMs; K is split at most SPLITK times (and into at least 8 k-blocks a split), and only while the
+// units stay within one wave. The kernel reads its split back from its grid (splits_of_grid) and the reduction from
+// its grid's y extent, so the three must agree; the workspaces hold that split's partials and the tiles' counters;
+// the narrow kernel's deeper ring fits the wide one's shared memory.
+TEST(HopperGemmTemplate, FittedLaunchesKeepTheUnitsInOneWaveAndAgreeOnTheSplit)
+{
+    const kl::Problem p = kl::loadProblem(kGemm.string());
+    const kl::KernelSpec spec = kl::parseKernelSpec(kl::test::readTextFile(kGemm / p.templateFor(90)), p);
+    ASSERT_EQ(spec.launches.size(), 4u);
+    const kl::LaunchStep& wide = spec.launches[0];
+    const kl::LaunchStep& narrow = spec.launches[1];
+    const kl::LaunchStep& reduce = spec.launches[2];
+    ASSERT_EQ(narrow.kernel, "gemm_tma_wgmma_narrow");
+    const kl::WorkspaceSpec* part = nullptr;
+    const kl::WorkspaceSpec* arrivals = nullptr;
+    for (const auto& w : spec.workspaces)
+        (w.name == "part" ? part : arrivals) = &w;
+    ASSERT_TRUE(part && arrivals && arrivals->name == "arrivals");
+
+    std::vector<kl::ParamValues> points;
+    for (const std::int64_t bm : spec.param("BM")->values)
+        for (const std::int64_t bn : spec.param("BN")->values)
+            for (const std::int64_t splitk : spec.param("SPLITK")->values)
+                for (const std::int64_t reduceInKernel : spec.param("REDUCE")->values)
+                    for (const std::int64_t cm : spec.param("CM")->values) {
+                        kl::ParamValues v = spec.defaults();
+                        v["FIT"] = 1;
+                        v["SKINNY_M"] = 16;
+                        v["BM"] = bm;
+                        v["BN"] = bn;
+                        v["STAGES"] = 3;
+                        v["SPLITK"] = splitk;
+                        v["REDUCE"] = reduceInKernel;
+                        v["CM"] = cm;
+                        if (spec.satisfies(v, {}))
+                            points.push_back(v);
+                    }
+    ASSERT_GT(points.size(), 40u);
+
+    int narrowRuns = 0, splitRuns = 0, wideSplitRuns = 0;
+    for (const auto& shape : shapesAtThePathsEdges(p)) {
+        const std::int64_t M = shape.dims.at("M"), N = shape.dims.at("N"), K = shape.dims.at("K");
+        if (M <= 16)
+            continue;
+        for (const auto& point : points)
+            for (const std::int64_t sms : { 8, 16, 78, 114, 132, 148 }) {
+                kl::Bindings b = kl::bindingsFor(point, shape.bindings());
+                b[kl::kSmCountIdentifier] = static_cast<double>(sms);
+                const std::int64_t BM = point.at("BM"), BN = point.at("BN"), CM = point.at("CM");
+                const std::string where = shape.label() + " SM_COUNT=" + std::to_string(sms) + " BM="
+                    + std::to_string(BM) + " BN=" + std::to_string(BN) + " CM=" + std::to_string(CM)
+                    + " SPLITK=" + std::to_string(point.at("SPLITK"));
+                const std::int64_t wideGrid = wide.grid[0].evaluateInt(b), narrowGrid = narrow.grid[0].evaluateInt(b);
+                ASSERT_TRUE((wideGrid > 0) != (narrowGrid > 0)) << where;
+                const std::int64_t clusters = sms / CM, mGroups = (M + BM * CM - 1) / (BM * CM);
+                const bool narrowFits = BN > 64 && mGroups * ((N + 63) / 64) <= clusters;
+                ASSERT_EQ(narrowGrid > 0, narrowFits) << where;
+                const std::int64_t bn = narrowGrid > 0 ? 64 : BN, grid = narrowGrid > 0 ? narrowGrid : wideGrid;
+                const std::int64_t tiles = mGroups * ((N + bn - 1) / bn);
+                ASSERT_EQ(grid % CM, 0) << where;
+                ASSERT_LE(grid / CM, clusters) << where;
+                const std::int64_t split = std::max<std::int64_t>(1, grid / CM / tiles); // splits_of_grid
+                ASSERT_LE(split, point.at("SPLITK")) << where;
+                if (split > 1) {
+                    ASSERT_EQ(tiles * split, grid / CM) << where; // every unit of the split has its block
+                    ASSERT_GE(K / 64 / split, 8) << where;
+                    ASSERT_GE(part->bytes.evaluateInt(b), split * M * N * 4) << where;
+                } else {
+                    ASSERT_EQ(grid / CM, std::min(tiles, clusters)) << where;
+                }
+                const std::int64_t reduceX = reduce.grid[0].evaluateInt(b), reduceY = reduce.grid[1].evaluateInt(b);
+                if (point.at("REDUCE") == 0 && split > 1) {
+                    ASSERT_EQ(reduceY, split) << where;
+                    ASSERT_GE(reduceX * reduceY * 1024, M * N) << where;
+                } else {
+                    ASSERT_EQ(reduceX, 0) << where;
+                }
+                if (point.at("REDUCE") == 1) {
+                    ASSERT_GE(arrivals->bytes.evaluateInt(b), ((M + BM - 1) / BM) * ((N + bn - 1) / bn) * 4) << where;
+                }
+                const std::int64_t narrowStages = std::min<std::int64_t>(8, 3 * (BM + BN) / (BM + 64));
+                ASSERT_GE(narrowStages, 3) << where;
+                ASSERT_EQ(narrow.sharedBytes.evaluateInt(b), narrowStages * (BM + 64) * 128 + 1024 + 16 * narrowStages)
+                    << where;
+                ASSERT_LE(narrow.sharedBytes.evaluateInt(b), 232448) << where;
+                const std::int64_t gridDims[3] = { grid, 1, 1 }, cluster[3] = { CM, 1, 1 };
+                ASSERT_EQ(kl::clusterProblem(gridDims, cluster), "") << where;
+                narrowRuns += narrowGrid > 0;
+                splitRuns += split > 1;
+                wideSplitRuns += wideGrid > 0 && split > 1;
+            }
+    }
+    EXPECT_GT(narrowRuns, 0);
+    EXPECT_GT(splitRuns, 0);
+    EXPECT_GT(wideSplitRuns, 0);
+    // The decode point on the H200's 132 SMs at M = 128: N = 4096 as 64 narrow tiles split in two, N = 8192 as 128
+    // narrow tiles, N = 14336 as 112 of the 128-wide ones (224 narrow ones would take two waves).
+    kl::ParamValues decode = spec.defaults();
+    decode["FIT"] = 1;
+    decode["SKINNY_M"] = 32;
+    decode["BN"] = 128;
+    decode["STAGES"] = 6;
+    decode["SPLITK"] = 2;
+    for (const auto& [n, expectNarrow, expectGrid] : std::vector<std::tuple<std::int64_t, bool, std::int64_t>> {
+             { 4096, true, 128 }, { 8192, true, 128 }, { 14336, false, 112 } }) {
+        kl::Bindings b = kl::bindingsFor(decode, { { "M", 128 }, { "N", n }, { "K", 4096 } });
+        b[kl::kSmCountIdentifier] = 132;
+        EXPECT_EQ(narrow.grid[0].evaluateInt(b), expectNarrow ? expectGrid : 0) << "N=" << n;
+        EXPECT_EQ(wide.grid[0].evaluateInt(b), expectNarrow ? 0 : expectGrid) << "N=" << n;
+        EXPECT_EQ(reduce.grid[1].evaluateInt(b), n == 4096 ? 2 : 1) << "N=" << n;
+    }
 }
 
 TEST(CuteCandidate, CompilesForSm90aWithThePinnedCutlassHeadersAndIsCached)

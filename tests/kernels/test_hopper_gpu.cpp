@@ -190,6 +190,22 @@ TEST_F(HopperGpu, TmaWgmmaTemplatePassesWithSplitKClustersAndInKernelReduction)
         expectCorrect(p);
 }
 
+// FIT = 1 above SKINNY_M = 32 (the verify shapes M = 33 .. 1000, the M = 128 tuning shapes, held-out ones): the
+// narrow kernel and the wide one, each with and without a split of K, the split summed by the second kernel and in
+// the GEMM, and B multicast over clusters of two.
+TEST_F(HopperGpu, FittedPathPassesWithBothTilesAndSplits)
+{
+    const kl::ParamValues fit { { "FIT", 1 }, { "SKINNY_M", 32 } };
+    auto with = [&](kl::ParamValues p) {
+        p.insert(fit.begin(), fit.end());
+        return p;
+    };
+    for (const kl::ParamValues& p : { with({ { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 2 } }),
+             with({ { "BN", 256 }, { "STAGES", 4 }, { "SPLITK", 4 }, { "REDUCE", 1 } }),
+             with({ { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 2 }, { "CM", 2 } }) })
+        expectCorrect(p);
+}
+
 // The skinny path (M <= 128: the decode tuning shapes, the verify shapes M = 1, 33, 128 and held-out decode shapes)
 // at its defaults and at points that change the column tile and the splits: 64-row tiles with at most 2 splits (two
 // blocks share an SM at N = 14336), 256-row tiles with up to 8, splits of at most 4, none.

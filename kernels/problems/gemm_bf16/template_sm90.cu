@@ -20,6 +20,12 @@
 //  - Split-K: with SPLITK > 1 each unit writes fp32 partials to the workspace; REDUCE=0 sums them in
 //    a second kernel launched with programmatic dependent launch, REDUCE=1 in the GEMM itself: the split that
 //    arrives last at its tile's counter adds the others' partials (no second launch, no waiting).
+//  - FIT=1 sizes the work to one wave where the BM x BN tiles leave SMs idle (decode-sized M): if BM x 64 tiles
+//    still fit on the SMs, the narrow kernel (gemm_tma_wgmma_narrow, BN = 64, a deeper ring in the same shared
+//    memory) takes them, and either kernel splits K up to SPLITK times while the units still fit. One point then
+//    serves N = 4096 (64-wide tiles, two splits at M = 128) and N = 14336 (128-wide tiles, no split). The launch
+//    lines pick the kernel and the split; the kernel reads its split back from its grid, the reduction from its
+//    grid's y extent.
 // @kl:param BM = 128 in [64, 128]
 // @kl:param BN = 256 in [64, 128, 256]
 // @kl:param STAGES = 4 in [2, 3, 4, 5, 6, 8]
@@ -32,25 +38,29 @@
 // @kl:param SBN = 128 in [64, 128, 256]
 // @kl:param SKMAX = 8 in [1, 2, 4, 8]
 // @kl:param SKINNY_M = 128 in [16, 32, 64, 128]
+// @kl:param FIT = 0 in [0, 1]
 // @kl:constraint ARCH >= 90
 // @kl:constraint STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES <= 232448
 // @kl:constraint REGSPLIT == 0 || BM == 128
 // @kl:constraint REDUCE == 0 || SPLITK > 1
 // @kl:workspace part bytes=(M > SKINNY_M && SPLITK > 1 ? SPLITK * M * N * 4 : 0) init=poison
-// @kl:workspace arrivals bytes=(M > SKINNY_M && REDUCE == 1 ? ceil_div(M, BM) * ceil_div(N, BN) * 4 : 0) init=zero
+// @kl:workspace arrivals bytes=(M > SKINNY_M && REDUCE == 1 ? ceil_div(M, BM) * ceil_div(N, FIT == 1 ? 64 : BN) * 4 : 0) init=zero
 // @kl:tensormap tmA tensor=A box=(64, BM) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmB tensor=B box=(64, BN / CM) swizzle=128B l2promo=256B oob=zero
+// @kl:tensormap tmB64 tensor=B box=(64, 64 / CM) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmW tensor=B box=(64, SBN) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmX tensor=A box=(64, 16) swizzle=128B l2promo=256B oob=zero
-// @kl:launch gemm_tma_wgmma grid=(M > SKINNY_M ? CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * SPLITK, div(SM_COUNT, CM)) : 0) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
-// @kl:launch gemm_splitk_reduce grid=(M > SKINNY_M && SPLITK > 1 && REDUCE == 0 ? ceil_div(M * N, 1024) : 0) block=(256) pdl=1 args=(C, part, M, N)
+// @kl:launch gemm_tma_wgmma grid=(M > SKINNY_M && (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM)) == 0 ? CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * (FIT == 1 ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN)))) : SPLITK), div(SM_COUNT, CM)) : 0) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
+// @kl:launch gemm_tma_wgmma_narrow grid=(M > SKINNY_M && FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM) ? CM * ceil_div(M, BM * CM) * ceil_div(N, 64) * max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : 0) block=((BM / 64 + 1) * 128) smem=(min(8, div(STAGES * (BM + BN), BM + 64)) * (BM + 64) * 128 + 1024 + 16 * min(8, div(STAGES * (BM + BN), BM + 64))) cluster=(CM, 1, 1) args=(tmA, tmB64, C, part, arrivals, M, N, K)
+// @kl:launch gemm_splitk_reduce grid=(M > SKINNY_M && REDUCE == 0 && (FIT == 0 ? SPLITK : (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM) ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN)))))) > 1 ? ceil_div(M * N, 1024 * (FIT == 0 ? SPLITK : (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM) ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN))))))) : 0, (FIT == 0 ? SPLITK : (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM) ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN))))))) block=(256) pdl=1 args=(C, part, M, N)
 // @kl:launch gemm_skinny grid=(M <= SKINNY_M ? max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))) : 0, ceil_div(N, SBN)) block=((SBN / 64 + 1) * 128) smem=(1024 + max(max(2, div(div(220 * 1024, ceil_div(ceil_div(N, SBN), SM_COUNT)), (SBN + max(16, next_pow2(min(M, 128)))) * 128)) * (SBN + max(16, next_pow2(min(M, 128)))) * 128, max(16, next_pow2(min(M, 128))) * (SBN + 4) * 4)) cluster=(max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))), 1, 1) args=(tmW, tmX, C, M, N, K)
 #include <cuda_bf16.h>
 
 constexpr int BK = 64; // one 128-byte swizzle row of bf16
 constexpr int CONSUMERS = BM / 64;
 constexpr int THREADS = (CONSUMERS + 1) * 128;
-constexpr unsigned STAGE_BYTES = (BM + BN) * BK * 2;
+// The narrow kernel's ring fills the shared memory of the wide one's (the launch line computes the same).
+constexpr int NARROW_STAGES = (STAGES * (BM + BN) / (BM + 64)) < 8 ? STAGES * (BM + BN) / (BM + 64) : 8;
 
 // The harness passes each @kl:tensormap as a CUtensorMap by value: 128 opaque bytes, 64-byte aligned.
 struct alignas(64) TensorMap {
@@ -183,15 +193,15 @@ __device__ __forceinline__ void wgmma_n256(float (&d)[128], unsigned long long d
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
                  : "l"(da), "l"(db), "r"(accumulate));
 }
-__device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], unsigned long long da, unsigned long long db, int accumulate)
+template <int TBN>
+__device__ __forceinline__ void wgmma_tile(float (&d)[TBN / 2], unsigned long long da, unsigned long long db, int accumulate)
 {
-#if BN == 64
-    wgmma_n64(d, da, db, accumulate);
-#elif BN == 128
-    wgmma_n128(d, da, db, accumulate);
-#else
-    wgmma_n256(d, da, db, accumulate);
-#endif
+    if constexpr (TBN == 64)
+        wgmma_n64(d, da, db, accumulate);
+    else if constexpr (TBN == 128)
+        wgmma_n128(d, da, db, accumulate);
+    else
+        wgmma_n256(d, da, db, accumulate);
 }
 
 struct Work {
@@ -199,9 +209,10 @@ struct Work {
 };
 
 // Unit w of the cluster's walk; the CM blocks of a cluster take the CM vertically adjacent tiles of one unit.
-__device__ __forceinline__ Work work_unit(int w, unsigned rank, int M, int N, int K)
+template <int TBN>
+__device__ __forceinline__ Work work_unit(int w, unsigned rank, int M, int N, int K, int splits)
 {
-    const int mTiles = (M + BM - 1) / BM, nTiles = (N + BN - 1) / BN;
+    const int mTiles = (M + BM - 1) / BM, nTiles = (N + TBN - 1) / TBN;
     const int mGroups = (mTiles + CM - 1) / CM, tiles = mGroups * nTiles;
     const int tile = w % tiles, split = w / tiles;
     // Grouped raster: GROUP consecutive tiles along the major direction share their panel of the other operand.
@@ -212,30 +223,43 @@ __device__ __forceinline__ Work work_unit(int w, unsigned rank, int M, int N, in
     Work u;
     u.mt = (RASTER == 0 ? a : b) * CM + static_cast<int>(rank);
     u.nt = RASTER == 0 ? b : a;
-    const int kBlocks = K / BK, per = (kBlocks + SPLITK - 1) / SPLITK;
+    const int kBlocks = K / BK, per = (kBlocks + splits - 1) / splits;
     u.kBegin = split * per;
     u.kCount = max(0, min(kBlocks, u.kBegin + per) - u.kBegin);
     u.split = split;
     return u;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-    gemm_tma_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ TensorMap tmB,
-                   __nv_bfloat16* __restrict__ C, float* __restrict__ part, int* __restrict__ arrivals, int M, int N,
-                   int K)
+// The split count of K: SPLITK, or with FIT=1 what the launch line chose, read back from the grid (a grid of
+// CM * units when the units fit on the SMs, of CM * SMs otherwise, where the split is 1).
+template <int TBN>
+__device__ __forceinline__ int splits_of_grid(int M, int N)
 {
-    extern __shared__ unsigned char smem_raw[];
+    if (FIT == 0)
+        return SPLITK;
+    const int tiles = ((M + BM * CM - 1) / (BM * CM)) * ((N + TBN - 1) / TBN);
+    return max(1, static_cast<int>(gridDim.x) / CM / tiles);
+}
+
+extern __shared__ unsigned char smem_raw[]; // both paths' dynamic shared memory
+
+template <int TBN, int TSTAGES>
+__device__ __forceinline__ void gemm_persistent(const TensorMap* tmA, const TensorMap* tmB,
+    __nv_bfloat16* __restrict__ C, float* __restrict__ part, int* __restrict__ arrivals, int M, int N, int K)
+{
+    constexpr unsigned STAGE_BYTES = (BM + TBN) * BK * 2;
     __shared__ int lastSplit;
     unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
     __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem);
-    __nv_bfloat16* sB = sA + STAGES * BM * BK;
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(sB + STAGES * BN * BK);
-    unsigned long long* empty = full + STAGES;
+    __nv_bfloat16* sB = sA + TSTAGES * BM * BK;
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(sB + TSTAGES * TBN * BK);
+    unsigned long long* empty = full + TSTAGES;
+    const int splits = splits_of_grid<TBN>(M, N);
 
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     const unsigned rank = CM > 1 ? cluster_rank() : 0;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; ++s) {
+        for (int s = 0; s < TSTAGES; ++s) {
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], CM * CONSUMERS * 4); // every consumer warp of every block of the cluster
         }
@@ -246,8 +270,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     else
         __syncthreads();
 
-    const int mTiles = (M + BM - 1) / BM, nTiles = (N + BN - 1) / BN;
-    const int units = ((mTiles + CM - 1) / CM) * nTiles * SPLITK;
+    const int mTiles = (M + BM - 1) / BM, nTiles = (N + TBN - 1) / TBN;
+    const int units = ((mTiles + CM - 1) / CM) * nTiles * splits;
     const int cluster = blockIdx.x / CM, clusters = gridDim.x / CM;
     int stage = 0;
     unsigned phase = 0;
@@ -257,20 +281,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
         if (t == 0) {
             for (int w = cluster; w < units; w += clusters) {
-                const Work u = work_unit(w, rank, M, N, K);
+                const Work u = work_unit<TBN>(w, rank, M, N, K, splits);
                 for (int kb = u.kBegin; kb < u.kBegin + u.kCount; ++kb) {
                     if (CM > 1)
                         mbar_wait_cluster(&empty[stage], phase ^ 1);
                     else
                         mbar_wait(&empty[stage], phase ^ 1);
                     mbar_expect_tx(&full[stage], STAGE_BYTES);
-                    tma_load_2d(sA + stage * BM * BK, &tmA, kb * BK, u.mt * BM, &full[stage]);
+                    tma_load_2d(sA + stage * BM * BK, tmA, kb * BK, u.mt * BM, &full[stage]);
                     if (CM > 1)
-                        tma_load_2d_multicast(sB + stage * BN * BK + rank * (BN / CM) * BK, &tmB, kb * BK,
-                            u.nt * BN + rank * (BN / CM), &full[stage], static_cast<unsigned short>((1u << CM) - 1));
+                        tma_load_2d_multicast(sB + stage * TBN * BK + rank * (TBN / CM) * BK, tmB, kb * BK,
+                            u.nt * TBN + rank * (TBN / CM), &full[stage], static_cast<unsigned short>((1u << CM) - 1));
                     else
-                        tma_load_2d(sB + stage * BN * BK, &tmB, kb * BK, u.nt * BN, &full[stage]);
-                    if (++stage == STAGES) {
+                        tma_load_2d(sB + stage * TBN * BK, tmB, kb * BK, u.nt * TBN, &full[stage]);
+                    if (++stage == TSTAGES) {
                         stage = 0;
                         phase ^= 1;
                     }
@@ -295,24 +319,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     mbar_arrive(&empty[s]);
             }
     };
-    float acc[BN / 2];
+    float acc[TBN / 2];
     for (int w = cluster; w < units; w += clusters) {
-        const Work u = work_unit(w, rank, M, N, K);
+        const Work u = work_unit<TBN>(w, rank, M, N, K, splits);
         int previous = -1;
         for (int i = 0; i < u.kCount; ++i) {
             mbar_wait(&full[stage], phase);
             const unsigned long long da = smem_desc(sA + stage * BM * BK + c * 64 * BK);
-            const unsigned long long db = smem_desc(sB + stage * BN * BK);
+            const unsigned long long db = smem_desc(sB + stage * TBN * BK);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk)
-                wgmma_tile(acc, da + 2 * kk, db + 2 * kk, i > 0 || kk > 0); // +32 bytes per k16 step
+                wgmma_tile<TBN>(acc, da + 2 * kk, db + 2 * kk, i > 0 || kk > 0); // +32 bytes per k16 step
             wgmma_commit();
             wgmma_wait<1>();
             if (previous >= 0)
                 release(previous);
             previous = stage;
-            if (++stage == STAGES) {
+            if (++stage == TSTAGES) {
                 stage = 0;
                 phase ^= 1;
             }
@@ -322,15 +346,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             release(previous);
         if (u.kCount == 0)
 #pragma unroll
-            for (int j = 0; j < BN / 2; ++j)
+            for (int j = 0; j < TBN / 2; ++j)
                 acc[j] = 0.f;
         if (u.mt * BM >= M)
             continue; // the second block of a cluster past the last row tile: it only loaded its partner's B half
         // Accumulator layout of m64nNk16: per 8 columns, rows warp*16 + lane/4 (+8), columns (lane%4)*2 (+1).
         const int row0 = u.mt * BM + c * 64 + warp * 16 + lane / 4;
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int col = u.nt * BN + j * 8 + (lane % 4) * 2;
+        for (int j = 0; j < TBN / 8; ++j) {
+            const int col = u.nt * TBN + j * 8 + (lane % 4) * 2;
             if (col >= N)
                 continue;
 #pragma unroll
@@ -339,26 +363,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 if (row >= M)
                     continue;
                 const float x = acc[j * 4 + h * 2], y = acc[j * 4 + h * 2 + 1];
-                if (SPLITK == 1)
+                if (splits == 1)
                     *reinterpret_cast<__nv_bfloat162*>(C + (long long)row * N + col) = __floats2bfloat162_rn(x, y);
                 else
                     *reinterpret_cast<float2*>(part + ((long long)u.split * M + row) * N + col) = make_float2(x, y);
             }
         }
-        if (SPLITK == 1 || REDUCE == 0)
+        if (splits == 1 || REDUCE == 0)
             continue;
         // In-kernel reduction: the split whose arrival completes the tile's count sums every split's partials.
         __threadfence();
         consumers_sync();
         if (c == 0 && t == 0)
-            lastSplit = atomicAdd(&arrivals[u.mt * nTiles + u.nt], 1) == SPLITK - 1;
+            lastSplit = atomicAdd(&arrivals[u.mt * nTiles + u.nt], 1) == splits - 1;
         consumers_sync();
         if (!lastSplit)
             continue;
         __threadfence();
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int col = u.nt * BN + j * 8 + (lane % 4) * 2;
+        for (int j = 0; j < TBN / 8; ++j) {
+            const int col = u.nt * TBN + j * 8 + (lane % 4) * 2;
             if (col >= N)
                 continue;
 #pragma unroll
@@ -367,7 +391,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 if (row >= M)
                     continue;
                 float x = acc[j * 4 + h * 2], y = acc[j * 4 + h * 2 + 1];
-                for (int s = 0; s < SPLITK; ++s)
+                for (int s = 0; s < splits; ++s)
                     if (s != u.split) {
                         const float2 v = __ldcg(reinterpret_cast<const float2*>(part + ((long long)s * M + row) * N + col));
                         x += v.x;
@@ -381,19 +405,36 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         cluster_sync();
 }
 
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    gemm_tma_wgmma(const __grid_constant__ TensorMap tmA, const __grid_constant__ TensorMap tmB,
+                   __nv_bfloat16* __restrict__ C, float* __restrict__ part, int* __restrict__ arrivals, int M, int N,
+                   int K)
+{
+    gemm_persistent<BN, STAGES>(&tmA, &tmB, C, part, arrivals, M, N, K);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    gemm_tma_wgmma_narrow(const __grid_constant__ TensorMap tmA, const __grid_constant__ TensorMap tmB64,
+                          __nv_bfloat16* __restrict__ C, float* __restrict__ part, int* __restrict__ arrivals, int M,
+                          int N, int K)
+{
+    gemm_persistent<64, NARROW_STAGES>(&tmA, &tmB64, C, part, arrivals, M, N, K);
+}
+
 extern "C" __global__ void __launch_bounds__(256)
     gemm_splitk_reduce(__nv_bfloat16* __restrict__ C, const float* __restrict__ part, int M, int N)
 {
     // Launched with pdl=1: it may start while the GEMM drains; the partials are complete after the wait.
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (SPLITK == 1)
+    const int splits = gridDim.y; // the launch line's split count; the y-th slice of the blocks sums the y-th part
+    if (splits == 1)
         return;
-    const long long count = (long long)M * N, i = ((long long)blockIdx.x * 256 + threadIdx.x) * 4;
+    const long long count = (long long)M * N;
+    const long long i = (((long long)blockIdx.y * gridDim.x + blockIdx.x) * 256 + threadIdx.x) * 4;
     if (i >= count)
         return;
     float4 sum = *reinterpret_cast<const float4*>(part + i);
-#pragma unroll
-    for (int s = 1; s < SPLITK; ++s) {
+    for (int s = 1; s < splits; ++s) {
         const float4 v = *reinterpret_cast<const float4*>(part + s * count + i);
         sum.x += v.x;
         sum.y += v.y;
@@ -591,7 +632,6 @@ extern "C" __global__ void __launch_bounds__(SKINNY_THREADS, 1)
     gemm_skinny(const __grid_constant__ TensorMap tmW, const __grid_constant__ TensorMap tmX,
                 __nv_bfloat16* __restrict__ C, int M, int N, int K)
 {
-    extern __shared__ unsigned char smem_raw[];
     __shared__ unsigned long long full[SKINNY_MAX_STAGES], empty[SKINNY_MAX_STAGES];
     // Aligned by pointer arithmetic, so the compiler still knows red[] is shared memory (st.shared, not generic).
     unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
