@@ -297,8 +297,8 @@ TEST(HopperGemmTemplate, FittedLaunchesKeepTheUnitsInOneWaveAndAgreeOnTheSplit)
                 kl::Bindings b = kl::bindingsFor(point, shape.bindings());
                 b[kl::kSmCountIdentifier] = static_cast<double>(sms);
                 const std::int64_t BM = point.at("BM"), BN = point.at("BN"), CM = point.at("CM");
-                const std::string where = shape.label() + " SM_COUNT=" + std::to_string(sms) + " BM="
-                    + std::to_string(BM) + " BN=" + std::to_string(BN) + " CM=" + std::to_string(CM)
+                const std::string where = shape.label() + " SM_COUNT=" + std::to_string(sms)
+                    + " BM=" + std::to_string(BM) + " BN=" + std::to_string(BN) + " CM=" + std::to_string(CM)
                     + " SPLITK=" + std::to_string(point.at("SPLITK"));
                 const std::int64_t wideGrid = wide.grid[0].evaluateInt(b), narrowGrid = narrow.grid[0].evaluateInt(b);
                 ASSERT_TRUE((wideGrid > 0) != (narrowGrid > 0)) << where;
