@@ -7,12 +7,16 @@
 // on an H200, so the goal is tensor-core throughput with each selected row read once per query row.
 // The producer warpgroup first compacts j's TOPK slots into a list of cache rows in shared memory (-1 slots dropped,
 // a scan over its 128 threads; positions through block_table) while Q's copies are in flight, then gathers blocks of
-// 64 listed rows with 16-byte cp.async (no TMA gather on sm_90), 64 threads per buffer, box by box in the 128-byte
-// swizzle the wgmma descriptors read; rows past the split are zero-filled, their scores -inf. A box's 64 copying
-// threads arrive on its "ready" mbarrier through cp.async.mbarrier.arrive.noinc. The consumers are the dense kernel's:
-// two warpgroups, each owning 256 of O's 512 columns, computing S of alternate blocks and exchanging the running max
-// and P (over the block's rope box) through shared memory and named barriers (the dense file explains the schedule).
-// A fence.proxy.async after each wait hands the cp.async (generic proxy) data to wgmma (async proxy).
+// 64 listed rows with 16-byte cp.async (no TMA gather on sm_90) in the 128-byte swizzle the wgmma descriptors read:
+// all 128 threads on every block, a side (left = boxes 0..3, right = 4..8) at a time in the order the consumers free
+// them, a row's boxes back to back with a 256-byte L2 fetch; rows past the split are zero-filled, their scores
+// -inf. The 128 threads arrive on the side's "ready" mbarrier through cp.async.mbarrier.arrive.noinc. (Round 8's
+// producer, 64 threads per buffer going box by box with a barrier per box, reached 278-310 TFLOP/s; this one 408-469,
+// and 4-5% less with each block's rows also prefetched into L2 two blocks ahead: round 10.) The consumers are
+// the dense kernel's: two warpgroups, each owning 256 of O's 512 columns, computing S of alternate blocks and
+// exchanging the running max and P (over the block's rope box) through shared memory and named barriers (the dense
+// file explains the schedule). A fence.proxy.async after each side's wait hands the cp.async (generic proxy) data to
+// wgmma (async proxy).
 // Shared memory: Q 72 KB, two buffers of 72 KB, 1 KB of control, the 8 KB list: 226 KB with the alignment slack.
 // Splits: WAVES x SM_COUNT / (B x SQ x 2) per row block, at least one, at most 64 and one per block of 64 rows
 // (SM_COUNT capped at 256 for the workspace). One split writes the output and the merge is not launched; otherwise
@@ -26,6 +30,7 @@
 // @kl:launch sparse_mla_decode_wgmma_merge grid=(min(min(max(div(WAVES * min(SM_COUNT, 256), B * SQ * 2), 1), 64), ceil_div(min(TOPK, MAXP * PS), 64)) > 1 ? B * SQ * HQ : 0) block=(128) smem=0 args=(out, partials)
 
 constexpr bool kKvByTma = false; // rows by cp.async (generic proxy), zero-filled past the split
+
 constexpr int kTopK = 2048;
 
 constexpr int kDK = 576, kDV = 512, kPS = 64;
@@ -48,7 +53,7 @@ struct Control {
     float rowMax[kRows]; // the running max after the latest softmax, handed from one warpgroup to the other
     float rowSum[2][kRows]; // each warpgroup's l, added in the epilogue
     unsigned long long qReady;
-    unsigned long long ready[2][kBoxes]; // [buffer][box]: the producer's copies landed
+    unsigned long long ready[2][2]; // [buffer][side: left, right]: the producer's copies landed
     unsigned long long released[2][2]; // [buffer][side: left, right]: its readers are done with it
     int listed; // sparse: the listed positions of the row's top-k
     int warpTotals[4];
@@ -132,6 +137,13 @@ __device__ __forceinline__ void cpAsyncArrive(unsigned long long* bar)
 __device__ __forceinline__ void copyAsync16(unsigned dst, const void* src, bool valid)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+
+// The same with L2 fetching the surrounding 256 bytes: a gathered row's next 128 bytes, copied right after, hit L2.
+__device__ __forceinline__ void copyAsync16Prefetch(unsigned dst, const void* src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
                  : "memory");
 }
 
@@ -332,16 +344,14 @@ __device__ __forceinline__ void consume(const Work& w, int wg, float* partials, 
     for (int i = 0; i < 128; ++i)
         o[i] = 0.f;
 
-    // S (+)= Q K^T over boxes [first, last) of the block in `buffer` as one wgmma group, each box as soon as it landed.
+    // S (+)= Q K^T over boxes [first, last), one side of the block in `buffer`, as one wgmma group once it landed.
     auto scores = [&](int buffer, int first, int last, unsigned parity) {
+        mbarWait(&ctl->ready[buffer][first == 0 ? 0 : 1], parity);
+        fenceAsyncShared(); // cp.async writes through the generic proxy; wgmma reads through the async one
+        wgmmaFence();
 #pragma unroll
-        for (int box = first; box < last; ++box) {
-            mbarWait(&ctl->ready[buffer][box], parity);
-            if (!kKvByTma)
-                fenceAsyncShared(); // cp.async writes through the generic proxy; wgmma reads through the async one
-            wgmmaFence();
+        for (int box = first; box < last; ++box)
             issueScoresBox(s, w.q, bufferAddress(w, buffer), box);
-        }
         wgmmaCommit();
     };
     // Scores of tokens at or past `valid` (block-relative) become -inf.
@@ -572,12 +582,13 @@ __device__ __forceinline__ void copyQ(const Work& w, const __nv_bfloat16* q, int
     cpAsyncArrive(&w.control->qReady);
 }
 
-__device__ __forceinline__ void initBarriers(Control* ctl, unsigned readyArrivals)
+// Every producer thread arrives once on qReady and once on each side's ready per block (cp.async.mbarrier.arrive).
+__device__ __forceinline__ void initBarriers(Control* ctl)
 {
     mbarInit(&ctl->qReady, 128);
     for (int b = 0; b < 2; ++b)
-        for (int box = 0; box < kBoxes; ++box)
-            mbarInit(&ctl->ready[b][box], readyArrivals);
+        for (int side = 0; side < 2; ++side)
+            mbarInit(&ctl->ready[b][side], 128);
     // Readers: buffer 0's left half wg0 (S, its P V), right half wg1 (P0 V0 after wg0's S); buffer 1's left half wg0
     // (P1 V1 after wg1's S), right half both (wg1's P V, wg0 reading P1 from its rope box).
     mbarInit(&ctl->released[0][0], 128);
@@ -612,7 +623,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     if (rowBlock == 0 && w.split == 0 && threadIdx.x == 0)
         reinterpret_cast<int*>(partials)[0] = w.splits;
     if (threadIdx.x == 0)
-        initBarriers(w.control, 64);
+        initBarriers(w.control);
     __syncthreads();
     // The list's blocks of 64 rows, cut into splits alike for both CTAs of a (sequence, j).
     auto splitList = [&](int listed) {
@@ -658,7 +669,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
             if (position >= 0)
                 cacheRows[at++] = __ldg(pages + position / kPS) * kPS + position % kPS;
         };
-#pragma unroll 1
+#pragma unroll 2 // eight block_table reads in flight: the list is on every block's critical path
         for (int k = 0; k < 4; ++k) {
             const int4 v = slots[k];
             list(v.x);
@@ -670,24 +681,32 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
             w.control->listed = listed;
         barrierSync(kListReady, kThreads); // every producer reads entries the others wrote
         splitList(listed);
-        // 64 threads per buffer: buffer t / 64 holds blocks t / 64, + 2, ...; thread g copies chunk g % 8 of rows
-        // g / 8 + 8 i, a side once its readers released it, box by box, each box on its own barrier.
-        const int buffer = t / 64, g = t % 64;
-        for (int k = 0, blk = buffer; blk < w.blocks; blk += 2, ++k) {
-            const int t0 = w.tBegin + blk * kBN;
-            for (int side = 0; side < 2; ++side) {
-                mbarWait(&w.control->released[buffer][side], (k & 1) ^ 1);
-#pragma unroll 1
-                for (int box = side ? kLeftBoxes : 0; box < (side ? kBoxes : kLeftBoxes); ++box) {
-                    const unsigned dst = bufferAddress(w, buffer) + box * kBoxBytes;
+        // Every block by all 128 threads, side by side in the order the consumers free them (buffer 0 left, right,
+        // buffer 1 left, right): thread t copies chunk t % 8 of rows t / 8 + 16 i, each row's boxes of the side back
+        // to back (the L2::256B hint brings the row's next 128 bytes along), then arrives once on the side's barrier.
+        // Rows past the split are zero-filled, nothing read.
+        const int chunk = t % 8, group = t / 8;
+        for (int blk = 0; blk < w.blocks; ++blk) {
+            const int buffer = blk & 1;
+            const unsigned tile = bufferAddress(w, buffer);
+            int rows[4]; // cache rows, -1 past the split
 #pragma unroll
-                    for (int i = 0; i < 8; ++i) { // rows past the split: zero-filled, nothing read
-                        const int at = t0 + g / 8 + 8 * i;
-                        const unsigned from = (at < w.tEnd ? cacheRows[at] * kDK : 0) + box * 64 + (g % 8) * 8;
-                        copyAsync16(dst + swizzled(g / 8 + 8 * i, g % 8), kv_cache + from, at < w.tEnd);
-                    }
-                    cpAsyncArrive(&w.control->ready[buffer][box]);
+            for (int i = 0; i < 4; ++i) {
+                const int at = w.tBegin + blk * kBN + group + 16 * i;
+                rows[i] = at < w.tEnd ? cacheRows[at] : -1;
+            }
+#pragma unroll
+            for (int side = 0; side < 2; ++side) {
+                mbarWait(&w.control->released[buffer][side], ((blk >> 1) & 1) ^ 1);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const __nv_bfloat16* from = kv_cache + static_cast<long long>(max(rows[i], 0)) * kDK + chunk * 8;
+#pragma unroll
+                    for (int box = side ? kLeftBoxes : 0; box < (side ? kBoxes : kLeftBoxes); ++box)
+                        copyAsync16Prefetch(
+                            tile + box * kBoxBytes + swizzled(group + 16 * i, chunk), from + box * 64, rows[i] >= 0);
                 }
+                cpAsyncArrive(&w.control->ready[buffer][side]);
             }
         }
         asm volatile("cp.async.wait_all;" ::: "memory"); // nothing in flight into a CTA that may be done
