@@ -7,8 +7,8 @@
 #     times of the stock and the patched model, logits compared; the measured change next to the projection.
 # Issue 19 (engagement proof and decoder-layer peers), after that:
 #  4. a short kloop run + kloop export of silu_and_mul and decode_attention (the rmsnorm bundle from 3. is reused);
-#  5. swap_llama.py: those bundles in a HF Llama (prefill 1024 + 64 decode, CUDA graphs both sides) vs stock:
-#     decode tokens/s, logits agreement, profiler count of kl_* kernels -> swap/swap-llama.{md,json}, ours-trace;
+#  5. swap_llama.py: those bundles in a HF Llama (prefill 1024 + 64 decode, CUDA graphs both sides) vs stock, at batch
+#     1 and 16: decode tokens/s, logits agreement, profiler count of kl_* kernels -> swap-b<B>/swap-llama.{md,json};
 #  6. decoder_layer_peers.py: one decoder layer's decode step at B = 1, 16, 64 as eager, torch.compile and CUDA
 #     graph with MFU/MBU; KernelLoop columns from PIPELINE_RESULT (kloop pipeline run llama_decoder_decode --out).
 # Run: BENCHES=model scripts/gpu-check benches   (PIPELINE_RESULT=path/llama_decoder_decode.json optional: absent,
@@ -78,12 +78,16 @@ if [[ -z "${PIPELINE_RESULT:-}" ]]; then
     tail -n 30 "$OUT/pipeline-tuned.log"
 fi
 export TORCH_EXTENSIONS_DIR=$OUT/torch-ext
-python3 "$ROOT/bench/model/swap_llama.py" --out-dir "$OUT/swap" "${SWAP_ARGS[@]}" >"$OUT/swap.log" 2>&1 || rc=1
-tail -n 40 "$OUT/swap.log"
+# Batch 1 and 16 (MODEL_SWAP_BATCHES): the exported kernels run only at shapes their sessions verified faster.
+for b in ${MODEL_SWAP_BATCHES:-1 16}; do
+    python3 "$ROOT/bench/model/swap_llama.py" --batch "$b" --out-dir "$OUT/swap-b$b" "${SWAP_ARGS[@]}" \
+        >"$OUT/swap-b$b.log" 2>&1 || rc=1
+    tail -n 40 "$OUT/swap-b$b.log"
+done
 PEERS_ARGS=()
 [[ -n "${PIPELINE_RESULT:-}" ]] && PEERS_ARGS+=(--pipeline-result "$PIPELINE_RESULT")
 python3 "$ROOT/bench/model/decoder_layer_peers.py" --out-dir "$OUT/peers" "${PEERS_ARGS[@]}" >"$OUT/peers.log" 2>&1 ||
     rc=1
 tail -n 20 "$OUT/peers.log"
-cat "$OUT/swap/swap-llama.md" "$OUT/peers/decoder-layer-peers.md" >>"$OUT/summary.md" 2>/dev/null
+cat "$OUT"/swap-b*/swap-llama.md "$OUT/peers/decoder-layer-peers.md" >>"$OUT/summary.md" 2>/dev/null
 exit $rc

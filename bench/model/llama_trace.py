@@ -16,6 +16,9 @@ import torch
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "regimes"))
+from check_regimes import condition_holds  # noqa: E402  (the regime rule as the exported C dispatcher applies it)
+
 
 # Llama-3-8B's layer shapes; a tiny variant (same head_dim 128 and GQA ratio) for CPU plumbing tests.
 LLAMA3_8B_SHAPES = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
@@ -57,24 +60,58 @@ def prefill_and_decode(model, ids, decode_steps):
     return token
 
 
-def load_bundle(bundle: str):
-    """An exported bundle's torch.ops namespace (built by the bundle's torch/kl_P.py loader) and its manifest."""
-    manifest = json.load(open(os.path.join(bundle, "manifest.json")))
-    prefix = "kl_" + manifest["problem"]["name"].lower()
-    sys.path.insert(0, os.path.join(bundle, "torch"))
-    return __import__(prefix).load(), manifest
+class Bundle:
+    """An exported bundle's torch ops (each built by its torch/kl_<name>.py loader). A regime dispatcher (kloop export
+    of a session with regimes) holds one bundle per regime; the first regime whose condition holds at a shape takes
+    it, as the bundle's C dispatcher decides. ops_at(dims): the ops whose dispatcher runs KernelLoop's candidate at
+    dims, or None where the bundle would run its fallback (the problem's reference kernel): a model then keeps its
+    own op there, as a deployment with a library fallback does."""
+
+    def __init__(self, path: str):
+        with open(os.path.join(path, "manifest.json")) as f:
+            manifest = json.load(f)
+        problem = manifest["problem"]
+        self.problem = problem if isinstance(problem, str) else problem["name"]
+        self.regimes = []  # (condition or None, ops or None, manifest or None), in the dispatcher's order
+        if manifest.get("kind") == "regime-dispatcher":
+            for r in manifest["regimes"]:
+                ops, sub = (None, None)
+                if r.get("candidate"):
+                    ops, sub = self._load(os.path.join(path, r["bundle"]), "_" + r["name"])
+                self.regimes.append((r["condition"], ops, sub))
+        else:
+            self.regimes.append((None, *self._load(path, "")))
+
+    def _load(self, path, suffix):
+        with open(os.path.join(path, "manifest.json")) as f:
+            manifest = json.load(f)
+        sys.path.insert(0, os.path.join(path, "torch"))
+        return __import__("kl_" + self.problem.lower() + suffix).load(), manifest
+
+    def ops_at(self, dims: dict):
+        for condition, ops, manifest in self.regimes:
+            if condition is None or condition_holds(condition, dims):
+                if ops is None:
+                    return None
+                full = {**manifest["problem"].get("constants", {}), **dims}
+                return ops if int(ops.select([full[d] for d in manifest["dispatch"]["dims"]])) == 1 else None
+        return None
 
 
-def swap_rmsnorm(model, run) -> int:
-    """Replaces every LlamaRMSNorm's forward by run(x [T, H], w, eps); returns how many modules it replaced."""
+def swap_rmsnorm(model, bundle_or_run) -> int:
+    """Replaces every LlamaRMSNorm's forward by the bundle's op where its dispatcher runs the candidate (the module's
+    own forward elsewhere), or by run(x [T, H], w, eps); returns how many modules it replaced."""
     replaced = 0
     for module in model.modules():
         if type(module).__name__.endswith("RMSNorm"):
             eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)))
 
-            def forward(hidden, module=module, eps=eps):
+            def forward(hidden, module=module, eps=eps, own=module.forward):
                 flat = hidden.reshape(-1, hidden.shape[-1]).contiguous()
-                return run(flat, module.weight, eps).view_as(hidden)
+                if callable(bundle_or_run):
+                    return bundle_or_run(flat, module.weight, eps).view_as(hidden)
+                ops = bundle_or_run.ops_at({"T": flat.shape[0], "H": flat.shape[1]})
+                return own(hidden) if ops is None else ops.run(flat, module.weight, eps).view_as(hidden)
 
             module.forward = forward
             replaced += 1
@@ -82,8 +119,8 @@ def swap_rmsnorm(model, run) -> int:
 
 
 def use_exported_rmsnorm(model, bundle: str) -> int:
-    """Replaces every LlamaRMSNorm's forward by the bundle's op; returns how many modules it replaced."""
-    return swap_rmsnorm(model, load_bundle(bundle)[0].run)
+    """Replaces every LlamaRMSNorm's forward by the bundle's op where it runs KernelLoop's candidate."""
+    return swap_rmsnorm(model, Bundle(bundle))
 
 
 def wall_times(model, ids, decode_steps, runs):

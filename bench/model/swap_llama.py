@@ -9,7 +9,9 @@ and ours, where the `kloop export` bundles replace
     gate|up as one [T, 2I] tensor, so gate_proj and up_proj become one GEMM: named in the output)
   - the attention decode (q_len 1)      -> torch.ops.kl_decode_attention.run over a paged KV cache (PS 64,
     identity block table) that the swapped attention writes; prefill keeps SDPA (not the target).
-A bundle not given falls back to stock for that op, and the output says so.
+A bundle not given falls back to stock for that op, and the output says so; where a bundle's dispatcher would run its
+fallback (outside the shapes its candidate was verified faster at), ours runs PyTorch's op (the pure-PyTorch versions
+below), and the table's dispatch column says which one ran at the decode shape.
 
 CUDA graphs on both sides: the decode step (token, position, static KV cache -> logits) is captured once with
 torch.cuda.graph and replayed; prefill runs eager (one call, compute-bound). Manual capture rather than
@@ -42,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_trace import build_model, load_bundle, swap_rmsnorm  # noqa: E402
+from llama_trace import Bundle, build_model, swap_rmsnorm  # noqa: E402
 
 import transformers  # noqa: E402
 from transformers.models.llama import modeling_llama  # noqa: E402
@@ -51,7 +53,8 @@ TAKES_CACHE_POSITION = "cache_position" in inspect.signature(modeling_llama.Llam
 CACHE_KWARG = "cache" if "cache" in inspect.signature(modeling_llama.LlamaModel.forward).parameters else "past_key_values"
 
 
-# Pure-PyTorch stand-ins with the exported ops' signatures, for the CPU plumbing test only.
+# Pure PyTorch with the exported ops' signatures: the CPU plumbing test's stand-ins, and what ours runs where a
+# bundle's dispatcher would run its fallback (the problem's reference kernel): PyTorch is the library there.
 def standin_rmsnorm(x, w, eps):
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
@@ -76,17 +79,29 @@ def standin_decode_attention(q, k_cache, v_cache, block_table, seq_lens, scale):
 STANDINS = {"rmsnorm": standin_rmsnorm, "silu_and_mul": standin_silu_and_mul,
             "decode_attention": standin_decode_attention}
 
+# Each op's problem dims from its arguments (the problems' named constants come from the bundle).
+DIMS_OF = {"rmsnorm": lambda x, w, eps: {"T": x.shape[0], "H": x.shape[1]},
+           "silu_and_mul": lambda x: {"T": x.shape[0], "I": x.shape[1] // 2},
+           "decode_attention": lambda q, k_cache, v_cache, block_table, seq_lens, scale: {
+               "B": q.shape[0], "HQ": q.shape[1], "PS": k_cache.shape[1], "MAXP": block_table.shape[1]}}
+
 
 class Op:
     """One swapped op: the bundle's run() (or a labelled stand-in), its prefix and where it came from."""
 
     def __init__(self, problem, bundle, standin):
-        self.problem, self.prefix, self.ops, self.manifest = problem, "kl_" + problem, None, None
+        self.problem, self.prefix, self.bundle = problem, "kl_" + problem, None
         self.source, self.fn = "stock (no bundle given)", None
         if bundle:
             try:
-                self.ops, self.manifest = load_bundle(bundle)
-                self.source, self.fn = f"bundle {os.path.basename(os.path.abspath(bundle))}", self.ops.run
+                self.bundle = Bundle(bundle)
+
+                # The shape is known when the graph is captured: the choice is made once per captured step.
+                def fn(*args, _stock=STANDINS[problem], _dims=DIMS_OF[problem]):
+                    ops = self.bundle.ops_at(_dims(*args))
+                    return _stock(*args) if ops is None else ops.run(*args)
+
+                self.source, self.fn = f"bundle {os.path.basename(os.path.abspath(bundle))}", fn
             except Exception as e:  # a bundle that does not build or load: that op stays stock, and the table says why
                 self.source = f"stock (bundle {bundle} failed to load: {type(e).__name__}: {str(e)[:160]})"
         elif standin:
@@ -99,13 +114,10 @@ class Op:
             self.source, self.fn = "pure-PyTorch STAND-IN (not KernelLoop's kernel)", fn
 
     def dispatch(self, dims):
-        """What the bundle's dispatcher picks at the decode shape: candidate, fallback, or n/a."""
-        if not self.ops:
+        """What the bundle's dispatcher picks at the decode shape: its candidate, or its fallback (PyTorch runs)."""
+        if not self.bundle:
             return "n/a"
-        # select() takes the dispatch table's dims, which include the problem's named constants (D, HKV).
-        dims = {**self.manifest["problem"].get("constants", {}), **dims}
-        order = self.manifest["dispatch"]["dims"]
-        return {1: "candidate", 0: "fallback"}.get(int(self.ops.select([dims[d] for d in order])), "unsupported")
+        return "candidate" if self.bundle.ops_at(dims) is not None else "fallback: PyTorch's op runs"
 
 
 def swap_mlp(model, run):
@@ -124,7 +136,9 @@ class PagedCache:
     """Per-layer paged K/V caches [B * MAXP, PS, HKV, D] with the identity block table: page p of sequence b is
     block b * MAXP + p, so the cache is also a contiguous [B, MAXP * PS, HKV, D] that index_copy_ writes."""
 
-    def __init__(self, cfg, batch, max_len, device, dtype, page=64):
+    PAGE = 16  # decode_attention's smaller page: its tuning shapes' contexts (MAXP from 32) cover this model's 1088
+
+    def __init__(self, cfg, batch, max_len, device, dtype, page=PAGE):
         self.page, self.pages = page, math.ceil(max_len / page)
         d, hkv = cfg.hidden_size // cfg.num_attention_heads, cfg.num_key_value_heads
         shape = (batch * self.pages, page, hkv, d)
@@ -345,12 +359,12 @@ def main():
     for name, op in ops.items():
         if not op.fn:
             notes.append(f"{name}: ours uses STOCK for it: {op.source}")
-        elif op.ops is None:
+        elif op.bundle is None:
             notes.append(f"{name}: pure-PyTorch STAND-IN, no KernelLoop kernel ran (CPU plumbing test)")
     hd = cfg.hidden_size // cfg.num_attention_heads
     shapes = {"rmsnorm": {"T": a.batch, "H": cfg.hidden_size}, "silu_and_mul": {"T": a.batch, "I": cfg.intermediate_size},
-              "decode_attention": {"B": a.batch, "HQ": cfg.num_attention_heads, "PS": 64,
-                                   "MAXP": math.ceil(max_len / 64)}}
+              "decode_attention": {"B": a.batch, "HQ": cfg.num_attention_heads, "PS": PagedCache.PAGE,
+                                   "MAXP": math.ceil(max_len / PagedCache.PAGE)}}
     assert hd == 128, "decode_attention's D is 128"
 
     stock_run = Runner(stock, a.batch, static_cache(stock, a.batch, max_len), graphs)
