@@ -33,7 +33,7 @@ runs=("template $PROBLEM/template.cu -"
 evals=()
 for run in "${runs[@]}"; do
     read -r name file params <<<"$run"
-    args=(eval "$PROBLEM" "$file" --seconds 1 --json)
+    args=(eval "$PROBLEM" "$file" --seconds 0.5 --json)
     [[ "$params" != - ]] && args+=(--params "$params")
     echo "== kloop ${args[*]}"
     timeout 90 "$BUILD/cli/kloop" "${args[@]}" >"$OUT/$name.json" 2>"$OUT/$name.err" || rc=1

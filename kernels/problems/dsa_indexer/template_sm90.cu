@@ -124,6 +124,16 @@ __device__ __forceinline__ void wgmmaWaitAll()
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
 
+// The accumulators are the wgmma's until the wait: pinning them after it keeps the compiler from moving their first
+// use (the epilogue) above the wait.
+template <int N>
+__device__ __forceinline__ void pinAccumulators(float (&d)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
 __device__ __forceinline__ void wgmmaN64(float (&d)[32], unsigned long long da, unsigned long long db, int accumulate)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -209,6 +219,7 @@ __device__ __forceinline__ void consume(const Ring& ring, float* __restrict__ sc
             }
             wgmmaCommit();
             wgmmaWaitAll();
+            pinAccumulators(acc);
             __syncwarp();
             if (lane == 0)
                 mbarArrive(&ring.empty[stage]);
