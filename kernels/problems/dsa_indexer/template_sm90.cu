@@ -1,8 +1,8 @@
 // Template (sm_90a): the lightning indexer streamed at the HBM rate, its dot products on wgmma. The batch's
 // (sequence, page) pairs, in block_table order, are cut into one equal contiguous range per CTA (a persistent grid
 // of SM_COUNT CTAs at most), so every SM streams the same number of pages whatever B and MAXP are.
-//  - A producer warp copies each page (64 tokens x 128 dims, 16 KB) with two TMA boxes of 64 dims, 128-byte swizzled,
-//    into a ring of STAGES page buffers (full/empty mbarriers), STAGES pages ahead of the consumers; a page nobody
+//  - A producer warp copies each page (64 tokens x 128 dims, 16 KB) with two TMA boxes of 64 dims, 128-byte swizzled
+//    (the layout wgmma reads without bank conflicts; a swizzle row is 64 bf16, a map's rank the tensor's), into a ring of STAGES page buffers (full/empty mbarriers), STAGES pages ahead of the consumers; a page nobody
 //    sees (past seq_lens) is not fetched, its full barrier is only arrived on. Before the first page of each sequence
 //    it copies that sequence's SQ x 64 query rows (the same swizzle) and weights into one of two query slots, so the
 //    next sequence's queries arrive while the current one is multiplied.
@@ -10,9 +10,11 @@
 //    CONSUMERS == 0, so each consumer waits on its own stages' phases in order). A page is S[64 tokens, SQ*64] =
 //    K_page . Q^T, tokens as wgmma's M and both query rows' heads as its N (m64n64k16 or m64n128k16, 8 k-steps, both
 //    operands K-major from shared memory). Its fragment gives each thread two tokens and SQ*16 heads: ReLU, the
-//    weights and the head sum run in registers, a quad's four lanes combine and each writes one (row, token) score.
+//    weights and the head sum run in registers, a quad's four lanes combine and each writes one (row, token) score
+//    (heads as M would sum across lanes and warps through shared memory instead).
 //    While one consumer sums heads, the other's MMAs run.
-// Scores past a row's visible length are -inf; a page past seq_lens is -inf without any math.
+// Scores past a row's visible length are -inf; a page past seq_lens is -inf without any math. sm_90a only (wgmma);
+// Blackwell keeps the portable template.
 #include <cuda_bf16.h>
 // @kl:param STAGES = 8 in [2, 3, 4, 6, 8, 9]
 // @kl:param CONSUMERS = 2 in [1, 2, 3]
