@@ -44,8 +44,8 @@ TEST_F(DsaIndexerSm90, SeedsOnSm90aOnlyAndPassesTheRefereeAndFitsAnH200AtEverySh
             << "STAGES=" << point.at("STAGES") << " CONSUMERS=" << point.at("CONSUMERS");
     // wgmma exists on sm_90a alone: the tuner never proposes the template elsewhere.
     for (const auto& [major, optin] : { std::pair { 8, 163 }, std::pair { 10, 227 } })
-        EXPECT_EQ(violation(kl::checkDeviceLimits(spec, spec.defaults(), shapes, deviceModel(major, 0, optin)))
-                      .substr(0, 11),
+        EXPECT_EQ(
+            violation(kl::checkDeviceLimits(spec, spec.defaults(), shapes, deviceModel(major, 0, optin))).substr(0, 11),
             "device.arch")
             << major;
 }
@@ -65,8 +65,7 @@ TEST_F(DsaIndexerSm90, CompilesForSm90aWithoutSpillsAtEveryPointOnTmaAndWgmma)
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "prefetch.tensormap" })
             EXPECT_NE(ptx.find(instruction), std::string::npos) << modules[i].first << " lacks " << instruction;
-        EXPECT_EQ(ptx.find("createpolicy.fractional.L2::evict_first") != std::string::npos,
-            points[i].at("EVICT") == 1)
+        EXPECT_EQ(ptx.find("createpolicy.fractional.L2::evict_first") != std::string::npos, points[i].at("EVICT") == 1)
             << modules[i].first;
     }
 }

@@ -10,10 +10,10 @@
 // row (sparse), and so do their wgmma successors (mla_hypothesis/shared_kv_wgmma.cu,
 // sparse_mla_decode's sm_90a template). The CuTe gemm_bf16 candidate of the sweep-rate bench
 // (bench/hopper/cute_gemm.cu) passes at two points. dsa_indexer's wgmma template passes at four points of its
-// space and versions dropping a row's last token, every page's last token or a sequence's last page are caught. rmsnorm's cluster-split template (not yet a seed) passes with one
-// block per row slice and with eight, and one that leaves a block's partial sum out is caught; softmax's bulk-copy ring
-// passes with rows kept in the ring and rows streamed twice, and one that leaves a row's last vector out of the sum is
-// caught.
+// space and versions dropping a row's last token, every page's last token or a sequence's last page are caught.
+// rmsnorm's cluster-split template (not yet a seed) passes with one block per row slice and with eight, and one that
+// leaves a block's partial sum out is caught; softmax's bulk-copy ring passes with rows kept in the ring and rows
+// streamed twice, and one that leaves a row's last vector out of the sum is caught.
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
@@ -372,10 +372,10 @@ TEST_F(SparseMlaDecodeGpu, DroppingTheLastListedRowIsCaught)
 TEST_F(DsaIndexerSm90Gpu, WgmmaStreamTemplatePassesAcrossItsSpace)
 {
     EXPECT_EQ(ev->problem().templateFor(kl::archNumber(ev->device())), "template_sm90.cu");
-    for (const kl::ParamValues& p : { kl::ParamValues {},
-             kl::ParamValues { { "CONSUMERS", 1 }, { "STAGES", 2 }, { "EVICT", 0 } },
-             kl::ParamValues { { "CONSUMERS", 3 }, { "STAGES", 9 } },
-             kl::ParamValues { { "CONSUMERS", 2 }, { "STAGES", 4 } } })
+    for (const kl::ParamValues& p :
+        { kl::ParamValues {}, kl::ParamValues { { "CONSUMERS", 1 }, { "STAGES", 2 }, { "EVICT", 0 } },
+            kl::ParamValues { { "CONSUMERS", 3 }, { "STAGES", 9 } },
+            kl::ParamValues { { "CONSUMERS", 2 }, { "STAGES", 4 } } })
         expectCorrect(p);
 }
 
