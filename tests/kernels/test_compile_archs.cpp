@@ -126,8 +126,8 @@ TEST(ProblemArchs, EverySourceCompilesAtItsDefaultsOnEveryDeclaredArch)
     // gemm_bf16 and dsa_indexer do not support sm_75; the skips are reported, not silent.
     EXPECT_EQ(skippedLabels, (std::set<std::string> { "dsa_indexer@sm_75", "gemm_bf16@sm_75" }));
     // Plus the architecture templates where they seed: decode_attention's sm_80 one on sm_80 .. sm_89 and its sm_90
-    // one on sm_90a, gemm_bf16's and sparse_mla_decode's on sm_90a.
-    EXPECT_EQ(supported.size(), (12 * 5 - 2) * 3u + 4 + 1 + 1);
+    // one on sm_90a, gemm_bf16's, sparse_mla_decode's and dsa_indexer's on sm_90a.
+    EXPECT_EQ(supported.size(), (12 * 5 - 2) * 3u + 4 + 1 + 1 + 1);
     for (auto& e : supported) {
         const auto m = e.module.get();
         EXPECT_TRUE(m->report.ok) << e.label << ":\n" << m->report.log;

@@ -9,10 +9,11 @@
 // sparse_mla_decode's tensor-core template, against one dropping the last token or page (dense) or the last listed
 // row (sparse), and so do their wgmma successors (mla_hypothesis/shared_kv_wgmma.cu,
 // sparse_mla_decode's sm_90a template). The CuTe gemm_bf16 candidate of the sweep-rate bench
-// (bench/hopper/cute_gemm.cu) passes at two points. rmsnorm's cluster-split template (not yet a seed) passes with one
-// block per row slice and with eight, and one that leaves a block's partial sum out is caught; softmax's bulk-copy ring
-// passes with rows kept in the ring and rows streamed twice, and one that leaves a row's last vector out of the sum is
-// caught.
+// (bench/hopper/cute_gemm.cu) passes at two points. dsa_indexer's wgmma template passes at four points of its
+// space and versions dropping a row's last token, every page's last token or a sequence's last page are caught.
+// rmsnorm's cluster-split template (not yet a seed) passes with one block per row slice and with eight, and one that
+// leaves a block's partial sum out is caught; softmax's bulk-copy ring passes with rows kept in the ring and rows
+// streamed twice, and one that leaves a row's last vector out of the sum is caught.
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
@@ -161,6 +162,12 @@ protected:
 class MlaDecodeWgmmaGpu : public TemplateOnGpu {
 protected:
     void SetUp() override { load("mla_decode", 90, "bench/attention/mla_hypothesis/shared_kv_wgmma.cu"); }
+};
+
+// dsa_indexer's template on this device (sm_90a: TMA pages into an mbarrier ring, wgmma).
+class DsaIndexerSm90Gpu : public TemplateOnGpu {
+protected:
+    void SetUp() override { load("dsa_indexer", 90); }
 };
 
 // rmsnorm's cluster-split template (kernels/problems/rmsnorm/template_sm90.cu), not yet in its arch_templates.
@@ -373,6 +380,35 @@ TEST_F(SparseMlaDecodeGpu, DroppingTheLastListedRowIsCaught)
     const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
     EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
     EXPECT_FALSE(e.correctEverywhere());
+}
+
+// The defaults (two consumers, 8 pages in flight), one consumer on a ring of 2 without the L2 hint, three on a ring
+// of 9, two on a ring of 4. The verify shapes give one CTA one page (B=1, MAXP=1), a CTA per page across sequences
+// (B=3, MAXP=3 and B=2, MAXP=33, SQ=2) and ranges of 31 pages crossing a sequence (B=2, MAXP=2048).
+TEST_F(DsaIndexerSm90Gpu, WgmmaStreamTemplatePassesAcrossItsSpace)
+{
+    EXPECT_EQ(ev->problem().templateFor(kl::archNumber(ev->device())), "template_sm90.cu");
+    for (const kl::ParamValues& p :
+        { kl::ParamValues {}, kl::ParamValues { { "CONSUMERS", 1 }, { "STAGES", 2 }, { "EVICT", 0 } },
+            kl::ParamValues { { "CONSUMERS", 3 }, { "STAGES", 9 } },
+            kl::ParamValues { { "CONSUMERS", 2 }, { "STAGES", 4 } } })
+        expectCorrect(p);
+}
+
+// Each row's last visible token scored -inf, every page's last token scored -inf, each sequence's last page not
+// fetched (its consumer multiplies whatever the stage held).
+TEST_F(DsaIndexerSm90Gpu, DroppingATokenOrAPageIsCaught)
+{
+    const std::pair<const char*, const char*> mutations[]
+        = { { "const int visible = seqLen - SQ_ + 1 + j;", "const int visible = seqLen - SQ_ + j;" },
+              { "s < visible ? total", "s < visible && s % kPageTokens != kPageTokens - 1 ? total" },
+              { "live = (g - b * MAXP) * kPageTokens <", "live = (g - b * MAXP + 1) * kPageTokens <" } };
+    for (const auto& [from, to] : mutations) {
+        const std::string src = replaced(source, from, to);
+        const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
+        EXPECT_NE(e.verdict, kl::Verdict::Correct) << to << "\n" << reasonsText(e);
+        EXPECT_FALSE(e.correctEverywhere()) << to;
+    }
 }
 
 // SPLIT = 1 (the plain kernel), and 2, 4 and 8 blocks per row where the rows leave SMs idle: decode points that give
