@@ -87,12 +87,18 @@ TEST(HopperGemmTemplate, CompilesForSm90aAcrossItsSpaceAndPassesTheReferee)
         { { "SBN", 64 }, { "SKMAX", 2 } },
         { { "SBN", 256 }, { "SKMAX", 8 } },
         { { "FIT", 1 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 2 } },
+        { { "FIT", 1 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 }, { "REDUCE", 2 }, { "REGSPLIT", 1 } },
         { { "FIT", 1 }, { "BM", 64 }, { "BN", 256 }, { "STAGES", 5 }, { "SPLITK", 4 }, { "REDUCE", 1 }, { "CM", 2 } },
     };
     kl::NvrtcCompiler compiler(kl::test::freshDir("test-cache-hopper"), 2);
     std::vector<std::future<std::shared_ptr<const kl::CompiledModule>>> modules;
-    for (const auto& point : points) {
-        kl::ParamValues full = spec.defaults();
+    kl::ParamValues fixedSplit = spec.defaults(); // the other points set their split and reduction themselves
+    fixedSplit["FIT"] = 0;
+    fixedSplit["REDUCE"] = 0;
+    fixedSplit["SPLITK"] = 1;
+    for (std::size_t i = 0; i < points.size(); ++i) {
+        const kl::ParamValues& point = points[i];
+        kl::ParamValues full = i == 0 ? spec.defaults() : fixedSplit;
         for (const auto& [k, v] : point)
             full[k] = v;
         spec.requireValidParams(full);
@@ -153,12 +159,16 @@ TEST(HopperGemmTemplate, SkinnyAndPersistentPathsSplitTheShapesAndTheSkinnyLaunc
     ASSERT_EQ(skinny.kernel, "gemm_skinny");
 
     const std::vector<kl::Shape> shapes = shapesAtThePathsEdges(p);
-    // Every skinny point with the persistent path's defaults, and persistent points with the skinny defaults.
+    // Every skinny point with the persistent path's defaults, and persistent points with the skinny defaults; FIT = 0
+    // (FittedLaunches... checks FIT = 1).
+    kl::ParamValues fixedSplit = spec.defaults();
+    fixedSplit["FIT"] = 0;
+    fixedSplit["REDUCE"] = 0;
     std::vector<kl::ParamValues> points;
     for (const std::int64_t sbn : spec.param("SBN")->values)
         for (const std::int64_t skmax : spec.param("SKMAX")->values)
             for (const std::int64_t skinnyM : spec.param("SKINNY_M")->values) {
-                kl::ParamValues v = spec.defaults();
+                kl::ParamValues v = fixedSplit;
                 v["SBN"] = sbn;
                 v["SKMAX"] = skmax;
                 v["SKINNY_M"] = skinnyM;
@@ -168,7 +178,7 @@ TEST(HopperGemmTemplate, SkinnyAndPersistentPathsSplitTheShapesAndTheSkinnyLaunc
         for (const std::int64_t splitk : spec.param("SPLITK")->values)
             for (const std::int64_t reduceInKernel : spec.param("REDUCE")->values)
                 for (const std::int64_t cm : spec.param("CM")->values) {
-                    kl::ParamValues v = spec.defaults();
+                    kl::ParamValues v = fixedSplit;
                     v["BM"] = bm;
                     v["SPLITK"] = splitk;
                     v["REDUCE"] = reduceInKernel;
@@ -236,12 +246,15 @@ TEST(HopperGemmTemplate, SkinnyAndPersistentPathsSplitTheShapesAndTheSkinnyLaunc
         }
     EXPECT_GT(splitShapes, 0);
     EXPECT_GT(unsplitShapes, 0);
-    // The defaults on the H200's 132 SMs: 128-row column tiles, so N = 4096 runs as 32 clusters of 4 splits, N = 8192
-    // as 64 of 2, N = 14336 as 112 single blocks; the same whether M is 16 or 128.
+    // 128-row column tiles on the H200's 132 SMs: N = 4096 runs as 32 clusters of 4 splits, N = 8192 as 64 of 2,
+    // N = 14336 as 112 single blocks; the same whether M is 16 or 128.
+    kl::ParamValues wideColumns = spec.defaults();
+    wideColumns["SBN"] = 128;
+    wideColumns["SKINNY_M"] = 128;
     for (const auto& [n, expected] :
         std::vector<std::pair<std::int64_t, std::int64_t>> { { 4096, 4 }, { 8192, 2 }, { 14336, 1 } })
         for (const std::int64_t m : { 16, 128 }) {
-            kl::Bindings b = kl::bindingsFor(spec.defaults(), { { "M", m }, { "N", n }, { "K", 8192 } });
+            kl::Bindings b = kl::bindingsFor(wideColumns, { { "M", m }, { "N", n }, { "K", 8192 } });
             b[kl::kSmCountIdentifier] = 132;
             EXPECT_EQ(skinny.grid[0].evaluateInt(b), expected) << "M=" << m << " N=" << n;
         }
@@ -251,7 +264,8 @@ TEST(HopperGemmTemplate, SkinnyAndPersistentPathsSplitTheShapesAndTheSkinnyLaunc
 // tiles fit on the SMs; K is split at most SPLITK times (and into at least 8 k-blocks a split), and only while the
 // units stay within one wave. The kernel reads its split back from its grid (splits_of_grid) and the reduction from
 // its grid's y extent, so the three must agree; the workspaces hold that split's partials and the tiles' counters;
-// the narrow kernel's deeper ring fits the wide one's shared memory.
+// the narrow kernel's deeper ring fits the wide one's shared memory. With REDUCE=2 a tile's splits are one cluster
+// (the kernel's cluster rank is its split) and need neither workspace nor reduction kernel.
 TEST(HopperGemmTemplate, FittedLaunchesKeepTheUnitsInOneWaveAndAgreeOnTheSplit)
 {
     const kl::Problem p = kl::loadProblem(kGemm.string());
@@ -287,7 +301,7 @@ TEST(HopperGemmTemplate, FittedLaunchesKeepTheUnitsInOneWaveAndAgreeOnTheSplit)
                     }
     ASSERT_GT(points.size(), 40u);
 
-    int narrowRuns = 0, splitRuns = 0, wideSplitRuns = 0;
+    int narrowRuns = 0, splitRuns = 0, wideSplitRuns = 0, clusterSplitRuns = 0;
     for (const auto& shape : shapesAtThePathsEdges(p)) {
         const std::int64_t M = shape.dims.at("M"), N = shape.dims.at("N"), K = shape.dims.at("K");
         if (M <= 16)
@@ -311,10 +325,18 @@ TEST(HopperGemmTemplate, FittedLaunchesKeepTheUnitsInOneWaveAndAgreeOnTheSplit)
                 ASSERT_LE(grid / CM, clusters) << where;
                 const std::int64_t split = std::max<std::int64_t>(1, grid / CM / tiles); // splits_of_grid
                 ASSERT_LE(split, point.at("SPLITK")) << where;
+                const bool clusterSplit = point.at("REDUCE") == 2 && split > 1;
+                const kl::LaunchStep& kernel = narrowGrid > 0 ? narrow : wide;
+                const std::int64_t clusterDim = kernel.cluster[0].evaluateInt(b);
+                ASSERT_EQ(clusterDim, clusterSplit ? split : CM) << where; // REDUCE=2: a tile's splits, one cluster
                 if (split > 1) {
                     ASSERT_EQ(tiles * split, grid / CM) << where; // every unit of the split has its block
                     ASSERT_GE(K / 64 / split, 8) << where;
-                    ASSERT_GE(part->bytes.evaluateInt(b), split * M * N * 4) << where;
+                    if (clusterSplit) {
+                        ASSERT_EQ(part->bytes.evaluateInt(b), 0) << where;
+                    } else {
+                        ASSERT_GE(part->bytes.evaluateInt(b), split * M * N * 4) << where;
+                    }
                 } else {
                     ASSERT_EQ(grid / CM, std::min(tiles, clusters)) << where;
                 }
@@ -333,16 +355,18 @@ TEST(HopperGemmTemplate, FittedLaunchesKeepTheUnitsInOneWaveAndAgreeOnTheSplit)
                 ASSERT_EQ(narrow.sharedBytes.evaluateInt(b), narrowStages * (BM + 64) * 128 + 1024 + 16 * narrowStages)
                     << where;
                 ASSERT_LE(narrow.sharedBytes.evaluateInt(b), 232448) << where;
-                const std::int64_t gridDims[3] = { grid, 1, 1 }, cluster[3] = { CM, 1, 1 };
+                const std::int64_t gridDims[3] = { grid, 1, 1 }, cluster[3] = { clusterDim, 1, 1 };
                 ASSERT_EQ(kl::clusterProblem(gridDims, cluster), "") << where;
                 narrowRuns += narrowGrid > 0;
                 splitRuns += split > 1;
                 wideSplitRuns += wideGrid > 0 && split > 1;
+                clusterSplitRuns += clusterSplit;
             }
     }
     EXPECT_GT(narrowRuns, 0);
     EXPECT_GT(splitRuns, 0);
     EXPECT_GT(wideSplitRuns, 0);
+    EXPECT_GT(clusterSplitRuns, 0);
     // The decode point on the H200's 132 SMs at M = 128: N = 4096 as 64 narrow tiles split in two, N = 8192 as 128
     // narrow tiles, N = 14336 as 112 of the 128-wide ones (224 narrow ones would take two waves).
     kl::ParamValues decode = spec.defaults();

@@ -188,18 +188,22 @@ protected:
 // of two, alone and with split-K.
 TEST_F(HopperGpu, TmaWgmmaTemplatePassesWithSplitKClustersAndInKernelReduction)
 {
-    for (const kl::ParamValues& p :
-        { kl::ParamValues {}, kl::ParamValues { { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 } },
-            kl::ParamValues { { "BM", 128 }, { "BN", 128 }, { "STAGES", 5 }, { "SPLITK", 2 }, { "REDUCE", 1 } },
-            kl::ParamValues { { "CM", 2 } },
-            kl::ParamValues {
-                { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 }, { "REDUCE", 1 }, { "CM", 2 } } })
+    expectCorrect({});
+    // A fixed split (FIT = 0) over every unit, unless a point sets its own.
+    const kl::ParamValues fixedSplit { { "FIT", 0 }, { "REDUCE", 0 }, { "SPLITK", 1 }, { "SKINNY_M", 32 } };
+    for (kl::ParamValues p : { kl::ParamValues { { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 } },
+             kl::ParamValues { { "BM", 128 }, { "BN", 128 }, { "STAGES", 5 }, { "SPLITK", 2 }, { "REDUCE", 1 } },
+             kl::ParamValues { { "CM", 2 } },
+             kl::ParamValues {
+                 { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 }, { "REDUCE", 1 }, { "CM", 2 } } }) {
+        p.insert(fixedSplit.begin(), fixedSplit.end()); // insert keeps the point's own values
         expectCorrect(p);
+    }
 }
 
 // FIT = 1 above SKINNY_M = 32 (the verify shapes M = 33 .. 1000, the M = 128 tuning shapes, held-out ones): the
-// narrow kernel and the wide one, each with and without a split of K, the split summed by the second kernel and in
-// the GEMM, and B multicast over clusters of two.
+// narrow kernel and the wide one, each with and without a split of K, the split summed by the second kernel, in the
+// GEMM and over a cluster's distributed shared memory, and B multicast over clusters of two.
 TEST_F(HopperGpu, FittedPathPassesWithBothTilesAndSplits)
 {
     const kl::ParamValues fit { { "FIT", 1 }, { "SKINNY_M", 32 } };
@@ -209,7 +213,8 @@ TEST_F(HopperGpu, FittedPathPassesWithBothTilesAndSplits)
     };
     for (const kl::ParamValues& p : { with({ { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 2 } }),
              with({ { "BN", 256 }, { "STAGES", 4 }, { "SPLITK", 4 }, { "REDUCE", 1 } }),
-             with({ { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 2 }, { "CM", 2 } }) })
+             with({ { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 2 }, { "CM", 2 }, { "REDUCE", 0 } }),
+             with({ { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 }, { "REDUCE", 2 } }) })
         expectCorrect(p);
 }
 
@@ -229,6 +234,16 @@ TEST_F(HopperGpu, LeavingASplitOutOfTheClusterSumIsCaught)
 {
     const std::string src = replaced(source, "for (int r = 1; r < splits; ++r)", "for (int r = 2; r < splits; ++r)");
     const auto e = ev->evaluate(candidate(src, {}, "dropped-split"), quick(), kl::CancelToken {});
+    EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << reasonsText(e);
+    EXPECT_FALSE(e.correctEverywhere());
+}
+
+// REDUCE=2: a fitted tile whose first block leaves a partner's partial tile out (M = 128, N = 4096: two splits).
+TEST_F(HopperGpu, LeavingAPartnerOutOfTheFittedClusterSumIsCaught)
+{
+    const std::string src = replaced(source, "for (int partner = 1; partner < splits; ++partner)",
+        "for (int partner = 2; partner < splits; ++partner)");
+    const auto e = ev->evaluate(candidate(src, {}, "dropped-partner"), quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << reasonsText(e);
     EXPECT_FALSE(e.correctEverywhere());
 }

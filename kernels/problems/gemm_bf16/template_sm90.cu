@@ -4,7 +4,9 @@
 // M > SKINNY_M runs the persistent kernel below (BM .. REGSPLIT), M <= SKINNY_M the skinny kernel at the end of the
 // file (SBN, SKMAX), whose split of K over a cluster and ring depth come from the shape and SM_COUNT, so one point
 // serves every N and K. SKINNY_M is the tuner's: on the H200 the skinny kernel beats cuBLAS at M = 16 and trails the
-// persistent kernel at M = 128 (bench/results/round8-h200-2026-12-03.md).
+// persistent kernel at M = 128 (bench/results/round8-h200-2026-12-03.md). The defaults are the point measured best over
+// the decode shapes M = 16 and 128 on the H200 (round 10: 128-wide tiles fitted to the SMs, K split in two over a
+// cluster); the prefill shapes prefer BN = 256, STAGES = 4, which a session's prefill regime finds.
 //  - TMA (cp.async.bulk.tensor) loads BMx64 tiles of A and BNx64 tiles of B, 128-byte swizzled, into a ring of
 //    STAGES shared-memory stages; each stage has a "full" mbarrier (the copy engine's byte count) and an "empty"
 //    one (every consumer warp arrives once it is done with the stage).
@@ -19,7 +21,9 @@
 //    when RASTER=0, along N when RASTER=1) so neighbouring blocks share A or B panels in L2.
 //  - Split-K: with SPLITK > 1 each unit writes fp32 partials to the workspace; REDUCE=0 sums them in
 //    a second kernel launched with programmatic dependent launch, REDUCE=1 in the GEMM itself: the split that
-//    arrives last at its tile's counter adds the others' partials (no second launch, no waiting).
+//    arrives last at its tile's counter adds the others' partials (no second launch, no waiting). REDUCE=2 (with
+//    FIT=1) makes a tile's splits one cluster: each block leaves its fp32 tile in its own shared memory and the
+//    first adds the others' through distributed shared memory (no workspace, no second launch).
 //  - FIT=1 sizes the work to one wave where the BM x BN tiles leave SMs idle (decode-sized M): if BM x 64 tiles
 //    still fit on the SMs, the narrow kernel (gemm_tma_wgmma_narrow, BN = 64, a deeper ring in the same shared
 //    memory) takes them, and either kernel splits K up to SPLITK times while the units still fit. One point then
@@ -27,31 +31,32 @@
 //    lines pick the kernel and the split; the kernel reads its split back from its grid, the reduction from its
 //    grid's y extent.
 // @kl:param BM = 128 in [64, 128]
-// @kl:param BN = 256 in [64, 128, 256]
-// @kl:param STAGES = 4 in [2, 3, 4, 5, 6, 8]
-// @kl:param SPLITK = 1 in [1, 2, 4, 8, 16]
-// @kl:param REDUCE = 0 in [0, 1]
+// @kl:param BN = 128 in [64, 128, 256]
+// @kl:param STAGES = 6 in [2, 3, 4, 5, 6, 8]
+// @kl:param SPLITK = 2 in [1, 2, 4, 8, 16]
+// @kl:param REDUCE = 2 in [0, 1, 2]
 // @kl:param CM = 1 in [1, 2]
 // @kl:param GROUP = 8 in [1, 4, 8, 16]
 // @kl:param RASTER = 0 in [0, 1]
 // @kl:param REGSPLIT = 0 in [0, 1]
-// @kl:param SBN = 128 in [64, 128, 256]
+// @kl:param SBN = 64 in [64, 128, 256]
 // @kl:param SKMAX = 8 in [1, 2, 4, 8]
-// @kl:param SKINNY_M = 128 in [16, 32, 64, 128]
-// @kl:param FIT = 0 in [0, 1]
+// @kl:param SKINNY_M = 32 in [16, 32, 64, 128]
+// @kl:param FIT = 1 in [0, 1]
 // @kl:constraint ARCH >= 90
 // @kl:constraint STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES <= 232448
 // @kl:constraint REGSPLIT == 0 || BM == 128
 // @kl:constraint REDUCE == 0 || SPLITK > 1
-// @kl:workspace part bytes=(M > SKINNY_M && SPLITK > 1 ? SPLITK * M * N * 4 : 0) init=poison
+// @kl:constraint REDUCE != 2 || (FIT == 1 && CM == 1 && SPLITK <= 8 && STAGES * (BM + BN) >= BM * BN / 32)
+// @kl:workspace part bytes=(M > SKINNY_M && SPLITK > 1 && REDUCE != 2 ? SPLITK * M * N * 4 : 0) init=poison
 // @kl:workspace arrivals bytes=(M > SKINNY_M && REDUCE == 1 ? ceil_div(M, BM) * ceil_div(N, FIT == 1 ? 64 : BN) * 4 : 0) init=zero
 // @kl:tensormap tmA tensor=A box=(64, BM) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmB tensor=B box=(64, BN / CM) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmB64 tensor=B box=(64, 64 / CM) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmW tensor=B box=(64, SBN) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmX tensor=A box=(64, 16) swizzle=128B l2promo=256B oob=zero
-// @kl:launch gemm_tma_wgmma grid=(M > SKINNY_M && (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM)) == 0 ? CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * (FIT == 1 ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN)))) : SPLITK), div(SM_COUNT, CM)) : 0) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
-// @kl:launch gemm_tma_wgmma_narrow grid=(M > SKINNY_M && FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM) ? CM * ceil_div(M, BM * CM) * ceil_div(N, 64) * max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : 0) block=((BM / 64 + 1) * 128) smem=(min(8, div(STAGES * (BM + BN), BM + 64)) * (BM + 64) * 128 + 1024 + 16 * min(8, div(STAGES * (BM + BN), BM + 64))) cluster=(CM, 1, 1) args=(tmA, tmB64, C, part, arrivals, M, N, K)
+// @kl:launch gemm_tma_wgmma grid=(M > SKINNY_M && (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM)) == 0 ? CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * (FIT == 1 ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN)))) : SPLITK), div(SM_COUNT, CM)) : 0) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(REDUCE == 2 ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN)))) : CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
+// @kl:launch gemm_tma_wgmma_narrow grid=(M > SKINNY_M && FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM) ? CM * ceil_div(M, BM * CM) * ceil_div(N, 64) * max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : 0) block=((BM / 64 + 1) * 128) smem=(min(8, div(STAGES * (BM + BN), BM + 64)) * (BM + 64) * 128 + 1024 + 16 * min(8, div(STAGES * (BM + BN), BM + 64))) cluster=(REDUCE == 2 ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : CM, 1, 1) args=(tmA, tmB64, C, part, arrivals, M, N, K)
 // @kl:launch gemm_splitk_reduce grid=(M > SKINNY_M && REDUCE == 0 && (FIT == 0 ? SPLITK : (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM) ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN)))))) > 1 ? ceil_div(M * N, 1024 * (FIT == 0 ? SPLITK : (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM) ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN))))))) : 0, (FIT == 0 ? SPLITK : (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM) ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN))))))) block=(256) pdl=1 args=(C, part, M, N)
 // @kl:launch gemm_skinny grid=(M <= SKINNY_M ? max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))) : 0, ceil_div(N, SBN)) block=((SBN / 64 + 1) * 128) smem=(1024 + max(max(2, div(div(220 * 1024, ceil_div(ceil_div(N, SBN), SM_COUNT)), (SBN + max(16, next_pow2(min(M, 128)))) * 128)) * (SBN + max(16, next_pow2(min(M, 128)))) * 128, max(16, next_pow2(min(M, 128))) * (SBN + 4) * 4)) cluster=(max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))), 1, 1) args=(tmW, tmX, C, M, N, K)
 #include <cuda_bf16.h>
@@ -140,6 +145,23 @@ __device__ __forceinline__ unsigned cluster_rank()
 {
     unsigned r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ float4 ld_shared_cluster_v4(unsigned addr)
+{
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ unsigned mapa_shared(unsigned addr, unsigned rank)
+{
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
     return r;
 }
 
@@ -257,7 +279,10 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* tmA, const Tens
     const int splits = splits_of_grid<TBN>(M, N);
 
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-    const unsigned rank = CM > 1 ? cluster_rank() : 0;
+    // REDUCE=2: the splits of a tile are one cluster, block r of it the r-th split; FIT keeps one tile a cluster.
+    const bool clusterSplit = REDUCE == 2 && splits > 1;
+    const int group = clusterSplit ? splits : CM;
+    const unsigned rank = CM > 1 ? cluster_rank() : 0, splitRank = clusterSplit ? cluster_rank() : 0;
     if (threadIdx.x == 0) {
         for (int s = 0; s < TSTAGES; ++s) {
             mbar_init(&full[s], 1);
@@ -271,8 +296,9 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* tmA, const Tens
         __syncthreads();
 
     const int mTiles = (M + BM - 1) / BM, nTiles = (N + TBN - 1) / TBN;
-    const int units = ((mTiles + CM - 1) / CM) * nTiles * splits;
-    const int cluster = blockIdx.x / CM, clusters = gridDim.x / CM;
+    const int tiles = ((mTiles + CM - 1) / CM) * nTiles;
+    const int units = clusterSplit ? tiles : tiles * splits;
+    const int cluster = blockIdx.x / group, clusters = gridDim.x / group;
     int stage = 0;
     unsigned phase = 0;
     if (wg == 0) {
@@ -281,7 +307,7 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* tmA, const Tens
 #endif
         if (t == 0) {
             for (int w = cluster; w < units; w += clusters) {
-                const Work u = work_unit<TBN>(w, rank, M, N, K, splits);
+                const Work u = work_unit<TBN>(w + splitRank * tiles, rank, M, N, K, splits);
                 for (int kb = u.kBegin; kb < u.kBegin + u.kCount; ++kb) {
                     if (CM > 1)
                         mbar_wait_cluster(&empty[stage], phase ^ 1);
@@ -303,6 +329,10 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* tmA, const Tens
         }
         if (CM > 1)
             cluster_sync(); // the partner may still arrive on this block's barriers until it is done
+        if (clusterSplit) { // the consumers' two: partial tiles written, partial tiles read
+            cluster_sync();
+            cluster_sync();
+        }
         return;
     }
 #if REGSPLIT && BM == 128
@@ -321,7 +351,7 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* tmA, const Tens
     };
     float acc[TBN / 2];
     for (int w = cluster; w < units; w += clusters) {
-        const Work u = work_unit<TBN>(w, rank, M, N, K, splits);
+        const Work u = work_unit<TBN>(w + splitRank * tiles, rank, M, N, K, splits);
         int previous = -1;
         for (int i = 0; i < u.kCount; ++i) {
             mbar_wait(&full[stage], phase);
@@ -348,6 +378,31 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* tmA, const Tens
 #pragma unroll
             for (int j = 0; j < TBN / 2; ++j)
                 acc[j] = 0.f;
+        if (clusterSplit) {
+            // The ring is idle (one unit per cluster): block r > 0 leaves its fp32 tile there, float4 q of
+            // consumer thread i at q * CONSUMERS * 128 + i (consecutive threads, consecutive 16 bytes); block 0 adds.
+            const unsigned red = smem_u32(smem), lane4 = (c * 128 + t) * 16;
+            if (splitRank > 0)
+#pragma unroll
+                for (int q = 0; q < TBN / 8; ++q)
+                    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(red + q * CONSUMERS * 2048 + lane4),
+                                 "f"(acc[4 * q]), "f"(acc[4 * q + 1]), "f"(acc[4 * q + 2]), "f"(acc[4 * q + 3])
+                                 : "memory");
+            cluster_sync();
+            if (splitRank == 0)
+                for (int partner = 1; partner < splits; ++partner)
+#pragma unroll
+                    for (int q = 0; q < TBN / 8; ++q) {
+                        const float4 v = ld_shared_cluster_v4(mapa_shared(red + q * CONSUMERS * 2048 + lane4, partner));
+                        acc[4 * q] += v.x;
+                        acc[4 * q + 1] += v.y;
+                        acc[4 * q + 2] += v.z;
+                        acc[4 * q + 3] += v.w;
+                    }
+            cluster_sync(); // block 0 has read every partner's tile before they exit
+            if (splitRank > 0)
+                continue;
+        }
         if (u.mt * BM >= M)
             continue; // the second block of a cluster past the last row tile: it only loaded its partner's B half
         // Accumulator layout of m64nNk16: per 8 columns, rows warp*16 + lane/4 (+8), columns (lane%4)*2 (+1).
@@ -363,13 +418,13 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* tmA, const Tens
                 if (row >= M)
                     continue;
                 const float x = acc[j * 4 + h * 2], y = acc[j * 4 + h * 2 + 1];
-                if (splits == 1)
+                if (splits == 1 || clusterSplit)
                     *reinterpret_cast<__nv_bfloat162*>(C + (long long)row * N + col) = __floats2bfloat162_rn(x, y);
                 else
                     *reinterpret_cast<float2*>(part + ((long long)u.split * M + row) * N + col) = make_float2(x, y);
             }
         }
-        if (splits == 1 || REDUCE == 0)
+        if (splits == 1 || REDUCE != 1)
             continue;
         // In-kernel reduction: the split whose arrival completes the tile's count sums every split's partials.
         __threadfence();
@@ -511,22 +566,7 @@ __device__ __forceinline__ void cluster_wait()
     asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
 }
 
-__device__ __forceinline__ float4 ld_shared_cluster_v4(unsigned addr)
-{
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(addr)
-                 : "memory");
-    return v;
-}
 
-__device__ __forceinline__ unsigned mapa_shared(unsigned addr, unsigned rank)
-{
-    unsigned r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-    return r;
-}
 
 __device__ __forceinline__ void wgmma_n16(float (&d)[8], unsigned long long da, unsigned long long db, int accumulate)
 {
