@@ -72,6 +72,7 @@ class Bundle:
             manifest = json.load(f)
         problem = manifest["problem"]
         self.problem = problem if isinstance(problem, str) else problem["name"]
+        self.constants = {} if isinstance(problem, str) else problem.get("constants", {})
         self.regimes = []  # (condition or None, ops or None, manifest or None), in the dispatcher's order
         if manifest.get("kind") == "regime-dispatcher":
             for r in manifest["regimes"]:
@@ -89,6 +90,7 @@ class Bundle:
         return __import__("kl_" + self.problem.lower() + suffix).load(), manifest
 
     def ops_at(self, dims: dict):
+        dims = {**self.constants, **dims}
         for condition, ops, manifest in self.regimes:
             if condition is None or condition_holds(condition, dims):
                 if ops is None:

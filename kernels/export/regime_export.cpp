@@ -232,7 +232,7 @@ namespace {
             for (std::size_t d = 0; d < plan.dims.size(); ++d)
                 o << (d ? ", " : "") << s.dims.at(plan.dims[d]) << "LL";
             int regime = -1;
-            for (std::size_t i = 0; i < plan.entries.size(); ++i)
+            for (std::size_t i = 0; i < plan.entries.size() && regime < 0; ++i) // the first that holds, as _regimes_of
                 if (holds(plan.entries[i].regime, s))
                     regime = static_cast<int>(i);
             o << "}, " << regime << ", " << plan.select(problem, s) << "}, /* " << s.label() << " */\n";

@@ -91,6 +91,23 @@ namespace {
             std::string::npos);
     }
 
+    // Regimes may overlap; the first whose condition holds takes a shape, in the plan, in the generated _regimes_of
+    // and so in the expectations its dispatch test is generated with.
+    TEST(RegimeExport, WhereRegimesOverlapTheFirstTakesTheShapeEverywhere)
+    {
+        RegimeSession r;
+        buildRegimeSession(r);
+        r.problem.regimes[1].condition = Expr::parse("T >= 256");
+        const Session s = SessionStore::load(r.built.dir);
+        const RegimeExportPlan plan = planRegimeExport(s, r.problem);
+        ASSERT_EQ(plan.entries.size(), 2u);
+        EXPECT_EQ(plan.select(r.problem, shapeOf(256, 16384)), -1); // decode's, where the decode winner lost
+        const auto files = generateRegimeExport(s, r.problem, plan, {});
+        const std::string table = files.at("test/regimes_dispatch_test.c");
+        EXPECT_NE(table.find("}, 0, -1}, /* H=16384,T=256 */"), std::string::npos) << table;
+        EXPECT_NE(files.at("src/kl_rmsnorm_fx_regimes.c").find("T >= 256"), std::string::npos);
+    }
+
     TEST(RegimeExport, RefusesWithoutRegimesOrWinners)
     {
         RegimeSession r;
