@@ -3,7 +3,9 @@
 #  1. a short kloop run (tuner:random, KL_DSA_BUDGET evaluations, default 3) of each stage problem, seeded as every
 #     session is with the template for this GPU's architecture;
 #  2. a candidate that waits for review for physics.suspicious-jump alone (a template many times the naive baseline)
+#     and whose source is byte for byte one of the problem's shipped templates (the tuner changed only parameters)
 #     is approved in the engineer's place by kloop session review, with a note saying so, and the run resumed;
+#     any other flagged candidate stays pending for a person;
 #  3. tuned_pipeline.py: dsa_decode with each stage's best accepted candidate, then bench/pipelines/gpu-bench.sh on
 #     that copy: end to end under one graph against the all-baseline pipeline, the stages' shares, and the end to
 #     end over the sum of the stages timed alone (the issue's "within 10%").
@@ -24,15 +26,24 @@ for pair in indexer=dsa_indexer topk=dsa_topk attn=sparse_mla_decode; do
     echo "== kloop run --problem $problem --agent tuner:random --budget $BUDGET"
     "$KLOOP" run --problem "$problem" --agent tuner:random --budget "$BUDGET" --no-tuning-db --session "$session" \
         >"$OUT/run-$problem.log" 2>&1 || { rc=1; tail -n 5 "$OUT/run-$problem.log"; }
-    pending=$(python3 - "$session" "$ROOT" <<'PY'
-import os, sys
-sys.path.insert(0, os.path.join(sys.argv[2], "bench", "tuner"))
+    pending=$(python3 - "$session" "$ROOT" "$problem" <<'PY'
+import json, os, pathlib, sys
+session, root, problem = sys.argv[1:4]
+sys.path.insert(0, os.path.join(root, "bench", "tuner"))
 from quality_table import load_session
-s = load_session(sys.argv[1])
+folder = pathlib.Path(root, "kernels", "problems", problem)
+spec = json.loads((folder / "problem.json").read_text())
+files = {spec.get("template")} | set(spec.get("arch_templates", {}).values())
+shipped = {(folder / f).read_text() for f in files if f and (folder / f).is_file()}
+s = load_session(session)
 for cid, status in s["status"].items():
     rules = {r.get("rule") for r in s["evals"].get(cid, {}).get("reasons", [])} - {"decide.flagged"}
+    source = pathlib.Path(session, "candidates", cid, "source.cu")
     if status == "pending-review" and rules == {"physics.suspicious-jump"}:
-        print(cid)
+        if source.is_file() and source.read_text() in shipped:
+            print(cid)
+        else:
+            print(f"left for review: {cid} (its source is not a shipped template)", file=sys.stderr)
 PY
 )
     for cid in $pending; do

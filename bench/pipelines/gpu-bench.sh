@@ -13,8 +13,14 @@ mkdir -p "$OUT"
 rc=0
 "$BUILD/cli/kloop" pipeline validate >"$OUT/validate.log" 2>&1 || rc=1
 cat "$OUT/validate.log"
-# KL_PIPELINES: pipeline folders to run instead of the shipped ones (e.g. a copy whose stages run tuned candidates).
-for dir in ${KL_PIPELINES:-"$ROOT"/kernels/pipelines/*/}; do
+# KL_PIPELINES: pipeline folders to run instead of the shipped ones (e.g. a copy whose stages run tuned candidates),
+# separated by ':' so that a folder's name may hold spaces.
+if [[ -n "${KL_PIPELINES:-}" ]]; then
+    IFS=: read -r -a dirs <<<"$KL_PIPELINES"
+else
+    dirs=("$ROOT"/kernels/pipelines/*/)
+fi
+for dir in "${dirs[@]}"; do
     p=$(basename "$dir")
     echo "== kloop pipeline run $p"
     # exit 1 is a rejected pipeline: its reasons are in the table, not a failure of the bench
@@ -36,11 +42,12 @@ for f in sorted(out.glob("*.json")):
         g, bg, e = s.get("graph", {}), s.get("baseline_graph", {}), s.get("eager", {})
         shares = ", ".join(f"{st['stage']} {100 * st['share']:.0f}%" for st in s["stages"])
         stage_sum = sum(st.get("graph", {}).get("median_us", float("nan")) for st in s["stages"])
+        e2e = g.get("median_us", float("nan")) / stage_sum if stage_sum > 0 else float("nan")  # nan: a stage untimed
         print(f"| {r['pipeline']} | {','.join(f'{k}={v}' for k, v in s['shape']['dims'].items())} | "
               f"{g.get('median_us', float('nan')):.2f} | {bg.get('median_us', float('nan')):.2f} | "
               f"{s['speedup']:.3f} [{s['speedup_ci_low']:.3f}, {s['speedup_ci_high']:.3f}] | "
               f"{e.get('median_us', float('nan')):.2f} | {s['eager_speedup']:.3f} | {100 * s['mfu']:.1f}% | "
-              f"{100 * s['mbu']:.1f}% | {shares} | {g.get('median_us', float('nan')) / stage_sum:.3f} | "
+              f"{100 * s['mbu']:.1f}% | {shares} | {e2e:.3f} | "
               f"{'accepted' if r['accepted'] else 'rejected'} |")
 print()
 print("End-to-end budgets (rel_l2 / max_abs against the chained fp64 references; tolerance = 8x the larger honest error,")
