@@ -383,6 +383,8 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* tmA, const Tens
             // consumer thread i at q * CONSUMERS * 128 + i (consecutive threads, consecutive 16 bytes); block 0 adds.
             const unsigned red = smem_u32(smem), lane4 = (c * 128 + t) * 16;
             if (splitRank > 0)
+                consumers_sync(); // the other warpgroup's last wgmma may still read the stages this store covers
+            if (splitRank > 0)
 #pragma unroll
                 for (int q = 0; q < TBN / 8; ++q)
                     asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(red + q * CONSUMERS * 2048 + lane4),
