@@ -385,7 +385,8 @@ TEST_F(MlaDecodeWgmmaGpu, DroppingTheLastTokenOrPageIsCaught)
 TEST_F(SparseMlaDecodeGpu, WgmmaTemplatePassesAcrossItsSpace)
 {
     EXPECT_EQ(ev->problem().templateFor(kl::archNumber(ev->device())), "template_sm90.cu");
-    for (const kl::ParamValues& p : { kl::ParamValues {}, kl::ParamValues { { "WAVES", 3 } } })
+    for (const kl::ParamValues& p : { kl::ParamValues {}, kl::ParamValues { { "WAVES", 3 } },
+             kl::ParamValues { { "L2FETCH", 128 } }, kl::ParamValues { { "L2FETCH", 0 }, { "WAVES", 2 } } })
         expectCorrect(p);
 }
 
@@ -408,6 +409,17 @@ TEST_F(DsaIndexerSm90Gpu, WgmmaStreamTemplatePassesAcrossItsSpace)
             kl::ParamValues { { "CONSUMERS", 3 }, { "STAGES", 9 } },
             kl::ParamValues { { "CONSUMERS", 2 }, { "STAGES", 4 } } })
         expectCorrect(p);
+}
+
+// A grid of at most 8 CTAs (in place of SM_COUNT): each CTA's range spans many sequences, so the producer refills each
+// query slot while a consumer may still read the other, which no shape reaches on a GPU of 100 SMs or more (B <= 128).
+TEST_F(DsaIndexerSm90Gpu, FewCtasReuseBothQuerySlots)
+{
+    const std::string src = replaced(source, "grid=(min(SM_COUNT, B * MAXP))", "grid=(min(8, B * MAXP))");
+    for (const kl::ParamValues& p : { kl::ParamValues {}, kl::ParamValues { { "CONSUMERS", 1 }, { "STAGES", 2 } } }) {
+        const auto e = ev->evaluate(candidate(src, p, "eight-ctas"), quick(), kl::CancelToken {});
+        EXPECT_TRUE(e.correctEverywhere()) << reasonsText(e);
+    }
 }
 
 // Each row's last visible token scored -inf, every page's last token scored -inf, each sequence's last page not

@@ -24,6 +24,7 @@
 // listed position has l = 0 everywhere and gives zeros.
 #include <cuda_bf16.h>
 // @kl:param WAVES = 1 in [1, 2, 3, 4]
+// @kl:param L2FETCH = 256 in [0, 128, 256]
 // @kl:constraint ARCH == 90
 // @kl:workspace partials bytes=(16 + B * SQ * HQ * min(min(max(div(WAVES * 256, B * SQ * 2), 1), 64), ceil_div(min(TOPK, MAXP * PS), 64)) * (DV + 2) * 4) init=poison
 // @kl:launch sparse_mla_decode_wgmma grid=(B * SQ * 2, min(min(max(div(WAVES * min(SM_COUNT, 256), B * SQ * 2), 1), 64), ceil_div(min(TOPK, MAXP * PS), 64))) block=(384) smem=(1024 + 3 * 73728 + 1024 + TOPK * 4) args=(partials, out, q, kv_cache, block_table, indices, SQ, MAXP, scale)
@@ -140,11 +141,21 @@ __device__ __forceinline__ void copyAsync16(unsigned dst, const void* src, bool 
                  : "memory");
 }
 
-// The same with L2 fetching the surrounding 256 bytes: a gathered row's next 128 bytes, copied right after, hit L2.
+// The same with L2 fetching the aligned L2FETCH bytes around each access (0: no hint), so a gathered row's next
+// pieces, copied right after, hit L2. A 1152-byte row is 256-aligned only every other row: 256 fetches up to 11%
+// more bytes than the rows hold, 128 none, but leaves more of each row to separate DRAM requests.
 __device__ __forceinline__ void copyAsync16Prefetch(unsigned dst, const void* src, bool valid)
 {
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-                 : "memory");
+    if constexpr (L2FETCH == 256)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                     "r"(valid ? 16 : 0)
+                     : "memory");
+    else if constexpr (L2FETCH == 128)
+        asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                     "r"(valid ? 16 : 0)
+                     : "memory");
+    else
+        copyAsync16(dst, src, valid);
 }
 
 __device__ __forceinline__ void barrierArrive(int id, int threads)
@@ -683,7 +694,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         splitList(listed);
         // Every block by all 128 threads, side by side in the order the consumers free them (buffer 0 left, right,
         // buffer 1 left, right): thread t copies chunk t % 8 of rows t / 8 + 16 i, each row's boxes of the side back
-        // to back (the L2::256B hint brings the row's next 128 bytes along), then arrives once on the side's barrier.
+        // to back (with L2FETCH, L2 fetches the bytes around each piece along), then arrives once on the side's barrier.
         // Rows past the split are zero-filled, nothing read.
         const int chunk = t % 8, group = t / 8;
         for (int blk = 0; blk < w.blocks; ++blk) {
