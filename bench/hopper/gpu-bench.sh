@@ -10,8 +10,8 @@
 #  3. table.md: TFLOP/s of both, the ratio, and % of the best cuBLAS rate measured in the run (the bf16 peak
 #     this card reaches in practice).
 # KL_HOPPER_POINTS: ';'-separated --params lists (default below; a point sets both paths: BM .. REGSPLIT the
-# persistent kernel at M > 128, SBN and SKMAX the skinny one at M <= 128); KL_HOPPER_SECONDS: timing seconds
-# per shape.
+# persistent kernel at M > SKINNY_M, SBN and SKMAX the skinny one at M <= SKINNY_M), or "@FILE PARAMS" for another
+# candidate file; KL_HOPPER_SECONDS: timing seconds per shape.
 set -uo pipefail
 OUT=${1:?usage: gpu-bench.sh OUTDIR}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,8 +30,17 @@ python3 "$ROOT/bench/hopper/issue_problem.py" "$ROOT" "$issue" || exit 1
 i=0
 IFS=';' read -ra points <<<"$POINTS"
 for pt in "${points[@]}"; do
-    echo "== kloop eval gemm_bf16 (issue shapes) template_sm90.cu --params $pt"
-    "$KLOOP" eval "$issue" "$issue/template_sm90.cu" --params "$pt" --seconds "$SECONDS_PER_SHAPE" --held-out 2 --json \
+    # "@FILE PARAMS": another candidate file (a variant to compare in the same run) at PARAMS (may be empty)
+    file=$issue/template_sm90.cu params=$pt
+    if [[ "$pt" == @* ]]; then
+        file=${pt%% *} params=""
+        file=${file#@}
+        [[ "$pt" == *" "* ]] && params=${pt#* }
+    fi
+    args=()
+    [[ -n "$params" ]] && args=(--params "$params")
+    echo "== kloop eval gemm_bf16 (issue shapes) $(basename "$file") ${args[*]}"
+    "$KLOOP" eval "$issue" "$file" "${args[@]}" --seconds "$SECONDS_PER_SHAPE" --held-out 2 --json \
         >"$OUT/eval-$i.json" 2>"$OUT/eval-$i.err" || rc=1
     tail -n 3 "$OUT/eval-$i.err"
     i=$((i + 1))
