@@ -27,12 +27,15 @@ struct WgmmaKernel {
     std::filesystem::path source;
     std::int64_t sharedBytes; // 1 KB alignment slack, Q and two KV buffers of 72 KB, 1 KB control (+ the 8 KB list)
     std::vector<const char*> loads; // the PTX its producer uses
+    std::size_t spaceSize;
 };
 
 const WgmmaKernel kDense { "mla_decode", kRoot / "bench" / "attention" / "mla_hypothesis" / "shared_kv_wgmma.cu",
-    1024 + 3 * 73728 + 1024, { "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes" } };
+    1024 + 3 * 73728 + 1024, { "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes" },
+    4 }; // WAVES 1..4
 const WgmmaKernel kSparse { "sparse_mla_decode", kProblems / "sparse_mla_decode" / "template_sm90.cu",
-    1024 + 3 * 73728 + 1024 + 2048 * 4, { "cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc" } };
+    1024 + 3 * 73728 + 1024 + 2048 * 4, { "cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc" },
+    4 * 3 }; // WAVES x L2FETCH
 
 void PrintTo(const WgmmaKernel& k, std::ostream* os)
 {
@@ -57,9 +60,13 @@ TEST_P(MlaWgmma, PassesTheRefereeAndFitsAnH200AtEveryShapeAcrossItsSpace)
     const kl::DeviceInfo h200 = deviceModel(9, 0, 227);
     const auto shapes = harnessShapes(problem);
     const auto space = spec.enumerateSpace();
-    EXPECT_EQ(space.size(), 4u); // WAVES 1..4
-    for (const auto& point : space)
-        EXPECT_EQ(violation(kl::checkDeviceLimits(spec, point, shapes, h200)), "") << point.at("WAVES");
+    EXPECT_EQ(space.size(), GetParam().spaceSize);
+    for (const auto& point : space) {
+        std::string where;
+        for (const auto& [name, value] : point)
+            where += name + "=" + std::to_string(value) + " ";
+        EXPECT_EQ(violation(kl::checkDeviceLimits(spec, point, shapes, h200)), "") << where;
+    }
     // The shared memory the launch line asks for is the kernel's plan, within the 227 KB opt-in.
     const kl::Bindings b = kl::bindingsFor(spec.defaults(), shapes.front().bindings());
     EXPECT_EQ(spec.launches[0].sharedBytes.evaluateInt(b), GetParam().sharedBytes);
@@ -74,8 +81,27 @@ TEST_P(MlaWgmma, PassesTheRefereeAndFitsAnH200AtEveryShapeAcrossItsSpace)
 
 TEST_P(MlaWgmma, CompilesForSm90aWithoutSpillsIntoWgmmaWithRegistersMovedToTheConsumers)
 {
-    const auto modules = kl::test::compilePoints(source, spec, { spec.defaults() }, { "sm_90a" });
+    // The defaults, and each L2 fetch size of the sparse kernel's gather (the PTX carries the hint it names).
+    std::vector<kl::ParamValues> points { spec.defaults() };
+    if (const auto* fetch = spec.param("L2FETCH"))
+        for (const std::int64_t bytes : fetch->values)
+            if (bytes != spec.defaults().at("L2FETCH")) {
+                points.push_back(spec.defaults());
+                points.back()["L2FETCH"] = bytes;
+            }
+    const auto modules = kl::test::compilePoints(source, spec, points, { "sm_90a" });
+    ASSERT_EQ(modules.size(), points.size());
     kl::test::expectModulesWithoutSpills(modules, spec, problem);
+    for (std::size_t i = 0; i < points.size(); ++i)
+        if (points[i].count("L2FETCH")) {
+            const std::int64_t bytes = points[i].at("L2FETCH");
+            const bool hinted
+                = modules[i].second->ptx.find(".L2::" + std::to_string(bytes) + "B [") != std::string::npos;
+            EXPECT_EQ(hinted, bytes > 0) << modules[i].first;
+            if (bytes == 0) {
+                EXPECT_EQ(modules[i].second->ptx.find("cp.async.cg.shared.global.L2::"), std::string::npos);
+            }
+        }
     for (const auto& [where, m] : modules) {
         // 384 threads at one block per SM: the launch bounds cap every thread at 168 registers, and the consumers'
         // 64 x 256 fp32 accumulators need the 232 the producer's setmaxnreg.dec to 40 frees.
