@@ -163,6 +163,27 @@ TEST(ProblemArchs, EveryLaunchPlanFitsAnH200AtEveryShapeTheHarnessRuns)
     }
 }
 
+// `kloop run --agent tuner:*` enumerates each template's declared space over the problem's tuning shapes; a template
+// whose value lists multiply past the tuner's limit fails the session before its first candidate.
+TEST(ProblemArchs, EveryTemplateSpaceIsOneTheTunerEnumerates)
+{
+    const kl::DeviceInfo h200 = deviceModel(9, 0, 227, 2048);
+    const kl::DeviceInfo a100 = deviceModel(8, 0, 163, 2048);
+    for (const auto& p : shippedProblems())
+        for (const auto& [arch, device] : { std::pair { 80, a100 }, std::pair { 90, h200 } }) {
+            if (arch < p.minArch)
+                continue;
+            const std::string file = p.templateFor(arch);
+            const kl::KernelSpec spec = kl::parseKernelSpec(kl::test::readTextFile(problemsDir() / p.name / file));
+            try {
+                const auto space = kl::tuner::SearchSpace::build(spec, kl::shapesOf(p), device);
+                EXPECT_GT(space.size(), 0u) << p.name << "/" << file;
+            } catch (const kl::InputError& e) {
+                ADD_FAILURE() << p.name << "/" << file << ": " << e.what();
+            }
+        }
+}
+
 TEST(ProblemArchs, AnEmptyGridSkipsItsLaunchAndANegativeOneIsRefused)
 {
     const kl::DeviceInfo h200 = deviceModel(9, 0, 227, 2048);

@@ -82,7 +82,7 @@ TEST(HopperGemmTemplate, CompilesForSm90aAcrossItsSpaceAndPassesTheReferee)
         spec.defaults(),
         { { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 }, { "GROUP", 1 }, { "RASTER", 1 } },
         { { "BM", 64 }, { "BN", 64 }, { "STAGES", 2 }, { "SPLITK", 16 }, { "GROUP", 16 }, { "RASTER", 0 } },
-        { { "BM", 128 }, { "BN", 128 }, { "STAGES", 5 }, { "SPLITK", 1 }, { "GROUP", 4 }, { "RASTER", 1 } },
+        { { "BM", 128 }, { "BN", 128 }, { "STAGES", 5 }, { "SPLITK", 1 }, { "GROUP", 8 }, { "RASTER", 1 } },
         { { "BM", 128 }, { "BN", 256 }, { "STAGES", 4 }, { "REGSPLIT", 1 } },
         { { "SBN", 64 }, { "SKMAX", 2 } },
         { { "SBN", 256 }, { "SKMAX", 8 } },
@@ -261,12 +261,12 @@ TEST(HopperGemmTemplate, SkinnyAndPersistentPathsSplitTheShapesAndTheSkinnyLaunc
 }
 
 // FIT = 1, above SKINNY_M: exactly one of the two persistent kernels runs, the narrow one (BM x 64 tiles) while its
-// tiles fit on the SMs; K is split at most SPLITK times (and into at least 8 k-blocks a split), and only while the
-// units stay within one wave. The kernel reads its split back from its grid (splits_of_grid) and the reduction from
-// its grid's y extent, so the three must agree; the workspaces hold that split's partials and the tiles' counters;
-// the narrow kernel's deeper ring fits the wide one's shared memory at every depth. With REDUCE=2 a tile's splits are
-// one cluster (the kernel's cluster rank is its split), need neither workspace nor reduction kernel, and leave their
-// fp32 partials in the ring, which must hold them.
+// tiles fit on the SMs (never with FIT = 2, which fits the BM x BN tiles alone); K is split at most SPLITK times (and
+// into at least 8 k-blocks a split), and only while the units stay within one wave. The kernel reads its split back
+// from its grid (splits_of_grid) and the reduction from its grid's y extent, so the three must agree; the workspaces
+// hold that split's partials and the tiles' counters; the narrow kernel's deeper ring fits the wide one's shared
+// memory. With REDUCE=2 a tile's splits are one cluster (the kernel's cluster rank is its split) and need neither
+// workspace nor reduction kernel.
 TEST(HopperGemmTemplate, FittedLaunchesKeepTheUnitsInOneWaveAndAgreeOnTheSplit)
 {
     const kl::Problem p = kl::loadProblem(kGemm.string());
@@ -283,24 +283,25 @@ TEST(HopperGemmTemplate, FittedLaunchesKeepTheUnitsInOneWaveAndAgreeOnTheSplit)
     ASSERT_TRUE(part && arrivals && arrivals->name == "arrivals");
 
     std::vector<kl::ParamValues> points;
-    for (const std::int64_t bm : spec.param("BM")->values)
-        for (const std::int64_t bn : spec.param("BN")->values)
-            for (const std::int64_t stages : spec.param("STAGES")->values)
-                for (const std::int64_t splitk : spec.param("SPLITK")->values)
-                    for (const std::int64_t reduceInKernel : spec.param("REDUCE")->values)
-                        for (const std::int64_t cm : spec.param("CM")->values) {
-                            kl::ParamValues v = spec.defaults();
-                            v["FIT"] = 1;
-                            v["SKINNY_M"] = 16;
-                            v["BM"] = bm;
-                            v["BN"] = bn;
-                            v["STAGES"] = stages;
-                            v["SPLITK"] = splitk;
-                            v["REDUCE"] = reduceInKernel;
-                            v["CM"] = cm;
-                            if (spec.satisfies(v, {}))
-                                points.push_back(v);
-                        }
+    for (const std::int64_t fit : { 1, 2 })
+        for (const std::int64_t bm : spec.param("BM")->values)
+            for (const std::int64_t bn : spec.param("BN")->values)
+                for (const std::int64_t stages : spec.param("STAGES")->values)
+                    for (const std::int64_t splitk : spec.param("SPLITK")->values)
+                        for (const std::int64_t reduceInKernel : spec.param("REDUCE")->values)
+                            for (const std::int64_t cm : spec.param("CM")->values) {
+                                kl::ParamValues v = spec.defaults();
+                                v["FIT"] = fit;
+                                v["SKINNY_M"] = 16;
+                                v["BM"] = bm;
+                                v["BN"] = bn;
+                                v["STAGES"] = stages;
+                                v["SPLITK"] = splitk;
+                                v["REDUCE"] = reduceInKernel;
+                                v["CM"] = cm;
+                                if (spec.satisfies(v, {}))
+                                    points.push_back(v);
+                            }
     ASSERT_GT(points.size(), 200u);
 
     int narrowRuns = 0, splitRuns = 0, wideSplitRuns = 0, clusterSplitRuns = 0;
@@ -315,12 +316,12 @@ TEST(HopperGemmTemplate, FittedLaunchesKeepTheUnitsInOneWaveAndAgreeOnTheSplit)
                 const std::int64_t BM = point.at("BM"), BN = point.at("BN"), CM = point.at("CM");
                 const std::string where = shape.label() + " SM_COUNT=" + std::to_string(sms)
                     + " BM=" + std::to_string(BM) + " BN=" + std::to_string(BN) + " CM=" + std::to_string(CM)
-                    + " STAGES=" + std::to_string(point.at("STAGES")) + " SPLITK=" + std::to_string(point.at("SPLITK"))
-                    + " REDUCE=" + std::to_string(point.at("REDUCE"));
+                    + " FIT=" + std::to_string(point.at("FIT")) + " STAGES=" + std::to_string(point.at("STAGES"))
+                    + " SPLITK=" + std::to_string(point.at("SPLITK")) + " REDUCE=" + std::to_string(point.at("REDUCE"));
                 const std::int64_t wideGrid = wide.grid[0].evaluateInt(b), narrowGrid = narrow.grid[0].evaluateInt(b);
                 ASSERT_TRUE((wideGrid > 0) != (narrowGrid > 0)) << where;
                 const std::int64_t clusters = sms / CM, mGroups = (M + BM * CM - 1) / (BM * CM);
-                const bool narrowFits = BN > 64 && mGroups * ((N + 63) / 64) <= clusters;
+                const bool narrowFits = point.at("FIT") == 1 && BN > 64 && mGroups * ((N + 63) / 64) <= clusters;
                 ASSERT_EQ(narrowGrid > 0, narrowFits) << where;
                 const std::int64_t bn = narrowGrid > 0 ? 64 : BN, grid = narrowGrid > 0 ? narrowGrid : wideGrid;
                 const std::int64_t tiles = mGroups * ((N + bn - 1) / bn);

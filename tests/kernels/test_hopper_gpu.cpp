@@ -203,7 +203,8 @@ TEST_F(HopperGpu, TmaWgmmaTemplatePassesWithSplitKClustersAndInKernelReduction)
 
 // FIT = 1 above SKINNY_M = 32 (the verify shapes M = 33 .. 1000, the M = 128 tuning shapes, held-out ones): the
 // narrow kernel and the wide one, each with and without a split of K, the split summed by the second kernel, in the
-// GEMM and over a cluster's distributed shared memory, and B multicast over clusters of two.
+// GEMM and over a cluster's distributed shared memory (up to 8 blocks: FIT = 2 keeps the 256-wide tiles), and B
+// multicast over clusters of two.
 TEST_F(HopperGpu, FittedPathPassesWithBothTilesAndSplits)
 {
     const kl::ParamValues fit { { "FIT", 1 }, { "SKINNY_M", 32 } };
@@ -214,7 +215,9 @@ TEST_F(HopperGpu, FittedPathPassesWithBothTilesAndSplits)
     for (const kl::ParamValues& p : { with({ { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 2 } }),
              with({ { "BN", 256 }, { "STAGES", 4 }, { "SPLITK", 4 }, { "REDUCE", 1 } }),
              with({ { "BM", 64 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 2 }, { "CM", 2 }, { "REDUCE", 0 } }),
-             with({ { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 }, { "REDUCE", 2 } }) })
+             with({ { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 }, { "REDUCE", 2 } }),
+             with({ { "FIT", 2 }, { "BN", 128 }, { "STAGES", 6 }, { "SPLITK", 4 }, { "REDUCE", 2 } }),
+             with({ { "FIT", 2 }, { "BN", 256 }, { "STAGES", 4 }, { "SPLITK", 8 }, { "REDUCE", 2 } }) })
         expectCorrect(p);
 }
 
@@ -238,11 +241,12 @@ TEST_F(HopperGpu, LeavingASplitOutOfTheClusterSumIsCaught)
     EXPECT_FALSE(e.correctEverywhere());
 }
 
-// REDUCE=2: a fitted tile whose first block leaves a partner's partial tile out (M = 128, N = 4096: two splits).
+// REDUCE=2: a fitted tile whose blocks each leave the next partner's partials out of their slice's sum (M = 128,
+// N = 4096: two splits).
 TEST_F(HopperGpu, LeavingAPartnerOutOfTheFittedClusterSumIsCaught)
 {
-    const std::string src = replaced(source, "for (int partner = 1; partner < splits; ++partner)",
-        "for (int partner = 2; partner < splits; ++partner)");
+    const std::string src = replaced(source, "if (partner != static_cast<int>(splitRank))",
+        "if (partner != static_cast<int>(splitRank) && partner != (static_cast<int>(splitRank) + 1) % splits)");
     const auto e = ev->evaluate(candidate(src, {}, "dropped-partner"), quick(), kl::CancelToken {});
     EXPECT_EQ(e.verdict, kl::Verdict::Rejected) << reasonsText(e);
     EXPECT_FALSE(e.correctEverywhere());

@@ -22,32 +22,34 @@
 //  - Split-K: with SPLITK > 1 each unit writes fp32 partials to the workspace; REDUCE=0 sums them in
 //    a second kernel launched with programmatic dependent launch, REDUCE=1 in the GEMM itself: the split that
 //    arrives last at its tile's counter adds the others' partials (no second launch, no waiting). REDUCE=2 (with
-//    FIT=1) makes a tile's splits one cluster: each block leaves its fp32 tile in its own shared memory and the
-//    first adds the others' through distributed shared memory (no workspace, no second launch).
+//    FIT >= 1) makes a tile's splits one cluster: each block owns a slice of the tile's columns, leaves the others'
+//    slices of its fp32 partials in its own shared memory and adds its slice of every partner's through distributed
+//    shared memory (no workspace, no second launch, the reduction's reads spread over the cluster).
 //  - FIT=1 sizes the work to one wave where the BM x BN tiles leave SMs idle (decode-sized M): if BM x 64 tiles
 //    still fit on the SMs, the narrow kernel (gemm_tma_wgmma_narrow, BN = 64, a deeper ring in the same shared
 //    memory) takes them, and either kernel splits K up to SPLITK times while the units still fit. One point then
 //    serves N = 4096 (64-wide tiles, two splits at M = 128) and N = 14336 (128-wide tiles, no split). The launch
 //    lines pick the kernel and the split; the kernel reads its split back from its grid, the reduction from its
-//    grid's y extent.
+//    grid's y extent. FIT=2 fits the BM x BN tiles alone (no narrow kernel): fewer, wider tiles split more ways read
+//    the shared A rows fewer times.
 // @kl:param BM = 128 in [64, 128]
 // @kl:param BN = 128 in [64, 128, 256]
 // @kl:param STAGES = 6 in [2, 3, 4, 5, 6, 8]
 // @kl:param SPLITK = 2 in [1, 2, 4, 8, 16]
 // @kl:param REDUCE = 2 in [0, 1, 2]
 // @kl:param CM = 1 in [1, 2]
-// @kl:param GROUP = 8 in [1, 4, 8, 16]
+// @kl:param GROUP = 8 in [1, 8, 16]
 // @kl:param RASTER = 0 in [0, 1]
 // @kl:param REGSPLIT = 0 in [0, 1]
 // @kl:param SBN = 64 in [64, 128, 256]
 // @kl:param SKMAX = 8 in [1, 2, 4, 8]
 // @kl:param SKINNY_M = 32 in [16, 32, 64, 128]
-// @kl:param FIT = 1 in [0, 1]
+// @kl:param FIT = 1 in [0, 1, 2]
 // @kl:constraint ARCH >= 90
 // @kl:constraint STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES <= 232448
 // @kl:constraint REGSPLIT == 0 || BM == 128
 // @kl:constraint REDUCE == 0 || SPLITK > 1
-// @kl:constraint REDUCE != 2 || (FIT == 1 && CM == 1 && SPLITK <= 8 && STAGES * (BM + BN) >= BM * BN / 32)
+// @kl:constraint REDUCE != 2 || (FIT >= 1 && CM == 1 && SPLITK <= 8 && STAGES * (BM + BN) >= BM * BN / 32)
 // @kl:workspace part bytes=(M > SKINNY_M && SPLITK > 1 && REDUCE != 2 ? SPLITK * M * N * 4 : 0) init=poison
 // @kl:workspace arrivals bytes=(M > SKINNY_M && REDUCE == 1 ? ceil_div(M, BM) * ceil_div(N, FIT == 1 ? 64 : BN) * 4 : 0) init=zero
 // @kl:tensormap tmA tensor=A box=(64, BM) swizzle=128B l2promo=256B oob=zero
@@ -55,7 +57,7 @@
 // @kl:tensormap tmB64 tensor=B box=(64, 64 / CM) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmW tensor=B box=(64, SBN) swizzle=128B l2promo=256B oob=zero
 // @kl:tensormap tmX tensor=A box=(64, 16) swizzle=128B l2promo=256B oob=zero
-// @kl:launch gemm_tma_wgmma grid=(M > SKINNY_M && (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM)) == 0 ? CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * (FIT == 1 ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN)))) : SPLITK), div(SM_COUNT, CM)) : 0) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(REDUCE == 2 ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN)))) : CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
+// @kl:launch gemm_tma_wgmma grid=(M > SKINNY_M && (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM)) == 0 ? CM * min(ceil_div(M, BM * CM) * ceil_div(N, BN) * (FIT >= 1 ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN)))) : SPLITK), div(SM_COUNT, CM)) : 0) block=((BM / 64 + 1) * 128) smem=(STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES) cluster=(REDUCE == 2 ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN)))) : CM, 1, 1) args=(tmA, tmB, C, part, arrivals, M, N, K)
 // @kl:launch gemm_tma_wgmma_narrow grid=(M > SKINNY_M && FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM) ? CM * ceil_div(M, BM * CM) * ceil_div(N, 64) * max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : 0) block=((BM / 64 + 1) * 128) smem=(min(8, div(STAGES * (BM + BN), BM + 64)) * (BM + 64) * 128 + 1024 + 16 * min(8, div(STAGES * (BM + BN), BM + 64))) cluster=(REDUCE == 2 ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : CM, 1, 1) args=(tmA, tmB64, C, part, arrivals, M, N, K)
 // @kl:launch gemm_splitk_reduce grid=(M > SKINNY_M && REDUCE == 0 && (FIT == 0 ? SPLITK : (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM) ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN)))))) > 1 ? ceil_div(M * N, 1024 * (FIT == 0 ? SPLITK : (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM) ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN))))))) : 0, (FIT == 0 ? SPLITK : (FIT == 1 && BN > 64 && ceil_div(M, BM * CM) * ceil_div(N, 64) <= div(SM_COUNT, CM) ? max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, 64)))) : max(1, min(min(SPLITK, div(K, 512)), div(div(SM_COUNT, CM), ceil_div(M, BM * CM) * ceil_div(N, BN))))))) block=(256) pdl=1 args=(C, part, M, N)
 // @kl:launch gemm_skinny grid=(M <= SKINNY_M ? max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))) : 0, ceil_div(N, SBN)) block=((SBN / 64 + 1) * 128) smem=(1024 + max(max(2, div(div(220 * 1024, ceil_div(ceil_div(N, SBN), SM_COUNT)), (SBN + max(16, next_pow2(min(M, 128)))) * 128)) * (SBN + max(16, next_pow2(min(M, 128)))) * 128, max(16, next_pow2(min(M, 128))) * (SBN + 4) * 4)) cluster=(max(1, min(min(SKMAX, div(K, 64)), div(SM_COUNT, ceil_div(N, SBN)))), 1, 1) args=(tmW, tmX, C, M, N, K)
@@ -252,7 +254,7 @@ __device__ __forceinline__ Work work_unit(int w, unsigned rank, int M, int N, in
     return u;
 }
 
-// The split count of K: SPLITK, or with FIT=1 what the launch line chose, read back from the grid (a grid of
+// The split count of K: SPLITK, or with FIT >= 1 what the launch line chose, read back from the grid (a grid of
 // CM * units when the units fit on the SMs, of CM * SMs otherwise, where the split is 1).
 template <int TBN>
 __device__ __forceinline__ int splits_of_grid(int M, int N)
@@ -378,32 +380,36 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* tmA, const Tens
 #pragma unroll
             for (int j = 0; j < TBN / 2; ++j)
                 acc[j] = 0.f;
+        // REDUCE=2: block r of the cluster owns column groups [qBegin, qEnd) of the tile (8 columns, one float4 of
+        // each consumer thread, per group): it adds the partners' partials there and writes them to C.
+        constexpr int kGroups = TBN / 8;
+        const int qBegin = clusterSplit ? static_cast<int>(splitRank) * kGroups / splits : 0;
+        const int qEnd = clusterSplit ? (static_cast<int>(splitRank) + 1) * kGroups / splits : kGroups;
         if (clusterSplit) {
-            // The ring is idle (one unit per cluster): block r > 0 leaves its fp32 tile there, float4 q of
-            // consumer thread i at q * CONSUMERS * 128 + i (consecutive threads, consecutive 16 bytes); block 0 adds.
+            // The ring is idle (one unit per cluster): each block leaves there the groups its partners own, float4 q
+            // of consumer thread i at q * CONSUMERS * 2048 + i * 16 (consecutive threads, consecutive 16 bytes), and
+            // reads its own groups from every partner, so each block reads (S - 1) / S of one tile.
             const unsigned red = smem_u32(smem), lane4 = (c * 128 + t) * 16;
-            if (splitRank > 0)
-                consumers_sync(); // the other warpgroup's last wgmma may still read the stages this store covers
-            if (splitRank > 0)
+            consumers_sync(); // the other warpgroup's last wgmma may still read the stages this store covers
 #pragma unroll
-                for (int q = 0; q < TBN / 8; ++q)
+            for (int q = 0; q < kGroups; ++q)
+                if (q < qBegin || q >= qEnd)
                     asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(red + q * CONSUMERS * 2048 + lane4),
                                  "f"(acc[4 * q]), "f"(acc[4 * q + 1]), "f"(acc[4 * q + 2]), "f"(acc[4 * q + 3])
                                  : "memory");
             cluster_sync();
-            if (splitRank == 0)
-                for (int partner = 1; partner < splits; ++partner)
+            for (int partner = 0; partner < splits; ++partner)
+                if (partner != static_cast<int>(splitRank))
 #pragma unroll
-                    for (int q = 0; q < TBN / 8; ++q) {
-                        const float4 v = ld_shared_cluster_v4(mapa_shared(red + q * CONSUMERS * 2048 + lane4, partner));
-                        acc[4 * q] += v.x;
-                        acc[4 * q + 1] += v.y;
-                        acc[4 * q + 2] += v.z;
-                        acc[4 * q + 3] += v.w;
-                    }
-            cluster_sync(); // block 0 has read every partner's tile before they exit
-            if (splitRank > 0)
-                continue;
+                    for (int q = 0; q < kGroups; ++q)
+                        if (q >= qBegin && q < qEnd) {
+                            const float4 v = ld_shared_cluster_v4(mapa_shared(red + q * CONSUMERS * 2048 + lane4, partner));
+                            acc[4 * q] += v.x;
+                            acc[4 * q + 1] += v.y;
+                            acc[4 * q + 2] += v.z;
+                            acc[4 * q + 3] += v.w;
+                        }
+            cluster_sync(); // every block has read its groups before any partner exits or takes another unit
         }
         if (u.mt * BM >= M)
             continue; // the second block of a cluster past the last row tile: it only loaded its partner's B half
@@ -412,7 +418,7 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* tmA, const Tens
 #pragma unroll
         for (int j = 0; j < TBN / 8; ++j) {
             const int col = u.nt * TBN + j * 8 + (lane % 4) * 2;
-            if (col >= N)
+            if (col >= N || j < qBegin || j >= qEnd)
                 continue;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
