@@ -1,7 +1,8 @@
 """The copy bandwidth a plain copy reaches at a kernel's own size: for each BYTES given, a device-to-device copy of
 BYTES / 2 (read plus written: BYTES moved), over rotating buffers of more than twice the L2 (each copy starts cold),
 20 copies per CUDA graph replayed, median of the replays. A small memory-bound kernel's share of the 1 GiB copy
-bandwidth is then read against what a copy of its size gets, the part of the gap that size alone explains.
+bandwidth is then read against what a copy of its size gets, the part of the gap that size alone explains. A kernel
+that mostly reads (the indexer) is read against the second figure: a sum of BYTES of bf16 into one fp32, read only.
 
 usage: python3 copy_at_size.py --gbps 4240 NAME=BYTES ...
 """
@@ -16,15 +17,27 @@ def copy_us(nbytes: int, l2_bytes: int, reps: int = 30) -> float:
     sets = max(2, -(-2 * l2_bytes // half) + 1)
     src = [torch.empty(half, dtype=torch.uint8, device="cuda").fill_(1) for _ in range(sets)]
     dst = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(sets)]
+    return replay_us(lambda i: dst[i % sets].copy_(src[i % sets]), sets, reps)
+
+
+def read_us(nbytes: int, l2_bytes: int, reps: int = 30) -> float:
+    n = max(8, nbytes // 16 * 8)
+    sets = max(2, -(-2 * l2_bytes // (2 * n)) + 1)
+    src = [torch.ones(n, dtype=torch.bfloat16, device="cuda") for _ in range(sets)]
+    dst = [torch.empty((), dtype=torch.float32, device="cuda") for _ in range(sets)]
+    return replay_us(lambda i: torch.sum(src[i % sets], dim=0, dtype=torch.float32, out=dst[i % sets]), sets, reps)
+
+
+def replay_us(op, sets: int, reps: int) -> float:
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for i in range(sets):
-            dst[i].copy_(src[i])
+            op(i)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for i in range(20):
-                dst[i % sets].copy_(src[i % sets])
+                op(i)
     torch.cuda.current_stream().wait_stream(stream)
     times = []
     for _ in range(reps):
@@ -44,12 +57,14 @@ def main():
     args = ap.parse_args()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     print(f"{torch.cuda.get_device_name(0)}, L2 {l2 >> 20} MiB, torch {torch.__version__}")
-    print("| size | bytes moved | copy us | share of the copy bandwidth |")
-    print("|---|---|---|---|")
+    print("| size | bytes moved | copy us | share of the copy bandwidth | read-only us | share |")
+    print("|---|---|---|---|---|---|")
     for item in args.sizes:
         name, nbytes = item.split("=")
-        us = copy_us(int(float(nbytes)), l2)
-        print(f"| {name} | {int(float(nbytes)) / 1e6:.1f} MB | {us:.2f} | {100 * int(float(nbytes)) / (us * 1e-6) / (args.gbps * 1e9):.0f}% |")
+        b = int(float(nbytes))
+        share = lambda us: f"{100 * b / (us * 1e-6) / (args.gbps * 1e9):.0f}%"
+        cu, ru = copy_us(b, l2), read_us(b, l2)
+        print(f"| {name} | {b / 1e6:.1f} MB | {cu:.2f} | {share(cu)} | {ru:.2f} | {share(ru)} |")
 
 
 if __name__ == "__main__":
