@@ -14,7 +14,8 @@
 #     on a machine without PyPI carry the wheel in .whl/), graph-replayed at the decode shapes; peer_table.py
 #     writes peers.md (ratio vs the fastest peer per tuning shape, each peer's version).
 # Budgets (device time is scarce): KL_TUNER_SWEEP_MINUTES (default 8; 0 skips the sweep and the replay),
-# KL_TUNER_MINUTES per problem (1.5), KL_TUNER_LARGE_MINUTES per large-shape session (default: the same; 0 skips).
+# KL_TUNER_MINUTES per problem (1.5), KL_TUNER_LARGE_MINUTES per large-shape session (default: the same; 0 skips),
+# KL_TUNER_PROBLEMS (default rmsnorm softmax silu_and_mul gemm_bf16; none: steps 1-2 only).
 set -uo pipefail
 OUT=${1:?usage: gpu-bench.sh OUTDIR}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -46,6 +47,9 @@ echo "== search efficiency (replay from $DB)"
     2>"$OUT/search-efficiency.err" || rc=1
 cat "$OUT/search-efficiency.err"
 fi
+# KL_TUNER_PROBLEMS=none: the sweep and its replay alone (the database is what a CPU-side study of the strategies
+# replays afterwards).
+[[ "$PROBLEMS" == none ]] && exit $rc
 
 # The prefill regime of each memory-bound problem: one kernel tuned for the large shapes only, which is what an
 # exported dispatcher selects there (the all-shapes session's single configuration is a compromise with decode).
