@@ -113,8 +113,13 @@ def params_of(cid):
 
 
 print(f"\n## kloop run --agent tuner:bayes on the same shapes: {evaluated} candidates evaluated, {correct} verified correct\n")
-print("Regime winners (kloop session show): " + "; ".join(
-    f"{r}: {w.get('winner') or 'the fallback'} (speedup {w.get('speedup', 0):.3f} over its tuning shapes)" for r, w in winners.items()) + "\n")
+def winner_text(regime, w):
+    if not w.get("winner"):
+        return f"{regime}: cuBLAS (the fallback: no candidate significantly faster there)"
+    return f"{regime}: {w['winner']} (speedup {w.get('speedup', 0):.3f} over its tuning shapes)"
+
+
+print("Regime winners (kloop session show): " + "; ".join(winner_text(r, w) for r, w in winners.items()) + "\n")
 print("| shape | best reached us | cuBLAS us | ratio | TFLOP/s | % of peak | candidate | regime winner's ratio here |")
 print("|---|---|---|---|---|---|---|---|")
 for label, (d, us, base, cid) in sorted(best.items(), key=lambda kv: (kv[1][0]["M"] < 1000, kv[1][0]["M"], kv[1][0]["N"], kv[1][0]["K"])):
