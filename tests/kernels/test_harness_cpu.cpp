@@ -124,7 +124,8 @@ TEST(HeldOutShapes, DrawnInsideARegime)
 TEST(HeldOutShapes, ShippedRegimesPartitionSampledShapes)
 {
     // gemm_bf16 splits decode at M = 32, where the per-shape winner changes (the skinny path beats cuBLAS at M = 16,
-    // not at M = 128): every regime must yield held-out shapes, or a winner there ships unchecked beyond its tuning shapes.
+    // not at M = 128): every regime must yield held-out shapes, or a winner there ships unchecked beyond its tuning
+    // shapes.
     for (const auto& [name, regimes] : { std::pair { "rmsnorm", 2u }, std::pair { "silu_and_mul", 2u },
              std::pair { "softmax", 2u }, std::pair { "gemm_bf16", 3u } }) {
         const auto p = problem(name);
