@@ -5,8 +5,8 @@
 #     N, K in {4096, 8192, 14336}: a copy of the problem with those shapes as its tuning shapes (issue_problem.py)
 #     is evaluated; verification shapes are the problem's own.
 #  2. kloop run --problem gemm_bf16 --agent tuner:bayes (the problem as shipped: its tuning shapes and its
-#     decode_small, decode_large and prefill regimes) for KL_HOPPER_TUNER_MINUTES (default 10, the issue's budget; 0 skips): per tuning shape the
-#     best it reached, and the ratio of the regime winner an export would ship.
+#     decode_small, decode_large and prefill regimes) for KL_HOPPER_TUNER_MINUTES (default 10, the issue's budget;
+#     0 skips): per tuning shape the best it reached, and the ratio of the regime winner an export would ship.
 #  3. table.md: TFLOP/s of both, the ratio, and % of the best cuBLAS rate measured in the run (the bf16 peak
 #     this card reaches in practice).
 # KL_HOPPER_POINTS: ';'-separated --params lists (default below; a point sets both paths: BM .. REGSPLIT the

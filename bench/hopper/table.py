@@ -105,6 +105,12 @@ def holds(condition, dims):
     return bool(eval(py, {"__builtins__": {}}, dict(dims)))
 
 
+def winner_text(regime, w):
+    if not w.get("winner"):
+        return f"{regime}: cuBLAS (the fallback: no candidate significantly faster there)"
+    return f"{regime}: {w['winner']} (speedup {w.get('speedup', 0):.3f} over its tuning shapes)"
+
+
 def params_of(cid):
     try:
         return ",".join(f"{k}={v}" for k, v in sorted(json.load(open(os.path.join(cands, cid, "candidate.json")))["params"].items()))
@@ -113,12 +119,6 @@ def params_of(cid):
 
 
 print(f"\n## kloop run --agent tuner:bayes on the same shapes: {evaluated} candidates evaluated, {correct} verified correct\n")
-def winner_text(regime, w):
-    if not w.get("winner"):
-        return f"{regime}: cuBLAS (the fallback: no candidate significantly faster there)"
-    return f"{regime}: {w['winner']} (speedup {w.get('speedup', 0):.3f} over its tuning shapes)"
-
-
 print("Regime winners (kloop session show): " + "; ".join(winner_text(r, w) for r, w in winners.items()) + "\n")
 print("| shape | best reached us | cuBLAS us | ratio | TFLOP/s | % of peak | candidate | regime winner's ratio here |")
 print("|---|---|---|---|---|---|---|---|")

@@ -54,6 +54,24 @@ std::vector<kl::Shape> shapesAtThePathsEdges(const kl::Problem& p)
     return shapes;
 }
 
+// Every combination of the named parameters' declared values, the other parameters as in base.
+std::vector<kl::ParamValues> combinations(
+    const kl::KernelSpec& spec, const kl::ParamValues& base, const std::vector<std::string>& names)
+{
+    std::vector<kl::ParamValues> out { base };
+    for (const auto& name : names) {
+        std::vector<kl::ParamValues> next;
+        for (const auto& v : out)
+            for (const std::int64_t value : spec.param(name)->values) {
+                kl::ParamValues w = v;
+                w[name] = value;
+                next.push_back(std::move(w));
+            }
+        out = std::move(next);
+    }
+    return out;
+}
+
 } // namespace
 
 TEST(HopperGemmTemplate, ChosenOnSm90AndNotBelow)
@@ -164,28 +182,10 @@ TEST(HopperGemmTemplate, SkinnyAndPersistentPathsSplitTheShapesAndTheSkinnyLaunc
     kl::ParamValues fixedSplit = spec.defaults();
     fixedSplit["FIT"] = 0;
     fixedSplit["REDUCE"] = 0;
-    std::vector<kl::ParamValues> points;
-    for (const std::int64_t sbn : spec.param("SBN")->values)
-        for (const std::int64_t skmax : spec.param("SKMAX")->values)
-            for (const std::int64_t skinnyM : spec.param("SKINNY_M")->values) {
-                kl::ParamValues v = fixedSplit;
-                v["SBN"] = sbn;
-                v["SKMAX"] = skmax;
-                v["SKINNY_M"] = skinnyM;
-                points.push_back(v);
-            }
-    for (const std::int64_t bm : spec.param("BM")->values)
-        for (const std::int64_t splitk : spec.param("SPLITK")->values)
-            for (const std::int64_t reduceInKernel : spec.param("REDUCE")->values)
-                for (const std::int64_t cm : spec.param("CM")->values) {
-                    kl::ParamValues v = fixedSplit;
-                    v["BM"] = bm;
-                    v["SPLITK"] = splitk;
-                    v["REDUCE"] = reduceInKernel;
-                    v["CM"] = cm;
-                    if (spec.satisfies(v, {}))
-                        points.push_back(v);
-                }
+    std::vector<kl::ParamValues> points = combinations(spec, fixedSplit, { "SBN", "SKMAX", "SKINNY_M" });
+    for (const auto& v : combinations(spec, fixedSplit, { "BM", "SPLITK", "REDUCE", "CM" }))
+        if (spec.satisfies(v, {}))
+            points.push_back(v);
 
     int splitShapes = 0, unsplitShapes = 0;
     for (const auto& point : points)
@@ -283,25 +283,14 @@ TEST(HopperGemmTemplate, FittedLaunchesKeepTheUnitsInOneWaveAndAgreeOnTheSplit)
     ASSERT_TRUE(part && arrivals && arrivals->name == "arrivals");
 
     std::vector<kl::ParamValues> points;
-    for (const std::int64_t fit : { 1, 2 })
-        for (const std::int64_t bm : spec.param("BM")->values)
-            for (const std::int64_t bn : spec.param("BN")->values)
-                for (const std::int64_t stages : spec.param("STAGES")->values)
-                    for (const std::int64_t splitk : spec.param("SPLITK")->values)
-                        for (const std::int64_t reduceInKernel : spec.param("REDUCE")->values)
-                            for (const std::int64_t cm : spec.param("CM")->values) {
-                                kl::ParamValues v = spec.defaults();
-                                v["FIT"] = fit;
-                                v["SKINNY_M"] = 16;
-                                v["BM"] = bm;
-                                v["BN"] = bn;
-                                v["STAGES"] = stages;
-                                v["SPLITK"] = splitk;
-                                v["REDUCE"] = reduceInKernel;
-                                v["CM"] = cm;
-                                if (spec.satisfies(v, {}))
-                                    points.push_back(v);
-                            }
+    for (const std::int64_t fit : { 1, 2 }) {
+        kl::ParamValues fitted = spec.defaults();
+        fitted["FIT"] = fit;
+        fitted["SKINNY_M"] = 16;
+        for (const auto& v : combinations(spec, fitted, { "BM", "BN", "STAGES", "SPLITK", "REDUCE", "CM" }))
+            if (spec.satisfies(v, {}))
+                points.push_back(v);
+    }
     ASSERT_GT(points.size(), 200u);
 
     int narrowRuns = 0, splitRuns = 0, wideSplitRuns = 0, clusterSplitRuns = 0;
