@@ -128,7 +128,7 @@ namespace {
                 // The referee's static layers need no GPU either: the source rules and the rules on the PTX.
                 std::vector<VerdictReason> reasons;
                 reasons = referee::checkSource(c.source, problem);
-                for (auto& r : referee::checkPtx(m->ptx, problem,
+                for (auto& r : referee::checkPtx(m->ptx, problem, parseKernelSpec(c.source),
                          detectLanguage(c.source) == KernelLanguage::Triton ? "candidate.py" : "candidate.cu"))
                     reasons.push_back(std::move(r));
                 const bool rejected

@@ -256,7 +256,7 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         e.compile = mod->report;
         if (m_options.ptxChecks && !mod->ptx.empty()) {
             mergeReasons(e.reasons,
-                referee::checkPtx(mod->ptx, m_problem,
+                referee::checkPtx(mod->ptx, m_problem, parseKernelSpec(c.source),
                     detectLanguage(c.source) == KernelLanguage::Triton ? "candidate.py" : "candidate.cu"));
             if (mod->report.ok && anyBlocking(e.reasons))
                 return finish(Verdict::Rejected); // compiled, never run

@@ -20,6 +20,8 @@ namespace {
         int function = -1; // index of the enclosing .entry/.func; -1 at module scope
         int file = 0; // from the last .loc
         int line = 0;
+        std::vector<std::string> labels; // branch targets naming this statement
+        bool guarded = false; // "@%p": runs only where the predicate holds
     };
 
     struct Instruction {
@@ -85,6 +87,12 @@ namespace {
         std::map<int, std::string> files; // .file index -> path
         std::set<std::string> externFunctions;
         std::set<std::string> definedFunctions;
+        struct Function {
+            std::string name;
+            bool entry = false;
+            std::vector<std::string> params; // the parameter symbols, in order
+        };
+        std::vector<Function> functions; // indexed by Statement::function
         // Module-scope .global variables, and the globals their initialisers take the address of.
         std::map<std::string, std::set<std::string>> globals;
 
@@ -92,7 +100,8 @@ namespace {
         void parse(const std::string& ptx)
         {
             std::string pending;
-            int depth = 0, function = -1, functions = 0, file = 0, line = 0;
+            std::vector<std::string> labels; // seen, waiting for the statement they name
+            int depth = 0, function = -1, functionCount = 0, file = 0, line = 0;
             const auto flush = [&] {
                 std::string t = trim(pending);
                 pending.clear();
@@ -103,19 +112,25 @@ namespace {
                     std::size_t n = 0;
                     while (n < t.size() && identChar(t[n]))
                         ++n;
-                    if (n > 0 && n < t.size() && t[n] == ':' && (n + 1 >= t.size() || t[n + 1] != ':'))
+                    if (n > 0 && n < t.size() && t[n] == ':' && (n + 1 >= t.size() || t[n + 1] != ':')) {
+                        labels.push_back(t.substr(0, n));
                         t = trim(std::string_view(t).substr(n + 1));
-                    else
+                    } else {
                         break;
+                    }
                 }
+                bool guarded = false;
                 if (!t.empty() && t[0] == '@') {
                     std::size_t n = 1;
                     while (n < t.size() && !std::isspace(static_cast<unsigned char>(t[n])))
                         ++n;
                     t = trim(std::string_view(t).substr(n));
+                    guarded = true;
                 }
-                if (!t.empty())
-                    statements.push_back({ t, function, file, line });
+                if (!t.empty()) {
+                    statements.push_back({ t, function, file, line, std::move(labels), guarded });
+                    labels.clear();
+                }
             };
             std::size_t pos = 0;
             while (pos <= ptx.size()) {
@@ -164,7 +179,7 @@ namespace {
                             const std::string header = trim(pending);
                             if (header.find('=') == std::string::npos) { // not an initialiser list
                                 functionHeader(header);
-                                function = functions++;
+                                function = functionCount++;
                                 pending.clear();
                                 ++depth;
                                 continue;
@@ -206,8 +221,31 @@ namespace {
             }
             std::string_view before(header.data(), open == std::string::npos ? header.size() : open);
             const auto names = identifiers(before);
-            if (!names.empty())
+            Function f;
+            f.entry = header.find(".entry") != std::string::npos;
+            if (!names.empty()) {
                 definedFunctions.insert(names.back());
+                f.name = names.back();
+            }
+            // ".param .u64 k_param_0, .param .align 64 .b8 k_param_1[128]": each piece names one symbol last.
+            if (open != std::string::npos) {
+                const std::size_t close = header.rfind(')');
+                std::string_view list(header.data() + open + 1,
+                    close == std::string::npos || close < open ? header.size() - open - 1 : close - open - 1);
+                for (std::size_t b = 0; b <= list.size();) {
+                    std::size_t e = list.find(',', b);
+                    if (e == std::string_view::npos)
+                        e = list.size();
+                    std::string_view piece = list.substr(b, e - b);
+                    if (const auto br = piece.find('['); br != std::string_view::npos)
+                        piece = piece.substr(0, br);
+                    const auto ids = identifiers(piece);
+                    if (!ids.empty())
+                        f.params.push_back(ids.back());
+                    b = e + 1;
+                }
+            }
+            functions.push_back(std::move(f));
         }
 
         void moduleDeclaration(const std::string& decl)
@@ -340,7 +378,33 @@ namespace {
                 return std::isdigit(static_cast<unsigned char>(c));
             }))
             return "a driver-set environment register";
+        if (reg == "%current_graph_exec")
+            return "the handle of the CUDA graph running the kernel, 0 outside one";
         return nullptr;
+    }
+
+    // The special registers that say where a thread runs and how the launch is shaped, never when or which launch.
+    // Every other predefined register is rejected, so one added to PTX after these rules were written is too.
+    bool geometryRegister(const std::string& reg)
+    {
+        static const std::set<std::string> allowed = { "%tid", "%ntid", "%laneid", "%warpid", "%nwarpid", "%ctaid",
+            "%nctaid", "%smid", "%nsmid", "%is_explicit_cluster", "%clusterid", "%nclusterid", "%cluster_ctaid",
+            "%cluster_nctaid", "%cluster_ctarank", "%cluster_nctarank", "%lanemask_eq", "%lanemask_le", "%lanemask_lt",
+            "%lanemask_ge", "%lanemask_gt", "%total_smem_size", "%aggr_smem_size", "%dynamic_smem_size" };
+        return allowed.count(reg) || reg.rfind("%reserved_smem_offset_", 0) == 0;
+    }
+
+    // NVVM's virtual registers (%r12, %rd3, %f7, %fd1, %p2, %rs4, %h1, %hh2): declared in real output, and no
+    // special register has this form, so hand-written PTX without the declarations reads the same.
+    bool nvvmRegister(const std::string& reg)
+    {
+        std::size_t n = 1;
+        while (n < reg.size() && std::isalpha(static_cast<unsigned char>(reg[n])))
+            ++n;
+        static const std::set<std::string> prefixes = { "r", "rd", "rs", "rq", "f", "fd", "p", "h", "hh", "rl" };
+        return n < reg.size() && prefixes.count(reg.substr(1, n - 1))
+            && std::all_of(reg.begin() + static_cast<std::ptrdiff_t>(n), reg.end(),
+                [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
     }
 
     class PtxChecker {
@@ -352,8 +416,9 @@ namespace {
         {
         }
 
-        std::vector<VerdictReason> run()
+        std::vector<VerdictReason> run(const KernelSpec* plan)
         {
+            collectDeclaredRegisters();
             for (const Statement& s : m_module.statements) {
                 if (s.function < 0 || s.text[0] == '.')
                     continue;
@@ -364,6 +429,8 @@ namespace {
                 precision(s, in);
             }
             mutableGlobals();
+            if (plan)
+                programmaticLaunches(*plan);
             std::stable_sort(m_out.begin(), m_out.end(),
                 [](const VerdictReason& a, const VerdictReason& b) { return a.line < b.line; });
             return m_out;
@@ -405,12 +472,54 @@ namespace {
         void specialRegisters(const Statement& s, const Instruction& in)
         {
             for (const auto& op : in.operands)
-                for (const auto& id : identifiers(op))
+                for (const auto& id : identifiers(op)) {
                     if (const char* kind = specialRegisterKind(id))
                         add(rule::PtxSpecialRegister, s,
                             "reads " + id + " (" + kind
                                 + "): a kernel that can tell time or launches apart can "
                                   "behave differently while checked and while timed");
+                    else if (id[0] == '%' && !declaredRegister(id) && !geometryRegister(id) && !nvvmRegister(id))
+                        add(rule::PtxSpecialRegister, s,
+                            "reads " + id
+                                + ", a special register outside the geometry ones a kernel may read (%tid, %ctaid, "
+                                  "%smid, %cluster_*, %lanemask_*, the shared-memory sizes): whatever it holds may "
+                                  "tell time or launches apart");
+                }
+        }
+
+        // Registers the PTX declares (".reg .b32 %r<4>;", ".reg .u64 %t;" inside inline asm) are not special.
+        void collectDeclaredRegisters()
+        {
+            for (const Statement& s : m_module.statements) {
+                if (s.text.rfind(".reg", 0) != 0)
+                    continue;
+                std::string names;
+                std::size_t i = 4;
+                for (;;) { // past the type modifiers (.b32, .v2, .pred)
+                    while (i < s.text.size() && std::isspace(static_cast<unsigned char>(s.text[i])))
+                        ++i;
+                    if (i >= s.text.size() || s.text[i] != '.')
+                        break;
+                    while (i < s.text.size() && !std::isspace(static_cast<unsigned char>(s.text[i])))
+                        ++i;
+                }
+                for (const auto& piece : identifiers(std::string_view(s.text).substr(std::min(i, s.text.size())))) {
+                    const std::size_t at = s.text.find(piece, i);
+                    const bool indexed = at != std::string::npos && at + piece.size() < s.text.size()
+                        && s.text[at + piece.size()] == '<';
+                    (indexed ? m_indexedRegisters : m_declaredRegisters).insert(piece);
+                }
+            }
+        }
+
+        bool declaredRegister(const std::string& id) const
+        {
+            if (m_declaredRegisters.count(id))
+                return true;
+            std::size_t n = id.size();
+            while (n > 1 && std::isdigit(static_cast<unsigned char>(id[n - 1])))
+                --n;
+            return n < id.size() && m_indexedRegisters.count(id.substr(0, n));
         }
 
         void earlyExit(const Statement& s, const Instruction& in)
@@ -626,7 +735,226 @@ namespace {
             }
         }
 
+        // pdl=1 lets a kernel start while the plan's previous kernel still runs; only griddepcontrol.wait orders it
+        // after that kernel's writes. Whatever the plan writes (outputs, in-place tensors, workspaces, maps over
+        // them) may be touched only on paths through an unpredicated wait (or a call of a function that waits on
+        // every path): a kernel that skips it races the kernel it depends on, which is faster and only sometimes
+        // wrong, so no check of its outputs can be relied on to see it.
+        void programmaticLaunches(const KernelSpec& plan)
+        {
+            std::set<std::string> written;
+            for (const auto& t : m_problem.tensors)
+                if (t.role != TensorRole::Input)
+                    written.insert(t.name);
+            for (const auto& w : plan.workspaces)
+                written.insert(w.name);
+            for (const auto& m : plan.tensorMaps)
+                if (written.count(m.tensor))
+                    written.insert(m.name);
+            std::set<std::string> judged;
+            for (const auto& l : plan.launches) {
+                if (!l.programmaticLaunch || !judged.insert(l.kernel).second)
+                    continue;
+                for (std::size_t f = 0; f < m_module.functions.size(); ++f) {
+                    const auto& fn = m_module.functions[f];
+                    if (!fn.entry || !kernelNameMatches(l.kernel, fn.name))
+                        continue;
+                    std::map<std::string, std::string> seeds; // parameter symbol -> argument
+                    for (std::size_t i = 0; i < fn.params.size() && i < l.args.size(); ++i)
+                        if (written.count(l.args[i]))
+                            seeds[fn.params[i]] = l.args[i];
+                    if (!seeds.empty())
+                        accessesBeforeWait(static_cast<int>(f), l.kernel, seeds);
+                }
+            }
+        }
+
+        std::vector<std::size_t> bodyOf(int function) const
+        {
+            std::vector<std::size_t> out;
+            for (std::size_t i = 0; i < m_module.statements.size(); ++i)
+                if (m_module.statements[i].function == function)
+                    out.push_back(i);
+            return out;
+        }
+
+        // Control flow between the statements of one function (positions in its body); a branch to a label that
+        // is not found, or an indirect one, may go to any label.
+        std::vector<std::vector<std::size_t>> successors(const std::vector<std::size_t>& body) const
+        {
+            std::map<std::string, std::vector<std::size_t>> at;
+            for (std::size_t k = 0; k < body.size(); ++k)
+                for (const auto& label : m_module.statements[body[k]].labels)
+                    at[label].push_back(k);
+            std::vector<std::vector<std::size_t>> out(body.size());
+            for (std::size_t k = 0; k < body.size(); ++k) {
+                const Statement& s = m_module.statements[body[k]];
+                const Instruction in = s.text[0] == '.' ? Instruction {} : decode(s.text);
+                const bool next = k + 1 < body.size();
+                if (in.base == "bra" || in.base == "brx") {
+                    const auto ids = in.operands.empty() ? std::vector<std::string> {} : identifiers(in.operands[0]);
+                    const auto target = ids.empty() || in.base == "brx" ? at.end() : at.find(ids.front());
+                    if (target != at.end())
+                        out[k] = target->second;
+                    else
+                        for (const auto& [label, positions] : at)
+                            out[k].insert(out[k].end(), positions.begin(), positions.end());
+                    if (s.guarded && next)
+                        out[k].push_back(k + 1);
+                } else if (in.base == "ret" || in.base == "exit" || in.base == "trap") {
+                    if (s.guarded && next)
+                        out[k].push_back(k + 1);
+                } else if (next) {
+                    out[k].push_back(k + 1);
+                }
+            }
+            return out;
+        }
+
+        bool waits(const Statement& s, const Instruction& in, std::set<int>& visiting)
+        {
+            if (s.guarded)
+                return false;
+            if (in.base == "griddepcontrol")
+                return !in.mods.empty() && in.mods[0] == "wait";
+            if (in.base != "call")
+                return false;
+            const std::string target = callTarget(in);
+            for (std::size_t f = 0; f < m_module.functions.size(); ++f)
+                if (m_module.functions[f].name == target && !m_module.functions[f].entry)
+                    return alwaysWaits(static_cast<int>(f), visiting);
+            return false;
+        }
+
+        // Every path from the function's start to its end passes a wait.
+        bool alwaysWaits(int function, std::set<int>& visiting)
+        {
+            if (const auto it = m_alwaysWaits.find(function); it != m_alwaysWaits.end())
+                return it->second;
+            if (!visiting.insert(function).second)
+                return false;
+            const auto body = bodyOf(function);
+            const auto next = successors(body);
+            std::vector<bool> seen(body.size());
+            std::vector<std::size_t> work;
+            if (!body.empty())
+                work.push_back(0);
+            bool escapes = body.empty();
+            while (!work.empty() && !escapes) {
+                const std::size_t k = work.back();
+                work.pop_back();
+                if (seen[k])
+                    continue;
+                seen[k] = true;
+                const Statement& s = m_module.statements[body[k]];
+                const Instruction in = s.text[0] == '.' ? Instruction {} : decode(s.text);
+                if (waits(s, in, visiting))
+                    continue;
+                if (in.base == "ret" || next[k].empty())
+                    escapes = true;
+                for (std::size_t n : next[k])
+                    work.push_back(n);
+            }
+            visiting.erase(function);
+            return m_alwaysWaits[function] = !escapes;
+        }
+
+        void accessesBeforeWait(
+            int function, const std::string& kernel, const std::map<std::string, std::string>& seeds)
+        {
+            const auto body = bodyOf(function);
+            std::vector<Instruction> code(body.size());
+            for (std::size_t k = 0; k < body.size(); ++k)
+                if (m_module.statements[body[k]].text[0] != '.')
+                    code[k] = decode(m_module.statements[body[k]].text);
+            // Which arguments each register's value derives from (any instruction propagates; a load from memory
+            // the function stored an argument's address to yields that address again).
+            std::map<std::string, std::set<std::string>> origin;
+            std::set<std::string> escaped;
+            const auto originsOf = [&](const std::string& operand) {
+                std::set<std::string> out;
+                for (const auto& id : identifiers(operand)) {
+                    if (const auto sd = seeds.find(id); sd != seeds.end())
+                        out.insert(sd->second);
+                    else if (const auto it = origin.find(id); it != origin.end())
+                        out.insert(it->second.begin(), it->second.end());
+                }
+                return out;
+            };
+            const auto isParam = [](const Instruction& in) {
+                return std::find(in.mods.begin(), in.mods.end(), "param") != in.mods.end();
+            };
+            for (bool changed = true; changed;) {
+                changed = false;
+                for (const auto& in : code) {
+                    if (in.operands.empty() || in.base == "call" || in.base == "bra" || in.base == "setp")
+                        continue;
+                    if (isMemory(in.operands[0])) {
+                        if (!isParam(in))
+                            for (std::size_t k = 1; k < in.operands.size(); ++k)
+                                for (const auto& o : originsOf(in.operands[k]))
+                                    changed |= escaped.insert(o).second;
+                        continue;
+                    }
+                    std::set<std::string> from;
+                    const bool load = in.base == "ld" || in.base == "ldu" || in.base == "atom";
+                    for (std::size_t k = 1; k < in.operands.size(); ++k) {
+                        if (load && isMemory(in.operands[k]) && !isParam(in)) {
+                            from.insert(escaped.begin(), escaped.end());
+                            continue;
+                        }
+                        const auto o = originsOf(in.operands[k]);
+                        from.insert(o.begin(), o.end());
+                    }
+                    for (const auto& dest : identifiers(in.operands[0])) {
+                        auto& set = origin[dest];
+                        for (const auto& o : from)
+                            changed |= set.insert(o).second;
+                    }
+                }
+            }
+            const auto next = successors(body);
+            std::vector<bool> seen(body.size());
+            std::vector<std::size_t> work;
+            if (!body.empty())
+                work.push_back(0);
+            std::set<int> visiting;
+            while (!work.empty()) {
+                const std::size_t k = work.back();
+                work.pop_back();
+                if (seen[k])
+                    continue;
+                seen[k] = true;
+                const Statement& s = m_module.statements[body[k]];
+                const Instruction& in = code[k];
+                if (waits(s, in, visiting))
+                    continue;
+                const bool prefetch = in.base == "prefetch" || in.base == "prefetchu"
+                    || std::find(in.mods.begin(), in.mods.end(), "prefetch") != in.mods.end();
+                std::set<std::string> touched;
+                for (std::size_t o = 0; o < in.operands.size() && !prefetch; ++o) {
+                    const bool passed = isParam(in) && in.base == "st" && o > 0; // an argument of a call
+                    if ((isMemory(in.operands[o]) && !isParam(in)) || passed) {
+                        const auto t = originsOf(in.operands[o]);
+                        touched.insert(t.begin(), t.end());
+                    }
+                }
+                for (const auto& arg : touched)
+                    add(rule::PtxPdlWithoutWait, s,
+                        "kernel " + kernel
+                            + " is launched with pdl=1, so it may start before the plan's previous "
+                              "kernel finished, and '"
+                            + in.opcode + "' touches " + arg
+                            + " (which the plan writes) on a path that passes no griddepcontrol.wait: a race that "
+                              "runs faster and is only sometimes wrong; wait first on every path");
+                for (std::size_t n : next[k])
+                    work.push_back(n);
+            }
+        }
+
         PtxModule m_module;
+        std::set<std::string> m_declaredRegisters, m_indexedRegisters;
+        std::map<int, bool> m_alwaysWaits;
         const Problem& m_problem;
         std::string m_sourceName;
         std::vector<VerdictReason> m_out;
@@ -637,7 +965,13 @@ namespace {
 
 std::vector<VerdictReason> checkPtx(const std::string& ptx, const Problem& problem, const std::string& sourceName)
 {
-    return PtxChecker(ptx, problem, sourceName).run();
+    return PtxChecker(ptx, problem, sourceName).run(nullptr);
+}
+
+std::vector<VerdictReason> checkPtx(
+    const std::string& ptx, const Problem& problem, const KernelSpec& plan, const std::string& sourceName)
+{
+    return PtxChecker(ptx, problem, sourceName).run(&plan);
 }
 
 } // namespace kl::referee

@@ -5,6 +5,7 @@
 // The design note is kernels/REFEREE.md.
 #include "core/device.h"
 #include "core/evaluation.h"
+#include "core/kernel_spec.h"
 #include "core/problem.h"
 
 #include <map>
@@ -31,6 +32,7 @@ namespace rule {
     inline constexpr const char* PtxLowerPrecision = "ptx.lower-precision";
     inline constexpr const char* PtxMutableGlobal = "ptx.mutable-global";
     inline constexpr const char* PtxDeviceRuntime = "ptx.device-runtime";
+    inline constexpr const char* PtxPdlWithoutWait = "ptx.pdl-without-wait";
     inline constexpr const char* BelowRoofline = "physics.below-roofline";
     inline constexpr const char* SuspiciousJump = "physics.suspicious-jump";
     inline constexpr const char* SingleShapeSpeedup = "physics.single-shape-speedup";
@@ -80,6 +82,10 @@ std::vector<VerdictReason> checkTritonSource(const std::string& source, const Pr
 // printf). Reasons carry the candidate's line where the PTX's .loc points into sourceName.
 std::vector<VerdictReason> checkPtx(
     const std::string& ptx, const Problem& problem, const std::string& sourceName = "candidate.cu");
+// The same, and the rules that depend on how the plan launches each kernel: a pdl=1 kernel touches what the plan
+// writes only after griddepcontrol.wait (ptx.pdl-without-wait).
+std::vector<VerdictReason> checkPtx(const std::string& ptx, const Problem& problem, const KernelSpec& plan,
+    const std::string& sourceName = "candidate.cu");
 
 // Headers a candidate may include (CUDA's own device headers). Exact names, or prefixes ending in '/'.
 const std::vector<std::string>& includeAllowList();

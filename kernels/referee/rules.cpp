@@ -26,7 +26,7 @@ const std::vector<RuleInfo>& ruleCatalogue()
             "arithmetic in a precision below the problem's contract (16-bit math, fp8/fp4, tf32, f16 accumulators)" },
         { rule::PtxSpecialRegister, S::Static, true,
             "the compiled PTX reads a register revealing time or launch identity (%globaltimer, %clock*, %pm*, "
-            "%gridid)" },
+            "%gridid, %current_graph_exec; any special register outside the geometry allow-list)" },
         { rule::PtxEarlyExit, S::Static, true, "the compiled PTX contains trap, exit or brkpt" },
         { rule::PtxLowerPrecision, S::Static, true,
             "the compiled PTX computes in 16-bit float (unless allow-half-math), accumulates in 16-bit, or uses a "
@@ -36,6 +36,9 @@ const std::vector<RuleInfo>& ruleCatalogue()
             "between launches" },
         { rule::PtxDeviceRuntime, S::Static, true,
             "the compiled PTX calls out of the module: device-side launches, parameter buffers, device heap, printf" },
+        { rule::PtxPdlWithoutWait, S::Static, true,
+            "a kernel launched with pdl=1 touches an output, in-place tensor or workspace on a path without "
+            "griddepcontrol.wait (a race with the kernel before it)" },
         { rule::BelowRoofline, S::Physics, true,
             "measured time below the roofline floor (problem bytes / measured copy bandwidth, FLOPs / peak)" },
         { rule::SuspiciousJump, S::Physics, false,

@@ -83,8 +83,9 @@ std::vector<std::string> unknownLaunchArguments(const KernelSpec& spec, const Pr
             const bool known = problem.tensor(a) || problem.dim(a)
                 || std::any_of(
                     problem.scalars.begin(), problem.scalars.end(), [&](const ScalarSpec& s) { return s.name == a; })
-                || std::any_of(spec.workspaces.begin(), spec.workspaces.end(),
-                    [&](const WorkspaceSpec& w) { return w.name == a; });
+                || std::any_of(
+                    spec.workspaces.begin(), spec.workspaces.end(), [&](const WorkspaceSpec& w) { return w.name == a; })
+                || (spec.tensorMap(a) && problem.tensor(spec.tensorMap(a)->tensor));
             if (!known)
                 unknown.push_back(a);
         }

@@ -32,7 +32,7 @@ std::vector<CorpusCase> loadCorpus();
 // The shipped problem (kernels/problems/<name>): the corpus is written against the real tensor and dim names.
 Problem corpusProblem(const std::string& name);
 
-// Launch arguments that name nothing the problem (or the candidate's workspaces) declares.
+// Launch arguments that name nothing the problem, the candidate's workspaces or its tensor maps declare.
 std::vector<std::string> unknownLaunchArguments(const KernelSpec& spec, const Problem& problem);
 
 } // namespace kl::redteam

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <set>
 #include <sstream>
 #include <unistd.h>
 
@@ -83,7 +84,7 @@ TEST_P(CorpusCompile, CompilesForSm90aAndMeetsThePtxRules)
     }
     ASSERT_FALSE(module->ptx.empty()) << c.file << "\n" << module->report.log;
 
-    const auto reasons = kl::referee::checkPtx(module->ptx, problem);
+    const auto reasons = kl::referee::checkPtx(module->ptx, problem, kl::parseKernelSpec(c.source()));
     const std::vector<std::string>& expected = c.stage == "ptx" ? c.expect : c.ptxExpect;
     if (c.cheat && !expected.empty()) {
         const auto hit = std::find_if(reasons.begin(), reasons.end(), [&](const kl::VerdictReason& r) {
@@ -111,6 +112,21 @@ TEST_P(CorpusCompile, CompilesForSm90aAndMeetsThePtxRules)
 INSTANTIATE_TEST_SUITE_P(Corpus, CorpusCompile, ::testing::ValuesIn(compiledCases()),
     [](const ::testing::TestParamInfo<CorpusCase>& param) { return param.param.name(); });
 
+// The baseline and every CUDA template a session may start from: the portable one, the per-architecture ones
+// (arch_templates) and the template*.cu files not yet named there.
+std::set<std::string> shippedCandidateFiles(const std::filesystem::path& dir, const kl::Problem& problem)
+{
+    std::set<std::string> files { problem.baselineFile, problem.templateFile };
+    for (const auto& [arch, file] : problem.archTemplates)
+        files.insert(file);
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("template", 0) == 0 && entry.path().extension() == ".cu")
+            files.insert(name);
+    }
+    return files;
+}
+
 // The shipped baselines and templates compile to PTX the referee accepts.
 TEST(ShippedCandidates, PassThePtxRules)
 {
@@ -120,7 +136,7 @@ TEST(ShippedCandidates, PassThePtxRules)
         if (!std::filesystem::exists(dir.path() / "problem.json"))
             continue;
         const kl::Problem problem = kl::loadProblem(dir.path().string());
-        for (const std::string& file : { problem.baselineFile, problem.templateFile }) {
+        for (const std::string& file : shippedCandidateFiles(dir.path(), problem)) {
             std::ifstream in(dir.path() / file);
             if (!in)
                 continue;
@@ -128,7 +144,7 @@ TEST(ShippedCandidates, PassThePtxRules)
             ss << in.rdbuf();
             const auto module = compileForSm90a(ss.str());
             ASSERT_TRUE(module->report.ok) << (dir.path() / file).string() << "\n" << module->report.log;
-            const auto reasons = kl::referee::checkPtx(module->ptx, problem);
+            const auto reasons = kl::referee::checkPtx(module->ptx, problem, kl::parseKernelSpec(ss.str()));
             EXPECT_TRUE(reasons.empty()) << (dir.path() / file).string() << ":\n" << describe(reasons);
             ++checked;
         }

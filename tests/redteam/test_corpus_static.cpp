@@ -105,6 +105,21 @@ TEST(CorpusShape, SizeAndRuleCoverage)
 
 namespace {
 
+// The baseline and every CUDA template a session may start from: the portable one, the per-architecture ones
+// (arch_templates) and the template*.cu files not yet named there.
+std::set<std::string> shippedCandidateFiles(const std::filesystem::path& dir, const kl::Problem& problem)
+{
+    std::set<std::string> files { problem.baselineFile, problem.templateFile };
+    for (const auto& [arch, file] : problem.archTemplates)
+        files.insert(file);
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("template", 0) == 0 && entry.path().extension() == ".cu")
+            files.insert(name);
+    }
+    return files;
+}
+
 // The shipped baselines and templates are what every session starts from: the referee must not flag them.
 TEST(ShippedCandidates, PassTheStaticRulesUntouched)
 {
@@ -114,7 +129,7 @@ TEST(ShippedCandidates, PassTheStaticRulesUntouched)
         if (!std::filesystem::exists(dir.path() / "problem.json"))
             continue;
         const kl::Problem problem = kl::loadProblem(dir.path().string());
-        for (const std::string& file : { problem.baselineFile, problem.templateFile }) {
+        for (const std::string& file : shippedCandidateFiles(dir.path(), problem)) {
             std::ifstream in(dir.path() / file);
             if (!in)
                 continue;

@@ -66,6 +66,24 @@ TEST(PtxRules, TimeAndLaunchIdentityRegistersAreRejectedSmidIsNot)
     EXPECT_TRUE(rs.empty()) << describe(rs);
 }
 
+// Deny by default: a special register that is not geometry is rejected whatever it is called, so one PTX adds
+// later (as %current_graph_exec, which tells a graph replay from an eager launch, was) is rejected too.
+TEST(PtxRules, SpecialRegistersOutsideTheGeometryAllowListAreRejected)
+{
+    for (const char* reg : { "%current_graph_exec", "%hypothetical_launch_counter" }) {
+        const auto rs = checkPtx(module("", std::string("\tmov.u64 \t%rd1, ") + reg + ";"), bf16Problem());
+        ASSERT_EQ(rules(rs), std::vector<std::string> { "ptx.special-register" }) << reg << "\n" << describe(rs);
+        EXPECT_NE(rs[0].message.find(reg), std::string::npos) << rs[0].message;
+    }
+    const auto rs = checkPtx(module("",
+                                 "\tmov.u32 %r1, %tid.x;\n\tmov.u32 %r2, %ctaid.y;\n\tmov.u32 %r3, %cluster_ctarank;\n"
+                                 "\tmov.u32 %r4, %dynamic_smem_size;\n\tmov.u32 %r5, %lanemask_lt;\n"
+                                 "\tmov.u32 %r6, %reserved_smem_offset_begin;\n\tmov.u32 %r7, %nclusterid.x;\n"
+                                 "\t{ .reg .b64 %mine, %ring<4>;\n\tmov.b64 %mine, %rd1;\n\tmov.b64 %ring3, %mine; }"),
+        bf16Problem());
+    EXPECT_TRUE(rs.empty()) << describe(rs);
+}
+
 TEST(PtxRules, TrapAndExitAreRejectedAlsoPredicatedAndInsideInlineAsmAssertIsNot)
 {
     for (const char* body : { "\t@%p1 trap;", "\t{ exit; }", "$L__BB0_3:\n\tbrkpt;" }) {
@@ -81,7 +99,8 @@ TEST(PtxRules, TrapAndExitAreRejectedAlsoPredicatedAndInsideInlineAsmAssertIsNot
         bf16Problem());
     EXPECT_TRUE(assertion.empty()) << describe(assertion);
     // A label or register that merely contains the words is not an instruction.
-    const auto rs = checkPtx(module("", "$L__exit_trap:\n\tmov.u64 %rd_exit, %rd1;"), bf16Problem());
+    const auto rs
+        = checkPtx(module("", "\t.reg .u64 %rd_exit;\n$L__exit_trap:\n\tmov.u64 %rd_exit, %rd1;"), bf16Problem());
     EXPECT_TRUE(rs.empty()) << describe(rs);
 }
 
@@ -209,6 +228,93 @@ TEST(PtxRules, MutableGlobalTrackingIsOrderIndependentAndLinear)
     EXPECT_LT(seconds, 5.0);
 }
 
+kl::Problem gemmProblem()
+{
+    kl::Problem p;
+    p.name = "gemm_bf16";
+    p.tensors = { { "C", kl::DType::BF16, {}, kl::TensorRole::Output, 1.0 },
+        { "A", kl::DType::BF16, {}, kl::TensorRole::Input, 1.0 } };
+    return p;
+}
+
+// k is launched with pdl=1 after k0; its parameters: C (output), part (workspace), A (input), n, a map over C and
+// one over A. %rd4 holds part, %rd5 A, %rd6 C, %rd13 the map over C, %rd14 the map over A.
+std::string pdlModule(const std::string& functions, const std::string& body)
+{
+    return ".version 9.0\n.target sm_90a\n.address_size 64\n\n" + functions
+        + "\n.visible .entry k(\n\t.param .u64 k_param_0,\n\t.param .u64 k_param_1,\n\t.param .u64 k_param_2,\n"
+          "\t.param .u32 k_param_3,\n\t.param .align 64 .b8 k_param_4[128],\n\t.param .align 64 .b8 k_param_5[128]\n)\n"
+          "{\n\t.reg .pred %p<4>;\n\t.reg .b32 %r<10>;\n\t.reg .f32 %f<10>;\n\t.reg .b64 %rd<20>;\n\t.loc\t1 7 3\n"
+          "\tld.param.u64 %rd1, [k_param_0];\n\tld.param.u64 %rd2, [k_param_1];\n\tld.param.u64 %rd3, [k_param_2];\n"
+          "\tcvta.to.global.u64 %rd4, %rd2;\n\tcvta.to.global.u64 %rd5, %rd3;\n\tcvta.to.global.u64 %rd6, %rd1;\n"
+          "\tmov.u64 %rd13, k_param_4;\n\tmov.u64 %rd14, k_param_5;\n\t.loc\t1 9 3\n"
+        + body + "\n\tret;\n}\n\t.file\t1 \"/tmp/x/candidate.cu\"\n";
+}
+
+kl::KernelSpec pdlPlan(bool pdl)
+{
+    return kl::parseKernelSpec(std::string("// @kl:workspace part bytes=(n * 4) init=poison\n"
+                                           "// @kl:tensormap tmC tensor=C box=(64, 64)\n"
+                                           "// @kl:tensormap tmA tensor=A box=(64, 64)\n"
+                                           "// @kl:launch k0 grid=(1) block=(32) args=(part, A, n)\n"
+                                           "// @kl:launch k grid=(1) block=(32) ")
+        + (pdl ? "pdl=1 " : "") + "args=(C, part, A, n, tmC, tmA)\n");
+}
+
+// A pdl=1 kernel may start while the kernel before it still writes: whatever the plan writes (outputs,
+// workspaces, maps over them) it may touch only on paths through an unpredicated griddepcontrol.wait. Inputs are
+// never written, so reading them first is the point of the overlap.
+TEST(PtxRules, ProgrammaticLaunchTouchesWhatThePlanWritesOnlyAfterTheWait)
+{
+    const std::string waitingFunctions = ".func wait_all()\n{\n\tgriddepcontrol.wait;\n\tret;\n}\n"
+                                         ".func wait_some()\n{\n\t.reg .pred %q;\n\t@%q bra $L__done;\n"
+                                         "\tgriddepcontrol.wait;\n$L__done:\n\tret;\n}\n";
+    const char* loadPart = "\tld.global.f32 %f1, [%rd4];";
+    for (const std::string& body : std::initializer_list<std::string> {
+             std::string(loadPart), // never waits
+             std::string(loadPart) + "\n\tgriddepcontrol.wait;", // waits too late
+             "\t@%p1 griddepcontrol.wait;\n" + std::string(loadPart), // waits only where %p1 holds
+             "\t@%p1 bra $L__BB0_2;\n\tgriddepcontrol.wait;\n$L__BB0_2:\n" + std::string(loadPart), // one branch
+             "$L__BB0_1:\n" + std::string(loadPart) + "\n\tgriddepcontrol.wait;\n\t@%p1 bra $L__BB0_1;", // loop
+             std::string("\tst.global.f32 [%rd6], %f1;\n\tgriddepcontrol.wait;"), // writes the output first
+             std::string("\tst.shared.u64 [%rd9], %rd4;\n\tld.shared.u64 %rd10, [%rd9];\n\tld.global.f32 %f1, "
+                         "[%rd10];\n\tgriddepcontrol.wait;"), // the address laundered through shared memory
+             std::string("\tsub.s64 %rd11, %rd4, %rd5;\n\tadd.s64 %rd12, %rd5, %rd11;\n\tld.global.f32 %f1, "
+                         "[%rd12];\n\tgriddepcontrol.wait;"), // reached from the input's pointer
+             std::string("\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], "
+                         "[%rd13, {%r2, %r3}], [%r4];\n\tgriddepcontrol.wait;"), // TMA through the map over C
+             std::string("\tcall.uni wait_some, ();\n") + loadPart, // a function that waits on one path only
+         }) {
+        const auto rs = checkPtx(pdlModule(waitingFunctions, body), gemmProblem(), pdlPlan(true));
+        ASSERT_EQ(rules(rs), std::vector<std::string> { "ptx.pdl-without-wait" }) << body << "\n" << describe(rs);
+        EXPECT_TRUE(rs[0].blocking);
+        EXPECT_EQ(rs[0].line, 9) << rs[0].message;
+        EXPECT_NE(rs[0].message.find("kernel k "), std::string::npos) << rs[0].message;
+        // Without pdl=1 (or without the plan) the same code is ordered after k0 by the stream.
+        EXPECT_TRUE(checkPtx(pdlModule(waitingFunctions, body), gemmProblem(), pdlPlan(false)).empty()) << body;
+        EXPECT_TRUE(checkPtx(pdlModule(waitingFunctions, body), gemmProblem()).empty()) << body;
+    }
+    for (const std::string& body : std::initializer_list<std::string> {
+             "\tgriddepcontrol.wait;\n" + std::string(loadPart) + "\n\tst.global.f32 [%rd6], %f1;",
+             std::string("\tld.global.nc.f32 %f2, [%rd5];\n\tprefetch.global.L2 [%rd4];\n\tprefetch.tensormap "
+                         "[%rd13];\n\tgriddepcontrol.wait;\n")
+                 + loadPart, // inputs and prefetches first
+             std::string("\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], "
+                         "[%rd14, {%r2, %r3}], [%r4];\n\tgriddepcontrol.wait;\n")
+                 + loadPart, // TMA of the input first
+             "\t@%p1 bra $L__BB0_2;\n\tgriddepcontrol.wait;\n\tbra.uni $L__BB0_3;\n$L__BB0_2:\n\tgriddepcontrol.wait;\n"
+             "$L__BB0_3:\n"
+                 + std::string(loadPart), // a wait on both branches
+             "\t@%p1 bra $L__BB0_9;\n\tgriddepcontrol.wait;\n" + std::string(loadPart)
+                 + "\n$L__BB0_9:\n\tret;", // an early return touches nothing
+             std::string("\tcall.uni wait_all, ();\n") + loadPart, // a function that always waits
+             std::string("\tgriddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;\n") + loadPart,
+         }) {
+        const auto rs = checkPtx(pdlModule(waitingFunctions, body), gemmProblem(), pdlPlan(true));
+        EXPECT_TRUE(rs.empty()) << body << "\n" << describe(rs);
+    }
+}
+
 // The parser takes any text: truncated modules, unbalanced braces and random bytes give reasons or none,
 // never a crash or a hang.
 TEST(PtxRules, MalformedPtxNeverCrashes)
@@ -228,7 +334,13 @@ TEST(PtxRules, MalformedPtxNeverCrashes)
             c = ".{}[]();,%@$:_ \n\tabcdeglmnoprstux0123456789"[(seed >> 24) % 43];
         }
         (void)checkPtx(noise, bf16Problem());
+        (void)checkPtx(noise, gemmProblem(), pdlPlan(true));
     }
+    const std::string pdl = pdlModule("",
+        "\t@%p1 bra $L__BB0_2;\n\tgriddepcontrol.wait;\n$L__BB0_2:\n\tld.global.f32 "
+        "%f1, [%rd4];\n\tbrx.idx %r1, $L__targets;");
+    for (std::size_t cut = 0; cut < pdl.size(); cut += 5)
+        (void)checkPtx(pdl.substr(0, cut), gemmProblem(), pdlPlan(true));
     SUCCEED();
 }
 
