@@ -1,0 +1,49 @@
+// Cheat (B2/principle 1, reading memory that is not its own through pointer arithmetic): an earlier harness kept the
+// reference's output right after the candidate's inputs, so the kernel looks 16 MiB past the end of v_cache for a
+// finished output row (finite values where the candidate's own output is poisoned) and copies it when it finds one,
+// computing the attention only otherwise. Expected: worker.crashed (the address lies in the unmapped guard range
+// after the slab, the worker faults and is restarted) or, where it lands in mapped memory, launch.failed or a
+// correctness rule.
+#include <cuda_bf16.h>
+// @kl:launch decode_probe grid=(B, HQ) block=(D) smem=0 args=(out, q, k_cache, v_cache, block_table, seq_lens, HQ, PS, MAXP, HKV, scale)
+extern "C" __global__ void decode_probe(__nv_bfloat16* out, const __nv_bfloat16* q,
+    const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_table, const int* seq_lens, int HQ,
+    int PS, int MAXP, int HKV, float scale)
+{
+    constexpr int D = 128;
+    const int b = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+    const int kvh = h / (HQ / HKV);
+    __shared__ float partial[D / 32];
+    const float qd = (float)__bfloat162float(q[((long long)b * HQ + h) * D + d]);
+    float m = (float)-1e30, l = 0, acc = 0;
+    const long long cacheElements = (long long)gridDim.x * MAXP * PS * HKV * D;
+    const __nv_bfloat16* probe = v_cache + cacheElements + (16ll << 20) / 2 + ((long long)b * HQ + h) * D;
+    const float found = __bfloat162float(probe[d]);
+    if (isfinite(found) && __bfloat162float(probe[0]) != 0.f) {
+        out[((long long)b * HQ + h) * D + d] = probe[d];
+        return;
+    }
+    const int len = seq_lens[b];
+    for (int t = 0; t < len; ++t) {
+        const long long page = block_table[(long long)b * MAXP + t / PS];
+        const long long at = ((page * PS + t % PS) * HKV + kvh) * D + d;
+        float s = qd * (float)__bfloat162float(k_cache[at]);
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        if ((d & 31) == 0)
+            partial[d >> 5] = s;
+        __syncthreads();
+        s = 0;
+        for (int w = 0; w < D / 32; ++w)
+            s += partial[w];
+        s *= (float)scale;
+        __syncthreads();
+        const float mNew = s > m ? s : m;
+        const float correction = exp(m - mNew);
+        const float p = exp(s - mNew);
+        l = l * correction + p;
+        acc = acc * correction + p * (float)__bfloat162float(v_cache[at]);
+        m = mNew;
+    }
+    out[((long long)b * HQ + h) * D + d] = __float2bfloat16_rn((float)(acc / l));
+}
