@@ -76,6 +76,22 @@ TEST(RefereePipeline, PtxRulesRejectBeforeAnythingRunsAndCanBeSwitchedOff)
     EXPECT_FALSE(ran.shapes.empty()) << "with the static layers off the (fake) GPU judges it";
 }
 
+// The PTX rules that depend on how the plan launches a kernel get the plan: a pdl=1 kernel without its wait is
+// rejected before it races anything, its honest twin runs.
+TEST(RefereePipeline, TheLaunchPlanReachesThePtxRules)
+{
+    kl::GpuEvaluator evaluator(kl::redteam::corpusProblem("gemm_bf16"), fakeWorkerOptions());
+    const kl::Evaluation race = evaluator.evaluate(
+        corpusCandidate("corpus/cheat/gemm_bf16_splitk_reduce_loads_before_wait.cu"), quick(), kl::CancelToken {});
+    EXPECT_EQ(race.verdict, kl::Verdict::Rejected) << reasons(race);
+    EXPECT_TRUE(hasRule(race, "ptx.pdl-without-wait")) << reasons(race);
+    EXPECT_TRUE(race.shapes.empty()) << "compiled, never verified";
+    const kl::Evaluation honest = evaluator.evaluate(
+        corpusCandidate("corpus/honest/gemm_bf16_split_k_pdl_reduce.cu"), quick(), kl::CancelToken {});
+    EXPECT_FALSE(hasRule(honest, "ptx.pdl-without-wait")) << reasons(honest);
+    EXPECT_FALSE(honest.shapes.empty()) << reasons(honest);
+}
+
 TEST(RefereePipeline, TheCurrentBestReachesThePhysicsRules)
 {
     kl::GpuEvaluator ev(kl::redteam::corpusProblem("rmsnorm"), fakeWorkerOptions());
@@ -156,6 +172,13 @@ TEST(RefereePipeline, CompileOnlyEvalReportsThePtxRules)
     ASSERT_FALSE(j.at("reasons").empty()) << out;
     EXPECT_EQ(j.at("reasons")[0].at("rule"), "ptx.mutable-global") << out;
     EXPECT_NE(WEXITSTATUS(status), 0) << "a rejecting reason fails the command";
+
+    const std::string race = kl::redteam::redteamDir() + "/corpus/cheat/decode_attention_merge_skips_pdl_wait.cu";
+    const auto pdl = nlohmann::json::parse(
+        run(kloop + " eval decode_attention " + race + " --compile-only --arch sm_90a --json", &status));
+    ASSERT_FALSE(pdl.at("reasons").empty()) << pdl.dump();
+    EXPECT_EQ(pdl.at("reasons")[0].at("rule"), "ptx.pdl-without-wait") << pdl.dump();
+    EXPECT_NE(WEXITSTATUS(status), 0);
 
     const std::string honest = kl::redteam::redteamDir() + "/corpus/honest/rmsnorm_persistent_smid.cu";
     const auto clean = nlohmann::json::parse(
