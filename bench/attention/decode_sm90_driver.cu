@@ -178,8 +178,90 @@ struct Result {
     Shape s;
     bool correct;
     double relL2, maxErr, us, copyUs, readUs;
+    // Where a plan's time beyond the stream goes (round 9: 73.6 us in a graph of 31 plans, 80.9 us in the harness at
+    // B=16 ctx 4096): a graph of one plan a replay; three stream launches an event pair, as the harness times
+    // kernels over 20 us, alone and after dirtying L2 as its poisoning of three workspace sets does; the split
+    // kernel alone in the graph of R.
+    double oneUs, streamUs, dirtyStreamUs, splitUs;
     int ctas;
 };
+
+// The median over reps of an event pair around enqueue(rep), divided by per; two warm-up reps.
+template <typename Enqueue>
+double medianUs(cudaStream_t st, int reps, int per, Enqueue enqueue)
+{
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    std::vector<float> ms;
+    for (int rep = 0; rep < reps + 2; ++rep) {
+        enqueue(rep, e0);
+        CHECK(cudaEventRecord(e1, st));
+        CHECK(cudaEventSynchronize(e1));
+        float t;
+        CHECK(cudaEventElapsedTime(&t, e0, e1));
+        if (rep >= 2)
+            ms.push_back(t);
+    }
+    CHECK(cudaEventDestroy(e0));
+    CHECK(cudaEventDestroy(e1));
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2] * 1e3 / per;
+}
+
+void decompose(const Shape& s, const Plan& plan, const std::vector<Set>& in, float* ws, __nv_bfloat16* out,
+    cudaStream_t st, int perGraph, Result& r)
+{
+    const int sets = static_cast<int>(in.size());
+    std::vector<cudaGraphExec_t> one(sets);
+    for (int i = 0; i < sets; ++i) {
+        cudaGraph_t g;
+        CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        launchPlan(s, plan, in[i], ws, out, st);
+        CHECK(cudaStreamEndCapture(st, &g));
+        CHECK(cudaGraphInstantiate(&one[i], g, 0));
+        CHECK(cudaGraphDestroy(g));
+    }
+    r.oneUs = medianUs(st, 15, 1, [&](int rep, cudaEvent_t e0) {
+        CHECK(cudaEventRecord(e0, st));
+        CHECK(cudaGraphLaunch(one[rep % sets], st));
+    });
+    for (auto g : one)
+        CHECK(cudaGraphExecDestroy(g));
+    constexpr int kPerSample = 3;
+    r.streamUs = medianUs(st, 15, kPerSample, [&](int rep, cudaEvent_t e0) {
+        CHECK(cudaEventRecord(e0, st));
+        for (int i = 0; i < kPerSample; ++i)
+            launchPlan(s, plan, in[(rep * kPerSample + i) % sets], ws, out, st);
+    });
+    void* dirty;
+    const size_t dirtyBytes = 3 * plan.workspace;
+    CHECK(cudaMalloc(&dirty, dirtyBytes));
+    r.dirtyStreamUs = medianUs(st, 15, kPerSample, [&](int rep, cudaEvent_t e0) {
+        CHECK(cudaMemsetAsync(dirty, 0xff, dirtyBytes, st));
+        CHECK(cudaEventRecord(e0, st));
+        for (int i = 0; i < kPerSample; ++i)
+            launchPlan(s, plan, in[(rep * kPerSample + i) % sets], ws, out, st);
+    });
+    CHECK(cudaFree(dirty));
+    cudaGraph_t g;
+    cudaGraphExec_t split;
+    const float scale = 1.f / std::sqrt(128.f);
+    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < perGraph; ++i) {
+        const Set& x = in[i % sets];
+        decode_attention_stream<<<plan.ctas, kThreads, plan.smem, st>>>(
+            ws, out, x.q, x.k, x.v, x.table, x.lens, s.B, s.HQ, s.PS, s.MAXP, scale);
+    }
+    CHECK(cudaStreamEndCapture(st, &g));
+    CHECK(cudaGraphInstantiate(&split, g, 0));
+    r.splitUs = medianUs(st, 15, perGraph, [&](int, cudaEvent_t e0) {
+        CHECK(cudaEventRecord(e0, st));
+        CHECK(cudaGraphLaunch(split, st));
+    });
+    CHECK(cudaGraphExecDestroy(split));
+    CHECK(cudaGraphDestroy(g));
+}
 
 Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStream_t st)
 {
@@ -268,46 +350,24 @@ Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStr
             launchPlan(s, plan, in[i % sets], ws, out, st);
         CHECK(cudaStreamEndCapture(st, &graph));
         CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        cudaEvent_t e0, e1;
-        CHECK(cudaEventCreate(&e0));
-        CHECK(cudaEventCreate(&e1));
-        std::vector<float> ms;
-        for (int rep = 0; rep < 17; ++rep) {
+        r.us = medianUs(st, 15, perGraph, [&](int, cudaEvent_t e0) {
             CHECK(cudaEventRecord(e0, st));
             CHECK(cudaGraphLaunch(exec, st));
-            CHECK(cudaEventRecord(e1, st));
-            CHECK(cudaEventSynchronize(e1));
-            float t;
-            CHECK(cudaEventElapsedTime(&t, e0, e1));
-            if (rep >= 2)
-                ms.push_back(t);
-        }
-        std::sort(ms.begin(), ms.end());
-        r.us = ms[ms.size() / 2] * 1e3 / perGraph;
+        });
+        decompose(s, plan, in, ws, out, st, perGraph, r);
         unsigned* sink;
         CHECK(cudaMalloc(&sink, 4));
-        ms.clear();
-        for (int rep = 0; rep < 9; ++rep) {
+        // Scaled to the problem's bytes: the buffers hold MAXP * PS tokens a sequence, the bound counts fewer.
+        r.readUs = medianUs(st, 8, 1, [&](int rep, cudaEvent_t e0) {
             const Set& x = in[rep % sets];
             CHECK(cudaEventRecord(e0, st));
             readStream<<<sms * 8, 256, 0, st>>>(reinterpret_cast<const uint4*>(x.k), kvElems * 2 / 16, sink);
             readStream<<<sms * 8, 256, 0, st>>>(reinterpret_cast<const uint4*>(x.v), kvElems * 2 / 16, sink);
-            CHECK(cudaEventRecord(e1, st));
-            CHECK(cudaEventSynchronize(e1));
-            float t;
-            CHECK(cudaEventElapsedTime(&t, e0, e1));
-            if (rep >= 1)
-                ms.push_back(t);
-        }
+        }) * (bytes / (2.0 * kvElems * 2));
         CHECK(cudaGetLastError());
-        std::sort(ms.begin(), ms.end());
-        // Scaled to the problem's bytes: the buffers hold MAXP * PS tokens a sequence, the bound counts fewer.
-        r.readUs = ms[ms.size() / 2] * 1e3 * (bytes / (2.0 * kvElems * 2));
         CHECK(cudaFree(sink));
         CHECK(cudaGraphExecDestroy(exec));
         CHECK(cudaGraphDestroy(graph));
-        CHECK(cudaEventDestroy(e0));
-        CHECK(cudaEventDestroy(e1));
     }
     for (auto& x : in) {
         CHECK(cudaFree(x.q));
@@ -322,8 +382,9 @@ Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStr
     std::printf("B=%d HQ=%d PS=%d MAXP=%d: %s rel_l2 %.2e max_err %.2e, %d CTAs", s.B, s.HQ, s.PS, s.MAXP,
         r.correct ? "correct" : "WRONG", r.relL2, r.maxErr, r.ctas);
     if (s.timed)
-        std::printf(", %.1f us (copy bound %.1f us, %.0f%%; read stream %.1f us)", r.us, r.copyUs,
-            100 * r.copyUs / r.us, r.readUs);
+        std::printf(", %.1f us (copy bound %.1f us, %.0f%%; read stream %.1f us; one plan a graph %.1f, stream x3 "
+                    "%.1f, after dirtying L2 %.1f, split kernel alone %.1f)",
+            r.us, r.copyUs, 100 * r.copyUs / r.us, r.readUs, r.oneUs, r.streamUs, r.dirtyStreamUs, r.splitUs);
     std::printf("\n");
     std::fflush(stdout);
     return r;
@@ -452,14 +513,15 @@ int main(int argc, char** argv)
     for (const Shape& s : shapes)
         results.push_back(runShape(s, sms, copyRate, seed++, st));
     bool allCorrect = true;
-    std::printf("\n| shape | CTAs | ours us | copy bound us | %% copy BW | read stream us | correct "
-                "|\n|---|---|---|---|---|---|---|\n");
+    std::printf("\n| shape | CTAs | ours us | copy bound us | %% copy BW | read stream us | one plan a graph | "
+                "stream x3 | after dirty L2 | split alone | correct |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const auto& r : results) {
         allCorrect &= r.correct;
         if (!r.s.timed)
             continue;
-        std::printf("| B=%d HQ=%d PS=%d ctx %d | %d | %.1f | %.1f | %.0f%% | %.1f | %s |\n", r.s.B, r.s.HQ, r.s.PS,
-            r.s.MAXP * r.s.PS, r.ctas, r.us, r.copyUs, 100 * r.copyUs / r.us, r.readUs, r.correct ? "yes" : "NO");
+        std::printf("| B=%d HQ=%d PS=%d ctx %d | %d | %.1f | %.1f | %.0f%% | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n",
+            r.s.B, r.s.HQ, r.s.PS, r.s.MAXP * r.s.PS, r.ctas, r.us, r.copyUs, 100 * r.copyUs / r.us, r.readUs, r.oneUs,
+            r.streamUs, r.dirtyStreamUs, r.splitUs, r.correct ? "yes" : "NO");
     }
     std::printf("%s\n", allCorrect ? "all shapes correct" : "SOME SHAPES WRONG");
     return allCorrect ? 0 : 1;
