@@ -127,12 +127,17 @@ struct Set {
     int *table, *lens;
 };
 
-void launchPlan(const Shape& s, const Plan& p, const Set& in, float* ws, __nv_bfloat16* out, cudaStream_t st)
+void launchSplit(const Shape& s, const Plan& p, const Set& in, float* ws, __nv_bfloat16* out, cudaStream_t st)
 {
     const float scale = 1.f / std::sqrt(128.f);
     decode_attention_stream<<<p.ctas, kThreads, p.smem, st>>>(
         ws, out, in.q, in.k, in.v, in.table, in.lens, s.B, s.HQ, s.PS, s.MAXP, scale);
     CHECK(cudaGetLastError());
+}
+
+void launchPlan(const Shape& s, const Plan& p, const Set& in, float* ws, __nv_bfloat16* out, cudaStream_t st)
+{
+    launchSplit(s, p, in, ws, out, st);
     if (p.mergeBlocks == 0)
         return;
     cudaLaunchConfig_t cfg = {};
@@ -147,44 +152,6 @@ void launchPlan(const Shape& s, const Plan& p, const Set& in, float* ws, __nv_bf
     const float* wsConst = ws;
     CHECK(cudaLaunchKernelEx(&cfg, decode_attention_merge, out, wsConst, s.B, s.HQ));
 }
-
-double copyBytesPerSecond(cudaStream_t st)
-{
-    const size_t n = size_t(1) << 30;
-    void *a, *b;
-    CHECK(cudaMalloc(&a, n));
-    CHECK(cudaMalloc(&b, n));
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    std::vector<float> ms;
-    for (int i = 0; i < 12; ++i) {
-        CHECK(cudaEventRecord(e0, st));
-        CHECK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, st));
-        CHECK(cudaEventRecord(e1, st));
-        CHECK(cudaEventSynchronize(e1));
-        float t;
-        CHECK(cudaEventElapsedTime(&t, e0, e1));
-        if (i >= 2)
-            ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    CHECK(cudaFree(a));
-    CHECK(cudaFree(b));
-    return 2.0 * n / (ms[ms.size() / 2] * 1e-3);
-}
-
-struct Result {
-    Shape s;
-    bool correct;
-    double relL2, maxErr, us, copyUs, readUs;
-    // Where a plan's time beyond the stream goes (round 9: 73.6 us in a graph of 31 plans, 80.9 us in the harness at
-    // B=16 ctx 4096): a graph of one plan a replay; three stream launches an event pair, as the harness times
-    // kernels over 20 us, alone and after dirtying L2 as its poisoning of three workspace sets does; the split
-    // kernel alone in the graph of R.
-    double oneUs, streamUs, dirtyStreamUs, splitUs;
-    int ctas;
-};
 
 // The median over reps of an event pair around enqueue(rep), divided by per; two warm-up reps.
 template <typename Enqueue>
@@ -209,6 +176,33 @@ double medianUs(cudaStream_t st, int reps, int per, Enqueue enqueue)
     return ms[ms.size() / 2] * 1e3 / per;
 }
 
+double copyBytesPerSecond(cudaStream_t st)
+{
+    const size_t n = size_t(1) << 30;
+    void *a, *b;
+    CHECK(cudaMalloc(&a, n));
+    CHECK(cudaMalloc(&b, n));
+    const double us = medianUs(st, 10, 1, [&](int, cudaEvent_t e0) {
+        CHECK(cudaEventRecord(e0, st));
+        CHECK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, st));
+    });
+    CHECK(cudaFree(a));
+    CHECK(cudaFree(b));
+    return 2.0 * n / (us * 1e-6);
+}
+
+struct Result {
+    Shape s;
+    bool correct;
+    double relL2, maxErr, us, copyUs, readUs;
+    // Where a plan's time beyond the stream goes (round 9: 73.6 us in a graph of 31 plans, 80.9 us in the harness at
+    // B=16 ctx 4096): a graph of one plan a replay; three stream launches an event pair, as the harness times
+    // kernels over 20 us, alone and after dirtying L2 as its poisoning of three workspace sets does; the split
+    // kernel alone in the graph of R.
+    double oneUs, streamUs, dirtyStreamUs, splitUs;
+    int ctas;
+};
+
 void decompose(const Shape& s, const Plan& plan, const std::vector<Set>& in, float* ws, __nv_bfloat16* out,
     cudaStream_t st, int perGraph, Result& r)
 {
@@ -229,30 +223,26 @@ void decompose(const Shape& s, const Plan& plan, const std::vector<Set>& in, flo
     for (auto g : one)
         CHECK(cudaGraphExecDestroy(g));
     constexpr int kPerSample = 3;
-    r.streamUs = medianUs(st, 15, kPerSample, [&](int rep, cudaEvent_t e0) {
-        CHECK(cudaEventRecord(e0, st));
-        for (int i = 0; i < kPerSample; ++i)
-            launchPlan(s, plan, in[(rep * kPerSample + i) % sets], ws, out, st);
-    });
     void* dirty;
     const size_t dirtyBytes = 3 * plan.workspace;
     CHECK(cudaMalloc(&dirty, dirtyBytes));
-    r.dirtyStreamUs = medianUs(st, 15, kPerSample, [&](int rep, cudaEvent_t e0) {
-        CHECK(cudaMemsetAsync(dirty, 0xff, dirtyBytes, st));
-        CHECK(cudaEventRecord(e0, st));
-        for (int i = 0; i < kPerSample; ++i)
-            launchPlan(s, plan, in[(rep * kPerSample + i) % sets], ws, out, st);
-    });
+    const auto streamed = [&](bool dirtyL2) {
+        return medianUs(st, 15, kPerSample, [&](int rep, cudaEvent_t e0) {
+            if (dirtyL2)
+                CHECK(cudaMemsetAsync(dirty, 0xff, dirtyBytes, st));
+            CHECK(cudaEventRecord(e0, st));
+            for (int i = 0; i < kPerSample; ++i)
+                launchPlan(s, plan, in[(rep * kPerSample + i) % sets], ws, out, st);
+        });
+    };
+    r.streamUs = streamed(false);
+    r.dirtyStreamUs = streamed(true);
     CHECK(cudaFree(dirty));
     cudaGraph_t g;
     cudaGraphExec_t split;
-    const float scale = 1.f / std::sqrt(128.f);
     CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < perGraph; ++i) {
-        const Set& x = in[i % sets];
-        decode_attention_stream<<<plan.ctas, kThreads, plan.smem, st>>>(
-            ws, out, x.q, x.k, x.v, x.table, x.lens, s.B, s.HQ, s.PS, s.MAXP, scale);
-    }
+    for (int i = 0; i < perGraph; ++i)
+        launchSplit(s, plan, in[i % sets], ws, out, st);
     CHECK(cudaStreamEndCapture(st, &g));
     CHECK(cudaGraphInstantiate(&split, g, 0));
     r.splitUs = medianUs(st, 15, perGraph, [&](int, cudaEvent_t e0) {
