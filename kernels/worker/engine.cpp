@@ -147,6 +147,13 @@ Engine::Engine()
     m_compiler = std::make_unique<NvrtcCompiler>(defaultCompileCacheDir(), 0);
     m_harness.load(*m_compiler, m_device.arch);
     measureCopyBandwidth();
+    // KL_L2_EVICT=0: time as before the eviction existed, for an A/B of its effect.
+    const char* evict = std::getenv("KL_L2_EVICT");
+    if (!(evict && std::string(evict) == "0") && m_device.l2Bytes > 0) {
+        m_l2EvictBytes = 2 * static_cast<std::uint64_t>(m_device.l2Bytes);
+        KL_CU(cuMemAlloc(&m_l2Evict, m_l2EvictBytes));
+        KL_CU(cuMemsetD8Async(m_l2Evict, 0, m_l2EvictBytes, m_stream));
+    }
 }
 
 Engine::~Engine()
@@ -161,6 +168,8 @@ Engine::~Engine()
 #endif
         if (m_cublasWorkspace)
             cuMemFree(m_cublasWorkspace);
+        if (m_l2Evict)
+            cuMemFree(m_l2Evict);
         for (const auto& ring : m_handoffEvents)
             for (auto e : ring)
                 cuEventDestroy(e);
@@ -184,6 +193,12 @@ void Engine::handoff(CUstream from, CUstream to)
     CUevent e = ring[m_handoffNext[fromHarness ? 1 : 0]++ % ring.size()];
     KL_CU(cuEventRecord(e, from));
     KL_CU(cuStreamWaitEvent(to, e, 0));
+}
+
+void Engine::evictDirtyL2(CUstream s, CUdeviceptr slot)
+{
+    if (m_l2Evict)
+        m_harness.hash(s, m_l2Evict, m_l2EvictBytes, 0, slot);
 }
 
 void Engine::measureCopyBandwidth()

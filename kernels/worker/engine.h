@@ -202,6 +202,9 @@ private:
         CompileReport* report, std::string* key = nullptr, const std::vector<std::string>& extraFlags = {});
     // Orders `to` after everything enqueued on `from` so far.
     void handoff(CUstream from, CUstream to);
+    // Untimed, after a batch's poisoning: reads 2 x L2 of the harness's own memory, so the poison's dirty lines are
+    // written back now instead of during the batch's timed launches. It adds into the 64-bit word at slot.
+    void evictDirtyL2(CUstream s, CUdeviceptr slot);
 
     CUdevice m_dev = 0;
     CUcontext m_ctx = nullptr; // the primary context (cuBLAS shares it)
@@ -218,6 +221,8 @@ private:
     std::vector<std::string> m_moduleOrder;
     void* m_cublas = nullptr;
     CUdeviceptr m_cublasWorkspace = 0;
+    CUdeviceptr m_l2Evict = 0; // evictDirtyL2's buffer, 2 x L2; 0 when KL_L2_EVICT=0 turns the eviction off
+    std::uint64_t m_l2EvictBytes = 0;
 
     // Candidate memory: slabs behind unmapped guards, re-placed for every shape so addresses change per call.
     // Harness memory: its own reservation, mapped at a random offset that changes per call.

@@ -599,6 +599,7 @@ PipelineResult Engine::runPipeline(
                     [&](int, bool) {
                         poisonOutputs(kCandidate);
                         poisonOutputs(kBaseline);
+                        evictDirtyL2(m_stream, scratch + 16);
                         std::fill(written.begin(), written.end(), 0);
                     },
                     [&](int batchIndex, bool last) {
