@@ -55,7 +55,9 @@ def main():
     lines = ["# Attention decode on the GPU", "",
              f"GPU {meta.get('gpu')}, torch {meta.get('torch')} (CUDA {meta.get('cuda')}), measured copy bandwidth "
              f"{bw / 1e12:.2f} TB/s. Times in microseconds (medians). Ours: paged KV (a permuted page table, lengths "
-             "ending inside the last page); SDPA: the same sizes contiguous, do_bench with L2 flushed. TFLOP/s with "
+             "ending inside the last page); SDPA: the same sizes contiguous, timed as the harness times decode (K/V "
+             "sets rotated over 2x L2, CUDA-graph replays; do_bench's figures, whose flush leaves the L2 dirty, are in "
+             "peers.json). TFLOP/s with "
              f"its share of the bf16 peak ({BF16_TFLOPS:.0f} TFLOP/s, cuBLAS).", "",
              "| problem | shape | naive | best | copy bound | best % copy BW | TFLOP/s (% peak) | SDPA | best vs SDPA "
              "| vs flash | vs cuDNN | best params |",
