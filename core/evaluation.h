@@ -60,6 +60,7 @@ struct ShapeResult {
     double speedupCiLow = 0;
     double speedupCiHigh = 0;
     std::optional<TimingStats> graphTiming; // whole launch plan under CUDA-graph replay
+    double verifyMs = 0; // the worker's wall time verifying this shape (every check, synchronized); 0: not recorded
 };
 
 struct CompileReport {

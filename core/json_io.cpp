@@ -541,6 +541,8 @@ Json toJson(const ShapeResult& s)
         js["baseline_timing"] = toJson(*s.baselineTiming);
     if (s.graphTiming)
         js["graph_timing"] = toJson(*s.graphTiming);
+    if (s.verifyMs > 0)
+        js["verify_ms"] = s.verifyMs;
     return js;
 }
 
@@ -564,6 +566,7 @@ ShapeResult shapeResultFromJson(const Json& s, const std::string& w)
         r.baselineTiming = timingFromJson(*t, w + ".baseline_timing");
     if (const Json* t = optionalObject(s, "graph_timing", w))
         r.graphTiming = timingFromJson(*t, w + ".graph_timing");
+    r.verifyMs = numberOr(s, "verify_ms", 0, w);
     return r;
 }
 

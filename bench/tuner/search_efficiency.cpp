@@ -4,8 +4,9 @@
 //  2. device time to the same final best (a full-protocol evaluation within the tolerance), each strategy alone
 //     against the same strategy under multi-fidelity search (agent/tuner/multi_fidelity.h). A full evaluation
 //     costs its recorded device time (device_ms, else finished - started); a screen costs that less the recorded
-//     timing (samples x launches per sample x candidate and baseline medians, shape by shape) plus what a screen
-//     times (its sample count on its shapes). A screen's result is the weighted geomean over its shapes of the
+//     timing (samples x launches per sample x candidate and baseline medians, shape by shape) and less the
+//     recorded verification of the shapes it does not time (verify_ms; a screen verifies only what it times),
+//     plus what a screen times (its sample count on its shapes). A screen's result is the weighted geomean over its shapes of the
 //     recorded speedups, each perturbed by the error of a median of that many samples (the recorded p10-p90
 //     spread), drawn from the seed.
 //
@@ -122,6 +123,7 @@ struct Replay {
     double best = 0;
     std::size_t valid = 0;
     bool deviceMsRecorded = true; // every record has device_ms (else finished - started stands in)
+    bool verifyMsRecorded = true; // every verified shape has verify_ms (else screens are priced verifying them all)
 };
 
 Replay loadReplay(const TuningDatabase& db, const std::string& problem)
@@ -154,6 +156,8 @@ Replay loadReplay(const TuningDatabase& db, const std::string& problem)
         rp.records.push_back(r.evaluation);
         if (!r.evaluation.shapes.empty()) // pruned or failed to compile: it never held the device
             rp.deviceMsRecorded = rp.deviceMsRecorded && r.evaluation.deviceMs > 0;
+        for (const ShapeResult& s : r.evaluation.shapes)
+            rp.verifyMsRecorded = rp.verifyMsRecorded && s.verifyMs > 0;
     }
     rp.space = tuner::SearchSpace::fromConfigs(nameList, values, configs);
     rp.best = std::numeric_limits<double>::infinity();
@@ -190,15 +194,20 @@ double sampleMs(const ShapeResult& s)
 double screenMs(const Replay& rp, std::size_t i, const Fidelity& f)
 {
     const Evaluation& e = rp.records[i];
-    double timing = 0;
-    for (const ShapeResult& s : e.shapes)
+    const std::vector<Shape> screened = screenTuningShapes(rp.shapes, f);
+    double timing = 0, verifiedElsewhere = 0;
+    for (const ShapeResult& s : e.shapes) {
         if (s.timing) {
             timing += s.timing->samples * sampleMs(s);
             if (s.graphTiming && s.graphTiming->samples > 0 && !s.timing->graphMode)
                 timing += s.graphTiming->samples * s.graphTiming->launchesPerSample * s.graphTiming->medianUs * 1e-3;
         }
-    double ms = std::max(0.0, fullMs(e) - timing); // compile lookup, verification, the worker's round trips
-    for (const Shape& shape : screenTuningShapes(rp.shapes, f))
+        if (std::find(screened.begin(), screened.end(), s.shape) == screened.end())
+            verifiedElsewhere += s.verifyMs;
+    }
+    // What is left: the compile lookup, the screened shapes' verification, the worker's round trips.
+    double ms = std::max(0.0, fullMs(e) - timing - verifiedElsewhere);
+    for (const Shape& shape : screened)
         for (const ShapeResult& s : e.shapes)
             if (s.timing && !s.heldOut && s.shape == shape)
                 ms += f.screenSamples * sampleMs(s);
@@ -346,7 +355,9 @@ std::string report(const Replay& rp, int seeds, double tolerance, const tuner::H
         "median over %d seeds; multi-fidelity: screens of %s, one in %g promoted (asynchronous successive "
         "halving)%s:\n\n",
         tolerance * 100, seeds, plan.screens.front().label().c_str(), plan.eta,
-        rp.deviceMsRecorded ? "" : "; records without device_ms priced at finished - started");
+        (std::string(rp.deviceMsRecorded ? "" : "; records without device_ms priced at finished - started")
+            + (rp.verifyMsRecorded ? "" : "; records without verify_ms: screens priced verifying every shape"))
+            .c_str());
     md << buf;
     md << "| strategy | full protocol: device s | evaluations | multi-fidelity: device s | evaluations (full) | "
           "reached | device time ratio |\n|---|---|---|---|---|---|---|\n";

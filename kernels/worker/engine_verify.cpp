@@ -178,6 +178,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
 
     for (std::size_t si = 0; si < o.shapes.size(); ++si) {
         const Shape& shape = o.shapes[si];
+        const double shapeStart = nowSeconds();
         ShapeResult sr;
         sr.shape = shape;
         sr.heldOut = si < o.heldOut.size() && o.heldOut[si];
@@ -495,6 +496,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
         sr.correct = all;
         if (!all)
             (sr.heldOut ? anyHeldOutFailed : anyVisibleFailed) = true;
+        sr.verifyMs = (nowSeconds() - shapeStart) * 1e3;
         out.shapes.push_back(std::move(sr));
     }
     if (anyHeldOutFailed)

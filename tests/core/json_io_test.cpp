@@ -85,11 +85,13 @@ TEST(EvaluationJson, RoundTrips)
     c.seed = 0xfeedfacecafebeefull;
     c.passed = true;
     r.checks.push_back(c);
+    r.verifyMs = 3.25;
     e.shapes.push_back(r);
     e.objective = 1.31;
     const kl::Evaluation back = kl::evaluationFromJson(kl::toJson(e), "evaluation.json");
     EXPECT_EQ(kl::toJson(back), kl::toJson(e));
     EXPECT_EQ(back.shapes[0].checks[0].seed, 0xfeedfacecafebeefull);
+    EXPECT_DOUBLE_EQ(back.shapes[0].verifyMs, 3.25);
 }
 
 TEST(EvaluationJson, AScreensFidelityAndDeviceTimeRoundTripAndBadOnesNameTheField)

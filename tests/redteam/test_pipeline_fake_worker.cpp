@@ -113,7 +113,7 @@ TEST(RefereePipeline, TheCurrentBestReachesThePhysicsRules)
     EXPECT_FALSE(hasRule(ev.evaluate(fast, opt, kl::CancelToken {}), "physics.suspicious-jump"));
 }
 
-TEST(RefereePipeline, AScreenTimesItsSamplesOnItsShapesAndLeavesHeldOutShapesToTheFullProtocol)
+TEST(RefereePipeline, AScreenVerifiesAndTimesOnlyItsShapesAndLeavesTheRestToTheFullProtocol)
 {
     kl::GpuEvaluator ev(kl::redteam::corpusProblem("rmsnorm"), fakeWorkerOptions());
     const kl::Candidate c = ev.templateCandidate({}, "screened");
@@ -124,20 +124,24 @@ TEST(RefereePipeline, AScreenTimesItsSamplesOnItsShapesAndLeavesHeldOutShapesToT
     const kl::Evaluation screen = ev.evaluate(c, opt, kl::CancelToken {});
     EXPECT_EQ(screen.fidelity, opt.fidelity);
     EXPECT_GT(screen.deviceMs, 0);
-    std::vector<kl::Shape> timed;
+    std::vector<kl::Shape> verified, timed;
     for (const kl::ShapeResult& s : screen.shapes) {
         EXPECT_FALSE(s.heldOut) << s.shape.label();
+        verified.push_back(s.shape);
         if (s.timing) {
             timed.push_back(s.shape);
             EXPECT_EQ(s.timing->samples, 3) << s.shape.label();
         }
     }
     EXPECT_EQ(timed, (std::vector<kl::Shape> { tuning.front(), tuning.back() }));
+    EXPECT_EQ(verified, timed);
     EXPECT_GT(screen.objective, 0) << reasons(screen);
 
     const kl::Evaluation full = ev.evaluate(c, quick(), kl::CancelToken {});
     EXPECT_FALSE(full.fidelity.screen());
     EXPECT_TRUE(std::any_of(full.shapes.begin(), full.shapes.end(), [](const auto& s) { return s.heldOut; }));
+    EXPECT_GT(std::count_if(full.shapes.begin(), full.shapes.end(), [](const auto& s) { return !s.heldOut; }),
+        static_cast<std::ptrdiff_t>(timed.size()));
     EXPECT_EQ(std::count_if(full.shapes.begin(), full.shapes.end(), [](const auto& s) { return s.timing.has_value(); }),
         static_cast<std::ptrdiff_t>(tuning.size()));
 }
