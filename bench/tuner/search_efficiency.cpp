@@ -6,9 +6,9 @@
 //     costs its recorded device time (device_ms, else finished - started); a screen costs that less the recorded
 //     timing (samples x launches per sample x candidate and baseline medians, shape by shape) and less the
 //     recorded verification of the shapes it does not time (verify_ms; a screen verifies only what it times),
-//     plus what a screen times (its sample count on its shapes). A screen's result is the weighted geomean over its shapes of the
-//     recorded speedups, each perturbed by the error of a median of that many samples (the recorded p10-p90
-//     spread), drawn from the seed.
+//     plus what a screen times (its sample count on its shapes). A screen's result is the weighted geomean over its
+//     shapes of the recorded speedups, each perturbed by the error of a median of that many samples (the recorded
+//     p10-p90 spread), drawn from the seed.
 //
 //   kl_bench_tuner_search --db FILE [--problem NAME] [--seeds 10] [--tolerance 0.03] [--out FILE.md]
 //                         [--screen-samples 5] [--screen-shapes 1] [--eta 4]
