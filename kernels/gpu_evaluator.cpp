@@ -338,9 +338,8 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
         for (const auto& s : m_problem.tuningShapes)
             if (std::find(visible.begin(), visible.end(), s) == visible.end())
                 visible.push_back(s);
-    // A screen verifies only the shapes it times (verification of every shape was most of a screen's device time:
-    // 22-37 of 82 ms for rmsnorm on an H100); the full protocol, which every candidate passes before it is
-    // accepted, verifies the rest.
+    // A screen verifies only the shapes it times: it only ranks, and the full protocol, which every candidate passes
+    // before it is accepted, verifies the rest.
     if (opt.fidelity.screen())
         visible = screenTuningShapes(m_problem.tuningShapes, opt.fidelity);
     std::vector<Shape> heldOut;
