@@ -332,16 +332,15 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
             false));
     }
 
-    // Visible shapes (verify + tuning), then held-out shapes drawn fresh for this check.
-    std::vector<Shape> visible = m_problem.verifyShapes;
-    if (m_options.verifyTuningShapes)
+    // Visible shapes (verify + tuning), then held-out shapes drawn fresh for this check. A screen verifies only the
+    // shapes it times: it only ranks, and the full protocol, which every candidate passes before it is accepted,
+    // verifies the rest.
+    const std::vector<Shape> timedShapes = screenTuningShapes(m_problem.tuningShapes, opt.fidelity);
+    std::vector<Shape> visible = opt.fidelity.screen() ? timedShapes : m_problem.verifyShapes;
+    if (m_options.verifyTuningShapes && !opt.fidelity.screen())
         for (const auto& s : m_problem.tuningShapes)
             if (std::find(visible.begin(), visible.end(), s) == visible.end())
                 visible.push_back(s);
-    // A screen verifies only the shapes it times: it only ranks, and the full protocol, which every candidate passes
-    // before it is accepted, verifies the rest.
-    if (opt.fidelity.screen())
-        visible = screenTuningShapes(m_problem.tuningShapes, opt.fidelity);
     std::vector<Shape> heldOut;
     std::vector<Shape> heldOutTimed; // drawn inside a regime, timed to check its winner there
     const std::vector<Shape> extremes = extremeShapes(m_problem); // verified only: timing them checks no regime
@@ -395,7 +394,7 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     wire::TimeRequest timeReq;
     timeReq.problem = m_problem.name;
     timeReq.candidate = verifyReq.candidate;
-    timeReq.shapes = screenTuningShapes(m_problem.tuningShapes, opt.fidelity);
+    timeReq.shapes = timedShapes;
     timeReq.shapes.insert(timeReq.shapes.end(), heldOutTimed.begin(), heldOutTimed.end());
     timeReq.baseline = opt.timeBaseline;
     timeReq.maxSecondsPerShape = opt.maxSecondsPerShape;

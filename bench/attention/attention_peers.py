@@ -54,7 +54,7 @@ def sdpa_times(make_qkv, backends, **kw):
                 except RuntimeError as e:
                     torch.cuda.synchronize()
                     out[name], out[name + "_timer"] = time_op(make_qkv, op, l2), "events: " + str(e)[:120]
-                out[name + "_do_bench"] = do_bench(lambda: F.scaled_dot_product_attention(q, k, v, **kw), rep=100) * 1e3
+                out[name + "_do_bench"] = do_bench(lambda: op(q, k, v), rep=100) * 1e3
         except Exception as e:  # a backend that does not take these shapes says why
             out[name + "_error"] = str(e).split("\n")[0][:160]
         torch.cuda.empty_cache()

@@ -192,6 +192,7 @@ VerifyOutcome Engine::verify(const LoadedProblem& lp, const Plan& candidate, con
                 reason("launch.invalid-config",
                     sr.heldOut ? "the launch plan cannot run a held-out shape of the validity range" : e.what()));
             (sr.heldOut ? anyHeldOutFailed : anyVisibleFailed) = true;
+            sr.verifyMs = (nowSeconds() - shapeStart) * 1e3;
             out.shapes.push_back(sr);
             continue;
         }
