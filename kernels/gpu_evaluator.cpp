@@ -373,8 +373,10 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     verifyReq.shapes.insert(verifyReq.shapes.end(), heldOut.begin(), heldOut.end());
     verifyReq.heldOut.resize(verifyReq.shapes.size(), true);
     verifyReq.seed = seed;
-    verifyReq.cupti = m_options.cupti;
-    verifyReq.graphCheck = m_options.graphCheck;
+    // A screen's checks are the outputs and inputs only: the CUPTI window (stray launches) and the graph-capture
+    // replay are left, like the held-out shapes, to the full protocol every candidate passes before it is accepted.
+    verifyReq.cupti = m_options.cupti && !opt.fidelity.screen();
+    verifyReq.graphCheck = m_options.graphCheck && !opt.fidelity.screen();
 
     const auto verify = m_client->call(verifyReq, m_options.verifyTimeoutSeconds);
     if (!verify.ok())

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <iostream>
@@ -168,6 +169,9 @@ int serveWorker(WorkerHandler& handler, std::FILE* protocol)
         {
             // Idle before the reply leaves: a ping sent after it must not see the finished request as running.
             std::lock_guard lock(mutex);
+            // What an evaluation's device_ms spends in each op, against what the client adds around it.
+            std::fprintf(stderr, "[worker] op %s: %.1f ms\n", busy.op.c_str(),
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - busy.since).count());
             busy = {};
         }
         out.send(reply);

@@ -259,7 +259,8 @@ std::vector<TuningSpace> TuningDatabase::spaces() const
         auto [it, fresh] = by.try_emplace(d);
         if (fresh) {
             order.push_back(d);
-            it->second = TuningSpace { d, r.key.problem, r.key.sourceHash, r.key.device, r.key.shapes, 0 };
+            it->second
+                = TuningSpace { d, r.key.problem, r.key.sourceHash, r.key.device, r.key.shapes, r.key.protocol, 0 };
         }
         ++it->second.records;
     }

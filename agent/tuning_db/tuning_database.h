@@ -31,6 +31,7 @@ struct TuningSpace {
     std::string sourceHash;
     std::string device;
     std::vector<Shape> shapes;
+    std::string protocol; // MeasurementKey::protocol: empty for the full protocol, "screen:5x1" for screens
     std::size_t records = 0;
 };
 

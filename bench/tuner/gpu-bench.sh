@@ -2,9 +2,11 @@
 # Tuner benchmarks on the GPU; scripts/gpu-check runs it as: gpu-bench.sh OUTDIR (BUILD_DIR set).
 #  1. One exhaustive sweep of rmsnorm (510 valid configurations) at KL_TUNER_SWEEP_SHAPES (default a decode and a
 #     prefill shape) into a tuning database, with the full timing protocol (KL_TUNER_SWEEP_PROTOCOL=quick: --quick).
-#  2. Search efficiency replayed from that database (no further GPU time): evaluations to within 3% of the
-#     exhaustive best, median over 10 seeds, every strategy vs random search; device time to that best, each
-#     strategy alone vs under multi-fidelity search (screens of KL_TUNER_SCREEN samples x shapes, default 5x1).
+#  2. A screen sweep per fidelity of KL_TUNER_SCREEN (samples x shapes, default "5x1 5x2"): every configuration
+#     screened on the GPU into the same database, so the replay prices screens by what they cost and ranks by what
+#     they measured. Then search efficiency replayed from that database (no further GPU time): evaluations to
+#     within 3% of the exhaustive best, median over KL_TUNER_REPLAY_SEEDS (100) seeds, every strategy vs random
+#     search; device time to that best, each strategy alone vs under multi-fidelity search.
 #  3. Kernel quality: kloop run with tuner:bayes on rmsnorm, softmax and silu_and_mul for a few minutes each,
 #     then the best kernel against the naive baseline (timed interleaved by the harness), PyTorch eager,
 #     torch.compile and the measured copy bandwidth at the same shapes.
@@ -24,7 +26,7 @@ KLOOP=$BUILD/cli/kloop
 SEARCH=$BUILD/bench/tuner/kl_bench_tuner_search
 SWEEP_MIN=${KL_TUNER_SWEEP_MINUTES:-8}
 SWEEP_SHAPES=${KL_TUNER_SWEEP_SHAPES:-T=16,H=4096;T=16384,H=8192}
-SCREEN=${KL_TUNER_SCREEN:-5x1}
+SCREEN=${KL_TUNER_SCREEN:-5x1 5x2} # screen fidelities, each recorded by its own screen sweep and replayed
 SWEEP_QUICK=()
 [[ "${KL_TUNER_SWEEP_PROTOCOL:-full}" == quick ]] && SWEEP_QUICK=(--quick)
 MIN=${KL_TUNER_MINUTES:-1.5}
@@ -41,11 +43,19 @@ echo "== sweep: rmsnorm exhaustive at $SWEEP_SHAPES (at most $SWEEP_MIN min) ${S
     >"$OUT/sweep-rmsnorm.jsonl" 2>"$OUT/sweep-rmsnorm.err" || rc=1
 tail -n 1 "$OUT/sweep-rmsnorm.jsonl"; tail -n 3 "$OUT/sweep-rmsnorm.err"
 
-echo "== search efficiency (replay from $DB)"
-"$SEARCH" --db "$DB" --problem rmsnorm --seeds 10 --tolerance 0.03 --screen-samples "${SCREEN%x*}" \
-    --screen-shapes "${SCREEN#*x}" --out "$OUT/search-efficiency.md" \
-    2>"$OUT/search-efficiency.err" || rc=1
-cat "$OUT/search-efficiency.err"
+for screen in $SCREEN; do
+echo "== screen sweep: every configuration screened at $screen (promotions are the full sweep's records)"
+"$KLOOP" run --problem rmsnorm --agent "tuner:exhaustive:halving=$screen" --shapes "$SWEEP_SHAPES" --no-held-out \
+    "${SWEEP_QUICK[@]}" --minutes "$SWEEP_MIN" --session "$OUT/sessions/screen-rmsnorm-$screen" --tuning-db "$DB" \
+    --json >"$OUT/screen-rmsnorm-$screen.jsonl" 2>"$OUT/screen-rmsnorm-$screen.err" || rc=1
+tail -n 1 "$OUT/screen-rmsnorm-$screen.jsonl"; tail -n 3 "$OUT/screen-rmsnorm-$screen.err"
+suffix=$([[ "$screen" == "${SCREEN%% *}" ]] || echo "-$screen")
+echo "== search efficiency (replay from $DB, screens of $screen)"
+"$SEARCH" --db "$DB" --problem rmsnorm --seeds "${KL_TUNER_REPLAY_SEEDS:-100}" --tolerance 0.03 \
+    --screen-samples "${screen%x*}" --screen-shapes "${screen#*x}" --out "$OUT/search-efficiency$suffix.md" \
+    2>"$OUT/search-efficiency$suffix.err" || rc=1
+cat "$OUT/search-efficiency$suffix.err"
+done
 fi
 # KL_TUNER_PROBLEMS=none: the sweep and its replay alone (the database is what a CPU-side study of the strategies
 # replays afterwards).

@@ -3,8 +3,10 @@
 //     against random search;
 //  2. device time to the same final best (a full-protocol evaluation within the tolerance), each strategy alone
 //     against the same strategy under multi-fidelity search (agent/tuner/multi_fidelity.h). A full evaluation
-//     costs its recorded device time (device_ms, else finished - started); a screen costs that less the recorded
-//     timing (samples x launches per sample x candidate and baseline medians, shape by shape) and less the
+//     costs its recorded device time (device_ms, else finished - started). A screen the database holds at the plan's
+//     fidelity (a GPU screen sweep: kloop run --agent tuner:exhaustive:halving=5x1 into the same file) costs its
+//     recorded device_ms and reports its recorded result. Otherwise it is priced: the full record's device time less
+//     the recorded timing (samples x launches per sample x candidate and baseline medians, shape by shape) and less the
 //     recorded verification of the shapes it does not time (verify_ms; a screen verifies only what it times),
 //     plus what a screen times (its sample count on its shapes). A screen's result is the weighted geomean over its
 //     shapes of the recorded speedups, each perturbed by the error of a median of that many samples (the recorded
@@ -12,9 +14,9 @@
 //
 //   kl_bench_tuner_search --db FILE [--problem NAME] [--seeds 10] [--tolerance 0.03] [--out FILE.md]
 //                         [--screen-samples 5] [--screen-shapes 1] [--eta 4]
-//   kl_bench_tuner_search --synthetic-sweep FILE [--landscape bowl|plateau|flat|rugged|ridge]
+//   kl_bench_tuner_search --synthetic-sweep FILE [--landscape bowl|plateau|flat|rugged|ridge] [--with-screens]
 //                         records an exhaustive sweep of the synthetic test problem (tests' deterministic
-//                         evaluator, no GPU) into FILE
+//                         evaluator, no GPU) into FILE; --with-screens adds a screen sweep at the plan's fidelity
 #include "agent/tuner/multi_fidelity.h"
 #include "agent/tuner/search_space.h"
 #include "agent/tuner/strategy.h"
@@ -58,7 +60,8 @@ extern "C" __global__ void synthetic_kernel(float* y, const float* x, int T, int
 // random search needs about 20 evaluations there); rugged: a 25% ripple, so neighbours say little; ridge: the
 // time depends on products of parameters (elements per thread BLOCK x VEC, rows per block UNROLL x ROWS), so the good
 // configurations lie on diagonals that one-parameter steps leave.
-int syntheticSweep(const std::string& file, const std::string& landscape)
+// screens: also a screen sweep at that fidelity into the same file (tuner:exhaustive:halving), as on the GPU.
+int syntheticSweep(const std::string& file, const std::string& landscape, const std::optional<Fidelity>& screens)
 {
     testonly::SyntheticEvaluatorForTests ev;
     if (landscape != "bowl" && landscape != "plateau" && landscape != "flat" && landscape != "rugged"
@@ -98,19 +101,26 @@ int syntheticSweep(const std::string& file, const std::string& landscape)
     header.problemName = ev.problem().name;
     header.device = ev.device();
     header.settings.agent = "tuner:exhaustive";
-    auto store = SessionStore::create(dir, header);
     Candidate root;
     root.source = kSweepTemplate;
     root.params = parseKernelSpec(kSweepTemplate).defaults();
-    store->proposeCandidate(root);
     auto db = TuningDatabase::open(file);
-    auto agent = makeTunerAgent("exhaustive");
-    LoopOptions o;
-    o.cache = db.get();
-    ResearchLoop loop(*store, ev, *agent, o);
-    const LoopResult r = loop.run();
-    std::cerr << "synthetic sweep: " << r.reason << ", " << r.evaluatedThisRun << " evaluated, " << db->size()
-              << " records in " << file << "\n";
+    auto sweep = [&](const std::string& agentSpec, const std::filesystem::path& sessionDir) {
+        auto store = SessionStore::create(sessionDir, header);
+        store->proposeCandidate(root);
+        auto agent = makeTunerAgent(agentSpec);
+        LoopOptions o;
+        o.cache = db.get();
+        ResearchLoop loop(*store, ev, *agent, o);
+        const LoopResult r = loop.run();
+        std::cerr << "synthetic sweep (" << agentSpec << "): " << r.reason << ", " << r.evaluatedThisRun
+                  << " evaluated, " << db->size() << " records in " << file << "\n";
+    };
+    sweep("exhaustive", dir / "full");
+    if (screens)
+        sweep("exhaustive:halving=" + std::to_string(screens->screenSamples) + "x"
+                + std::to_string(screens->screenShapes),
+            dir / "screens");
     std::filesystem::remove_all(dir);
     return 0;
 }
@@ -124,13 +134,18 @@ struct Replay {
     std::size_t valid = 0;
     bool deviceMsRecorded = true; // every record has device_ms (else finished - started stands in)
     bool verifyMsRecorded = true; // every verified shape has verify_ms (else screens are priced verifying them all)
+    // Screens measured on the GPU at the plan's fidelity (kloop run --agent tuner:exhaustive:halving=SxN into the
+    // same database), parallel to records: their device_ms and their result replace the priced estimate.
+    std::vector<std::optional<Evaluation>> screens;
+    std::size_t screensRecorded = 0;
 };
 
-Replay loadReplay(const TuningDatabase& db, const std::string& problem)
+Replay loadReplay(const TuningDatabase& db, const std::string& problem, const Fidelity& screen)
 {
     std::optional<TuningSpace> chosen;
     for (const TuningSpace& s : db.spaces())
-        if ((problem.empty() || s.problem == problem) && (!chosen || s.records > chosen->records))
+        if ((problem.empty() || s.problem == problem) && s.protocol.find("screen:") == std::string::npos
+            && (!chosen || s.records > chosen->records))
             chosen = s;
     if (!chosen)
         throw InputError("the tuning database has no recorded space" + (problem.empty() ? "" : " for " + problem));
@@ -159,6 +174,21 @@ Replay loadReplay(const TuningDatabase& db, const std::string& problem)
         for (const ShapeResult& s : r.evaluation.shapes)
             rp.verifyMsRecorded = rp.verifyMsRecorded && s.verifyMs > 0;
     }
+    rp.screens.resize(records.size());
+    const std::string screenProtocol = (chosen->protocol.empty() ? "" : chosen->protocol + " ") + screen.label();
+    for (const TuningSpace& s : db.spaces()) {
+        if (s.protocol != screenProtocol || s.problem != chosen->problem || s.sourceHash != chosen->sourceHash
+            || s.device != chosen->device || s.shapes != chosen->shapes)
+            continue;
+        std::map<ParamValues, std::size_t> indexOf;
+        for (std::size_t i = 0; i < configs.size(); ++i)
+            indexOf[configs[i]] = i;
+        for (TuningRecord& r : db.recordsOf(s.shapesDigest))
+            if (auto it = indexOf.find(r.key.params); it != indexOf.end() && !rp.screens[it->second]) {
+                rp.screens[it->second] = std::move(r.evaluation);
+                ++rp.screensRecorded;
+            }
+    }
     rp.space = tuner::SearchSpace::fromConfigs(nameList, values, configs);
     rp.best = std::numeric_limits<double>::infinity();
     for (double c : rp.cost)
@@ -172,7 +202,7 @@ Replay loadReplay(const TuningDatabase& db, const std::string& problem)
               << " recorded configurations (" << rp.valid << " valid), shapes";
     for (const Shape& s : chosen->shapes)
         std::cerr << " " << s.label();
-    std::cerr << "\n";
+    std::cerr << "; " << rp.screensRecorded << " measured screens (" << screenProtocol << ")\n";
     return rp;
 }
 
@@ -193,6 +223,8 @@ double sampleMs(const ShapeResult& s)
 
 double screenMs(const Replay& rp, std::size_t i, const Fidelity& f)
 {
+    if (rp.screens[i])
+        return fullMs(*rp.screens[i]);
     const Evaluation& e = rp.records[i];
     const std::vector<Shape> screened = screenTuningShapes(rp.shapes, f);
     double timing = 0, verifiedElsewhere = 0;
@@ -227,6 +259,8 @@ double medianError(const std::optional<TimingStats>& t, int n)
 // perturbed by the error of the candidate's and the baseline's medians of screenSamples samples.
 double screenCost(const Replay& rp, std::size_t i, const Fidelity& f, std::mt19937_64& rng)
 {
+    if (rp.screens[i])
+        return recordCost(*rp.screens[i]);
     if (!std::isfinite(rp.cost[i]))
         return rp.cost[i];
     Evaluation e = rp.records[i];
@@ -356,7 +390,13 @@ std::string report(const Replay& rp, int seeds, double tolerance, const tuner::H
         "halving)%s:\n\n",
         tolerance * 100, seeds, plan.screens.front().label().c_str(), plan.eta,
         (std::string(rp.deviceMsRecorded ? "" : "; records without device_ms priced at finished - started")
-            + (rp.verifyMsRecorded ? "" : "; records without verify_ms: screens priced verifying every shape"))
+            + (rp.screensRecorded == rp.records.size() ? "; every screen measured (its recorded device_ms and result)"
+                    : rp.screensRecorded > 0           ? "; " + std::to_string(rp.screensRecorded) + " of "
+                        + std::to_string(rp.records.size()) + " screens measured, the rest priced from the full records"
+                                             : "; screens priced from the full records")
+            + (rp.verifyMsRecorded || rp.screensRecorded == rp.records.size()
+                    ? ""
+                    : "; records without verify_ms: priced screens verify every shape"))
             .c_str());
     md << buf;
     md << "| strategy | full protocol: device s | evaluations | multi-fidelity: device s | evaluations (full) | "
@@ -378,6 +418,7 @@ int main(int argc, char** argv)
 {
     std::string dbFile, problem, outFile, sweepFile, landscape = "bowl";
     int seeds = 10;
+    bool withScreens = false;
     double tolerance = 0.03;
     tuner::HalvingPlan plan;
     plan.screens = { Fidelity { 5, 1 } };
@@ -404,6 +445,8 @@ int main(int argc, char** argv)
             sweepFile = value();
         else if (a == "--landscape")
             landscape = value();
+        else if (a == "--with-screens")
+            withScreens = true;
         else if (a == "--screen-samples")
             plan.screens.front().screenSamples = std::stoi(value());
         else if (a == "--screen-shapes")
@@ -414,13 +457,15 @@ int main(int argc, char** argv)
             std::cerr
                 << "usage: kl_bench_tuner_search --db FILE [--problem NAME] [--seeds N] [--tolerance F] "
                    "[--out FILE.md] [--screen-samples N] [--screen-shapes N] [--eta F]\n"
-                   "       kl_bench_tuner_search --synthetic-sweep FILE [--landscape bowl|plateau|flat|rugged|ridge]\n";
+                   "       kl_bench_tuner_search --synthetic-sweep FILE [--landscape bowl|plateau|flat|rugged|ridge]\n"
+                   "                             [--with-screens [--screen-samples N] [--screen-shapes N]]\n";
             return 2;
         }
     }
     try {
         if (!sweepFile.empty())
-            return syntheticSweep(sweepFile, landscape);
+            return syntheticSweep(
+                sweepFile, landscape, withScreens ? std::optional<Fidelity>(plan.screens.front()) : std::nullopt);
         if (dbFile.empty()) {
             std::cerr << "kl_bench_tuner_search: --db FILE is required\n";
             return 2;
@@ -428,7 +473,7 @@ int main(int argc, char** argv)
         if (seeds < 1 || plan.screens.front().screenSamples < 1)
             throw InputError("--seeds and --screen-samples must be at least 1");
         auto db = TuningDatabase::open(dbFile);
-        const Replay rp = loadReplay(*db, problem);
+        const Replay rp = loadReplay(*db, problem, plan.screens.front());
         const std::string md = report(rp, seeds, tolerance, plan);
         std::cout << md;
         if (!outFile.empty()) {

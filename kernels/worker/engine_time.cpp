@@ -358,7 +358,9 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             // output buffer is written at most once between two prepare() calls.
             auto buildGraphs = [&](Timed& t, int perSample) {
                 t.perSample = std::clamp(perSample, 1, outSets);
-                const int groups = std::clamp(outSets / t.perSample, 1, 32);
+                // Capped by the samples the request may take (a screen takes few): instantiating graphs it never
+                // replays was most of a screen's set-up.
+                const int groups = std::clamp(outSets / t.perSample, 1, std::clamp(o.maxSamples, 1, 32));
                 for (int g = 0; g < groups; ++g) {
                     CUgraph graph = nullptr;
                     CUgraphExec exec = nullptr;
@@ -444,9 +446,12 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
             m_nvml.beginWindow();
             const double start = nowSeconds();
             const double pairUs = cand.perSample * (tC + (bb ? tB : 0));
-            const int batch
+            const int fullBatch
                 = std::min(batchCap, std::clamp(static_cast<int>(std::ceil(5000.0 / std::max(pairUs, 1.0))), 4, 64));
             for (int batchIndex = 0;; ++batchIndex) {
+                // Never more samples than the request allows: a batch of a screen is its remaining samples.
+                const int batch
+                    = std::max(1, std::min(fullBatch, o.maxSamples - static_cast<int>(cand.samples.size())));
                 prepare(graphMode);
                 for (int b = 0; b < batch; ++b) {
                     // Alternate which goes first so neither always runs right after the other's cache state.

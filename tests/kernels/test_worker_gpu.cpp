@@ -157,6 +157,49 @@ TEST_F(HarnessGpu, HonestCandidatesPassOnEveryProblem)
     }
 }
 
+// A screen (multi-fidelity search) takes at most its samples on its one shape, verifies that shape only, and still
+// rejects a wrong kernel; the full protocol of the same candidate times every tuning shape.
+TEST_F(HarnessGpu, AScreenTimesFewSamplesOnItsShapesAndStillJudgesOutputs)
+{
+    REQUIRE_GPU();
+    kl::EvaluateOptions screen = quick();
+    screen.fidelity = kl::Fidelity { 5, 1 };
+    const auto honest = rmsnormCandidate(kHonestWrite, "honest-screen");
+    const auto e = s_rms->evaluate(honest, screen, kl::CancelToken {});
+    ASSERT_EQ(e.verdict, kl::Verdict::Correct) << reasonsText(e);
+    EXPECT_EQ(e.fidelity, screen.fidelity);
+    int timed = 0;
+    for (const auto& s : e.shapes) {
+        EXPECT_FALSE(s.heldOut) << "a screen leaves held-out shapes to the full protocol";
+        if (!s.timing)
+            continue;
+        ++timed;
+        EXPECT_GE(s.timing->samples, 1);
+        EXPECT_LE(s.timing->samples, 5) << s.shape.label();
+        EXPECT_LE(s.baselineTiming->samples, 5) << s.shape.label();
+        EXPECT_GT(s.speedup, 0);
+    }
+    EXPECT_EQ(timed, 1);
+    EXPECT_EQ(e.shapes.size(), 1u) << "a screen verifies only the shapes it times";
+    EXPECT_GT(e.objective, 0);
+
+    const auto full = s_rms->evaluate(honest, quick(), kl::CancelToken {});
+    ASSERT_EQ(full.verdict, kl::Verdict::Correct) << reasonsText(full);
+    int fullTimed = 0;
+    for (const auto& s : full.shapes)
+        fullTimed += s.timing.has_value() && !s.heldOut;
+    EXPECT_EQ(fullTimed, static_cast<int>(s_rms->problem().tuningShapes.size()));
+
+    const auto wrong = s_rms->evaluate(
+        rmsnormCandidate("  for (int i = threadIdx.x; i < H; i += 256)\n"
+                         "    y[row * H + i] = __float2bfloat16(__bfloat162float(x[row * H + i]) * inv * 1.05f * "
+                         "__bfloat162float(w[i]));",
+            "wrong-screen"),
+        screen, kl::CancelToken {});
+    EXPECT_EQ(wrong.verdict, kl::Verdict::Rejected) << reasonsText(wrong);
+    EXPECT_TRUE(hasRule(wrong, "correctness.rel-l2")) << reasonsText(wrong);
+}
+
 TEST_F(HarnessGpu, WrongResultIsRejectedWithRelL2)
 {
     REQUIRE_GPU();
