@@ -30,9 +30,11 @@ MultiFidelitySearch::MultiFidelitySearch(std::unique_ptr<SearchStrategy> base, H
     , m_results(m_plan.fullRung() + 1)
     , m_taken(m_plan.fullRung() + 1)
     , m_promoted(m_plan.fullRung() + 1)
+    , m_deviceMs(m_plan.fullRung() + 1, { 0.0, 0 })
 {
-    if (!(m_plan.eta > 1))
-        throw InputError("multi-fidelity search: eta must be above 1 (got " + std::to_string(m_plan.eta) + ")");
+    if (!(m_plan.eta > 1) && m_plan.eta != 0)
+        throw InputError(
+            "multi-fidelity search: eta must be above 1, or 0 for balanced (got " + std::to_string(m_plan.eta) + ")");
     for (const Fidelity& f : m_plan.screens)
         if (!f.screen())
             throw InputError("multi-fidelity search: every screen rung needs a sample count above 0");
@@ -68,11 +70,26 @@ void MultiFidelitySearch::markInFlight(const Trial& t)
         m_promoted[t.rung - 1].insert(t.index);
 }
 
-void MultiFidelitySearch::observe(const Trial& t, double cost)
+double MultiFidelitySearch::etaAt(std::size_t rung) const
+{
+    if (m_plan.eta > 0)
+        return m_plan.eta;
+    if (rung + 1 >= m_deviceMs.size() || m_deviceMs[rung].second == 0 || m_deviceMs[rung + 1].second == 0)
+        return HalvingPlan::kUnmeasuredEta;
+    const double here = m_deviceMs[rung].first / m_deviceMs[rung].second;
+    const double up = m_deviceMs[rung + 1].first / m_deviceMs[rung + 1].second;
+    return std::clamp(up / here, HalvingPlan::kMinEta, HalvingPlan::kMaxEta);
+}
+
+void MultiFidelitySearch::observe(const Trial& t, double cost, double deviceMs)
 {
     if (t.rung > m_plan.fullRung())
         return;
     markInFlight(t);
+    if (deviceMs > 0 && std::isfinite(deviceMs)) {
+        m_deviceMs[t.rung].first += deviceMs;
+        ++m_deviceMs[t.rung].second;
+    }
     if (std::isnan(cost))
         cost = INFINITY;
     auto& results = m_results[t.rung];
@@ -104,8 +121,8 @@ std::vector<std::size_t> MultiFidelitySearch::promotableAt(std::size_t rung) con
     bool final = m_base->exhausted();
     for (std::size_t r = 0; final && r <= rung; ++r)
         final = m_taken[r].size() == m_results[r].size()
-            && (r == rung || promotable(m_results[r], m_plan.eta, m_promoted[r], true).empty());
-    return promotable(m_results[rung], m_plan.eta, m_promoted[rung], final);
+            && (r == rung || promotable(m_results[r], etaAt(r), m_promoted[r], true).empty());
+    return promotable(m_results[rung], etaAt(rung), m_promoted[rung], final);
 }
 
 } // namespace kl::tuner

@@ -18,7 +18,12 @@ namespace kl::tuner {
 
 struct HalvingPlan {
     std::vector<Fidelity> screens { Fidelity { 8, 1 } }; // cheapest first; the full protocol follows them
-    double eta = 4; // one in eta of a rung's results goes up
+    // One in eta of a rung's results goes up. 0, balanced: each rung's eta is the measured device time of an
+    // evaluation one rung up over one at this rung, so every rung spends about the same device time (successive
+    // halving's schedule, where eta is also the resource ratio between rungs), within [kMinEta, kMaxEta];
+    // kUnmeasuredEta until both rungs have a measured evaluation.
+    double eta = 0;
+    static constexpr double kMinEta = 3, kMaxEta = 8, kUnmeasuredEta = 4;
     std::size_t fullRung() const { return screens.size(); }
 };
 
@@ -42,7 +47,10 @@ public:
     // Up to n trials: promotions first (highest rung first), then new screens from the base strategy.
     std::vector<Trial> next(std::size_t n);
     // The base strategy learns from the cheapest rung's result of each configuration (what it ranked it by).
-    void observe(const Trial& t, double cost);
+    // deviceMs: what the evaluation held the device for (0: unknown), which a balanced plan's eta is made of.
+    void observe(const Trial& t, double cost, double deviceMs = 0);
+    // The promotion ratio from rung to rung + 1 now (HalvingPlan::eta, or the balanced one).
+    double etaAt(std::size_t rung) const;
     // A trial taken without a result yet (in flight before a resume).
     void markInFlight(const Trial& t);
 
@@ -61,6 +69,7 @@ private:
     std::vector<std::vector<std::pair<std::size_t, double>>> m_results; // per rung, in observation order
     std::vector<std::set<std::size_t>> m_taken; // per rung: proposed (in flight or observed)
     std::vector<std::set<std::size_t>> m_promoted; // per rung: sent to the next rung
+    std::vector<std::pair<double, int>> m_deviceMs; // per rung: total measured device ms and evaluations
     std::optional<std::size_t> m_bestFull;
     double m_bestFullCost = 0;
 };

@@ -105,7 +105,7 @@ namespace {
             if (hash != m_sourceHash)
                 return;
             if (auto i = m_space.indexOf(c.params))
-                record(*i, c.fidelity, tunerCost(e));
+                record(*i, c.fidelity, tunerCost(e), e.deviceMs);
         }
 
     private:
@@ -130,15 +130,15 @@ namespace {
             return std::nullopt;
         }
 
-        // A result (cost) or, without one, a configuration in flight.
-        void record(std::size_t index, const Fidelity& f, std::optional<double> cost)
+        // A result (cost, and the device time it took) or, without one, a configuration in flight.
+        void record(std::size_t index, const Fidelity& f, std::optional<double> cost, double deviceMs = 0)
         {
             const auto rung = rungOf(f);
             if (!rung)
                 return;
             if (m_halving) {
                 if (cost)
-                    m_halving->observe({ index, *rung }, *cost);
+                    m_halving->observe({ index, *rung }, *cost, deviceMs);
                 else
                     m_halving->markInFlight({ index, *rung });
             } else if (cost) {
@@ -195,7 +195,7 @@ namespace {
                     continue;
                 const auto e = s.evaluations.find(id);
                 if (e != s.evaluations.end() && !e->second.shapes.empty() && !awaiting(c.status))
-                    record(*i, c.fidelity, tunerCost(e->second));
+                    record(*i, c.fidelity, tunerCost(e->second), e->second.deviceMs);
                 else if (e != s.evaluations.end() && !awaiting(c.status))
                     record(*i, c.fidelity, std::numeric_limits<double>::infinity());
                 else

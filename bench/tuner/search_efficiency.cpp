@@ -13,7 +13,7 @@
 //     p10-p90 spread), drawn from the seed.
 //
 //   kl_bench_tuner_search --db FILE [--problem NAME] [--seeds 10] [--tolerance 0.03] [--out FILE.md]
-//                         [--screen-samples 5] [--screen-shapes 1] [--eta 4]
+//                         [--screen-samples 5] [--screen-shapes 1] [--eta F (default 0: balanced)]
 //   kl_bench_tuner_search --synthetic-sweep FILE [--landscape bowl|plateau|flat|rugged|ridge] [--with-screens]
 //                         records an exhaustive sweep of the synthetic test problem (tests' deterministic
 //                         evaluator, no GPU) into FILE; --with-screens adds a screen sweep at the plan's fidelity
@@ -286,6 +286,7 @@ struct Reach {
     std::size_t full = 0;
     double deviceMs = 0;
     bool reached = false;
+    double eta = 0; // multi-fidelity: the promotion ratio of the first rung when it ended
 };
 
 Reach reachAlone(const Replay& rp, const std::string& strategy, std::uint64_t seed, double tolerance)
@@ -323,15 +324,17 @@ Reach reachHalving(
         for (const tuner::Trial& t : trials) {
             ++r.evaluations;
             if (t.rung < plan.fullRung()) {
-                r.deviceMs += screenMs(rp, t.index, plan.screens[t.rung]);
-                search.observe(t, screenCost(rp, t.index, plan.screens[t.rung], noise));
+                const double ms = screenMs(rp, t.index, plan.screens[t.rung]);
+                r.deviceMs += ms;
+                search.observe(t, screenCost(rp, t.index, plan.screens[t.rung], noise), ms);
                 continue;
             }
             ++r.full;
             r.deviceMs += fullMs(rp.records[t.index]);
-            search.observe(t, rp.cost[t.index]);
+            search.observe(t, rp.cost[t.index], fullMs(rp.records[t.index]));
             if (rp.cost[t.index] <= rp.best * (1 + tolerance)) {
                 r.reached = true;
+                r.eta = search.etaAt(0);
                 return r;
             }
         }
@@ -368,6 +371,21 @@ std::string report(const Replay& rp, int seeds, double tolerance, const tuner::H
         return std::count_if(runs.begin(), runs.end(), [](const Reach& r) { return r.reached; });
     };
     const double randomMedian = quantile(column(alone["random"], evaluations), 0.5);
+    std::string etaText;
+    {
+        std::vector<double> etas;
+        for (const auto& [name, runs] : halving)
+            for (const Reach& r : runs)
+                if (r.reached)
+                    etas.push_back(r.eta);
+        char e[160];
+        if (plan.eta > 0)
+            std::snprintf(e, sizeof e, "%g", plan.eta);
+        else
+            std::snprintf(e, sizeof e, "eta (balanced: full over screen device time within [%g, %g], median %.1f)",
+                tuner::HalvingPlan::kMinEta, tuner::HalvingPlan::kMaxEta, etas.empty() ? 0.0 : quantile(etas, 0.5));
+        etaText = e;
+    }
     std::ostringstream md;
     char buf[512];
     std::snprintf(buf, sizeof buf,
@@ -386,9 +404,9 @@ std::string report(const Replay& rp, int seeds, double tolerance, const tuner::H
     md << "\nexhaustive enumerates in declaration order (one order, every seed alike).\n\n";
     std::snprintf(buf, sizeof buf,
         "Device time to the same final best (a full-protocol evaluation within %.0f%% of the exhaustive best), "
-        "median over %d seeds; multi-fidelity: screens of %s, one in %g promoted (asynchronous successive "
+        "median over %d seeds; multi-fidelity: screens of %s, one in %s promoted (asynchronous successive "
         "halving)%s:\n\n",
-        tolerance * 100, seeds, plan.screens.front().label().c_str(), plan.eta,
+        tolerance * 100, seeds, plan.screens.front().label().c_str(), etaText.c_str(),
         (std::string(rp.deviceMsRecorded ? "" : "; records without device_ms priced at finished - started")
             + (rp.screensRecorded == rp.records.size() ? "; every screen measured (its recorded device_ms and result)"
                     : rp.screensRecorded > 0           ? "; " + std::to_string(rp.screensRecorded) + " of "

@@ -186,9 +186,41 @@ TEST(MultiFidelity, BadPlansAreInputErrors)
     HalvingPlan plan;
     plan.eta = 1;
     EXPECT_THROW(MultiFidelitySearch(makeStrategy("random", space, 1), plan), InputError);
+    plan.eta = -2;
+    EXPECT_THROW(MultiFidelitySearch(makeStrategy("random", space, 1), plan), InputError);
     plan.eta = 3;
     plan.screens = { Fidelity {} };
     EXPECT_THROW(MultiFidelitySearch(makeStrategy("random", space, 1), plan), InputError);
+}
+
+// A balanced plan (eta 0) promotes one in (full device time / screen device time) within [3, 8]: 4 until both rungs
+// have a measured evaluation, then what they cost.
+TEST(MultiFidelity, ABalancedPlanPromotesByTheMeasuredCostRatio)
+{
+    const SearchSpace space = grid();
+    auto run = [&](double screenMs, double fullMs) {
+        HalvingPlan plan;
+        plan.screens = { Fidelity { 5, 1 } };
+        MultiFidelitySearch search(makeStrategy("exhaustive", space, 1), plan);
+        EXPECT_EQ(search.etaAt(0), HalvingPlan::kUnmeasuredEta);
+        std::size_t full = 0;
+        for (int guard = 0; guard < 1000 && !search.exhausted(); ++guard)
+            for (const Trial& t : search.next(1)) {
+                full += t.rung == plan.fullRung();
+                search.observe(t, bowl(space, t.index), t.rung == plan.fullRung() ? fullMs : screenMs);
+            }
+        return std::make_pair(search.etaAt(0), full);
+    };
+    const auto [eta6, full6] = run(2.0, 12.0);
+    EXPECT_DOUBLE_EQ(eta6, 6.0);
+    // 64 screens: the first promotion at 4 results (no full cost measured yet), then one in 6, rounded up at the end.
+    EXPECT_GE(full6, 64u / 6);
+    EXPECT_LE(full6, 64u / 6 + 2);
+    EXPECT_DOUBLE_EQ(run(1.0, 40.0).first, HalvingPlan::kMaxEta);
+    EXPECT_DOUBLE_EQ(run(10.0, 12.0).first, HalvingPlan::kMinEta);
+    const auto [eta4, full4] = run(0.0, 0.0); // nothing measured (a cache without device_ms): the fixed default
+    EXPECT_DOUBLE_EQ(eta4, HalvingPlan::kUnmeasuredEta);
+    EXPECT_EQ(full4, 64u / 4);
 }
 
 TEST(MultiFidelity, ALateBestIsPromotedWhenTheSpaceRunsOut)
