@@ -402,13 +402,16 @@ Evaluation GpuEvaluator::evaluate(const Candidate& c, const EvaluateOptions& opt
     timeReq.maxSecondsPerShape = opt.maxSecondsPerShape;
     timeReq.targetRelCi = m_options.targetRelCi;
     timeReq.minSamples = m_options.minSamples;
-    if (opt.fidelity.screen()) { // a screen ranks: its samples are capped and the whole-plan graph replay skipped
+    timeReq.recheck = m_options.recheckTimedOutputs;
+    // A screen ranks: its samples are capped, the whole-plan graph replay skipped, and its timed outputs are not
+    // re-checked (its verification just checked these shapes; the full protocol re-checks what it times).
+    if (opt.fidelity.screen()) {
         timeReq.maxSamples = opt.fidelity.screenSamples;
         timeReq.minSamples = std::min(timeReq.minSamples, timeReq.maxSamples);
         timeReq.graphTiming = false;
+        timeReq.recheck = false;
     }
     timeReq.graphMode = m_options.graphMode;
-    timeReq.recheck = m_options.recheckTimedOutputs;
     timeReq.seed = seed ^ 0x7131EDull;
     const double timeout
         = opt.maxSecondsPerShape * 3.0 * static_cast<double>(timeReq.shapes.size()) + m_options.timeTimeoutSlackSeconds;

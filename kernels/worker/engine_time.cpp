@@ -57,8 +57,10 @@ TimeOutcome Engine::time(const LoadedProblem& lp, const Plan& candidate, const T
         // At least 4 sets, each tensor of each set at its own random offset: a streaming kernel's speed depends on
         // where its buffers sit relative to each other (DRAM channel and bank conflicts, about 1-2% on the H200),
         // and a median over several placements repeats across requests where one placement per request did not.
+        // A request of few samples (a screen, which only ranks) takes 2: its large shapes' set-up was most of its cost.
+        const std::uint64_t minSets = o.maxSamples < 8 ? 2 : 4;
         int sets = static_cast<int>(std::clamp<std::uint64_t>(
-            (l2x2 + ioBytes - 1) / std::max<std::uint64_t>(ioBytes, 1) + 1, 4, SlabLayout::kMaxSets - 64));
+            (l2x2 + ioBytes - 1) / std::max<std::uint64_t>(ioBytes, 1) + 1, minSets, SlabLayout::kMaxSets - 64));
         std::size_t freeMem = 0, totalMem = 0;
         cuMemGetInfo(&freeMem, &totalMem);
         const std::uint64_t budget = (static_cast<std::uint64_t>(freeMem) + m_cand.capacity() + m_hmem.capacity()) / 2;
