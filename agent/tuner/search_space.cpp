@@ -214,6 +214,13 @@ std::vector<std::size_t> SearchSpace::neighbours(std::size_t i) const
     return out;
 }
 
+std::optional<std::size_t> SearchSpace::at(const std::vector<int>& valueIndices) const
+{
+    if (auto it = m_byIdx.find(valueIndices); it != m_byIdx.end())
+        return it->second;
+    return std::nullopt;
+}
+
 std::size_t SearchSpace::nearest(const std::vector<int>& valueIndices) const
 {
     if (auto it = m_byIdx.find(valueIndices); it != m_byIdx.end())

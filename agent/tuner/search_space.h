@@ -43,6 +43,8 @@ public:
     std::vector<std::size_t> neighbours(std::size_t i) const;
     // The valid configuration nearest to an arbitrary point in value-index space (for recombination).
     std::size_t nearest(const std::vector<int>& valueIndices) const;
+    // The valid configuration at exactly these value indices, if there is one.
+    std::optional<std::size_t> at(const std::vector<int>& valueIndices) const;
     std::vector<int> valueIndices(std::size_t i) const { return m_valueIdx.at(i); }
     const std::vector<std::int64_t>& values(std::size_t dim) const { return m_values.at(dim); }
     const SpaceStats& stats() const { return m_stats; }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numbers>
 #include <numeric>
 #include <set>
@@ -188,8 +189,11 @@ namespace {
         }
     };
 
-    // Simulated annealing over the one-step neighbourhood; a worse configuration is accepted with probability
-    // exp(-relative loss / T), T cooling geometrically. Stuck (all neighbours measured): restart at random.
+    // Simulated annealing over the one-step neighbourhood, started from the best of a few random configurations.
+    // A worse configuration is accepted with probability exp(-relative loss / T), T cooling geometrically; a step
+    // that improved is repeated in the same direction before other neighbours are tried (kernel costs are mostly
+    // monotone along one parameter). Stuck (every neighbour measured): restart from the best measured
+    // configuration that still has unmeasured neighbours, else at random.
     class AnnealStrategy final : public SearchStrategy {
     public:
         using SearchStrategy::SearchStrategy;
@@ -200,22 +204,28 @@ namespace {
         {
             std::vector<std::size_t> out;
             while (out.size() < n && !exhausted()) {
-                std::optional<std::size_t> pick;
-                for (auto base : { m_current, m_best }) {
-                    if (!base)
-                        continue;
-                    std::vector<std::size_t> cand;
-                    for (std::size_t j : m_space.neighbours(*base))
-                        if (!m_visited[j])
-                            cand.push_back(j);
-                    if (!cand.empty()) {
-                        pick = cand[std::uniform_int_distribution<std::size_t>(0, cand.size() - 1)(m_rng)];
-                        markVisited(*pick);
-                        break;
-                    }
+                if (m_seeds < kSeeds && m_results.size() < kSeeds) {
+                    const std::size_t i = randomUnvisited();
+                    ++m_seeds;
+                    m_pendingSeeds.insert(i);
+                    out.push_back(i);
+                    continue;
                 }
-                if (!pick) {
-                    if (m_current && !m_pendingRestart.empty())
+                if (!m_pendingSeeds.empty())
+                    break; // the walk starts from the best seed, so it waits for all of them
+                std::optional<std::size_t> pick = repeatedStep();
+                if (!pick)
+                    pick = neighbourOf(m_current);
+                if (!pick && m_current)
+                    if (auto open = bestOpenPoint()) {
+                        m_current = open->first;
+                        m_currentCost = open->second;
+                        pick = neighbourOf(m_current);
+                    }
+                if (pick) {
+                    m_origin[*pick] = *m_current;
+                } else {
+                    if (!m_pendingRestart.empty())
                         break; // wait for the restart point's result before wandering further
                     pick = randomUnvisited();
                     m_pendingRestart.insert(*pick);
@@ -227,27 +237,89 @@ namespace {
 
         void learn(std::size_t index, double cost) override
         {
+            const bool seed = m_pendingSeeds.erase(index) > 0;
             const bool restart = m_pendingRestart.erase(index) > 0;
-            bool accept = !m_current || restart;
-            if (!accept && std::isfinite(cost)) {
-                if (!std::isfinite(m_currentCost) || cost <= m_currentCost)
-                    accept = true;
-                else {
-                    const double loss = (cost - m_currentCost) / m_currentCost;
-                    accept = std::uniform_real_distribution<double>(0, 1)(m_rng) < std::exp(-loss / m_temperature);
-                }
+            std::optional<std::size_t> origin;
+            if (auto it = m_origin.find(index); it != m_origin.end()) {
+                origin = it->second;
+                m_origin.erase(it);
             }
+            const bool improves = std::isfinite(cost) && (!std::isfinite(m_currentCost) || cost < m_currentCost);
+            bool accept = !m_current || improves || restart;
+            if (!accept && !seed && std::isfinite(cost)) {
+                const double loss = (cost - m_currentCost) / m_currentCost;
+                accept = std::uniform_real_distribution<double>(0, 1)(m_rng) < std::exp(-loss / m_temperature);
+            }
+            const bool steppedFromCurrent = origin && origin == m_current;
+            m_momentum.clear();
             if (accept) {
+                if (improves && steppedFromCurrent) {
+                    const std::vector<int> from = m_space.valueIndices(*origin), to = m_space.valueIndices(index);
+                    for (std::size_t d = 0; d < to.size(); ++d)
+                        m_momentum.push_back(to[d] - from[d]);
+                }
                 m_current = index;
                 m_currentCost = cost;
             }
-            m_temperature = std::max(0.002, m_temperature * 0.93);
+            if (!seed)
+                m_temperature = std::max(0.002, m_temperature * 0.93);
         }
 
     private:
+        static constexpr int kSeeds = 4;
+
+        // The configuration one more step along the last improving step, when it is valid and unmeasured.
+        std::optional<std::size_t> repeatedStep()
+        {
+            if (!m_current || m_momentum.empty())
+                return std::nullopt;
+            std::vector<int> next = m_space.valueIndices(*m_current);
+            for (std::size_t d = 0; d < next.size(); ++d)
+                next[d] += m_momentum[d];
+            const std::optional<std::size_t> i = m_space.at(next);
+            if (!i || m_visited[*i])
+                return std::nullopt;
+            markVisited(*i);
+            return i;
+        }
+
+        std::optional<std::size_t> neighbourOf(std::optional<std::size_t> base)
+        {
+            if (!base)
+                return std::nullopt;
+            std::vector<std::size_t> cand;
+            for (std::size_t j : m_space.neighbours(*base))
+                if (!m_visited[j])
+                    cand.push_back(j);
+            if (cand.empty())
+                return std::nullopt;
+            const std::size_t pick = cand[std::uniform_int_distribution<std::size_t>(0, cand.size() - 1)(m_rng)];
+            markVisited(pick);
+            return pick;
+        }
+
+        std::optional<std::pair<std::size_t, double>> bestOpenPoint() const
+        {
+            std::vector<std::pair<std::size_t, double>> measured;
+            for (const auto& r : m_results)
+                if (std::isfinite(r.second))
+                    measured.push_back(r);
+            std::sort(
+                measured.begin(), measured.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+            for (const auto& r : measured)
+                for (std::size_t j : m_space.neighbours(r.first))
+                    if (!m_visited[j])
+                        return r;
+            return std::nullopt;
+        }
+
+        int m_seeds = 0;
         std::optional<std::size_t> m_current;
         double m_currentCost = std::numeric_limits<double>::infinity();
-        double m_temperature = 0.15;
+        double m_temperature = 0.05;
+        std::vector<int> m_momentum;
+        std::map<std::size_t, std::size_t> m_origin; // proposed step -> the configuration it stepped from
+        std::set<std::size_t> m_pendingSeeds;
         std::set<std::size_t> m_pendingRestart;
     };
 

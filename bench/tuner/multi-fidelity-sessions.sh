@@ -5,7 +5,8 @@
 # no tuning database (everything measured), the sweep's shapes, --budget evaluations each; then
 # multi_fidelity_sessions.py: device time to a full evaluation within 3% of the sweep's best, alone vs halving.
 # KL_MF_STRATEGIES (random anneal genetic bayes), KL_MF_SEEDS (5) from KL_MF_FIRST_SEED (1), KL_MF_BUDGET (60),
-# KL_MF_SCREEN (5x1). The table is made again from any set of such session folders by the .py alone.
+# KL_MF_SCREEN (5x1), KL_MF_UNTIL (epoch seconds: no seed is started after it, so a device call ends with whole
+# seeds). The table is made again from any set of such session folders by the .py alone.
 set -uo pipefail
 OUT=${1:?usage: multi-fidelity-sessions.sh OUTDIR DB}
 DB=${2:?usage: multi-fidelity-sessions.sh OUTDIR DB}
@@ -16,6 +17,10 @@ SCREEN=${KL_MF_SCREEN:-5x1}
 export KL_WORKER=${KL_WORKER:-$BUILD/kernels/kloop-worker}
 mkdir -p "$OUT/sessions"
 for seed in $(seq "${KL_MF_FIRST_SEED:-1}" $(( ${KL_MF_FIRST_SEED:-1} + ${KL_MF_SEEDS:-5} - 1 ))); do
+    if [[ -n "${KL_MF_UNTIL:-}" ]] && (( $(date +%s) >= KL_MF_UNTIL )); then
+        echo "KL_MF_UNTIL reached: seeds from $seed not run"
+        break
+    fi
     for s in ${KL_MF_STRATEGIES:-random anneal genetic bayes}; do
         for mode in alone halving; do
             agent="tuner:$s"; [[ $mode == halving ]] && agent="tuner:$s:halving=$SCREEN"

@@ -152,3 +152,70 @@ TEST(Strategy, UnknownNameIsAnInputErrorAndAliasesWork)
     EXPECT_EQ(canonicalStrategyName("bayes_opt"), "bayes");
     EXPECT_EQ(makeStrategy("simulated_annealing", l.space, 1)->name(), "anneal");
 }
+
+namespace {
+
+// X and Y in 0..N-1, every combination valid.
+SearchSpace grid(int n)
+{
+    std::vector<std::vector<std::int64_t>> values(2);
+    std::vector<ParamValues> configs;
+    for (int x = 0; x < n; ++x)
+        for (int y = 0; y < n; ++y) {
+            configs.push_back({ { "X", x }, { "Y", y } });
+            values[0].push_back(x);
+            values[1].push_back(y);
+        }
+    return SearchSpace::fromConfigs({ "X", "Y" }, values, configs);
+}
+
+} // namespace
+
+TEST(Strategy, AnnealStepsFromTheBestOfFourRandomSeeds)
+{
+    const SearchSpace space = grid(12);
+    const auto cost = [&](std::size_t i) { return 1.0 + static_cast<double>(space.config(i).at("X")); };
+    for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+        auto st = makeStrategy("anneal", space, seed);
+        const auto seeds = st->next(8);
+        ASSERT_EQ(seeds.size(), 4u) << "seed " << seed;
+        for (std::size_t k = 0; k + 1 < seeds.size(); ++k)
+            st->observe(seeds[k], cost(seeds[k]));
+        EXPECT_TRUE(st->next(1).empty()) << "stepped before the last seed's result, seed " << seed;
+        st->observe(seeds.back(), cost(seeds.back()));
+        const std::size_t best = *std::min_element(
+            seeds.begin(), seeds.end(), [&](std::size_t a, std::size_t b) { return cost(a) < cost(b); });
+        const auto step = st->next(1);
+        ASSERT_EQ(step.size(), 1u);
+        const auto around = space.neighbours(best);
+        EXPECT_NE(std::find(around.begin(), around.end(), step[0]), around.end())
+            << "seed " << seed << ": " << step[0] << " is not next to the best seed " << best;
+    }
+}
+
+TEST(Strategy, AnnealRepeatsAnImprovingStep)
+{
+    // Cost falls along X only, so a walk that keeps going the way that paid off runs straight down the slope;
+    // one that picks among its (up to four) neighbours afresh each time wanders sideways along Y.
+    const SearchSpace space = grid(16);
+    const auto cost = [&](std::size_t i) { return std::pow(2.0, 15.0 - static_cast<double>(space.config(i).at("X"))); };
+    std::vector<long> extra;
+    for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+        auto st = makeStrategy("anneal", space, seed);
+        std::int64_t seedX = -1;
+        long n = 0;
+        bool reached = false;
+        while (!reached && !st->exhausted())
+            for (std::size_t i : st->next(1)) {
+                ++n;
+                st->observe(i, cost(i));
+                if (n <= 4)
+                    seedX = std::max(seedX, space.config(i).at("X"));
+                reached = reached || space.config(i).at("X") == 15;
+            }
+        // Evaluations after the seeds beyond the slope's remaining length.
+        extra.push_back(std::max(0L, n - 4 - static_cast<long>(15 - seedX)));
+    }
+    std::sort(extra.begin(), extra.end());
+    EXPECT_LE(extra[extra.size() / 2], 3);
+}
