@@ -49,6 +49,43 @@ class MultiFidelitySessions(unittest.TestCase):
             self.assertEqual(cells[6], "1/2")
             self.assertIn("(3.000, 3 configurations)", out)
 
+            # Measured again on this card, the best reads 2.9: the target drops to 2.9 / 1.03, so the halving
+            # session's 2.95 still counts and a second alone seed's 2.85 does too; a failed re-measurement is ignored.
+            write_session(s, "random-alone-4", [(100, 2.85, False)])
+            evals = []
+            for i, (obj, verdict) in enumerate([(2.9, "correct"), (3.5, "incorrect")]):
+                evals.append(os.path.join(t, "retarget-%d.json" % i))
+                json.dump({"objective": obj, "verdict": verdict}, open(evals[-1], "w"))
+            out = subprocess.run([sys.executable, os.path.join(HERE, "multi_fidelity_sessions.py"), "--db", db,
+                                  "--sessions", s, "--retarget", *evals, os.path.join(t, "missing.json")],
+                                 check=True, capture_output=True, text=True).stdout
+            self.assertIn("measured again on this card: 2.900, the target", out)
+            row = [l for l in out.splitlines() if l.startswith("| random")][0]
+            self.assertEqual([c.strip() for c in row.strip("|").split("|")][3], "3/3")
+
+    def test_write_problem_takes_the_sessions_shapes_and_lists_the_sweeps_best(self):
+        with tempfile.TemporaryDirectory() as t:
+            db = os.path.join(t, "db.jsonl")
+            with open(db, "w") as f:
+                for i, (obj, verdict) in enumerate([(1.0, "correct"), (3.0, "correct"), (9.0, "incorrect"),
+                                                    (2.0, "correct")]):
+                    key = {"problem": "p", "source": "s", "shapes": [], "device": "d", "params": {"B": i, "A": 2}}
+                    f.write(json.dumps({"key": key, "evaluation": {"objective": obj, "verdict": verdict}}) + "\n")
+            problems = os.path.join(t, "problems")
+            os.makedirs(os.path.join(problems, "p"))
+            json.dump({"name": "p", "tuning_shapes": [{"dims": {"T": 1}}]},
+                      open(os.path.join(problems, "p", "problem.json"), "w"))
+            open(os.path.join(problems, "p", "template.cu"), "w").write("// template\n")
+            dest = os.path.join(t, "copy")
+            out = subprocess.run([sys.executable, os.path.join(HERE, "multi_fidelity_sessions.py"), "--db", db,
+                                  "--write-problem", dest, "--problems", problems, "--shapes", "T=16,H=4096;T=8,H=2",
+                                  "--top", "2"], check=True, capture_output=True, text=True).stdout
+            self.assertEqual(out.split(), ["A=2,B=1", "A=2,B=3"])  # the incorrect 9.0 is no target
+            p = json.load(open(os.path.join(dest, "problem.json")))
+            self.assertEqual(p["tuning_shapes"], [{"dims": {"T": 16, "H": 4096}, "weight": 1},
+                                                  {"dims": {"T": 8, "H": 2}, "weight": 1}])
+            self.assertTrue(os.path.exists(os.path.join(dest, "template.cu")))
+
 
 if __name__ == "__main__":
     unittest.main()
