@@ -223,8 +223,8 @@ std::optional<std::size_t> SearchSpace::at(const std::vector<int>& valueIndices)
 
 std::size_t SearchSpace::nearest(const std::vector<int>& valueIndices) const
 {
-    if (auto it = m_byIdx.find(valueIndices); it != m_byIdx.end())
-        return it->second;
+    if (const auto exact = at(valueIndices))
+        return *exact;
     std::size_t best = 0;
     double bestDist = std::numeric_limits<double>::infinity();
     for (std::size_t i = 0; i < m_valueIdx.size(); ++i) {

@@ -7,7 +7,8 @@
 # multi_fidelity_sessions.py: device time to a full evaluation within 3% of the sweep's best, alone vs halving.
 # KL_MF_STRATEGIES (random anneal genetic bayes), KL_MF_SEEDS (5) from KL_MF_FIRST_SEED (1), KL_MF_BUDGET (60),
 # KL_MF_SCREEN (5x1), KL_MF_RETARGET (1; 0 keeps the sweep's figure), KL_MF_UNTIL (epoch seconds: no seed is started
-# after it, so a device call ends with whole seeds). The table is made again from any set of such session folders by the .py alone.
+# after it, so a device call ends with whole seeds). The table is made again from any set of such session folders by
+# the .py alone.
 set -uo pipefail
 OUT=${1:?usage: multi-fidelity-sessions.sh OUTDIR DB}
 DB=${2:?usage: multi-fidelity-sessions.sh OUTDIR DB}
@@ -24,7 +25,8 @@ if [[ "${KL_MF_RETARGET:-1}" != 0 ]]; then
     i=0
     while read -r params; do
         "$BUILD/cli/kloop" eval "$OUT/retarget-problem" --params "$params" --held-out 0 --json \
-            >"$OUT/retarget-$i.json" 2>"$OUT/retarget-$i.err" || echo "retarget $params: $(tail -n 1 "$OUT/retarget-$i.err")"
+            >"$OUT/retarget-$i.json" 2>"$OUT/retarget-$i.err" \
+            || echo "retarget $params: $(tail -n 1 "$OUT/retarget-$i.err")"
         retarget+=("$OUT/retarget-$i.json")
         i=$((i + 1))
     done < <(python3 "$ROOT/bench/tuner/multi_fidelity_sessions.py" --db "$DB" --write-problem "$OUT/retarget-problem" \
