@@ -4,9 +4,11 @@ BYTES / 2 (read plus written: BYTES moved), over rotating buffers of more than t
 bandwidth is then read against what a copy of its size gets, the part of the gap that size alone explains. A kernel
 that mostly reads (the indexer) is read against the second figure: a sum of BYTES of bf16 into one fp32, read only.
 
-usage: python3 copy_at_size.py --gbps 4240 NAME=BYTES ...
+usage: python3 copy_at_size.py --gbps 4240 [--json FILE] NAME=BYTES ...   (NAME may hold '='; --json: each NAME's
+bytes, copy_us and read_us, for indexer_table.py --read-at-size)
 """
 import argparse
+import json
 import statistics
 
 import torch
@@ -53,18 +55,24 @@ def replay_us(op, sets: int, reps: int) -> float:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gbps", type=float, required=True, help="the 1 GiB copy bandwidth the shares are taken of")
+    ap.add_argument("--json", help="write {NAME: {bytes, copy_us, read_us}} here too")
     ap.add_argument("sizes", nargs="+", help="NAME=BYTES")
     args = ap.parse_args()
+    results = {}
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     print(f"{torch.cuda.get_device_name(0)}, L2 {l2 >> 20} MiB, torch {torch.__version__}")
     print("| size | bytes moved | copy us | share of the copy bandwidth | read-only us | share |")
     print("|---|---|---|---|---|---|")
     for item in args.sizes:
-        name, nbytes = item.split("=")
+        name, nbytes = item.rsplit("=", 1)
         b = int(float(nbytes))
         share = lambda us: f"{100 * b / (us * 1e-6) / (args.gbps * 1e9):.0f}%"
         cu, ru = copy_us(b, l2), read_us(b, l2)
         print(f"| {name} | {b / 1e6:.1f} MB | {cu:.2f} | {share(cu)} | {ru:.2f} | {share(ru)} |")
+        results[name] = {"bytes": b, "copy_us": cu, "read_us": ru}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 # indexer-sm90.sh OUTDIR, with BUILD_DIR set to a built tree (default build/). kloop eval of the portable template
 # (mma.sync, synchronous pages) and of the sm_90a template (TMA ring + wgmma) at its defaults and five other points,
 # each verified (held-out shapes included) then timed interleaved with the baseline; the table of time, share of the
-# copy bandwidth and verdict per tuning shape comes last (indexer_table.py). With test_hopper_gpu built, its
-# DsaIndexerSm90Gpu tests run first (the template across its space; dropped tokens and pages caught).
+# copy bandwidth, share of a cold read of the same bytes (copy_at_size.py) and verdict per tuning shape comes last
+# (indexer_table.py). With test_hopper_gpu built, its DsaIndexerSm90Gpu tests run first (the template across its
+# space; dropped tokens and pages caught).
 # About 2-3 minutes of GPU time.
 set -uo pipefail
 OUT=${1:?usage: indexer-sm90.sh OUTDIR}
@@ -40,5 +41,10 @@ for run in "${runs[@]}"; do
     tail -n 2 "$OUT/$name.err"
     evals+=("$name=$OUT/$name.json")
 done
-python3 "$ROOT/bench/dsa/indexer_table.py" --problem "$PROBLEM" "${evals[@]}" | tee "$OUT/summary.md" || rc=1
+# The roofline at each shape's own size: a cold read-only pass over the same bytes (PyTorch, graph-replayed).
+read_at=()
+mapfile -t sizes < <(python3 "$ROOT/bench/dsa/indexer_table.py" --problem "$PROBLEM" --sizes)
+python3 "$ROOT/bench/dsa/copy_at_size.py" --gbps "${KL_COPY_GBPS:-4240}" --json "$OUT/read-at-size.json" "${sizes[@]}" \
+    >"$OUT/read-at-size.txt" 2>&1 && read_at=(--read-at-size "$OUT/read-at-size.json") || tail -n 3 "$OUT/read-at-size.txt"
+python3 "$ROOT/bench/dsa/indexer_table.py" --problem "$PROBLEM" "${read_at[@]}" "${evals[@]}" | tee "$OUT/summary.md" || rc=1
 exit $rc
