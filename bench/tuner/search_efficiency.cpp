@@ -12,8 +12,11 @@
 //     shapes of the recorded speedups, each perturbed by the error of a median of that many samples (the recorded
 //     p10-p90 spread), drawn from the seed.
 //
+//  3. whole sessions of --budget evaluations (screens included, as kloop run --budget counts them): their device time
+//     alone and under multi-fidelity search, and how many ended with a full evaluation within the tolerance.
+//
 //   kl_bench_tuner_search --db FILE [--problem NAME] [--seeds 10] [--tolerance 0.03] [--out FILE.md]
-//                         [--screen-samples 5] [--screen-shapes 1] [--eta F (default 0: balanced)]
+//                         [--screen-samples 5] [--screen-shapes 1] [--eta F (default 0: balanced)] [--budget 60]
 //   kl_bench_tuner_search --synthetic-sweep FILE [--landscape bowl|plateau|flat|rugged|ridge] [--with-screens]
 //                         records an exhaustive sweep of the synthetic test problem (tests' deterministic
 //                         evaluator, no GPU) into FILE; --with-screens adds a screen sweep at the plan's fidelity
@@ -289,7 +292,10 @@ struct Reach {
     double eta = 0; // multi-fidelity: the promotion ratio of the first rung when it ended
 };
 
-Reach reachAlone(const Replay& rp, const std::string& strategy, std::uint64_t seed, double tolerance)
+// budget 0: until the first full evaluation within the tolerance (device time to the final best); budget N: N
+// evaluations, screens included (a whole session), reached saying whether its best ended within the tolerance.
+Reach reachAlone(
+    const Replay& rp, const std::string& strategy, std::uint64_t seed, double tolerance, std::size_t budget = 0)
 {
     auto st = tuner::makeStrategy(strategy, rp.space, seed);
     Reach r;
@@ -302,17 +308,16 @@ Reach reachAlone(const Replay& rp, const std::string& strategy, std::uint64_t se
             ++r.full;
             r.deviceMs += fullMs(rp.records[i]);
             st->observe(i, rp.cost[i]);
-            if (rp.cost[i] <= rp.best * (1 + tolerance)) {
-                r.reached = true;
+            r.reached = r.reached || rp.cost[i] <= rp.best * (1 + tolerance);
+            if ((budget == 0 && r.reached) || (budget > 0 && r.evaluations >= budget))
                 return r;
-            }
         }
     }
     return r;
 }
 
-Reach reachHalving(
-    const Replay& rp, const std::string& strategy, std::uint64_t seed, double tolerance, const tuner::HalvingPlan& plan)
+Reach reachHalving(const Replay& rp, const std::string& strategy, std::uint64_t seed, double tolerance,
+    const tuner::HalvingPlan& plan, std::size_t budget = 0)
 {
     tuner::MultiFidelitySearch search(tuner::makeStrategy(strategy, rp.space, seed), plan);
     std::mt19937_64 noise(seed * 0x9E3779B97F4A7C15ull + 17);
@@ -327,16 +332,17 @@ Reach reachHalving(
                 const double ms = screenMs(rp, t.index, plan.screens[t.rung]);
                 r.deviceMs += ms;
                 search.observe(t, screenCost(rp, t.index, plan.screens[t.rung], noise), ms);
-                continue;
+            } else {
+                ++r.full;
+                r.deviceMs += fullMs(rp.records[t.index]);
+                search.observe(t, rp.cost[t.index], fullMs(rp.records[t.index]));
+                if (!r.reached && rp.cost[t.index] <= rp.best * (1 + tolerance)) {
+                    r.reached = true;
+                    r.eta = search.etaAt(0);
+                }
             }
-            ++r.full;
-            r.deviceMs += fullMs(rp.records[t.index]);
-            search.observe(t, rp.cost[t.index], fullMs(rp.records[t.index]));
-            if (rp.cost[t.index] <= rp.best * (1 + tolerance)) {
-                r.reached = true;
-                r.eta = search.etaAt(0);
+            if ((budget == 0 && r.reached) || (budget > 0 && r.evaluations >= budget))
                 return r;
-            }
         }
     }
     return r;
@@ -351,13 +357,16 @@ template <typename T> double quantile(std::vector<T> v, double q)
     return static_cast<double>(v[lo]) + (pos - static_cast<double>(lo)) * static_cast<double>(v[hi] - v[lo]);
 }
 
-std::string report(const Replay& rp, int seeds, double tolerance, const tuner::HalvingPlan& plan)
+std::string report(const Replay& rp, int seeds, double tolerance, const tuner::HalvingPlan& plan, std::size_t budget)
 {
-    std::map<std::string, std::vector<Reach>> alone, halving;
+    std::map<std::string, std::vector<Reach>> alone, halving, wholeAlone, wholeHalving;
     for (const std::string& s : tuner::strategyNames())
         for (int seed = 1; seed <= seeds; ++seed) {
-            alone[s].push_back(reachAlone(rp, s, static_cast<std::uint64_t>(seed), tolerance));
-            halving[s].push_back(reachHalving(rp, s, static_cast<std::uint64_t>(seed), tolerance, plan));
+            const auto u = static_cast<std::uint64_t>(seed);
+            alone[s].push_back(reachAlone(rp, s, u, tolerance));
+            halving[s].push_back(reachHalving(rp, s, u, tolerance, plan));
+            wholeAlone[s].push_back(reachAlone(rp, s, u, tolerance, budget));
+            wholeHalving[s].push_back(reachHalving(rp, s, u, tolerance, plan, budget));
         }
     auto column = [](const std::vector<Reach>& runs, auto field) {
         std::vector<double> v;
@@ -427,6 +436,22 @@ std::string report(const Replay& rp, int seeds, double tolerance, const tuner::H
             a / std::max(1e-9, h));
         md << buf;
     }
+    std::snprintf(buf, sizeof buf,
+        "\nWhole sessions of %zu evaluations (screens included), median over %d seeds: device time, and the seeds "
+        "whose best full evaluation ended within %.0f%% of the exhaustive best:\n\n",
+        budget, seeds, tolerance * 100);
+    md << buf;
+    md << "| strategy | alone: device s | ended within | multi-fidelity: device s | full evaluations | ended within | "
+          "device time ratio |\n|---|---|---|---|---|---|---|\n";
+    for (const std::string& s : tuner::strategyNames()) {
+        const double a = quantile(column(wholeAlone[s], seconds), 0.5);
+        const double h = quantile(column(wholeHalving[s], seconds), 0.5);
+        std::snprintf(buf, sizeof buf, "| %s | %.3f | %td/%d | %.3f | %.1f | %td/%d | %.2fx less |\n", s.c_str(), a,
+            reached(wholeAlone[s]), seeds, h,
+            quantile(column(wholeHalving[s], [](const Reach& r) { return r.full; }), 0.5), reached(wholeHalving[s]),
+            seeds, a / std::max(1e-9, h));
+        md << buf;
+    }
     return md.str();
 }
 
@@ -438,6 +463,7 @@ int main(int argc, char** argv)
     int seeds = 10;
     bool withScreens = false;
     double tolerance = 0.03;
+    std::size_t budget = 60;
     tuner::HalvingPlan plan;
     plan.screens = { Fidelity { 5, 1 } };
     for (int i = 1; i < argc; ++i) {
@@ -471,10 +497,12 @@ int main(int argc, char** argv)
             plan.screens.front().screenShapes = std::stoi(value());
         else if (a == "--eta")
             plan.eta = std::stod(value());
+        else if (a == "--budget")
+            budget = static_cast<std::size_t>(std::max(1, std::stoi(value())));
         else {
             std::cerr
                 << "usage: kl_bench_tuner_search --db FILE [--problem NAME] [--seeds N] [--tolerance F] "
-                   "[--out FILE.md] [--screen-samples N] [--screen-shapes N] [--eta F]\n"
+                   "[--out FILE.md] [--screen-samples N] [--screen-shapes N] [--eta F] [--budget N]\n"
                    "       kl_bench_tuner_search --synthetic-sweep FILE [--landscape bowl|plateau|flat|rugged|ridge]\n"
                    "                             [--with-screens [--screen-samples N] [--screen-shapes N]]\n";
             return 2;
@@ -492,7 +520,7 @@ int main(int argc, char** argv)
             throw InputError("--seeds and --screen-samples must be at least 1");
         auto db = TuningDatabase::open(dbFile);
         const Replay rp = loadReplay(*db, problem, plan.screens.front());
-        const std::string md = report(rp, seeds, tolerance, plan);
+        const std::string md = report(rp, seeds, tolerance, plan, budget);
         std::cout << md;
         if (!outFile.empty()) {
             std::ofstream out(outFile);
