@@ -110,6 +110,11 @@ def session_whole(evals):
     return sum(e.get("device_ms", 0) for e in evals) / 1e3, max((full_objective(e) for e in evals), default=0)
 
 
+def med(runs, i):
+    """The median of field i over runs."""
+    return statistics.median(x[i] for x in runs)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--db", required=True)
@@ -154,7 +159,6 @@ def main():
         al, ha = modes.get("alone", []), modes.get("halving", [])
         if not al or not ha:
             continue
-        med = lambda xs, i: statistics.median(x[i] for x in xs)
         lines.append(
             f"| {s} | {med(al, 0):.3f} | {med(al, 1):.0f} | {sum(x[2] for x in al)}/{len(al)} | {med(ha, 0):.3f} | "
             f"{med(ha, 1):.0f} | {sum(x[2] for x in ha)}/{len(ha)} | {med(al, 0) / max(med(ha, 0), 1e-9):.2f}x less |")
@@ -173,7 +177,6 @@ def main():
         al, ha = modes.get("alone", []), modes.get("halving", [])
         if not al or not ha:
             continue
-        med = lambda xs, i: statistics.median(x[i] for x in xs)
         within = lambda xs: sum(x[1] >= target for x in xs)
         lines.append(
             f"| {s} | {med(al, 0):.3f} | {med(al, 1) / reference:.3f} | {within(al)}/{len(al)} | {med(ha, 0):.3f} | "

@@ -292,13 +292,41 @@ struct Reach {
     double eta = 0; // multi-fidelity: the promotion ratio of the first rung when it ended
 };
 
-// budget 0: until the first full evaluation within the tolerance (device time to the final best); budget N: N
-// evaluations, screens included (a whole session), reached saying whether its best ended within the tolerance.
-Reach reachAlone(
-    const Replay& rp, const std::string& strategy, std::uint64_t seed, double tolerance, std::size_t budget = 0)
+// One walk per seed gives both figures: toBest is the walk up to its first full evaluation within the tolerance (its
+// whole length when none comes), whole its first `budget` evaluations, screens included (a whole session; reached
+// saying whether its best ended within the tolerance).
+struct Walk {
+    Reach toBest, whole;
+    bool toBestDone = false, wholeDone = false;
+
+    // After each evaluation: true once both figures are taken.
+    bool record(const Reach& r, std::size_t budget)
+    {
+        if (!toBestDone && r.reached) {
+            toBest = r;
+            toBestDone = true;
+        }
+        if (!wholeDone && r.evaluations >= budget) {
+            whole = r;
+            wholeDone = true;
+        }
+        return toBestDone && wholeDone;
+    }
+    Walk& end(const Reach& r)
+    {
+        if (!toBestDone)
+            toBest = r;
+        if (!wholeDone)
+            whole = r;
+        return *this;
+    }
+};
+
+Walk walkAlone(const Replay& rp, const std::string& strategy, std::uint64_t seed, double tolerance, std::size_t budget)
 {
     auto st = tuner::makeStrategy(strategy, rp.space, seed);
     Reach r;
+    Walk w;
     while (!st->exhausted()) {
         const auto picks = st->next(1);
         if (picks.empty())
@@ -309,19 +337,20 @@ Reach reachAlone(
             r.deviceMs += fullMs(rp.records[i]);
             st->observe(i, rp.cost[i]);
             r.reached = r.reached || rp.cost[i] <= rp.best * (1 + tolerance);
-            if ((budget == 0 && r.reached) || (budget > 0 && r.evaluations >= budget))
-                return r;
+            if (w.record(r, budget))
+                return w;
         }
     }
-    return r;
+    return w.end(r);
 }
 
-Reach reachHalving(const Replay& rp, const std::string& strategy, std::uint64_t seed, double tolerance,
-    const tuner::HalvingPlan& plan, std::size_t budget = 0)
+Walk walkHalving(const Replay& rp, const std::string& strategy, std::uint64_t seed, double tolerance,
+    const tuner::HalvingPlan& plan, std::size_t budget)
 {
     tuner::MultiFidelitySearch search(tuner::makeStrategy(strategy, rp.space, seed), plan);
     std::mt19937_64 noise(seed * 0x9E3779B97F4A7C15ull + 17);
     Reach r;
+    Walk w;
     while (!search.exhausted()) {
         const auto trials = search.next(1);
         if (trials.empty())
@@ -341,11 +370,11 @@ Reach reachHalving(const Replay& rp, const std::string& strategy, std::uint64_t 
                     r.eta = search.etaAt(0);
                 }
             }
-            if ((budget == 0 && r.reached) || (budget > 0 && r.evaluations >= budget))
-                return r;
+            if (w.record(r, budget))
+                return w;
         }
     }
-    return r;
+    return w.end(r);
 }
 
 template <typename T> double quantile(std::vector<T> v, double q)
@@ -363,10 +392,12 @@ std::string report(const Replay& rp, int seeds, double tolerance, const tuner::H
     for (const std::string& s : tuner::strategyNames())
         for (int seed = 1; seed <= seeds; ++seed) {
             const auto u = static_cast<std::uint64_t>(seed);
-            alone[s].push_back(reachAlone(rp, s, u, tolerance));
-            halving[s].push_back(reachHalving(rp, s, u, tolerance, plan));
-            wholeAlone[s].push_back(reachAlone(rp, s, u, tolerance, budget));
-            wholeHalving[s].push_back(reachHalving(rp, s, u, tolerance, plan, budget));
+            const Walk a = walkAlone(rp, s, u, tolerance, budget);
+            const Walk h = walkHalving(rp, s, u, tolerance, plan, budget);
+            alone[s].push_back(a.toBest);
+            wholeAlone[s].push_back(a.whole);
+            halving[s].push_back(h.toBest);
+            wholeHalving[s].push_back(h.whole);
         }
     auto column = [](const std::vector<Reach>& runs, auto field) {
         std::vector<double> v;
