@@ -260,7 +260,7 @@ TEST(KernelSpecParams, ValuesFromOutsideMustBeDeclaredAndSatisfyTheConstraints)
         << error({ { "VEC", 3 } });
     EXPECT_NE(error({ { "VEC", 8 }, { "CACHE", 32 } }).find("CACHE=32 is not one of the values"), std::string::npos);
     const std::string violated = error({ { "MINTPR", 256 }, { "THREADS", 64 } });
-    EXPECT_NE(violated.find("constraint 'MINTPR <= THREADS' (line 12) does not hold"), std::string::npos) << violated;
+    EXPECT_NE(violated.find("constraint 'MINTPR <= THREADS' (line 13) does not hold"), std::string::npos) << violated;
     EXPECT_NE(violated.find("MINTPR=256"), std::string::npos) << violated;
 }
 
@@ -274,7 +274,7 @@ TEST(KernelSpecLimits, DeepOrLongAnnotationExpressionsAreAnErrorNamingTheLine)
         FAIL() << "accepted 6000 nested parentheses";
     } catch (const kl::InputError& e) {
         const std::string why = e.what();
-        EXPECT_EQ(why.rfind("line 13: @kl:constraint: expression '((((", 0), 0u) << why.substr(0, 200);
+        EXPECT_EQ(why.rfind("line 14: @kl:constraint: expression '((((", 0), 0u) << why.substr(0, 200);
         EXPECT_NE(why.find("nested more than 256 levels deep"), std::string::npos) << why.substr(0, 400);
         EXPECT_LT(why.size(), 400u);
     }
@@ -291,7 +291,7 @@ TEST(KernelSpecAgainstProblem, DefaultsMustSatisfyTheParameterConstraints)
     const kl::Problem problem = kl::loadProblem(kProblemsDir + "rmsnorm");
     const std::string source = replaced(rmsnormTemplate(), "VEC * CACHE <= 128", "VEC > 1000");
     const std::string why = specError(source, problem);
-    EXPECT_EQ(why, "line 13: @kl:constraint 'VEC > 1000' at the parameters' defaults: does not hold") << why;
+    EXPECT_EQ(why, "line 14: @kl:constraint 'VEC > 1000' at the parameters' defaults: does not hold") << why;
     // A constraint that names a dim may exclude the defaults at some shapes: the tuner filters per shape.
     EXPECT_EQ(specError(replaced(rmsnormTemplate(), "VEC * CACHE <= 128", "H % (VEC * CACHE * 64) == 0"), problem), "");
 }

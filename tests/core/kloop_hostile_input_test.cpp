@@ -110,7 +110,7 @@ TEST(KloopHostileInput, SessionNewRefusesATemplateConstraintNamingAnUnknownIdent
     writeText(p / "template.cu",
         replaced(kl::test::readTextFile(p / "template.cu"), "MINTPR <= THREADS", "MINTPR <= THREDS"));
     expectRefused(runKloop({ "session", "new", (tmp.path() / "s").string(), "--problem", p.string() }, {}, tmp.path()),
-        "typo/template.cu: line 12: @kl:constraint 'MINTPR <= THREDS' names 'THREDS'");
+        "typo/template.cu: line 13: @kl:constraint 'MINTPR <= THREDS' names 'THREDS'");
 }
 
 #if KL_FEATURE_CUDA
@@ -121,13 +121,13 @@ TEST(KloopHostileInput, EvalRefusesCandidatesWhoseAnnotationsDoNotFitTheProblem)
     const std::string tmpl = kl::test::readTextFile(kSource / "kernels/problems/rmsnorm/template.cu");
     const std::vector<std::pair<std::string, std::string>> cases = {
         { replaced(tmpl, "VEC * CACHE <= 128", "VEC * NOPE <= 128"),
-            "line 13: @kl:constraint 'VEC * NOPE <= 128' names 'NOPE'" },
+            "line 14: @kl:constraint 'VEC * NOPE <= 128' names 'NOPE'" },
         { replaced(tmpl, "grid=(ceil_div(T, THREADS /", "grid=(ceil_div(T, BOGUS) + 0 * ceil_div(T, THREADS /"),
             "names 'BOGUS'" },
         { replaced(tmpl, "args=(y, x, w, T, H, eps)", "args=(y, x)"),
             "@kl:launch passes 2 arguments to rmsnorm_template" },
         { replaced(tmpl, "grid=(", "grid=(" + std::string(5000, '(') + "1" + std::string(5000, ')') + " * "),
-            "line 14: grid: expression '((((" },
+            "line 16: grid: expression '((((" },
         { replaced(tmpl, "VEC * CACHE <= 128", nested(5000, "VEC * CACHE <= 128")),
             "nested more than 256 levels deep" },
     };
@@ -147,10 +147,10 @@ TEST(KloopHostileInput, EvalRefusesParamsThatAreUndeclaredOrOutsideTheirValues)
 {
     kl::test::TempDir tmp;
     const std::vector<std::pair<std::string, std::string>> cases = {
-        { "BOGUS=3", "parameter 'BOGUS' is not declared (declared: THREADS, VEC, CACHE, MINTPR, MINB)" },
+        { "BOGUS=3", "parameter 'BOGUS' is not declared (declared: THREADS, VEC, CACHE, MINTPR, MINB, PRELOAD_W)" },
         { "VEC=3", "VEC=3 is not one of the values declared on line 8 [2, 4, 8]" },
         { "VEC=8,CACHE=32", "CACHE=32 is not one of the values declared on line 9" },
-        { "THREADS=64,MINTPR=256", "constraint 'MINTPR <= THREADS' (line 12) does not hold" },
+        { "THREADS=64,MINTPR=256", "constraint 'MINTPR <= THREADS' (line 13) does not hold" },
     };
     for (const auto& [params, message] : cases) {
         const ProcessResult r

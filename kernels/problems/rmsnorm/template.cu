@@ -9,8 +9,10 @@
 // @kl:param CACHE = 4 in [1, 2, 4, 8, 16]
 // @kl:param MINTPR = 32 in [32, 64, 128, 256]
 // @kl:param MINB = 1 in [1, 2]
+// @kl:param PRELOAD_W = 0 in [0, 1]
 // @kl:constraint MINTPR <= THREADS
 // @kl:constraint VEC * CACHE <= 128
+// @kl:constraint PRELOAD_W == 0 || VEC * CACHE <= 32
 // @kl:launch rmsnorm_template grid=(ceil_div(T, THREADS / min(THREADS, max(MINTPR, next_pow2(ceil_div(H, VEC * CACHE)))))) block=(THREADS) smem=0 args=(y, x, w, T, H, eps)
 
 template <int N>
@@ -19,9 +21,8 @@ struct alignas(2 * N) BVec {
 };
 using V = BVec<VEC>;
 
-__device__ __forceinline__ void normalize(V* yr, const V* wv, const V& v, int i, float inv)
+__device__ __forceinline__ void normalize(V* yr, const V& wk, const V& v, int i, float inv)
 {
-    const V wk = wv[i];
     V out;
 #pragma unroll
     for (int k = 0; k < VEC; ++k)
@@ -51,6 +52,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
     // the write, earlier ones (rows longer than the configuration holds) are read again.
     const int chunkStep = CACHE * tpr;
     V cache[CACHE];
+    // PRELOAD_W loads the first chunk's weights beside x, not after the reduction: at decode sizes that second
+    // dependent round trip to memory is a large part of the kernel (H100, T=16: 4.4 -> 3.6 us), but at prefill sizes
+    // it was 10% slower (T=16384: 180 -> 200 us), so it is a parameter the decode regime can pick.
+    constexpr bool kEarlyW = PRELOAD_W;
+    V wFirst[kEarlyW ? CACHE : 1];
+    if constexpr (kEarlyW) {
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c)
+            if (active && lane + c * tpr < nvec)
+                wFirst[c] = wv[lane + c * tpr];
+    }
     float ss = 0.f;
     int last = lane;
     for (int f = lane;; f += chunkStep) {
@@ -87,8 +99,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
     const float inv = rsqrtf(ss / (float)H + eps);
 #pragma unroll
     for (int c = 0; c < CACHE; ++c)
-        if (active && last + c * tpr < nvec)
-            normalize(yr, wv, cache[c], last + c * tpr, inv);
+        if (active && last + c * tpr < nvec) {
+            V wk;
+            if (kEarlyW && last == lane)
+                wk = wFirst[c];
+            else
+                wk = wv[last + c * tpr];
+            normalize(yr, wk, cache[c], last + c * tpr, inv);
+        }
     for (int f = lane; f < last; f += chunkStep) {
 #pragma unroll
         for (int c = 0; c < CACHE; ++c)
@@ -97,6 +115,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
 #pragma unroll
         for (int c = 0; c < CACHE; ++c)
             if (f + c * tpr < nvec)
-                normalize(yr, wv, cache[c], f + c * tpr, inv);
+                normalize(yr, wv[f + c * tpr], cache[c], f + c * tpr, inv);
     }
 }
