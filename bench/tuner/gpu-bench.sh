@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tuner benchmarks on the GPU; scripts/gpu-check runs it as: gpu-bench.sh OUTDIR (BUILD_DIR set).
-#  1. One exhaustive sweep of rmsnorm (510 valid configurations) at KL_TUNER_SWEEP_SHAPES (default a decode and a
-#     prefill shape) into a tuning database, with the full timing protocol (KL_TUNER_SWEEP_PROTOCOL=quick: --quick).
+#  1. One exhaustive sweep of rmsnorm (918 valid configurations; 510 before PRELOAD_W) at KL_TUNER_SWEEP_SHAPES
+#     (default a decode and a prefill shape) into a tuning database, with the full timing protocol
+#     (KL_TUNER_SWEEP_PROTOCOL=quick: --quick).
 #  2. A screen sweep per fidelity of KL_TUNER_SCREEN (samples x shapes, default "5x1 5x2"): every configuration
 #     screened on the GPU into the same database, so the replay prices screens by what they cost and ranks by what
 #     they measured. Then search efficiency replayed from that database (no further GPU time): evaluations to
