@@ -444,17 +444,19 @@ TEST_F(DsaIndexerSm90Gpu, DroppingATokenOrAPageIsCaught)
 
 // SPLIT = 1 (the plain kernel), and 2, 4 and 8 blocks per row where the rows leave SMs idle: decode points that give
 // T = 16, H = 8192 one row per block, a ragged last slice (H = 5128), a slice read in chunks; the prefill shapes run
-// the plain kernel at every point. The timings print against the baseline. On the H200 these decode points gain 4-7x
-// at T = 16 (split over a cluster) and 1.5-2.5x at T = 256 (whose 256 row blocks fill the SMs unsplit, with threads
-// sized for a slice): the referee's single-shape review of the decode regime, which this test allows; it asserts
-// the results.
+// the plain kernel at every point; PRELOAD_W's weights, whole-row and chunked. The timings print against the baseline.
+// On the H200 these decode points gain 4-7x at T = 16 (split over a cluster) and 1.5-2.5x at T = 256 (whose 256 row
+// blocks fill the SMs unsplit, with threads sized for a slice): the referee's single-shape review of the decode regime,
+// which this test allows; it asserts the results.
 TEST_F(RmsnormSm90Gpu, ClusterSplitTemplatePassesAcrossItsSpace)
 {
     for (const kl::ParamValues& p :
         { kl::ParamValues {}, kl::ParamValues { { "SPLIT", 8 }, { "THREADS", 128 }, { "CACHE", 1 }, { "MINTPR", 128 } },
             kl::ParamValues { { "SPLIT", 8 }, { "THREADS", 64 }, { "CACHE", 2 }, { "MINTPR", 64 } },
             kl::ParamValues { { "SPLIT", 4 }, { "THREADS", 64 }, { "CACHE", 1 }, { "MINTPR", 64 } },
-            kl::ParamValues { { "SPLIT", 2 }, { "THREADS", 512 }, { "VEC", 2 }, { "CACHE", 16 } } })
+            kl::ParamValues { { "SPLIT", 2 }, { "THREADS", 512 }, { "VEC", 2 }, { "CACHE", 16 } },
+            kl::ParamValues { { "SPLIT", 4 }, { "PRELOAD_W", 1 } },
+            kl::ParamValues { { "SPLIT", 2 }, { "THREADS", 64 }, { "VEC", 4 }, { "CACHE", 8 }, { "PRELOAD_W", 1 } } })
         expectCorrect(p, { "physics.single-shape-speedup" });
 }
 

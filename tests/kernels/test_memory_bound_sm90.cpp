@@ -134,10 +134,11 @@ TEST_F(RmsnormSm90, OneKernelPerShapeCoversEveryRowAndEverySliceOfIt)
 // at decode points (one row per block of a slice, a slice read in chunks, a ragged last slice at VEC = 2).
 TEST_F(RmsnormSm90, CompilesForSm90aWithoutSpillsAndCombinesThroughTheClusterWhenSplit)
 {
-    const std::vector<kl::ParamValues> points
-        = { {}, { { "SPLIT", 8 }, { "THREADS", 128 }, { "CACHE", 1 }, { "MINTPR", 128 } },
-              { { "SPLIT", 4 }, { "THREADS", 64 }, { "CACHE", 2 }, { "MINTPR", 64 } },
-              { { "SPLIT", 2 }, { "THREADS", 512 }, { "VEC", 2 }, { "CACHE", 16 } } };
+    const std::vector<kl::ParamValues> points = { {},
+        { { "SPLIT", 8 }, { "THREADS", 128 }, { "CACHE", 1 }, { "MINTPR", 128 } },
+        { { "SPLIT", 4 }, { "THREADS", 64 }, { "CACHE", 2 }, { "MINTPR", 64 } },
+        { { "SPLIT", 2 }, { "THREADS", 512 }, { "VEC", 2 }, { "CACHE", 16 } }, { { "SPLIT", 4 }, { "PRELOAD_W", 1 } },
+        { { "SPLIT", 2 }, { "VEC", 2 }, { "CACHE", 16 }, { "PRELOAD_W", 1 } } };
     const auto ptx = compileWithoutSpills(points);
     ASSERT_EQ(ptx.size(), points.size());
     for (std::size_t i = 0; i < ptx.size(); ++i) {

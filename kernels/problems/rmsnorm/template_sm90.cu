@@ -90,10 +90,10 @@ __device__ __forceinline__ void rmsnorm_split(__nv_bfloat16* __restrict__ y, con
     V cache[CACHE];
     // PRELOAD_W loads the first chunk's weights beside x, not after the reduction: at decode sizes that second
     // dependent round trip to memory is a large part of the kernel (H100, T=16: 4.4 -> 3.6 us), but at prefill sizes
-    // it was 10% slower (T=16384: 180 -> 200 us), so it is a parameter the decode regime can pick.
-    constexpr bool kEarlyW = PRELOAD_W;
-    V wFirst[kEarlyW ? CACHE : 1];
-    if constexpr (kEarlyW) {
+    // it was 10% slower (T=16384: 180 -> 200 us; at the defaults 72 -> 98 registers, one block fewer per SM), so it
+    // is a parameter the decode regime can pick.
+    V wFirst[PRELOAD_W ? CACHE : 1];
+    if constexpr (PRELOAD_W != 0) {
 #pragma unroll
         for (int c = 0; c < CACHE; ++c)
             if (active && lane + c * tpr < nvec)
@@ -151,7 +151,7 @@ __device__ __forceinline__ void rmsnorm_split(__nv_bfloat16* __restrict__ y, con
     for (int c = 0; c < CACHE; ++c)
         if (active && last + c * tpr < nvec) {
             V wk;
-            if (kEarlyW && last == lane)
+            if (PRELOAD_W && last == lane)
                 wk = wFirst[c];
             else
                 wk = wv[last + c * tpr];
