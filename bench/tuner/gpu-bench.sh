@@ -12,6 +12,7 @@
 #     then the best kernel against the naive baseline (timed interleaved by the harness), PyTorch eager,
 #     torch.compile and the measured copy bandwidth at the same shapes.
 #     For rmsnorm, softmax and silu_and_mul a second session tunes the large (prefill) shapes only.
+#     `kloop session regimes` on each session writes regimes-<problem>.txt: where its per-shape winners change.
 #  4. Peers, in one run with one timer (torch_baselines.py --liger --bundles): each session's best exported
 #     (`kloop export`), its PyTorch op timed beside eager, torch.compile and Liger-Kernel (requirements-peers.txt;
 #     on a machine without PyPI carry the wheel in .whl/), graph-replayed at the decode shapes; peer_table.py
@@ -84,6 +85,7 @@ for p in $PROBLEMS; do
             2>"$OUT/$p-large.err" || rc=1
         tail -n 1 "$OUT/$p-large-events.jsonl"; tail -n 3 "$OUT/$p-large.err"
     fi
+    [[ -f "$OUT/sessions/$p/journal.jsonl" ]] && "$KLOOP" session regimes "$OUT/sessions/$p" >"$OUT/regimes-$p.txt" 2>&1
 done
 
 echo "== export each session's best for the peer comparison"

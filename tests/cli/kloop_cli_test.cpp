@@ -8,6 +8,7 @@
 #include "tests/support/kloop_process.h"
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
@@ -532,6 +533,57 @@ TEST_F(KloopCli, RegimesRunKeepsABestPerRegimeShowsThemAndExportsTheDispatcher)
         = kloop({ "export", dir.string(), "--out", (scratch / "one").string(), "--candidate", *winners[1].winner });
     ASSERT_EQ(one.exitCode, 0) << one.out << one.err;
     EXPECT_TRUE(fs::exists(scratch / "one" / "include" / "kl_rmsnorm.h"));
+}
+
+// `kloop session regimes` on a real session: the test double's candidates are faster or slower by one efficiency at
+// every shape, so their per-shape winners never change and one regime serves, whatever the minimum gain.
+TEST_F(KloopCli, SessionRegimesFindsNoSplitWhereThePerShapeWinnersAgree)
+{
+    const fs::path dir = scratch / "learn";
+    const ProcessResult run = kloop({ "run", "--problem", "rmsnorm", "--agent", "tuner:random", "--budget", "5",
+        "--session", dir.string(), "--seed", "11" });
+    ASSERT_EQ(run.exitCode, 0) << run.out << run.err;
+    const kl::Session s = kl::SessionStore::load(dir);
+    const ProcessResult learned = kloop({ "session", "regimes", dir.string(), "--min-gain", "0", "--json" });
+    ASSERT_EQ(learned.exitCode, 0) << learned.err;
+    const auto j = nlohmann::json::parse(learned.out);
+    // The single best is the highest geometric mean over the visible tuning shapes.
+    std::string best;
+    double bestMean = 0;
+    int correct = 0;
+    for (const auto& [id, e] : s.evaluations) {
+        double logSum = 0;
+        int timed = 0;
+        for (const kl::ShapeResult& r : e.shapes)
+            if (!r.heldOut && r.speedup > 0) {
+                logSum += std::log(r.speedup);
+                ++timed;
+            }
+        if (!e.correctEverywhere() || timed == 0)
+            continue;
+        ++correct;
+        if (std::exp(logSum / timed) > bestMean) {
+            bestMean = std::exp(logSum / timed);
+            best = id;
+        }
+    }
+    EXPECT_EQ(j.at("configurations").get<int>(), correct);
+    EXPECT_GE(correct, 2);
+    EXPECT_EQ(j.at("single_best"), best);
+    EXPECT_NEAR(j.at("single_objective").get<double>(), bestMean, 1e-9);
+    EXPECT_EQ(j.at("regimes").size(), 1u);
+    EXPECT_EQ(j.at("regimes")[0].at("when"), "1");
+    EXPECT_EQ(j.at("problem_json"), nlohmann::json::array());
+    EXPECT_DOUBLE_EQ(j.at("objective").get<double>(), j.at("single_objective").get<double>());
+    const ProcessResult text = kloop({ "session", "regimes", dir.string() });
+    ASSERT_EQ(text.exitCode, 0) << text.err;
+    EXPECT_NE(text.out.find("one regime serves the tuning shapes"), std::string::npos) << text.out;
+
+    EXPECT_EQ(kloop({ "session", "regimes" }).exitCode, 2);
+    EXPECT_EQ(kloop({ "session", "regimes", dir.string(), "--max-regimes", "0" }).exitCode, 2);
+    const ProcessResult missing = kloop({ "session", "regimes", (scratch / "nothing").string() });
+    EXPECT_EQ(missing.exitCode, 1);
+    EXPECT_NE(missing.err.find("nothing"), std::string::npos) << missing.err;
 }
 
 TEST_F(KloopCli, RegimesTheSingleSettingRunsOneObjective)

@@ -1,0 +1,100 @@
+// kloop session regimes: the shape regimes a session's measurements suggest, where its per-shape winners change.
+#include "cli/command.h"
+#include "core/catalogue.h"
+#include "core/json_io.h"
+#include "core/regime_split.h"
+#include "core/session_store.h"
+
+#include <cstdio>
+#include <iostream>
+
+namespace kl::cli {
+namespace {
+
+    std::string speedup(double x)
+    {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.3fx", x);
+        return buf;
+    }
+
+    std::string shapesText(const std::vector<Shape>& shapes)
+    {
+        std::string text;
+        for (const Shape& s : shapes)
+            text += (text.empty() ? "" : " ") + s.label();
+        return text;
+    }
+
+    int runSessionRegimes(const Args& a)
+    {
+        if (a.positionals().size() != 1) {
+            std::cerr << "usage: kloop session regimes SESSION [--max-regimes N] [--min-gain PCT] [--problem "
+                         "NAME|DIR] [--json]\n";
+            return kExitUsage;
+        }
+        RegimeSplitOptions o;
+        o.maxRegimes = static_cast<int>(a.integer("max-regimes", o.maxRegimes, 1, 16));
+        o.minGain = a.real("min-gain", o.minGain * 100, 0, 1000) / 100;
+        try {
+            LoadReport report;
+            const Session s = SessionStore::load(a.positionals()[0], &report);
+            for (const auto& w : report.warnings)
+                std::cerr << "warning: " << w << "\n";
+            const Problem problem
+                = loadProblem(findSessionProblemFolder(s, a.option("problem"), a.positionals()[0]).string());
+            const RegimeSplit split = learnRegimes(problem, s, o);
+            if (a.has("json")) {
+                Json regimes = Json::array();
+                for (const LearnedRegime& r : split.regimes) {
+                    Json shapes = Json::array();
+                    for (const Shape& sh : r.shapes)
+                        shapes.push_back(sh.label());
+                    regimes.push_back({ { "name", r.name }, { "when", r.condition }, { "shapes", shapes },
+                        { "best", r.best }, { "objective", r.objective }, { "single_objective", r.singleObjective } });
+                }
+                std::cout << Json { { "gpu", split.gpu }, { "configurations", split.configurations },
+                    { "single_best", split.singleBest }, { "single_objective", split.singleObjective },
+                    { "objective", split.objective }, { "regimes", regimes },
+                    { "problem_json", Json::parse(regimesJson(split)) } }
+                                 .dump(2)
+                          << "\n";
+                return kExitOk;
+            }
+            std::cout << "session " << s.id << " (" << problem.name << "): " << split.configurations
+                      << " configurations timed at every tuning shape on " << split.gpu << "\n"
+                      << "one configuration everywhere: " << split.singleBest << " at "
+                      << speedup(split.singleObjective) << " over the baseline\n";
+            if (split.regimes.size() == 1) {
+                std::cout << "no split raises that by " << o.minGain * 100
+                          << "% or more: one regime serves the tuning shapes\n";
+                return kExitOk;
+            }
+            std::cout << "a best per regime: " << speedup(split.objective) << " ("
+                      << speedup(split.objective / split.singleObjective) << " the single configuration)\n";
+            for (const LearnedRegime& r : split.regimes)
+                std::cout << "  " << r.name << " (" << r.condition << "): " << r.best << " " << speedup(r.objective)
+                          << " vs " << speedup(r.singleObjective) << " at " << shapesText(r.shapes) << "\n";
+            std::cout << "problem.json \"regimes\": " << regimesJson(split) << "\n"
+                      << "a session with these regimes verifies each winner on held-out shapes drawn inside it\n";
+            return kExitOk;
+        } catch (const std::exception& e) {
+            std::cerr << "kloop session regimes: " << e.what() << "\n";
+            return kExitFailure;
+        }
+    }
+
+    const CommandRegistration reg { { "session regimes",
+        "suggest shape regimes from where a session's per-shape winners change",
+        "kloop session regimes SESSION [--max-regimes N] [--min-gain PCT] [--problem NAME|DIR] [--json]\n"
+        "Takes the session's correct, fully timed configurations (screens and referee-flagged ones left out, on the\n"
+        "GPU model that timed most of it) and splits the tuning shapes along one dim at a time, as a decision tree of\n"
+        "thresholds, so that each part gets its own best configuration. A split is kept while it raises the weighted\n"
+        "geometric-mean speedup by --min-gain percent (default 2), up to --max-regimes parts (default 3). Cuts lie\n"
+        "midway between neighbouring tuning values (geometrically for log-uniform dims, on a power of two near it).\n"
+        "Prints each regime's condition, winner and speedup against the single best, and the problem.json \"regimes\"\n"
+        "array; a session of the problem with those regimes tunes and verifies each one on its own.",
+        { "json" }, { "max-regimes", "min-gain", "problem" }, &runSessionRegimes } };
+
+} // namespace
+} // namespace kl::cli

@@ -1,0 +1,266 @@
+#include "core/regime_split.h"
+
+#include "core/errors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+
+namespace kl {
+namespace {
+
+    // A part of the range: for each dim split so far, the shapes above `above` and up to `upTo`.
+    struct Bounds {
+        std::map<std::string, std::int64_t> above;
+        std::map<std::string, std::int64_t> upTo;
+    };
+
+    struct Part {
+        Bounds bounds;
+        std::vector<std::size_t> shapes; // indices into the tuning shapes
+        std::size_t best = 0; // index into the configurations
+        double logObjective = 0; // weighted mean log speedup of best over the part's shapes
+    };
+
+    struct Configurations {
+        std::vector<CandidateId> ids;
+        std::vector<std::vector<double>> logSpeedup; // [configuration][tuning shape]
+    };
+
+    // Trusted for a split: fully timed, correct everywhere, and rejected (if at all) only by the loop's own
+    // comparison with the best; a referee flag counts once the engineer accepted the candidate.
+    bool trusted(const Candidate& c, const Evaluation& e)
+    {
+        if (e.fidelity.screen() || !e.correctEverywhere())
+            return false;
+        if (e.verdict == Verdict::CompileFailed || e.verdict == Verdict::Crashed || e.verdict == Verdict::TimedOut)
+            return false;
+        for (const VerdictReason& r : e.reasons)
+            if (r.rule.rfind("decide.", 0) != 0 && c.status != CandidateStatus::Accepted)
+                return false;
+        return true;
+    }
+
+    std::string gpuOf(const Session& s, const Evaluation& e)
+    {
+        return e.measuredOn.gpu.empty() ? s.device.name : e.measuredOn.gpu;
+    }
+
+    Configurations collect(
+        const Session& s, const std::vector<Shape>& shapes, const std::string& gpu, const std::string& problemName)
+    {
+        Configurations out;
+        for (const CandidateId& id : s.tree.order()) {
+            const auto it = s.evaluations.find(id);
+            if (it == s.evaluations.end() || !trusted(s.tree.at(id), it->second) || gpuOf(s, it->second) != gpu)
+                continue;
+            std::vector<double> logs;
+            for (const Shape& want : shapes) {
+                const auto r = std::find_if(it->second.shapes.begin(), it->second.shapes.end(),
+                    [&](const ShapeResult& sr) { return !sr.heldOut && sr.shape == want && sr.speedup > 0; });
+                if (r == it->second.shapes.end())
+                    break;
+                logs.push_back(std::log(r->speedup));
+            }
+            if (logs.size() != shapes.size())
+                continue;
+            out.ids.push_back(id);
+            out.logSpeedup.push_back(std::move(logs));
+        }
+        if (out.ids.empty())
+            throw InputError("session " + s.id + ": no configuration of " + problemName + " on " + gpu
+                + " is correct and fully timed at every tuning shape, so there is nothing to split");
+        return out;
+    }
+
+    void chooseBest(Part& p, const Configurations& c, const std::vector<Shape>& shapes)
+    {
+        double weight = 0;
+        for (std::size_t i : p.shapes)
+            weight += shapes[i].weight;
+        p.logObjective = -INFINITY;
+        for (std::size_t k = 0; k < c.ids.size(); ++k) {
+            double sum = 0;
+            for (std::size_t i : p.shapes)
+                sum += shapes[i].weight * c.logSpeedup[k][i];
+            if (sum / weight > p.logObjective) {
+                p.logObjective = sum / weight;
+                p.best = k;
+            }
+        }
+    }
+
+    double totalLog(const std::vector<Part>& parts, const std::vector<Shape>& shapes)
+    {
+        double sum = 0, weight = 0;
+        for (const Part& p : parts)
+            for (std::size_t i : p.shapes) {
+                sum += shapes[i].weight * p.logObjective;
+                weight += shapes[i].weight;
+            }
+        return sum / weight;
+    }
+
+    // Where to cut between two neighbouring tuning values lo < hi: the middle (geometric for log-uniform dims),
+    // on a power of two when one lies near it, and on the dim's multiple.
+    std::int64_t cutBetween(const DimSpec& d, std::int64_t lo, std::int64_t hi)
+    {
+        const std::int64_t m = std::max<std::int64_t>(d.multipleOf, 1);
+        const double mid = d.logUniform ? std::sqrt(static_cast<double>(lo) * static_cast<double>(hi)) : (lo + hi) / 2.0;
+        if (d.logUniform) {
+            const double p = std::exp2(std::round(std::log2(mid)));
+            const auto pi = static_cast<std::int64_t>(p);
+            if (pi >= lo && pi < hi && pi % m == 0)
+                return pi;
+        }
+        const std::int64_t t = static_cast<std::int64_t>(std::floor(mid / static_cast<double>(m))) * m;
+        return std::clamp(t, lo, hi - 1);
+    }
+
+    std::string conditionOf(const Bounds& b)
+    {
+        std::map<std::string, std::string> byDim; // dims in name order, lower bound first
+        for (const auto& [dim, v] : b.above)
+            byDim[dim] = dim + " > " + std::to_string(v);
+        for (const auto& [dim, v] : b.upTo)
+            byDim[dim] += (byDim[dim].empty() ? "" : " && ") + dim + " <= " + std::to_string(v);
+        std::string text;
+        for (const auto& [dim, atoms] : byDim)
+            text += (text.empty() ? "" : " && ") + atoms;
+        return text.empty() ? "1" : text;
+    }
+
+    std::string nameOf(const Bounds& b, std::size_t index)
+    {
+        std::map<std::string, std::string> byDim;
+        auto lower = [](std::string s) {
+            std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
+            return s;
+        };
+        for (const auto& [dim, v] : b.above)
+            byDim[dim] = lower(dim) + "_gt_" + std::to_string(v);
+        for (const auto& [dim, v] : b.upTo)
+            byDim[dim] += (byDim[dim].empty() ? "" : "_") + lower(dim) + "_le_" + std::to_string(v);
+        std::string name;
+        for (const auto& [dim, atoms] : byDim)
+            name += (name.empty() ? "" : "_") + atoms;
+        if (name.empty())
+            return "all";
+        const bool usable = name.size() <= 32 && name[0] >= 'a' && name[0] <= 'z'
+            && std::all_of(name.begin(), name.end(),
+                [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+        return usable ? name : "regime" + std::to_string(index + 1);
+    }
+
+    // The best split of any part along any dim, or none when nothing splits.
+    std::optional<std::vector<Part>> bestSplit(const std::vector<Part>& parts, const Problem& problem,
+        const Configurations& c, const std::vector<Shape>& shapes)
+    {
+        std::optional<std::vector<Part>> best;
+        double bestLog = -INFINITY;
+        for (std::size_t pi = 0; pi < parts.size(); ++pi)
+            for (const DimSpec& d : problem.dims) {
+                if (d.constant)
+                    continue;
+                std::vector<std::int64_t> values;
+                for (std::size_t i : parts[pi].shapes)
+                    values.push_back(shapes[i].dims.at(d.name));
+                std::sort(values.begin(), values.end());
+                values.erase(std::unique(values.begin(), values.end()), values.end());
+                for (std::size_t v = 0; v + 1 < values.size(); ++v) {
+                    const std::int64_t cut = cutBetween(d, values[v], values[v + 1]);
+                    Part low { parts[pi].bounds, {}, 0, 0 }, high { parts[pi].bounds, {}, 0, 0 };
+                    low.bounds.upTo[d.name] = cut;
+                    high.bounds.above[d.name] = cut;
+                    for (std::size_t i : parts[pi].shapes)
+                        (shapes[i].dims.at(d.name) <= cut ? low : high).shapes.push_back(i);
+                    chooseBest(low, c, shapes);
+                    chooseBest(high, c, shapes);
+                    std::vector<Part> next = parts;
+                    next[pi] = std::move(low);
+                    next.insert(next.begin() + static_cast<std::ptrdiff_t>(pi) + 1, std::move(high));
+                    const double l = totalLog(next, shapes);
+                    if (l > bestLog) {
+                        bestLog = l;
+                        best = std::move(next);
+                    }
+                }
+            }
+        return best;
+    }
+
+} // namespace
+
+RegimeSplit learnRegimes(const Problem& problem, const Session& session, const RegimeSplitOptions& options)
+{
+    std::vector<Shape> shapes;
+    for (const Shape& s : problem.tuningShapes)
+        shapes.push_back(problem.withConstants(s));
+    if (shapes.empty())
+        throw InputError(problem.name + ": the problem has no tuning shapes to split");
+
+    // The GPU model that timed most of the session: one model's speedups are comparable with each other.
+    std::map<std::string, int> perGpu;
+    for (const auto& [id, e] : session.evaluations)
+        if (!e.fidelity.screen() && !e.shapes.empty())
+            ++perGpu[gpuOf(session, e)];
+    RegimeSplit out;
+    out.gpu = session.device.name;
+    int most = 0;
+    for (const auto& [gpu, n] : perGpu)
+        if (n > most) {
+            most = n;
+            out.gpu = gpu;
+        }
+    const Configurations c = collect(session, shapes, out.gpu, problem.name);
+    out.configurations = static_cast<int>(c.ids.size());
+
+    Part whole;
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+        whole.shapes.push_back(i);
+    chooseBest(whole, c, shapes);
+    out.singleBest = c.ids[whole.best];
+    out.singleObjective = std::exp(whole.logObjective);
+
+    std::vector<Part> parts { whole };
+    while (static_cast<int>(parts.size()) < std::max(1, options.maxRegimes)) {
+        std::optional<std::vector<Part>> next = bestSplit(parts, problem, c, shapes);
+        // Strictly above the minimum (and above rounding): a split that changes no winner is not one.
+        if (!next || totalLog(*next, shapes) - totalLog(parts, shapes) <= std::log1p(options.minGain) + 1e-12)
+            break;
+        parts = std::move(*next);
+    }
+    out.objective = std::exp(totalLog(parts, shapes));
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+        const Part& p = parts[k];
+        LearnedRegime r;
+        r.name = nameOf(p.bounds, k);
+        r.condition = conditionOf(p.bounds);
+        for (std::size_t i : p.shapes)
+            r.shapes.push_back(shapes[i]);
+        r.best = c.ids[p.best];
+        r.objective = std::exp(p.logObjective);
+        double sum = 0, weight = 0;
+        for (std::size_t i : p.shapes) {
+            sum += shapes[i].weight * c.logSpeedup[whole.best][i];
+            weight += shapes[i].weight;
+        }
+        r.singleObjective = std::exp(sum / weight);
+        out.regimes.push_back(std::move(r));
+    }
+    return out;
+}
+
+std::string regimesJson(const RegimeSplit& split)
+{
+    nlohmann::json a = nlohmann::json::array();
+    if (split.regimes.size() > 1)
+        for (const LearnedRegime& r : split.regimes)
+            a.push_back({ { "name", r.name }, { "when", r.condition } });
+    return a.dump();
+}
+
+} // namespace kl

@@ -1,0 +1,44 @@
+#pragma once
+// Regimes learned from a session: where its per-shape winners change. The session's correct, fully timed
+// configurations give a speedup at every tuning shape; splitting the shapes along one dim at a time (a decision
+// tree of thresholds) so that each part takes its own best configuration raises the weighted geometric mean.
+// Splits are kept while each raises it by at least minGain; the parts become problem.json "regimes" for the next
+// session, which verifies each part's winner on held-out shapes drawn inside it.
+#include "core/problem.h"
+#include "core/session.h"
+
+#include <string>
+#include <vector>
+
+namespace kl {
+
+struct RegimeSplitOptions {
+    int maxRegimes = 3; // at least 1
+    double minGain = 0.02; // a split must raise the whole-range objective by this fraction
+};
+
+struct LearnedRegime {
+    std::string name; // a lower-case C identifier built from the condition ("r_gt_256_c_le_8192"); "all" unsplit
+    std::string condition; // over the problem's dims; "1" for the whole range
+    std::vector<Shape> shapes; // the tuning shapes inside it
+    CandidateId best; // the configuration with the highest weighted geometric-mean speedup over those shapes
+    double objective = 0; // that speedup
+    double singleObjective = 0; // the whole range's single best there
+};
+
+struct RegimeSplit {
+    std::string gpu; // the GPU model whose measurements were used (a session may hold several)
+    int configurations = 0; // correct, fully timed evaluations on that GPU with a speedup at every tuning shape
+    CandidateId singleBest;
+    double singleObjective = 0; // the single best over every tuning shape
+    double objective = 0; // every shape under its regime's best
+    std::vector<LearnedRegime> regimes; // a partition of the range, in the order a dispatcher tests them
+};
+
+// Throws InputError when the session has no configuration timed at every tuning shape of the problem.
+RegimeSplit learnRegimes(const Problem& problem, const Session& session, const RegimeSplitOptions& options = {});
+
+// The regimes as problem.json's "regimes" array.
+std::string regimesJson(const RegimeSplit& split);
+
+} // namespace kl

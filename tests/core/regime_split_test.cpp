@@ -1,0 +1,189 @@
+// Regimes learned from where a session's per-shape winners change (issue 20): kloop session regimes.
+#include "core/errors.h"
+#include "core/json_io.h"
+#include "core/regime_split.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+using namespace kl;
+
+namespace {
+
+// Softmax-like: rows R and columns C. Shape 0 is told apart by R alone, shape 2 by C alone.
+Problem rowsAndColumns()
+{
+    return problemFromJson(Json::parse(R"JSON({
+      "name": "rows", "dims": [{"name": "R", "min": 1, "max": 65536},
+                               {"name": "C", "min": 32, "max": 131072, "multiple_of": 8}],
+      "tensors": [{"name": "y", "dtype": "f16", "shape": ["R", "C"], "role": "output"},
+                  {"name": "x", "dtype": "f16", "shape": ["R", "C"], "role": "input"}],
+      "tuning_shapes": [{"dims": {"R": 16, "C": 65536}}, {"dims": {"R": 4096, "C": 65536}},
+                        {"dims": {"R": 4096, "C": 4096}}, {"dims": {"R": 1024, "C": 131072}}],
+      "verify_shapes": [{"dims": {"R": 1, "C": 32}}]})JSON"),
+        "rows.json");
+}
+
+struct Recorded {
+    std::vector<double> speedups; // one per tuning shape, in order
+    Fidelity fidelity {};
+    std::vector<VerdictReason> reasons {};
+    CandidateStatus status = CandidateStatus::Rejected;
+    bool wrongHeldOut = false;
+    std::string gpu = "NVIDIA H200";
+};
+
+Session sessionOf(const Problem& p, const std::vector<Recorded>& recorded)
+{
+    Session s;
+    s.id = "learn";
+    s.problemName = p.name;
+    s.device.name = "NVIDIA H200";
+    for (const Recorded& r : recorded) {
+        Candidate c;
+        c.id = s.tree.nextId();
+        c.status = r.status;
+        c.fidelity = r.fidelity;
+        Evaluation e;
+        e.candidateId = c.id;
+        e.verdict = r.status == CandidateStatus::Accepted ? Verdict::Accepted : Verdict::Rejected;
+        e.reasons = r.reasons;
+        e.fidelity = r.fidelity;
+        e.measuredOn = { "local", r.gpu, "" };
+        for (std::size_t i = 0; i < r.speedups.size(); ++i) {
+            ShapeResult sr;
+            sr.shape = p.withConstants(p.tuningShapes[i]);
+            sr.correct = true;
+            sr.timing = TimingStats {};
+            sr.speedup = r.speedups[i];
+            e.shapes.push_back(sr);
+        }
+        ShapeResult held;
+        held.shape.dims = { { "R", 7 }, { "C", 1000 } };
+        held.heldOut = true;
+        held.correct = !r.wrongHeldOut;
+        e.shapes.push_back(held);
+        s.evaluations[c.id] = e;
+        s.tree.add(c);
+    }
+    return s;
+}
+
+// c0001 wins short rows, c0002 long rows, c0003 the decode shape; c0002 is the best single configuration.
+std::vector<Recorded> threeSpecialists()
+{
+    return { { { 1.0, 1.0, 2.0, 1.0 } }, { { 1.2, 1.6, 1.2, 1.6 }, {}, {}, CandidateStatus::Accepted },
+        { { 2.0, 1.1, 1.1, 1.1 } } };
+}
+
+} // namespace
+
+TEST(RegimeSplit, SplitsWherePerShapeWinnersChangeAndNamesEachRegimeByItsCondition)
+{
+    const Problem p = rowsAndColumns();
+    const RegimeSplit split = learnRegimes(p, sessionOf(p, threeSpecialists()));
+    EXPECT_EQ(split.gpu, "NVIDIA H200");
+    EXPECT_EQ(split.configurations, 3);
+    EXPECT_EQ(split.singleBest, "c0002");
+    EXPECT_NEAR(split.singleObjective, std::pow(1.2 * 1.6 * 1.2 * 1.6, 0.25), 1e-9);
+    ASSERT_EQ(split.regimes.size(), 3u);
+    // R first: the cut between 16 and 1024 lies at their geometric middle, 128; then C between 4096 and 65536.
+    EXPECT_EQ(split.regimes[0].condition, "R <= 128");
+    EXPECT_EQ(split.regimes[0].name, "r_le_128");
+    EXPECT_EQ(split.regimes[0].best, "c0003");
+    EXPECT_NEAR(split.regimes[0].objective, 2.0, 1e-9);
+    EXPECT_NEAR(split.regimes[0].singleObjective, 1.2, 1e-9);
+    EXPECT_EQ(split.regimes[1].condition, "C <= 16384 && R > 128");
+    EXPECT_EQ(split.regimes[1].name, "c_le_16384_r_gt_128");
+    EXPECT_EQ(split.regimes[1].best, "c0001");
+    ASSERT_EQ(split.regimes[1].shapes.size(), 1u);
+    EXPECT_EQ(split.regimes[1].shapes[0].label(), "C=4096,R=4096");
+    EXPECT_EQ(split.regimes[2].condition, "C > 16384 && R > 128");
+    EXPECT_EQ(split.regimes[2].best, "c0002");
+    EXPECT_NEAR(split.regimes[2].objective, 1.6, 1e-9);
+    EXPECT_NEAR(split.objective, std::pow(2.0 * 1.6 * 2.0 * 1.6, 0.25), 1e-9);
+    EXPECT_EQ(regimesJson(split),
+        R"([{"name":"r_le_128","when":"R <= 128"},{"name":"c_le_16384_r_gt_128","when":"C <= 16384 && R > 128"},)"
+        R"({"name":"c_gt_16384_r_gt_128","when":"C > 16384 && R > 128"}])");
+
+    // Two regimes at most: the first split only.
+    const RegimeSplit two = learnRegimes(p, sessionOf(p, threeSpecialists()), { 2, 0.02 });
+    ASSERT_EQ(two.regimes.size(), 2u);
+    EXPECT_EQ(two.regimes[1].condition, "R > 128");
+    EXPECT_EQ(two.regimes[1].best, "c0002");
+}
+
+TEST(RegimeSplit, TheLearnedRegimesPartitionTheWholeRangeAndLoadAsProblemJson)
+{
+    const Problem p = rowsAndColumns();
+    const RegimeSplit split = learnRegimes(p, sessionOf(p, threeSpecialists()));
+    Json j = toJson(p);
+    j["regimes"] = Json::parse(regimesJson(split));
+    const Problem withRegimes = problemFromJson(j, "rows.json"); // validates the partition at every declared shape
+    ASSERT_EQ(withRegimes.regimes.size(), 3u);
+    for (std::size_t i = 0; i < split.regimes.size(); ++i)
+        for (const Shape& s : split.regimes[i].shapes)
+            EXPECT_EQ(withRegimes.regimesOf(s), std::vector<std::size_t> { i }) << s.label();
+    std::mt19937 rng(7);
+    std::vector<Shape> anywhere;
+    for (int k = 0; k < 2000; ++k) {
+        Shape s;
+        s.dims = { { "R", std::uniform_int_distribution<std::int64_t>(1, 65536)(rng) },
+            { "C", 8 * std::uniform_int_distribution<std::int64_t>(4, 16384)(rng) } };
+        anywhere.push_back(s);
+    }
+    EXPECT_EQ(regimePartitionError(withRegimes, anywhere, "drawn shape"), "");
+}
+
+TEST(RegimeSplit, KeepsOneRegimeWhenNoSplitPaysItsMinimumGain)
+{
+    const Problem p = rowsAndColumns();
+    const std::vector<Recorded> alike = { { { 1.5, 1.5, 1.5, 1.5 } }, { { 1.49, 1.52, 1.5, 1.5 } } };
+    const RegimeSplit split = learnRegimes(p, sessionOf(p, alike));
+    ASSERT_EQ(split.regimes.size(), 1u);
+    EXPECT_EQ(split.regimes[0].name, "all");
+    EXPECT_EQ(split.regimes[0].condition, "1");
+    EXPECT_EQ(split.regimes[0].shapes.size(), 4u);
+    EXPECT_EQ(regimesJson(split), "[]");
+    // The same specialists, but a gain of 50% is asked for: no split of them gives that.
+    EXPECT_EQ(learnRegimes(p, sessionOf(p, threeSpecialists()), { 3, 0.5 }).regimes.size(), 1u);
+}
+
+TEST(RegimeSplit, LearnsOnlyFromTrustedFullMeasurementsOfOneGpuModel)
+{
+    const Problem p = rowsAndColumns();
+    std::vector<Recorded> recorded = threeSpecialists();
+    // Each would win everything if it counted.
+    recorded.push_back({ { 9, 9, 9, 9 }, Fidelity { 5, 1 } }); // a screen: a ranking, not a measurement
+    recorded.push_back({ { 9, 9, 9, 9 }, {}, { { "physics.above-roofline", "faster than the copy bound", 0, false } } });
+    recorded.push_back({ { 9, 9, 9, 9 }, {}, {}, CandidateStatus::Rejected, true }); // wrong on a held-out shape
+    recorded.push_back({ { 9, 9, 9, 9 }, {}, {}, CandidateStatus::Rejected, false, "NVIDIA H100 80GB HBM3" });
+    // Slower than the best is the loop's own verdict: still a measurement to learn from.
+    recorded.push_back({ { 1.0, 1.0, 2.5, 1.0 }, {}, { { "decide.slower", "slower than the best", 0, true } } });
+    const RegimeSplit split = learnRegimes(p, sessionOf(p, recorded));
+    EXPECT_EQ(split.configurations, 4);
+    EXPECT_EQ(split.singleBest, "c0002");
+    ASSERT_EQ(split.regimes.size(), 3u);
+    // Its 2.5x at short rows now pays more than the decode shape's winner: C is split first.
+    EXPECT_EQ(split.regimes[0].condition, "C <= 16384");
+    EXPECT_EQ(split.regimes[0].best, "c0008");
+
+    // A flag the engineer accepted counts.
+    recorded[4].status = CandidateStatus::Accepted;
+    EXPECT_EQ(learnRegimes(p, sessionOf(p, recorded)).singleBest, "c0005");
+}
+
+TEST(RegimeSplit, RefusesASessionWithoutAConfigurationTimedAtEveryShape)
+{
+    const Problem p = rowsAndColumns();
+    try {
+        learnRegimes(p, sessionOf(p, { { { 1.5, 1.5, 0, 1.5 } }, { { 2, 2, 2, 2 }, Fidelity { 5, 1 } } }));
+        FAIL() << "learned from nothing";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("session learn: no configuration of rows on NVIDIA H200 is correct and "
+                                             "fully timed at every tuning shape"),
+            std::string::npos)
+            << e.what();
+    }
+}
