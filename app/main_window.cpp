@@ -7,9 +7,9 @@
 #include "app/diff_view.h"
 #include "app/hypothesis_console.h"
 #include "app/models/candidate_tree_model.h"
-#include "app/models/regime_table_model.h"
 #include "app/models/session_metrics.h"
 #include "app/pipeline_panel.h"
+#include "app/regimes_panel.h"
 #include "app/review_panel.h"
 #include "app/session_controller.h"
 #include "app/start_page.h"
@@ -166,8 +166,7 @@ MainWindow::MainWindow(QWidget* parent)
     , m_bottleneck(new BottleneckPanel(this))
     , m_workersPanel(new WorkersPanel(this))
     , m_pipelinePanel(new PipelinePanel(this))
-    , m_regimes(new RegimeTableModel(this))
-    , m_regimeView(new QTableView(this))
+    , m_regimes(new RegimesPanel(this))
     , m_workerLabel(new StatusField(60, this))
     , m_gpuLabel(new StatusField(48, this))
     , m_bestLabel(new StatusField(24, this))
@@ -196,13 +195,7 @@ MainWindow::MainWindow(QWidget* parent)
     auto* messages = addDock(tr("Messages"), QStringLiteral("messagesDock"), m_messages, Qt::BottomDockWidgetArea);
     auto* workers = addDock(tr("Workers"), QStringLiteral("workersDock"), m_workersPanel, Qt::BottomDockWidgetArea);
     auto* pipeline = addDock(tr("Pipeline"), QStringLiteral("pipelineDock"), m_pipelinePanel, Qt::BottomDockWidgetArea);
-    m_regimeView->setObjectName(QStringLiteral("regimeTable"));
-    m_regimeView->setModel(m_regimes);
-    m_regimeView->setSelectionBehavior(QAbstractItemView::SelectRows);
-    m_regimeView->setSelectionMode(QAbstractItemView::SingleSelection);
-    m_regimeView->horizontalHeader()->setStretchLastSection(true);
-    m_regimeView->verticalHeader()->hide();
-    auto* regimes = addDock(tr("Regimes"), QStringLiteral("regimesDock"), m_regimeView, Qt::BottomDockWidgetArea);
+    auto* regimes = addDock(tr("Regimes"), QStringLiteral("regimesDock"), m_regimes, Qt::BottomDockWidgetArea);
     splitDockWidget(review, console, Qt::Vertical);
     tabifyDockWidget(console, bottleneck);
     tabifyDockWidget(charts, timeline);
@@ -252,11 +245,8 @@ MainWindow::MainWindow(QWidget* parent)
     });
 
     connect(m_candidates, &CandidatePanel::currentCandidateChanged, this, &MainWindow::onCurrentCandidate);
-    connect(m_regimeView, &QTableView::clicked, this, [this](const QModelIndex& index) {
-        const QString id = index.data(RegimeTableModel::CandidateIdRole).toString();
-        if (!id.isEmpty())
-            m_candidates->selectCandidate(id); // the regime's winner, as a click on a chart point selects one
-    });
+    // The regime's winner, as a click on a chart point selects one.
+    connect(m_regimes, &RegimesPanel::candidateActivated, m_candidates, &CandidatePanel::selectCandidate);
     connect(m_candidates, &CandidatePanel::compareRequested, this, &MainWindow::compare);
     connect(m_candidates, &CandidatePanel::branchRequested, this, [this](const QString& id) {
         if (!m_controller->isWritable()) {
@@ -577,6 +567,7 @@ void MainWindow::onOpened(const OpenedSession& info)
     m_review->setWritable(info.writable);
     m_console->setWritable(info.writable);
     m_charts->setProblem(info.problem);
+    m_regimes->setProblem(info.problem);
     if (!info.replaying)
         addRecent(info.directory);
     m_runStopShown = false;

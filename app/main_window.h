@@ -28,7 +28,7 @@ class CandidatePanel;
 class ChartsPanel;
 class DiffView;
 class HypothesisConsole;
-class RegimeTableModel;
+class RegimesPanel;
 class ReviewPanel;
 class SessionController;
 class StatusField;
@@ -123,8 +123,7 @@ private:
     std::shared_ptr<const kl::prof::Workload> m_workload; // of the trace under study, for "Tune this"
     WorkersPanel* m_workersPanel;
     PipelinePanel* m_pipelinePanel;
-    RegimeTableModel* m_regimes; // each regime's winner (problem.json "regimes"); empty for a session of one
-    QTableView* m_regimeView;
+    RegimesPanel* m_regimes; // each regime's winner (problem.json "regimes") and the regimes its measurements suggest
     StatusField* m_workerLabel;
     StatusField* m_gpuLabel;
     StatusField* m_bestLabel;

@@ -53,12 +53,12 @@ namespace {
                     regimes.push_back({ { "name", r.name }, { "when", r.condition }, { "shapes", shapes },
                         { "best", r.best }, { "objective", r.objective }, { "single_objective", r.singleObjective } });
                 }
-                std::cout << Json { { "gpu", split.gpu }, { "configurations", split.configurations },
+                std::cout << Json {
+                    { "gpu", split.gpu }, { "configurations", split.configurations },
                     { "single_best", split.singleBest }, { "single_objective", split.singleObjective },
                     { "objective", split.objective }, { "regimes", regimes },
-                    { "problem_json", Json::parse(regimesJson(split)) } }
-                                 .dump(2)
-                          << "\n";
+                    { "problem_json", Json::parse(regimesJson(split)) }
+                }.dump(2) << "\n";
                 return kExitOk;
             }
             std::cout << "session " << s.id << " (" << problem.name << "): " << split.configurations

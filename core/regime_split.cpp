@@ -2,11 +2,10 @@
 
 #include "core/errors.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 namespace kl {
@@ -109,7 +108,8 @@ namespace {
     std::int64_t cutBetween(const DimSpec& d, std::int64_t lo, std::int64_t hi)
     {
         const std::int64_t m = std::max<std::int64_t>(d.multipleOf, 1);
-        const double mid = d.logUniform ? std::sqrt(static_cast<double>(lo) * static_cast<double>(hi)) : (lo + hi) / 2.0;
+        const double mid
+            = d.logUniform ? std::sqrt(static_cast<double>(lo) * static_cast<double>(hi)) : (lo + hi) / 2.0;
         if (d.logUniform) {
             const double p = std::exp2(std::round(std::log2(mid)));
             const auto pi = static_cast<std::int64_t>(p);

@@ -2,9 +2,12 @@
 // QAbstractItemModelTester, following snapshots; and the workbench shows it in its Regimes dock.
 #include "app/main_window.h"
 #include "app/models/regime_table_model.h"
+#include "app/regimes_panel.h"
+#include "core/json_io.h"
 
 #include <QAbstractItemModelTester>
 #include <QDockWidget>
+#include <QLabel>
 #include <QSignalSpy>
 #include <QTableView>
 #include <gtest/gtest.h>
@@ -115,4 +118,79 @@ TEST(RegimeTableModel, TheWorkbenchHasARegimesDockWithTheTable)
     auto* view = w.findChild<QTableView*>(QStringLiteral("regimeTable"));
     ASSERT_NE(view, nullptr);
     EXPECT_NE(qobject_cast<RegimeTableModel*>(view->model()), nullptr);
+}
+
+namespace {
+
+kl::Problem tokensAndHidden()
+{
+    return kl::problemFromJson(kl::Json::parse(R"JSON({
+      "name": "rms", "dims": [{"name": "T", "min": 1, "max": 65536}, {"name": "H", "min": 256, "max": 16384}],
+      "tensors": [{"name": "y", "dtype": "f32", "shape": ["T", "H"], "role": "output"},
+                  {"name": "x", "dtype": "f32", "shape": ["T", "H"], "role": "input"}],
+      "tuning_shapes": [{"dims": {"T": 16, "H": 4096}}, {"dims": {"T": 4096, "H": 4096}}],
+      "verify_shapes": [{"dims": {"T": 1, "H": 256}}]})JSON"),
+        "rms.json");
+}
+
+// One configuration per entry, with its speedups at the two tuning shapes.
+SessionSnapshot timedAtEveryShape(const kl::Problem& p, const std::vector<std::pair<double, double>>& speedups)
+{
+    kl::Session s;
+    s.id = "learn";
+    s.device.name = "NVIDIA H200";
+    for (const auto& [decode, prefill] : speedups) {
+        kl::Candidate c = candidate(s.tree.nextId(), kl::CandidateStatus::Rejected);
+        kl::Evaluation e;
+        e.candidateId = c.id;
+        for (const double x : { decode, prefill }) {
+            kl::ShapeResult r;
+            r.shape = p.tuningShapes[e.shapes.size()];
+            r.correct = true;
+            r.speedup = x;
+            e.shapes.push_back(r);
+        }
+        s.evaluations[c.id] = e;
+        s.tree.add(c);
+    }
+    return std::make_shared<const kl::Session>(std::move(s));
+}
+
+} // namespace
+
+TEST(RegimesPanel, SaysWhereThePerShapeWinnersChangeUnderTheTable)
+{
+    const kl::Problem p = tokensAndHidden();
+    RegimesPanel panel;
+    auto* line = panel.findChild<QLabel*>(QStringLiteral("regimeSuggestion"));
+    ASSERT_NE(line, nullptr);
+    panel.setSession(timedAtEveryShape(p, { { 2.0, 1.0 }, { 1.0, 1.5 } }));
+    EXPECT_TRUE(panel.suggestion().isEmpty()) << "no problem, so no shapes to split";
+
+    panel.setProblem(p);
+    EXPECT_EQ(panel.suggestion().toStdString(),
+        std::string("Per-shape winners change: a best per learned regime gives 1.225x the single best (c0001). "
+                    "t_le_256 (T <= 256): c0001 at 2.000x; t_gt_256 (T > 256): c0002 at 1.500x. "
+                    "`kloop session regimes` prints them as problem.json \"regimes\"."));
+    EXPECT_FALSE(line->isHidden());
+
+    panel.setSession(timedAtEveryShape(p, { { 2.0, 1.6 }, { 1.0, 1.5 } }));
+    EXPECT_EQ(panel.suggestion().toStdString(),
+        std::string("Per-shape winners agree across 2 configurations: one configuration serves the tuning shapes "
+                    "(c0001, 1.789x)."));
+
+    // Nothing timed at every tuning shape yet: no line.
+    panel.setSession(timedAtEveryShape(p, { { 2.0, 0.0 } }));
+    EXPECT_TRUE(panel.suggestion().isEmpty());
+    EXPECT_TRUE(line->isHidden());
+}
+
+TEST(RegimesPanel, AClickOnARegimesWinnerActivatesIt)
+{
+    RegimesPanel panel;
+    QSignalSpy activated(&panel, &RegimesPanel::candidateActivated);
+    panel.setSession(session(true));
+    emit panel.view()->clicked(panel.model()->index(0, RegimeTableModel::WinnerColumn));
+    ASSERT_EQ(activated.count(), 1);
+    EXPECT_EQ(activated.front().at(0).toString(), QStringLiteral("c0002"));
 }

@@ -4,7 +4,6 @@
 #include "core/regime_split.h"
 
 #include <gtest/gtest.h>
-
 #include <random>
 
 using namespace kl;
@@ -156,7 +155,8 @@ TEST(RegimeSplit, LearnsOnlyFromTrustedFullMeasurementsOfOneGpuModel)
     std::vector<Recorded> recorded = threeSpecialists();
     // Each would win everything if it counted.
     recorded.push_back({ { 9, 9, 9, 9 }, Fidelity { 5, 1 } }); // a screen: a ranking, not a measurement
-    recorded.push_back({ { 9, 9, 9, 9 }, {}, { { "physics.above-roofline", "faster than the copy bound", 0, false } } });
+    recorded.push_back(
+        { { 9, 9, 9, 9 }, {}, { { "physics.above-roofline", "faster than the copy bound", 0, false } } });
     recorded.push_back({ { 9, 9, 9, 9 }, {}, {}, CandidateStatus::Rejected, true }); // wrong on a held-out shape
     recorded.push_back({ { 9, 9, 9, 9 }, {}, {}, CandidateStatus::Rejected, false, "NVIDIA H100 80GB HBM3" });
     // Slower than the best is the loop's own verdict: still a measurement to learn from.
