@@ -6,7 +6,9 @@
 #include "core/session_store.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 
 namespace kl::cli {
 namespace {
@@ -30,7 +32,7 @@ namespace {
     {
         if (a.positionals().size() != 1) {
             std::cerr << "usage: kloop session regimes SESSION [--max-regimes N] [--min-gain PCT] [--problem "
-                         "NAME|DIR] [--json]\n";
+                         "NAME|DIR] [--write-problem DIR] [--json]\n";
             return kExitUsage;
         }
         RegimeSplitOptions o;
@@ -41,9 +43,12 @@ namespace {
             const Session s = SessionStore::load(a.positionals()[0], &report);
             for (const auto& w : report.warnings)
                 std::cerr << "warning: " << w << "\n";
-            const Problem problem
-                = loadProblem(findSessionProblemFolder(s, a.option("problem"), a.positionals()[0]).string());
+            const std::filesystem::path folder = findSessionProblemFolder(s, a.option("problem"), a.positionals()[0]);
+            const Problem problem = loadProblem(folder.string());
             const RegimeSplit split = learnRegimes(problem, s, o);
+            const std::optional<std::string> writeTo = a.option("write-problem");
+            if (writeTo)
+                writeProblemWithRegimes(folder, *writeTo, split);
             if (a.has("json")) {
                 Json regimes = Json::array();
                 for (const LearnedRegime& r : split.regimes) {
@@ -65,9 +70,15 @@ namespace {
                       << " configurations timed at every tuning shape on " << split.gpu << "\n"
                       << "one configuration everywhere: " << split.singleBest << " at "
                       << speedup(split.singleObjective) << " over the baseline\n";
+            const std::string written = writeTo ? "wrote " + *writeTo
+                    + "/problem.json with these regimes: kloop run "
+                      "--problem "
+                    + *writeTo + " tunes them\n"
+                                                : std::string();
             if (split.regimes.size() == 1) {
                 std::cout << "no split raises that by " << o.minGain * 100
-                          << "% or more: one regime serves the tuning shapes\n";
+                          << "% or more: one regime serves the tuning shapes\n"
+                          << written;
                 return kExitOk;
             }
             std::cout << "a best per regime: " << speedup(split.objective) << " ("
@@ -76,7 +87,8 @@ namespace {
                 std::cout << "  " << r.name << " (" << r.condition << "): " << r.best << " " << speedup(r.objective)
                           << " vs " << speedup(r.singleObjective) << " at " << shapesText(r.shapes) << "\n";
             std::cout << "problem.json \"regimes\": " << regimesJson(split) << "\n"
-                      << "a session with these regimes verifies each winner on held-out shapes drawn inside it\n";
+                      << "a session with these regimes verifies each winner on held-out shapes drawn inside it\n"
+                      << written;
             return kExitOk;
         } catch (const std::exception& e) {
             std::cerr << "kloop session regimes: " << e.what() << "\n";
@@ -86,15 +98,20 @@ namespace {
 
     const CommandRegistration reg { { "session regimes",
         "suggest shape regimes from where a session's per-shape winners change",
-        "kloop session regimes SESSION [--max-regimes N] [--min-gain PCT] [--problem NAME|DIR] [--json]\n"
+        "kloop session regimes SESSION [--max-regimes N] [--min-gain PCT] [--problem NAME|DIR] [--write-problem DIR]\n"
+        "[--json]\n"
         "Takes the session's correct, fully timed configurations (screens and referee-flagged ones left out, on the\n"
         "GPU model that timed most of it) and splits the tuning shapes along one dim at a time, as a decision tree of\n"
         "thresholds, so that each part gets its own best configuration. A split is kept while it raises the weighted\n"
         "geometric-mean speedup by --min-gain percent (default 2), up to --max-regimes parts (default 3). Cuts lie\n"
         "midway between neighbouring tuning values (geometrically for log-uniform dims, on a power of two near it).\n"
         "Prints each regime's condition, winner and speedup against the single best, and the problem.json \"regimes\"\n"
-        "array; a session of the problem with those regimes tunes and verifies each one on its own.",
-        { "json" }, { "max-regimes", "min-gain", "problem" }, &runSessionRegimes } };
+        "array; a session of the problem with those regimes tunes and verifies each one on its own. --write-problem "
+        "DIR\n"
+        "copies the session's problem folder to DIR (new or empty) with those regimes in its problem.json, every "
+        "other\n"
+        "field as it was, for `kloop run --problem DIR`.",
+        { "json" }, { "max-regimes", "min-gain", "problem", "write-problem" }, &runSessionRegimes } };
 
 } // namespace
 } // namespace kl::cli

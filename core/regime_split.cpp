@@ -1,9 +1,11 @@
 #include "core/regime_split.h"
 
 #include "core/errors.h"
+#include "core/json_io.h"
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -261,6 +263,41 @@ std::string regimesJson(const RegimeSplit& split)
         for (const LearnedRegime& r : split.regimes)
             a.push_back({ { "name", r.name }, { "when", r.condition } });
     return a.dump();
+}
+
+Problem writeProblemWithRegimes(
+    const std::filesystem::path& from, const std::filesystem::path& to, const RegimeSplit& split)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::exists(to, ec) && !fs::is_empty(to, ec))
+        throw InputError(to.string() + ": exists and is not empty; the problem's copy needs a new folder");
+    const fs::path source = from / "problem.json";
+    nlohmann::ordered_json j;
+    try {
+        std::ifstream in(source);
+        if (!in)
+            throw InputError(source.string() + ": cannot be read");
+        j = nlohmann::ordered_json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(source.string() + ": " + e.what());
+    }
+    fs::create_directories(to, ec);
+    fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::overwrite_existing, ec);
+    if (ec)
+        throw InputError(to.string() + ": cannot copy " + from.string() + " there: " + ec.message());
+    const nlohmann::ordered_json regimes = nlohmann::ordered_json::parse(regimesJson(split));
+    if (regimes.empty())
+        j.erase("regimes");
+    else
+        j["regimes"] = regimes;
+    {
+        std::ofstream out(to / "problem.json", std::ios::trunc);
+        out << j.dump(2) << "\n";
+        if (!out)
+            throw InputError((to / "problem.json").string() + ": cannot be written");
+    }
+    return loadProblem(to.string());
 }
 
 } // namespace kl

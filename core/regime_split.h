@@ -7,6 +7,7 @@
 #include "core/problem.h"
 #include "core/session.h"
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -40,5 +41,11 @@ RegimeSplit learnRegimes(const Problem& problem, const Session& session, const R
 
 // The regimes as problem.json's "regimes" array.
 std::string regimesJson(const RegimeSplit& split);
+
+// A copy of the problem folder `from` in `to` (which must not exist, or be empty) whose problem.json declares the
+// split's regimes (none for a split of one), every other field as it was. Returns the copy's problem, loaded and
+// validated. Throws InputError naming the folder.
+Problem writeProblemWithRegimes(
+    const std::filesystem::path& from, const std::filesystem::path& to, const RegimeSplit& split);
 
 } // namespace kl

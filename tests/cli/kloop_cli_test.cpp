@@ -578,6 +578,18 @@ TEST_F(KloopCli, SessionRegimesFindsNoSplitWhereThePerShapeWinnersAgree)
     const ProcessResult text = kloop({ "session", "regimes", dir.string() });
     ASSERT_EQ(text.exitCode, 0) << text.err;
     EXPECT_NE(text.out.find("one regime serves the tuning shapes"), std::string::npos) << text.out;
+    // Written out, the problem's copy has one regime: its decode / prefill split is dropped, and a session runs on it.
+    const fs::path copy = scratch / "rmsnorm-learned";
+    const ProcessResult wrote = kloop({ "session", "regimes", dir.string(), "--write-problem", copy.string() });
+    ASSERT_EQ(wrote.exitCode, 0) << wrote.err;
+    EXPECT_NE(wrote.out.find("wrote " + copy.string() + "/problem.json"), std::string::npos) << wrote.out;
+    EXPECT_TRUE(kl::loadProblem(copy.string()).regimes.empty());
+    const ProcessResult rerun = kloop({ "run", "--problem", copy.string(), "--agent", "tuner:random", "--budget", "2",
+        "--session", (scratch / "learned-run").string(), "--seed", "3" });
+    ASSERT_EQ(rerun.exitCode, 0) << rerun.out << rerun.err;
+    for (const auto& [id, e] : kl::SessionStore::load(scratch / "learned-run").evaluations)
+        EXPECT_TRUE(e.regimes.empty()) << id;
+    EXPECT_EQ(kloop({ "session", "regimes", dir.string(), "--write-problem", copy.string() }).exitCode, 1);
 
     EXPECT_EQ(kloop({ "session", "regimes" }).exitCode, 2);
     EXPECT_EQ(kloop({ "session", "regimes", dir.string(), "--max-regimes", "0" }).exitCode, 2);

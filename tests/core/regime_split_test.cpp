@@ -2,7 +2,9 @@
 #include "core/errors.h"
 #include "core/json_io.h"
 #include "core/regime_split.h"
+#include "tests/support/temp_dir.h"
 
+#include <fstream>
 #include <gtest/gtest.h>
 #include <random>
 
@@ -186,4 +188,42 @@ TEST(RegimeSplit, RefusesASessionWithoutAConfigurationTimedAtEveryShape)
             std::string::npos)
             << e.what();
     }
+}
+
+// --write-problem: the session's problem folder copied with the learned regimes in its problem.json, every other
+// field and file as it was; a folder with something in it is refused, and a split of one drops "regimes".
+TEST(RegimeSplit, WritesACopyOfTheProblemFolderWithTheLearnedRegimes)
+{
+    namespace fs = std::filesystem;
+    const fs::path softmax = fs::path(KL_SOURCE_DIR) / "kernels" / "problems" / "softmax";
+    const Problem original = loadProblem(softmax.string());
+    RegimeSplit split;
+    for (const auto& [name, when] :
+        { std::pair { "r_le_256", "R <= 256" }, std::pair { "c_le_16384_r_gt_256", "C <= 16384 && R > 256" },
+            std::pair { "c_gt_16384_r_gt_256", "C > 16384 && R > 256" } })
+        split.regimes.push_back({ name, when, {}, "c0001", 1, 1 });
+    kl::test::TempDir scratch;
+    const fs::path copy = scratch.path() / "softmax-regimes";
+    const Problem written = writeProblemWithRegimes(softmax, copy, split);
+    ASSERT_EQ(written.regimes.size(), 3u);
+    EXPECT_EQ(written.regimes[1].name, "c_le_16384_r_gt_256");
+    EXPECT_EQ(written.regimes[1].condition.text(), "C <= 16384 && R > 256");
+    for (const auto& entry : fs::directory_iterator(softmax))
+        EXPECT_TRUE(fs::exists(copy / entry.path().filename())) << entry.path();
+    std::ifstream a(softmax / "template.cu"), b(copy / "template.cu");
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}), std::string(std::istreambuf_iterator<char>(b), {}));
+    Json before = toJson(original), after = toJson(written);
+    before.erase("regimes");
+    after.erase("regimes");
+    EXPECT_EQ(before, after);
+
+    try {
+        writeProblemWithRegimes(softmax, copy, split);
+        FAIL() << "wrote over a folder with a problem in it";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("softmax-regimes: exists and is not empty"), std::string::npos)
+            << e.what();
+    }
+    split.regimes.resize(1);
+    EXPECT_TRUE(writeProblemWithRegimes(softmax, scratch.path() / "one", split).regimes.empty());
 }
