@@ -187,11 +187,17 @@ namespace {
         const auto winners = regimeWinners(s);
         if (winners.empty())
             return;
-        auto row = [](const std::string& regime, const std::string& condition, const std::string& winner,
+        // Columns as wide as the longest name and condition (learned regimes have long ones).
+        int nameWidth = 12, conditionWidth = 24;
+        for (const RegimeWinner& w : winners) {
+            nameWidth = std::max(nameWidth, static_cast<int>(w.regime.size()));
+            conditionWidth = std::max(conditionWidth, static_cast<int>(w.condition.size()));
+        }
+        auto row = [&](const std::string& regime, const std::string& condition, const std::string& winner,
                        const std::string& speedup, const std::string& ci, const std::string& verified) {
-            char buf[256];
-            std::snprintf(buf, sizeof buf, "  %-12s %-24s %-8s %-9s %-18s %s\n", regime.c_str(), condition.c_str(),
-                winner.c_str(), speedup.c_str(), ci.c_str(), verified.c_str());
+            char buf[512];
+            std::snprintf(buf, sizeof buf, "  %-*s %-*s %-8s %-9s %-18s %s\n", nameWidth, regime.c_str(),
+                conditionWidth, condition.c_str(), winner.c_str(), speedup.c_str(), ci.c_str(), verified.c_str());
             std::cout << buf;
         };
         std::cout << "regimes (a best per regime; speedup over the baseline on the regime's tuning shapes):\n";
