@@ -4,6 +4,7 @@
 #include "core/json_io.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -45,6 +46,17 @@ namespace {
         return true;
     }
 
+    // Whether a recorded shape is the tuning shape `want`: the dims `want` names agree (a record may add constants).
+    bool sameFreeDims(const Shape& recorded, const Shape& want)
+    {
+        for (const auto& [dim, v] : want.dims) {
+            const auto it = recorded.dims.find(dim);
+            if (it == recorded.dims.end() || it->second != v)
+                return false;
+        }
+        return true;
+    }
+
     std::string gpuOf(const Session& s, const Evaluation& e)
     {
         return e.measuredOn.gpu.empty() ? s.device.name : e.measuredOn.gpu;
@@ -60,8 +72,10 @@ namespace {
                 continue;
             std::vector<double> logs;
             for (const Shape& want : shapes) {
-                const auto r = std::find_if(it->second.shapes.begin(), it->second.shapes.end(),
-                    [&](const ShapeResult& sr) { return !sr.heldOut && sr.shape == want && sr.speedup > 0; });
+                const auto r
+                    = std::find_if(it->second.shapes.begin(), it->second.shapes.end(), [&](const ShapeResult& sr) {
+                          return !sr.heldOut && sr.speedup > 0 && sameFreeDims(sr.shape, want);
+                      });
                 if (r == it->second.shapes.end())
                     break;
                 logs.push_back(std::log(r->speedup));
@@ -198,9 +212,7 @@ namespace {
 
 RegimeSplit learnRegimes(const Problem& problem, const Session& session, const RegimeSplitOptions& options)
 {
-    std::vector<Shape> shapes;
-    for (const Shape& s : problem.tuningShapes)
-        shapes.push_back(problem.withConstants(s));
+    const std::vector<Shape>& shapes = problem.tuningShapes;
     if (shapes.empty())
         throw InputError(problem.name + ": the problem has no tuning shapes to split");
 

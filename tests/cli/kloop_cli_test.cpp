@@ -94,9 +94,10 @@ TEST_F(KloopCli, EveryCommandRejectsUnknownOptionsAndMissingValuesWithExitTwo)
         { "problems import", "workloads" }, { "pipeline export", "stage" }, { "pipeline run", "out" },
         { "pipeline show", "" }, { "pipeline validate", "" }, { "profile", "out" }, { "profile sol", "out" },
         { "prompt", "problem" }, { "run", "budget" }, { "session diff", "context" }, { "session list", "" },
-        { "session new", "problem" }, { "session review", "note" }, { "session show", "" }, { "trace analyze", "work" },
-        { "trace export", "out" }, { "trace info", "" }, { "tuning-db export", "space" },
-        { "tuning-db import", "problem" }, { "tuning-db list", "db" }, { "version", "" } };
+        { "session new", "problem" }, { "session regimes", "min-gain" }, { "session review", "note" },
+        { "session show", "" }, { "trace analyze", "work" }, { "trace export", "out" }, { "trace info", "" },
+        { "tuning-db export", "space" }, { "tuning-db import", "problem" }, { "tuning-db list", "db" },
+        { "version", "" } };
     ASSERT_GE(commands.size(), 18u) << help.out;
     for (const std::string& c : commands) {
         ASSERT_TRUE(valueOption.count(c)) << "a new command '" << c << "': add it to this test";

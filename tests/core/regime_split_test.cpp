@@ -115,6 +115,20 @@ TEST(RegimeSplit, SplitsWherePerShapeWinnersChangeAndNamesEachRegimeByItsConditi
     EXPECT_EQ(two.regimes[1].best, "c0002");
 }
 
+// A problem with a fixed-size dim: every shape carries it, and a constant is never split on.
+TEST(RegimeSplit, MatchesRecordedShapesThatCarryTheProblemsConstants)
+{
+    Json j = toJson(rowsAndColumns());
+    j["constants"] = { { "D", 128 } };
+    j["tensors"][0]["shape"] = { "R", "C", "D" };
+    const Problem p = problemFromJson(j, "rows.json");
+    ASSERT_EQ(p.tuningShapes[0].dims.at("D"), 128);
+    const RegimeSplit split = learnRegimes(p, sessionOf(p, threeSpecialists()));
+    EXPECT_EQ(split.configurations, 3);
+    ASSERT_EQ(split.regimes.size(), 3u);
+    EXPECT_EQ(split.regimes[1].condition, "C <= 16384 && R > 128");
+}
+
 TEST(RegimeSplit, TheLearnedRegimesPartitionTheWholeRangeAndLoadAsProblemJson)
 {
     const Problem p = rowsAndColumns();
