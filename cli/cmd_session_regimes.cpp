@@ -31,13 +31,14 @@ namespace {
     int runSessionRegimes(const Args& a)
     {
         if (a.positionals().size() != 1) {
-            std::cerr << "usage: kloop session regimes SESSION [--max-regimes N] [--min-gain PCT] [--problem "
-                         "NAME|DIR] [--write-problem DIR] [--json]\n";
+            std::cerr << "usage: kloop session regimes SESSION [--max-regimes N] [--min-gain PCT] [--from-scratch] "
+                         "[--problem NAME|DIR] [--write-problem DIR] [--json]\n";
             return kExitUsage;
         }
         RegimeSplitOptions o;
         o.maxRegimes = static_cast<int>(a.integer("max-regimes", o.maxRegimes, 1, 16));
         o.minGain = a.real("min-gain", o.minGain * 100, 0, 1000) / 100;
+        o.refineProblemRegimes = !a.has("from-scratch");
         try {
             LoadReport report;
             const Session s = SessionStore::load(a.positionals()[0], &report);
@@ -75,9 +76,10 @@ namespace {
                       "--problem "
                     + *writeTo + " tunes them\n"
                                                 : std::string();
-            if (split.regimes.size() == 1) {
-                std::cout << "no split raises that by " << o.minGain * 100
-                          << "% or more: one regime serves the tuning shapes\n"
+            if (split.cuts == 0) {
+                std::cout << "no split raises that by " << o.minGain * 100 << "% or more: "
+                          << (split.regimes.size() == 1 ? "one regime serves the tuning shapes\n"
+                                                        : "the problem's regimes stand\n")
                           << written;
                 return kExitOk;
             }
@@ -98,20 +100,21 @@ namespace {
 
     const CommandRegistration reg { { "session regimes",
         "suggest shape regimes from where a session's per-shape winners change",
-        "kloop session regimes SESSION [--max-regimes N] [--min-gain PCT] [--problem NAME|DIR] [--write-problem DIR]\n"
-        "[--json]\n"
+        "kloop session regimes SESSION [--max-regimes N] [--min-gain PCT] [--from-scratch] [--problem NAME|DIR]\n"
+        "[--write-problem DIR] [--json]\n"
         "Takes the session's correct, fully timed configurations (screens and referee-flagged ones left out, on the\n"
-        "GPU model that timed most of it) and splits the tuning shapes along one dim at a time, as a decision tree of\n"
-        "thresholds, so that each part gets its own best configuration. A split is kept while it raises the weighted\n"
-        "geometric-mean speedup by --min-gain percent (default 2), up to --max-regimes parts (default 3). Cuts lie\n"
-        "midway between neighbouring tuning values (geometrically for log-uniform dims, on a power of two near it).\n"
-        "Prints each regime's condition, winner and speedup against the single best, and the problem.json \"regimes\"\n"
-        "array; a session of the problem with those regimes tunes and verifies each one on its own. --write-problem "
+        "GPU model that timed most of it) and splits the tuning shapes inside the problem's regimes (--from-scratch:\n"
+        "the whole range) along one dim at a time, as a decision tree of thresholds, so that each part gets its own\n"
+        "best configuration. A split is kept while it raises the weighted geometric-mean speedup by --min-gain "
+        "percent\n"
+        "(default 2), up to --max-regimes parts (default 4). Cuts lie midway between neighbouring tuning values\n"
+        "(geometrically for log-uniform dims, on a power of two near it). Prints each regime's condition, winner and\n"
+        "speedup against the single best, and the problem.json \"regimes\" array; a session of the problem with those\n"
+        "regimes tunes and verifies each one on its own. --write-problem DIR copies the session's problem folder to "
         "DIR\n"
-        "copies the session's problem folder to DIR (new or empty) with those regimes in its problem.json, every "
-        "other\n"
-        "field as it was, for `kloop run --problem DIR`.",
-        { "json" }, { "max-regimes", "min-gain", "problem", "write-problem" }, &runSessionRegimes } };
+        "(new or empty) with those regimes in its problem.json, every other field as it was, for `kloop run --problem\n"
+        "DIR`.",
+        { "json", "from-scratch" }, { "max-regimes", "min-gain", "problem", "write-problem" }, &runSessionRegimes } };
 
 } // namespace
 } // namespace kl::cli

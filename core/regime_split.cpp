@@ -14,8 +14,11 @@
 namespace kl {
 namespace {
 
-    // A part of the range: for each dim split so far, the shapes above `above` and up to `upTo`.
+    // A part of the range: a regime of the problem (its name and condition; empty: the whole range) and, for each
+    // dim split inside it, the shapes above `above` and up to `upTo`.
     struct Bounds {
+        std::string regime;
+        std::string regimeCondition;
         std::map<std::string, std::int64_t> above;
         std::map<std::string, std::int64_t> upTo;
     };
@@ -91,12 +94,15 @@ namespace {
         return out;
     }
 
+    // A part no tuning shape lies in keeps no best (a problem regime nothing times: its fallback serves it).
     void chooseBest(Part& p, const Configurations& c, const std::vector<Shape>& shapes)
     {
         double weight = 0;
         for (std::size_t i : p.shapes)
             weight += shapes[i].weight;
         p.logObjective = -INFINITY;
+        if (p.shapes.empty())
+            return;
         for (std::size_t k = 0; k < c.ids.size(); ++k) {
             double sum = 0;
             for (std::size_t i : p.shapes)
@@ -146,7 +152,13 @@ namespace {
         std::string text;
         for (const auto& [dim, atoms] : byDim)
             text += (text.empty() ? "" : " && ") + atoms;
-        return text.empty() ? "1" : text;
+        if (b.regimeCondition.empty())
+            return text.empty() ? "1" : text;
+        if (text.empty())
+            return b.regimeCondition;
+        const bool plain
+            = b.regimeCondition.find("||") == std::string::npos && b.regimeCondition.find('?') == std::string::npos;
+        return (plain ? b.regimeCondition : "(" + b.regimeCondition + ")") + " && " + text;
     }
 
     std::string nameOf(const Bounds& b, std::size_t index)
@@ -160,7 +172,7 @@ namespace {
             byDim[dim] = lower(dim) + "_gt_" + std::to_string(v);
         for (const auto& [dim, v] : b.upTo)
             byDim[dim] += (byDim[dim].empty() ? "" : "_") + lower(dim) + "_le_" + std::to_string(v);
-        std::string name;
+        std::string name = b.regime;
         for (const auto& [dim, atoms] : byDim)
             name += (name.empty() ? "" : "_") + atoms;
         if (name.empty())
@@ -239,13 +251,30 @@ RegimeSplit learnRegimes(const Problem& problem, const Session& session, const R
     out.singleBest = c.ids[whole.best];
     out.singleObjective = std::exp(whole.logObjective);
 
-    std::vector<Part> parts { whole };
+    // The problem's regimes are where splitting starts: they say what its author knows (decode is timed under CUDA
+    // graphs, prefill is bandwidth), which the tuning shapes' speedups alone do not.
+    std::vector<Part> parts;
+    if (options.refineProblemRegimes && !problem.regimes.empty()) {
+        for (std::size_t r = 0; r < problem.regimes.size(); ++r) {
+            Part p;
+            p.bounds.regime = problem.regimes[r].name;
+            p.bounds.regimeCondition = problem.regimes[r].condition.text();
+            for (std::size_t i = 0; i < shapes.size(); ++i)
+                if (problem.regimes[r].contains(shapes[i]))
+                    p.shapes.push_back(i);
+            chooseBest(p, c, shapes);
+            parts.push_back(std::move(p));
+        }
+    } else {
+        parts.push_back(whole);
+    }
     while (static_cast<int>(parts.size()) < std::max(1, options.maxRegimes)) {
         std::optional<std::vector<Part>> next = bestSplit(parts, problem, c, shapes);
         // Strictly above the minimum (and above rounding): a split that changes no winner is not one.
         if (!next || totalLog(*next, shapes) - totalLog(parts, shapes) <= std::log1p(options.minGain) + 1e-12)
             break;
         parts = std::move(*next);
+        ++out.cuts;
     }
     out.objective = std::exp(totalLog(parts, shapes));
     for (std::size_t k = 0; k < parts.size(); ++k) {
@@ -255,6 +284,10 @@ RegimeSplit learnRegimes(const Problem& problem, const Session& session, const R
         r.condition = conditionOf(p.bounds);
         for (std::size_t i : p.shapes)
             r.shapes.push_back(shapes[i]);
+        if (p.shapes.empty()) {
+            out.regimes.push_back(std::move(r));
+            continue;
+        }
         r.best = c.ids[p.best];
         r.objective = std::exp(p.logObjective);
         double sum = 0, weight = 0;

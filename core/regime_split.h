@@ -1,7 +1,8 @@
 #pragma once
 // Regimes learned from a session: where its per-shape winners change. The session's correct, fully timed
 // configurations give a speedup at every tuning shape; splitting the shapes along one dim at a time (a decision
-// tree of thresholds) so that each part takes its own best configuration raises the weighted geometric mean.
+// tree of thresholds, inside the problem's own regimes) so that each part takes its own best configuration raises
+// the weighted geometric mean.
 // Splits are kept while each raises it by at least minGain; the parts become problem.json "regimes" for the next
 // session, which verifies each part's winner on held-out shapes drawn inside it.
 #include "core/problem.h"
@@ -14,14 +15,15 @@
 namespace kl {
 
 struct RegimeSplitOptions {
-    int maxRegimes = 3; // at least 1
+    int maxRegimes = 4; // at least 1 (the problem's own regimes count, and are kept even if there are more)
     double minGain = 0.02; // a split must raise the whole-range objective by this fraction
+    bool refineProblemRegimes = true; // start from problem.json's regimes; false: from the whole range
 };
 
 struct LearnedRegime {
-    std::string name; // a lower-case C identifier built from the condition ("r_gt_256_c_le_8192"); "all" unsplit
+    std::string name; // a lower-case C identifier: the problem regime's name and the cuts ("prefill_c_le_16384")
     std::string condition; // over the problem's dims; "1" for the whole range
-    std::vector<Shape> shapes; // the tuning shapes inside it
+    std::vector<Shape> shapes; // the tuning shapes inside it; none for a problem regime that nothing times
     CandidateId best; // the configuration with the highest weighted geometric-mean speedup over those shapes
     double objective = 0; // that speedup
     double singleObjective = 0; // the whole range's single best there
@@ -33,6 +35,7 @@ struct RegimeSplit {
     CandidateId singleBest;
     double singleObjective = 0; // the single best over every tuning shape
     double objective = 0; // every shape under its regime's best
+    int cuts = 0; // splits learned (0: the problem's regimes, or one for the whole range, stand)
     std::vector<LearnedRegime> regimes; // a partition of the range, in the order a dispatcher tests them
 };
 

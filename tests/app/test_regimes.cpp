@@ -179,6 +179,16 @@ TEST(RegimesPanel, SaysWhereThePerShapeWinnersChangeUnderTheTable)
         std::string("Per-shape winners agree across 2 configurations: one configuration serves the tuning shapes "
                     "(c0001, 1.789x)."));
 
+    // Inside a problem's own regimes, winners that agree leave them standing.
+    kl::Json j = kl::toJson(p);
+    j["regimes"]
+        = kl::Json::parse(R"([{"name": "decode", "when": "T <= 256"}, {"name": "prefill", "when": "T > 256"}])");
+    const kl::Problem withRegimes = kl::problemFromJson(j, "rms.json");
+    panel.setProblem(withRegimes);
+    panel.setSession(timedAtEveryShape(withRegimes, { { 2.0, 1.6 }, { 1.0, 1.5 } }));
+    EXPECT_EQ(panel.suggestion().toStdString(),
+        "No split inside the problem's regimes raises the geometric mean over 2 configurations by 2%: they stand.");
+
     // Nothing timed at every tuning shape yet: no line.
     panel.setSession(timedAtEveryShape(p, { { 2.0, 0.0 } }));
     EXPECT_TRUE(panel.suggestion().isEmpty());

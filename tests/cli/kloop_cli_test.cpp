@@ -537,7 +537,8 @@ TEST_F(KloopCli, RegimesRunKeepsABestPerRegimeShowsThemAndExportsTheDispatcher)
 }
 
 // `kloop session regimes` on a real session: the test double's candidates are faster or slower by one efficiency at
-// every shape, so their per-shape winners never change and one regime serves, whatever the minimum gain.
+// every shape, so their per-shape winners never change: rmsnorm's decode / prefill regimes stand and, learned from
+// scratch, one regime serves, whatever the minimum gain.
 TEST_F(KloopCli, SessionRegimesFindsNoSplitWhereThePerShapeWinnersAgree)
 {
     const fs::path dir = scratch / "learn";
@@ -545,7 +546,8 @@ TEST_F(KloopCli, SessionRegimesFindsNoSplitWhereThePerShapeWinnersAgree)
         "--session", dir.string(), "--seed", "11" });
     ASSERT_EQ(run.exitCode, 0) << run.out << run.err;
     const kl::Session s = kl::SessionStore::load(dir);
-    const ProcessResult learned = kloop({ "session", "regimes", dir.string(), "--min-gain", "0", "--json" });
+    const ProcessResult learned
+        = kloop({ "session", "regimes", dir.string(), "--min-gain", "0", "--from-scratch", "--json" });
     ASSERT_EQ(learned.exitCode, 0) << learned.err;
     const auto j = nlohmann::json::parse(learned.out);
     // The single best is the highest geometric mean over the visible tuning shapes.
@@ -576,12 +578,22 @@ TEST_F(KloopCli, SessionRegimesFindsNoSplitWhereThePerShapeWinnersAgree)
     EXPECT_EQ(j.at("regimes")[0].at("when"), "1");
     EXPECT_EQ(j.at("problem_json"), nlohmann::json::array());
     EXPECT_DOUBLE_EQ(j.at("objective").get<double>(), j.at("single_objective").get<double>());
-    const ProcessResult text = kloop({ "session", "regimes", dir.string() });
+    const ProcessResult text = kloop({ "session", "regimes", dir.string(), "--from-scratch" });
     ASSERT_EQ(text.exitCode, 0) << text.err;
     EXPECT_NE(text.out.find("one regime serves the tuning shapes"), std::string::npos) << text.out;
-    // Written out, the problem's copy has one regime: its decode / prefill split is dropped, and a session runs on it.
+    const ProcessResult refined = kloop({ "session", "regimes", dir.string(), "--min-gain", "0", "--json" });
+    ASSERT_EQ(refined.exitCode, 0) << refined.err;
+    const auto r = nlohmann::json::parse(refined.out);
+    ASSERT_EQ(r.at("regimes").size(), 2u);
+    EXPECT_EQ(r.at("regimes")[0].at("name"), "decode");
+    EXPECT_EQ(r.at("regimes")[1].at("when"), "T > 256");
+    EXPECT_EQ(r.at("problem_json").size(), 2u);
+    EXPECT_NE(kloop({ "session", "regimes", dir.string() }).out.find("the problem's regimes stand"), std::string::npos);
+    // Written out from scratch, the problem's copy has one regime: its decode / prefill split is dropped, and a
+    // session runs on it.
     const fs::path copy = scratch / "rmsnorm-learned";
-    const ProcessResult wrote = kloop({ "session", "regimes", dir.string(), "--write-problem", copy.string() });
+    const ProcessResult wrote
+        = kloop({ "session", "regimes", dir.string(), "--from-scratch", "--write-problem", copy.string() });
     ASSERT_EQ(wrote.exitCode, 0) << wrote.err;
     EXPECT_NE(wrote.out.find("wrote " + copy.string() + "/problem.json"), std::string::npos) << wrote.out;
     EXPECT_TRUE(kl::loadProblem(copy.string()).regimes.empty());

@@ -129,6 +129,45 @@ TEST(RegimeSplit, MatchesRecordedShapesThatCarryTheProblemsConstants)
     EXPECT_EQ(split.regimes[1].condition, "C <= 16384 && R > 128");
 }
 
+// Splitting starts from the problem's own regimes (decode / prefill here) and refines them; a regime that no tuning
+// shape lies in stays, without a best. --from-scratch ignores them.
+TEST(RegimeSplit, RefinesTheProblemsOwnRegimes)
+{
+    Json j = toJson(rowsAndColumns());
+    j["regimes"] = Json::parse(R"([{"name": "decode", "when": "R <= 256"}, {"name": "prefill", "when": "R > 256"}])");
+    const Problem p = problemFromJson(j, "rows.json");
+    const RegimeSplit split = learnRegimes(p, sessionOf(p, threeSpecialists()));
+    EXPECT_EQ(split.cuts, 1);
+    ASSERT_EQ(split.regimes.size(), 3u);
+    EXPECT_EQ(split.regimes[0].name, "decode");
+    EXPECT_EQ(split.regimes[0].condition, "R <= 256");
+    EXPECT_EQ(split.regimes[0].best, "c0003");
+    EXPECT_EQ(split.regimes[1].name, "prefill_c_le_16384");
+    EXPECT_EQ(split.regimes[1].condition, "R > 256 && C <= 16384");
+    EXPECT_EQ(split.regimes[1].best, "c0001");
+    EXPECT_EQ(split.regimes[2].condition, "R > 256 && C > 16384");
+    Json withLearned = j;
+    withLearned["regimes"] = Json::parse(regimesJson(split));
+    EXPECT_EQ(problemFromJson(withLearned, "rows.json").regimes.size(), 3u);
+
+    // A condition with || is kept whole; a regime nothing times keeps no best.
+    j["regimes"] = Json::parse(R"([{"name": "tiny", "when": "R <= 2"}, {"name": "wide", "when": "R > 2 && C > 100000"},
+        {"name": "rest", "when": "R > 2 && C <= 100000 || R > 2 && C > 100000 && 0"}])");
+    const Problem q = problemFromJson(j, "rows.json");
+    const RegimeSplit three = learnRegimes(q, sessionOf(q, threeSpecialists()));
+    ASSERT_EQ(three.regimes.size(), 4u);
+    EXPECT_EQ(three.regimes[0].name, "tiny");
+    EXPECT_TRUE(three.regimes[0].shapes.empty());
+    EXPECT_TRUE(three.regimes[0].best.empty());
+    EXPECT_EQ(three.regimes[1].best, "c0002");
+    EXPECT_EQ(three.regimes[2].name, "rest_c_le_16384");
+    EXPECT_EQ(three.regimes[2].condition, "(R > 2 && C <= 100000 || R > 2 && C > 100000 && 0) && C <= 16384");
+    EXPECT_EQ(three.regimes[2].best, "c0001");
+    EXPECT_EQ(three.regimes[3].best, "c0003");
+
+    EXPECT_EQ(learnRegimes(p, sessionOf(p, threeSpecialists()), { 4, 0.02, false }).regimes[0].condition, "R <= 128");
+}
+
 TEST(RegimeSplit, TheLearnedRegimesPartitionTheWholeRangeAndLoadAsProblemJson)
 {
     const Problem p = rowsAndColumns();
