@@ -79,9 +79,12 @@ void RegimesPanel::updateSuggestion()
             } else {
                 QStringList parts;
                 for (const kl::LearnedRegime& r : split.regimes)
-                    parts << tr("%1 (%2): %3 at %4x")
-                                 .arg(QString::fromStdString(r.name), QString::fromStdString(r.condition),
-                                     QString::fromStdString(r.best), QString::number(r.objective, 'f', 3));
+                    parts << (r.shapes.empty()
+                            ? tr("%1 (%2): not timed")
+                                  .arg(QString::fromStdString(r.name), QString::fromStdString(r.condition))
+                            : tr("%1 (%2): %3 at %4x")
+                                  .arg(QString::fromStdString(r.name), QString::fromStdString(r.condition),
+                                      QString::fromStdString(r.best), QString::number(r.objective, 'f', 3)));
                 text = tr("Per-shape winners change: a best per learned regime gives %1x the single best (%2). %3. "
                           "`kloop session regimes` prints them as problem.json \"regimes\".")
                            .arg(split.objective / split.singleObjective, 0, 'f', 3)

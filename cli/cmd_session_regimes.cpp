@@ -62,8 +62,9 @@ namespace {
                 std::cout << Json {
                     { "gpu", split.gpu }, { "configurations", split.configurations },
                     { "single_best", split.singleBest }, { "single_objective", split.singleObjective },
-                    { "objective", split.objective }, { "regimes", regimes },
-                    { "problem_json", Json::parse(regimesJson(split)) }
+                    { "objective", split.objective }, { "regimes", regimes }, { "cuts", split.cuts },
+                    { "problem_json", Json::parse(regimesJson(split)) },
+                    { "problem_written", writeTo ? Json(*writeTo) : Json() }
                 }.dump(2) << "\n";
                 return kExitOk;
             }
@@ -71,11 +72,10 @@ namespace {
                       << " configurations timed at every tuning shape on " << split.gpu << "\n"
                       << "one configuration everywhere: " << split.singleBest << " at "
                       << speedup(split.singleObjective) << " over the baseline\n";
-            const std::string written = writeTo ? "wrote " + *writeTo
-                    + "/problem.json with these regimes: kloop run "
-                      "--problem "
-                    + *writeTo + " tunes them\n"
-                                                : std::string();
+            std::string written;
+            if (writeTo)
+                written = "wrote " + *writeTo + "/problem.json with these regimes: kloop run --problem " + *writeTo
+                    + " tunes them\n";
             if (split.cuts == 0) {
                 std::cout << "no split raises that by " << o.minGain * 100 << "% or more: "
                           << (split.regimes.size() == 1 ? "one regime serves the tuning shapes\n"
@@ -85,9 +85,14 @@ namespace {
             }
             std::cout << "a best per regime: " << speedup(split.objective) << " ("
                       << speedup(split.objective / split.singleObjective) << " the single configuration)\n";
-            for (const LearnedRegime& r : split.regimes)
-                std::cout << "  " << r.name << " (" << r.condition << "): " << r.best << " " << speedup(r.objective)
-                          << " vs " << speedup(r.singleObjective) << " at " << shapesText(r.shapes) << "\n";
+            for (const LearnedRegime& r : split.regimes) {
+                std::cout << "  " << r.name << " (" << r.condition << "): ";
+                if (r.shapes.empty())
+                    std::cout << "no tuning shape lies in it; an export's fallback serves it\n";
+                else
+                    std::cout << r.best << " " << speedup(r.objective) << " vs " << speedup(r.singleObjective) << " at "
+                              << shapesText(r.shapes) << "\n";
+            }
             std::cout << "problem.json \"regimes\": " << regimesJson(split) << "\n"
                       << "a session with these regimes verifies each winner on held-out shapes drawn inside it\n"
                       << written;

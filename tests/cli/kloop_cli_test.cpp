@@ -588,6 +588,8 @@ TEST_F(KloopCli, SessionRegimesFindsNoSplitWhereThePerShapeWinnersAgree)
     EXPECT_EQ(r.at("regimes")[0].at("name"), "decode");
     EXPECT_EQ(r.at("regimes")[1].at("when"), "T > 256");
     EXPECT_EQ(r.at("problem_json").size(), 2u);
+    EXPECT_EQ(r.at("cuts"), 0);
+    EXPECT_TRUE(r.at("problem_written").is_null());
     EXPECT_NE(kloop({ "session", "regimes", dir.string() }).out.find("the problem's regimes stand"), std::string::npos);
     // Written out from scratch, the problem's copy has one regime: its decode / prefill split is dropped, and a
     // session runs on it.
