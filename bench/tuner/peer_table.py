@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The peer table: KernelLoop's exported kernel against PyTorch eager, torch.compile and Liger-Kernel at every
 tuning shape, all timed in one run by bench/tuner/torch_baselines.py (--liger --bundles). Decode shapes (T or R at
-most 256) compare CUDA-graph replays on every side (no host launch overhead in anyone's figure); the others compare
-CUDA-event medians over rotated inputs (L2 cold). Ratio: the fastest peer's time over KernelLoop's (above 1:
+most 256) compare CUDA-graph replays on every side (no host launch overhead in anyone's figure), with inputs in L2
+and, where torch_baselines.py measured it, again with them cold; the others compare CUDA-event medians over rotated
+inputs (L2 cold). Ratio: the fastest peer's time over KernelLoop's (above 1:
 KernelLoop is faster); the issue's target is >= 1.03 at the large shapes and >= 1.0 at the decode shapes.
 
     peer_table.py --torch torch.json --out peers.md rmsnorm softmax silu_and_mul
@@ -30,24 +31,30 @@ def fmt(us):
     return "-" if us is None else f"{us:.2f}"
 
 
+def row(name, label, timing, suffix, e, target, versions):
+    ours = e.get("kernelloop" + suffix)
+    peers = {key: e.get(key + suffix) for key, _ in PEERS}
+    timed = {k: v for k, v in peers.items() if v}
+    fastest = min(timed, key=timed.get) if timed else None
+    ratio = timed[fastest] / ours if fastest and ours else None
+    verdict = "-" if ratio is None else ("meets" if ratio >= target else "below")
+    peer_name = dict(PEERS)[fastest] if fastest else None
+    fastest_text = f"{peer_name} ({versions.get(peer_name, '?')})" if fastest else "-"
+    return (f"| {name} | {label} | {timing} | {fmt(ours)} | " + " | ".join(fmt(peers[k]) for k, _ in PEERS)
+            + f" | {fastest_text} | {'-' if ratio is None else f'{ratio:.3f}x'} | {verdict} (>= {target}) |")
+
+
 def rows_for(name, shapes, versions):
     rows = []
     for label in sorted(shapes, key=lambda l: (not is_decode(l), sorted(dims_of(l).items()))):
         e = shapes[label]
-        decode = is_decode(label)
-        suffix = "_graph_us" if decode else "_us"
-        ours = e.get("kernelloop" + suffix)
-        peers = {key: e.get(key + suffix) for key, _ in PEERS}
-        timed = {k: v for k, v in peers.items() if v}
-        fastest = min(timed, key=timed.get) if timed else None
-        ratio = timed[fastest] / ours if fastest and ours else None
-        target = TARGET_DECODE if decode else TARGET_LARGE
-        verdict = "-" if ratio is None else ("meets" if ratio >= target else "below")
-        peer_name = dict(PEERS)[fastest] if fastest else None
-        fastest_text = f"{peer_name} ({versions.get(peer_name, '?')})" if fastest else "-"
-        rows.append(f"| {name} | {label} | {'graph' if decode else 'events'} | {fmt(ours)} | "
-                    + " | ".join(fmt(peers[k]) for k, _ in PEERS)
-                    + f" | {fastest_text} | {'-' if ratio is None else f'{ratio:.3f}x'} | {verdict} (>= {target}) |")
+        if is_decode(label):
+            rows.append(row(name, label, "graph", "_graph_us", e, TARGET_DECODE, versions))
+            # The same replays over inputs that left L2 (weights and activations cold), as the harness times decode.
+            if "kernelloop_cold_graph_us" in e:
+                rows.append(row(name, label, "graph, L2 cold", "_cold_graph_us", e, TARGET_DECODE, versions))
+        else:
+            rows.append(row(name, label, "events", "_us", e, TARGET_LARGE, versions))
         errors = [f"{k}: {e[k + '_error']}" for k in ("kernelloop",) + tuple(k for k, _ in PEERS) if k + "_error" in e]
         if errors:
             rows.append(f"| {name} | {label} | not timed | " + "; ".join(errors).replace("|", "/")[:400]
@@ -60,8 +67,9 @@ def table(results, names):
     versions = meta.get("versions", {})
     lines = [f"GPU {meta.get('gpu', '?')}, CUDA {meta.get('cuda', '?')}; peers: "
              + ", ".join(f"{k} = {v}" for k, v in sorted(versions.items())), "",
-             "Times in microseconds (median). Decode shapes: CUDA-graph replay on every side; the others: CUDA events "
-             "over rotated inputs (> 2x L2). Ratio: fastest peer / KernelLoop.", "",
+             "Times in microseconds (median). Decode shapes: CUDA-graph replay on every side, inputs in L2, and where "
+             "measured a second row with inputs rotated through 2x L2 (L2 cold, the harness's decode protocol); the "
+             "others: CUDA events over rotated inputs (> 2x L2). Ratio: fastest peer / KernelLoop.", "",
              "| problem | shape | timing | KernelLoop | eager | torch.compile | Liger | fastest peer | ratio | target |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name in names:

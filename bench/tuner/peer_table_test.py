@@ -32,6 +32,19 @@ class PeerTableTest(unittest.TestCase):
         self.assertIn(f"{2.06 / 2.84:.3f}x", row)
         self.assertIn("below (>= 1.0)", row)
 
+    def test_decode_shapes_measured_with_l2_cold_get_a_second_row_of_their_own(self):
+        self.assertFalse(any("L2 cold" in key for key in self.rows))
+        e = self.results["rmsnorm"]["H=8192,T=16"]
+        e.update({"kernelloop_cold_graph_us": 3.10, "eager_cold_graph_us": 8.0, "compile_cold_graph_us": 3.30,
+                  "liger_cold_graph_us": 3.40})
+        lines = peer_table.table(self.results, ["rmsnorm"]).splitlines()
+        warm = next(i for i, line in enumerate(lines) if "| H=8192,T=16 | graph |" in line)
+        cold = lines[warm + 1]
+        self.assertIn("| H=8192,T=16 | graph, L2 cold | 3.10 | 8.00 | 3.30 | 3.40 |", cold)
+        self.assertIn("torch.compile", cold)
+        self.assertIn(f"{3.30 / 3.10:.3f}x | meets (>= 1.0)", cold)
+        self.assertIn(f"{2.06 / 2.84:.3f}x", lines[warm])
+
     def test_a_peer_that_did_not_run_is_named_and_the_others_still_compared(self):
         row = self.rows["H=8192,T=16384 events"]
         self.assertIn("torch.compile (torch 2.9.0, triton 3.5.0)", row)

@@ -4,9 +4,10 @@ a `kloop export` bundle) and copy bandwidth at every tuning shape of the given p
 timer.
 
 Timing follows bench/harness/torch_eager.py (CUDA events, rotated input sets > 2x L2, median; CUDA-graph replay
-as a second figure without host launch overhead). Writes
-{problem: {shape_label: {"eager_us", "eager_graph_us", "compile_us", "compile_graph_us", "liger_us",
- "liger_graph_us", "kernelloop_us", "kernelloop_graph_us", "bytes", "copy_us"}},
+as a second figure without host launch overhead, its small inputs staying in L2; at decode shapes a third, graph
+replay over sets > 2x L2, L2 cold as the harness times decode). Writes
+{problem: {shape_label: {"eager_us", "eager_graph_us", "eager_cold_graph_us" (decode), "compile_...", "liger_...",
+ "kernelloop_...", "bytes", "copy_us"}},
  "_meta": {..., "copy_bytes_per_s", "versions": {peer: version}}}. bench/tuner/peer_table.py makes the table.
 """
 import argparse
@@ -21,6 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "regimes"))
 from check_regimes import condition_holds  # noqa: E402
 from torch_eager import label, time_graph, time_op  # noqa: E402
+from peer_table import is_decode  # noqa: E402
 
 
 def ops(name, d, dev):
@@ -102,10 +104,13 @@ def kernelloop_op(bundle, prob, d, dev, suffix=""):
     return mk, (lambda *xs: ops.run(*xs, *scalars))
 
 
-def timed(entry, key, mk, op, l2):
+def timed(entry, key, mk, op, l2, decode=False):
+    """Events over rotated inputs and graph replays with L2 warm; at decode shapes also graph replays with L2 cold."""
     try:
         entry[key + "_us"] = time_op(mk, op, l2)
         entry[key + "_graph_us"] = time_graph(mk, op, l2)
+        if decode:
+            entry[key + "_cold_graph_us"] = time_graph(mk, op, l2, cold=True)
     except Exception as e:  # a peer that cannot run here is reported, not fatal
         entry[key + "_error"] = str(e)[:300]
 
@@ -158,20 +163,21 @@ def main():
             d = shape["dims"]
             mk, op, opname = ops(name, d, dev)
             nbytes = float(eval(prob["bytes"], {"__builtins__": {}}, dict(d)))
+            decode = is_decode(label(d))
             entry = {"op": opname, "bytes": nbytes, "copy_us": nbytes / bw * 1e6,
-                     "flops": float(eval(prob["flops"], {"__builtins__": {}}, dict(d))),
-                     "eager_us": time_op(mk, op, l2), "eager_graph_us": time_graph(mk, op, l2)}
+                     "flops": float(eval(prob["flops"], {"__builtins__": {}}, dict(d)))}
+            timed(entry, "eager", mk, op, l2, decode)
             try:
                 compiled = torch.compile(op, dynamic=False)
-                entry["compile_us"] = time_op(mk, compiled, l2)
-                entry["compile_graph_us"] = time_graph(mk, compiled, l2)
             except Exception as e:  # torch.compile needs Triton and a C compiler; report, do not fail
                 entry["compile_error"] = str(e)[:300]
+            else:
+                timed(entry, "compile", mk, compiled, l2, decode)
             if args.liger:
                 try:
                     lop = liger_op(name, d, dev)
                     if lop:
-                        timed(entry, "liger", *lop, l2)
+                        timed(entry, "liger", *lop, l2, decode)
                 except Exception as e:
                     entry["liger_error"] = str(e)[:300]
             bundle = os.path.join(args.bundles, name) if args.bundles else None
@@ -182,7 +188,7 @@ def main():
                     chosen, manifest, suffix = regime_of(bundle, manifest, d)
                     entry["kernelloop_candidate"] = f"{manifest['candidate']['id']}{suffix.replace('_', ' ')}"
                     versions.setdefault("kernelloop:" + name, f"session {manifest['session_id']}")
-                    timed(entry, "kernelloop", *kernelloop_op(chosen, prob, d, dev, suffix), l2)
+                    timed(entry, "kernelloop", *kernelloop_op(chosen, prob, d, dev, suffix), l2, decode)
                 except Exception as e:
                     entry["kernelloop_error"] = str(e)[:300]
             res[label(d)] = entry
