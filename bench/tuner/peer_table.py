@@ -77,6 +77,12 @@ def table(results, names):
             lines.append(f"| {name} | (not measured) | | | | | | | | |")
             continue
         lines += rows_for(name, results[name], versions)
+    lines += ["", "KernelLoop's kernel per shape (the regime winner the exported dispatcher runs there):", ""]
+    for name in names:
+        for label, e in sorted(results.get(name, {}).items()):
+            if "kernelloop_candidate" in e:
+                params = " ".join(f"{k}={v}" for k, v in sorted(e.get("kernelloop_params", {}).items()))
+                lines.append(f"- {name} {label}: {e['kernelloop_candidate']}" + (f" ({params})" if params else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -45,6 +45,12 @@ class PeerTableTest(unittest.TestCase):
         self.assertIn(f"{3.30 / 3.10:.3f}x | meets (>= 1.0)", cold)
         self.assertIn(f"{2.06 / 2.84:.3f}x", lines[warm])
 
+    def test_each_shape_names_the_kernel_and_parameters_that_ran_there(self):
+        e = self.results["rmsnorm"]["H=8192,T=16"]
+        e.update({"kernelloop_candidate": "c0030 decode", "kernelloop_params": {"THREADS": 1024, "PRELOAD_W": 1}})
+        text = peer_table.table(self.results, ["rmsnorm"])
+        self.assertIn("- rmsnorm H=8192,T=16: c0030 decode (PRELOAD_W=1 THREADS=1024)", text)
+
     def test_a_peer_that_did_not_run_is_named_and_the_others_still_compared(self):
         row = self.rows["H=8192,T=16384 events"]
         self.assertIn("torch.compile (torch 2.9.0, triton 3.5.0)", row)

@@ -187,6 +187,7 @@ def main():
                         manifest = json.load(f)
                     chosen, manifest, suffix = regime_of(bundle, manifest, d)
                     entry["kernelloop_candidate"] = f"{manifest['candidate']['id']}{suffix.replace('_', ' ')}"
+                    entry["kernelloop_params"] = manifest["candidate"].get("params", {})
                     versions.setdefault("kernelloop:" + name, f"session {manifest['session_id']}")
                     timed(entry, "kernelloop", *kernelloop_op(chosen, prob, d, dev, suffix), l2, decode)
                 except Exception as e:
