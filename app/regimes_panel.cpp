@@ -85,10 +85,13 @@ void RegimesPanel::updateSuggestion()
                             : tr("%1 (%2): %3 at %4x")
                                   .arg(QString::fromStdString(r.name), QString::fromStdString(r.condition),
                                       QString::fromStdString(r.best), QString::number(r.objective, 'f', 3)));
-                text = tr("Per-shape winners change: a best per learned regime gives %1x the single best (%2). %3. "
+                const QString overStart = split.regimes.size() > static_cast<std::size_t>(split.cuts) + 1
+                    ? tr(" and %1x the problem's regimes").arg(split.objective / split.startObjective, 0, 'f', 3)
+                    : QString();
+                text = tr("Per-shape winners change: a best per learned regime gives %1x the single best (%2)%3. %4. "
                           "`kloop session regimes` prints them as problem.json \"regimes\".")
                            .arg(split.objective / split.singleObjective, 0, 'f', 3)
-                           .arg(QString::fromStdString(split.singleBest), parts.join(QStringLiteral("; ")));
+                           .arg(QString::fromStdString(split.singleBest), overStart, parts.join(QStringLiteral("; ")));
             }
         } catch (const std::exception&) {
             text.clear(); // nothing timed at every tuning shape yet

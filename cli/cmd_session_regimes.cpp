@@ -62,8 +62,8 @@ namespace {
                 std::cout << Json {
                     { "gpu", split.gpu }, { "configurations", split.configurations },
                     { "single_best", split.singleBest }, { "single_objective", split.singleObjective },
-                    { "objective", split.objective }, { "regimes", regimes }, { "cuts", split.cuts },
-                    { "problem_json", Json::parse(regimesJson(split)) },
+                    { "start_objective", split.startObjective }, { "objective", split.objective },
+                    { "regimes", regimes }, { "cuts", split.cuts }, { "problem_json", Json::parse(regimesJson(split)) },
                     { "problem_written", writeTo ? Json(*writeTo) : Json() }
                 }.dump(2) << "\n";
                 return kExitOk;
@@ -84,7 +84,10 @@ namespace {
                 return kExitOk;
             }
             std::cout << "a best per regime: " << speedup(split.objective) << " ("
-                      << speedup(split.objective / split.singleObjective) << " the single configuration)\n";
+                      << speedup(split.objective / split.singleObjective) << " the single configuration";
+            if (split.regimes.size() > static_cast<std::size_t>(split.cuts) + 1)
+                std::cout << ", " << speedup(split.objective / split.startObjective) << " the problem's regimes";
+            std::cout << ")\n";
             for (const LearnedRegime& r : split.regimes) {
                 std::cout << "  " << r.name << " (" << r.condition << "): ";
                 if (r.shapes.empty())

@@ -268,6 +268,7 @@ RegimeSplit learnRegimes(const Problem& problem, const Session& session, const R
     } else {
         parts.push_back(whole);
     }
+    out.startObjective = std::exp(totalLog(parts, shapes));
     while (static_cast<int>(parts.size()) < std::max(1, options.maxRegimes)) {
         std::optional<std::vector<Part>> next = bestSplit(parts, problem, c, shapes);
         // Strictly above the minimum (and above rounding): a split that changes no winner is not one.

@@ -34,6 +34,7 @@ struct RegimeSplit {
     int configurations = 0; // correct, fully timed evaluations on that GPU with a speedup at every tuning shape
     CandidateId singleBest;
     double singleObjective = 0; // the single best over every tuning shape
+    double startObjective = 0; // every shape under its best in the regimes splitting started from (or the single)
     double objective = 0; // every shape under its regime's best
     int cuts = 0; // splits learned (0: the problem's regimes, or one for the whole range, stand)
     std::vector<LearnedRegime> regimes; // a partition of the range, in the order a dispatcher tests them

@@ -133,17 +133,17 @@ kl::Problem tokensAndHidden()
         "rms.json");
 }
 
-// One configuration per entry, with its speedups at the two tuning shapes.
-SessionSnapshot timedAtEveryShape(const kl::Problem& p, const std::vector<std::pair<double, double>>& speedups)
+// One configuration per entry, with its speedups at the tuning shapes in order.
+SessionSnapshot timedAtEveryShape(const kl::Problem& p, const std::vector<std::vector<double>>& speedups)
 {
     kl::Session s;
     s.id = "learn";
     s.device.name = "NVIDIA H200";
-    for (const auto& [decode, prefill] : speedups) {
+    for (const std::vector<double>& atShapes : speedups) {
         kl::Candidate c = candidate(s.tree.nextId(), kl::CandidateStatus::Rejected);
         kl::Evaluation e;
         e.candidateId = c.id;
-        for (const double x : { decode, prefill }) {
+        for (const double x : atShapes) {
             kl::ShapeResult r;
             r.shape = p.tuningShapes[e.shapes.size()];
             r.correct = true;
@@ -188,6 +188,17 @@ TEST(RegimesPanel, SaysWhereThePerShapeWinnersChangeUnderTheTable)
     panel.setSession(timedAtEveryShape(withRegimes, { { 2.0, 1.6 }, { 1.0, 1.5 } }));
     EXPECT_EQ(panel.suggestion().toStdString(),
         "No split inside the problem's regimes raises the geometric mean over 2 configurations by 2%: they stand.");
+
+    // A cut inside them: the gain is stated over the single best and over the problem's regimes.
+    j["tuning_shapes"].push_back({ { "dims", { { "T", 4096 }, { "H", 16384 } } } });
+    const kl::Problem three = kl::problemFromJson(j, "rms.json");
+    panel.setProblem(three);
+    panel.setSession(timedAtEveryShape(three, { { 2.0, 1.0, 2.0 }, { 1.0, 2.0, 1.0 } }));
+    EXPECT_EQ(panel.suggestion().toStdString(),
+        "Per-shape winners change: a best per learned regime gives 1.260x the single best (c0001) and 1.260x the "
+        "problem's regimes. decode (T <= 256): c0001 at 2.000x; prefill_h_le_8192 (T > 256 && H <= 8192): c0002 at "
+        "2.000x; prefill_h_gt_8192 (T > 256 && H > 8192): c0001 at 2.000x. `kloop session regimes` prints them as "
+        "problem.json \"regimes\".");
 
     // Nothing timed at every tuning shape yet: no line.
     panel.setSession(timedAtEveryShape(p, { { 2.0, 0.0 } }));

@@ -104,6 +104,7 @@ TEST(RegimeSplit, SplitsWherePerShapeWinnersChangeAndNamesEachRegimeByItsConditi
     EXPECT_EQ(split.regimes[2].best, "c0002");
     EXPECT_NEAR(split.regimes[2].objective, 1.6, 1e-9);
     EXPECT_NEAR(split.objective, std::pow(2.0 * 1.6 * 2.0 * 1.6, 0.25), 1e-9);
+    EXPECT_NEAR(split.startObjective, split.singleObjective, 1e-12); // no problem regimes: splitting starts whole
     EXPECT_EQ(regimesJson(split),
         R"([{"name":"r_le_128","when":"R <= 128"},{"name":"c_le_16384_r_gt_128","when":"C <= 16384 && R > 128"},)"
         R"({"name":"c_gt_16384_r_gt_128","when":"C > 16384 && R > 128"}])");
@@ -138,6 +139,9 @@ TEST(RegimeSplit, RefinesTheProblemsOwnRegimes)
     const Problem p = problemFromJson(j, "rows.json");
     const RegimeSplit split = learnRegimes(p, sessionOf(p, threeSpecialists()));
     EXPECT_EQ(split.cuts, 1);
+    // decode alone already gives c0003 its 2x; the cut gives c0001 its 2x at short rows.
+    EXPECT_NEAR(split.startObjective, std::pow(2.0 * 1.6 * 1.2 * 1.6, 0.25), 1e-9);
+    EXPECT_NEAR(split.objective, std::pow(2.0 * 1.6 * 2.0 * 1.6, 0.25), 1e-9);
     ASSERT_EQ(split.regimes.size(), 3u);
     EXPECT_EQ(split.regimes[0].name, "decode");
     EXPECT_EQ(split.regimes[0].condition, "R <= 256");
