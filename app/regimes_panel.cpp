@@ -68,8 +68,9 @@ void RegimesPanel::updateSuggestion()
                            .arg(split.singleObjective, 0, 'f', 3);
             } else if (split.cuts == 0 && split.regimes.size() > 1) {
                 text = tr("No split inside the problem's regimes raises the geometric mean over %1 configurations by "
-                          "2%: they stand.")
-                           .arg(split.configurations);
+                          "%2%: they stand.")
+                           .arg(split.configurations)
+                           .arg(kl::RegimeSplitOptions {}.minGain * 100);
             } else if (split.regimes.size() == 1) {
                 text = tr("Per-shape winners agree across %1 configurations: one configuration serves the tuning "
                           "shapes (%2, %3x).")
