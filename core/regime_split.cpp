@@ -49,48 +49,62 @@ namespace {
         return true;
     }
 
-    // Whether a recorded shape is the tuning shape `want`: the dims `want` names agree (a record may add constants).
-    bool sameFreeDims(const Shape& recorded, const Shape& want)
-    {
-        for (const auto& [dim, v] : want.dims) {
-            const auto it = recorded.dims.find(dim);
-            if (it == recorded.dims.end() || it->second != v)
-                return false;
-        }
-        return true;
-    }
-
     std::string gpuOf(const Session& s, const Evaluation& e)
     {
         return e.measuredOn.gpu.empty() ? s.device.name : e.measuredOn.gpu;
     }
 
-    Configurations collect(
-        const Session& s, const std::vector<Shape>& shapes, const std::string& gpu, const std::string& problemName)
+    // The visible shapes an evaluation timed against the baseline, in shape order (verify-only shapes have no speedup).
+    std::vector<ShapeResult> timedVisible(const Evaluation& e)
     {
-        Configurations out;
+        std::vector<ShapeResult> out;
+        for (const ShapeResult& r : e.shapes)
+            if (!r.heldOut && r.speedup > 0)
+                out.push_back(r);
+        std::sort(out.begin(), out.end(), [](const ShapeResult& a, const ShapeResult& b) { return a.shape < b.shape; });
+        return out;
+    }
+
+    // The session's tuning shapes as it timed them (the problem's, or those `kloop run --shapes` chose): the set of
+    // visible timed shapes most of its trusted evaluations share, and the configurations that timed all of it.
+    Configurations collect(
+        const Session& s, const std::string& gpu, const std::string& problemName, std::vector<Shape>& shapes)
+    {
+        std::map<std::vector<Shape>, int> sets;
+        std::vector<std::pair<CandidateId, std::vector<ShapeResult>>> timed;
         for (const CandidateId& id : s.tree.order()) {
             const auto it = s.evaluations.find(id);
             if (it == s.evaluations.end() || !trusted(s.tree.at(id), it->second) || gpuOf(s, it->second) != gpu)
                 continue;
+            std::vector<ShapeResult> t = timedVisible(it->second);
+            if (t.empty())
+                continue;
+            std::vector<Shape> key;
+            for (const ShapeResult& r : t)
+                key.push_back(r.shape);
+            ++sets[key];
+            timed.emplace_back(id, std::move(t));
+        }
+        if (sets.empty())
+            throw InputError("session " + s.id + ": no configuration of " + problemName + " on " + gpu
+                + " is correct and timed against the baseline, so there is nothing to split");
+        const auto common = std::max_element(
+            sets.begin(), sets.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+        shapes = common->first; // as the first record of the set holds them, with their weights
+        Configurations out;
+        for (const auto& [id, t] : timed) {
             std::vector<double> logs;
-            for (const Shape& want : shapes) {
-                const auto r
-                    = std::find_if(it->second.shapes.begin(), it->second.shapes.end(), [&](const ShapeResult& sr) {
-                          return !sr.heldOut && sr.speedup > 0 && sameFreeDims(sr.shape, want);
-                      });
-                if (r == it->second.shapes.end())
+            for (const Shape& want : common->first) {
+                const auto r = std::find_if(t.begin(), t.end(), [&](const ShapeResult& x) { return x.shape == want; });
+                if (r == t.end())
                     break;
                 logs.push_back(std::log(r->speedup));
             }
-            if (logs.size() != shapes.size())
+            if (logs.size() != common->first.size())
                 continue;
             out.ids.push_back(id);
             out.logSpeedup.push_back(std::move(logs));
         }
-        if (out.ids.empty())
-            throw InputError("session " + s.id + ": no configuration of " + problemName + " on " + gpu
-                + " is correct and fully timed at every tuning shape, so there is nothing to split");
         return out;
     }
 
@@ -224,9 +238,6 @@ namespace {
 
 RegimeSplit learnRegimes(const Problem& problem, const Session& session, const RegimeSplitOptions& options)
 {
-    const std::vector<Shape>& shapes = problem.tuningShapes;
-    if (shapes.empty())
-        throw InputError(problem.name + ": the problem has no tuning shapes to split");
 
     // The GPU model that timed most of the session: one model's speedups are comparable with each other.
     std::map<std::string, int> perGpu;
@@ -241,7 +252,8 @@ RegimeSplit learnRegimes(const Problem& problem, const Session& session, const R
             most = n;
             out.gpu = gpu;
         }
-    const Configurations c = collect(session, shapes, out.gpu, problem.name);
+    std::vector<Shape> shapes;
+    const Configurations c = collect(session, out.gpu, problem.name, shapes);
     out.configurations = static_cast<int>(c.ids.size());
 
     Part whole;

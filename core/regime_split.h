@@ -40,7 +40,8 @@ struct RegimeSplit {
     std::vector<LearnedRegime> regimes; // a partition of the range, in the order a dispatcher tests them
 };
 
-// Throws InputError when the session has no configuration timed at every tuning shape of the problem.
+// The tuning shapes are the session's, as it timed them (the problem's, or those `kloop run --shapes` chose). Throws
+// InputError when no trusted configuration of the session was timed against the baseline.
 RegimeSplit learnRegimes(const Problem& problem, const Session& session, const RegimeSplitOptions& options = {});
 
 // The regimes as problem.json's "regimes" array.

@@ -233,18 +233,40 @@ TEST(RegimeSplit, LearnsOnlyFromTrustedFullMeasurementsOfOneGpuModel)
     EXPECT_EQ(learnRegimes(p, sessionOf(p, recorded)).singleBest, "c0005");
 }
 
-TEST(RegimeSplit, RefusesASessionWithoutAConfigurationTimedAtEveryShape)
+TEST(RegimeSplit, RefusesASessionWithoutATrustedTimedConfiguration)
 {
     const Problem p = rowsAndColumns();
+    std::vector<Recorded> untrusted = { { { 2, 2, 2, 2 }, Fidelity { 5, 1 } },
+        { { 2, 2, 2, 2 }, {}, { { "physics.above-roofline", "faster than the copy bound", 0, false } } } };
     try {
-        learnRegimes(p, sessionOf(p, { { { 1.5, 1.5, 0, 1.5 } }, { { 2, 2, 2, 2 }, Fidelity { 5, 1 } } }));
+        learnRegimes(p, sessionOf(p, untrusted));
         FAIL() << "learned from nothing";
     } catch (const InputError& e) {
         EXPECT_NE(std::string(e.what()).find("session learn: no configuration of rows on NVIDIA H200 is correct and "
-                                             "fully timed at every tuning shape"),
+                                             "timed against the baseline"),
             std::string::npos)
             << e.what();
     }
+}
+
+// A session run on other shapes than the problem's (kloop run --shapes) learns from the shapes most of its
+// configurations timed; one that timed more counts on those, one that timed fewer (no speedup at one) is left out.
+TEST(RegimeSplit, LearnsFromTheShapesTheSessionTimed)
+{
+    Json j = toJson(rowsAndColumns());
+    j["tuning_shapes"] = Json::parse(R"([{"dims": {"R": 8, "C": 1024}}, {"dims": {"R": 8192, "C": 1024}},
+        {"dims": {"R": 64, "C": 64}}])");
+    const Problem timedOn = problemFromJson(j, "rows.json");
+    Session s = sessionOf(
+        timedOn, { { { 2.0, 1.0, 0.0 } }, { { 1.0, 2.0, 0.0 } }, { { 1.0, 1.0, 9.0 } }, { { 9.0, 0.0, 0.0 } } });
+    const RegimeSplit split = learnRegimes(rowsAndColumns(), s); // the problem's own tuning shapes: none of these
+    EXPECT_EQ(split.configurations, 3);
+    ASSERT_EQ(split.regimes.size(), 2u);
+    EXPECT_EQ(split.regimes[0].condition, "R <= 256");
+    EXPECT_EQ(split.regimes[0].best, "c0001");
+    EXPECT_EQ(split.regimes[1].best, "c0002");
+    ASSERT_EQ(split.regimes[1].shapes.size(), 1u);
+    EXPECT_EQ(split.regimes[1].shapes[0].label(), "C=1024,R=8192");
 }
 
 // --write-problem: the session's problem folder copied with the learned regimes in its problem.json, every other
