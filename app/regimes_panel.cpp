@@ -63,7 +63,7 @@ void RegimesPanel::updateSuggestion()
         try {
             const kl::RegimeSplit split = kl::learnRegimes(*m_problem, *m_session);
             if (split.configurations == 1) {
-                text = tr("One configuration is timed at every tuning shape so far (%1, %2x): nothing to compare.")
+                text = tr("One configuration is timed so far (%1, %2x): nothing to compare.")
                            .arg(QString::fromStdString(split.singleBest))
                            .arg(split.singleObjective, 0, 'f', 3);
             } else if (split.cuts == 0 && split.regimes.size() > 1) {
@@ -95,7 +95,7 @@ void RegimesPanel::updateSuggestion()
                            .arg(QString::fromStdString(split.singleBest), overStart, parts.join(QStringLiteral("; ")));
             }
         } catch (const std::exception&) {
-            text.clear(); // nothing timed at every tuning shape yet
+            text.clear(); // nothing timed against the baseline yet
         }
     }
     m_suggestion->setText(text);

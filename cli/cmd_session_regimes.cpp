@@ -69,7 +69,7 @@ namespace {
                 return kExitOk;
             }
             std::cout << "session " << s.id << " (" << problem.name << "): " << split.configurations
-                      << " configurations timed at every tuning shape on " << split.gpu << "\n"
+                      << " configurations timed at its " << split.shapes << " tuning shapes on " << split.gpu << "\n"
                       << "one configuration everywhere: " << split.singleBest << " at "
                       << speedup(split.singleObjective) << " over the baseline\n";
             std::string written;

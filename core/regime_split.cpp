@@ -255,6 +255,7 @@ RegimeSplit learnRegimes(const Problem& problem, const Session& session, const R
     std::vector<Shape> shapes;
     const Configurations c = collect(session, out.gpu, problem.name, shapes);
     out.configurations = static_cast<int>(c.ids.size());
+    out.shapes = static_cast<int>(shapes.size());
 
     Part whole;
     for (std::size_t i = 0; i < shapes.size(); ++i)

@@ -31,7 +31,8 @@ struct LearnedRegime {
 
 struct RegimeSplit {
     std::string gpu; // the GPU model whose measurements were used (a session may hold several)
-    int configurations = 0; // correct, fully timed evaluations on that GPU with a speedup at every tuning shape
+    int shapes = 0; // the session's tuning shapes, as it timed them
+    int configurations = 0; // correct, fully timed evaluations on that GPU with a speedup at every one of them
     CandidateId singleBest;
     double singleObjective = 0; // the single best over every tuning shape
     double startObjective = 0; // every shape under its best in the regimes splitting started from (or the single)

@@ -200,8 +200,12 @@ TEST(RegimesPanel, SaysWhereThePerShapeWinnersChangeUnderTheTable)
         "2.000x; prefill_h_gt_8192 (T > 256 && H > 8192): c0001 at 2.000x. `kloop session regimes` prints them as "
         "problem.json \"regimes\".");
 
-    // Nothing timed at every tuning shape yet: no line.
+    // One configuration timed (at one shape): nothing to compare yet. None: no line.
+    panel.setProblem(p);
     panel.setSession(timedAtEveryShape(p, { { 2.0, 0.0 } }));
+    EXPECT_EQ(
+        panel.suggestion().toStdString(), "One configuration is timed so far (c0001, 2.000x): nothing to compare.");
+    panel.setSession(timedAtEveryShape(p, {}));
     EXPECT_TRUE(panel.suggestion().isEmpty());
     EXPECT_TRUE(line->isHidden());
 }

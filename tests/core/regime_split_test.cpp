@@ -261,6 +261,7 @@ TEST(RegimeSplit, LearnsFromTheShapesTheSessionTimed)
         timedOn, { { { 2.0, 1.0, 0.0 } }, { { 1.0, 2.0, 0.0 } }, { { 1.0, 1.0, 9.0 } }, { { 9.0, 0.0, 0.0 } } });
     const RegimeSplit split = learnRegimes(rowsAndColumns(), s); // the problem's own tuning shapes: none of these
     EXPECT_EQ(split.configurations, 3);
+    EXPECT_EQ(split.shapes, 2);
     ASSERT_EQ(split.regimes.size(), 2u);
     EXPECT_EQ(split.regimes[0].condition, "R <= 256");
     EXPECT_EQ(split.regimes[0].best, "c0001");
