@@ -60,7 +60,7 @@ namespace {
                         { "best", r.best }, { "objective", r.objective }, { "single_objective", r.singleObjective } });
                 }
                 std::cout << Json {
-                    { "gpu", split.gpu }, { "configurations", split.configurations },
+                    { "gpu", split.gpu }, { "tuning_shapes", split.shapes }, { "configurations", split.configurations },
                     { "single_best", split.singleBest }, { "single_objective", split.singleObjective },
                     { "start_objective", split.startObjective }, { "objective", split.objective },
                     { "regimes", regimes }, { "cuts", split.cuts }, { "problem_json", Json::parse(regimesJson(split)) },

@@ -571,6 +571,7 @@ TEST_F(KloopCli, SessionRegimesFindsNoSplitWhereThePerShapeWinnersAgree)
         }
     }
     EXPECT_EQ(j.at("configurations").get<int>(), correct);
+    EXPECT_EQ(j.at("tuning_shapes"), 5); // rmsnorm's, as the session timed them
     EXPECT_GE(correct, 2);
     EXPECT_EQ(j.at("single_best"), best);
     EXPECT_NEAR(j.at("single_objective").get<double>(), bestMean, 1e-9);
