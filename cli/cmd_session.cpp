@@ -151,7 +151,7 @@ namespace {
             if (it == s.evaluations.end() || it->second.measuredOn.empty())
                 continue;
             const Evaluation& e = it->second;
-            Json& board = boards[e.measuredOn.gpu.empty() ? s.device.name : e.measuredOn.gpu];
+            Json& board = boards[gpuModelOf(s, e)];
             if (board.is_null())
                 board = { { "evaluations", 0 }, { "workers", Json::array() }, { "accepted", Json::array() } };
             board["evaluations"] = board["evaluations"].get<int>() + 1;

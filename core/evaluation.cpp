@@ -36,9 +36,14 @@ Verdict verdictFromName(const std::string& s)
     throw InputError("unknown verdict '" + s + "'");
 }
 
+bool isLoopDecision(const VerdictReason& r)
+{
+    return r.rule.rfind("decide.", 0) == 0;
+}
+
 bool isReviewFlag(const VerdictReason& r)
 {
-    return !r.blocking && r.rule.rfind("decide.", 0) != 0;
+    return !r.blocking && !isLoopDecision(r);
 }
 
 bool Evaluation::correctEverywhere() const

@@ -22,6 +22,9 @@ struct VerdictReason {
 // A non-blocking referee reason asks for the engineer's review; the loop's own decision records ("decide.*")
 // explain a verdict and ask for nothing.
 bool isReviewFlag(const VerdictReason& r);
+// Whether a reason is the loop's own decision record ("decide.*": slower, not significant, ...), not a verdict of the
+// harness or the referee.
+bool isLoopDecision(const VerdictReason& r);
 
 struct TimingStats {
     double medianUs = 0;

@@ -278,6 +278,13 @@ std::vector<std::size_t> Problem::regimesOf(const Shape& s) const
     return in;
 }
 
+bool isRegimeName(const std::string& name)
+{
+    return !name.empty() && name.size() <= 32 && name[0] >= 'a' && name[0] <= 'z'
+        && std::all_of(name.begin(), name.end(),
+            [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+}
+
 std::string regimePartitionError(const Problem& p, const std::vector<Shape>& shapes, const std::string& what)
 {
     if (p.regimes.empty())
@@ -518,10 +525,7 @@ void validateProblem(const Problem& p, const std::string& where)
     for (std::size_t i = 0; i < p.regimes.size(); ++i) {
         const Regime& r = p.regimes[i];
         const std::string field = where + ".regimes[" + std::to_string(i) + "]";
-        const bool lowerIdent = !r.name.empty() && r.name.size() <= 32 && r.name[0] >= 'a' && r.name[0] <= 'z'
-            && std::all_of(r.name.begin(), r.name.end(),
-                [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
-        if (!lowerIdent)
+        if (!isRegimeName(r.name))
             throw InputError(field + ".name: '" + abbreviate(r.name)
                 + "' is not a name like \"decode\" (lower-case letters, digits and _, at most 32)");
         for (std::size_t k = 0; k < i; ++k)

@@ -115,10 +115,13 @@ bool isTraceInputVariable(const std::string& name);
 // prefill: "T > 256"), each with its own best candidate and its own entry in an exported dispatcher. Every shape of
 // the range lies in exactly one regime; a problem without regimes is one regime, the whole range.
 struct Regime {
-    std::string name; // a C identifier in lower case: it names the regime's part of an exported bundle
+    std::string name; // isRegimeName: it names the regime's part of an exported bundle
     Expr condition; // over dims
     bool contains(const Shape& s) const { return condition.evaluateBool(s.bindings()); } // throws ExprError
 };
+
+// A regime's name: lower-case letters, digits and _, a letter first, at most 32 (a C identifier in bundles).
+bool isRegimeName(const std::string& name);
 
 struct Tolerance {
     double relL2 = 1e-2;

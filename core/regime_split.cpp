@@ -44,24 +44,21 @@ namespace {
         if (e.verdict == Verdict::CompileFailed || e.verdict == Verdict::Crashed || e.verdict == Verdict::TimedOut)
             return false;
         for (const VerdictReason& r : e.reasons)
-            if (r.rule.rfind("decide.", 0) != 0 && c.status != CandidateStatus::Accepted)
+            if (!isLoopDecision(r) && c.status != CandidateStatus::Accepted)
                 return false;
         return true;
     }
 
-    std::string gpuOf(const Session& s, const Evaluation& e)
-    {
-        return e.measuredOn.gpu.empty() ? s.device.name : e.measuredOn.gpu;
-    }
-
     // The visible shapes an evaluation timed against the baseline, in shape order (verify-only shapes have no speedup).
-    std::vector<ShapeResult> timedVisible(const Evaluation& e)
+    // Pointers into the session, not copies: the workbench's Regimes dock runs this on every snapshot it gets.
+    std::vector<const ShapeResult*> timedVisible(const Evaluation& e)
     {
-        std::vector<ShapeResult> out;
+        std::vector<const ShapeResult*> out;
         for (const ShapeResult& r : e.shapes)
             if (!r.heldOut && r.speedup > 0)
-                out.push_back(r);
-        std::sort(out.begin(), out.end(), [](const ShapeResult& a, const ShapeResult& b) { return a.shape < b.shape; });
+                out.push_back(&r);
+        std::sort(
+            out.begin(), out.end(), [](const ShapeResult* a, const ShapeResult* b) { return a->shape < b->shape; });
         return out;
     }
 
@@ -71,17 +68,17 @@ namespace {
         const Session& s, const std::string& gpu, const std::string& problemName, std::vector<Shape>& shapes)
     {
         std::map<std::vector<Shape>, int> sets;
-        std::vector<std::pair<CandidateId, std::vector<ShapeResult>>> timed;
+        std::vector<std::pair<CandidateId, std::vector<const ShapeResult*>>> timed;
         for (const CandidateId& id : s.tree.order()) {
             const auto it = s.evaluations.find(id);
-            if (it == s.evaluations.end() || !trusted(s.tree.at(id), it->second) || gpuOf(s, it->second) != gpu)
+            if (it == s.evaluations.end() || !trusted(s.tree.at(id), it->second) || gpuModelOf(s, it->second) != gpu)
                 continue;
-            std::vector<ShapeResult> t = timedVisible(it->second);
+            std::vector<const ShapeResult*> t = timedVisible(it->second);
             if (t.empty())
                 continue;
             std::vector<Shape> key;
-            for (const ShapeResult& r : t)
-                key.push_back(r.shape);
+            for (const ShapeResult* r : t)
+                key.push_back(r->shape);
             ++sets[key];
             timed.emplace_back(id, std::move(t));
         }
@@ -95,10 +92,10 @@ namespace {
         for (const auto& [id, t] : timed) {
             std::vector<double> logs;
             for (const Shape& want : common->first) {
-                const auto r = std::find_if(t.begin(), t.end(), [&](const ShapeResult& x) { return x.shape == want; });
+                const auto r = std::find_if(t.begin(), t.end(), [&](const ShapeResult* x) { return x->shape == want; });
                 if (r == t.end())
                     break;
-                logs.push_back(std::log(r->speedup));
+                logs.push_back(std::log((*r)->speedup));
             }
             if (logs.size() != common->first.size())
                 continue;
@@ -191,10 +188,7 @@ namespace {
             name += (name.empty() ? "" : "_") + atoms;
         if (name.empty())
             return "all";
-        const bool usable = name.size() <= 32 && name[0] >= 'a' && name[0] <= 'z'
-            && std::all_of(name.begin(), name.end(),
-                [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
-        return usable ? name : "regime" + std::to_string(index + 1);
+        return isRegimeName(name) ? name : "regime" + std::to_string(index + 1);
     }
 
     // The best split of any part along any dim, or none when nothing splits.
@@ -243,7 +237,7 @@ RegimeSplit learnRegimes(const Problem& problem, const Session& session, const R
     std::map<std::string, int> perGpu;
     for (const auto& [id, e] : session.evaluations)
         if (!e.fidelity.screen() && !e.shapes.empty())
-            ++perGpu[gpuOf(session, e)];
+            ++perGpu[gpuModelOf(session, e)];
     RegimeSplit out;
     out.gpu = session.device.name;
     int most = 0;

@@ -75,7 +75,7 @@ namespace {
     {
         std::vector<VerdictReason> kept;
         for (const VerdictReason& r : e.reasons)
-            if (r.rule.rfind("decide.", 0) != 0)
+            if (!isLoopDecision(r))
                 kept.push_back(r);
         e.reasons = kept;
         if (e.verdict != Verdict::CompileFailed && e.verdict != Verdict::Crashed && e.verdict != Verdict::TimedOut) {
@@ -203,7 +203,7 @@ void ResearchLoop::restoreFromStore()
 
 std::string ResearchLoop::gpuModelOf(const Evaluation& e) const
 {
-    return e.measuredOn.gpu.empty() ? session().device.name : e.measuredOn.gpu;
+    return kl::gpuModelOf(session(), e);
 }
 
 std::optional<CandidateId> ResearchLoop::best() const

@@ -47,4 +47,11 @@ struct Session {
     std::map<CandidateId, CandidateProfile> profiles; // the latest profile of each profiled candidate
 };
 
+// The GPU model that measured an evaluation (a session's device for one recorded before pools named it): speedups
+// compare only within one model.
+inline const std::string& gpuModelOf(const Session& s, const Evaluation& e)
+{
+    return e.measuredOn.gpu.empty() ? s.device.name : e.measuredOn.gpu;
+}
+
 } // namespace kl

@@ -22,7 +22,7 @@ double tunerCost(const Evaluation& e)
     if (!(e.objective > 0) || !std::isfinite(e.objective) || !e.correctEverywhere())
         return inf;
     for (const VerdictReason& r : e.reasons)
-        if (r.blocking && r.rule.rfind("decide.", 0) != 0)
+        if (r.blocking && !isLoopDecision(r))
             return inf; // incorrect, pruned or caught by the referee: not a speed to learn from
     return 1.0 / e.objective;
 }
