@@ -17,6 +17,10 @@
 #     (`kloop export`), its PyTorch op timed beside eager, torch.compile and Liger-Kernel (requirements-peers.txt;
 #     on a machine without PyPI carry the wheel in .whl/), graph-replayed at the decode shapes; peer_table.py
 #     writes peers.md (ratio vs the fastest peer per tuning shape, each peer's version).
+#  5. Learned regimes: where `kloop session regimes` finds a split in a session (one that gains
+#     KL_TUNER_LEARNED_MIN_GAIN percent, default 2), the problem is copied with those regimes (--write-problem),
+#     tuned afresh for KL_TUNER_LEARNED_MINUTES (default KL_TUNER_MINUTES; 0 skips), exported and timed beside the
+#     same peers: peers-learned.md, to read against peers.md's dispatcher on the problem's own regimes.
 # Budgets (device time is scarce): KL_TUNER_SWEEP_MINUTES (default 8; 0 skips the sweep and the replay),
 # KL_TUNER_MINUTES per problem (1.5), KL_TUNER_LARGE_MINUTES per large-shape session (default: the same; 0 skips),
 # KL_TUNER_PROBLEMS (default rmsnorm softmax silu_and_mul gemm_bf16; none: steps 1-2 only).
@@ -110,6 +114,39 @@ python3 "$ROOT/bench/tuner/torch_baselines.py" --problems "$ROOT/kernels/problem
 tail -n 5 "$OUT/torch.log"
 python3 "$ROOT/bench/tuner/peer_table.py" --torch "$OUT/torch.json" --out "$OUT/peers.md" \
     $(for p in $PROBLEMS; do [[ $p != gemm_bf16 ]] && echo "$p"; done) || rc=1
+
+LEARNED_MIN=${KL_TUNER_LEARNED_MINUTES:-$MIN}
+learned=()
+if [[ "$LEARNED_MIN" != 0 ]]; then
+    L=$OUT/learned
+    mkdir -p "$L/problems"
+    for p in $PROBLEMS; do
+        [[ $p != gemm_bf16 && -f "$OUT/sessions/$p/journal.jsonl" ]] || continue
+        rm -rf "${L:?}/problems/$p"
+        "$KLOOP" session regimes "$OUT/sessions/$p" --write-problem "$L/problems/$p" \
+            --min-gain "${KL_TUNER_LEARNED_MIN_GAIN:-2}" --json >"$L/regimes-$p.json" \
+            2>"$L/regimes-$p.err" || { rc=1; tail -n 3 "$L/regimes-$p.err"; continue; }
+        if [[ $(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["cuts"])' "$L/regimes-$p.json") == 0 ]]; then
+            echo "== $p: no learned split gains enough; its session keeps the problem's regimes"
+            continue
+        fi
+        echo "== kloop run --problem $L/problems/$p (learned regimes) --minutes $LEARNED_MIN"
+        "$KLOOP" run --problem "$L/problems/$p" --agent tuner:bayes --minutes "$LEARNED_MIN" --session "$L/sessions/$p" \
+            --json >"$L/$p-events.jsonl" 2>"$L/$p.err" || rc=1
+        tail -n 3 "$L/$p.err"
+        "$KLOOP" export "$L/sessions/$p" --out "$L/bundles/$p" --overwrite >"$L/export-$p.log" 2>&1 \
+            || "$KLOOP" export "$L/sessions/$p" --out "$L/bundles/$p" --overwrite --force >>"$L/export-$p.log" 2>&1 \
+            || { rc=1; tail -n 5 "$L/export-$p.log"; continue; }
+        learned+=("$p")
+    done
+    if ((${#learned[@]})); then
+        echo "== the learned-regime exports beside the same peers"
+        python3 "$ROOT/bench/tuner/torch_baselines.py" --problems "$L/problems" --out "$L/torch.json" --liger \
+            --bundles "$L/bundles" "${learned[@]}" >"$L/torch.log" 2>&1 || rc=1
+        python3 "$ROOT/bench/tuner/peer_table.py" --torch "$L/torch.json" --out "$OUT/peers-learned.md" "${learned[@]}" \
+            || rc=1
+    fi
+fi
 
 python3 "$ROOT/bench/tuner/quality_table.py" --sessions "$OUT/sessions" --torch "$OUT/torch.json" \
     --search "$OUT/search-efficiency.md" --out "$OUT/summary.md" $PROBLEMS || rc=1
