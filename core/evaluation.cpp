@@ -36,6 +36,11 @@ Verdict verdictFromName(const std::string& s)
     throw InputError("unknown verdict '" + s + "'");
 }
 
+bool ranToCompletion(Verdict v)
+{
+    return v != Verdict::CompileFailed && v != Verdict::Crashed && v != Verdict::TimedOut;
+}
+
 bool isLoopDecision(const VerdictReason& r)
 {
     return r.rule.rfind("decide.", 0) == 0;

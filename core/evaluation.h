@@ -86,6 +86,9 @@ struct CompileReport {
 enum class Verdict { Accepted, Rejected, PendingReview, CompileFailed, Crashed, TimedOut, Correct };
 const char* verdictName(Verdict v);
 Verdict verdictFromName(const std::string& s);
+// Whether the candidate compiled and every launch finished (no crash, no timeout): only then do its shapes hold
+// results a decision or a model can use.
+bool ranToCompletion(Verdict v);
 
 // Which GPU measured an evaluation: a decision compares only measurements of one GPU model, and a pool's
 // leaderboards are kept per model (kloop session show).

@@ -39,9 +39,7 @@ namespace {
     // comparison with the best; a referee flag counts once the engineer accepted the candidate.
     bool trusted(const Candidate& c, const Evaluation& e)
     {
-        if (e.fidelity.screen() || !e.correctEverywhere())
-            return false;
-        if (e.verdict == Verdict::CompileFailed || e.verdict == Verdict::Crashed || e.verdict == Verdict::TimedOut)
+        if (e.fidelity.screen() || !e.correctEverywhere() || !ranToCompletion(e.verdict))
             return false;
         for (const VerdictReason& r : e.reasons)
             if (!isLoopDecision(r) && c.status != CandidateStatus::Accepted)
@@ -232,7 +230,6 @@ namespace {
 
 RegimeSplit learnRegimes(const Problem& problem, const Session& session, const RegimeSplitOptions& options)
 {
-
     // The GPU model that timed most of the session: one model's speedups are comparable with each other.
     std::map<std::string, int> perGpu;
     for (const auto& [id, e] : session.evaluations)

@@ -78,7 +78,7 @@ namespace {
             if (!isLoopDecision(r))
                 kept.push_back(r);
         e.reasons = kept;
-        if (e.verdict != Verdict::CompileFailed && e.verdict != Verdict::Crashed && e.verdict != Verdict::TimedOut) {
+        if (ranToCompletion(e.verdict)) {
             bool blocking = false;
             bool flag = false;
             for (const VerdictReason& r : kept)

@@ -17,7 +17,7 @@ namespace kl {
 double tunerCost(const Evaluation& e)
 {
     const double inf = std::numeric_limits<double>::infinity();
-    if (e.verdict == Verdict::CompileFailed || e.verdict == Verdict::Crashed || e.verdict == Verdict::TimedOut)
+    if (!ranToCompletion(e.verdict))
         return inf;
     if (!(e.objective > 0) || !std::isfinite(e.objective) || !e.correctEverywhere())
         return inf;

@@ -78,8 +78,7 @@ namespace {
 
     bool failed(const Evaluation& e)
     {
-        if (e.verdict == Verdict::CompileFailed || e.verdict == Verdict::Crashed || e.verdict == Verdict::TimedOut
-            || e.verdict == Verdict::Rejected)
+        if (!ranToCompletion(e.verdict) || e.verdict == Verdict::Rejected)
             return true;
         if (!e.correctEverywhere())
             return true;

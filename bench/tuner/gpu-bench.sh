@@ -92,14 +92,18 @@ for p in $PROBLEMS; do
     [[ -f "$OUT/sessions/$p/journal.jsonl" ]] && "$KLOOP" session regimes "$OUT/sessions/$p" >"$OUT/regimes-$p.txt" 2>&1
 done
 
+# SESSION BUNDLE LOG: the session's export; one the exporter refuses (its reason is in LOG) is exported with
+# --force, as the peers are timed either way.
+export_bundle() {
+    "$KLOOP" export "$1" --out "$2" --overwrite >"$3" 2>&1 && return 0
+    echo "export of $1 refused (see $3); exporting with --force"
+    "$KLOOP" export "$1" --out "$2" --overwrite --force >>"$3" 2>&1 || { tail -n 5 "$3"; return 1; }
+}
 echo "== export each session's best for the peer comparison"
 mkdir -p "$OUT/bundles"
 for p in $PROBLEMS; do
     [[ -f "$OUT/sessions/$p/journal.jsonl" ]] || continue
-    "$KLOOP" export "$OUT/sessions/$p" --out "$OUT/bundles/$p" --overwrite >"$OUT/export-$p.log" 2>&1 \
-        || { echo "export of $p refused (see export-$p.log); exporting with --force"; \
-             "$KLOOP" export "$OUT/sessions/$p" --out "$OUT/bundles/$p" --overwrite --force >>"$OUT/export-$p.log" 2>&1; } \
-        || { rc=1; tail -n 5 "$OUT/export-$p.log"; }
+    export_bundle "$OUT/sessions/$p" "$OUT/bundles/$p" "$OUT/export-$p.log" || rc=1
 done
 if [[ -d "$ROOT/.whl" ]] && ls "$ROOT"/.whl/liger_kernel-*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-peers \
@@ -134,9 +138,7 @@ if [[ "$LEARNED_MIN" != 0 ]]; then
         "$KLOOP" run --problem "$L/problems/$p" --agent tuner:bayes --minutes "$LEARNED_MIN" --session "$L/sessions/$p" \
             --json >"$L/$p-events.jsonl" 2>"$L/$p.err" || rc=1
         tail -n 3 "$L/$p.err"
-        "$KLOOP" export "$L/sessions/$p" --out "$L/bundles/$p" --overwrite >"$L/export-$p.log" 2>&1 \
-            || "$KLOOP" export "$L/sessions/$p" --out "$L/bundles/$p" --overwrite --force >>"$L/export-$p.log" 2>&1 \
-            || { rc=1; tail -n 5 "$L/export-$p.log"; continue; }
+        export_bundle "$L/sessions/$p" "$L/bundles/$p" "$L/export-$p.log" || { rc=1; continue; }
         learned+=("$p")
     done
     if ((${#learned[@]})); then

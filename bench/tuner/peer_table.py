@@ -2,8 +2,8 @@
 """The peer table: KernelLoop's exported kernel against PyTorch eager, torch.compile and Liger-Kernel at every
 tuning shape, all timed in one run by bench/tuner/torch_baselines.py (--liger --bundles). Decode shapes (T or R at
 most 256) compare CUDA-graph replays on every side (no host launch overhead in anyone's figure) over at most 20
-input sets (in L2 where they fit) and, where torch_baselines.py measured it, again through 2x L2 (cold); the others compare CUDA-event medians over rotated
-inputs (L2 cold). Ratio: the fastest peer's time over KernelLoop's (above 1:
+input sets (in L2 where they fit) and, where torch_baselines.py measured it, again through 2x L2 (cold); the others
+compare CUDA-event medians over rotated inputs (L2 cold). Ratio: the fastest peer's time over KernelLoop's (above 1:
 KernelLoop is faster); the issue's target is >= 1.03 at the large shapes and >= 1.0 at the decode shapes.
 
     peer_table.py --torch torch.json --out peers.md rmsnorm softmax silu_and_mul
