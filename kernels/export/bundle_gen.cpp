@@ -1081,11 +1081,13 @@ std::string genKernelLauncher(const BundleModel& m, const KernelImpl& k)
                  "*/\n        kl_smem += "
               << P << "_cubins[kl_loaded_fn->cubin].shared_bytes;\n";
         else
-            o << "        if (kl_smem > 48 * 1024) {\n"
-                 "            /* Opting into more than 48 KiB is a function attribute, not a stream operation: done "
-                 "once "
-                 "per\n"
-                 "               size, before or during capture. */\n"
+            o << "        if (kl_smem > 0) {\n"
+                 "            /* The 48 KiB without opting in include the kernel's static shared memory, so any "
+                 "dynamic "
+                 "size\n"
+                 "               is opted into: a function attribute, not a stream operation, done once per size, "
+                 "before or\n"
+                 "               during capture. */\n"
                  "            static std::atomic<long long> kl_smem_opted{0};\n"
                  "            if (kl_smem > kl_smem_opted.load()) {\n"
                  "                if (cudaFuncSetAttribute((const void*)"

@@ -305,7 +305,8 @@ namespace {
                         + " bytes of dynamic shared memory exceed the device limit of "
                         + std::to_string(m_dev.sharedPerBlockOptin - fn.staticSmem));
                 st.smem = static_cast<unsigned>(smem);
-                if (smem > 48 * 1024)
+                // The 48 KiB a launch gets without opting in include the kernel's static shared memory.
+                if (smem + fn.staticSmem > 48 * 1024)
                     KL_CU(cuFuncSetAttribute(
                         fn.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem)));
                 bindLaunchAttributes(step, st, evalInt, s);

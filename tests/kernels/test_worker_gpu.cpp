@@ -225,6 +225,20 @@ TEST_F(HarnessGpu, ALaunchWithAnEmptyGridIsNotMade)
     EXPECT_FALSE(hasRule(e, "dynamic.kernel-mismatch")) << reasonsText(e);
 }
 
+// 48 KiB of dynamic shared memory launch without opting in only when the kernel has no static shared memory of its
+// own; this one has 1 KiB (a softmax ring point at 48 KiB of ring failed every launch with an invalid value).
+TEST_F(HarnessGpu, DynamicSharedMemoryBesideStaticSharedMemoryIsOptedInto)
+{
+    REQUIRE_GPU();
+    auto c = rmsnormCandidate(kHonestWrite, "dynamic-48k");
+    const auto at = c.source.find("smem=0");
+    ASSERT_NE(at, std::string::npos);
+    c.source.replace(at, 6, "smem=(48 * 1024)");
+    const auto e = s_rms->evaluate(c, quick(), kl::CancelToken {});
+    EXPECT_TRUE(e.correctEverywhere()) << reasonsText(e);
+    EXPECT_FALSE(hasRule(e, "launch.failed")) << reasonsText(e);
+}
+
 TEST_F(HarnessGpu, PartialOutputFailsCoverage)
 {
     REQUIRE_GPU();
