@@ -112,13 +112,13 @@ struct KloopRunLlm : ::testing::Test {
     }
     std::string nonCompilingKernel() const
     {
-        return replaceOnce(
-            templateSource, "rsqrtf(ss / (float)H + eps)", "rsqrtf(ss / (float)H + undeclared_identifier)");
+        return replaceOnce(templateSource, "rsqrtf(__fdividef(ss, (float)H) + eps)",
+            "rsqrtf(__fdividef(ss, (float)H) + undeclared_identifier)");
     }
     // Really wrong (drops the mean) and marked, so the double's verification fails it.
     std::string wrongKernel() const
     {
-        return replaceOnce(replaceOnce(templateSource, "rsqrtf(ss / (float)H + eps)", "rsqrtf(ss + eps)"),
+        return replaceOnce(replaceOnce(templateSource, "rsqrtf(__fdividef(ss, (float)H) + eps)", "rsqrtf(ss + eps)"),
             "// @kl:param THREADS", "// kl-test-double: wrong-results\n// @kl:param THREADS");
     }
 

@@ -7,6 +7,7 @@
 #include "tests/support/kloop_process.h"
 #include "tests/support/text_file.h"
 
+#include <algorithm>
 #include <fstream>
 #include <gtest/gtest.h>
 
@@ -107,10 +108,13 @@ TEST(KloopHostileInput, SessionNewRefusesATemplateConstraintNamingAnUnknownIdent
 {
     kl::test::TempDir tmp;
     const fs::path p = rmsnormCopy(tmp.path(), "typo");
-    writeText(p / "template.cu",
-        replaced(kl::test::readTextFile(p / "template.cu"), "MINTPR <= THREADS", "MINTPR <= THREDS"));
+    const std::string source = kl::test::readTextFile(p / "template.cu");
+    const auto at = source.find("MINTPR <= THREADS");
+    ASSERT_NE(at, std::string::npos);
+    const auto line = 1 + std::count(source.begin(), source.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+    writeText(p / "template.cu", replaced(source, "MINTPR <= THREADS", "MINTPR <= THREDS"));
     expectRefused(runKloop({ "session", "new", (tmp.path() / "s").string(), "--problem", p.string() }, {}, tmp.path()),
-        "typo/template.cu: line 13: @kl:constraint 'MINTPR <= THREDS' names 'THREDS'");
+        "typo/template.cu: line " + std::to_string(line) + ": @kl:constraint 'MINTPR <= THREDS' names 'THREDS'");
 }
 
 #if KL_FEATURE_CUDA

@@ -96,7 +96,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
         for (int o = 16; o > 0; o >>= 1)
             ss += __shfl_xor_sync(0xffffffffu, ss, o);
     }
-    const float inv = rsqrtf(ss / (float)H + eps);
+    // The approximate division: 2-3% at T=16 on an H100 (3.35 -> 3.27 us), where the IEEE one's slow path shows.
+    const float inv = rsqrtf(__fdividef(ss, (float)H) + eps);
 #pragma unroll
     for (int c = 0; c < CACHE; ++c)
         if (active && last + c * tpr < nvec) {
