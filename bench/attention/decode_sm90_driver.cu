@@ -14,7 +14,8 @@
 //     measures it; the read stream is a plain kernel reading the same K/V buffers once (what a read-only stream gets).
 // First, on the CPU, the partition of the batch over the CTAs and the merge's reading of it (--partition-only: only
 // that, no GPU needed). Prints one line per shape and a table last; exit 1 on any wrong output or CUDA error.
-// KL_DRIVER_SHAPE=B,HQ,PS,MAXP checks that one shape only (for a profiler).
+// KL_DRIVER_SHAPE=B,HQ,PS,MAXP checks that one shape only (for a profiler); KL_DRIVER_PAGES=contiguous leaves the page
+// table in order (how much of the gap to SDPA is the paging).
 #include "../../kernels/problems/decode_attention/template_sm90.cu"
 #define KL_ACC double
 #include "../../kernels/problems/decode_attention/reference.cu"
@@ -265,7 +266,10 @@ Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStr
     std::vector<int> table(pages), lens(s.B);
     for (long long i = 0; i < pages; ++i)
         table[i] = static_cast<int>(i);
-    std::shuffle(table.begin(), table.end(), rng);
+    // KL_DRIVER_PAGES=contiguous keeps the pages in order: the same kernel over the layout SDPA reads.
+    const char* pagesMode = std::getenv("KL_DRIVER_PAGES");
+    if (!pagesMode || std::strcmp(pagesMode, "contiguous") != 0)
+        std::shuffle(table.begin(), table.end(), rng);
     for (int b = 0; b < s.B; ++b)
         lens[b] = std::uniform_int_distribution<int>((s.MAXP - 1) * s.PS + 1, s.MAXP * s.PS)(rng);
 
