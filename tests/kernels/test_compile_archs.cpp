@@ -219,25 +219,38 @@ TEST(ProblemArchs, TunerPrunesClusterSizesBelowSm90AndKeepsThemOnSm90)
         = kl::parseKernelSpec(kl::test::readTextFile(problemsDir() / "softmax" / softmax.templateFile));
     const auto shapes = kl::shapesOf(softmax);
 
-    auto clusterSizes = [](const kl::tuner::SearchSpace& s) {
-        std::set<std::int64_t> sizes;
+    auto valuesOf = [](const kl::tuner::SearchSpace& s, const char* param) {
+        std::set<std::int64_t> values;
         for (std::size_t i = 0; i < s.size(); ++i)
-            sizes.insert(s.config(i).at("CLUSTER"));
-        return sizes;
+            values.insert(s.config(i).at(param));
+        return values;
     };
+    auto clusterSizes = [&](const kl::tuner::SearchSpace& s) { return valuesOf(s, "CLUSTER"); };
     const auto hopper = kl::tuner::SearchSpace::build(spec, shapes, deviceModel(9, 0, 227, 2048));
     const auto ampere = kl::tuner::SearchSpace::build(spec, shapes, deviceModel(8, 0, 163, 2048));
     const auto ada = kl::tuner::SearchSpace::build(spec, shapes, deviceModel(8, 9, 99, 1536));
 
     EXPECT_EQ(clusterSizes(hopper), (std::set<std::int64_t> { 1, 2, 4, 8 }));
+    EXPECT_EQ(valuesOf(hopper, "RING"), (std::set<std::int64_t> { 0, 1 }));
     EXPECT_EQ(hopper.stats().prunedByRule.count("device.arch"), 0u);
+    std::size_t ringPoints = 0, ringClustered = 0;
+    for (std::size_t i = 0; i < hopper.size(); ++i)
+        if (hopper.config(i).at("RING") == 1) {
+            ++ringPoints;
+            ringClustered += hopper.config(i).at("CLUSTER") > 1;
+        }
+    EXPECT_EQ(ringClustered, ringPoints * 3 / 4) << "the ring splits rows over the same cluster sizes";
     for (const auto* s : { &ampere, &ada }) {
         EXPECT_EQ(clusterSizes(*s), (std::set<std::int64_t> { 1 }));
-        // Every configuration that passed the constraints with CLUSTER > 1 is pruned by the architecture rule.
-        EXPECT_EQ(s->stats().prunedByRule.at("device.arch"), hopper.stats().afterConstraints * 3 / 4);
+        EXPECT_EQ(valuesOf(*s, "RING"), (std::set<std::int64_t> { 0 }));
+        // Every configuration that passed the constraints with CLUSTER > 1 or RING = 1 is pruned by the
+        // architecture rule.
+        EXPECT_EQ(s->stats().prunedByRule.at("device.arch"),
+            (hopper.stats().afterConstraints - ringPoints) * 3 / 4 + ringPoints);
     }
-    // CLUSTER is the only gated parameter: the sm_90 space is the sm_80 space times the four cluster sizes.
-    EXPECT_EQ(hopper.size(), ampere.size() * 4);
+    // CLUSTER and RING are the gated parameters: the sm_90 space is the sm_80 space times the four cluster sizes,
+    // and the ring's points.
+    EXPECT_EQ(hopper.size(), ampere.size() * 4 + ringPoints);
     EXPECT_GT(ampere.size(), ada.size()) << "163 KB of shared memory per block on sm_80 against 99 KB on sm_89";
 
     kl::ParamValues clustered = spec.defaults();

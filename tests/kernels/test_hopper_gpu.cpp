@@ -12,8 +12,9 @@
 // (bench/hopper/cute_gemm.cu) passes at two points. dsa_indexer's wgmma template passes at four points of its
 // space and versions dropping a row's last token, every page's last token or a sequence's last page are caught.
 // rmsnorm's cluster-split template (not yet a seed) passes with one block per row slice and with eight, and one that
-// leaves a block's partial sum out is caught; softmax's bulk-copy ring passes with rows kept in the ring and rows
-// streamed twice, and one that leaves a row's last vector out of the sum is caught.
+// leaves a block's partial sum out is caught; softmax's bulk-copy ring (its template at RING=1) passes with rows kept
+// in the ring and streamed twice, alone and split over clusters, and ones that leave a row's last vector or a peer's
+// partial out of the sum are caught.
 #include "core/device.h"
 #include "core/json_io.h"
 #include "core/session_store.h"
@@ -176,10 +177,10 @@ protected:
     void SetUp() override { load("rmsnorm", 90, "kernels/problems/rmsnorm/template_sm90.cu"); }
 };
 
-// softmax's bulk-copy-fed ring (kernels/problems/softmax/template_sm90.cu), not yet in its arch_templates.
-class SoftmaxSm90Gpu : public TemplateOnGpu {
+// softmax's bulk-copy-fed ring: its template at RING=1.
+class SoftmaxRingGpu : public TemplateOnGpu {
 protected:
-    void SetUp() override { load("softmax", 90, "kernels/problems/softmax/template_sm90.cu"); }
+    void SetUp() override { load("softmax", 90); }
 };
 
 } // namespace
@@ -468,22 +469,41 @@ TEST_F(RmsnormSm90Gpu, LeavingOutABlocksPartialSumIsCaught)
     EXPECT_FALSE(e.correctEverywhere());
 }
 
-// Rows of 32768 kept in the ring (8 x 4096, 4 x 8192) and rows of 131072 streamed through it twice; chunks of 2048 in
-// a ring of 4, four blocks per SM (rows of 4096 kept, longer ones streamed); a row shorter than a chunk at C = 1000.
-TEST_F(SoftmaxSm90Gpu, BulkCopyRingTemplatePassesAcrossItsSpace)
+// Rows kept in the ring and rows streamed twice (C = 131072 past 4 or 12 x 8192), split over clusters of 2, 4 and 8
+// (slices kept, streamed twice, and clusters with more blocks than a short row has chunks), and a ring of exactly
+// 48 KiB beside the static barriers (the harness opts it in).
+TEST_F(SoftmaxRingGpu, BulkCopyRingPassesAcrossItsSpace)
 {
-    for (const kl::ParamValues& p :
-        { kl::ParamValues {}, kl::ParamValues { { "THREADS", 512 }, { "CHUNK", 8192 }, { "STAGES", 12 }, { "BPS", 1 } },
-            kl::ParamValues { { "THREADS", 128 }, { "CHUNK", 2048 }, { "STAGES", 4 }, { "BPS", 4 } } })
-        expectCorrect(p);
+    const kl::ParamValues ring { { "RING", 1 } };
+    auto with = [&](kl::ParamValues p) {
+        p.insert(ring.begin(), ring.end());
+        return p;
+    };
+    for (const kl::ParamValues& p : { with({}), with({ { "THREADS", 512 }, { "STAGES", 12 }, { "BPS", 1 } }),
+             with({ { "THREADS", 512 }, { "STAGES", 8 }, { "BPS", 1 }, { "CLUSTER", 2 } }),
+             with({ { "CHUNK", 2048 }, { "BPS", 2 }, { "CLUSTER", 4 } }), with({ { "CHUNK", 4096 }, { "CLUSTER", 8 } }),
+             with({ { "CHUNK", 2048 }, { "STAGES", 12 } }),
+             with({ { "CHUNK", 2048 }, { "STAGES", 2 }, { "BPS", 1 }, { "CLUSTER", 2 } }) })
+        expectCorrect(p, { "physics.single-shape-speedup" });
 }
 
-TEST_F(SoftmaxSm90Gpu, LeavingARowsLastVectorOutOfTheSumIsCaught)
+// The first pass's count (the second pass still writes every vector): at C = 32, 8 of the 32 terms are missing.
+TEST_F(SoftmaxRingGpu, LeavingARowsLastVectorOutOfTheSumIsCaught)
 {
-    // The first pass's count (the second pass still writes every vector): at C = 32, 8 of the 32 terms are missing.
-    const std::string src = replaced(source, "const int nv = min(kVecs, (C - k * CHUNK) / 8);",
-        "const int nv = min(kVecs, (C - k * CHUNK) / 8 - 1);");
-    const auto e = ev->evaluate(candidate(src, {}, "short-sum"), quick(), kl::CancelToken {});
+    const std::string src = replaced(source, "const int nv = min(kRingVecs, (C - (firstChunk + k) * CHUNK) / 8);",
+        "const int nv = min(kRingVecs, (C - (firstChunk + k) * CHUNK) / 8 - 1);");
+    const auto e = ev->evaluate(candidate(src, { { "RING", 1 } }, "short-sum"), quick(), kl::CancelToken {});
+    EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
+    EXPECT_FALSE(e.correctEverywhere());
+}
+
+// A cluster whose blocks leave the last peer's (max, sum) out of the row's is caught (every row of two chunks or more).
+TEST_F(SoftmaxRingGpu, LeavingAPeersPartialOutOfTheRowIsCaught)
+{
+    const std::string src = replaced(source, "for (int r = 0; r < CLUSTER; ++r)\n                merge(",
+        "for (int r = 0; r < CLUSTER - 1; ++r)\n                merge(");
+    const kl::ParamValues p { { "RING", 1 }, { "CHUNK", 2048 }, { "CLUSTER", 2 } };
+    const auto e = ev->evaluate(candidate(src, p, "dropped-peer"), quick(), kl::CancelToken {});
     EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
     EXPECT_FALSE(e.correctEverywhere());
 }

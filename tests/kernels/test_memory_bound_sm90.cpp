@@ -1,10 +1,10 @@
-// The Hopper templates of the memory-bound problems that are not yet any problem's seed (unverified on a GPU):
-// rmsnorm's cluster-split decode path and softmax's bulk-copy-fed ring for long rows. Each parses against its problem,
-// passes the referee, keeps every point of its space valid and within an H200 at every shape the harness runs, and
-// compiles for sm_90a without spills. rmsnorm launches one of its two kernels per shape, exactly over the rows that
-// kernel covers (its grid formula and the kernel's split agree), and has the cluster barrier and distributed
-// shared-memory loads exactly where SPLIT > 1;
-// softmax copies with cp.async.bulk on mbarriers. The GPU side is tests/kernels/test_hopper_gpu.cpp.
+// The Hopper paths of the memory-bound problems: rmsnorm's cluster-split decode template (not yet its seed) parses
+// against its problem, passes the referee, keeps every point of its space valid and within an H200 at every shape the
+// harness runs, and compiles for sm_90a without spills; it launches one of its two kernels per shape, exactly over the
+// rows that kernel covers (its grid formula and the kernel's split agree), and has the cluster barrier and distributed
+// shared-memory loads exactly where SPLIT > 1. softmax's template at RING=1 compiles without spills, copies with
+// cp.async.bulk on mbarriers and, split over a cluster, sends its partials with st.async. The GPU side is
+// tests/kernels/test_hopper_gpu.cpp.
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 #include "core/loop_device_limits.h"
@@ -24,7 +24,10 @@ using kl::test::harnessShapes;
 // A problem with its template_sm90.cu parsed against it.
 class Sm90TemplateTest : public ::testing::Test, protected kl::test::CandidateFile {
 protected:
-    void load(const std::string& name) { CandidateFile::load(kProblems / name, kProblems / name / "template_sm90.cu"); }
+    void load(const std::string& name, const std::string& file = "template_sm90.cu")
+    {
+        CandidateFile::load(kProblems / name, kProblems / name / file);
+    }
     // The PTX of the template compiled for sm_90a at each point, each module checked by expectModulesWithoutSpills.
     std::vector<std::string> compileWithoutSpills(const std::vector<kl::ParamValues>& points) const
     {
@@ -47,9 +50,9 @@ protected:
     void SetUp() override { load("rmsnorm"); }
 };
 
-class SoftmaxSm90 : public Sm90TemplateTest {
+class SoftmaxRing : public Sm90TemplateTest {
 protected:
-    void SetUp() override { load("softmax"); }
+    void SetUp() override { load("softmax", "template.cu"); }
 };
 
 } // namespace
@@ -73,7 +76,7 @@ TEST_P(Sm90Template, IsNotYetASeedAndPassesTheRefereeAndFitsAnH200AtEveryShapeAc
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(MemoryBound, Sm90Template, ::testing::Values("rmsnorm", "softmax"));
+INSTANTIATE_TEST_SUITE_P(MemoryBound, Sm90Template, ::testing::Values("rmsnorm"));
 
 // Two kernels, one launched per shape: the cluster path (SPLIT blocks per group of rows) when the rows alone would
 // leave SMs without a block, else one block per group of rows. The kernel gives block r of a cluster vectors
@@ -149,16 +152,22 @@ TEST_F(RmsnormSm90, CompilesForSm90aWithoutSpillsAndCombinesThroughTheClusterWhe
     }
 }
 
-// The defaults (a row of 32768 kept in the ring of 8 x 4096), the widest chunks in one block per SM, and the
-// smallest chunks four blocks per SM.
-TEST_F(SoftmaxSm90, CompilesForSm90aWithoutSpillsAndFeedsTheRingWithBulkCopies)
+// RING=1 at its defaults (a row of 32768 kept in the ring of 4 x 8192, three blocks per SM), the deepest ring of the
+// widest chunks in one block per SM, a ring of exactly 48 KiB, and rows split over clusters of four.
+TEST_F(SoftmaxRing, CompilesForSm90aWithoutSpillsAndFeedsTheRingWithBulkCopies)
 {
     const std::vector<kl::ParamValues> points
-        = { {}, { { "THREADS", 512 }, { "CHUNK", 8192 }, { "STAGES", 12 }, { "BPS", 1 } },
-              { { "THREADS", 128 }, { "CHUNK", 2048 }, { "STAGES", 4 }, { "BPS", 4 } } };
-    for (const auto& ptx : compileWithoutSpills(points))
+        = { { { "RING", 1 } }, { { "RING", 1 }, { "THREADS", 512 }, { "STAGES", 12 }, { "BPS", 1 } },
+              { { "RING", 1 }, { "CHUNK", 2048 }, { "STAGES", 12 } },
+              { { "RING", 1 }, { "CHUNK", 2048 }, { "BPS", 2 }, { "CLUSTER", 4 } } };
+    const auto ptx = compileWithoutSpills(points);
+    ASSERT_EQ(ptx.size(), points.size());
+    for (const auto& module : ptx)
         for (const char* instruction :
             { "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
                 "mbarrier.arrive.expect_tx.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64", "bar.sync 1" })
-            EXPECT_NE(ptx.find(instruction), std::string::npos) << instruction;
+            EXPECT_NE(module.find(instruction), std::string::npos) << instruction;
+    const char* send = "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32";
+    EXPECT_EQ(ptx[0].find(send), std::string::npos) << "one block per row sends nothing";
+    EXPECT_NE(ptx[3].find(send), std::string::npos);
 }
