@@ -44,9 +44,10 @@
 // @kl:constraint RING == 0 || (VEC == 8 && CACHE == 4 && MINTPR == 128 && MINB == 1 && PIPE == 1 && SEQ == 2)
 // @kl:constraint RING == 0 || (THREADS >= 256 && THREADS <= 512 && CHUNK >= 8 * THREADS)
 // @kl:constraint RING == 0 || (STAGES * CHUNK * 2 <= 200 * 1024 && BPS * (STAGES * CHUNK * 2 + 2048) <= 233472)
-// @kl:constraint RING == 0 || BPS * (THREADS + 32) <= 2048
+// Three blocks of 544 threads leave 32 registers a thread, and the ring spills there.
+// @kl:constraint RING == 0 || BPS * (THREADS + 32) <= 1152
 // @kl:launch softmax_template grid=(RING ? 0 : CLUSTER * ceil_div(R, SEQ * (CLUSTER / min(CLUSTER, next_pow2(ceil_div(C, VEC * CACHE * THREADS)))) * (THREADS / min(THREADS, max(MINTPR, next_pow2(ceil_div(C, VEC * CACHE))))))) block=(THREADS) smem=(PIPE * 2 * THREADS * CACHE * VEC * 2) args=(y, x, R, C)
-// @kl:launch softmax_ring grid=(RING ? CLUSTER * min(R, div(SM_COUNT * BPS, CLUSTER)) : 0) block=(THREADS + 32) smem=(RING * STAGES * CHUNK * 2) args=(y, x, R, C)
+// @kl:launch softmax_ring grid=(RING ? CLUSTER * min(R, max(1, div(SM_COUNT * BPS, CLUSTER))) : 0) block=(THREADS + 32) smem=(RING * STAGES * CHUNK * 2) args=(y, x, R, C)
 
 template <int N>
 struct alignas(2 * N) HVec {
@@ -399,6 +400,17 @@ __device__ __forceinline__ void mbarWait(unsigned long long* bar, unsigned parit
                  : "memory");
 }
 
+// The wait for what the cluster's peers sent: their st.async completes with release at cluster scope, so the
+// acquire has to be at cluster scope too.
+__device__ __forceinline__ void mbarWaitCluster(unsigned long long* bar, unsigned parity)
+{
+    asm volatile("{\n.reg .pred done;\nwait_%=:\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait_%=;\n}\n" ::"r"(sharedAddress(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
 // bytes (a multiple of 16) from global src into shared dst, counted on bar, which expects them.
 __device__ __forceinline__ void bulkLoad(void* dst, const void* src, unsigned bytes, unsigned long long* bar)
 {
@@ -438,10 +450,12 @@ extern "C" __global__ void KL_CLUSTER_DIMS __launch_bounds__(THREADS + 32, BPS)
         mbarInit(&peersIn[1], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if constexpr (CLUSTER > 1) // every peer's barriers exist before any block sends to them
+    if constexpr (CLUSTER > 1) { // every peer's barriers exist before any block sends to them
+        __syncwarp();
         asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    else
+    } else {
         __syncthreads();
+    }
 
     if (threadIdx.x >= THREADS) { // the producer: the same walk of slots as the consumers, STAGES ahead at most
         if (threadIdx.x != THREADS)
@@ -517,7 +531,7 @@ extern "C" __global__ void KL_CLUSTER_DIMS __launch_bounds__(THREADS + 32, BPS)
                                  ::"r"(peerAddress(slotAddr, r)), "f"(rowMax), "f"(rowSum), "r"(peerAddress(barAddr, r))
                                  : "memory");
             }
-            mbarWait(&peersIn[parity], (walk >> 1) & 1);
+            mbarWaitCluster(&peersIn[parity], (walk >> 1) & 1);
             rowMax = negInf();
             rowSum = 0.f;
 #pragma unroll
