@@ -123,11 +123,23 @@ __device__ __forceinline__ void writeChunk(V* yr, Get get, int first, int step, 
     }
 }
 
+__device__ __forceinline__ unsigned sharedAddress(const void* p)
+{
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ unsigned peerAddress(unsigned local, unsigned rank)
+{
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    return remote;
+}
+
 // A shared-memory read the compiler may not merge with an earlier one: the staged row stays in shared memory
 // instead of being copied into registers (which would cap the threads per SM).
 __device__ __forceinline__ V loadStaged(const V* p)
 {
-    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    const unsigned a = sharedAddress(p);
     V v;
     if constexpr (sizeof(V) == 16) {
         uint4 u;
@@ -149,9 +161,7 @@ __device__ __forceinline__ void clusterSync()
 
 __device__ __forceinline__ float2 loadFromCta(const float2* p, unsigned rank)
 {
-    const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    const unsigned remote = peerAddress(sharedAddress(p), rank);
     float2 v;
     asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
     return v;
@@ -160,7 +170,7 @@ __device__ __forceinline__ float2 loadFromCta(const float2* p, unsigned rank)
 #if __CUDA_ARCH__ >= 800
 __device__ __forceinline__ void copyAsync(V* dst, const V* src)
 {
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    const unsigned s = sharedAddress(dst);
     if constexpr (sizeof(V) == 16)
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
     else
@@ -357,23 +367,9 @@ extern "C" __global__ void KL_CLUSTER_DIMS __launch_bounds__(THREADS, MINB)
 }
 
 // The ring's chunks are read as 16-byte vectors whatever VEC is.
-struct alignas(16) RingVec {
-    __half v[8];
-};
+using RingVec = HVec<8>;
 constexpr int kRingVecs = CHUNK / 8;
 constexpr int kRingWarps = THREADS / 32;
-
-__device__ __forceinline__ unsigned sharedAddress(const void* p)
-{
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ unsigned peerAddress(unsigned local, unsigned rank)
-{
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    return remote;
-}
 
 __device__ __forceinline__ void mbarInit(unsigned long long* bar, unsigned count)
 {
@@ -450,12 +446,10 @@ extern "C" __global__ void KL_CLUSTER_DIMS __launch_bounds__(THREADS + 32, BPS)
         mbarInit(&peersIn[1], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if constexpr (CLUSTER > 1) { // every peer's barriers exist before any block sends to them
-        __syncwarp();
-        asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    } else {
+    if constexpr (CLUSTER > 1) // every peer's barriers exist before any block sends to them
+        clusterSync();
+    else
         __syncthreads();
-    }
 
     if (threadIdx.x >= THREADS) { // the producer: the same walk of slots as the consumers, STAGES ahead at most
         if (threadIdx.x != THREADS)
