@@ -477,11 +477,13 @@ TEST_F(RmsnormSm90Gpu, LeavingOutABlocksPartialSumIsCaught)
 }
 
 // Rows kept in the ring and rows streamed twice (C = 131072 past 4 or 12 x 8192), split over clusters of 2, 4 and 8
-// (slices kept, streamed twice, and clusters with more blocks than a short row has chunks), and a ring of exactly
-// 48 KiB beside the static barriers (the harness opts it in).
+// (slices kept, streamed twice, and clusters with more blocks than a short row has chunks), a ring of exactly
+// 48 KiB beside the static barriers (the harness opts it in), and exps stored in the ring (kept rows; the streamed ones
+// fall back). Persistent blocks walking many rows each (the ring's slots and parities over rows) unless PERSIST=0 is
+// named: a block or a cluster per row, as at the defaults.
 TEST_F(SoftmaxRingGpu, BulkCopyRingPassesAcrossItsSpace)
 {
-    const kl::ParamValues ring { { "RING", 1 } };
+    const kl::ParamValues ring { { "RING", 1 }, { "PERSIST", 1 } };
     auto with = [&](kl::ParamValues p) {
         p.insert(ring.begin(), ring.end());
         return p;
@@ -490,16 +492,21 @@ TEST_F(SoftmaxRingGpu, BulkCopyRingPassesAcrossItsSpace)
              with({ { "THREADS", 512 }, { "STAGES", 8 }, { "BPS", 1 }, { "CLUSTER", 2 } }),
              with({ { "CHUNK", 2048 }, { "BPS", 2 }, { "CLUSTER", 4 } }), with({ { "CHUNK", 4096 }, { "CLUSTER", 8 } }),
              with({ { "CHUNK", 2048 }, { "STAGES", 12 } }),
-             with({ { "CHUNK", 2048 }, { "STAGES", 2 }, { "BPS", 1 }, { "CLUSTER", 2 } }) })
+             with({ { "CHUNK", 2048 }, { "STAGES", 2 }, { "BPS", 1 }, { "CLUSTER", 2 } }), with({ { "EXPSTORE", 1 } }),
+             with({ { "THREADS", 512 }, { "STAGES", 12 }, { "BPS", 1 }, { "EXPSTORE", 1 } }),
+             with({ { "CHUNK", 2048 }, { "BPS", 2 }, { "CLUSTER", 4 }, { "EXPSTORE", 1 }, { "PERSIST", 0 } }),
+             with({ { "PERSIST", 0 } }), with({ { "CHUNK", 4096 }, { "CLUSTER", 8 }, { "PERSIST", 0 } }) })
         expectCorrect(p, { "physics.single-shape-speedup" });
 }
 
 // The first pass's count (the second pass still writes every vector): at C = 32, 8 of the 32 terms are missing.
 TEST_F(SoftmaxRingGpu, LeavingARowsLastVectorOutOfTheSumIsCaught)
 {
-    const std::string src = replaced(source, "const int nv = min(kRingVecs, (C - (firstChunk + k) * CHUNK) / 8);",
-        "const int nv = min(kRingVecs, (C - (firstChunk + k) * CHUNK) / 8 - 1);");
-    const auto e = ev->evaluate(candidate(src, { { "RING", 1 } }, "short-sum"), quick(), kl::CancelToken {});
+    const std::string src
+        = replaced(source, "if (t + j * THREADS < nv)\n#pragma unroll\n                            for",
+            "if (t + j * THREADS < nv - 1)\n#pragma unroll\n                            for");
+    const auto e
+        = ev->evaluate(candidate(src, { { "RING", 1 }, { "PERSIST", 1 } }, "short-sum"), quick(), kl::CancelToken {});
     EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
     expectRanAndFailedSomewhere(e);
 }
@@ -509,7 +516,7 @@ TEST_F(SoftmaxRingGpu, LeavingAPeersPartialOutOfTheRowIsCaught)
 {
     const std::string src = replaced(source, "for (int r = 0; r < CLUSTER; ++r)\n                merge(",
         "for (int r = 0; r < CLUSTER - 1; ++r)\n                merge(");
-    const kl::ParamValues p { { "RING", 1 }, { "CHUNK", 2048 }, { "CLUSTER", 2 } };
+    const kl::ParamValues p { { "RING", 1 }, { "CHUNK", 2048 }, { "CLUSTER", 2 }, { "PERSIST", 1 } };
     const auto e = ev->evaluate(candidate(src, p, "dropped-peer"), quick(), kl::CancelToken {});
     EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
     expectRanAndFailedSomewhere(e);

@@ -5,6 +5,7 @@
 // shared-memory loads exactly where SPLIT > 1. softmax's template at RING=1 compiles without spills, copies with
 // cp.async.bulk on mbarriers and, split over a cluster, sends its partials with st.async. The GPU side is
 // tests/kernels/test_hopper_gpu.cpp.
+#include "agent/tuner/search_space.h"
 #include "core/json_io.h"
 #include "core/kernel_spec.h"
 #include "core/loop_device_limits.h"
@@ -153,13 +154,15 @@ TEST_F(RmsnormSm90, CompilesForSm90aWithoutSpillsAndCombinesThroughTheClusterWhe
 }
 
 // RING=1 at its defaults (a row of 32768 kept in the ring of 4 x 8192, three blocks per SM), the deepest ring of the
-// widest chunks in one block per SM, a ring of exactly 48 KiB, and rows split over clusters of four.
+// widest chunks in one block per SM, a ring of exactly 48 KiB, rows split over clusters of four, and exps stored in
+// the ring (on their own and over a cluster of four). PERSIST only sets the grid: the kernel is the same.
 TEST_F(SoftmaxRing, CompilesForSm90aWithoutSpillsAndFeedsTheRingWithBulkCopies)
 {
     const std::vector<kl::ParamValues> points
         = { { { "RING", 1 } }, { { "RING", 1 }, { "THREADS", 512 }, { "STAGES", 12 }, { "BPS", 1 } },
               { { "RING", 1 }, { "CHUNK", 2048 }, { "STAGES", 12 } },
-              { { "RING", 1 }, { "CHUNK", 2048 }, { "BPS", 2 }, { "CLUSTER", 4 } } };
+              { { "RING", 1 }, { "CHUNK", 2048 }, { "BPS", 2 }, { "CLUSTER", 4 } },
+              { { "RING", 1 }, { "EXPSTORE", 1 } }, { { "RING", 1 }, { "EXPSTORE", 1 }, { "CLUSTER", 4 } } };
     const auto ptx = compileWithoutSpills(points);
     ASSERT_EQ(ptx.size(), points.size());
     for (const auto& module : ptx)
@@ -170,4 +173,46 @@ TEST_F(SoftmaxRing, CompilesForSm90aWithoutSpillsAndFeedsTheRingWithBulkCopies)
     const char* send = "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32";
     EXPECT_EQ(ptx[0].find(send), std::string::npos) << "one block per row sends nothing";
     EXPECT_NE(ptx[3].find(send), std::string::npos);
+    // Exps the threads wrote into the ring are ordered before the next bulk copy into it.
+    const char* proxyFence = "fence.proxy.async.shared::cta";
+    EXPECT_EQ(ptx[0].find(proxyFence), std::string::npos);
+    EXPECT_NE(ptx[4].find(proxyFence), std::string::npos);
+    EXPECT_NE(ptx[5].find(send), std::string::npos);
+}
+
+// The kernel's blocks take rows blockIdx / CLUSTER, then every gridDim / CLUSTER-th: at every point of the sm_90 space
+// and every harness shape exactly one kernel runs, the ring's grid is whole clusters of at least one and at most R,
+// a cluster per row at PERSIST=0 and BPS blocks per SM (whole clusters) at PERSIST=1, so every row is taken once.
+TEST_F(SoftmaxRing, RingGridIsWholeClustersThatTakeEveryRowOnce)
+{
+    ASSERT_EQ(spec.launches.size(), 2u);
+    const auto& rows = spec.launches[0];
+    const auto& ring = spec.launches[1];
+    ASSERT_EQ(ring.kernel, "softmax_ring");
+    const auto space
+        = kl::tuner::SearchSpace::build(spec, kl::shapesOf(problem), kl::test::deviceModel(9, 0, 227, 2048));
+    int persistent = 0, perRow = 0;
+    for (std::size_t i = 0; i < space.size(); ++i)
+        for (const auto& shape : harnessShapes(problem)) {
+            kl::Bindings b = kl::bindingsFor(space.config(i), shape.bindings());
+            b["SM_COUNT"] = 132;
+            const std::int64_t grid = ring.grid[0].evaluateInt(b), cluster = b.at("CLUSTER"), R = b.at("R");
+            const std::string where = shape.label() + " point " + std::to_string(i);
+            ASSERT_TRUE((grid > 0) != (rows.grid[0].evaluateInt(b) > 0)) << where << ": exactly one kernel runs";
+            if (b.at("RING") == 0)
+                continue;
+            ASSERT_EQ(grid % cluster, 0) << where;
+            const std::int64_t clusters = grid / cluster;
+            EXPECT_GE(clusters, 1) << where;
+            EXPECT_LE(clusters, R) << where;
+            if (b.at("PERSIST") == 0) {
+                ++perRow;
+                EXPECT_EQ(clusters, R) << where;
+            } else {
+                ++persistent;
+                EXPECT_EQ(clusters, std::min(R, std::max<std::int64_t>(1, 132 * b.at("BPS") / cluster))) << where;
+            }
+        }
+    EXPECT_GT(persistent, 0);
+    EXPECT_EQ(perRow, persistent) << "PERSIST doubles every ring point";
 }
