@@ -154,15 +154,14 @@ TEST_F(RmsnormSm90, CompilesForSm90aWithoutSpillsAndCombinesThroughTheClusterWhe
 }
 
 // RING=1 at its defaults (a row of 32768 kept in the ring of 4 x 8192, three blocks per SM), the deepest ring of the
-// widest chunks in one block per SM, a ring of exactly 48 KiB, rows split over clusters of four, and exps stored in
-// the ring (on their own and over a cluster of four). PERSIST only sets the grid: the kernel is the same.
+// widest chunks in one block per SM, a ring of exactly 48 KiB, and rows split over clusters of four. PERSIST only sets
+// the grid: the kernel is the same.
 TEST_F(SoftmaxRing, CompilesForSm90aWithoutSpillsAndFeedsTheRingWithBulkCopies)
 {
     const std::vector<kl::ParamValues> points
         = { { { "RING", 1 } }, { { "RING", 1 }, { "THREADS", 512 }, { "STAGES", 12 }, { "BPS", 1 } },
               { { "RING", 1 }, { "CHUNK", 2048 }, { "STAGES", 12 } },
-              { { "RING", 1 }, { "CHUNK", 2048 }, { "BPS", 2 }, { "CLUSTER", 4 } },
-              { { "RING", 1 }, { "EXPSTORE", 1 } }, { { "RING", 1 }, { "EXPSTORE", 1 }, { "CLUSTER", 4 } } };
+              { { "RING", 1 }, { "CHUNK", 2048 }, { "BPS", 2 }, { "CLUSTER", 4 } } };
     const auto ptx = compileWithoutSpills(points);
     ASSERT_EQ(ptx.size(), points.size());
     for (const auto& module : ptx)
@@ -173,11 +172,6 @@ TEST_F(SoftmaxRing, CompilesForSm90aWithoutSpillsAndFeedsTheRingWithBulkCopies)
     const char* send = "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32";
     EXPECT_EQ(ptx[0].find(send), std::string::npos) << "one block per row sends nothing";
     EXPECT_NE(ptx[3].find(send), std::string::npos);
-    // Exps the threads wrote into the ring are ordered before the next bulk copy into it.
-    const char* proxyFence = "fence.proxy.async.shared::cta";
-    EXPECT_EQ(ptx[0].find(proxyFence), std::string::npos);
-    EXPECT_NE(ptx[4].find(proxyFence), std::string::npos);
-    EXPECT_NE(ptx[5].find(send), std::string::npos);
 }
 
 // The kernel's blocks take rows blockIdx / CLUSTER, then every gridDim / CLUSTER-th: at every point of the sm_90 space

@@ -18,12 +18,11 @@
 // blocks, a slice each, which send their (max, sum) to every peer with st.async on the peer's mbarrier.
 // PERSIST=0 (the default) launches a block, or a cluster, per row, and the GPU hands rows to blocks as they free up;
 // PERSIST=1 launches BPS blocks per SM that walk the rows, which assumes every cluster is resident at once. On an H100
-// a block per row runs C=32768 R=4096 in 182.2 us (98% of copy) against 192.3 persistent, and
-// C=131072 R=1024 over clusters of four in 187.7 us (95%; 188.6 against 232.1 persistent, both with EXPSTORE=1), where
-// the register path over clusters of eight takes 230; on the H200 the persistent ring ran 147.6 us (85%) and 169.5.
-// EXPSTORE=1 leaves exp(x - max) in the kept ring in fp16 and pass 2 only scales it: one exp per element instead of
-// two, for a card whose memory outruns the special-function unit. On the H100 it does not pay (184.1 us against 182.2,
-// 188.6 against 187.7); the H200's memory is 1.4x faster, so the tuner keeps the choice.
+// a block per row runs C=32768 R=4096 in 182.2 us (98% of copy) against 192.3 persistent, and C=131072 R=1024 over
+// clusters of four in 187.7 us (95%) against about 232 for a persistent grid of those clusters and 230 for the register
+// path over clusters of eight. Short rows lose (C=4096 R=32768: 257 us against 205 persistent and 181 for the register
+// path): each block fills its ring and sets up its barriers for one row. On the H200 the persistent ring ran C=32768 in
+// 147.6 us (85%) and C=131072 over clusters of two in 169.5.
 #include <cuda_fp16.h>
 // @kl:param THREADS = 256 in [128, 256, 512, 1024]
 // @kl:param VEC = 8 in [4, 8]
@@ -43,11 +42,10 @@
 // @kl:param CHUNK = 8192 in [2048, 4096, 8192]
 // @kl:param STAGES = 4 in [2, 4, 8, 12]
 // @kl:param BPS = 3 in [1, 2, 3]
-// @kl:param EXPSTORE = 0 in [0, 1]
 // @kl:param PERSIST = 0 in [0, 1]
 // The ring's parameters are fixed off the ring and the register path's on it: each kernel is one point once.
 // @kl:constraint RING == 0 || ARCH >= 90
-// @kl:constraint RING == 1 || (CHUNK == 8192 && STAGES == 4 && BPS == 3 && EXPSTORE == 0 && PERSIST == 0)
+// @kl:constraint RING == 1 || (CHUNK == 8192 && STAGES == 4 && BPS == 3 && PERSIST == 0)
 // @kl:constraint RING == 0 || (VEC == 8 && CACHE == 4 && MINTPR == 128 && MINB == 1 && PIPE == 1 && SEQ == 2)
 // @kl:constraint RING == 0 || (THREADS >= 256 && THREADS <= 512 && CHUNK % (8 * THREADS) == 0)
 // @kl:constraint RING == 0 || (STAGES * CHUNK * 2 <= 200 * 1024 && BPS * (STAGES * CHUNK * 2 + 2048) <= 233472)
@@ -500,70 +498,36 @@ extern "C" __global__ void KL_CLUSTER_DIMS __launch_bounds__(THREADS + 32, BPS)
     int walk = 0; // rows this block has taken
     for (int row = blockIdx.x / CLUSTER; row < R; row += rowStep, ++walk) {
         const int parity = walk & 1;
-        // Pass 1: this thread's max and sum over vectors t, t + THREADS, ... of every chunk of the slice.
+        // Pass 1: this thread's online max and sum over vectors t, t + THREADS, ... of every chunk of the slice.
         float m = negInf(), s = 0.f;
-        if (EXPSTORE && kept) {
-            // The slice's max first, then exp(x - max) is summed and left in the ring in place of x, so that pass 2
-            // only scales it: one exp per element instead of two.
-            for (int k = 0; k < myChunks; ++k) {
-                const unsigned slot = g + k, stage = slot % STAGES;
-                mbarWait(&full[stage], (slot / STAGES) & 1);
-                const int nv = ringChunkVecs(firstChunk + k, C);
-                const RingVec* chunk = ring + stage * kRingVecs;
+        for (int k = 0; k < myChunks; ++k) {
+            const unsigned slot = g + k, stage = slot % STAGES;
+            mbarWait(&full[stage], (slot / STAGES) & 1);
+            const int nv = ringChunkVecs(firstChunk + k, C);
+            const RingVec* chunk = ring + stage * kRingVecs;
+            // The thread's vectors of the chunk are held in registers for its max and then its sum against the
+            // running max: one exp per element and one per chunk.
+            RingVec v[kRingPerThread];
+            float cm = m;
+#pragma unroll
+            for (int j = 0; j < kRingPerThread; ++j)
+                if (t + j * THREADS < nv) {
+                    v[j] = chunk[t + j * THREADS];
+                    cm = fmaxf(cm, vecMax(v[j]));
+                }
+            if (cm != negInf()) {
+                s = m == negInf() ? 0.f : s * scaledExp(m, cm);
+                m = cm;
 #pragma unroll
                 for (int j = 0; j < kRingPerThread; ++j)
                     if (t + j * THREADS < nv)
-                        m = fmaxf(m, vecMax(chunk[t + j * THREADS]));
+#pragma unroll
+                        for (int i = 0; i < 8; ++i)
+                            s += scaledExp(__half2float(v[j].v[i]), m);
             }
-            const float mz = m == negInf() ? 0.f : m; // a slice of -inf leaves zeros, which scale to zeros
-            for (int k = 0; k < myChunks; ++k) {
-                RingVec* chunk = ring + ((g + k) % STAGES) * kRingVecs;
-                const int nv = ringChunkVecs(firstChunk + k, C);
-#pragma unroll
-                for (int j = 0; j < kRingPerThread; ++j)
-                    if (t + j * THREADS < nv) {
-                        const RingVec v = chunk[t + j * THREADS];
-                        RingVec e;
-#pragma unroll
-                        for (int i = 0; i < 8; ++i) {
-                            const float p = scaledExp(__half2float(v.v[i]), mz);
-                            s += p;
-                            e.v[i] = __float2half_rn(p);
-                        }
-                        chunk[t + j * THREADS] = e;
-                    }
-            }
-        } else {
-            for (int k = 0; k < myChunks; ++k) {
-                const unsigned slot = g + k, stage = slot % STAGES;
-                mbarWait(&full[stage], (slot / STAGES) & 1);
-                const int nv = ringChunkVecs(firstChunk + k, C);
-                const RingVec* chunk = ring + stage * kRingVecs;
-                // The thread's vectors of the chunk are held in registers for its max and then its sum against the
-                // running max: one exp per element and one per chunk.
-                RingVec v[kRingPerThread];
-                float cm = m;
-#pragma unroll
-                for (int j = 0; j < kRingPerThread; ++j)
-                    if (t + j * THREADS < nv) {
-                        v[j] = chunk[t + j * THREADS];
-                        cm = fmaxf(cm, vecMax(v[j]));
-                    }
-                if (cm != negInf()) {
-                    s = m == negInf() ? 0.f : s * scaledExp(m, cm);
-                    m = cm;
-#pragma unroll
-                    for (int j = 0; j < kRingPerThread; ++j)
-                        if (t + j * THREADS < nv)
-#pragma unroll
-                            for (int i = 0; i < 8; ++i)
-                                s += scaledExp(__half2float(v[j].v[i]), m);
-                }
-                if (!kept)
-                    mbarArrive(&empty[stage]);
-            }
+            if (!kept)
+                mbarArrive(&empty[stage]);
         }
-        const float threadMax = m;
         // The slice's max and sum: over the warp, then over the warps in a fixed order (every thread gets the same).
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
@@ -595,10 +559,9 @@ extern "C" __global__ void KL_CLUSTER_DIMS __launch_bounds__(THREADS + 32, BPS)
             for (int r = 0; r < CLUSTER; ++r)
                 merge(rowMax, rowSum, ctaPart[parity][r].x, ctaPart[parity][r].y);
         }
-        // Pass 2: the output, from the chunks still in the ring or from a second stream of the slice. 1 / sum is
-        // folded into the exponent (or, over stored exps, into the one scale of the thread's slice).
+        // Pass 2: the output, from the chunks still in the ring or from a second stream of the slice; 1 / sum is
+        // folded into the exponent.
         const float bias = -fastLog2(rowSum);
-        const float scale = EXPSTORE && kept ? fastExp2(fmaf(threadMax - rowMax, kLog2e, bias)) : 0.f;
         if (!kept)
             g += myChunks;
         __half* yr = y + (long long)row * C;
@@ -616,12 +579,9 @@ extern "C" __global__ void KL_CLUSTER_DIMS __launch_bounds__(THREADS + 32, BPS)
                     RingVec o;
 #pragma unroll
                     for (int i = 0; i < 8; ++i)
-                        o.v[i] = __float2half_rn(EXPSTORE && kept ? __half2float(v.v[i]) * scale
-                                                                  : fastExp2(fmaf(__half2float(v.v[i]) - rowMax, kLog2e, bias)));
+                        o.v[i] = __float2half_rn(fastExp2(fmaf(__half2float(v.v[i]) - rowMax, kLog2e, bias)));
                     out[t + j * THREADS] = o;
                 }
-            if (EXPSTORE && kept) // the ring was written by threads, and the next bulk copy into it is the async proxy
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             mbarArrive(&empty[stage]);
         }
         g += myChunks;
