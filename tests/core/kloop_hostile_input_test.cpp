@@ -151,7 +151,8 @@ TEST(KloopHostileInput, EvalRefusesParamsThatAreUndeclaredOrOutsideTheirValues)
 {
     kl::test::TempDir tmp;
     const std::vector<std::pair<std::string, std::string>> cases = {
-        { "BOGUS=3", "parameter 'BOGUS' is not declared (declared: THREADS, VEC, CACHE, MINTPR, MINB, PRELOAD_W)" },
+        { "BOGUS=3",
+            "parameter 'BOGUS' is not declared (declared: THREADS, VEC, CACHE, MINTPR, MINB, PRELOAD_W, BRANCHFREE)" },
         { "VEC=3", "VEC=3 is not one of the values declared on line 8 [2, 4, 8]" },
         { "VEC=8,CACHE=32", "CACHE=32 is not one of the values declared on line 9" },
         { "THREADS=64,MINTPR=256", "constraint 'MINTPR <= THREADS' (line 13) does not hold" },

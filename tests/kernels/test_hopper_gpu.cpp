@@ -178,6 +178,12 @@ protected:
 };
 
 // softmax's bulk-copy-fed ring: its template at RING=1.
+// rmsnorm's portable template (sm_75+), here for the fixture.
+class RmsnormTemplateGpu : public TemplateOnGpu {
+protected:
+    void SetUp() override { load("rmsnorm", 75); }
+};
+
 class SoftmaxRingGpu : public TemplateOnGpu {
 protected:
     void SetUp() override { load("softmax", 90); }
@@ -468,6 +474,20 @@ TEST_F(RmsnormSm90Gpu, ClusterSplitTemplatePassesAcrossItsSpace)
         expectCorrect(p, { "physics.single-shape-speedup" });
 }
 
+// BRANCHFREE's zeros past a row's end: rows that fill the threads' vectors (T = 16, H = 8192), ragged ones (H = 5128)
+// and rows read in chunks (H = 16384 past 8192), with the weights preloaded or not.
+TEST_F(RmsnormTemplateGpu, BranchFreeRowsPassAcrossItsSpace)
+{
+    for (const kl::ParamValues& p : { kl::ParamValues { { "BRANCHFREE", 1 } },
+             kl::ParamValues {
+                 { "THREADS", 256 }, { "CACHE", 4 }, { "MINTPR", 256 }, { "PRELOAD_W", 1 }, { "BRANCHFREE", 1 } },
+             kl::ParamValues {
+                 { "THREADS", 128 }, { "VEC", 4 }, { "CACHE", 4 }, { "PRELOAD_W", 1 }, { "BRANCHFREE", 1 } },
+             kl::ParamValues { { "THREADS", 1024 }, { "VEC", 2 }, { "CACHE", 4 }, { "MINTPR", 128 }, { "MINB", 2 },
+                 { "BRANCHFREE", 1 } } })
+        expectCorrect(p, { "physics.single-shape-speedup" });
+}
+
 TEST_F(RmsnormSm90Gpu, LeavingOutABlocksPartialSumIsCaught)
 {
     const std::string src = replaced(source, "for (int r = 0; r < S; ++r)", "for (int r = 1; r < S; ++r)");
@@ -500,9 +520,8 @@ TEST_F(SoftmaxRingGpu, BulkCopyRingPassesAcrossItsSpace)
 // The first pass's count (the second pass still writes every vector): at C = 32, 8 of the 32 terms are missing.
 TEST_F(SoftmaxRingGpu, LeavingARowsLastVectorOutOfTheSumIsCaught)
 {
-    const std::string src
-        = replaced(source, "if (t + j * THREADS < nv)\n#pragma unroll\n                            for",
-            "if (t + j * THREADS < nv - 1)\n#pragma unroll\n                            for");
+    const std::string src = replaced(source, "if (t + j * THREADS < nv)\n#pragma unroll\n                        for",
+        "if (t + j * THREADS < nv - 1)\n#pragma unroll\n                        for");
     const auto e
         = ev->evaluate(candidate(src, { { "RING", 1 }, { "PERSIST", 1 } }, "short-sum"), quick(), kl::CancelToken {});
     EXPECT_NE(e.verdict, kl::Verdict::Correct) << reasonsText(e);
