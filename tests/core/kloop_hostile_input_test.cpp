@@ -131,7 +131,7 @@ TEST(KloopHostileInput, EvalRefusesCandidatesWhoseAnnotationsDoNotFitTheProblem)
         { replaced(tmpl, "args=(y, x, w, T, H, eps)", "args=(y, x)"),
             "@kl:launch passes 2 arguments to rmsnorm_template" },
         { replaced(tmpl, "grid=(", "grid=(" + std::string(5000, '(') + "1" + std::string(5000, ')') + " * "),
-            "line 16: grid: expression '((((" },
+            "line 17: grid: expression '((((" },
         { replaced(tmpl, "VEC * CACHE <= 128", nested(5000, "VEC * CACHE <= 128")),
             "nested more than 256 levels deep" },
     };

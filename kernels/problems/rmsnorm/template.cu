@@ -10,10 +10,10 @@
 // @kl:param MINTPR = 32 in [32, 64, 128, 256]
 // @kl:param MINB = 1 in [1, 2]
 // @kl:param PRELOAD_W = 0 in [0, 1]
-// @kl:param BRANCHFREE = 0 in [0, 1]
 // @kl:constraint MINTPR <= THREADS
 // @kl:constraint VEC * CACHE <= 128
 // @kl:constraint PRELOAD_W == 0 || VEC * CACHE <= 32
+// @kl:param BRANCHFREE = 0 in [0, 1]
 // @kl:launch rmsnorm_template grid=(ceil_div(T, THREADS / min(THREADS, max(MINTPR, next_pow2(ceil_div(H, VEC * CACHE)))))) block=(THREADS) smem=0 args=(y, x, w, T, H, eps)
 
 template <int N>
