@@ -5,8 +5,8 @@
 // least, THREADS at most, THREADS / that many rows per block), and puts its per-row sum of squares in shared memory;
 // after a cluster barrier every block adds the SPLIT partial sums in rank order through distributed shared memory
 // (mapa + ld.shared::cluster), so all blocks of a cluster normalise with the same bits. Otherwise (T rows fill the
-// SMs, or SPLIT = 1) rmsnorm_rows runs, which is template.cu: the launch plan picks one kernel per shape from T, H
-// and the SM count, so one parameter point serves decode and prefill.
+// SMs, or SPLIT = 1) rmsnorm_rows runs, which is template.cu without BRANCHFREE: the launch plan picks one kernel per
+// shape from T, H and the SM count, so one parameter point serves decode and prefill.
 // Not in problem.json's arch_templates: unverified on a GPU (tests/kernels/test_hopper_gpu.cpp RmsnormSm90Gpu).
 #include <cuda_bf16.h>
 // @kl:param SPLIT = 1 in [1, 2, 4, 8]
@@ -99,13 +99,15 @@ __device__ __forceinline__ void rmsnorm_split(__nv_bfloat16* __restrict__ y, con
             if (active && lane + c * tpr < nvec)
                 wFirst[c] = wv[lane + c * tpr];
     }
+    // The first chunk's loads before the loop, each next chunk's at the end of the body, as in template.cu (at its
+    // loop's head they cost 11% at T=16 there).
     float ss = 0.f;
     int last = lane;
-    for (int f = lane;; f += chunkStep) {
 #pragma unroll
-        for (int c = 0; c < CACHE; ++c)
-            if (active && f + c * tpr < nvec)
-                cache[c] = xr[f + c * tpr];
+    for (int c = 0; c < CACHE; ++c)
+        if (active && lane + c * tpr < nvec)
+            cache[c] = xr[lane + c * tpr];
+    for (int f = lane;; f += chunkStep) {
 #pragma unroll
         for (int c = 0; c < CACHE; ++c)
             if (active && f + c * tpr < nvec)
@@ -117,6 +119,10 @@ __device__ __forceinline__ void rmsnorm_split(__nv_bfloat16* __restrict__ y, con
         last = f;
         if (!active || f + chunkStep >= nvec)
             break;
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c)
+            if (f + chunkStep + c * tpr < nvec)
+                cache[c] = xr[f + chunkStep + c * tpr];
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
