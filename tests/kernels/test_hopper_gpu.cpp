@@ -177,13 +177,13 @@ protected:
     void SetUp() override { load("rmsnorm", 90, "kernels/problems/rmsnorm/template_sm90.cu"); }
 };
 
-// softmax's bulk-copy-fed ring: its template at RING=1.
 // rmsnorm's portable template (sm_75+), here for the fixture.
 class RmsnormTemplateGpu : public TemplateOnGpu {
 protected:
     void SetUp() override { load("rmsnorm", 75); }
 };
 
+// softmax's bulk-copy-fed ring: its template at RING=1.
 class SoftmaxRingGpu : public TemplateOnGpu {
 protected:
     void SetUp() override { load("softmax", 90); }
