@@ -806,7 +806,8 @@ KernelSpec parseKernelSpec(const std::string& source, const Problem& problem)
     for (const auto* shapes : { &problem.tuningShapes, &problem.verifyShapes })
         for (const auto& shape : *shapes)
             if (!spec.launches.empty() && !launchesSomewhere.count(shape.label()))
-                throw InputError("@kl:launch: every launch has a grid of 0 at " + shape.label()
+                throw InputError("line " + std::to_string(spec.launches.front().line)
+                    + ": @kl:launch: every launch has a grid of 0 at " + shape.label()
                     + " with the defaults, so the plan launches nothing there");
     return spec;
 }

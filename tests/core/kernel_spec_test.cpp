@@ -313,7 +313,11 @@ TEST(KernelSpecAgainstProblem, LaunchGeometryAtTheDefaultsIsALaunchAtEveryDeclar
     const std::string zero
         = specError(replaced(source, line, kLaunch + "0) block=(THREADS) args=(y, x, w, T, H, eps)"), problem);
     // A grid of 0 skips a launch; a plan whose every launch is skipped at a shape launches nothing there.
-    EXPECT_NE(zero.find("every launch has a grid of 0 at H=8192,T=16 with the defaults"), std::string::npos) << zero;
+    EXPECT_EQ(zero.rfind("line " + std::to_string(lineNo)
+                      + ": @kl:launch: every launch has a grid of 0 at H=8192,T=16 with the defaults",
+                  0),
+        0u)
+        << zero;
     const std::string negative
         = specError(replaced(source, line, kLaunch + "0 - T) block=(THREADS) args=(y, x, w, T, H, eps)"), problem);
     EXPECT_NE(
