@@ -1,7 +1,8 @@
 // Standalone check of decode_attention's sm_90 template (kernels/problems/decode_attention/template_sm90.cu), for a
 // first diagnosis without the harness: built with nvcc and the template's parameters as -D flags (decode-sweep.sh),
 // it runs the launch plan as the harness would (the split kernel on min(SM count, 256, tokens / MINTOK) CTAs, the
-// merge with programmatic dependent launch when there is more than one CTA), compares each shape's output with the
+// merge with programmatic dependent launch when there is more than one CTA; with -DSEQ=n, B x n CTAs in clusters of n
+// and no merge), compares each shape's output with the
 // problem's reference kernel built in fp64, and times the plan at the target shapes.
 //   - Data: fresh values each shape (a hash of the seed and the index, roughly normal), the page table a random
 //     permutation, lengths uniform within the last page, as problem.json draws them. Output and workspace poisoned
@@ -12,10 +13,14 @@
 //     2 x L2 (one set is 270 MB and more at the target shapes), median of 15 replays. The copy bound is the problem's
 //     fewest bytes (its "bytes" formula) over the device-to-device copy rate measured here, as attention_peers.py
 //     measures it; the read stream is a plain kernel reading the same K/V buffers once (what a read-only stream gets).
-// First, on the CPU, the partition of the batch over the CTAs and the merge's reading of it (--partition-only: only
-// that, no GPU needed). Prints one line per shape and a table last; exit 1 on any wrong output or CUDA error.
+// First, on the CPU, the partition of the batch over the CTAs and the merge's reading of it, or with SEQ each
+// sequence's shares (--partition-only: only that, no GPU needed). Prints one line per shape and a table last; exit 1
+// on any wrong output or CUDA error.
 // KL_DRIVER_SHAPE=B,HQ,PS,MAXP checks that one shape only (for a profiler); KL_DRIVER_PAGES=contiguous leaves the page
 // table in order (how much of the gap to SDPA is the paging).
+#ifndef SEQ
+#define SEQ 0 // the template's default: the batch's tokens in equal ranges, a merge kernel
+#endif
 #include "../../kernels/problems/decode_attention/template_sm90.cu"
 #define KL_ACC double
 #include "../../kernels/problems/decode_attention/reference.cu"
@@ -112,14 +117,14 @@ Plan planFor(const Shape& s, int sms)
 {
     Plan p;
     const long long tokens = (long long)s.B * s.MAXP * s.PS;
-    p.ctas = std::min(std::min(sms, 256), ceilDiv(tokens, MINTOK));
+    p.ctas = SEQ > 0 ? s.B * SEQ : std::min(std::min(sms, 256), ceilDiv(tokens, MINTOK));
     p.smem = (size_t)STAGES * TT * 4128 + 16 * ceilDiv(s.B + 1, 4) + 16 * STAGES + 32;
     p.workspace = 16 * (size_t)(ceilDiv(s.B + 1, 4) + 1)
         + 2 * (size_t)std::min(256, ceilDiv(tokens, MINTOK)) * s.HQ * (kD + 2) * 4;
     int warpsPerHead = 1;
     while (warpsPerHead < 8 && warpsPerHead < ceilDiv(ceilDiv(p.ctas, s.B) + 1, kMergeUnroll))
         warpsPerHead *= 2;
-    p.mergeBlocks = p.ctas > 1 ? s.B * s.HQ * warpsPerHead / 8 : 0;
+    p.mergeBlocks = SEQ == 0 && p.ctas > 1 ? s.B * s.HQ * warpsPerHead / 8 : 0;
     return p;
 }
 
@@ -131,6 +136,25 @@ struct Set {
 void launchSplit(const Shape& s, const Plan& p, const Set& in, float* ws, __nv_bfloat16* out, cudaStream_t st)
 {
     const float scale = 1.f / std::sqrt(128.f);
+    if (SEQ > 1) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(p.ctas);
+        cfg.blockDim = dim3(kThreads);
+        cfg.dynamicSmemBytes = p.smem;
+        cfg.stream = st;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = SEQ;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        const __nv_bfloat16 *q = in.q, *k = in.k, *v = in.v;
+        const int *table = in.table, *lens = in.lens;
+        CHECK(cudaLaunchKernelEx(
+            &cfg, decode_attention_stream, ws, out, q, k, v, table, lens, s.B, s.HQ, s.PS, s.MAXP, scale));
+        return;
+    }
     decode_attention_stream<<<p.ctas, kThreads, p.smem, st>>>(
         ws, out, in.q, in.k, in.v, in.table, in.lens, s.B, s.HQ, s.PS, s.MAXP, scale);
     CHECK(cudaGetLastError());
@@ -384,6 +408,38 @@ Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStr
     return r;
 }
 
+// SEQ > 0: the SEQ CTAs of a sequence walk shares that hold each of its tokens once, every copied row inside the
+// share, over any length 1 .. 131072.
+bool sequenceSharesHold(int cases)
+{
+    std::mt19937 rng(11);
+    int failures = 0;
+    for (int k = 0; k < cases && failures < 10; ++k) {
+        const int len = k < 300 ? 1 + k : 1 + static_cast<int>(rng() % 131072);
+        const int prefix[2] = { 0, len };
+        std::vector<int> seen(len, 0);
+        for (int r = 0; r < kSeq; ++r) {
+            const int g0 = r * len / kSeq, g1 = (r + 1) * len / kSeq;
+            Walk w;
+            for (bool more = walkStart(w, prefix, 1, g0, g1); more; more = walkNext(w, prefix, 1, g0, g1))
+                for (int row = 0; row < TT; ++row) {
+                    const int src = sourceToken(w, row);
+                    if (src < g0 || src >= g1)
+                        failures += std::printf("sequence shares: len %d, CTA %d copies token %d outside its share\n",
+                                        len, r, src)
+                            > 0;
+                    if (w.t + row < w.end)
+                        ++seen[w.t + row];
+                }
+        }
+        for (int g = 0; g < len; ++g)
+            if (seen[g] != 1)
+                failures += std::printf("sequence shares: len %d, token %d seen %d times\n", len, g, seen[g]) > 0;
+    }
+    std::printf("sequence shares over %d lengths: %s\n", cases, failures ? "FAILED" : "hold");
+    return failures == 0;
+}
+
 // The split kernel's walk and the merge's view of it, simulated on the CPU with the template's own index functions
 // over random batches (any lengths in 1 .. MAXP * PS, not only the last page) and every grid size up to 300: every
 // token of every sequence is in exactly one tile of one CTA and every copied row inside its piece; a sequence is
@@ -391,6 +447,8 @@ Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStr
 // a piece of it, each read from the slot the split kernel wrote; slots are distinct and within the workspace.
 bool partitionHolds(int cases)
 {
+    if (SEQ > 0)
+        return sequenceSharesHold(cases);
     std::mt19937 rng(11);
     int failures = 0;
     auto fail = [&](const std::string& what) {
@@ -485,8 +543,8 @@ int main(int argc, char** argv)
     cudaStream_t st;
     CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const double copyRate = copyBytesPerSecond(st);
-    std::printf("template_sm90.cu TT=%d STAGES=%d MINTOK=%d EVICT=%d on %d SMs, copy %.2f TB/s\n", TT, STAGES, MINTOK,
-        EVICT, sms, copyRate / 1e12);
+    std::printf("template_sm90.cu TT=%d STAGES=%d MINTOK=%d EVICT=%d SEQ=%d on %d SMs, copy %.2f TB/s\n", TT, STAGES,
+        MINTOK, EVICT, SEQ, sms, copyRate / 1e12);
     // The verify shapes and corner cases (one CTA, CTAs without tokens, a batch of 256 short sequences, pages of 64),
     // then the tuning shapes, timed.
     const Shape shapes[] = { { 1, 32, 16, 1, false }, { 3, 64, 64, 5, false }, { 5, 128, 16, 37, false },

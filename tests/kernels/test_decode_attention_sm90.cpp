@@ -42,8 +42,10 @@ TEST_F(DecodeAttentionSm90, SeedsFromSm90AndPassesTheRefereeAndFitsAnH200AtEvery
     const kl::DeviceInfo h200 = deviceModel(9, 0, 227);
     const auto shapes = harnessShapes(problem);
     const auto space = spec.enumerateSpace();
-    // TT 8 with 2 .. 6 stages and TT 16 with 2 or 3 (a stage of 16 rows of K and V is 66 KB), at each MINTOK and EVICT.
-    EXPECT_EQ(space.size(), 7u * 5 * 2);
+    // TT 8 with 2 .. 6 stages and TT 16 with 2 or 3 (a stage of 16 rows of K and V is 66 KB), at each MINTOK and EVICT;
+    // by sequence (MINTOK idle) with every ring, and in clusters of 2, 4 or 8 with the rings that hold 128 heads'
+    // pieces.
+    EXPECT_EQ(space.size(), 7u * 5 * 2 + 7 * 2 + 3 * 6 * 2);
     for (const auto& point : space)
         EXPECT_EQ(violation(kl::checkDeviceLimits(spec, point, shapes, h200)), "")
             << "TT=" << point.at("TT") << " STAGES=" << point.at("STAGES");
@@ -53,23 +55,31 @@ TEST_F(DecodeAttentionSm90, SeedsFromSm90AndPassesTheRefereeAndFitsAnH200AtEvery
 }
 
 // The defaults, the deepest ring of small stages without the L2 hint, the shallowest ring of large stages with the
-// fewest CTAs for small batches, and a small ring of small stages. TT = 8 takes P . V with m16n8k8.
+// fewest CTAs for small batches, and a small ring of small stages; by sequence, alone and in clusters of 8 and 2.
+// TT = 8 takes P . V with m16n8k8; the clusters combine their pieces over distributed shared memory.
 TEST_F(DecodeAttentionSm90, CompilesForSm90aWithoutSpillsOnBulkCopiesAndTensorCores)
 {
     const std::vector<kl::ParamValues> points
         = { spec.defaults(), { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 16 }, { "EVICT", 0 } },
               { { "TT", 16 }, { "STAGES", 2 }, { "MINTOK", 256 }, { "EVICT", 1 } },
-              { { "TT", 8 }, { "STAGES", 2 }, { "MINTOK", 128 }, { "EVICT", 1 } } };
+              { { "TT", 8 }, { "STAGES", 2 }, { "MINTOK", 128 }, { "EVICT", 1 } },
+              { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 32 }, { "EVICT", 1 }, { "SEQ", 1 } },
+              { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 32 }, { "EVICT", 1 }, { "SEQ", 8 } },
+              { { "TT", 16 }, { "STAGES", 2 }, { "MINTOK", 32 }, { "EVICT", 0 }, { "SEQ", 2 } } };
     const auto modules = kl::test::compilePoints(source, spec, points, { "sm_90a" });
     kl::test::expectModulesWithoutSpills(modules, spec, problem);
     ASSERT_EQ(modules.size(), points.size());
     for (std::size_t i = 0; i < modules.size(); ++i) {
         const std::string& ptx = modules[i].second->ptx;
-        for (const char* instruction :
-            { "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes", "mbarrier.try_wait.parity",
-                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
-                "griddepcontrol.launch_dependents", "griddepcontrol.wait" })
+        for (const char* instruction : { "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
+                 "mbarrier.try_wait.parity", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                 "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "griddepcontrol.wait" })
             EXPECT_NE(ptx.find(instruction), std::string::npos) << modules[i].first << " lacks " << instruction;
+        const std::int64_t seq = points[i].count("SEQ") ? points[i].at("SEQ") : 0;
+        EXPECT_EQ(ptx.find("griddepcontrol.launch_dependents") != std::string::npos, seq == 0) << modules[i].first;
+        for (const char* instruction : { "barrier.cluster.arrive.release", "mapa.shared::cluster.u32",
+                 "ld.shared::cluster.v4.f32", "bar.sync 1, 256" })
+            EXPECT_EQ(ptx.find(instruction) != std::string::npos, seq > 1) << modules[i].first << " " << instruction;
         const bool small = points[i].at("TT") == 8, hint = points[i].at("EVICT") == 1;
         EXPECT_EQ(ptx.find("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32") != std::string::npos, small)
             << modules[i].first;
@@ -79,7 +89,8 @@ TEST_F(DecodeAttentionSm90, CompilesForSm90aWithoutSpillsOnBulkCopiesAndTensorCo
 
 // At every point, shape and SM count: the split grid is 1 .. min(SM count, 256) CTAs, one per MINTOK tokens at most;
 // the workspace holds the header and two slots of HQ x (D + 2) floats per CTA; the merge is launched exactly when
-// there is more than one CTA; the shared memory holds the ring and the header.
+// there is more than one CTA; the shared memory holds the ring and the header. By sequence (SEQ > 0): B x SEQ CTAs
+// in clusters of SEQ, no merge, and a cluster's ring holds (acc, m, l) of every query head.
 // A batch of 16 sequences of 4096 tokens fills all 132 SMs of an H200 (the sm_80 template's grid was 256 CTAs of
 // 96 KB, two on 124 SMs and one on 8).
 TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
@@ -99,7 +110,20 @@ TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
                 ASSERT_LT(256 * tokens, std::int64_t { 1 } << 32);
                 b[kl::kSmCountIdentifier] = sms;
                 const std::string where = shape.label() + " SM_COUNT=" + std::to_string(sms);
-                const std::int64_t ctas = spec.launches[0].grid[0].evaluateInt(b);
+                const std::int64_t ctas = spec.launches[0].grid[0].evaluateInt(b), seq = point.at("SEQ");
+                const std::int64_t ring = point.at("STAGES") * point.at("TT") * 2 * (2048 + 16);
+                EXPECT_GE(
+                    spec.launches[0].sharedBytes.evaluateInt(b), ring + 4 * (B + 1) + 16 * point.at("STAGES") + 32)
+                    << where;
+                EXPECT_EQ(spec.launches[0].cluster[0].evaluateInt(b), std::max<std::int64_t>(seq, 1)) << where;
+                if (seq > 0) {
+                    EXPECT_EQ(ctas, B * seq) << where;
+                    EXPECT_EQ(spec.launches[1].grid[0].evaluateInt(b), 0) << where;
+                    if (seq > 1) {
+                        EXPECT_GE(ring, HQ * (128 * 4 + 8)) << where;
+                    }
+                    continue;
+                }
                 ASSERT_GE(ctas, 1) << where;
                 ASSERT_LE(ctas, std::min<std::int64_t>(sms, 256)) << where;
                 ASSERT_LE(ctas, (tokens + point.at("MINTOK") - 1) / point.at("MINTOK")) << where;
@@ -114,10 +138,6 @@ TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
                 EXPECT_EQ(spec.launches[1].grid[0].evaluateInt(b), ctas > 1 ? B * HQ * W / 8 : 0) << where;
                 EXPECT_EQ(spec.launches[1].block[0].evaluateInt(b), 256) << where;
                 EXPECT_EQ(spec.launches[0].block[0].evaluateInt(b), 288) << where;
-                const std::int64_t ring = point.at("STAGES") * point.at("TT") * 2 * (2048 + 16);
-                EXPECT_GE(
-                    spec.launches[0].sharedBytes.evaluateInt(b), ring + 4 * (B + 1) + 16 * point.at("STAGES") + 32)
-                    << where;
                 merged += ctas > 1;
                 single += ctas == 1;
             }

@@ -349,6 +349,26 @@ TEST_F(DecodeAttentionSm90Gpu, DroppingATokenAPageOrAPieceIsCaught)
     }
 }
 
+// By sequence: whole (SEQ = 1) and in clusters of 2, 4 and 8 over distributed shared memory. A cluster leaving out its
+// last CTA's piece, a share one token short, and each sequence's last token left out are caught.
+TEST_F(DecodeAttentionSm90Gpu, SequenceClustersPassAndDroppingAShareIsCaught)
+{
+    for (const kl::ParamValues& p : { kl::ParamValues { { "SEQ", 1 } }, kl::ParamValues { { "SEQ", 8 } },
+             kl::ParamValues { { "SEQ", 2 }, { "TT", 16 }, { "STAGES", 2 }, { "EVICT", 0 } },
+             kl::ParamValues { { "SEQ", 4 }, { "TT", 8 }, { "STAGES", 3 } } })
+        expectCorrect(p);
+    const std::pair<const char*, const char*> mutations[]
+        = { { "if (ml[p].x != negInf())", "if (p < kSeq - 1 && ml[p].x != negInf())" },
+              { "g1 = (r + 1) * total / kSeq;", "g1 = max(g0, (r + 1) * total / kSeq - 1);" },
+              { "prefix[1] = seq_lens[b];", "prefix[1] = max(seq_lens[b] - 1, 1);" } };
+    for (const auto& [from, to] : mutations) {
+        const std::string src = replaced(source, from, to);
+        const auto e = ev->evaluate(candidate(src, { { "SEQ", 8 } }, "short"), quick(), kl::CancelToken {});
+        EXPECT_NE(e.verdict, kl::Verdict::Correct) << to << "\n" << reasonsText(e);
+        EXPECT_FALSE(e.correctEverywhere()) << to;
+    }
+}
+
 TEST_F(MlaDecodeGpu, SharedKvCandidatePassesAcrossItsSpace)
 {
     for (const kl::ParamValues& p :
