@@ -21,6 +21,9 @@
 #ifndef SEQ
 #define SEQ 0 // the template's default: the batch's tokens in equal ranges, a merge kernel
 #endif
+#ifndef LAZY
+#define LAZY 0 // the template's default: O rescaled at every tile
+#endif
 #include "../../kernels/problems/decode_attention/template_sm90.cu"
 #define KL_ACC double
 #include "../../kernels/problems/decode_attention/reference.cu"
@@ -543,8 +546,8 @@ int main(int argc, char** argv)
     cudaStream_t st;
     CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const double copyRate = copyBytesPerSecond(st);
-    std::printf("template_sm90.cu TT=%d STAGES=%d MINTOK=%d EVICT=%d SEQ=%d on %d SMs, copy %.2f TB/s\n", TT, STAGES,
-        MINTOK, EVICT, SEQ, sms, copyRate / 1e12);
+    std::printf("template_sm90.cu TT=%d STAGES=%d MINTOK=%d EVICT=%d SEQ=%d LAZY=%d on %d SMs, copy %.2f TB/s\n", TT,
+        STAGES, MINTOK, EVICT, SEQ, LAZY, sms, copyRate / 1e12);
     // The verify shapes and corner cases (one CTA, CTAs without tokens, a batch of 256 short sequences, pages of 64),
     // then the tuning shapes, timed.
     const Shape shapes[] = { { 1, 32, 16, 1, false }, { 3, 64, 64, 5, false }, { 5, 128, 16, 37, false },

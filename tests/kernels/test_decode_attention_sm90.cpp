@@ -44,8 +44,8 @@ TEST_F(DecodeAttentionSm90, SeedsFromSm90AndPassesTheRefereeAndFitsAnH200AtEvery
     const auto space = spec.enumerateSpace();
     // TT 8 with 2 .. 6 stages and TT 16 with 2 or 3 (a stage of 16 rows of K and V is 66 KB), at each MINTOK and EVICT;
     // by sequence (MINTOK idle) with every ring, and in clusters of 2, 4 or 8 with the rings that hold 128 heads'
-    // pieces.
-    EXPECT_EQ(space.size(), 7u * 5 * 2 + 7 * 2 + 3 * 6 * 2);
+    // pieces; each with O rescaled at every tile or only when a row's maximum grows (LAZY).
+    EXPECT_EQ(space.size(), (7u * 5 * 2 + 7 * 2 + 3 * 6 * 2) * 2);
     for (const auto& point : space)
         EXPECT_EQ(violation(kl::checkDeviceLimits(spec, point, shapes, h200)), "")
             << "TT=" << point.at("TT") << " STAGES=" << point.at("STAGES");
@@ -56,7 +56,8 @@ TEST_F(DecodeAttentionSm90, SeedsFromSm90AndPassesTheRefereeAndFitsAnH200AtEvery
 
 // The defaults, the deepest ring of small stages without the L2 hint, the shallowest ring of large stages with the
 // fewest CTAs for small batches, and a small ring of small stages; by sequence, alone and in clusters of 8 and 2.
-// TT = 8 takes P . V with m16n8k8; the clusters combine their pieces over distributed shared memory.
+// TT = 8 takes P . V with m16n8k8; the clusters combine their pieces over distributed shared memory; LAZY votes on
+// whether any row's maximum grew before rescaling O.
 TEST_F(DecodeAttentionSm90, CompilesForSm90aWithoutSpillsOnBulkCopiesAndTensorCores)
 {
     const std::vector<kl::ParamValues> points
@@ -64,7 +65,7 @@ TEST_F(DecodeAttentionSm90, CompilesForSm90aWithoutSpillsOnBulkCopiesAndTensorCo
               { { "TT", 16 }, { "STAGES", 2 }, { "MINTOK", 256 }, { "EVICT", 1 } },
               { { "TT", 8 }, { "STAGES", 2 }, { "MINTOK", 128 }, { "EVICT", 1 } },
               { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 32 }, { "EVICT", 1 }, { "SEQ", 1 } },
-              { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 32 }, { "EVICT", 1 }, { "SEQ", 8 } },
+              { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 32 }, { "EVICT", 1 }, { "SEQ", 8 }, { "LAZY", 1 } },
               { { "TT", 16 }, { "STAGES", 2 }, { "MINTOK", 32 }, { "EVICT", 0 }, { "SEQ", 2 } } };
     const auto modules = kl::test::compilePoints(source, spec, points, { "sm_90a" });
     kl::test::expectModulesWithoutSpills(modules, spec, problem);
@@ -80,6 +81,8 @@ TEST_F(DecodeAttentionSm90, CompilesForSm90aWithoutSpillsOnBulkCopiesAndTensorCo
         for (const char* instruction : { "barrier.cluster.arrive.release", "mapa.shared::cluster.u32",
                  "ld.shared::cluster.v4.f32", "bar.sync 1, 256" })
             EXPECT_EQ(ptx.find(instruction) != std::string::npos, seq > 1) << modules[i].first << " " << instruction;
+        const bool lazy = points[i].count("LAZY") && points[i].at("LAZY") == 1;
+        EXPECT_EQ(ptx.find("vote.sync.any.pred") != std::string::npos, lazy) << modules[i].first;
         const bool small = points[i].at("TT") == 8, hint = points[i].at("EVICT") == 1;
         EXPECT_EQ(ptx.find("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32") != std::string::npos, small)
             << modules[i].first;

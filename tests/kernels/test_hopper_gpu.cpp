@@ -321,14 +321,16 @@ TEST_F(DecodeAttentionGpu, DroppingTheLastTokenIsCaught)
 
 // The defaults; the deepest ring of 8-token stages without the L2 hint and a CTA per 16 tokens (small batches split
 // the most); the shallowest ring of 16-token stages with a CTA per 256 tokens (small batches in one CTA, no merge);
-// a short ring of 8-token stages. Verify shapes: one CTA (B=1, one page), 256 sequences of at most 32 tokens over 132
-// CTAs (a CTA's range crosses many sequences), pages of 64.
+// a short ring of 8-token stages; 16-token stages that rescale O only when a row's maximum grows. Verify shapes: one
+// CTA (B=1, one page), 256 sequences of at most 32 tokens over 132 CTAs (a CTA's range crosses many sequences), pages
+// of 64.
 TEST_F(DecodeAttentionSm90Gpu, StreamTemplatePassesAcrossItsSpace)
 {
     for (const kl::ParamValues& p :
         { kl::ParamValues {}, kl::ParamValues { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 16 }, { "EVICT", 0 } },
             kl::ParamValues { { "TT", 16 }, { "STAGES", 2 }, { "MINTOK", 256 } },
-            kl::ParamValues { { "TT", 8 }, { "STAGES", 3 }, { "MINTOK", 128 } } })
+            kl::ParamValues { { "TT", 8 }, { "STAGES", 3 }, { "MINTOK", 128 } },
+            kl::ParamValues { { "TT", 16 }, { "STAGES", 3 }, { "LAZY", 1 } } })
         expectCorrect(p);
 }
 
@@ -355,7 +357,7 @@ TEST_F(DecodeAttentionSm90Gpu, SequenceClustersPassAndDroppingAShareIsCaught)
 {
     for (const kl::ParamValues& p : { kl::ParamValues { { "SEQ", 1 } }, kl::ParamValues { { "SEQ", 8 } },
              kl::ParamValues { { "SEQ", 2 }, { "TT", 16 }, { "STAGES", 2 }, { "EVICT", 0 } },
-             kl::ParamValues { { "SEQ", 4 }, { "TT", 8 }, { "STAGES", 3 } } })
+             kl::ParamValues { { "SEQ", 4 }, { "TT", 8 }, { "STAGES", 3 }, { "LAZY", 1 } } })
         expectCorrect(p);
     const std::pair<const char*, const char*> mutations[]
         = { { "if (ml[p].x != negInf())", "if (p < kSeq - 1 && ml[p].x != negInf())" },

@@ -35,6 +35,7 @@
 // @kl:param MINTOK = 32 in [16, 32, 64, 128, 256]
 // @kl:param EVICT = 1 in [0, 1]
 // @kl:param SEQ = 0 in [0, 1, 2, 4, 8]
+// @kl:param LAZY = 0 in [0, 1]
 // @kl:constraint ARCH >= 90
 // The ring and, for up to 256 sequences (the problem's B), the prefix sums, barriers and scan totals in 227 KB.
 // @kl:constraint STAGES * TT * 4128 + 1040 + 16 * STAGES + 32 <= 232448
@@ -493,11 +494,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
             base[h] = mNew == negInf() ? 0.f : mNew; // a row with no token yet: exp2(-inf - 0) = 0, not NaN
             const float correction = exp2f(m[h] - base[h]);
             l[h] *= correction;
+            // LAZY: where no row of the warp has a new maximum every correction is exactly 1, and O is left as is.
+            if (!LAZY || __any_sync(0xffffffffu, correction != 1.f))
 #pragma unroll
-            for (int dt = 0; dt < kDTiles; ++dt) {
-                acc[dt][2 * h] *= correction;
-                acc[dt][2 * h + 1] *= correction;
-            }
+                for (int dt = 0; dt < kDTiles; ++dt) {
+                    acc[dt][2 * h] *= correction;
+                    acc[dt][2 * h + 1] *= correction;
+                }
             m[h] = mNew;
         }
 #pragma unroll
