@@ -299,6 +299,8 @@ Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStr
         std::shuffle(table.begin(), table.end(), rng);
     for (int b = 0; b < s.B; ++b)
         lens[b] = std::uniform_int_distribution<int>((s.MAXP - 1) * s.PS + 1, s.MAXP * s.PS)(rng);
+    if (s.MAXP == 1 && s.B > 1)
+        lens[0] = 1; // with SEQ > 1, CTAs whose share is empty
 
     // Input sets: enough that the timed loop reads at least 2 x L2 of K/V between two visits of one set.
     const double setBytes = 2.0 * kvElems * 2;
@@ -422,7 +424,7 @@ bool sequenceSharesHold(int cases)
         const int prefix[2] = { 0, len };
         std::vector<int> seen(len, 0);
         for (int r = 0; r < kSeq; ++r) {
-            const int g0 = r * len / kSeq, g1 = (r + 1) * len / kSeq;
+            const int g0 = shareStart(r, len), g1 = shareStart(r + 1, len);
             Walk w;
             for (bool more = walkStart(w, prefix, 1, g0, g1); more; more = walkNext(w, prefix, 1, g0, g1))
                 for (int row = 0; row < TT; ++row) {
@@ -552,6 +554,7 @@ int main(int argc, char** argv)
     // then the tuning shapes, timed.
     const Shape shapes[] = { { 1, 32, 16, 1, false }, { 3, 64, 64, 5, false }, { 5, 128, 16, 37, false },
         { 256, 32, 16, 2, false }, { 1, 128, 64, 1, false }, { 7, 32, 16, 3, false }, { 200, 128, 64, 3, false },
+        { 4, 64, 16, 1, false },
         { 1, 32, 16, 256, true }, { 16, 32, 16, 256, true }, { 64, 64, 16, 512, true }, { 128, 128, 64, 32, true },
         { 4, 32, 64, 2048, true } };
     std::vector<Result> results;

@@ -351,8 +351,9 @@ TEST_F(DecodeAttentionSm90Gpu, DroppingATokenAPageOrAPieceIsCaught)
     }
 }
 
-// By sequence: whole (SEQ = 1) and in clusters of 2, 4 and 8 over distributed shared memory. A cluster leaving out its
-// last CTA's piece, a share one token short, and each sequence's last token left out are caught.
+// By sequence: whole (SEQ = 1) and in clusters of 2, 4 and 8 over distributed shared memory; the verify shape of four
+// one-page sequences has one of a single token, so some CTAs' shares are empty. A cluster leaving out its last CTA's
+// piece, a share one token short, and each sequence's last token left out are caught.
 TEST_F(DecodeAttentionSm90Gpu, SequenceClustersPassAndDroppingAShareIsCaught)
 {
     for (const kl::ParamValues& p : { kl::ParamValues { { "SEQ", 1 } }, kl::ParamValues { { "SEQ", 8 } },
@@ -361,7 +362,7 @@ TEST_F(DecodeAttentionSm90Gpu, SequenceClustersPassAndDroppingAShareIsCaught)
         expectCorrect(p);
     const std::pair<const char*, const char*> mutations[]
         = { { "if (ml[p].x != negInf())", "if (p < kSeq - 1 && ml[p].x != negInf())" },
-              { "g1 = (r + 1) * total / kSeq;", "g1 = max(g0, (r + 1) * total / kSeq - 1);" },
+              { "g1 = shareStart(r + 1, total);", "g1 = max(g0, shareStart(r + 1, total) - 1);" },
               { "prefix[1] = seq_lens[b];", "prefix[1] = max(seq_lens[b] - 1, 1);" } };
     for (const auto& [from, to] : mutations) {
         const std::string src = replaced(source, from, to);

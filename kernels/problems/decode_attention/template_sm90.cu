@@ -161,6 +161,12 @@ __host__ __device__ __forceinline__ int rangeStart(unsigned c, unsigned C, unsig
     return static_cast<int>(c * total / C);
 }
 
+// SEQ > 0: where share r of a sequence of len tokens starts (share kSeq ends at len).
+__host__ __device__ __forceinline__ int shareStart(int r, int len)
+{
+    return r * len / kSeq;
+}
+
 // The CTA whose range holds token g.
 __host__ __device__ __forceinline__ int rangeOwner(unsigned g, unsigned C, unsigned total)
 {
@@ -345,8 +351,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
         B = 1;
         __syncthreads();
         total = prefix[1];
-        g0 = r * total / kSeq;
-        g1 = (r + 1) * total / kSeq;
+        g0 = shareStart(r, total);
+        g1 = shareStart(r + 1, total);
     } else {
         // The prefix sums of the lengths, 256 sequences a step: each consumer warp scans 32, then adds the warps
         // before.
