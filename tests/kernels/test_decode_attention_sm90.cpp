@@ -93,7 +93,7 @@ TEST_F(DecodeAttentionSm90, CompilesForSm90aWithoutSpillsOnBulkCopiesAndTensorCo
 // At every point, shape and SM count: the split grid is 1 .. min(SM count, 256) CTAs, one per MINTOK tokens at most;
 // the workspace holds the header and two slots of HQ x (D + 2) floats per CTA; the merge is launched exactly when
 // there is more than one CTA; the shared memory holds the ring and the header. By sequence (SEQ > 0): B x SEQ CTAs
-// in clusters of SEQ, no merge, and a cluster's ring holds (acc, m, l) of every query head.
+// in clusters of SEQ, no merge, no workspace to speak of, and a cluster's ring holds (acc, m, l) of every query head.
 // A batch of 16 sequences of 4096 tokens fills all 132 SMs of an H200 (the sm_80 template's grid was 256 CTAs of
 // 96 KB, two on 124 SMs and one on 8).
 TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
@@ -122,6 +122,7 @@ TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
                 EXPECT_EQ(spec.launches[0].block[0].evaluateInt(b), 288) << where;
                 if (seq > 0) {
                     EXPECT_EQ(ctas, B * seq) << where;
+                    EXPECT_EQ(workspace, 16) << where; // no partials go through global memory
                     EXPECT_EQ(spec.launches[1].grid[0].evaluateInt(b), 0) << where;
                     if (seq > 1) {
                         EXPECT_GE(ring, HQ * (128 * 4 + 8)) << where;

@@ -39,11 +39,11 @@
 // @kl:constraint ARCH >= 90
 // The ring and, for up to 256 sequences (the problem's B), the prefix sums, barriers and scan totals in 227 KB.
 // @kl:constraint STAGES * TT * 4128 + 1040 + 16 * STAGES + 32 <= 232448
-// A cluster's pieces: (acc, m, l) of each of up to 128 query heads in the drained ring. MINTOK sizes the other
-// partition only.
+// A cluster's pieces: (acc, m, l) of each of up to 128 query heads in the drained ring. MINTOK and the partials
+// workspace serve the other partition only.
 // @kl:constraint SEQ <= 1 || 128 * (4 * 128 + 8) <= STAGES * TT * 4128
 // @kl:constraint SEQ == 0 || MINTOK == 32
-// @kl:workspace partials bytes=(16 * (ceil_div(B + 1, 4) + 1) + 2 * min(256, ceil_div(B * MAXP * PS, MINTOK)) * HQ * (D + 2) * 4) init=poison
+// @kl:workspace partials bytes=(SEQ > 0 ? 16 : 16 * (ceil_div(B + 1, 4) + 1) + 2 * min(256, ceil_div(B * MAXP * PS, MINTOK)) * HQ * (D + 2) * 4) init=poison
 // @kl:launch decode_attention_stream grid=(SEQ > 0 ? B * SEQ : min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK))) block=(288) smem=(STAGES * TT * 4128 + 16 * ceil_div(B + 1, 4) + 16 * STAGES + 32) cluster=(max(SEQ, 1), 1, 1) args=(partials, out, q, k_cache, v_cache, block_table, seq_lens, B, HQ, PS, MAXP, scale)
 // @kl:launch decode_attention_merge grid=(SEQ == 0 && min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)) > 1 ? div(B * HQ * min(8, next_pow2(ceil_div(ceil_div(min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)), B) + 1, 8))), 8) : 0) block=(256) pdl=1 args=(out, partials, B, HQ)
 
