@@ -1,9 +1,9 @@
 // Standalone check of decode_attention's sm_90 template (kernels/problems/decode_attention/template_sm90.cu), for a
 // first diagnosis without the harness: built with nvcc and the template's parameters as -D flags (decode-sweep.sh),
 // it runs the launch plan as the harness would (the split kernel on min(SM count, 256, tokens / MINTOK) CTAs, the
-// merge with programmatic dependent launch when there is more than one CTA; with -DSEQ=n, B x n CTAs in clusters of n
-// and no merge), compares each shape's output with the
-// problem's reference kernel built in fp64, and times the plan at the target shapes.
+// merge with programmatic dependent launch when there is more than one CTA; with -DSEQ=n, B x P CTAs in clusters of
+// P = min(n, SMs / B) and no merge), compares each shape's output with the problem's reference kernel built in fp64,
+// and times the plan at the target shapes.
 //   - Data: fresh values each shape (a hash of the seed and the index, roughly normal), the page table a random
 //     permutation, lengths uniform within the last page, as problem.json draws them. Output and workspace poisoned
 //     (NaN) before the checked run, so an unwritten element fails.
@@ -110,7 +110,7 @@ int ceilDiv(long long a, long long b)
 }
 
 struct Plan {
-    int ctas;
+    int ctas, perSequence; // perSequence: SEQ > 0's cluster, P = min(SEQ, SMs / B), at least 1
     size_t smem, workspace;
     int mergeBlocks;
 };
@@ -120,7 +120,8 @@ Plan planFor(const Shape& s, int sms)
 {
     Plan p;
     const long long tokens = (long long)s.B * s.MAXP * s.PS;
-    p.ctas = SEQ > 0 ? s.B * SEQ : std::min(std::min(sms, 256), ceilDiv(tokens, MINTOK));
+    p.perSequence = SEQ > 0 ? std::max(1, std::min(SEQ, sms / s.B)) : 1;
+    p.ctas = SEQ > 0 ? s.B * p.perSequence : std::min(std::min(sms, 256), ceilDiv(tokens, MINTOK));
     p.smem = (size_t)STAGES * TT * 4128 + 16 * ceilDiv(s.B + 1, 4) + 16 * STAGES + 32;
     p.workspace = 16 * (size_t)(ceilDiv(s.B + 1, 4) + 1)
         + 2 * (size_t)std::min(256, ceilDiv(tokens, MINTOK)) * s.HQ * (kD + 2) * 4;
@@ -139,7 +140,7 @@ struct Set {
 void launchSplit(const Shape& s, const Plan& p, const Set& in, float* ws, __nv_bfloat16* out, cudaStream_t st)
 {
     const float scale = 1.f / std::sqrt(128.f);
-    if (SEQ > 1) {
+    if (p.perSequence > 1) {
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(p.ctas);
         cfg.blockDim = dim3(kThreads);
@@ -147,7 +148,7 @@ void launchSplit(const Shape& s, const Plan& p, const Set& in, float* ws, __nv_b
         cfg.stream = st;
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = SEQ;
+        attr[0].val.clusterDim.x = p.perSequence;
         attr[0].val.clusterDim.y = 1;
         attr[0].val.clusterDim.z = 1;
         cfg.attrs = attr;
@@ -413,8 +414,8 @@ Result runShape(const Shape& s, int sms, double copyRate, unsigned seed, cudaStr
     return r;
 }
 
-// SEQ > 0: the SEQ CTAs of a sequence walk shares that hold each of its tokens once, every copied row inside the
-// share, over any length 1 .. 131072.
+// SEQ > 0: the P CTAs of a sequence (every P up to SEQ) walk shares that hold each of its tokens once, every copied
+// row inside the share, over any length 1 .. 131072.
 bool sequenceSharesHold(int cases)
 {
     std::mt19937 rng(11);
@@ -423,8 +424,9 @@ bool sequenceSharesHold(int cases)
         const int len = k < 300 ? 1 + k : 1 + static_cast<int>(rng() % 131072);
         const int prefix[2] = { 0, len };
         std::vector<int> seen(len, 0);
-        for (int r = 0; r < kSeq; ++r) {
-            const int g0 = shareStart(r, len), g1 = shareStart(r + 1, len);
+        const int P = 1 + k % kSeq;
+        for (int r = 0; r < P; ++r) {
+            const int g0 = shareStart(r, P, len), g1 = shareStart(r + 1, P, len);
             Walk w;
             for (bool more = walkStart(w, prefix, 1, g0, g1); more; more = walkNext(w, prefix, 1, g0, g1))
                 for (int row = 0; row < TT; ++row) {

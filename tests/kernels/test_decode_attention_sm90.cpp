@@ -92,8 +92,9 @@ TEST_F(DecodeAttentionSm90, CompilesForSm90aWithoutSpillsOnBulkCopiesAndTensorCo
 
 // At every point, shape and SM count: the split grid is 1 .. min(SM count, 256) CTAs, one per MINTOK tokens at most;
 // the workspace holds the header and two slots of HQ x (D + 2) floats per CTA; the merge is launched exactly when
-// there is more than one CTA; the shared memory holds the ring and the header. By sequence (SEQ > 0): B x SEQ CTAs
-// in clusters of SEQ, no merge, no workspace to speak of, and a cluster's ring holds (acc, m, l) of every query head.
+// there is more than one CTA; the shared memory holds the ring and the header. By sequence (SEQ > 0): B x P CTAs in
+// clusters of P = min(SEQ, SM count / B) (at least 1), no merge, no workspace to speak of, and a cluster's ring holds
+// (acc, m, l) of every query head.
 // A batch of 16 sequences of 4096 tokens fills all 132 SMs of an H200 (the sm_80 template's grid was 256 CTAs of
 // 96 KB, two on 124 SMs and one on 8).
 TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
@@ -118,10 +119,12 @@ TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
                 EXPECT_GE(
                     spec.launches[0].sharedBytes.evaluateInt(b), ring + 4 * (B + 1) + 16 * point.at("STAGES") + 32)
                     << where;
-                EXPECT_EQ(spec.launches[0].cluster[0].evaluateInt(b), std::max<std::int64_t>(seq, 1)) << where;
+                // SEQ > 0: P CTAs a sequence, as many as SEQ where the SMs hold that many for every sequence.
+                const std::int64_t P = seq > 0 ? std::max<std::int64_t>(1, std::min(seq, sms / B)) : 1;
+                EXPECT_EQ(spec.launches[0].cluster[0].evaluateInt(b), P) << where;
                 EXPECT_EQ(spec.launches[0].block[0].evaluateInt(b), 288) << where;
                 if (seq > 0) {
-                    EXPECT_EQ(ctas, B * seq) << where;
+                    EXPECT_EQ(ctas, B * P) << where;
                     EXPECT_EQ(workspace, 16) << where; // no partials go through global memory
                     EXPECT_EQ(spec.launches[1].grid[0].evaluateInt(b), 0) << where;
                     if (seq > 1) {

@@ -351,9 +351,10 @@ TEST_F(DecodeAttentionSm90Gpu, DroppingATokenAPageOrAPieceIsCaught)
     }
 }
 
-// By sequence: whole (SEQ = 1) and in clusters of 2, 7 and 8 over distributed shared memory; the verify shape of four
-// one-page sequences has one of a single token, so some CTAs' shares are empty. A cluster leaving out its last CTA's
-// piece, a share one token short, and each sequence's last token left out are caught.
+// By sequence: whole (SEQ = 1) and in clusters of up to 2, 7 and 8 over distributed shared memory (B = 256 gets one
+// CTA a sequence whatever SEQ is); the verify shape of twelve one-page sequences has one of a single token, so some
+// CTAs' shares are empty. A cluster leaving out its last CTA's piece, a share one token short, and each sequence's
+// last token left out are caught.
 TEST_F(DecodeAttentionSm90Gpu, SequenceClustersPassAndDroppingAShareIsCaught)
 {
     for (const kl::ParamValues& p : { kl::ParamValues { { "SEQ", 1 } }, kl::ParamValues { { "SEQ", 8 } },
@@ -361,8 +362,8 @@ TEST_F(DecodeAttentionSm90Gpu, SequenceClustersPassAndDroppingAShareIsCaught)
              kl::ParamValues { { "SEQ", 7 }, { "TT", 8 }, { "STAGES", 3 }, { "LAZY", 1 } } })
         expectCorrect(p);
     const std::pair<const char*, const char*> mutations[]
-        = { { "if (ml[p].x != negInf())", "if (p < kSeq - 1 && ml[p].x != negInf())" },
-              { "g1 = shareStart(r + 1, total);", "g1 = max(g0, shareStart(r + 1, total) - 1);" },
+        = { { "if (ml[p].x != negInf())", "if (p < P - 1 && ml[p].x != negInf())" },
+              { "g1 = shareStart(r + 1, P, total);", "g1 = max(g0, shareStart(r + 1, P, total) - 1);" },
               { "prefix[1] = seq_lens[b];", "prefix[1] = max(seq_lens[b] - 1, 1);" } };
     for (const auto& [from, to] : mutations) {
         const std::string src = replaced(source, from, to);

@@ -21,12 +21,13 @@
 // P . V takes P as two bf16 halves (P = hi + lo, two MMAs): with one, P's 8 bits cost up to 0.02 of max error on
 // outlier inputs (the harness rejected TT 8 once on a held-out outlier shape at 0.0207), the problem's whole bf16
 // budget; the second MMA costs nothing measurable in a kernel that waits on memory.
-// SEQ > 0 partitions by sequence instead: a cluster of SEQ CTAs a sequence, CTA r taking its r-th equal share of
-// tokens. With SEQ = 1 every sequence is written whole; with more, the pieces meet in distributed shared memory (each
-// CTA's (acc, m, l) in its drained ring, CTA r combining heads r, r + SEQ, ...), so there is no merge kernel and no
-// partial goes through global memory: the merge cost 4.4 us of 73 at B=16 ctx 4096 and 18 of 279 at B=128 HQ=128
-// on the H200 (bench/results round 12). The grid is B x SEQ: a point for the shapes where that fills the SMs. Seven:
-// where a GPC holds two clusters of eight only if it has 16 SMs, two of seven still fit one of 14.
+// SEQ > 0 partitions by sequence instead: a cluster of P CTAs a sequence, P = min(SEQ, SM count / B) (at least 1),
+// CTA r taking its r-th equal share of tokens. With P = 1 every sequence is written whole; with more, the pieces
+// meet in distributed shared memory (each CTA's (acc, m, l) in its drained ring, CTA r combining heads r, r + P, ...),
+// so there is no merge kernel and no partial goes through global memory: the merge cost 4.4 us of 73 at B=16 ctx 4096
+// and 18 of 279 at B=128 HQ=128 on the H200 (bench/results round 12). The grid, B x P, fills the SMs from B = 16
+// (SEQ 8) up; small batches are the other partition's. Seven: where a GPC holds two clusters of eight only if it has
+// 16 SMs, two of seven still fit one of 14.
 // Defaults: 8-token stages 6 deep. On the H200 (driver, graph replay) they match 16-token stages 3 deep within 1% at
 // B=64 ctx 8192 and B=4 ctx 131072, and run B=16 ctx 4096 in 73.6-75.0 us against 77.3-78.0 (bench/results round 8
 // and 9); the harness's single runs differ less than their run-to-run spread there.
@@ -45,7 +46,7 @@
 // @kl:constraint SEQ <= 1 || 128 * (4 * 128 + 8) <= STAGES * TT * 4128
 // @kl:constraint SEQ == 0 || MINTOK == 32
 // @kl:workspace partials bytes=(SEQ > 0 ? 16 : 16 * (ceil_div(B + 1, 4) + 1) + 2 * min(256, ceil_div(B * MAXP * PS, MINTOK)) * HQ * (D + 2) * 4) init=poison
-// @kl:launch decode_attention_stream grid=(SEQ > 0 ? B * SEQ : min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK))) block=(288) smem=(STAGES * TT * 4128 + 16 * ceil_div(B + 1, 4) + 16 * STAGES + 32) cluster=(max(SEQ, 1), 1, 1) args=(partials, out, q, k_cache, v_cache, block_table, seq_lens, B, HQ, PS, MAXP, scale)
+// @kl:launch decode_attention_stream grid=(SEQ > 0 ? B * max(1, min(SEQ, div(SM_COUNT, B))) : min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK))) block=(288) smem=(STAGES * TT * 4128 + 16 * ceil_div(B + 1, 4) + 16 * STAGES + 32) cluster=(SEQ > 0 ? max(1, min(SEQ, div(SM_COUNT, B))) : 1, 1, 1) args=(partials, out, q, k_cache, v_cache, block_table, seq_lens, B, HQ, PS, MAXP, scale)
 // @kl:launch decode_attention_merge grid=(SEQ == 0 && min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)) > 1 ? div(B * HQ * min(8, next_pow2(ceil_div(ceil_div(min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)), B) + 1, 8))), 8) : 0) block=(256) pdl=1 args=(out, partials, B, HQ)
 
 constexpr int kD = 128;
@@ -58,7 +59,7 @@ constexpr int kDTiles = kD / 8; // n8 tiles of O
 constexpr int kConsumerThreads = kHeads * 32;
 constexpr int kThreads = kConsumerThreads + 32; // and the producer warp
 constexpr int kMergeUnroll = 8; // pieces a merge warp loads at once
-constexpr int kSeq = SEQ > 0 ? SEQ : 1; // CTAs a sequence where SEQ > 0
+constexpr int kSeq = SEQ > 0 ? SEQ : 1; // the most CTAs a sequence where SEQ > 0
 static_assert(TT == 8 || TT == 16, "a stage is one or two n8 tiles of S, a K row and a V row per producer lane");
 
 __device__ __forceinline__ float negInf()
@@ -162,10 +163,10 @@ __host__ __device__ __forceinline__ int rangeStart(unsigned c, unsigned C, unsig
     return static_cast<int>(c * total / C);
 }
 
-// SEQ > 0: where share r of a sequence of len tokens starts (share kSeq ends at len).
-__host__ __device__ __forceinline__ int shareStart(int r, int len)
+// SEQ > 0: where share r of P of a sequence of len tokens starts (share P ends at len).
+__host__ __device__ __forceinline__ int shareStart(int r, int P, int len)
 {
-    return r * len / kSeq;
+    return r * len / P;
 }
 
 // The CTA whose range holds token g.
@@ -278,22 +279,25 @@ __device__ __forceinline__ void clusterSync()
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-// SEQ > 1: the cluster's pieces of its sequence, combined from each CTA's (acc, m, l) at part (the same offset in
-// every CTA's shared memory: acc as [HQ][kD] floats, then (m, l) per head). CTA r takes heads r, r + SEQ, ..., a
-// warp a head, four dims a lane; every thread of the cluster calls it.
-__device__ __forceinline__ void mergeCluster(unsigned part, __nv_bfloat16* out, int HQ, int warp, int lane)
+// The P pieces of a cluster's sequence, combined from each CTA's (acc, m, l) at part (the same offset in every
+// CTA's shared memory: acc as [HQ][kD] floats, then (m, l) per head). CTA r takes heads r, r + P, ..., a warp a head,
+// four dims a lane; every thread of the cluster calls it.
+__device__ __forceinline__ void mergeCluster(unsigned part, __nv_bfloat16* out, int HQ, int P, int warp, int lane)
 {
     __syncwarp();
     clusterSync(); // every CTA's pieces written
     unsigned rank;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    for (int head = rank + kSeq * warp; head < HQ; head += kSeq * (kThreads / 32)) {
+    for (int head = rank + P * warp; head < HQ; head += P * (kThreads / 32)) {
         float mMax = negInf(), sum = 0.f;
         float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
         float2 ml[kSeq];
         float4 a[kSeq];
 #pragma unroll
         for (int p = 0; p < kSeq; ++p) {
+            ml[p] = make_float2(negInf(), 0.f);
+            if (p >= P)
+                continue;
             unsigned remote;
             asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(part), "r"(p));
             asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];"
@@ -330,6 +334,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
     const unsigned ringBase = sharedAddress(smem), fullBase = sharedAddress(full), emptyBase = sharedAddress(empty);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int C = gridDim.x, c = blockIdx.x;
+    const int P = SEQ > 0 ? C / B : 1; // CTAs a sequence: the launch line's grid is B x P where SEQ > 0
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -340,8 +345,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
     }
     int total, g0, g1;
     if (SEQ > 0) {
-        // Sequence c / SEQ, seen as a batch of one: its q, out and page-table row, its tokens 0 .. len - 1.
-        const int b = c / kSeq, r = c % kSeq;
+        // Sequence c / P, seen as a batch of one: its q, out and page-table row, its tokens 0 .. len - 1.
+        const int b = c / P, r = c % P;
         if (tid == 0) {
             prefix[0] = 0;
             prefix[1] = seq_lens[b];
@@ -352,8 +357,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
         B = 1;
         __syncthreads();
         total = prefix[1];
-        g0 = shareStart(r, total);
-        g1 = shareStart(r + 1, total);
+        g0 = shareStart(r, P, total);
+        g1 = shareStart(r + 1, P, total);
     } else {
         // The prefix sums of the lengths, 256 sequences a step: each consumer warp scans 32, then adds the warps
         // before.
@@ -424,8 +429,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
             if (more)
                 src = source(w);
         }
-        if (SEQ > 1)
-            mergeCluster(ringBase, out, HQ, warp, lane);
+        if (SEQ > 1 && P > 1)
+            mergeCluster(ringBase, out, HQ, P, warp, lane);
         return;
     }
 
@@ -558,7 +563,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
         if (lane == 0)
             mbarArrive(emptyBase + 8 * stage);
 
-        if (pieceEnds && SEQ <= 1) {
+        if (pieceEnds && P == 1) {
             // A whole sequence is normalised into out; a piece of one leaves (acc, m, l) in the CTA's slot for it.
             const bool whole = wholeSequence(piece, prefix);
             float* slot = partials + headerBytes(B) / 4 + slotOf(c, C, total, prefix[b]) * HQ * (kD + 2);
@@ -588,7 +593,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
             }
         }
     }
-    if (SEQ > 1) {
+    if (SEQ > 1 && P > 1) {
         // This CTA's piece into its ring, once every consumer is done reading it (every copy has landed).
         asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
         float* part = reinterpret_cast<float*>(smem);
@@ -607,7 +612,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
             if (quad == 0)
                 reinterpret_cast<float2*>(part + HQ * kD)[head] = make_float2(m[h], l[h]);
         }
-        mergeCluster(ringBase, out, HQ, warp, lane);
+        mergeCluster(ringBase, out, HQ, P, warp, lane);
     }
 }
 
