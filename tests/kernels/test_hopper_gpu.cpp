@@ -352,9 +352,9 @@ TEST_F(DecodeAttentionSm90Gpu, DroppingATokenAPageOrAPieceIsCaught)
 }
 
 // By sequence: whole (SEQ = 1) and in clusters of up to 2, 7 and 8 over distributed shared memory (B = 256 gets one
-// CTA a sequence whatever SEQ is); the verify shape of twelve one-page sequences has one of a single token, so some
-// CTAs' shares are empty. A cluster leaving out its last CTA's piece, a share one token short, and each sequence's
-// last token left out are caught.
+// CTA a sequence whatever SEQ is, B = 40 three on 132 SMs); the verify shapes of twelve and forty one-page sequences
+// have one of a single token, so some CTAs' shares are empty. A cluster leaving out its last CTA's piece, a share one
+// token short, and each sequence's last token left out are caught.
 TEST_F(DecodeAttentionSm90Gpu, SequenceClustersPassAndDroppingAShareIsCaught)
 {
     for (const kl::ParamValues& p : { kl::ParamValues { { "SEQ", 1 } }, kl::ParamValues { { "SEQ", 8 } },

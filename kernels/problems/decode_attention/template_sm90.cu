@@ -334,7 +334,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
     const unsigned ringBase = sharedAddress(smem), fullBase = sharedAddress(full), emptyBase = sharedAddress(empty);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int C = gridDim.x, c = blockIdx.x;
-    const int P = SEQ > 0 ? C / B : 1; // CTAs a sequence: the launch line's grid is B x P where SEQ > 0
+    const int P = SEQ > 1 ? C / B : 1; // CTAs a sequence: the launch line's grid is B x P where SEQ > 0
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -565,7 +565,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
 
         if (pieceEnds && P == 1) {
             // A whole sequence is normalised into out; a piece of one leaves (acc, m, l) in the CTA's slot for it.
-            const bool whole = wholeSequence(piece, prefix);
+            const bool whole = SEQ > 0 || wholeSequence(piece, prefix); // SEQ > 0: P == 1 here, never a slot
             float* slot = partials + headerBytes(B) / 4 + slotOf(c, C, total, prefix[b]) * HQ * (kD + 2);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
