@@ -114,6 +114,18 @@ protected:
                     s.baselineTiming ? s.baselineTiming->medianUs : 0.0, s.speedup);
         }
     }
+    // Each mutant (the source with one string replaced, at params) is not judged correct and fails some shape.
+    template <std::size_t N>
+    void expectEachMutantCaught(
+        const std::pair<const char*, const char*> (&mutations)[N], const kl::ParamValues& params = {}) const
+    {
+        for (const auto& [from, to] : mutations) {
+            const std::string src = replaced(source, from, to);
+            const auto e = ev->evaluate(candidate(src, params, "short"), quick(), kl::CancelToken {});
+            EXPECT_NE(e.verdict, kl::Verdict::Correct) << to << "\n" << reasonsText(e);
+            EXPECT_FALSE(e.correctEverywhere()) << to;
+        }
+    }
     std::unique_ptr<kl::GpuEvaluator> ev;
     std::string source;
 };
@@ -343,12 +355,7 @@ TEST_F(DecodeAttentionSm90Gpu, DroppingATokenAPageOrAPieceIsCaught)
               { "? seq_lens[base + tid] : 0;", "? max(seq_lens[base + tid] - PS, 1) : 0;" },
               { "valid = min(TT, w.end - w.t);", "valid = min(TT, w.end - w.t - 1);" },
               { "if (cta <= c1 && ", "if (cta < c1 && " } };
-    for (const auto& [from, to] : mutations) {
-        const std::string src = replaced(source, from, to);
-        const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
-        EXPECT_NE(e.verdict, kl::Verdict::Correct) << to << "\n" << reasonsText(e);
-        EXPECT_FALSE(e.correctEverywhere()) << to;
-    }
+    expectEachMutantCaught(mutations);
 }
 
 // By sequence: whole (SEQ = 1) and in clusters of up to 2, 7 and 8 over distributed shared memory (B = 256 gets one
@@ -365,12 +372,7 @@ TEST_F(DecodeAttentionSm90Gpu, SequenceClustersPassAndDroppingAShareIsCaught)
         = { { "if (ml[p].x != negInf())", "if (p < P - 1 && ml[p].x != negInf())" },
               { "g1 = shareStart(r + 1, P, total);", "g1 = max(g0, shareStart(r + 1, P, total) - 1);" },
               { "prefix[1] = seq_lens[b];", "prefix[1] = max(seq_lens[b] - 1, 1);" } };
-    for (const auto& [from, to] : mutations) {
-        const std::string src = replaced(source, from, to);
-        const auto e = ev->evaluate(candidate(src, { { "SEQ", 8 } }, "short"), quick(), kl::CancelToken {});
-        EXPECT_NE(e.verdict, kl::Verdict::Correct) << to << "\n" << reasonsText(e);
-        EXPECT_FALSE(e.correctEverywhere()) << to;
-    }
+    expectEachMutantCaught(mutations, { { "SEQ", 8 } });
 }
 
 TEST_F(MlaDecodeGpu, SharedKvCandidatePassesAcrossItsSpace)
@@ -472,12 +474,7 @@ TEST_F(DsaIndexerSm90Gpu, DroppingATokenOrAPageIsCaught)
         = { { "const int visible = seqLen - SQ_ + 1 + j;", "const int visible = seqLen - SQ_ + j;" },
               { "s < visible ? total", "s < visible && s % kPageTokens != kPageTokens - 1 ? total" },
               { "live = (g - b * MAXP) * kPageTokens <", "live = (g - b * MAXP + 1) * kPageTokens <" } };
-    for (const auto& [from, to] : mutations) {
-        const std::string src = replaced(source, from, to);
-        const auto e = ev->evaluate(candidate(src, {}, "short"), quick(), kl::CancelToken {});
-        EXPECT_NE(e.verdict, kl::Verdict::Correct) << to << "\n" << reasonsText(e);
-        EXPECT_FALSE(e.correctEverywhere()) << to;
-    }
+    expectEachMutantCaught(mutations);
 }
 
 // SPLIT = 1 (the plain kernel), and 2, 4 and 8 blocks per row where the rows leave SMs idle: decode points that give

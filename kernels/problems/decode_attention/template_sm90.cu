@@ -274,6 +274,19 @@ __device__ __forceinline__ void splitP(unsigned& hi, unsigned& lo, float a, floa
     lo = packBf16(a - __low2float(h), b - __high2float(h));
 }
 
+// Rows h (group + 8h) of a warp's unnormalised piece, query head head, at dst: acc as [HQ][kD] floats, then (m, l)
+// per head. The layout of a global partial slot and of a cluster CTA's shared-memory piece alike.
+__device__ __forceinline__ void storePiece(
+    float* dst, const float (&acc)[kDTiles][4], int h, float m, float l, int head, int HQ, int quad)
+{
+    float* o = dst + head * kD + quad * 2;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+        *reinterpret_cast<float2*>(o + dt * 8) = make_float2(acc[dt][2 * h], acc[dt][2 * h + 1]);
+    if (quad == 0)
+        reinterpret_cast<float2*>(dst + HQ * kD)[head] = make_float2(m, l);
+}
+
 __device__ __forceinline__ void clusterSync()
 {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -583,12 +596,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
                         *reinterpret_cast<__nv_bfloat162*>(o + dt * 8)
                             = __floats2bfloat162_rn(acc[dt][2 * h] * inv, acc[dt][2 * h + 1] * inv);
                 } else {
-                    float* o = slot + head * kD + quad * 2;
-#pragma unroll
-                    for (int dt = 0; dt < kDTiles; ++dt)
-                        *reinterpret_cast<float2*>(o + dt * 8) = make_float2(acc[dt][2 * h], acc[dt][2 * h + 1]);
-                    if (quad == 0)
-                        reinterpret_cast<float2*>(slot + HQ * kD)[head] = make_float2(m[h], l[h]);
+                    storePiece(slot, acc, h, m[h], l[h], head, HQ, quad);
                 }
             }
         }
@@ -604,13 +612,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
             const int row = group + 8 * h;
             if (row >= G)
                 continue;
-            const int head = kvh * G + row;
-            float* o = part + head * kD + quad * 2;
-#pragma unroll
-            for (int dt = 0; dt < kDTiles; ++dt)
-                *reinterpret_cast<float2*>(o + dt * 8) = make_float2(acc[dt][2 * h], acc[dt][2 * h + 1]);
-            if (quad == 0)
-                reinterpret_cast<float2*>(part + HQ * kD)[head] = make_float2(m[h], l[h]);
+            storePiece(part, acc, h, m[h], l[h], kvh * G + row, HQ, quad);
         }
         mergeCluster(ringBase, out, HQ, P, warp, lane);
     }
