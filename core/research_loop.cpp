@@ -561,6 +561,8 @@ void ResearchLoop::askAgent(int count)
     ctx.problem = &m_evaluator.problem();
     ctx.session = &s;
     ctx.maxProposals = count;
+    if (budget().maxEvaluations > 0)
+        ctx.evaluationsLeft = std::max(0, budgetLeft());
     ctx.branchFrom = s.tree.head();
     if (ctx.branchFrom.empty() && m_best)
         ctx.branchFrom = *m_best;

@@ -40,18 +40,40 @@ MultiFidelitySearch::MultiFidelitySearch(std::unique_ptr<SearchStrategy> base, H
             throw InputError("multi-fidelity search: every screen rung needs a sample count above 0");
 }
 
-std::vector<Trial> MultiFidelitySearch::next(std::size_t n)
+void MultiFidelitySearch::take(std::vector<Trial>& out, std::size_t index, std::size_t fromRung, std::size_t toRung)
+{
+    m_promoted[fromRung].insert(index);
+    m_taken[toRung].insert(index);
+    out.push_back({ index, toRung });
+}
+
+std::vector<Trial> MultiFidelitySearch::next(std::size_t n, std::optional<std::size_t> evaluationsLeft)
 {
     std::vector<Trial> out;
     for (std::size_t rung = m_plan.fullRung(); rung-- > 0 && out.size() < n;)
         for (std::size_t i : promotableAt(rung)) {
             if (out.size() >= n)
                 break;
-            m_promoted[rung].insert(i);
-            m_taken[rung + 1].insert(i);
-            out.push_back({ i, rung + 1 });
+            take(out, i, rung, rung + 1);
         }
-    if (out.size() < n)
+    // Slots past this many are the endgame's.
+    std::size_t open = n;
+    if (evaluationsLeft)
+        open = *evaluationsLeft > m_plan.endgame ? *evaluationsLeft - m_plan.endgame : 0;
+    if (out.size() < std::min(n, open))
+        for (std::size_t i : m_base->next(std::min(n, open) - out.size())) {
+            m_taken[0].insert(i);
+            out.push_back({ i, 0 });
+        }
+    if (evaluationsLeft && out.size() >= open)
+        for (std::size_t rung = m_plan.fullRung(); rung-- > 0 && out.size() < n;)
+            for (std::size_t i : promotable(m_results[rung], 1, m_promoted[rung], true)) {
+                if (out.size() >= n)
+                    break;
+                if (!m_taken[m_plan.fullRung()].count(i))
+                    take(out, i, rung, m_plan.fullRung());
+            }
+    if (out.size() < n && out.size() >= open) // no screen left to promote: screening beats idling
         for (std::size_t i : m_base->next(n - out.size())) {
             m_taken[0].insert(i);
             out.push_back({ i, 0 });

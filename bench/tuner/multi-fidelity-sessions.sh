@@ -6,6 +6,7 @@
 # no tuning database (everything measured), the sweep's shapes, --budget evaluations each; then
 # multi_fidelity_sessions.py: device time to a full evaluation within 3% of the sweep's best, alone vs halving.
 # KL_MF_STRATEGIES (random anneal genetic bayes), KL_MF_SEEDS (5) from KL_MF_FIRST_SEED (1), KL_MF_BUDGET (60),
+# KL_MF_HALVING_BUDGET (KL_MF_BUDGET: the multi-fidelity sessions' own, to find the budget at which they end as well),
 # KL_MF_SCREEN (5x1), KL_MF_RETARGET (1; 0 keeps the sweep's figure), KL_MF_UNTIL (epoch seconds: no seed is started
 # after it, so a device call ends with whole seeds). The table is made again from any set of such session folders by
 # the .py alone.
@@ -39,9 +40,10 @@ for seed in $(seq "${KL_MF_FIRST_SEED:-1}" $(( ${KL_MF_FIRST_SEED:-1} + ${KL_MF_
     fi
     for s in ${KL_MF_STRATEGIES:-random anneal genetic bayes}; do
         for mode in alone halving; do
-            agent="tuner:$s"; [[ $mode == halving ]] && agent="tuner:$s:halving=$SCREEN"
+            agent="tuner:$s" budget=${KL_MF_BUDGET:-60}
+            [[ $mode == halving ]] && agent="tuner:$s:halving=$SCREEN" budget=${KL_MF_HALVING_BUDGET:-$budget}
             "$BUILD/cli/kloop" run --problem rmsnorm --agent "$agent" --shapes "$SHAPES" --no-held-out --no-tuning-db \
-                --seed "$seed" --budget "${KL_MF_BUDGET:-60}" --session "$OUT/sessions/$s-$mode-$seed" --json \
+                --seed "$seed" --budget "$budget" --session "$OUT/sessions/$s-$mode-$seed" --json \
                 >"$OUT/sessions/$s-$mode-$seed.jsonl" 2>"$OUT/sessions/$s-$mode-$seed.err" \
                 || echo "$s-$mode-$seed failed: $(tail -n 2 "$OUT/sessions/$s-$mode-$seed.err")"
         done

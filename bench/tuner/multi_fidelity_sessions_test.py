@@ -48,11 +48,11 @@ class MultiFidelitySessions(unittest.TestCase):
             self.assertEqual(cells[4], "0.165")  # median of 0.22 and 0.11 s (never reached: all of it)
             self.assertEqual(cells[6], "1/2")
             self.assertIn("(3.000, 3 configurations)", out)
-            # Whole sessions: alone 0.3 and 0.1 s, both ended at 3.0 (1.000 of the best); halving 0.22 and 0.11 s,
-            # ended at 2.95 and 1.0 (median 1.975 / 3.0), one of two within 3%.
+            # Whole sessions: alone 3 and 1 evaluations, 0.3 and 0.1 s, both ended at 3.0 (1.000 of the best); halving
+            # 4 and 2 evaluations, 0.22 and 0.11 s, ended at 2.95 and 1.0 (median 1.975 / 3.0), one of two within 3%.
             whole = [l for l in out.split("Whole sessions")[1].splitlines() if l.startswith("| random")][0]
             cells = [c.strip() for c in whole.strip("|").split("|")]
-            self.assertEqual(cells[1:], ["0.200", "1.000", "2/2", "0.165", "0.658", "1/2", "1.21x less"])
+            self.assertEqual(cells[1:], ["2", "0.200", "1.000", "2/2", "3", "0.165", "0.658", "1/2", "1.21x less"])
 
             # Measured again on this card, the best reads 2.9: the target drops to 2.9 / 1.03, so the halving
             # session's 2.95 still counts and a second alone seed's 2.85 does too; a failed re-measurement is ignored.

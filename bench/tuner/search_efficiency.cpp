@@ -12,11 +12,14 @@
 //     shapes of the recorded speedups, each perturbed by the error of a median of that many samples (the recorded
 //     p10-p90 spread), drawn from the seed.
 //
-//  3. whole sessions of --budget evaluations (screens included, as kloop run --budget counts them): their device time
+//  3. whole sessions of --budget evaluations (screens included, as kloop run --budget counts them; multi-fidelity
+//     sessions --halving-budget, default the same, to find the budget at which they end as well): their device time
 //     alone and under multi-fidelity search, and how many ended with a full evaluation within the tolerance.
 //
 //   kl_bench_tuner_search --db FILE [--problem NAME] [--seeds 10] [--tolerance 0.03] [--out FILE.md]
 //                         [--screen-samples 5] [--screen-shapes 1] [--eta F (default 0: balanced)] [--budget 60]
+//                         [--endgame N (default: HalvingPlan's; the whole sessions' last N evaluations promote)]
+//                         [--halving-budget N]
 //   kl_bench_tuner_search --synthetic-sweep FILE [--landscape bowl|plateau|flat|rugged|ridge] [--with-screens]
 //                         records an exhaustive sweep of the synthetic test problem (tests' deterministic
 //                         evaluator, no GPU) into FILE; --with-screens adds a screen sweep at the plan's fidelity
@@ -37,6 +40,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -344,15 +348,19 @@ Walk walkAlone(const Replay& rp, const std::string& strategy, std::uint64_t seed
     return w.end(r);
 }
 
+// toldBudget: the search knows how many of the budget's evaluations are left, as the tuner does in a session with
+// --budget (its endgame), so only the whole session's figure is taken; else the search runs unbounded.
 Walk walkHalving(const Replay& rp, const std::string& strategy, std::uint64_t seed, double tolerance,
-    const tuner::HalvingPlan& plan, std::size_t budget)
+    const tuner::HalvingPlan& plan, std::size_t budget, bool toldBudget)
 {
     tuner::MultiFidelitySearch search(tuner::makeStrategy(strategy, rp.space, seed), plan);
     std::mt19937_64 noise(seed * 0x9E3779B97F4A7C15ull + 17);
     Reach r;
     Walk w;
+    w.toBestDone = toldBudget;
     while (!search.exhausted()) {
-        const auto trials = search.next(1);
+        const auto trials
+            = search.next(1, toldBudget ? std::optional<std::size_t>(budget - r.evaluations) : std::nullopt);
         if (trials.empty())
             break;
         for (const tuner::Trial& t : trials) {
@@ -386,18 +394,22 @@ template <typename T> double quantile(std::vector<T> v, double q)
     return static_cast<double>(v[lo]) + (pos - static_cast<double>(lo)) * static_cast<double>(v[hi] - v[lo]);
 }
 
-std::string report(const Replay& rp, int seeds, double tolerance, const tuner::HalvingPlan& plan, std::size_t budget)
+// Whole sessions' evaluations, full protocol alone and under multi-fidelity search.
+struct Budgets {
+    std::size_t alone = 60, halving = 60;
+};
+
+std::string report(const Replay& rp, int seeds, double tolerance, const tuner::HalvingPlan& plan, Budgets budget)
 {
     std::map<std::string, std::vector<Reach>> alone, halving, wholeAlone, wholeHalving;
     for (const std::string& s : tuner::strategyNames())
         for (int seed = 1; seed <= seeds; ++seed) {
             const auto u = static_cast<std::uint64_t>(seed);
-            const Walk a = walkAlone(rp, s, u, tolerance, budget);
-            const Walk h = walkHalving(rp, s, u, tolerance, plan, budget);
+            const Walk a = walkAlone(rp, s, u, tolerance, budget.alone);
             alone[s].push_back(a.toBest);
             wholeAlone[s].push_back(a.whole);
-            halving[s].push_back(h.toBest);
-            wholeHalving[s].push_back(h.whole);
+            halving[s].push_back(walkHalving(rp, s, u, tolerance, plan, budget.halving, false).toBest);
+            wholeHalving[s].push_back(walkHalving(rp, s, u, tolerance, plan, budget.halving, true).whole);
         }
     auto column = [](const std::vector<Reach>& runs, auto field) {
         std::vector<double> v;
@@ -468,9 +480,11 @@ std::string report(const Replay& rp, int seeds, double tolerance, const tuner::H
         md << buf;
     }
     std::snprintf(buf, sizeof buf,
-        "\nWhole sessions of %zu evaluations (screens included), median over %d seeds: device time, and the seeds "
-        "whose best full evaluation ended within %.0f%% of the exhaustive best:\n\n",
-        budget, seeds, tolerance * 100);
+        "\nWhole sessions of %zu evaluations alone and %zu under multi-fidelity search (screens included), median over "
+        "%d seeds: device time, and the seeds whose best full evaluation ended within %.0f%% of the exhaustive best; "
+        "multi-fidelity sessions know their budget, and their last %zu evaluations promote the best screens not yet "
+        "promoted:\n\n",
+        budget.alone, budget.halving, seeds, tolerance * 100, plan.endgame);
     md << buf;
     md << "| strategy | alone: device s | ended within | multi-fidelity: device s | full evaluations | ended within | "
           "device time ratio |\n|---|---|---|---|---|---|---|\n";
@@ -494,7 +508,8 @@ int main(int argc, char** argv)
     int seeds = 10;
     bool withScreens = false;
     double tolerance = 0.03;
-    std::size_t budget = 60;
+    Budgets budget;
+    std::optional<std::size_t> halvingBudget;
     tuner::HalvingPlan plan;
     plan.screens = { Fidelity { 5, 1 } };
     for (int i = 1; i < argc; ++i) {
@@ -528,12 +543,17 @@ int main(int argc, char** argv)
             plan.screens.front().screenShapes = std::stoi(value());
         else if (a == "--eta")
             plan.eta = std::stod(value());
+        else if (a == "--endgame")
+            plan.endgame = static_cast<std::size_t>(std::max(0, std::stoi(value())));
         else if (a == "--budget")
-            budget = static_cast<std::size_t>(std::max(1, std::stoi(value())));
+            budget.alone = static_cast<std::size_t>(std::max(1, std::stoi(value())));
+        else if (a == "--halving-budget")
+            halvingBudget = static_cast<std::size_t>(std::max(1, std::stoi(value())));
         else {
             std::cerr
                 << "usage: kl_bench_tuner_search --db FILE [--problem NAME] [--seeds N] [--tolerance F] "
                    "[--out FILE.md] [--screen-samples N] [--screen-shapes N] [--eta F] [--budget N]\n"
+                   "                             [--endgame N] [--halving-budget N]\n"
                    "       kl_bench_tuner_search --synthetic-sweep FILE [--landscape bowl|plateau|flat|rugged|ridge]\n"
                    "                             [--with-screens [--screen-samples N] [--screen-shapes N]]\n";
             return 2;
@@ -551,6 +571,7 @@ int main(int argc, char** argv)
             throw InputError("--seeds and --screen-samples must be at least 1");
         auto db = TuningDatabase::open(dbFile);
         const Replay rp = loadReplay(*db, problem, plan.screens.front());
+        budget.halving = halvingBudget.value_or(budget.alone);
         const std::string md = report(rp, seeds, tolerance, plan, budget);
         std::cout << md;
         if (!outFile.empty()) {

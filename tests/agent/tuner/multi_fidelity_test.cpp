@@ -248,3 +248,81 @@ TEST(MultiFidelity, ALateBestIsPromotedWhenTheSpaceRunsOut)
     EXPECT_TRUE(full.count(8));
     EXPECT_EQ(search.bestFull(), 8u);
 }
+
+TEST(MultiFidelity, ABudgetsLastEvaluationsPromoteTheBestScreensNotYetPromoted)
+{
+    const SearchSpace space = grid();
+    HalvingPlan plan;
+    plan.eta = 8;
+    ASSERT_EQ(plan.endgame, 3u);
+    // Twenty evaluations told one at a time: the same walk as an untold search until the last three, which go to the
+    // full protocol, the best-screened first.
+    MultiFidelitySearch told(makeStrategy("random", space, 11), plan), untold(makeStrategy("random", space, 11), plan);
+    std::vector<std::pair<double, std::size_t>> screened;
+    std::set<std::size_t> full;
+    std::size_t promotedBefore = 0;
+    for (std::size_t left = 20; left > 0; --left) {
+        const auto t = told.next(1, left);
+        ASSERT_EQ(t.size(), 1u) << left;
+        if (left > 3) {
+            EXPECT_EQ(t, untold.next(1)) << left;
+            promotedBefore += t[0].rung == plan.fullRung() ? 1 : 0;
+            untold.observe(t[0], bowl(space, t[0].index));
+        } else {
+            ASSERT_EQ(t[0].rung, plan.fullRung()) << left;
+            std::sort(screened.begin(), screened.end());
+            const auto best
+                = std::find_if(screened.begin(), screened.end(), [&](const auto& s) { return !full.count(s.second); });
+            ASSERT_NE(best, screened.end());
+            EXPECT_EQ(t[0].index, best->second) << left;
+        }
+        if (t[0].rung == 0)
+            screened.emplace_back(bowl(space, t[0].index), t[0].index);
+        else
+            EXPECT_TRUE(full.insert(t[0].index).second) << "promoted twice";
+        told.observe(t[0], bowl(space, t[0].index));
+    }
+    EXPECT_GE(promotedBefore, 1u); // one in eta = 8 of the first 16 screens
+    EXPECT_EQ(full.size(), promotedBefore + 3);
+    ASSERT_TRUE(told.bestFull());
+    std::sort(screened.begin(), screened.end());
+    EXPECT_EQ(*told.bestFull(), screened.front().second);
+}
+
+TEST(MultiFidelity, ABatchStraddlingTheEndgameScreensUntilItThenPromotes)
+{
+    const SearchSpace space = grid();
+    HalvingPlan plan;
+    plan.eta = 8;
+    MultiFidelitySearch search(makeStrategy("exhaustive", space, 1), plan);
+    for (const Trial& t : search.next(10))
+        search.observe(t, bowl(space, t.index));
+    // Five left: the promotion the rung owes (floor(10 / 8) = 1), one screen while more than three are left, then
+    // the endgame's three best screens not yet promoted.
+    const auto batch = search.next(5, 5);
+    ASSERT_EQ(batch.size(), 5u);
+    std::vector<std::size_t> rungs;
+    for (const Trial& t : batch)
+        rungs.push_back(t.rung);
+    EXPECT_EQ(rungs, (std::vector<std::size_t> { 1, 0, 1, 1, 1 }));
+    std::vector<std::pair<double, std::size_t>> ranked;
+    for (std::size_t i = 0; i < 10; ++i)
+        ranked.emplace_back(bowl(space, i), i);
+    std::sort(ranked.begin(), ranked.end());
+    EXPECT_EQ(batch[0].index, ranked[0].second);
+    EXPECT_EQ(batch[1].index, 10u);
+    for (std::size_t k = 2; k < 5; ++k)
+        EXPECT_EQ(batch[k].index, ranked[k - 1].second) << k;
+    // Nothing left to promote: the endgame screens rather than idle; endgame 0 never promotes early.
+    MultiFidelitySearch fresh(makeStrategy("exhaustive", space, 1), plan);
+    EXPECT_EQ(fresh.next(2, 2), (std::vector<Trial> { { 0, 0 }, { 1, 0 } }));
+    plan.endgame = 0;
+    MultiFidelitySearch off(makeStrategy("exhaustive", space, 1), plan);
+    for (const Trial& t : off.next(10))
+        off.observe(t, bowl(space, t.index));
+    const auto last = off.next(3, 3);
+    ASSERT_EQ(last.size(), 3u);
+    EXPECT_EQ(last[0].rung, 1u);
+    EXPECT_EQ(last[1], (Trial { 10, 0 }));
+    EXPECT_EQ(last[2], (Trial { 11, 0 }));
+}

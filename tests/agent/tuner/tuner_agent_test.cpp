@@ -242,6 +242,35 @@ TEST(TunerAgent, HalvingScreensEveryConfigurationPromotesTheContendersAndSpendsL
     std::filesystem::remove_all(halvingDir);
 }
 
+// The loop tells the agent how much of the budget is left, so a multi-fidelity session's last evaluations confirm its
+// best screens on the full protocol instead of screening configurations nothing would promote.
+TEST(TunerAgent, HalvingSessionWithABudgetEndsOnFullEvaluationsOfScreenedConfigurations)
+{
+    SyntheticEvaluatorForTests ev;
+    const auto dir = freshDir("tuner-halving-endgame");
+    Budget b;
+    b.maxEvaluations = 30;
+    auto store = newSession(dir, ev, "tuner:random:halving=5x1", b);
+    auto agent = makeTunerAgent("random:halving=5x1");
+    const LoopResult r = ResearchLoop(*store, ev, *agent).run();
+    EXPECT_EQ(r.reason, "budget: 30 evaluations");
+    const Session& s = store->session();
+    std::vector<CandidateId> order = s.tree.order();
+    ASSERT_EQ(order.size(), 30u); // the root, then 29 of the tuner's
+    const std::size_t endgame = tuner::HalvingPlan {}.endgame;
+    ASSERT_GE(endgame, 2u);
+    std::set<ParamValues> screened;
+    for (std::size_t k = 0; k + endgame < order.size(); ++k)
+        if (s.tree.at(order[k]).fidelity.screen())
+            screened.insert(s.tree.at(order[k]).params);
+    for (std::size_t k = order.size() - endgame; k < order.size(); ++k) {
+        const Candidate& c = s.tree.at(order[k]);
+        EXPECT_FALSE(c.fidelity.screen()) << k;
+        EXPECT_TRUE(screened.count(c.params)) << k << ": promoted without a screen";
+    }
+    std::filesystem::remove_all(dir);
+}
+
 TEST(TunerAgent, ResumedHalvingTunerRepeatsNoTrial)
 {
     const auto dir = freshDir("tuner-halving-resume");
