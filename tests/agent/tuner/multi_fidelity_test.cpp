@@ -47,6 +47,15 @@ std::vector<Trial> runToEnd(MultiFidelitySearch& search, const SearchSpace& spac
     return all;
 }
 
+// An exhaustive search whose first ten configurations are screened and observed.
+MultiFidelitySearch afterTenScreens(const SearchSpace& space, const HalvingPlan& plan)
+{
+    MultiFidelitySearch search(makeStrategy("exhaustive", space, 1), plan);
+    for (const Trial& t : search.next(10))
+        search.observe(t, bowl(space, t.index));
+    return search;
+}
+
 } // namespace
 
 TEST(MultiFidelity, PromotableFillsTheRungsBudgetWithTheBestNotYetPromoted)
@@ -294,9 +303,7 @@ TEST(MultiFidelity, ABatchStraddlingTheEndgameScreensUntilItThenPromotes)
     const SearchSpace space = grid();
     HalvingPlan plan;
     plan.eta = 8;
-    MultiFidelitySearch search(makeStrategy("exhaustive", space, 1), plan);
-    for (const Trial& t : search.next(10))
-        search.observe(t, bowl(space, t.index));
+    MultiFidelitySearch search = afterTenScreens(space, plan);
     // Five left: the promotion the rung owes (floor(10 / 8) = 1), one screen while more than three are left, then
     // the endgame's three best screens not yet promoted.
     const auto batch = search.next(5, 5);
@@ -317,9 +324,7 @@ TEST(MultiFidelity, ABatchStraddlingTheEndgameScreensUntilItThenPromotes)
     MultiFidelitySearch fresh(makeStrategy("exhaustive", space, 1), plan);
     EXPECT_EQ(fresh.next(2, 2), (std::vector<Trial> { { 0, 0 }, { 1, 0 } }));
     plan.endgame = 0;
-    MultiFidelitySearch off(makeStrategy("exhaustive", space, 1), plan);
-    for (const Trial& t : off.next(10))
-        off.observe(t, bowl(space, t.index));
+    MultiFidelitySearch off = afterTenScreens(space, plan);
     const auto last = off.next(3, 3);
     ASSERT_EQ(last.size(), 3u);
     EXPECT_EQ(last[0].rung, 1u);
