@@ -20,8 +20,9 @@ struct AgentContext {
     CandidateId branchFrom; // head of the tree: where proposals branch from
     std::string bottleneckSummary; // the profiler's text summary, when there is one
     int maxProposals = 8; // the loop asks for a batch to keep the compile pool busy
-    // The evaluations the session's budget still allows, this batch's included (those in flight taken off); unset: no
-    // limit. The tuner's multi-fidelity search spends the last few on promotions (HalvingPlan::endgame).
+    // The evaluations the session's budget still allows, this batch's included (those in flight taken off, not those
+    // waiting for the engineer's review); unset: no limit. The tuner's multi-fidelity search spends the last few on
+    // promotions (HalvingPlan::endgame).
     std::optional<int> evaluationsLeft;
 };
 

@@ -457,7 +457,11 @@ int ResearchLoop::budgetLeft() const
     std::size_t inFlight;
     {
         std::lock_guard lock(m_mutex);
-        inFlight = m_jobs.size() + m_onDevice.size() + m_messages.size();
+        // A candidate on the device also has its Started message queued, and a profile is no evaluation: of the
+        // messages, only the ends of evaluations not yet recorded count.
+        inFlight = m_jobs.size() + m_onDevice.size();
+        for (const Message& m : m_messages)
+            inFlight += m.kind == Message::Kind::Finished || m.kind == Message::Kind::Failed ? 1 : 0;
     }
     return max - recordedCount(session()) - static_cast<int>(inFlight);
 }

@@ -40,45 +40,66 @@ MultiFidelitySearch::MultiFidelitySearch(std::unique_ptr<SearchStrategy> base, H
             throw InputError("multi-fidelity search: every screen rung needs a sample count above 0");
 }
 
-void MultiFidelitySearch::take(std::vector<Trial>& out, std::size_t index, std::size_t fromRung, std::size_t toRung)
+void MultiFidelitySearch::promote(std::vector<Trial>& out, std::size_t index, std::size_t fromRung, std::size_t toRung)
 {
     m_promoted[fromRung].insert(index);
     m_taken[toRung].insert(index);
     out.push_back({ index, toRung });
 }
 
+void MultiFidelitySearch::screen(std::vector<Trial>& out, std::size_t count)
+{
+    for (std::size_t i : m_base->next(count)) {
+        m_taken[0].insert(i);
+        out.push_back({ i, 0 });
+    }
+}
+
 std::vector<Trial> MultiFidelitySearch::next(std::size_t n, std::optional<std::size_t> evaluationsLeft)
 {
     std::vector<Trial> out;
+    if (evaluationsLeft)
+        n = std::min(n, *evaluationsLeft);
+    // Slots up to screenSlots may screen or climb to another screen; the budget's last ones are the endgame's.
+    std::size_t screenSlots = n;
+    if (evaluationsLeft)
+        screenSlots = *evaluationsLeft > m_plan.endgame ? *evaluationsLeft - m_plan.endgame : 0;
     for (std::size_t rung = m_plan.fullRung(); rung-- > 0 && out.size() < n;)
         for (std::size_t i : promotableAt(rung)) {
-            if (out.size() >= n)
-                break;
-            take(out, i, rung, rung + 1);
+            if (out.size() >= n || (rung + 1 < m_plan.fullRung() && out.size() >= screenSlots))
+                break; // full, or a climb the budget leaves no room to finish
+            promote(out, i, rung, rung + 1);
         }
-    // Slots past this many are the endgame's.
-    std::size_t open = n;
-    if (evaluationsLeft)
-        open = *evaluationsLeft > m_plan.endgame ? *evaluationsLeft - m_plan.endgame : 0;
-    if (out.size() < std::min(n, open))
-        for (std::size_t i : m_base->next(std::min(n, open) - out.size())) {
-            m_taken[0].insert(i);
-            out.push_back({ i, 0 });
+    if (out.size() < std::min(n, screenSlots))
+        screen(out, std::min(n, screenSlots) - out.size());
+    const bool endgame = evaluationsLeft && (out.size() >= screenSlots || m_base->exhausted());
+    if (!endgame || out.size() >= n || screensInFlight())
+        return out;
+    for (std::size_t rung = m_plan.fullRung(); rung-- > 0;)
+        for (std::size_t i : bestUnpromoted(rung)) {
+            if (out.size() >= n || m_endgamePromotions >= m_plan.endgame)
+                return out;
+            if (m_taken[m_plan.fullRung()].count(i))
+                continue;
+            promote(out, i, rung, m_plan.fullRung());
+            ++m_endgamePromotions;
         }
-    if (evaluationsLeft && out.size() >= open)
-        for (std::size_t rung = m_plan.fullRung(); rung-- > 0 && out.size() < n;)
-            for (std::size_t i : promotable(m_results[rung], 1, m_promoted[rung], true)) {
-                if (out.size() >= n)
-                    break;
-                if (!m_taken[m_plan.fullRung()].count(i))
-                    take(out, i, rung, m_plan.fullRung());
-            }
-    if (out.size() < n && out.size() >= open) // no screen left to promote: screening beats idling
-        for (std::size_t i : m_base->next(n - out.size())) {
-            m_taken[0].insert(i);
-            out.push_back({ i, 0 });
-        }
+    if (out.size() >= screenSlots) // nothing left to promote
+        screen(out, n - out.size());
     return out;
+}
+
+std::vector<std::size_t> MultiFidelitySearch::bestUnpromoted(std::size_t rung) const
+{
+    return promotable(m_results[rung], 1, m_promoted[rung], true);
+}
+
+bool MultiFidelitySearch::screensInFlight() const
+{
+    for (std::size_t rung = 0; rung < m_plan.fullRung(); ++rung)
+        if (m_taken[rung].size() > m_results[rung].size())
+            return true;
+    return false;
 }
 
 void MultiFidelitySearch::markInFlight(const Trial& t)
@@ -86,10 +107,15 @@ void MultiFidelitySearch::markInFlight(const Trial& t)
     if (t.rung > m_plan.fullRung())
         return;
     m_taken[t.rung].insert(t.index);
-    if (t.rung == 0)
+    if (t.rung == 0) {
         m_base->markVisited(t.index);
-    else
-        m_promoted[t.rung - 1].insert(t.index);
+        return;
+    }
+    // Promoted from the highest rung below that took it: the endgame sends a screen straight to the full protocol.
+    std::size_t from = t.rung - 1;
+    while (from > 0 && !m_taken[from].count(t.index))
+        --from;
+    m_promoted[from].insert(t.index);
 }
 
 double MultiFidelitySearch::etaAt(std::size_t rung) const

@@ -24,10 +24,11 @@ struct HalvingPlan {
     // kUnmeasuredEta until both rungs have a measured evaluation.
     double eta = 0;
     static constexpr double kMinEta = 3, kMaxEta = 8, kUnmeasuredEta = 4;
-    // A session's last `endgame` evaluations (where its budget is known) take the best screens not yet promoted to
-    // the full protocol instead of screening configurations too late to be promoted. On the H100 rmsnorm sweep's
-    // replay (60 evaluations, 5x1 screens, 500 seeds) 3 ends within 3% of the best more often for every strategy
-    // (+8 to +36 seeds) for 12-15% more device time; 0 turns it off (bench/results round 22).
+    // A session's last `endgame` evaluations (where its budget is known), or the last it makes once nothing is left
+    // to screen, take the best screens not yet promoted to the full protocol instead of screening configurations too
+    // late to be promoted. On the H100 rmsnorm sweep's replay (60 evaluations, 5x1 screens, 500 seeds) 3 ends within
+    // 3% of the best more often for every strategy (+8 to +36 seeds) for 14-16% more device time; 0 turns it off
+    // (bench/results round 22).
     std::size_t endgame = 3;
     std::size_t fullRung() const { return screens.size(); }
 };
@@ -50,8 +51,10 @@ public:
     MultiFidelitySearch(std::unique_ptr<SearchStrategy> base, HalvingPlan plan);
 
     // Up to n trials: promotions first (highest rung first), then new screens from the base strategy. With
-    // evaluationsLeft (what the session's budget still allows, these n included), the slots within the plan's endgame
-    // go to the best unpromoted screens, straight to the full protocol, while there are any.
+    // evaluationsLeft (what the session's budget still allows, these n included), the plan's endgame: the budget's
+    // last slots, or the next ones once the base strategy has nothing left, go to the best screens not yet promoted
+    // (highest rung first), straight to the full protocol. It waits for the screens in flight (returns fewer trials),
+    // since any of them may be the best; with nothing to promote it screens (the tuning database keeps screens).
     std::vector<Trial> next(std::size_t n, std::optional<std::size_t> evaluationsLeft = std::nullopt);
     // The base strategy learns from the cheapest rung's result of each configuration (what it ranked it by).
     // deviceMs: what the evaluation held the device for (0: unknown), which a balanced plan's eta is made of.
@@ -70,7 +73,11 @@ public:
 
 private:
     std::vector<std::size_t> promotableAt(std::size_t rung) const;
-    void take(std::vector<Trial>& out, std::size_t index, std::size_t fromRung, std::size_t toRung);
+    // A rung's finite results not yet promoted, best first.
+    std::vector<std::size_t> bestUnpromoted(std::size_t rung) const;
+    bool screensInFlight() const;
+    void promote(std::vector<Trial>& out, std::size_t index, std::size_t fromRung, std::size_t toRung);
+    void screen(std::vector<Trial>& out, std::size_t count);
 
     std::unique_ptr<SearchStrategy> m_base;
     HalvingPlan m_plan;
@@ -80,6 +87,7 @@ private:
     std::vector<std::pair<double, int>> m_deviceMs; // per rung: total measured device ms and evaluations
     std::optional<std::size_t> m_bestFull;
     double m_bestFullCost = 0;
+    std::size_t m_endgamePromotions = 0; // at most HalvingPlan::endgame
 };
 
 } // namespace kl::tuner

@@ -73,8 +73,8 @@ namespace {
             const auto n = static_cast<std::size_t>(std::max(0, ctx.maxProposals));
             std::vector<tuner::Trial> trials;
             if (m_halving)
-                trials = m_halving->next(n,
-                    ctx.evaluationsLeft ? std::optional<std::size_t>(std::max(0, *ctx.evaluationsLeft)) : std::nullopt);
+                trials = m_halving->next(
+                    n, ctx.evaluationsLeft ? std::optional<std::size_t>(*ctx.evaluationsLeft) : std::nullopt);
             else
                 for (std::size_t i : m_strategy->next(n))
                     trials.push_back({ i, 0 });

@@ -62,6 +62,7 @@ public:
         }
         std::lock_guard lock(m_mutex);
         parents.push_back(ctx.branchFrom);
+        told.emplace_back(ctx.evaluationsLeft, ctx.session ? ctx.session->tree.order().size() : 0);
         return out;
     }
     void observe(const Candidate& c, const Evaluation& e) override
@@ -73,6 +74,8 @@ public:
     std::vector<Fidelity> fidelity; // by script position; beyond it: the full protocol
     std::vector<std::pair<CandidateId, Verdict>> observed;
     std::vector<CandidateId> parents;
+    // Per call: the evaluations the loop said the budget still allows, and the candidates the session held then.
+    std::vector<std::pair<std::optional<int>, std::size_t>> told;
 
 private:
     std::vector<ParamValues> m_script;

@@ -12,6 +12,16 @@ using namespace kl::testonly;
 
 namespace {
 
+// Five block sizes by three vector widths.
+std::vector<ParamValues> fifteenConfigurations()
+{
+    std::vector<ParamValues> script;
+    for (std::int64_t bl : { 32, 64, 128, 256, 512 })
+        for (std::int64_t v : { 1, 2, 4 })
+            script.push_back(cfg(bl, v));
+    return script;
+}
+
 struct Fixture {
     explicit Fixture(const std::string& name, const std::string& agent = "scripted", Budget budget = {})
         : dir(freshDir(name))
@@ -223,16 +233,37 @@ TEST(ResearchLoop, CompilePoolWorksAheadWhileOneThreadOwnsTheDevice)
     EXPECT_GE(compiledWhileFirstOnDevice, 4);
 }
 
+// Every candidate the session holds is recorded or in flight, so what the budget still allows is its maximum less
+// them, exactly, however the device's Started messages and the agent's calls interleave; without a maximum, nothing.
+TEST(ResearchLoop, TellsTheAgentWhatItsBudgetStillAllows)
+{
+    for (const int max : { 0, 12 }) {
+        Budget b;
+        b.maxEvaluations = max;
+        Fixture f("budget-told-" + std::to_string(max), "scripted", b);
+        f.evaluator.onEvaluate
+            = [](int, const Candidate&) { std::this_thread::sleep_for(std::chrono::milliseconds(3)); };
+        ScriptedAgentForTests agent(fifteenConfigurations());
+        LoopOptions o;
+        o.compileThreads = 2;
+        o.pipelineDepth = 4;
+        ResearchLoop(*f.store, f.evaluator, agent, o).run();
+        ASSERT_GE(agent.told.size(), 3u) << max;
+        for (const auto& [left, held] : agent.told) {
+            ASSERT_EQ(left.has_value(), max > 0) << held;
+            if (left) {
+                EXPECT_EQ(*left, max - static_cast<int>(held)) << held;
+            }
+        }
+    }
+}
+
 TEST(ResearchLoop, StopsOnTheEvaluationBudget)
 {
     Budget b;
     b.maxEvaluations = 4;
     Fixture f("budget", "scripted", b);
-    std::vector<ParamValues> script;
-    for (std::int64_t bl : { 32, 64, 128, 256, 512 })
-        for (std::int64_t v : { 1, 2, 4 })
-            script.push_back(cfg(bl, v));
-    ScriptedAgentForTests agent(script);
+    ScriptedAgentForTests agent(fifteenConfigurations());
     LoopOptions o;
     o.pipelineDepth = 3;
     ResearchLoop loop(*f.store, f.evaluator, agent, o);
@@ -290,11 +321,7 @@ TEST(ResearchLoop, StopsOnWallTime)
 TEST(ResearchLoop, UserStopFinishesTheEvaluationOnTheDeviceAndRecordsIt)
 {
     Fixture f("userstop");
-    std::vector<ParamValues> script;
-    for (std::int64_t bl : { 32, 64, 128, 256, 512 })
-        for (std::int64_t v : { 1, 2, 4 })
-            script.push_back(cfg(bl, v));
-    ScriptedAgentForTests agent(script);
+    ScriptedAgentForTests agent(fifteenConfigurations());
     ResearchLoop* loopPtr = nullptr;
     f.evaluator.onEvaluate = [&](int n, const Candidate&) {
         if (n == 3)
@@ -347,11 +374,7 @@ TEST(ResearchLoop, ResumeAfterKillMeasuresNothingTwice)
     b.maxEvaluations = 12;
     Fixture f("kill", "scripted", b);
     const auto snapshot = freshDir("kill-snapshot");
-    std::vector<ParamValues> script;
-    for (std::int64_t bl : { 32, 64, 128, 256, 512 })
-        for (std::int64_t v : { 1, 2, 4 })
-            script.push_back(cfg(bl, v));
-    ScriptedAgentForTests agent(script);
+    ScriptedAgentForTests agent(fifteenConfigurations());
     // kill -9 at an arbitrary instant = a copy of the directory taken while the loop runs: candidates are
     // proposed and compiling, one is on the device, some are recorded.
     std::atomic<int> decided { 0 };
@@ -390,7 +413,7 @@ TEST(ResearchLoop, ResumeAfterKillMeasuresNothingTwice)
     ASSERT_GE(unfinished, 1);
 
     SyntheticEvaluatorForTests second;
-    ScriptedAgentForTests agent2(script); // a fresh agent proposes the same list again
+    ScriptedAgentForTests agent2(fifteenConfigurations()); // a fresh agent proposes the same list again
     ResearchLoop resumed(*reopened, second, agent2, o);
     const LoopResult r = resumed.run();
     EXPECT_EQ(r.reason, "budget: 12 evaluations");

@@ -47,6 +47,18 @@ std::vector<Trial> runToEnd(MultiFidelitySearch& search, const SearchSpace& spac
     return all;
 }
 
+// One parameter A in 0 .. 8.
+SearchSpace lineOfNine()
+{
+    std::vector<ParamValues> configs;
+    std::vector<std::vector<std::int64_t>> values(1);
+    for (int a = 0; a < 9; ++a) {
+        configs.push_back({ { "A", a } });
+        values[0].push_back(a);
+    }
+    return SearchSpace::fromConfigs({ "A" }, values, configs);
+}
+
 // An exhaustive search whose first ten configurations are screened and observed.
 MultiFidelitySearch afterTenScreens(const SearchSpace& space, const HalvingPlan& plan)
 {
@@ -236,13 +248,7 @@ TEST(MultiFidelity, ALateBestIsPromotedWhenTheSpaceRunsOut)
 {
     // Nine configurations, each cheaper than the one before: the last screened is the best, and with eta 4 the
     // floor budget (2) is spent before it arrives; the final rung rounds up so it still reaches the full protocol.
-    std::vector<ParamValues> configs;
-    std::vector<std::vector<std::int64_t>> values(1);
-    for (int a = 0; a < 9; ++a) {
-        configs.push_back({ { "A", a } });
-        values[0].push_back(a);
-    }
-    const SearchSpace space = SearchSpace::fromConfigs({ "A" }, values, configs);
+    const SearchSpace space = lineOfNine();
     HalvingPlan plan;
     plan.eta = 4;
     MultiFidelitySearch search(makeStrategy("exhaustive", space, 1), plan);
@@ -298,28 +304,28 @@ TEST(MultiFidelity, ABudgetsLastEvaluationsPromoteTheBestScreensNotYetPromoted)
     EXPECT_EQ(*told.bestFull(), screened.front().second);
 }
 
-TEST(MultiFidelity, ABatchStraddlingTheEndgameScreensUntilItThenPromotes)
+TEST(MultiFidelity, ABatchStraddlingTheEndgameScreensUntilItThenWaitsForItsScreensAndPromotes)
 {
     const SearchSpace space = grid();
     HalvingPlan plan;
     plan.eta = 8;
     MultiFidelitySearch search = afterTenScreens(space, plan);
-    // Five left: the promotion the rung owes (floor(10 / 8) = 1), one screen while more than three are left, then
-    // the endgame's three best screens not yet promoted.
-    const auto batch = search.next(5, 5);
-    ASSERT_EQ(batch.size(), 5u);
-    std::vector<std::size_t> rungs;
-    for (const Trial& t : batch)
-        rungs.push_back(t.rung);
-    EXPECT_EQ(rungs, (std::vector<std::size_t> { 1, 0, 1, 1, 1 }));
     std::vector<std::pair<double, std::size_t>> ranked;
-    for (std::size_t i = 0; i < 10; ++i)
+    for (std::size_t i = 0; i < 11; ++i)
         ranked.emplace_back(bowl(space, i), i);
+    std::sort(ranked.begin(), ranked.begin() + 10);
+    // Five left: the promotion the rung owes (floor(10 / 8) = 1) and one screen while more than three are left; then
+    // the endgame waits for that screen, which may be the best.
+    const auto batch = search.next(5, 5);
+    EXPECT_EQ(batch, (std::vector<Trial> { { ranked[0].second, 1 }, { 10, 0 } }));
+    EXPECT_TRUE(search.next(3, 3).empty());
+    for (const Trial& t : batch)
+        search.observe(t, bowl(space, t.index));
+    // Three left: the best three screens not yet promoted, best first.
+    ranked.erase(ranked.begin());
     std::sort(ranked.begin(), ranked.end());
-    EXPECT_EQ(batch[0].index, ranked[0].second);
-    EXPECT_EQ(batch[1].index, 10u);
-    for (std::size_t k = 2; k < 5; ++k)
-        EXPECT_EQ(batch[k].index, ranked[k - 1].second) << k;
+    EXPECT_EQ(search.next(3, 3),
+        (std::vector<Trial> { { ranked[0].second, 1 }, { ranked[1].second, 1 }, { ranked[2].second, 1 } }));
     // Nothing left to promote: the endgame screens rather than idle; endgame 0 never promotes early.
     MultiFidelitySearch fresh(makeStrategy("exhaustive", space, 1), plan);
     EXPECT_EQ(fresh.next(2, 2), (std::vector<Trial> { { 0, 0 }, { 1, 0 } }));
@@ -330,4 +336,61 @@ TEST(MultiFidelity, ABatchStraddlingTheEndgameScreensUntilItThenPromotes)
     EXPECT_EQ(last[0].rung, 1u);
     EXPECT_EQ(last[1], (Trial { 10, 0 }));
     EXPECT_EQ(last[2], (Trial { 11, 0 }));
+}
+
+TEST(MultiFidelity, TheEndgameAlsoComesWhenNothingIsLeftToScreenBeforeTheBudgetEnds)
+{
+    // Nine configurations, a budget of 40: every one screened, the rung's ceil(9 / 4) = 3 promoted, then the endgame's
+    // three best of the rest, and nothing more although 25 evaluations are left.
+    const SearchSpace space = lineOfNine();
+    HalvingPlan plan;
+    plan.eta = 4;
+    MultiFidelitySearch search(makeStrategy("random", space, 3), plan);
+    std::size_t evaluations = 0, screens = 0;
+    std::set<std::size_t> full;
+    for (std::vector<Trial> t; !(t = search.next(1, 40 - evaluations)).empty(); ++evaluations) {
+        if (t[0].rung == 0)
+            ++screens;
+        else
+            EXPECT_TRUE(full.insert(t[0].index).second) << "promoted twice";
+        search.observe(t[0], 10.0 - static_cast<double>(t[0].index));
+    }
+    EXPECT_EQ(screens, 9u);
+    EXPECT_EQ(full.size(), 3u + 3u);
+    for (std::size_t best : { 6, 7, 8 })
+        EXPECT_TRUE(full.count(best)) << best; // promoted by the rung or, if not, by the endgame
+    EXPECT_EQ(evaluations, 15u);
+}
+
+TEST(MultiFidelity, AnEndgamePromotionPastAScreenRungIsBookedAgainstTheRungItCameFrom)
+{
+    // Two screen rungs: the endgame sends rung-0 results straight to the full protocol. Replayed as a resume does
+    // (every trial observed in order into a new search), nothing is proposed again at any rung, and no configuration
+    // measured with the full protocol climbs to the middle rung.
+    const SearchSpace space = grid();
+    HalvingPlan plan;
+    plan.screens = { Fidelity { 3, 1 }, Fidelity { 10, 2 } };
+    plan.eta = 3;
+    MultiFidelitySearch search(makeStrategy("random", space, 5), plan);
+    std::vector<Trial> history;
+    for (std::size_t left = 14; left > 0; --left)
+        for (const Trial& t : search.next(1, left)) {
+            history.push_back(t);
+            search.observe(t, bowl(space, t.index));
+        }
+    std::set<std::size_t> full;
+    for (const Trial& t : history)
+        if (t.rung == plan.fullRung())
+            full.insert(t.index);
+    ASSERT_GE(full.size(), 3u);
+    MultiFidelitySearch resumed(makeStrategy("random", space, 5), plan);
+    for (const Trial& t : history)
+        resumed.observe(t, bowl(space, t.index));
+    std::set<std::pair<std::size_t, std::size_t>> seen;
+    for (const Trial& t : history)
+        seen.insert({ t.index, t.rung });
+    for (const Trial& t : runToEnd(resumed, space)) {
+        EXPECT_TRUE(seen.insert({ t.index, t.rung }).second) << t.index << " at rung " << t.rung << " again";
+        EXPECT_FALSE(t.rung == 1 && full.count(t.index)) << t.index << " climbs after its full evaluation";
+    }
 }

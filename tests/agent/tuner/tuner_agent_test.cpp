@@ -268,6 +268,11 @@ TEST(TunerAgent, HalvingSessionWithABudgetEndsOnFullEvaluationsOfScreenedConfigu
         EXPECT_FALSE(c.fidelity.screen()) << k;
         EXPECT_TRUE(screened.count(c.params)) << k << ": promoted without a screen";
     }
+    std::set<ParamValues> full;
+    for (std::size_t k = 1; k < order.size(); ++k)
+        if (const Candidate& c = s.tree.at(order[k]); !c.fidelity.screen()) {
+            EXPECT_TRUE(full.insert(c.params).second) << k << ": promoted twice";
+        }
     std::filesystem::remove_all(dir);
 }
 
