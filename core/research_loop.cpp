@@ -558,7 +558,7 @@ void ResearchLoop::enqueue(Candidate c)
     m_cv.notify_all();
 }
 
-void ResearchLoop::askAgent(int count)
+void ResearchLoop::askAgent(int count, int evaluationsLeft)
 {
     const Session& s = session();
     AgentContext ctx;
@@ -566,7 +566,7 @@ void ResearchLoop::askAgent(int count)
     ctx.session = &s;
     ctx.maxProposals = count;
     if (budget().maxEvaluations > 0)
-        ctx.evaluationsLeft = std::max(0, budgetLeft());
+        ctx.evaluationsLeft = std::max(0, evaluationsLeft);
     ctx.branchFrom = s.tree.head();
     if (ctx.branchFrom.empty() && m_best)
         ctx.branchFrom = *m_best;
@@ -803,10 +803,11 @@ LoopResult ResearchLoop::run()
                 paused = m_paused;
                 ahead = m_jobs.size();
             }
-            const int room = std::min(m_options.pipelineDepth - static_cast<int>(ahead), budgetLeft());
+            const int left = budgetLeft();
+            const int room = std::min(m_options.pipelineDepth - static_cast<int>(ahead), left);
             if (!paused && room > 0 && !m_agentExhausted && !m_agentWaiting && !m_profileAwaited) {
                 try {
-                    askAgent(room);
+                    askAgent(room, left);
                 } catch (const std::exception& ex) {
                     std::optional<std::string> stop;
                     {

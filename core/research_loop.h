@@ -105,7 +105,7 @@ private:
 
     // Coordinator-only (run()'s thread, or the caller while no run() is active).
     void restoreFromStore();
-    void askAgent(int count);
+    void askAgent(int count, int evaluationsLeft); // evaluationsLeft: budgetLeft() when count was taken
     void enqueue(Candidate c); // by value: store writes invalidate references into the session
     void handle(Message& m);
     void recordDecided(Candidate c, Evaluation raw, bool measured); // copies, as enqueue

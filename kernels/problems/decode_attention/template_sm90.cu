@@ -25,9 +25,10 @@
 // CTA r taking its r-th equal share of tokens. With P = 1 every sequence is written whole; with more, the pieces
 // meet in distributed shared memory (each CTA's (acc, m, l) in its drained ring, CTA r combining heads r, r + P, ...),
 // so there is no merge kernel and no partial goes through global memory: the merge cost 4.4 us of 73 at B=16 ctx 4096
-// and 18 of 279 at B=128 HQ=128 on the H200 (bench/results round 12). The grid, B x P, fills the SMs from B = 16
-// (SEQ 8) up; small batches are the other partition's. Seven: where a GPC holds two clusters of eight only if it has
-// 16 SMs, two of seven still fit one of 14.
+// and 18 of 279 at B=128 HQ=128 on the H200 (bench/results round 12); on an H100 this partition runs B=128 HQ=128 in
+// 356 us against the other's 388 (round 22). The grid is B x P, but not every cluster may be resident at once: an
+// H100 held 15 clusters of 8 and 15 of 7, so B=16 at SEQ 8 or 7 ran a second wave (136-163 us against 101), and
+// SEQ 4 left half the SMs idle; batches that small stay with the token-range partition.
 // Defaults: 8-token stages 6 deep. On the H200 (driver, graph replay) they match 16-token stages 3 deep within 1% at
 // B=64 ctx 8192 and B=4 ctx 131072, and run B=16 ctx 4096 in 73.6-75.0 us against 77.3-78.0 (bench/results round 8
 // and 9); the harness's single runs differ less than their run-to-run spread there.
