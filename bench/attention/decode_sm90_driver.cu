@@ -24,6 +24,9 @@
 #ifndef LAZY
 #define LAZY 0 // the template's default: O rescaled at every tile
 #endif
+#ifndef FUSE
+#define FUSE 0 // the template's default: a merge kernel combines a split sequence's pieces
+#endif
 #include "../../kernels/problems/decode_attention/template_sm90.cu"
 #define KL_ACC double
 #include "../../kernels/problems/decode_attention/reference.cu"
@@ -128,7 +131,7 @@ Plan planFor(const Shape& s, int sms)
     int warpsPerHead = 1;
     while (warpsPerHead < 8 && warpsPerHead < ceilDiv(ceilDiv(p.ctas, s.B) + 1, kMergeUnroll))
         warpsPerHead *= 2;
-    p.mergeBlocks = SEQ == 0 && p.ctas > 1 ? s.B * s.HQ * warpsPerHead / 8 : 0;
+    p.mergeBlocks = SEQ == 0 && FUSE == 0 && p.ctas > 1 ? s.B * s.HQ * warpsPerHead / 8 : 0;
     return p;
 }
 
@@ -137,8 +140,20 @@ struct Set {
     int *table, *lens;
 };
 
+// FUSE: the sequences' arrival counters, zeroed once (the template's "init=zero"); every launch leaves them at zero.
+unsigned* arrivalCounters()
+{
+    static unsigned* counters = nullptr;
+    if (!counters) {
+        CHECK(cudaMalloc(&counters, 256 * sizeof(unsigned)));
+        CHECK(cudaMemset(counters, 0, 256 * sizeof(unsigned)));
+    }
+    return counters;
+}
+
 void launchSplit(const Shape& s, const Plan& p, const Set& in, float* ws, __nv_bfloat16* out, cudaStream_t st)
 {
+    unsigned* arrivals = arrivalCounters();
     const float scale = 1.f / std::sqrt(128.f);
     if (p.perSequence > 1) {
         cudaLaunchConfig_t cfg = {};
@@ -156,11 +171,11 @@ void launchSplit(const Shape& s, const Plan& p, const Set& in, float* ws, __nv_b
         const __nv_bfloat16 *q = in.q, *k = in.k, *v = in.v;
         const int *table = in.table, *lens = in.lens;
         CHECK(cudaLaunchKernelEx(
-            &cfg, decode_attention_stream, ws, out, q, k, v, table, lens, s.B, s.HQ, s.PS, s.MAXP, scale));
+            &cfg, decode_attention_stream, ws, arrivals, out, q, k, v, table, lens, s.B, s.HQ, s.PS, s.MAXP, scale));
         return;
     }
     decode_attention_stream<<<p.ctas, kThreads, p.smem, st>>>(
-        ws, out, in.q, in.k, in.v, in.table, in.lens, s.B, s.HQ, s.PS, s.MAXP, scale);
+        ws, arrivals, out, in.q, in.k, in.v, in.table, in.lens, s.B, s.HQ, s.PS, s.MAXP, scale);
     CHECK(cudaGetLastError());
 }
 
@@ -550,8 +565,8 @@ int main(int argc, char** argv)
     cudaStream_t st;
     CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const double copyRate = copyBytesPerSecond(st);
-    std::printf("template_sm90.cu TT=%d STAGES=%d MINTOK=%d EVICT=%d SEQ=%d LAZY=%d on %d SMs, copy %.2f TB/s\n", TT,
-        STAGES, MINTOK, EVICT, SEQ, LAZY, sms, copyRate / 1e12);
+    std::printf("template_sm90.cu TT=%d STAGES=%d MINTOK=%d EVICT=%d SEQ=%d LAZY=%d FUSE=%d on %d SMs, copy %.2f TB/s\n",
+        TT, STAGES, MINTOK, EVICT, SEQ, LAZY, FUSE, sms, copyRate / 1e12);
     // The verify shapes and corner cases (one CTA, CTAs without tokens, a batch of 256 short sequences, pages of 64),
     // then the tuning shapes, timed.
     const Shape shapes[] = { { 1, 32, 16, 1, false }, { 3, 64, 64, 5, false }, { 5, 128, 16, 37, false },

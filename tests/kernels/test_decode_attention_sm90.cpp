@@ -42,10 +42,11 @@ TEST_F(DecodeAttentionSm90, SeedsFromSm90AndPassesTheRefereeAndFitsAnH200AtEvery
     const kl::DeviceInfo h200 = deviceModel(9, 0, 227);
     const auto shapes = harnessShapes(problem);
     const auto space = spec.enumerateSpace();
-    // TT 8 with 2 .. 6 stages and TT 16 with 2 or 3 (a stage of 16 rows of K and V is 66 KB), at each MINTOK and EVICT;
-    // by sequence (MINTOK idle) with every ring, and in clusters of 2, 4, 7 or 8 with the rings that hold 128 heads'
-    // pieces; each with O rescaled at every tile or only when a row's maximum grows (LAZY).
-    EXPECT_EQ(space.size(), (7u * 5 * 2 + 7 * 2 + 4 * 6 * 2) * 2);
+    // TT 8 with 2 .. 6 stages and TT 16 with 2 or 3 (a stage of 16 rows of K and V is 66 KB), at each MINTOK and EVICT,
+    // with a merge kernel or without (FUSE); by sequence (MINTOK idle) with every ring, and in clusters of 2, 4, 7 or 8
+    // with the rings that hold 128 heads' pieces; each with O rescaled at every tile or only when a row's maximum grows
+    // (LAZY).
+    EXPECT_EQ(space.size(), (7u * 5 * 2 * 2 + 7 * 2 + 4 * 6 * 2) * 2);
     for (const auto& point : space)
         EXPECT_EQ(violation(kl::checkDeviceLimits(spec, point, shapes, h200)), "")
             << "TT=" << point.at("TT") << " STAGES=" << point.at("STAGES");
@@ -60,7 +61,9 @@ TEST_F(DecodeAttentionSm90, SeedsFromSm90AndPassesTheRefereeAndFitsAnH200AtEvery
 // by sequence with LAZY (nvcc 13 spills 24 bytes at the first, and 4 without LAZY at the second; the harness's NVRTC
 // must not).
 // TT = 8 takes P . V with m16n8k8; the clusters combine their pieces over distributed shared memory; LAZY votes on
-// whether any row's maximum grew before rescaling O.
+// whether any row's maximum grew before rescaling O; without the merge kernel (FUSE), at the defaults and where the
+// registers are tightest, a sequence's pieces are counted on its arrival counter by an atomic add, and the last CTA
+// copies them into its drained ring with cp.async.
 TEST_F(DecodeAttentionSm90, CompilesForSm90aWithoutSpillsOnBulkCopiesAndTensorCores)
 {
     const std::vector<kl::ParamValues> points
@@ -71,7 +74,9 @@ TEST_F(DecodeAttentionSm90, CompilesForSm90aWithoutSpillsOnBulkCopiesAndTensorCo
               { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 32 }, { "EVICT", 1 }, { "SEQ", 8 }, { "LAZY", 1 } },
               { { "TT", 16 }, { "STAGES", 2 }, { "MINTOK", 32 }, { "EVICT", 0 }, { "SEQ", 2 } },
               { { "TT", 16 }, { "STAGES", 3 }, { "MINTOK", 32 }, { "EVICT", 1 } },
-              { { "TT", 16 }, { "STAGES", 3 }, { "MINTOK", 32 }, { "EVICT", 1 }, { "SEQ", 1 }, { "LAZY", 1 } } };
+              { { "TT", 16 }, { "STAGES", 3 }, { "MINTOK", 32 }, { "EVICT", 1 }, { "SEQ", 1 }, { "LAZY", 1 } },
+              { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 32 }, { "EVICT", 1 }, { "FUSE", 1 } },
+              { { "TT", 16 }, { "STAGES", 3 }, { "MINTOK", 32 }, { "EVICT", 1 }, { "LAZY", 1 }, { "FUSE", 1 } } };
     const auto modules = kl::test::compilePoints(source, spec, points, { "sm_90a" });
     kl::test::expectModulesWithoutSpills(modules, spec, problem);
     ASSERT_EQ(modules.size(), points.size());
@@ -87,6 +92,9 @@ TEST_F(DecodeAttentionSm90, CompilesForSm90aWithoutSpillsOnBulkCopiesAndTensorCo
                  "ld.shared::cluster.v4.f32", "bar.sync 1, 256" })
             EXPECT_EQ(ptx.find(instruction) != std::string::npos, seq > 1) << modules[i].first << " " << instruction;
         const bool lazy = points[i].count("LAZY") && points[i].at("LAZY") == 1;
+        const bool fused = points[i].count("FUSE") && points[i].at("FUSE") == 1;
+        for (const char* instruction : { "atom.global.add.u32", "cp.async.cg.shared.global" })
+            EXPECT_EQ(ptx.find(instruction) != std::string::npos, fused) << modules[i].first << " " << instruction;
         EXPECT_EQ(ptx.find("vote.sync.any.pred") != std::string::npos, lazy) << modules[i].first;
         const bool small = points[i].at("TT") == 8, hint = points[i].at("EVICT") == 1;
         EXPECT_EQ(ptx.find("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32") != std::string::npos, small)
@@ -97,24 +105,27 @@ TEST_F(DecodeAttentionSm90, CompilesForSm90aWithoutSpillsOnBulkCopiesAndTensorCo
 
 // At every point, shape and SM count: the split grid is 1 .. min(SM count, 256) CTAs, one per MINTOK tokens at most;
 // the workspace holds the header and two slots of HQ x (D + 2) floats per CTA; the merge is launched exactly when
-// there is more than one CTA; the shared memory holds the ring and the header. By sequence (SEQ > 0): B x P CTAs in
-// clusters of P = min(SEQ, SM count / B) (at least 1), no merge, no workspace to speak of, and a cluster's ring holds
-// (acc, m, l) of every query head.
-// A batch of 16 sequences of 4096 tokens fills all 132 SMs of an H200 (the sm_80 template's grid was 256 CTAs of
-// 96 KB, two on 124 SMs and one on 8).
+// there is more than one CTA and no FUSE (then a zeroed counter a sequence); the shared memory holds the ring and the
+// header. By sequence (SEQ > 0): B x P CTAs in clusters of P = min(SEQ, SM count / B) (at least 1), no merge, no
+// workspace to speak of, and a cluster's ring holds (acc, m, l) of every query head. A batch of 16 sequences of 4096
+// tokens fills all 132 SMs of an H200 (the sm_80 template's grid was 256 CTAs of 96 KB, two on 124 SMs and one on 8).
 TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
 {
     ASSERT_EQ(spec.launches.size(), 2u);
-    ASSERT_EQ(spec.workspaces.size(), 1u);
+    ASSERT_EQ(spec.workspaces.size(), 2u);
+    EXPECT_FALSE(spec.workspaces[0].zeroInit); // partials: poisoned, so a slot read before it is written fails
+    EXPECT_TRUE(spec.workspaces[1].zeroInit); // FUSE's arrival counters, which every launch leaves at zero
     EXPECT_TRUE(spec.launches[1].programmaticLaunch);
     const auto shapes = harnessShapes(problem);
-    int merged = 0, single = 0;
+    int merged = 0, fusedMerges = 0, single = 0;
     for (const auto& point : spec.enumerateSpace())
         for (const auto& shape : shapes)
             for (const std::int64_t sms : { 1, 108, 132, 148, 4096 }) {
                 kl::Bindings b = kl::bindingsFor(point, shape.bindings());
                 const std::int64_t B = b.at("B"), HQ = b.at("HQ"), tokens = b.at("B") * b.at("MAXP") * b.at("PS");
                 const std::int64_t workspace = spec.workspaces[0].bytes.evaluateInt(b);
+                const bool fused = point.at("FUSE") == 1;
+                EXPECT_EQ(spec.workspaces[1].bytes.evaluateInt(b), fused ? 4 * B : 0); // a counter a sequence
                 // The partition's index math is 32-bit: c x total and (g + 1) x C stay below 2^32 for 256 CTAs.
                 ASSERT_LT(256 * tokens, std::int64_t { 1 } << 32);
                 b[kl::kSmCountIdentifier] = sms;
@@ -148,12 +159,14 @@ TEST_F(DecodeAttentionSm90, GridsFitTheWorkspaceAtEveryShapeAndSmCount)
                 while (W < 8 && W * 8 < (ctas + B - 1) / B + 1)
                     W *= 2;
                 ASSERT_EQ(HQ % (8 / W), 0) << where;
-                EXPECT_EQ(spec.launches[1].grid[0].evaluateInt(b), ctas > 1 ? B * HQ * W / 8 : 0) << where;
+                EXPECT_EQ(spec.launches[1].grid[0].evaluateInt(b), ctas > 1 && !fused ? B * HQ * W / 8 : 0) << where;
                 EXPECT_EQ(spec.launches[1].block[0].evaluateInt(b), 256) << where;
-                merged += ctas > 1;
+                merged += ctas > 1 && !fused;
+                fusedMerges += ctas > 1 && fused;
                 single += ctas == 1;
             }
     EXPECT_GT(merged, 0);
+    EXPECT_GT(fusedMerges, 0);
     EXPECT_GT(single, 0);
     // ... and at every shape the problem admits, not only those the harness runs.
     bool tokensBounded = false;

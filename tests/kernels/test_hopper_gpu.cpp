@@ -342,12 +342,14 @@ TEST_F(DecodeAttentionSm90Gpu, StreamTemplatePassesAcrossItsSpace)
         { kl::ParamValues {}, kl::ParamValues { { "TT", 8 }, { "STAGES", 6 }, { "MINTOK", 16 }, { "EVICT", 0 } },
             kl::ParamValues { { "TT", 16 }, { "STAGES", 2 }, { "MINTOK", 256 } },
             kl::ParamValues { { "TT", 8 }, { "STAGES", 3 }, { "MINTOK", 128 } },
-            kl::ParamValues { { "TT", 16 }, { "STAGES", 3 }, { "LAZY", 1 } } })
+            kl::ParamValues { { "TT", 16 }, { "STAGES", 3 }, { "LAZY", 1 } }, kl::ParamValues { { "FUSE", 1 } },
+            kl::ParamValues { { "FUSE", 1 }, { "TT", 16 }, { "STAGES", 2 }, { "MINTOK", 256 } } })
         expectCorrect(p);
 }
 
 // Each sequence's last token or last page left out of the lengths, each CTA's piece one token short in the softmax,
-// and the merge leaving out the last CTA's piece of a split sequence.
+// and the merge leaving out the last CTA's piece of a split sequence; without the merge kernel (FUSE), the combining
+// CTA leaving out the last piece, or combining one arrival early (before the last piece is in its slot).
 TEST_F(DecodeAttentionSm90Gpu, DroppingATokenAPageOrAPieceIsCaught)
 {
     const std::pair<const char*, const char*> mutations[]
@@ -356,6 +358,9 @@ TEST_F(DecodeAttentionSm90Gpu, DroppingATokenAPageOrAPieceIsCaught)
               { "valid = min(TT, w.end - w.t);", "valid = min(TT, w.end - w.t - 1);" },
               { "if (cta <= c1 && ", "if (cta < c1 && " } };
     expectEachMutantCaught(mutations);
+    const std::pair<const char*, const char*> fused[] = { { "if (cta <= c1 && ", "if (cta < c1 && " },
+        { "== static_cast<unsigned>(pieces - 1);", "== static_cast<unsigned>(pieces - 2);" } };
+    expectEachMutantCaught(fused, { { "FUSE", 1 } });
 }
 
 // By sequence: whole (SEQ = 1) and in clusters of up to 2, 7 and 8 over distributed shared memory (B = 256 gets one

@@ -29,6 +29,11 @@
 // 356 us against the other's 388 (round 22). The grid is B x P, but not every cluster may be resident at once: an
 // H100 held 15 clusters of 8 and 15 of 7, so B=16 at SEQ 8 or 7 ran a second wave (136-163 us against 101), and
 // SEQ 4 left half the SMs idle; batches that small stay with the token-range partition.
+// FUSE = 1 drops the merge kernel: a CTA that leaves a partial counts it on its sequence's arrival counter (a zeroed
+// workspace that the kernel leaves at zero), and the CTA whose piece arrives last combines the sequence's pieces from
+// their slots, the consumer warp of each KV head taking its G query heads. The merge kernel's launch, its wait for the
+// split grid and its reading of the header go; one CTA combines all of a sequence's pieces, which suits batches whose
+// sequences have few (B = 16 on 132 SMs: 9), not one sequence cut over every SM.
 // Defaults: 8-token stages 6 deep. On the H200 (driver, graph replay) they match 16-token stages 3 deep within 1% at
 // B=64 ctx 8192 and B=4 ctx 131072, and run B=16 ctx 4096 in 73.6-75.0 us against 77.3-78.0 (bench/results round 8
 // and 9); the harness's single runs differ less than their run-to-run spread there.
@@ -39,6 +44,7 @@
 // @kl:param EVICT = 1 in [0, 1]
 // @kl:param SEQ = 0 in [0, 1, 2, 4, 7, 8]
 // @kl:param LAZY = 0 in [0, 1]
+// @kl:param FUSE = 0 in [0, 1]
 // @kl:constraint ARCH >= 90
 // The ring and, for up to 256 sequences (the problem's B), the prefix sums, barriers and scan totals in 227 KB.
 // @kl:constraint STAGES * TT * 4128 + 1040 + 16 * STAGES + 32 <= 232448
@@ -46,9 +52,11 @@
 // workspace serve the other partition only.
 // @kl:constraint SEQ <= 1 || 128 * (4 * 128 + 8) <= STAGES * TT * 4128
 // @kl:constraint SEQ == 0 || MINTOK == 32
+// @kl:constraint SEQ == 0 || FUSE == 0
 // @kl:workspace partials bytes=(SEQ > 0 ? 16 : 16 * (ceil_div(B + 1, 4) + 1) + 2 * min(256, ceil_div(B * MAXP * PS, MINTOK)) * HQ * (D + 2) * 4) init=poison
-// @kl:launch decode_attention_stream grid=(SEQ > 0 ? B * max(1, min(SEQ, div(SM_COUNT, B))) : min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK))) block=(288) smem=(STAGES * TT * 4128 + 16 * ceil_div(B + 1, 4) + 16 * STAGES + 32) cluster=(SEQ > 0 ? max(1, min(SEQ, div(SM_COUNT, B))) : 1, 1, 1) args=(partials, out, q, k_cache, v_cache, block_table, seq_lens, B, HQ, PS, MAXP, scale)
-// @kl:launch decode_attention_merge grid=(SEQ == 0 && min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)) > 1 ? div(B * HQ * min(8, next_pow2(ceil_div(ceil_div(min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)), B) + 1, 8))), 8) : 0) block=(256) pdl=1 args=(out, partials, B, HQ)
+// @kl:workspace arrivals bytes=(FUSE == 1 ? 4 * B : 0) init=zero
+// @kl:launch decode_attention_stream grid=(SEQ > 0 ? B * max(1, min(SEQ, div(SM_COUNT, B))) : min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK))) block=(288) smem=(STAGES * TT * 4128 + 16 * ceil_div(B + 1, 4) + 16 * STAGES + 32) cluster=(SEQ > 0 ? max(1, min(SEQ, div(SM_COUNT, B))) : 1, 1, 1) args=(partials, arrivals, out, q, k_cache, v_cache, block_table, seq_lens, B, HQ, PS, MAXP, scale)
+// @kl:launch decode_attention_merge grid=(SEQ == 0 && FUSE == 0 && min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)) > 1 ? div(B * HQ * min(8, next_pow2(ceil_div(ceil_div(min(min(SM_COUNT, 256), ceil_div(B * MAXP * PS, MINTOK)), B) + 1, 8))), 8) : 0) block=(256) pdl=1 args=(out, partials, B, HQ)
 
 constexpr int kD = 128;
 constexpr int kHeads = 8; // the problem's HKV
@@ -288,6 +296,111 @@ __device__ __forceinline__ void storePiece(
         reinterpret_cast<float2*>(dst + HQ * kD)[head] = make_float2(m, l);
 }
 
+// The pieces that CTAs first, first + W, ... up to c1 left of the sequence whose tokens start at lo, absorbed into
+// (mMax, sum, o) for query head head, four dims a lane, UNROLL pieces loaded at once (from L2: with FUSE another
+// CTA wrote them during this launch). A CTA without tokens has no piece.
+template <int UNROLL>
+__device__ __forceinline__ void gatherPieces(float& mMax, float& sum, float4& o, const float* slots, int C, int total,
+    int lo, int first, int c1, int W, int head, int HQ, int lane)
+{
+    for (; first <= c1; first += UNROLL * W) {
+        float2 ml[UNROLL];
+        float4 a[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int cta = first + u * W;
+            ml[u] = make_float2(negInf(), 0.f);
+            if (cta <= c1 && rangeStart(cta, C, total) < rangeStart(cta + 1, C, total)) {
+                const float* slot = slots + slotOf(cta, C, total, lo) * HQ * (kD + 2);
+                ml[u] = __ldcg(reinterpret_cast<const float2*>(slot + (long long)HQ * kD) + head);
+                a[u] = __ldcg(reinterpret_cast<const float4*>(slot + (long long)head * kD) + lane);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (ml[u].x != negInf())
+                mergePiece(mMax, sum, o, ml[u], a[u]);
+    }
+}
+
+// A lane's four dims of one query head's output, normalised.
+__device__ __forceinline__ void storeHead(__nv_bfloat16* dst, float4 o, float sum)
+{
+    const float inv = 1.f / sum;
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(o.x * inv, o.y * inv);
+    *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(o.z * inv, o.w * inv);
+}
+
+// FUSE: once this CTA's piece of the sequence [lo, hi) (the batch's b-th) is in its slot, counts it on the sequence's
+// arrival counter; true in every consumer thread of the CTA whose piece was the sequence's last (which leaves the
+// counter at zero for the next launch). Called by every consumer thread; shared is a word no one else uses by then.
+__device__ __forceinline__ bool arrivedLast(
+    unsigned* arrivals, int b, int lo, int hi, int C, int total, int warp, int lane, volatile int* shared)
+{
+    __threadfence(); // this thread's part of the piece, visible to whichever CTA combines
+    asm volatile("bar.sync 2, %0;" ::"n"(kConsumerThreads) : "memory");
+    if (warp == 0) {
+        int pieces = 0;
+        for (int x = rangeOwner(lo, C, total) + lane, c1 = rangeOwner(hi - 1, C, total); x <= c1; x += 32)
+            pieces += rangeStart(x, C, total) < rangeStart(x + 1, C, total) ? 1 : 0;
+        pieces = __reduce_add_sync(0xffffffffu, pieces);
+        if (lane == 0) {
+            const bool last = atomicAdd(arrivals + b, 1u) == static_cast<unsigned>(pieces - 1);
+            if (last)
+                atomicExch(arrivals + b, 0u);
+            *shared = last ? 1 : 0;
+        }
+    }
+    asm volatile("bar.sync 2, %0;" ::"n"(kConsumerThreads) : "memory");
+    return *shared != 0;
+}
+
+// FUSE: sequence [lo, hi)'s pieces combined into its output rows by the CTA whose piece arrived last, once its ring is
+// drained. Where every piece fits the ring, the consumer threads copy the slots into it all at once (cp.async from L2:
+// one round trip), and each warp combines its heads there; otherwise each warp gathers its heads' pieces from the
+// slots, 16 a load round.
+__device__ __forceinline__ void combineSequence(unsigned char* ring, const float* slots, __nv_bfloat16* out, int lo,
+    int hi, int C, int total, int HQ, int warp, int lane)
+{
+    const int c0 = rangeOwner(lo, C, total), c1 = rangeOwner(hi - 1, C, total), n = c1 - c0 + 1;
+    const int slotFloats = HQ * (kD + 2);
+    if (static_cast<long long>(n) * slotFloats * 4 > STAGES * kStageBytes) {
+        for (int head = warp; head < HQ; head += kHeads) {
+            float mMax = negInf(), sum = 0.f;
+            float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+            gatherPieces<16>(mMax, sum, o, slots, C, total, lo, c0, c1, 1, head, HQ, lane);
+            storeHead(out + head * kD + lane * 4, o, sum);
+        }
+        return;
+    }
+    float* staged = reinterpret_cast<float*>(ring);
+    asm volatile("bar.sync 2, %0;" ::"n"(kConsumerThreads) : "memory"); // every warp is done with the ring
+    for (int k = 0; k < n; ++k) {
+        const int cta = c0 + k;
+        if (rangeStart(cta, C, total) == rangeStart(cta + 1, C, total))
+            continue; // a CTA without tokens has no piece
+        const float* slot = slots + slotOf(cta, C, total, lo) * slotFloats;
+        for (int e = (warp * 32 + lane) * 4; e < slotFloats; e += kConsumerThreads * 4)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sharedAddress(staged + k * slotFloats + e)),
+                         "l"(__cvta_generic_to_global(slot + e))
+                         : "memory");
+    }
+    asm volatile("cp.async.commit_group;\ncp.async.wait_all;" ::: "memory");
+    asm volatile("bar.sync 2, %0;" ::"n"(kConsumerThreads) : "memory");
+    for (int head = warp; head < HQ; head += kHeads) {
+        float mMax = negInf(), sum = 0.f;
+        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int k = 0; k < n; ++k)
+            if (rangeStart(c0 + k, C, total) < rangeStart(c0 + k + 1, C, total)) {
+                const float* piece = staged + k * slotFloats;
+                mergePiece(mMax, sum, o, reinterpret_cast<const float2*>(piece + HQ * kD)[head],
+                    reinterpret_cast<const float4*>(piece + head * kD)[lane]);
+            }
+        storeHead(out + head * kD + lane * 4, o, sum);
+    }
+    asm volatile("bar.sync 2, %0;" ::"n"(kConsumerThreads) : "memory"); // read before a second sequence's pieces land
+}
+
 __device__ __forceinline__ void clusterSync()
 {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -327,15 +440,12 @@ __device__ __forceinline__ void mergeCluster(unsigned part, __nv_bfloat16* out, 
         for (int p = 0; p < kSeq; ++p)
             if (ml[p].x != negInf()) // a CTA whose share of a short sequence is empty
                 mergePiece(mMax, sum, o, ml[p], a[p]);
-        const float inv = 1.f / sum;
-        __nv_bfloat16* dst = out + (long long)head * kD + lane * 4;
-        *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(o.x * inv, o.y * inv);
-        *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(o.z * inv, o.w * inv);
+        storeHead(out + (long long)head * kD + lane * 4, o, sum);
     }
     clusterSync(); // no CTA leaves while another reads its shared memory
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_stream(float* partials, __nv_bfloat16* out,
+extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_stream(float* partials, unsigned* arrivals, __nv_bfloat16* out,
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_table,
     const int* seq_lens, int B, int HQ, int PS, int MAXP, float scale)
 {
@@ -453,6 +563,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
     const int kvh = warp, group = lane / 4, quad = lane % 4;
     const int G = HQ / kHeads;
     const float scaleLog2 = scale * 1.4426950408889634f;
+    int combineFirst = -1, combineLast = -1; // FUSE: the sequences whose pieces this CTA combines (of its range's ends)
     unsigned qf[kD / 16][4];
     if (more)
         loadQ(qf, q, w.b, HQ, kvh, G, group, quad);
@@ -600,8 +711,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) decode_attention_strea
                     storePiece(slot, acc, h, m[h], l[h], head, HQ, quad);
                 }
             }
+            // The scan's warp totals are free by now.
+            if (FUSE && !whole && arrivedLast(arrivals, b, prefix[b], prefix[b + 1], C, total, kvh, lane, warpTotals))
+                (rangeStart(c, C, total) < prefix[b] ? combineLast : combineFirst) = b;
         }
     }
+    if (FUSE)
+        for (int x = 0; x < 2; ++x) {
+            const int b = x == 0 ? combineFirst : combineLast;
+            if (b < 0)
+                continue;
+            __threadfence(); // the other CTAs' pieces, read after their arrivals
+            combineSequence(smem, partials + headerBytes(B) / 4, out + (long long)b * HQ * kD, prefix[b], prefix[b + 1],
+                C, total, HQ, kvh, lane);
+        }
     if (SEQ > 1 && P > 1) {
         // This CTA's piece into its ring, once every consumer is done reading it (every copy has landed).
         asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
@@ -642,24 +765,7 @@ extern "C" __global__ void __launch_bounds__(256)
     const float* slots = partials + headerBytes(B) / 4;
     float mMax = negInf(), sum = 0.f;
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int first = c0 + sub; first <= c1; first += kMergeUnroll * W) {
-        float2 ml[kMergeUnroll];
-        float4 a[kMergeUnroll];
-#pragma unroll
-        for (int u = 0; u < kMergeUnroll; ++u) {
-            const int cta = first + u * W;
-            ml[u] = make_float2(negInf(), 0.f); // past c1, or a CTA with no tokens: no piece
-            if (cta <= c1 && rangeStart(cta, C, total) < rangeStart(cta + 1, C, total)) {
-                const float* slot = slots + slotOf(cta, C, total, lo) * HQ * (kD + 2);
-                ml[u] = reinterpret_cast<const float2*>(slot + (long long)HQ * kD)[head];
-                a[u] = reinterpret_cast<const float4*>(slot + (long long)head * kD)[lane];
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < kMergeUnroll; ++u)
-            if (ml[u].x != negInf())
-                mergePiece(mMax, sum, o, ml[u], a[u]);
-    }
+    gatherPieces<kMergeUnroll>(mMax, sum, o, slots, C, total, lo, c0 + sub, c1, W, head, HQ, lane);
     if (W > 1) {
         warpO[warp][lane] = o;
         warpMl[warp][lane] = make_float2(mMax, sum);
@@ -670,8 +776,5 @@ extern "C" __global__ void __launch_bounds__(256)
             if (warpMl[warp + x][lane].x != negInf())
                 mergePiece(mMax, sum, o, warpMl[warp + x][lane], warpO[warp + x][lane]);
     }
-    const float inv = 1.f / sum;
-    __nv_bfloat16* dst = out + headIndex * kD + lane * 4;
-    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(o.x * inv, o.y * inv);
-    *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(o.z * inv, o.w * inv);
+    storeHead(out + headIndex * kD + lane * 4, o, sum);
 }
