@@ -3,7 +3,8 @@
 // it runs the launch plan as the harness would (the split kernel on min(SM count, 256, tokens / MINTOK) CTAs, the
 // merge with programmatic dependent launch when there is more than one CTA; with -DSEQ=n, B x P CTAs in clusters of
 // P = min(n, SMs / B) and no merge), compares each shape's output with the problem's reference kernel built in fp64,
-// and times the plan at the target shapes.
+// and times the plan at the target shapes. With -DFUSE=1 there is no merge kernel (the sequences' arrival counters
+// are zeroed once: the checked run's second launch sees the counters the first left).
 //   - Data: fresh values each shape (a hash of the seed and the index, roughly normal), the page table a random
 //     permutation, lengths uniform within the last page, as problem.json draws them. Output and workspace poisoned
 //     (NaN) before the checked run, so an unwritten element fails.
@@ -141,19 +142,19 @@ struct Set {
 };
 
 // FUSE: the sequences' arrival counters, zeroed once (the template's "init=zero"); every launch leaves them at zero.
-unsigned* arrivalCounters()
+unsigned* arrivalCounters(cudaStream_t st)
 {
     static unsigned* counters = nullptr;
     if (!counters) {
         CHECK(cudaMalloc(&counters, 256 * sizeof(unsigned)));
-        CHECK(cudaMemset(counters, 0, 256 * sizeof(unsigned)));
+        CHECK(cudaMemsetAsync(counters, 0, 256 * sizeof(unsigned), st)); // st does not wait for the legacy stream
     }
     return counters;
 }
 
 void launchSplit(const Shape& s, const Plan& p, const Set& in, float* ws, __nv_bfloat16* out, cudaStream_t st)
 {
-    unsigned* arrivals = arrivalCounters();
+    unsigned* arrivals = arrivalCounters(st);
     const float scale = 1.f / std::sqrt(128.f);
     if (p.perSequence > 1) {
         cudaLaunchConfig_t cfg = {};
