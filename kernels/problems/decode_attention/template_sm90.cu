@@ -30,10 +30,11 @@
 // H100 held 15 clusters of 8 and 15 of 7, so B=16 at SEQ 8 or 7 ran a second wave (136-163 us against 101), and
 // SEQ 4 left half the SMs idle; batches that small stay with the token-range partition.
 // FUSE = 1 drops the merge kernel: a CTA that leaves a partial counts it on its sequence's arrival counter (a zeroed
-// workspace that the kernel leaves at zero), and the CTA whose piece arrives last combines the sequence's pieces from
-// their slots, the consumer warp of each KV head taking its G query heads. The merge kernel's launch, its wait for the
-// split grid and its reading of the header go; one CTA combines all of a sequence's pieces, which suits batches whose
-// sequences have few (B = 16 on 132 SMs: 9), not one sequence cut over every SM.
+// workspace that the kernel leaves at zero; the harness still zeroes it before each launch), and the CTA whose piece
+// arrives last combines the sequence's pieces after its own loop, copied into its drained ring where they fit. The
+// merge kernel's launch, its wait for the split grid and its reading of the header go; one CTA combines all of a
+// sequence's pieces, which suits batches whose sequences have few (B = 16 on 132 SMs: 9), not one sequence cut over
+// every SM (B = 1: 132 pieces, gathered 16 a load round).
 // Defaults: 8-token stages 6 deep. On the H200 (driver, graph replay) they match 16-token stages 3 deep within 1% at
 // B=64 ctx 8192 and B=4 ctx 131072, and run B=16 ctx 4096 in 73.6-75.0 us against 77.3-78.0 (bench/results round 8
 // and 9); the harness's single runs differ less than their run-to-run spread there.
