@@ -533,7 +533,7 @@ bool partitionHolds(int cases)
                 }
                 std::vector<long long> expected, written;
                 for (long long cta = c0; cta <= c1; ++cta)
-                    if (rangeStart(cta, C, total) < rangeStart(cta + 1, C, total))
+                    if (holdsTokens(cta, C, total))
                         expected.push_back(slotOf(cta, C, total, lo));
                 for (const auto& [slot, whole] : pieces[b]) {
                     if (whole)

@@ -360,8 +360,8 @@ TEST_F(DecodeAttentionSm90Gpu, DroppingATokenAPageOrAPieceIsCaught)
               { "if (cta <= c1 && ", "if (cta < c1 && " } };
     expectEachMutantCaught(mutations);
     const std::pair<const char*, const char*> fused[] = { { "if (cta <= c1 && ", "if (cta < c1 && " },
-        { "        for (int k = 0; k < n; ++k)\n            if (rangeStart(",
-            "        for (int k = 0; k < n - 1; ++k)\n            if (rangeStart(" },
+        { "        for (int k = 0; k < n; ++k)\n            if (holdsTokens(",
+            "        for (int k = 0; k < n - 1; ++k)\n            if (holdsTokens(" },
         { "== static_cast<unsigned>(pieces - 1);", "== static_cast<unsigned>(pieces);" },
         { "== static_cast<unsigned>(pieces - 1);", "== static_cast<unsigned>(pieces - 2);" } };
     expectEachMutantCaught(fused, { { "FUSE", 1 } });

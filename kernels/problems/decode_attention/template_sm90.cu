@@ -173,6 +173,13 @@ __host__ __device__ __forceinline__ int rangeStart(unsigned c, unsigned C, unsig
     return static_cast<int>(c * total / C);
 }
 
+// Whether CTA c's range holds any token (only not when the batch has fewer tokens than CTAs): a CTA without tokens
+// leaves no piece.
+__host__ __device__ __forceinline__ bool holdsTokens(unsigned c, unsigned C, unsigned total)
+{
+    return rangeStart(c, C, total) < rangeStart(c + 1, C, total);
+}
+
 // SEQ > 0: where share r of P of a sequence of len tokens starts (share P ends at len).
 __host__ __device__ __forceinline__ int shareStart(int r, int P, int len)
 {
@@ -310,8 +317,8 @@ __device__ __forceinline__ void gatherPieces(float& mMax, float& sum, float4& o,
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int cta = first + u * W;
-            ml[u] = make_float2(negInf(), 0.f);
-            if (cta <= c1 && rangeStart(cta, C, total) < rangeStart(cta + 1, C, total)) {
+            ml[u] = make_float2(negInf(), 0.f); // past c1, or no piece
+            if (cta <= c1 && holdsTokens(cta, C, total)) {
                 const float* slot = slots + slotOf(cta, C, total, lo) * HQ * (kD + 2);
                 ml[u] = __ldcg(reinterpret_cast<const float2*>(slot + (long long)HQ * kD) + head);
                 a[u] = __ldcg(reinterpret_cast<const float4*>(slot + (long long)head * kD) + lane);
@@ -343,7 +350,7 @@ __device__ __forceinline__ bool arrivedLast(
     if (warp == 0) {
         int pieces = 0;
         for (int x = rangeOwner(lo, C, total) + lane, c1 = rangeOwner(hi - 1, C, total); x <= c1; x += 32)
-            pieces += rangeStart(x, C, total) < rangeStart(x + 1, C, total) ? 1 : 0;
+            pieces += holdsTokens(x, C, total) ? 1 : 0;
         pieces = __reduce_add_sync(0xffffffffu, pieces);
         if (lane == 0) {
             const bool last = atomicAdd(arrivals + b, 1u) == static_cast<unsigned>(pieces - 1);
@@ -378,8 +385,8 @@ __device__ __forceinline__ void combineSequence(unsigned char* ring, const float
     asm volatile("bar.sync 2, %0;" ::"n"(kConsumerThreads) : "memory"); // every warp is done with the ring
     for (int k = 0; k < n; ++k) {
         const int cta = c0 + k;
-        if (rangeStart(cta, C, total) == rangeStart(cta + 1, C, total))
-            continue; // a CTA without tokens has no piece
+        if (!holdsTokens(cta, C, total))
+            continue;
         const float* slot = slots + slotOf(cta, C, total, lo) * slotFloats;
         for (int e = (warp * 32 + lane) * 4; e < slotFloats; e += kConsumerThreads * 4)
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sharedAddress(staged + k * slotFloats + e)),
@@ -392,7 +399,7 @@ __device__ __forceinline__ void combineSequence(unsigned char* ring, const float
         float mMax = negInf(), sum = 0.f;
         float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
         for (int k = 0; k < n; ++k)
-            if (rangeStart(c0 + k, C, total) < rangeStart(c0 + k + 1, C, total)) {
+            if (holdsTokens(c0 + k, C, total)) {
                 const float* piece = staged + k * slotFloats;
                 mergePiece(mMax, sum, o, reinterpret_cast<const float2*>(piece + HQ * kD)[head],
                     reinterpret_cast<const float4*>(piece + head * kD)[lane]);
